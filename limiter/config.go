@@ -1,0 +1,122 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// Limits and defaults of pool configuration.
+const (
+	MaxPoolNameLen     = 128
+	MaxConcurrency     = 1_000_000_000
+	MaxRate            = 1e9
+	MaxWaitersLimit    = 1_000_000
+	MinLeaseTTL        = 100 * time.Millisecond
+	MaxLeaseTTLLimit   = 24 * time.Hour
+	DefaultLeaseTTL    = 15 * time.Second
+	DefaultMaxLeaseTTL = 5 * time.Minute
+	DefaultMaxWaiters  = 1024
+	MaxDescriptionLen  = 1024
+	MaxClientIDLen     = 256
+)
+
+// PoolConfig is what an operator declares about a pool. Zero values of the
+// optional fields mean "the default"; WithDefaults fills them in.
+type PoolConfig struct {
+	// Name: 1 to MaxPoolNameLen characters of [A-Za-z0-9._:/-].
+	Name string
+	// Description for operators; at most MaxDescriptionLen bytes.
+	Description string
+	// ConcurrencyLimit is the most permit weight live leases may hold at
+	// once; 0 means no concurrency limit.
+	ConcurrencyLimit int64
+	// Rate is the token bucket's refill in tokens per second; 0 means no
+	// rate limit. A pool needs a ConcurrencyLimit, a Rate, or both.
+	Rate float64
+	// Burst is the bucket size in tokens; 0 means max(1, ceil(Rate)).
+	Burst int64
+	// DefaultLeaseTTL is the TTL of a lease whose acquire names none; 0
+	// means DefaultLeaseTTL (or MaxLeaseTTL if that is smaller).
+	DefaultLeaseTTL time.Duration
+	// MaxLeaseTTL bounds the TTL an acquire or renew may ask for; 0 means
+	// DefaultMaxLeaseTTL.
+	MaxLeaseTTL time.Duration
+	// MaxWaiters bounds the wait queue; 0 means DefaultMaxWaiters.
+	MaxWaiters int64
+}
+
+// WithDefaults returns c with every zero optional field set to its default.
+// It does not validate.
+func (c PoolConfig) WithDefaults() PoolConfig {
+	if c.Rate > 0 && c.Burst == 0 {
+		c.Burst = int64(math.Max(1, math.Ceil(c.Rate)))
+	}
+	if c.Rate == 0 {
+		c.Burst = 0
+	}
+	if c.MaxLeaseTTL == 0 {
+		c.MaxLeaseTTL = DefaultMaxLeaseTTL
+	}
+	if c.DefaultLeaseTTL == 0 {
+		c.DefaultLeaseTTL = min(DefaultLeaseTTL, c.MaxLeaseTTL)
+	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = DefaultMaxWaiters
+	}
+	return c
+}
+
+// Validate reports the first problem with c as an *Error with
+// CodeInvalidArgument whose message names the field. Call it on the result
+// of WithDefaults.
+func (c PoolConfig) Validate() error {
+	if err := ValidatePoolName(c.Name); err != nil {
+		return err
+	}
+	switch {
+	case len(c.Description) > MaxDescriptionLen:
+		return errorf(ErrInvalidArgument, "pool %q: description is %d bytes; the most is %d", c.Name, len(c.Description), MaxDescriptionLen)
+	case c.ConcurrencyLimit < 0 || c.ConcurrencyLimit > MaxConcurrency:
+		return errorf(ErrInvalidArgument, "pool %q: concurrency_limit %d is out of range [0, %d]", c.Name, c.ConcurrencyLimit, MaxConcurrency)
+	case math.IsNaN(c.Rate) || c.Rate < 0 || c.Rate > MaxRate:
+		return errorf(ErrInvalidArgument, "pool %q: rate %v is out of range [0, %g] tokens per second", c.Name, c.Rate, float64(MaxRate))
+	case c.ConcurrencyLimit == 0 && c.Rate == 0:
+		return errorf(ErrInvalidArgument, "pool %q: set concurrency_limit, rate, or both; a pool with neither limits nothing", c.Name)
+	case c.Burst < 0 || c.Burst > MaxConcurrency:
+		return errorf(ErrInvalidArgument, "pool %q: burst %d is out of range [0, %d]", c.Name, c.Burst, MaxConcurrency)
+	case c.MaxLeaseTTL < MinLeaseTTL || c.MaxLeaseTTL > MaxLeaseTTLLimit:
+		return errorf(ErrInvalidArgument, "pool %q: max_lease_ttl %v is out of range [%v, %v]", c.Name, c.MaxLeaseTTL, MinLeaseTTL, MaxLeaseTTLLimit)
+	case c.DefaultLeaseTTL < MinLeaseTTL || c.DefaultLeaseTTL > c.MaxLeaseTTL:
+		return errorf(ErrInvalidArgument, "pool %q: default_lease_ttl %v is out of range [%v, max_lease_ttl %v]", c.Name, c.DefaultLeaseTTL, MinLeaseTTL, c.MaxLeaseTTL)
+	case c.MaxWaiters < 0 || c.MaxWaiters > MaxWaitersLimit:
+		return errorf(ErrInvalidArgument, "pool %q: max_waiters %d is out of range [0, %d]", c.Name, c.MaxWaiters, MaxWaitersLimit)
+	}
+	return nil
+}
+
+// ValidatePoolName returns an *Error with CodeInvalidArgument unless name is
+// 1 to MaxPoolNameLen characters of [A-Za-z0-9._:/-].
+func ValidatePoolName(name string) error {
+	if name == "" {
+		return errorf(ErrInvalidArgument, "pool name is empty; use 1 to %d characters of [A-Za-z0-9._:/-]", MaxPoolNameLen)
+	}
+	if len(name) > MaxPoolNameLen {
+		return errorf(ErrInvalidArgument, "pool name is %d characters long; the most is %d", len(name), MaxPoolNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if !poolNameByte(name[i]) {
+			return errorf(ErrInvalidArgument, "pool name %q has %q at position %d; use only [A-Za-z0-9._:/-]", name, rune(name[i]), i)
+		}
+	}
+	return nil
+}
+
+func poolNameByte(b byte) bool {
+	switch {
+	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		return true
+	case b == '.' || b == '_' || b == ':' || b == '/' || b == '-':
+		return true
+	}
+	return false
+}

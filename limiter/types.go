@@ -1,0 +1,122 @@
+package limiter
+
+import "time"
+
+// Lease is a snapshot of a granted lease, as returned to its holder.
+type Lease struct {
+	// Pool is the name of the pool the lease is from.
+	Pool string
+	// FencingToken is strictly increasing per pool across all grants. It is
+	// also the lease's identifier within its pool: Release and Renew take it.
+	FencingToken uint64
+	// Weight is the permit weight held (1 or more).
+	Weight int64
+	// Priority the lease was acquired with.
+	Priority int32
+	// ClientID and Description are the holder's, as given to Acquire.
+	ClientID    string
+	Description string
+	// TTL the lease was granted or last renewed with.
+	TTL time.Duration
+	// AcquireTime is when it was granted and ExpireTime when it expires
+	// unless renewed, both by the engine's clock.
+	AcquireTime time.Time
+	ExpireTime  time.Time
+}
+
+// AcquireRequest asks for a lease. See Engine.Acquire.
+type AcquireRequest struct {
+	// Pool to acquire from.
+	Pool string
+	// Weight of permits to hold: at least 1, and no more than the pool's
+	// concurrency limit (and burst, for a pool with a rate).
+	Weight int64
+	// TTL of the lease; 0 means the pool's DefaultLeaseTTL. At least
+	// MinLeaseTTL and at most the pool's MaxLeaseTTL.
+	TTL time.Duration
+	// Priority in the wait queue: higher is granted first; FIFO within a
+	// priority.
+	Priority int32
+	// WaitTimeout bounds the wait, by the engine's clock; 0 means wait until
+	// ctx is done.
+	WaitTimeout time.Duration
+	// NoWait makes Acquire fail with ErrNoCapacity rather than wait.
+	NoWait bool
+	// ClientID (at most MaxClientIDLen bytes) and Description (at most
+	// MaxDescriptionLen bytes) are recorded on the lease.
+	ClientID    string
+	Description string
+	// Owner is an opaque value the caller attaches to the lease (the server
+	// attaches the session stream that acquired it). It is handed back in
+	// LeaseEnded so the owner can be told when the lease ends by itself.
+	Owner any
+}
+
+// EndReason says why a lease ended without being released.
+type EndReason uint8
+
+// End reasons.
+const (
+	// EndExpired: the lease was not renewed before its expiry.
+	EndExpired EndReason = iota + 1
+	// EndPoolDeleted: the pool was deleted with force.
+	EndPoolDeleted
+)
+
+// String returns a lower-case name for the reason.
+func (r EndReason) String() string {
+	switch r {
+	case EndExpired:
+		return "expired"
+	case EndPoolDeleted:
+		return "pool deleted"
+	}
+	return "unknown"
+}
+
+// LeaseEnded reports a lease that ended without its holder's release.
+type LeaseEnded struct {
+	Lease  Lease
+	Reason EndReason
+	// Owner is the last non-nil Owner given to Acquire or Renew.
+	Owner any
+}
+
+// TakeResult reports a successful Take.
+type TakeResult struct {
+	// Tokens granted: all that were asked for.
+	Tokens int64
+	// Waited is how long the engine waited for them, by its clock.
+	Waited time.Duration
+}
+
+// PoolInfo is a pool's configuration and live status.
+type PoolInfo struct {
+	// Config with defaults filled in.
+	Config PoolConfig
+	// CreateTime and UpdateTime by the engine's clock.
+	CreateTime time.Time
+	UpdateTime time.Time
+	Status     PoolStatus
+}
+
+// PoolStatus is a pool's live state; counters count since the pool was
+// created in this engine.
+type PoolStatus struct {
+	Held          int64 // permit weight held by live leases
+	Leases        int64 // live leases
+	Waiting       int64 // acquires waiting
+	WaitingWeight int64 // total weight of the acquires waiting
+	Granted       int64 // leases granted
+	Released      int64 // leases released by their holders
+	Expired       int64 // leases that expired
+	Rejected      int64 // acquires refused at once (queue full, or NoWait without capacity) and takes refused
+	WaitTimeouts  int64 // waits that ended at their timeout or deadline
+	Canceled      int64 // waits abandoned by their callers
+	TokensGranted int64 // rate tokens granted by Take and by Acquire in pools with a rate
+	// TokensAvailable is the bucket's level now; negative while takes wait
+	// on reserved tokens; 0 for a pool without a rate.
+	TokensAvailable float64
+	// LastFencingToken is the highest fencing token issued in the pool.
+	LastFencingToken uint64
+}
