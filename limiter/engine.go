@@ -2,6 +2,10 @@ package limiter
 
 import (
 	"context"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,64 +16,547 @@ type Options struct {
 	// OnLeaseEnded, if set, is called for every lease that ends without its
 	// holder's release (expiry, forced pool deletion). It is called without
 	// engine locks held, from the goroutine that ended the lease (for expiry,
-	// a clock timer), and must not block for long.
+	// a clock timer), and must not block for long or call back into the
+	// engine synchronously in a way that waits on that goroutine.
 	OnLeaseEnded func(LeaseEnded)
 }
 
 // Engine is the limiter: a set of named pools, each with a concurrency limit
-// and/or a token bucket, granting leases with TTLs. It is safe for
-// concurrent use. Create one with New.
-type Engine struct{}
+// and/or a token bucket, granting leases with TTLs and queueing the
+// acquires it cannot grant at once. It is safe for concurrent use; each pool
+// has its own lock, so pools do not contend with each other. Create one
+// with New.
+type Engine struct {
+	clock        Clock
+	onLeaseEnded func(LeaseEnded)
 
-// New returns an empty Engine.
-func New(opts Options) *Engine { panic("not implemented") }
+	mu     sync.RWMutex
+	pools  map[string]*pool
+	closed atomic.Bool
+	done   chan struct{} // closed by Close
+}
+
+// New returns an Engine with no pools.
+func New(opts Options) *Engine {
+	c := opts.Clock
+	if c == nil {
+		c = SystemClock{}
+	}
+	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, pools: make(map[string]*pool), done: make(chan struct{})}
+}
 
 // Clock returns the engine's clock.
-func (e *Engine) Clock() Clock { panic("not implemented") }
+func (e *Engine) Clock() Clock { return e.clock }
 
 // Close fails every waiting Acquire and Take with ErrShuttingDown and stops
-// the engine's timers; later calls fail with ErrShuttingDown. Leases are
-// not released. Close is idempotent.
-func (e *Engine) Close() { panic("not implemented") }
+// the engine's timers; later calls fail with ErrShuttingDown. Leases are not
+// released and nothing expires after Close. Close is idempotent.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Swap(true) {
+		return
+	}
+	close(e.done)
+	for _, p := range e.pools {
+		p.mu.Lock()
+		p.failWaitersLocked(func(*waiter) error {
+			return errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
+		})
+		p.stopTimersLocked()
+		p.mu.Unlock()
+	}
+}
 
-// CreatePool creates a pool from cfg with defaults filled in.
-// Errors: ErrInvalidArgument (message names the field), ErrPoolExists.
-func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) { panic("not implemented") }
+// lookup returns the named pool, or ErrPoolNotFound / ErrShuttingDown.
+func (e *Engine) lookup(name string) (*pool, error) {
+	if e.closed.Load() {
+		return nil, errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
+	}
+	e.mu.RLock()
+	p := e.pools[name]
+	e.mu.RUnlock()
+	if p == nil {
+		return nil, poolNotFound(name)
+	}
+	return p, nil
+}
+
+func poolNotFound(name string) error {
+	if err := ValidatePoolName(name); err != nil {
+		return err
+	}
+	return errorf(ErrPoolNotFound, "pool %q not found; create it first (tollgate pool create %s --concurrency N)", name, name)
+}
+
+func (e *Engine) notifyEnded(ended []LeaseEnded) {
+	if e.onLeaseEnded == nil {
+		return
+	}
+	for _, le := range ended {
+		e.onLeaseEnded(le)
+	}
+}
+
+// CreatePool creates a pool from cfg with defaults filled in and returns it.
+// Errors: ErrInvalidArgument (the message names the field), ErrPoolExists.
+func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return PoolInfo{}, err
+	}
+	if e.closed.Load() {
+		return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
+	}
+	now := e.clock.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.pools[cfg.Name]; ok {
+		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; change it with UpdatePool (tollgate pool update %s) or pick another name", cfg.Name, cfg.Name)
+	}
+	p := newPool(e, cfg, now)
+	e.pools[cfg.Name] = p
+	return p.infoLocked(now), nil
+}
 
 // GetPool returns a pool's configuration and status. Errors: ErrPoolNotFound.
-func (e *Engine) GetPool(name string) (PoolInfo, error) { panic("not implemented") }
+func (e *Engine) GetPool(name string) (PoolInfo, error) {
+	p, err := e.lookup(name)
+	if err != nil {
+		return PoolInfo{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.deleted {
+		return PoolInfo{}, poolNotFound(name)
+	}
+	return p.infoLocked(e.clock.Now()), nil
+}
 
 // ListPools returns up to limit pools whose names sort after `after`, in
-// name order, and whether more follow.
-func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) { panic("not implemented") }
+// name order, and whether more follow. A limit below 1 means 1.
+func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
+	limit = max(limit, 1)
+	e.mu.RLock()
+	names := make([]string, 0, len(e.pools))
+	for name := range e.pools {
+		if name > after {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	more := len(names) > limit
+	if more {
+		names = names[:limit]
+	}
+	ps := make([]*pool, len(names))
+	for i, n := range names {
+		ps[i] = e.pools[n]
+	}
+	e.mu.RUnlock()
+
+	now := e.clock.Now()
+	infos := make([]PoolInfo, 0, len(ps))
+	for _, p := range ps {
+		p.mu.Lock()
+		if !p.deleted {
+			infos = append(infos, p.infoLocked(now))
+		}
+		p.mu.Unlock()
+	}
+	return infos, more
+}
 
 // UpdatePool applies update to a copy of the pool's configuration, fills in
-// defaults, validates it and makes it live. The name cannot change.
-// Errors: ErrPoolNotFound, ErrInvalidArgument.
+// defaults, validates the result and makes it live at once:
+//   - a higher concurrency limit or rate admits waiters at once;
+//   - a lower concurrency limit blocks new grants until the held weight is
+//     under it (held leases continue), and fails the waiters whose weight
+//     is above it with ErrLimitBelowWeight (likewise for a lower burst);
+//   - TTL changes apply to grants and renewals from now on.
+//
+// update runs under the pool's lock and must not call the engine. The name
+// cannot change. Errors: ErrPoolNotFound, ErrInvalidArgument.
 func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, error) {
-	panic("not implemented")
+	p, err := e.lookup(name)
+	if err != nil {
+		return PoolInfo{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.deleted {
+		return PoolInfo{}, poolNotFound(name)
+	}
+	cfg := p.cfg
+	update(&cfg)
+	if cfg.Name != p.name {
+		return PoolInfo{}, errorf(ErrInvalidArgument, "pool %q cannot be renamed to %q; create a new pool instead", p.name, cfg.Name)
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return PoolInfo{}, err
+	}
+	now := e.clock.Now()
+	p.cfg = cfg
+	p.updateTime = now
+	p.applyRateLocked(now)
+	p.failWaitersLocked(func(w *waiter) error {
+		if err := p.checkWeightLocked(w.req.Weight); err != nil {
+			return errorf(ErrLimitBelowWeight, "pool %q was changed while this acquire waited and can no longer grant weight %d: %v", p.name, w.req.Weight, err)
+		}
+		return nil
+	})
+	p.dispatchLocked(now)
+	return p.infoLocked(now), nil
 }
 
-// DeletePool removes a pool. Errors: ErrPoolNotFound; ErrPoolBusy when
-// leases are held and force is false.
-func (e *Engine) DeletePool(name string, force bool) error { panic("not implemented") }
+// DeletePool removes a pool. Without force it refuses while leases are
+// held (ErrPoolBusy). With force, the held leases end (reported to
+// OnLeaseEnded with EndPoolDeleted). Either way, waiting acquires fail with
+// ErrPoolDeleted. Errors: ErrPoolNotFound, ErrPoolBusy.
+func (e *Engine) DeletePool(name string, force bool) error {
+	if e.closed.Load() {
+		return errorf(ErrShuttingDown, "the server is shutting down")
+	}
+	e.mu.Lock()
+	p := e.pools[name]
+	if p == nil {
+		e.mu.Unlock()
+		return poolNotFound(name)
+	}
+	p.mu.Lock()
+	if len(p.leases) > 0 && !force {
+		n, held := len(p.leases), p.held
+		p.mu.Unlock()
+		e.mu.Unlock()
+		return errorf(ErrPoolBusy, "pool %q has %d live leases holding %d permits; release them, wait for them to expire, or delete with force to end them", name, n, held)
+	}
+	delete(e.pools, name)
+	e.mu.Unlock()
 
-// Acquire grants a lease, waiting if needed. Errors: see the Err* values.
+	p.deleted = true
+	p.failWaitersLocked(func(*waiter) error {
+		return errorf(ErrPoolDeleted, "pool %q was deleted while this acquire waited", name)
+	})
+	var ended []LeaseEnded
+	for _, l := range p.leases {
+		ended = append(ended, LeaseEnded{Lease: l.Lease, Reason: EndPoolDeleted, Owner: l.owner})
+	}
+	sort.Slice(ended, func(i, j int) bool { return ended[i].Lease.FencingToken < ended[j].Lease.FencingToken })
+	clear(p.leases)
+	p.expiry = nil
+	p.held = 0
+	p.stopTimersLocked()
+	p.mu.Unlock()
+	e.notifyEnded(ended)
+	return nil
+}
+
+// Acquire grants a lease of req.Weight permits from req.Pool.
+//
+// It grants at once when no waiter of the same or higher priority is
+// queued and the pool has the capacity (and, for a pool with a rate,
+// the tokens: each permit of weight costs one token). Otherwise, unless
+// req.NoWait, it joins the pool's queue (higher priority first, FIFO within
+// a priority; only the head is ever granted) and waits until granted,
+// req.WaitTimeout passes by the engine's clock, or ctx is done. A wait that
+// ends ungranted never consumes a permit, and neither does a grant that
+// races with ctx ending: that grant is undone.
+//
+// Errors: ErrPoolNotFound; ErrInvalidArgument (weight < 1, weight above the
+// limit or burst, TTL out of range, client id or description too long);
+// ErrNoCapacity (NoWait); ErrQueueFull; ErrWaitTimeout (WaitTimeout passed,
+// or ctx's deadline); ErrCanceled (ctx cancelled); ErrLimitBelowWeight and
+// ErrPoolDeleted (the pool changed while waiting); ErrShuttingDown.
 func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
-	panic("not implemented")
+	if err := checkAcquireRequest(&req); err != nil {
+		return Lease{}, err
+	}
+	p, err := e.lookup(req.Pool)
+	if err != nil {
+		return Lease{}, err
+	}
+	p.mu.Lock()
+	if p.deleted {
+		p.mu.Unlock()
+		return Lease{}, poolNotFound(req.Pool)
+	}
+	if err := p.checkWeightLocked(req.Weight); err != nil {
+		p.mu.Unlock()
+		return Lease{}, err
+	}
+	if req.TTL, err = p.resolveTTLLocked(req.TTL); err != nil {
+		p.mu.Unlock()
+		return Lease{}, err
+	}
+	now := e.clock.Now()
+	head, queued := p.waiters.top()
+	if (!queued || req.Priority > head.req.Priority) && p.admitLocked(req.Weight, now) {
+		l := p.grantLocked(&req, now)
+		p.mu.Unlock()
+		return l, nil
+	}
+	if req.NoWait {
+		p.stats.Rejected++
+		err := errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s) and no_wait is set", p.name, req.Weight, p.busyLocked(now))
+		p.mu.Unlock()
+		return Lease{}, err
+	}
+	if int64(len(p.waiters)) >= p.cfg.MaxWaiters {
+		p.stats.Rejected++
+		err := errorf(ErrQueueFull, "pool %q has %d acquires waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, len(p.waiters))
+		p.mu.Unlock()
+		return Lease{}, err
+	}
+	w := &waiter{req: req, seq: p.seq, ready: make(chan struct{}), index: -1}
+	p.seq++
+	p.waiters.push(w)
+	p.waitingWeight += req.Weight
+	if req.WaitTimeout > 0 {
+		w.timer = e.clock.AfterFunc(req.WaitTimeout, func() { p.timeOutWaiter(w) })
+	}
+	p.dispatchLocked(now) // a new head may be blocked by tokens only: arm the rate timer
+	p.mu.Unlock()
+
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+	}
+	if ctx.Err() == nil {
+		return w.lease, w.err
+	}
+	// The caller is gone or out of time. End the wait if it has not ended;
+	// if it ended in a grant, undo the grant: nobody will hold it.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now = e.clock.Now()
+	if !w.done {
+		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(ctx.Err(), &w.req))
+		p.dispatchLocked(now) // w may have been the head
+		return Lease{}, w.err
+	}
+	if w.err != nil {
+		return Lease{}, w.err
+	}
+	if l := p.leases[w.lease.FencingToken]; l != nil {
+		p.removeLeaseLocked(l)
+		p.stats.Granted--
+		p.dispatchLocked(now)
+	}
+	return Lease{}, p.abandonErrLocked(ctx.Err(), &w.req)
 }
 
-// Release ends a live lease. Errors: ErrPoolNotFound, ErrLeaseExpired,
-// ErrLeaseNotFound.
-func (e *Engine) Release(pool string, token uint64) error { panic("not implemented") }
+// checkAcquireRequest validates what can be checked without the pool.
+func checkAcquireRequest(req *AcquireRequest) error {
+	switch {
+	case req.Weight < 1:
+		return errorf(ErrInvalidArgument, "weight %d is invalid; ask for at least 1 permit", req.Weight)
+	case req.TTL < 0:
+		return errorf(ErrInvalidArgument, "ttl %v is negative", req.TTL)
+	case req.WaitTimeout < 0:
+		return errorf(ErrInvalidArgument, "wait timeout %v is negative", req.WaitTimeout)
+	case len(req.ClientID) > MaxClientIDLen:
+		return errorf(ErrInvalidArgument, "client id is %d bytes; the most is %d", len(req.ClientID), MaxClientIDLen)
+	case len(req.Description) > MaxDescriptionLen:
+		return errorf(ErrInvalidArgument, "description is %d bytes; the most is %d", len(req.Description), MaxDescriptionLen)
+	}
+	return nil
+}
 
-// Renew extends a live lease by ttl from now (0: the lease's TTL).
-// Errors: ErrPoolNotFound, ErrLeaseExpired, ErrLeaseNotFound, ErrInvalidArgument.
+// abandonErrLocked counts and explains a wait that its caller ended.
+func (p *pool) abandonErrLocked(cause error, req *AcquireRequest) error {
+	if errors.Is(cause, context.DeadlineExceeded) {
+		p.stats.WaitTimeouts++
+		return errorf(ErrWaitTimeout, "the call's deadline passed while waiting for weight %d in pool %q (%s)", req.Weight, p.name, p.busyLocked(p.e.clock.Now()))
+	}
+	p.stats.Canceled++
+	return errorf(ErrCanceled, "the acquire of weight %d in pool %q was cancelled while waiting", req.Weight, p.name)
+}
+
+// timeOutWaiter ends w's wait when its WaitTimeout passes.
+func (p *pool) timeOutWaiter(w *waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.done {
+		return
+	}
+	now := p.e.clock.Now()
+	p.stats.WaitTimeouts++
+	p.finishWaiterLocked(w, Lease{}, errorf(ErrWaitTimeout, "waited %v (the wait timeout) for weight %d in pool %q without a grant (%s)", w.req.WaitTimeout, w.req.Weight, p.name, p.busyLocked(now)))
+	p.dispatchLocked(now)
+}
+
+// busyLocked describes why the pool cannot grant now, for messages.
+func (p *pool) busyLocked(now time.Time) string {
+	s := ""
+	if p.cfg.ConcurrencyLimit > 0 {
+		s = "held " + itoa(p.held) + " of limit " + itoa(p.cfg.ConcurrencyLimit)
+	}
+	if p.bucket != nil {
+		if s != "" {
+			s += ", "
+		}
+		s += "tokens " + ftoa(p.bucket.TokensAt(now)) + " of burst " + itoa(p.cfg.Burst)
+	}
+	return s + ", " + itoa(int64(len(p.waiters))) + " waiting"
+}
+
+// Release ends a live lease and returns its permits to the pool at once,
+// granting waiters they now fit. Errors: ErrPoolNotFound; ErrLeaseExpired
+// (it expired before the release: the work ran unprotected at the end);
+// ErrLeaseNotFound (released already, or never issued).
+func (e *Engine) Release(pool string, token uint64) error {
+	p, err := e.lookup(pool)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.deleted {
+		p.mu.Unlock()
+		return poolNotFound(pool)
+	}
+	now := e.clock.Now()
+	l := p.leases[token]
+	if l == nil || !l.ExpireTime.After(now) {
+		ended := p.expireDueLocked(now)
+		if len(ended) > 0 {
+			p.dispatchLocked(now)
+		}
+		err := p.missingLeaseErrLocked(token)
+		p.mu.Unlock()
+		e.notifyEnded(ended)
+		return err
+	}
+	p.removeLeaseLocked(l)
+	p.stats.Released++
+	if len(p.waiters) > 0 {
+		p.dispatchLocked(now)
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// Renew extends a live lease to ttl from now (0: the TTL it has) and returns
+// it; a non-nil owner replaces the lease's Owner. A lease whose ExpireTime
+// has passed cannot be renewed, even if the expiry timer has not run yet.
+// Errors: ErrPoolNotFound; ErrLeaseExpired (the holder must stop);
+// ErrLeaseNotFound; ErrInvalidArgument (ttl out of range).
 func (e *Engine) Renew(pool string, token uint64, ttl time.Duration, owner any) (Lease, error) {
-	panic("not implemented")
+	if ttl < 0 {
+		return Lease{}, errorf(ErrInvalidArgument, "ttl %v is negative", ttl)
+	}
+	p, err := e.lookup(pool)
+	if err != nil {
+		return Lease{}, err
+	}
+	p.mu.Lock()
+	if p.deleted {
+		p.mu.Unlock()
+		return Lease{}, poolNotFound(pool)
+	}
+	now := e.clock.Now()
+	l := p.leases[token]
+	if l == nil || !l.ExpireTime.After(now) {
+		ended := p.expireDueLocked(now)
+		if len(ended) > 0 {
+			p.dispatchLocked(now)
+		}
+		err := p.missingLeaseErrLocked(token)
+		p.mu.Unlock()
+		e.notifyEnded(ended)
+		return Lease{}, err
+	}
+	if ttl == 0 {
+		ttl = l.TTL
+	}
+	if ttl, err = p.resolveTTLLocked(ttl); err != nil {
+		p.mu.Unlock()
+		return Lease{}, err
+	}
+	l.TTL = ttl
+	l.ExpireTime = now.Add(ttl)
+	p.expiry.fix(l.index)
+	p.armExpiryTimerLocked(l.ExpireTime, now) // a shorter TTL may make this the earliest expiry
+	if owner != nil {
+		l.owner = owner
+	}
+	out := l.Lease
+	p.mu.Unlock()
+	return out, nil
 }
 
-// Take takes tokens from a pool's bucket, waiting up to maxWait.
+// Take takes tokens from a pool's bucket. If they are not available now,
+// it reserves them and waits until they are, provided that is within
+// maxWait by the engine's clock; otherwise it reserves nothing and fails
+// with ErrRateLimited, whose RetryAfter says how long until they would be.
+// If ctx ends during the wait, the reservation is cancelled (its tokens go
+// back to the bucket as far as later reservations allow) and Take fails
+// with ErrCanceled or ErrWaitTimeout.
+//
+// Errors: ErrPoolNotFound; ErrNoRateLimit; ErrInvalidArgument (tokens < 1
+// or above the burst, negative maxWait); ErrRateLimited; ErrCanceled;
+// ErrWaitTimeout; ErrShuttingDown.
 func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (TakeResult, error) {
-	panic("not implemented")
+	if tokens < 1 {
+		return TakeResult{}, errorf(ErrInvalidArgument, "tokens %d is invalid; take at least 1", tokens)
+	}
+	if maxWait < 0 {
+		return TakeResult{}, errorf(ErrInvalidArgument, "max wait %v is negative", maxWait)
+	}
+	p, err := e.lookup(pool)
+	if err != nil {
+		return TakeResult{}, err
+	}
+	p.mu.Lock()
+	if p.deleted {
+		p.mu.Unlock()
+		return TakeResult{}, poolNotFound(pool)
+	}
+	if p.bucket == nil {
+		p.mu.Unlock()
+		return TakeResult{}, errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; use Acquire, or give the pool a rate", pool)
+	}
+	if tokens > p.cfg.Burst {
+		p.mu.Unlock()
+		return TakeResult{}, errorf(ErrInvalidArgument, "tokens %d exceeds pool %q's burst of %d; no wait could satisfy it: take fewer at a time", tokens, pool, p.cfg.Burst)
+	}
+	now := e.clock.Now()
+	r := p.bucket.ReserveN(now, int(tokens))
+	delay := r.DelayFrom(now)
+	if delay > maxWait {
+		r.CancelAt(now)
+		p.stats.Rejected++
+		p.mu.Unlock()
+		return TakeResult{}, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
+			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}
+	}
+	p.stats.TokensGranted += tokens
+	p.mu.Unlock()
+	if delay == 0 {
+		return TakeResult{Tokens: tokens}, nil
+	}
+
+	ready := make(chan struct{})
+	t := e.clock.AfterFunc(delay, func() { close(ready) })
+	select {
+	case <-ready:
+		return TakeResult{Tokens: tokens, Waited: delay}, nil
+	case <-ctx.Done():
+	case <-e.done:
+	}
+	t.Stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r.CancelAt(e.clock.Now())
+	p.stats.TokensGranted -= tokens
+	switch {
+	case ctx.Err() == nil:
+		return TakeResult{}, errorf(ErrShuttingDown, "the server is shutting down")
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		p.stats.WaitTimeouts++
+		return TakeResult{}, errorf(ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", tokens, pool)
+	default:
+		p.stats.Canceled++
+		return TakeResult{}, errorf(ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", tokens, pool)
+	}
 }

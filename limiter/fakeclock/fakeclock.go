@@ -1,4 +1,4 @@
-// Package fakeclock provides a manually advanced limiter.Clock for tests.
+// Package fakeclock provides a manually advanced clock.Clock for tests.
 //
 // Time stands still until Advance or Set moves it; timers whose time has come
 // then run, in time order, synchronously in the goroutine that advanced the
@@ -12,10 +12,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/clock"
 )
 
-// Clock is a fake limiter.Clock. The zero value is not usable; call New.
+// Clock is a fake clock.Clock. The zero value is not usable; call New.
 type Clock struct {
 	mu     sync.Mutex
 	now    time.Time
@@ -37,7 +37,7 @@ func (c *Clock) Now() time.Time {
 
 // AfterFunc schedules f to run when the clock reaches Now()+d. A d of zero
 // or less runs f at the next Advance (even Advance(0)).
-func (c *Clock) AfterFunc(d time.Duration, f func()) limiter.Timer {
+func (c *Clock) AfterFunc(d time.Duration, f func()) clock.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &timer{c: c, f: f}

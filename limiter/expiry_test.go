@@ -1,0 +1,121 @@
+package limiter
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestExpiryReturnsPermitsAndGrantsWaiters(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second, Owner: "s1"})
+	w := te.startAcquire(t, AcquireRequest{Pool: "db"})
+	te.clk.Advance(10*time.Second - time.Nanosecond)
+	if w.finished() {
+		t.Fatal("granted before the holder's lease expired")
+	}
+	te.clk.Advance(time.Nanosecond)
+	got, err := w.result(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.FencingToken <= l.FencingToken {
+		t.Fatalf("token %d not above expired holder's %d", got.FencingToken, l.FencingToken)
+	}
+	ended := te.endedLeases()
+	if len(ended) != 1 || ended[0].Reason != EndExpired || ended[0].Owner != "s1" || ended[0].Lease.FencingToken != l.FencingToken {
+		t.Fatalf("ended = %+v", ended)
+	}
+	s := te.status(t, "db")
+	if s.Expired != 1 || s.Held != 1 {
+		t.Fatalf("status = %+v", s)
+	}
+	// The expired holder learns it at its next renew or release.
+	_, err = te.Renew("db", l.FencingToken, 0, nil)
+	wantReason(t, err, ErrLeaseExpired)
+	wantReason(t, te.Release("db", l.FencingToken), ErrLeaseExpired)
+}
+
+func TestRenewExtendsAndChangesTTL(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, MaxLeaseTTL: time.Minute})
+	l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second})
+	for i := 0; i < 5; i++ {
+		te.clk.Advance(9 * time.Second)
+		r, err := te.Renew("db", l.FencingToken, 0, "s2")
+		if err != nil {
+			t.Fatalf("renew %d: %v", i, err)
+		}
+		if !r.ExpireTime.Equal(te.clk.Now().Add(10*time.Second)) || r.FencingToken != l.FencingToken {
+			t.Fatalf("renewed = %+v", r)
+		}
+	}
+	if s := te.status(t, "db"); s.Expired != 0 || s.Held != 1 {
+		t.Fatalf("renewed lease expired: %+v", s)
+	}
+	_, err := te.Renew("db", l.FencingToken, 2*time.Minute, nil)
+	wantReason(t, err, ErrInvalidArgument)
+	// A shorter TTL makes it expire sooner.
+	r, err := te.Renew("db", l.FencingToken, time.Second, nil)
+	if err != nil || r.TTL != time.Second {
+		t.Fatalf("renew shorter = %+v, %v", r, err)
+	}
+	te.clk.Advance(time.Second)
+	ended := te.endedLeases()
+	if len(ended) != 1 || ended[0].Owner != "s2" {
+		t.Fatalf("ended = %+v", ended)
+	}
+}
+
+// A renew that arrives at or after the expiry instant fails even if the
+// expiry timer has not run yet: the holder has already lost the lease.
+func TestRenewAtExpiryInstantFails(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: time.Second})
+	p, _ := te.lookup("db")
+	p.mu.Lock()
+	p.expiryTimer.Stop() // simulate a late timer
+	p.expiryAt = time.Time{}
+	p.mu.Unlock()
+	te.clk.Advance(time.Second)
+	_, err := te.Renew("db", l.FencingToken, 0, nil)
+	wantReason(t, err, ErrLeaseExpired)
+	if s := te.status(t, "db"); s.Held != 0 || s.Expired != 1 {
+		t.Fatalf("status = %+v", s)
+	}
+	if len(te.endedLeases()) != 1 {
+		t.Fatal("expiry found by renew was not reported")
+	}
+}
+
+func TestUnknownLeaseMessages(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	_, err := te.Renew("db", 99, 0, nil)
+	wantReason(t, err, ErrLeaseNotFound)
+	if want := "never issued lease 99"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("%v; want %q", err, want)
+	}
+}
+
+func TestManyLeasesExpireInOrder(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1000})
+	for i := 1; i <= 100; i++ {
+		te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: time.Duration(101-i) * time.Second})
+	}
+	for i := 1; i <= 100; i++ {
+		te.clk.Advance(time.Second)
+		if s := te.status(t, "db"); s.Held != int64(100-i) {
+			t.Fatalf("after %ds held = %d", i, s.Held)
+		}
+	}
+	ended := te.endedLeases()
+	for i := 1; i < len(ended); i++ {
+		if ended[i].Lease.ExpireTime.Before(ended[i-1].Lease.ExpireTime) {
+			t.Fatal("expired out of order")
+		}
+	}
+}

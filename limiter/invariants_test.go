@@ -1,0 +1,267 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// checkInvariants verifies, under each pool's lock, the invariants written
+// on the pool type, plus DESIGN.md invariants 1 and 2 as far as they can be
+// seen at this instant:
+//   - held is the sum of live lease weights; map and expiry heap agree;
+//   - held is within the limit unless it was already above it at the
+//     previous check (the limit was lowered under held leases) and has not
+//     grown since (no grant was made while over);
+//   - no live lease is past its expiry (the fake clock runs due timers
+//     before Advance returns, so a lease past expiry would be a leak);
+//   - heap order and indexes; waiters not done; fencing tokens below
+//     lastToken and unique.
+func (e *Engine) checkInvariants(prevHeld map[string]int64) error {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	now := e.clock.Now()
+	for name, p := range e.pools {
+		p.mu.Lock()
+		err := p.checkLocked(now, prevHeld[name])
+		prevHeld[name] = p.held
+		p.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("pool %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
+	var sum int64
+	for tok, l := range p.leases {
+		sum += l.Weight
+		if l.FencingToken != tok || tok > p.lastToken {
+			return fmt.Errorf("lease key %d has token %d (last %d)", tok, l.FencingToken, p.lastToken)
+		}
+		if l.index < 0 || l.index >= len(p.expiry) || p.expiry[l.index] != l {
+			return fmt.Errorf("lease %d not at its heap index", tok)
+		}
+		if !l.ExpireTime.After(now) {
+			return fmt.Errorf("lease %d live past its expiry %v (now %v): leaked permit", tok, l.ExpireTime, now)
+		}
+	}
+	if len(p.expiry) != len(p.leases) {
+		return fmt.Errorf("expiry heap has %d leases, map %d", len(p.expiry), len(p.leases))
+	}
+	if sum != p.held {
+		return fmt.Errorf("held %d but leases weigh %d", p.held, sum)
+	}
+	if lim := p.cfg.ConcurrencyLimit; lim > 0 && p.held > lim && p.held > prevHeld {
+		return fmt.Errorf("held %d over limit %d and grew from %d: a grant broke the limit", p.held, lim, prevHeld)
+	}
+	for i := 1; i < len(p.expiry); i++ {
+		if p.expiry[i].before(p.expiry[(i-1)/2]) {
+			return fmt.Errorf("expiry heap out of order at %d", i)
+		}
+	}
+	var ww int64
+	for i, w := range p.waiters {
+		ww += w.req.Weight
+		if w.done || w.index != i {
+			return fmt.Errorf("waiter %d: done=%v index=%d", i, w.done, w.index)
+		}
+		if i > 0 && w.before(p.waiters[(i-1)/2]) {
+			return fmt.Errorf("wait queue out of order at %d", i)
+		}
+	}
+	if ww != p.waitingWeight {
+		return fmt.Errorf("waiting weight %d, counted %d", p.waitingWeight, ww)
+	}
+	if head, ok := p.waiters.top(); ok && p.cfg.ConcurrencyLimit > 0 && p.bucket == nil && p.held+head.req.Weight <= p.cfg.ConcurrencyLimit {
+		return fmt.Errorf("head waiter of weight %d fits (held %d, limit %d) but waits", head.req.Weight, p.held, p.cfg.ConcurrencyLimit)
+	}
+	return nil
+}
+
+// TestRandomizedInvariants drives pools of every shape through thousands of
+// random operations (acquire with and without waiting, cancel, release,
+// renew, let expire, raise and lower limits, take tokens, delete and
+// re-create) and checks the invariants after every step. At the end every
+// lease the test still holds is released: held must reach zero, proving no
+// cancelled or timed-out waiter kept a permit; then fencing tokens must have
+// been unique and increasing per pool.
+func TestRandomizedInvariants(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 4}
+	steps := 3000
+	if testing.Short() {
+		seeds, steps = seeds[:1], 1000
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runRandomized(t, seed, steps) })
+	}
+}
+
+type heldLease struct {
+	pool  string
+	token uint64
+}
+
+func runRandomized(t *testing.T, seed uint64, steps int) {
+	te := newTestEngine(t)
+	rng := rand.New(rand.NewPCG(seed, seed*7+1))
+	configs := []PoolConfig{
+		{Name: "conc", ConcurrencyLimit: 5, MaxWaiters: 20},
+		{Name: "rate", Rate: 20, Burst: 4, MaxWaiters: 20},
+		{Name: "both", ConcurrencyLimit: 3, Rate: 10, Burst: 3, MaxWaiters: 20},
+	}
+	for _, c := range configs {
+		te.mustCreate(t, c)
+	}
+
+	// Background acquires are started with startAcquire, which returns only
+	// once the acquire is queued or done, and cancelled ones are waited for:
+	// between steps no goroutine but the test's touches the engine, so every
+	// grant happens inside a step, and the clock never moves while another
+	// goroutine is between reading it and arming a timer.
+	var (
+		held    []heldLease
+		tokens  = map[string][]uint64{}
+		waiting []*pending
+	)
+	record := func(l Lease) {
+		held = append(held, heldLease{l.Pool, l.FencingToken})
+		tokens[l.Pool] = append(tokens[l.Pool], l.FencingToken)
+	}
+	collect := func() { // record the leases of finished background acquires
+		kept := waiting[:0]
+		for _, w := range waiting {
+			if !w.finished() {
+				kept = append(kept, w)
+			} else if w.err == nil {
+				record(w.lease)
+			}
+		}
+		waiting = kept
+	}
+	takeHeld := func() (heldLease, bool) {
+		if len(held) == 0 {
+			return heldLease{}, false
+		}
+		i := rng.IntN(len(held))
+		h := held[i]
+		held[i] = held[len(held)-1]
+		held = held[:len(held)-1]
+		return h, true
+	}
+	peekHeld := func() (heldLease, bool) {
+		if len(held) == 0 {
+			return heldLease{}, false
+		}
+		return held[rng.IntN(len(held))], true
+	}
+
+	prevHeld := map[string]int64{}
+	ctx := context.Background()
+	for step := 0; step < steps; step++ {
+		cfg := configs[rng.IntN(len(configs))]
+		maxW := int64(3)
+		switch op := rng.IntN(100); {
+		case op < 25: // try-acquire
+			l, err := te.Acquire(ctx, AcquireRequest{Pool: cfg.Name, Weight: 1 + rng.Int64N(maxW), NoWait: true, TTL: time.Duration(1+rng.IntN(10)) * time.Second})
+			if err == nil {
+				record(l)
+			}
+		case op < 40: // waiting acquire in the background
+			req := AcquireRequest{Pool: cfg.Name, Weight: 1 + rng.Int64N(maxW), Priority: int32(rng.IntN(3)), TTL: time.Duration(1+rng.IntN(10)) * time.Second}
+			if rng.IntN(2) == 0 {
+				req.WaitTimeout = time.Duration(1+rng.IntN(3000)) * time.Millisecond
+			}
+			waiting = append(waiting, te.startAcquire(t, req))
+		case op < 48: // cancel a waiter
+			if len(waiting) > 0 {
+				w := waiting[rng.IntN(len(waiting))]
+				w.cancel()
+				w.result(t)
+			}
+		case op < 68: // release
+			if h, ok := takeHeld(); ok {
+				_ = te.Release(h.pool, h.token) // may have expired: that is fine
+			}
+		case op < 78: // renew
+			if h, ok := peekHeld(); ok {
+				_, _ = te.Renew(h.pool, h.token, 0, nil)
+			}
+		case op < 90: // time passes
+			te.clk.Advance(time.Duration(rng.IntN(2000)) * time.Millisecond)
+		case op < 95: // change a limit
+			_, err := te.UpdatePool(cfg.Name, func(c *PoolConfig) {
+				if c.ConcurrencyLimit > 0 {
+					c.ConcurrencyLimit = 1 + rng.Int64N(6)
+				}
+				if c.Rate > 0 {
+					c.Rate = float64(1 + rng.IntN(30))
+				}
+			})
+			if err != nil {
+				t.Fatalf("step %d: update: %v", step, err)
+			}
+		default: // take tokens
+			if cfg.Rate > 0 {
+				_, _ = te.Take(ctx, cfg.Name, 1, 0)
+			}
+		}
+		collect()
+		if err := te.checkInvariants(prevHeld); err != nil {
+			t.Fatalf("seed %d step %d: %v", seed, step, err)
+		}
+	}
+
+	// Stop all waiting, then release what the test holds: nothing may remain.
+	for _, w := range waiting {
+		w.cancel()
+		w.result(t)
+	}
+	collect()
+	for {
+		h, ok := takeHeld()
+		if !ok {
+			break
+		}
+		_ = te.Release(h.pool, h.token)
+	}
+	for _, c := range configs {
+		if s := te.status(t, c.Name); s.Held != 0 || s.Leases != 0 || s.Waiting != 0 {
+			t.Fatalf("pool %s after releasing everything the test holds: %+v (a permit leaked)", c.Name, s)
+		}
+	}
+	for pool, toks := range tokens {
+		seen := map[uint64]bool{}
+		for _, tok := range toks {
+			if seen[tok] {
+				t.Fatalf("pool %s: fencing token %d granted twice", pool, tok)
+			}
+			seen[tok] = true
+		}
+	}
+}
+
+// TestNoLeakAfterHoldersDie: leases nobody renews are all back within their
+// TTL, however they were acquired.
+func TestNoLeakAfterHoldersDie(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 50, MaxLeaseTTL: time.Minute})
+	rng := rand.New(rand.NewPCG(9, 9))
+	var maxTTL time.Duration
+	for i := 0; i < 50; i++ {
+		ttl := time.Duration(100+rng.IntN(59900)) * time.Millisecond
+		maxTTL = max(maxTTL, ttl)
+		te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: ttl})
+	}
+	te.clk.Advance(maxTTL - time.Millisecond)
+	if s := te.status(t, "db"); s.Held == 0 {
+		t.Fatal("everything expired early")
+	}
+	te.clk.Advance(time.Millisecond)
+	if s := te.status(t, "db"); s.Held != 0 || s.Expired != 50 {
+		t.Fatalf("after the longest TTL: %+v", s)
+	}
+}

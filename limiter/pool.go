@@ -1,0 +1,322 @@
+package limiter
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// pool is one named pool. Every field below mu is guarded by mu.
+//
+// Invariants, true whenever mu is not held:
+//   - held is the sum of the weights of the leases in leases, and every
+//     lease in leases is in expiry and vice versa;
+//   - a grant is made only if held+weight <= ConcurrencyLimit (when set) and
+//     the bucket had the tokens at that instant (when there is a rate); held
+//     may exceed a limit only because the limit was lowered under it;
+//   - every waiter in waiters is not done; a done waiter's ready is closed;
+//   - the head of waiters is not grantable now (dispatch ran after the last
+//     change that could make it so), and when it is blocked by the bucket
+//     alone, rateTimer is armed for when it could be;
+//   - if expiry is not empty, expiryTimer is armed at or before its
+//     earliest ExpireTime.
+type pool struct {
+	e    *Engine
+	name string
+
+	mu         sync.Mutex
+	cfg        PoolConfig
+	createTime time.Time
+	updateTime time.Time
+	deleted    bool
+
+	held      int64
+	lastToken uint64
+	leases    map[uint64]*lease
+	expiry    indexedHeap[*lease]
+	ended     tombstones
+
+	waiters       indexedHeap[*waiter]
+	waitingWeight int64
+	seq           uint64
+
+	bucket *rate.Limiter // nil when the pool has no rate
+
+	expiryTimer Timer
+	expiryAt    time.Time // when expiryTimer fires; zero when not armed
+	rateTimer   Timer
+	rateAt      time.Time // when rateTimer fires; zero when not armed
+
+	stats PoolStatus // counters only; the gauges are computed by statusLocked
+}
+
+func newPool(e *Engine, cfg PoolConfig, now time.Time) *pool {
+	p := &pool{
+		e:          e,
+		name:       cfg.Name,
+		cfg:        cfg,
+		createTime: now,
+		updateTime: now,
+		leases:     make(map[uint64]*lease),
+	}
+	p.applyRateLocked(now)
+	return p
+}
+
+// applyRateLocked makes the bucket match cfg.Rate and cfg.Burst.
+func (p *pool) applyRateLocked(now time.Time) {
+	switch {
+	case p.cfg.Rate == 0:
+		p.bucket = nil
+		p.stopRateTimerLocked()
+	case p.bucket == nil:
+		p.bucket = rate.NewLimiter(rate.Limit(p.cfg.Rate), int(p.cfg.Burst))
+		p.bucket.SetLimitAt(now, rate.Limit(p.cfg.Rate)) // start the bucket's clock full at now
+	default:
+		p.bucket.SetLimitAt(now, rate.Limit(p.cfg.Rate))
+		p.bucket.SetBurstAt(now, int(p.cfg.Burst))
+	}
+}
+
+// checkWeightLocked reports a weight that this pool could never grant.
+func (p *pool) checkWeightLocked(weight int64) error {
+	if p.cfg.ConcurrencyLimit > 0 && weight > p.cfg.ConcurrencyLimit {
+		return errorf(ErrInvalidArgument, "weight %d exceeds pool %q's concurrency limit %d; it could never be granted", weight, p.name, p.cfg.ConcurrencyLimit)
+	}
+	if p.bucket != nil && weight > p.cfg.Burst {
+		return errorf(ErrInvalidArgument, "weight %d exceeds pool %q's burst of %d tokens; it could never be granted", weight, p.name, p.cfg.Burst)
+	}
+	return nil
+}
+
+// resolveTTLLocked returns the TTL to grant for a request of ttl (0 means
+// the pool's default), or an error naming the allowed range.
+func (p *pool) resolveTTLLocked(ttl time.Duration) (time.Duration, error) {
+	if ttl == 0 {
+		return p.cfg.DefaultLeaseTTL, nil
+	}
+	if ttl < MinLeaseTTL || ttl > p.cfg.MaxLeaseTTL {
+		return 0, errorf(ErrInvalidArgument, "ttl %v is out of range for pool %q: use %v to its max_lease_ttl %v", ttl, p.name, MinLeaseTTL, p.cfg.MaxLeaseTTL)
+	}
+	return ttl, nil
+}
+
+// admitLocked reports whether weight can be granted at now and, if so,
+// takes its tokens from the bucket. It does not look at the wait queue.
+func (p *pool) admitLocked(weight int64, now time.Time) bool {
+	if p.cfg.ConcurrencyLimit > 0 && p.held+weight > p.cfg.ConcurrencyLimit {
+		return false
+	}
+	if p.bucket != nil {
+		if !p.bucket.AllowN(now, int(weight)) {
+			p.armRateTimerLocked(weight, now)
+			return false
+		}
+		p.stats.TokensGranted += weight
+	}
+	return true
+}
+
+// grantLocked creates a lease for req, which admitLocked has just admitted.
+func (p *pool) grantLocked(req *AcquireRequest, now time.Time) Lease {
+	ttl := min(req.TTL, p.cfg.MaxLeaseTTL) // the maximum may have been lowered while req waited
+	p.lastToken++
+	l := &lease{
+		Lease: Lease{
+			Pool:         p.name,
+			FencingToken: p.lastToken,
+			Weight:       req.Weight,
+			Priority:     req.Priority,
+			ClientID:     req.ClientID,
+			Description:  req.Description,
+			TTL:          ttl,
+			AcquireTime:  now,
+			ExpireTime:   now.Add(ttl),
+		},
+		owner: req.Owner,
+	}
+	p.leases[l.FencingToken] = l
+	p.expiry.push(l)
+	p.held += req.Weight
+	p.stats.Granted++
+	p.armExpiryTimerLocked(l.ExpireTime, now)
+	return l.Lease
+}
+
+// removeLeaseLocked takes l out of the pool and frees its permits.
+func (p *pool) removeLeaseLocked(l *lease) {
+	delete(p.leases, l.FencingToken)
+	p.expiry.remove(l)
+	p.held -= l.Weight
+}
+
+// dispatchLocked grants waiters from the head of the queue while they fit.
+// Call it after anything that may free capacity or change the head.
+func (p *pool) dispatchLocked(now time.Time) {
+	for {
+		w, ok := p.waiters.top()
+		if !ok || !p.admitLocked(w.req.Weight, now) {
+			return
+		}
+		p.finishWaiterLocked(w, p.grantLocked(&w.req, now), nil)
+	}
+}
+
+// finishWaiterLocked ends w's wait with a lease or an error, once.
+func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
+	if w.done {
+		return
+	}
+	w.done = true
+	if w.index >= 0 {
+		p.waiters.remove(w)
+		p.waitingWeight -= w.req.Weight
+	}
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.lease, w.err = l, err
+	close(w.ready)
+}
+
+// failWaitersLocked ends the wait of every waiter for which fail returns
+// an error.
+func (p *pool) failWaitersLocked(fail func(*waiter) error) {
+	var failed []*waiter
+	for _, w := range p.waiters {
+		if err := fail(w); err != nil {
+			w.err = err
+			failed = append(failed, w)
+		}
+	}
+	for _, w := range failed {
+		p.finishWaiterLocked(w, Lease{}, w.err)
+	}
+}
+
+// expireDueLocked ends every lease whose ExpireTime is at or before now and
+// returns them. It does not dispatch.
+func (p *pool) expireDueLocked(now time.Time) []LeaseEnded {
+	var ended []LeaseEnded
+	for {
+		l, ok := p.expiry.top()
+		if !ok || l.ExpireTime.After(now) {
+			return ended
+		}
+		p.removeLeaseLocked(l)
+		p.stats.Expired++
+		p.ended.add(l.FencingToken, EndExpired, l.ExpireTime)
+		ended = append(ended, LeaseEnded{Lease: l.Lease, Reason: EndExpired, Owner: l.owner})
+	}
+}
+
+// armExpiryTimerLocked makes sure the expiry timer fires no later than at.
+func (p *pool) armExpiryTimerLocked(at, now time.Time) {
+	if !p.expiryAt.IsZero() && !at.Before(p.expiryAt) {
+		return
+	}
+	p.expiryAt = at
+	if p.expiryTimer == nil {
+		p.expiryTimer = p.e.clock.AfterFunc(at.Sub(now), p.onExpiryTimer)
+	} else {
+		p.expiryTimer.Reset(at.Sub(now))
+	}
+}
+
+// onExpiryTimer ends the leases that are due, re-arms for the next one and
+// grants waiters the freed permits.
+func (p *pool) onExpiryTimer() {
+	p.mu.Lock()
+	p.expiryAt = time.Time{}
+	if p.deleted {
+		p.mu.Unlock()
+		return
+	}
+	now := p.e.clock.Now()
+	ended := p.expireDueLocked(now)
+	if next, ok := p.expiry.top(); ok {
+		p.armExpiryTimerLocked(next.ExpireTime, now)
+	}
+	if len(ended) > 0 {
+		p.dispatchLocked(now)
+	}
+	p.mu.Unlock()
+	p.e.notifyEnded(ended)
+}
+
+// armRateTimerLocked arms the rate timer for when the bucket will hold
+// weight tokens, unless it is armed for earlier already.
+func (p *pool) armRateTimerLocked(weight int64, now time.Time) {
+	deficit := float64(weight) - p.bucket.TokensAt(now)
+	d := time.Duration(math.Ceil(deficit / p.cfg.Rate * float64(time.Second)))
+	if d <= 0 {
+		d = 1 // float rounding: the tokens are a hair short; look again just after
+	}
+	at := now.Add(d)
+	if !p.rateAt.IsZero() && !at.Before(p.rateAt) {
+		return
+	}
+	p.rateAt = at
+	if p.rateTimer == nil {
+		p.rateTimer = p.e.clock.AfterFunc(d, p.onRateTimer)
+	} else {
+		p.rateTimer.Reset(d)
+	}
+}
+
+func (p *pool) onRateTimer() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rateAt = time.Time{}
+	if p.deleted || p.bucket == nil {
+		return
+	}
+	p.dispatchLocked(p.e.clock.Now())
+}
+
+func (p *pool) stopRateTimerLocked() {
+	if p.rateTimer != nil {
+		p.rateTimer.Stop()
+	}
+	p.rateAt = time.Time{}
+}
+
+// stopTimersLocked stops both timers for good (pool deleted, engine closed).
+func (p *pool) stopTimersLocked() {
+	if p.expiryTimer != nil {
+		p.expiryTimer.Stop()
+	}
+	p.expiryAt = time.Time{}
+	p.stopRateTimerLocked()
+}
+
+// statusLocked returns the live status.
+func (p *pool) statusLocked(now time.Time) PoolStatus {
+	s := p.stats
+	s.Held = p.held
+	s.Leases = int64(len(p.leases))
+	s.Waiting = int64(len(p.waiters))
+	s.WaitingWeight = p.waitingWeight
+	s.LastFencingToken = p.lastToken
+	if p.bucket != nil {
+		s.TokensAvailable = p.bucket.TokensAt(now)
+	}
+	return s
+}
+
+func (p *pool) infoLocked(now time.Time) PoolInfo {
+	return PoolInfo{Config: p.cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, Status: p.statusLocked(now)}
+}
+
+// missingLeaseErrLocked explains why token is not a live lease of the pool.
+func (p *pool) missingLeaseErrLocked(token uint64) error {
+	if t, ok := p.ended.lookup(token); ok {
+		return errorf(ErrLeaseExpired, "lease %d of pool %q expired at %s: it was not renewed within its TTL and its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano))
+	}
+	if token > p.lastToken {
+		return errorf(ErrLeaseNotFound, "pool %q never issued lease %d (its newest is %d); pass the lease id exactly as Acquire returned it", p.name, token, p.lastToken)
+	}
+	return errorf(ErrLeaseNotFound, "lease %d is not held in pool %q: it was released, or it ended long ago", token, p.name)
+}

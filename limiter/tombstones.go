@@ -1,0 +1,42 @@
+package limiter
+
+import "time"
+
+// tombstoneCap is how many ended leases a pool remembers, so that a late
+// Renew or Release can say "expired" rather than just "not found". It bounds
+// memory per pool; older endings are forgotten.
+const tombstoneCap = 128
+
+// tombstone records a lease that ended without its holder's release.
+type tombstone struct {
+	token  uint64
+	reason EndReason
+	at     time.Time
+}
+
+// tombstones is a ring of the most recent endings. Lookups scan it: they
+// happen only on error paths.
+type tombstones struct {
+	ring []tombstone
+	next int
+}
+
+// add remembers that token ended for reason at t.
+func (ts *tombstones) add(token uint64, reason EndReason, t time.Time) {
+	if len(ts.ring) < tombstoneCap {
+		ts.ring = append(ts.ring, tombstone{token, reason, t})
+		return
+	}
+	ts.ring[ts.next] = tombstone{token, reason, t}
+	ts.next = (ts.next + 1) % tombstoneCap
+}
+
+// lookup returns the tombstone of token, if still remembered.
+func (ts *tombstones) lookup(token uint64) (tombstone, bool) {
+	for _, t := range ts.ring {
+		if t.token == token {
+			return t, true
+		}
+	}
+	return tombstone{}, false
+}
