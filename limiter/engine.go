@@ -30,10 +30,10 @@ type Engine struct {
 	clock        Clock
 	onLeaseEnded func(LeaseEnded)
 
-	mu     sync.RWMutex
-	pools  map[string]*pool
+	pools  sync.Map // pool name -> *pool; read without locks on every call
 	closed atomic.Bool
 	done   chan struct{} // closed by Close
+	mu     sync.Mutex    // serializes Close with pool creation
 }
 
 // New returns an Engine with no pools.
@@ -42,7 +42,7 @@ func New(opts Options) *Engine {
 	if c == nil {
 		c = SystemClock{}
 	}
-	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, pools: make(map[string]*pool), done: make(chan struct{})}
+	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, done: make(chan struct{})}
 }
 
 // Clock returns the engine's clock.
@@ -58,14 +58,16 @@ func (e *Engine) Close() {
 		return
 	}
 	close(e.done)
-	for _, p := range e.pools {
+	e.pools.Range(func(_, v any) bool {
+		p := v.(*pool)
 		p.mu.Lock()
 		p.failWaitersLocked(func(*waiter) error {
 			return errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 		})
 		p.stopTimersLocked()
 		p.mu.Unlock()
-	}
+		return true
+	})
 }
 
 // lookup returns the named pool, or ErrPoolNotFound / ErrShuttingDown.
@@ -73,13 +75,11 @@ func (e *Engine) lookup(name string) (*pool, error) {
 	if e.closed.Load() {
 		return nil, errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 	}
-	e.mu.RLock()
-	p := e.pools[name]
-	e.mu.RUnlock()
-	if p == nil {
+	v, ok := e.pools.Load(name)
+	if !ok {
 		return nil, poolNotFound(name)
 	}
-	return p, nil
+	return v.(*pool), nil
 }
 
 func poolNotFound(name string) error {
@@ -105,17 +105,16 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	if err := cfg.Validate(); err != nil {
 		return PoolInfo{}, err
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.closed.Load() {
 		return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
 	}
 	now := e.clock.Now()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, ok := e.pools[cfg.Name]; ok {
+	p := newPool(e, cfg, now)
+	if _, loaded := e.pools.LoadOrStore(cfg.Name, p); loaded {
 		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; change it with UpdatePool (tollgate pool update %s) or pick another name", cfg.Name, cfg.Name)
 	}
-	p := newPool(e, cfg, now)
-	e.pools[cfg.Name] = p
 	return p.infoLocked(now), nil
 }
 
@@ -137,23 +136,18 @@ func (e *Engine) GetPool(name string) (PoolInfo, error) {
 // name order, and whether more follow. A limit below 1 means 1.
 func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 	limit = max(limit, 1)
-	e.mu.RLock()
-	names := make([]string, 0, len(e.pools))
-	for name := range e.pools {
-		if name > after {
-			names = append(names, name)
+	var ps []*pool
+	e.pools.Range(func(k, v any) bool {
+		if k.(string) > after {
+			ps = append(ps, v.(*pool))
 		}
-	}
-	sort.Strings(names)
-	more := len(names) > limit
+		return true
+	})
+	sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
+	more := len(ps) > limit
 	if more {
-		names = names[:limit]
+		ps = ps[:limit]
 	}
-	ps := make([]*pool, len(names))
-	for i, n := range names {
-		ps[i] = e.pools[n]
-	}
-	e.mu.RUnlock()
 
 	now := e.clock.Now()
 	infos := make([]PoolInfo, 0, len(ps))
@@ -215,25 +209,21 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, er
 // OnLeaseEnded with EndPoolDeleted). Either way, waiting acquires fail with
 // ErrPoolDeleted. Errors: ErrPoolNotFound, ErrPoolBusy.
 func (e *Engine) DeletePool(name string, force bool) error {
-	if e.closed.Load() {
-		return errorf(ErrShuttingDown, "the server is shutting down")
-	}
-	e.mu.Lock()
-	p := e.pools[name]
-	if p == nil {
-		e.mu.Unlock()
-		return poolNotFound(name)
+	p, err := e.lookup(name)
+	if err != nil {
+		return err
 	}
 	p.mu.Lock()
+	if p.deleted {
+		p.mu.Unlock()
+		return poolNotFound(name)
+	}
 	if len(p.leases) > 0 && !force {
 		n, held := len(p.leases), p.held
 		p.mu.Unlock()
-		e.mu.Unlock()
 		return errorf(ErrPoolBusy, "pool %q has %d live leases holding %d permits; release them, wait for them to expire, or delete with force to end them", name, n, held)
 	}
-	delete(e.pools, name)
-	e.mu.Unlock()
-
+	e.pools.CompareAndDelete(name, p)
 	p.deleted = true
 	p.failWaitersLocked(func(*waiter) error {
 		return errorf(ErrPoolDeleted, "pool %q was deleted while this acquire waited", name)
@@ -403,8 +393,9 @@ func (p *pool) busyLocked(now time.Time) string {
 
 // Release ends a live lease and returns its permits to the pool at once,
 // granting waiters they now fit. Errors: ErrPoolNotFound; ErrLeaseExpired
-// (it expired before the release: the work ran unprotected at the end);
-// ErrLeaseNotFound (released already, or never issued).
+// (it expired before the release, so the work ran unprotected at the end;
+// reported once the expiry has been processed); ErrLeaseNotFound (released
+// already, or never issued).
 func (e *Engine) Release(pool string, token uint64) error {
 	p, err := e.lookup(pool)
 	if err != nil {
@@ -415,22 +406,20 @@ func (e *Engine) Release(pool string, token uint64) error {
 		p.mu.Unlock()
 		return poolNotFound(pool)
 	}
-	now := e.clock.Now()
 	l := p.leases[token]
-	if l == nil || !l.ExpireTime.After(now) {
-		ended := p.expireDueLocked(now)
-		if len(ended) > 0 {
-			p.dispatchLocked(now)
-		}
+	if l == nil {
 		err := p.missingLeaseErrLocked(token)
 		p.mu.Unlock()
-		e.notifyEnded(ended)
 		return err
 	}
+	// A lease still in the map is released even if its expiry instant has
+	// just passed and the expiry timer has not run yet: the permits go back
+	// either way, and not reading the clock keeps Release cheap. (Renew, by
+	// contrast, refuses: extending such a lease would be wrong.)
 	p.removeLeaseLocked(l)
 	p.stats.Released++
 	if len(p.waiters) > 0 {
-		p.dispatchLocked(now)
+		p.dispatchLocked(e.clock.Now())
 	}
 	p.mu.Unlock()
 	return nil

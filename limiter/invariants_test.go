@@ -20,19 +20,20 @@ import (
 //   - heap order and indexes; waiters not done; fencing tokens below
 //     lastToken and unique.
 func (e *Engine) checkInvariants(prevHeld map[string]int64) error {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
 	now := e.clock.Now()
-	for name, p := range e.pools {
+	var err error
+	e.pools.Range(func(k, v any) bool {
+		p := v.(*pool)
 		p.mu.Lock()
-		err := p.checkLocked(now, prevHeld[name])
-		prevHeld[name] = p.held
+		err = p.checkLocked(now, prevHeld[p.name])
+		prevHeld[p.name] = p.held
 		p.mu.Unlock()
 		if err != nil {
-			return fmt.Errorf("pool %s: %w", name, err)
+			err = fmt.Errorf("pool %s: %w", p.name, err)
 		}
-	}
-	return nil
+		return err == nil
+	})
+	return err
 }
 
 func (p *pool) checkLocked(now time.Time, prevHeld int64) error {

@@ -87,13 +87,14 @@ type AcquireRequest struct {
 	// most its burst).
 	Weight *int64 `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
 	// TTL of the lease: it expires unless renewed within this time. Unset
-	// means the pool's default_lease_ttl. At least 100ms and at most the
+	// (or zero) means the pool's default_lease_ttl. At least 100ms and at most the
 	// pool's max_lease_ttl.
 	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// Priority in the wait queue: higher values are granted first. Default 0.
 	Priority int32 `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
-	// Longest time to wait in the queue. Unset means until the call's
-	// deadline (or, on a Session stream, until cancelled).
+	// Longest time to wait in the queue. Unset (or zero) means until the
+	// call's deadline (on a Session stream: the stream's deadline, or until
+	// cancelled).
 	WaitTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=wait_timeout,json=waitTimeout,proto3" json:"wait_timeout,omitempty"`
 	// Try mode: grant at once or fail with RESOURCE_EXHAUSTED (NO_CAPACITY);
 	// never wait.
@@ -338,8 +339,8 @@ type RenewRequest struct {
 	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
 	// Lease id as returned by Acquire. Required.
 	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	// New TTL, counted from now. Unset means the TTL the lease has. At most
-	// the pool's max_lease_ttl.
+	// New TTL, counted from now. Unset (or zero) means the TTL the lease
+	// has. At most the pool's max_lease_ttl.
 	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -449,8 +450,9 @@ type TakeRequest struct {
 	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
 	// Number of tokens. Unset means 1. At least 1 and at most the pool's burst.
 	Tokens *int64 `protobuf:"varint,2,opt,name=tokens,proto3,oneof" json:"tokens,omitempty"`
-	// Longest time to wait for the tokens. Unset means until the call's
-	// deadline; with neither, the tokens must be available at once.
+	// Longest time to wait for the tokens. Unset (or zero) means until the
+	// call's deadline (on a Session stream: the stream's deadline); with
+	// neither, the tokens must be available at once.
 	MaxWait       *durationpb.Duration `protobuf:"bytes,3,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

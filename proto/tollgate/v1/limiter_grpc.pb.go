@@ -51,16 +51,19 @@ type LimiterServiceClient interface {
 	// deleted while waiting. A caller that gives up never consumes a permit.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
 	// Release ends a lease and returns its permits to the pool at once.
-	// Releasing a lease that was already released succeeds (it is idempotent).
 	//
 	// Errors: NOT_FOUND with reason LEASE_EXPIRED (it expired before the
-	// release), LEASE_NOT_FOUND (unknown id) or POOL_NOT_FOUND.
+	// release: the work it protected ran unprotected at the end),
+	// LEASE_NOT_FOUND (released already, or never issued; a client retrying a
+	// release whose answer it lost may treat this as success) or
+	// POOL_NOT_FOUND.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Renew extends a live lease (keep-alive) and returns its new expiry.
 	//
 	// Errors: NOT_FOUND with reason LEASE_EXPIRED (it expired: the holder
-	// must stop), LEASE_RELEASED, LEASE_NOT_FOUND or POOL_NOT_FOUND;
-	// INVALID_ARGUMENT for a ttl above the pool's max_lease_ttl.
+	// must stop), LEASE_NOT_FOUND (released, or never issued) or
+	// POOL_NOT_FOUND; INVALID_ARGUMENT for a ttl above the pool's
+	// max_lease_ttl. A lease whose expire_time has passed cannot be renewed.
 	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 	// Take takes `tokens` rate tokens from a pool's bucket, waiting until they
 	// are available if that is within the wait limit. Every token is a server
@@ -169,16 +172,19 @@ type LimiterServiceServer interface {
 	// deleted while waiting. A caller that gives up never consumes a permit.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
 	// Release ends a lease and returns its permits to the pool at once.
-	// Releasing a lease that was already released succeeds (it is idempotent).
 	//
 	// Errors: NOT_FOUND with reason LEASE_EXPIRED (it expired before the
-	// release), LEASE_NOT_FOUND (unknown id) or POOL_NOT_FOUND.
+	// release: the work it protected ran unprotected at the end),
+	// LEASE_NOT_FOUND (released already, or never issued; a client retrying a
+	// release whose answer it lost may treat this as success) or
+	// POOL_NOT_FOUND.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Renew extends a live lease (keep-alive) and returns its new expiry.
 	//
 	// Errors: NOT_FOUND with reason LEASE_EXPIRED (it expired: the holder
-	// must stop), LEASE_RELEASED, LEASE_NOT_FOUND or POOL_NOT_FOUND;
-	// INVALID_ARGUMENT for a ttl above the pool's max_lease_ttl.
+	// must stop), LEASE_NOT_FOUND (released, or never issued) or
+	// POOL_NOT_FOUND; INVALID_ARGUMENT for a ttl above the pool's
+	// max_lease_ttl. A lease whose expire_time has passed cannot be renewed.
 	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	// Take takes `tokens` rate tokens from a pool's bucket, waiting until they
 	// are available if that is within the wait limit. Every token is a server

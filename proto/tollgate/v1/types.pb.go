@@ -42,7 +42,9 @@ type Pool struct {
 	// finite and at most 1e9.
 	Rate float64 `protobuf:"fixed64,4,opt,name=rate,proto3" json:"rate,omitempty"`
 	// Bucket size in tokens: the most tokens that can be taken at one instant.
-	// 0 means the default: one second of tokens, ceil(rate), and at least 1.
+	// 0 means the default: one second of tokens, ceil(rate), and at least 1,
+	// computed when the pool is created or when an update names burst; an
+	// update that changes only rate keeps the burst the pool has.
 	// A request for more tokens than the burst can never be granted and is
 	// refused with INVALID_ARGUMENT. Ignored when rate is 0.
 	Burst int64 `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`

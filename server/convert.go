@@ -1,0 +1,225 @@
+package server
+
+import (
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// This file converts between the wire types (tollgatev1) and the engine's
+// (limiter). Conversions from the wire validate what the engine cannot see
+// (unset versus zero, malformed durations, lease ids); range checks of
+// values are the engine's.
+
+// leaseIDHint tells people what a lease id looks like.
+const leaseIDHint = "pass the id field of the lease that Acquire returned, unchanged (a decimal number such as \"42\")"
+
+// formatLeaseID returns the wire id of a lease: the decimal fencing token.
+func formatLeaseID(token uint64) string { return strconv.FormatUint(token, 10) }
+
+// parseLeaseID parses a wire lease id back into the fencing token that
+// identifies the lease within its pool.
+func parseLeaseID(id string) (uint64, error) {
+	if id == "" {
+		return 0, invalidArg("lease_id is required; %s", leaseIDHint)
+	}
+	tok, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return 0, invalidArg("lease_id %q is not a lease id; %s", truncate(id, 64), leaseIDHint)
+	}
+	return tok, nil
+}
+
+// checkPoolName validates the pool name of a request; field names the
+// request field for the message.
+func checkPoolName(field, name string) error {
+	if name == "" {
+		return invalidArg("%s is required: name the pool (1 to %d characters of [A-Za-z0-9._:/-]); list pools with: tollgate pool list", field, limiter.MaxPoolNameLen)
+	}
+	return limiter.ValidatePoolName(name)
+}
+
+// durationArg converts an optional wire duration: unset (and zero) gives
+// 0, which the engine reads as "the default"; a malformed or negative one is
+// INVALID_ARGUMENT naming field.
+func durationArg(field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, invalidArg("%s is not a valid duration (seconds %d, nanos %d): %v; give a non-negative duration such as 1.5s", field, d.GetSeconds(), d.GetNanos(), err)
+	}
+	v := d.AsDuration()
+	if v < 0 {
+		return 0, invalidArg("%s is negative (%v); give a non-negative duration, or leave it unset for the default", field, v)
+	}
+	return v, nil
+}
+
+// countArg converts an optional count (weight, tokens): unset means 1; set
+// values must be at least 1.
+func countArg(field string, v *int64) (int64, error) {
+	if v == nil {
+		return 1, nil
+	}
+	if *v < 1 {
+		return 0, invalidArg("%s is %d; it must be at least 1 (leave it unset for 1)", field, *v)
+	}
+	return *v, nil
+}
+
+// acquireFromProto builds the engine's request from the wire request. The
+// caller sets Owner and any default client id.
+func acquireFromProto(r *tollgatev1.AcquireRequest) (limiter.AcquireRequest, error) {
+	var ar limiter.AcquireRequest
+	if r == nil {
+		r = &tollgatev1.AcquireRequest{}
+	}
+	if err := checkPoolName("pool", r.GetPool()); err != nil {
+		return ar, err
+	}
+	weight, err := countArg("weight", r.Weight)
+	if err != nil {
+		return ar, err
+	}
+	ttl, err := durationArg("ttl", r.GetTtl())
+	if err != nil {
+		return ar, err
+	}
+	wait, err := durationArg("wait_timeout", r.GetWaitTimeout())
+	if err != nil {
+		return ar, err
+	}
+	return limiter.AcquireRequest{
+		Pool:        r.GetPool(),
+		Weight:      weight,
+		TTL:         ttl,
+		Priority:    r.GetPriority(),
+		WaitTimeout: wait,
+		NoWait:      r.GetNoWait(),
+		ClientID:    r.GetClientId(),
+		Description: r.GetDescription(),
+	}, nil
+}
+
+// leaseToProto converts an engine lease to the wire.
+func leaseToProto(l limiter.Lease) *tollgatev1.Lease {
+	return &tollgatev1.Lease{
+		Id:           formatLeaseID(l.FencingToken),
+		Pool:         l.Pool,
+		Weight:       l.Weight,
+		FencingToken: l.FencingToken,
+		ExpireTime:   timestamp(l.ExpireTime),
+		ClientId:     l.ClientID,
+		Description:  l.Description,
+		Ttl:          durationpb.New(l.TTL),
+		Priority:     l.Priority,
+		AcquireTime:  timestamp(l.AcquireTime),
+	}
+}
+
+// timestamp converts t, leaving the zero time unset.
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// poolConfigFromProto converts a wire pool to an engine configuration,
+// ignoring output-only fields. Unset durations become 0 (the default).
+func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
+	var cfg limiter.PoolConfig
+	if p == nil {
+		return cfg, invalidArg("pool is required: give at least its name and a concurrency_limit or rate")
+	}
+	if err := checkPoolName("pool.name", p.GetName()); err != nil {
+		return cfg, err
+	}
+	defTTL, err := durationArg("pool.default_lease_ttl", p.GetDefaultLeaseTtl())
+	if err != nil {
+		return cfg, err
+	}
+	maxTTL, err := durationArg("pool.max_lease_ttl", p.GetMaxLeaseTtl())
+	if err != nil {
+		return cfg, err
+	}
+	return limiter.PoolConfig{
+		Name:             p.GetName(),
+		Description:      p.GetDescription(),
+		ConcurrencyLimit: p.GetConcurrencyLimit(),
+		Rate:             p.GetRate(),
+		Burst:            p.GetBurst(),
+		DefaultLeaseTTL:  defTTL,
+		MaxLeaseTTL:      maxTTL,
+		MaxWaiters:       p.GetMaxWaiters(),
+	}, nil
+}
+
+// poolToProto converts a pool's configuration (defaults filled in by the
+// engine) and times to the wire.
+func poolToProto(info limiter.PoolInfo) *tollgatev1.Pool {
+	c := info.Config
+	return &tollgatev1.Pool{
+		Name:             c.Name,
+		Description:      c.Description,
+		ConcurrencyLimit: c.ConcurrencyLimit,
+		Rate:             c.Rate,
+		Burst:            c.Burst,
+		DefaultLeaseTtl:  durationpb.New(c.DefaultLeaseTTL),
+		MaxLeaseTtl:      durationpb.New(c.MaxLeaseTTL),
+		MaxWaiters:       c.MaxWaiters,
+		CreateTime:       timestamp(info.CreateTime),
+		UpdateTime:       timestamp(info.UpdateTime),
+	}
+}
+
+// statusToProto converts a pool's live status to the wire.
+func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
+	return &tollgatev1.PoolStatus{
+		Held:             s.Held,
+		Leases:           s.Leases,
+		Waiting:          s.Waiting,
+		WaitingWeight:    s.WaitingWeight,
+		Granted:          s.Granted,
+		Released:         s.Released,
+		Expired:          s.Expired,
+		Rejected:         s.Rejected,
+		WaitTimeouts:     s.WaitTimeouts,
+		Canceled:         s.Canceled,
+		TokensGranted:    s.TokensGranted,
+		TokensAvailable:  s.TokensAvailable,
+		LastFencingToken: s.LastFencingToken,
+	}
+}
+
+// leaseEventToProto converts a lease that ended by itself into the event
+// pushed to its session.
+func leaseEventToProto(ev limiter.LeaseEnded) *tollgatev1.LeaseEvent {
+	out := &tollgatev1.LeaseEvent{Lease: leaseToProto(ev.Lease)}
+	switch ev.Reason {
+	case limiter.EndExpired:
+		out.Type = tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED
+		out.Reason = "the lease was not renewed before its expire_time; its permits are back in the pool; stop using it and acquire a new lease"
+	case limiter.EndPoolDeleted:
+		out.Type = tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED
+		out.Reason = "the pool " + strconv.Quote(ev.Lease.Pool) + " was deleted with force; stop using the lease"
+	default:
+		out.Type = tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED
+		out.Reason = "the lease ended (" + ev.Reason.String() + "); stop using it"
+	}
+	return out
+}
+
+// truncate shortens s to at most n bytes for quoting in messages.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// GRPCServer returns a new *grpc.Server, built with opts, on which
+// LimiterService, AdminService, grpc.health.v1.Health (reporting SERVING for
+// "" and both Tollgate services until shutdown starts) and server
+// reflection are registered, and whose handlers turn a panic into an
+// INTERNAL status instead of crashing the process. The caller may register
+// more services before serving it, with Serve or ServeGRPC.
+func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	opts = append([]grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.recoverUnary),
+		grpc.ChainStreamInterceptor(s.recoverStream),
+	}, opts...)
+	gs := grpc.NewServer(opts...)
+	s.Register(gs)
+	healthpb.RegisterHealthServer(gs, s.health)
+	for _, name := range []string{tollgatev1.LimiterService_ServiceDesc.ServiceName, tollgatev1.AdminService_ServiceDesc.ServiceName} {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	reflection.Register(gs)
+	return gs
+}
+
+// Serve serves a GRPCServer() on lis until ctx is done, then shuts down as
+// ServeGRPC does. It returns nil after a shutdown that ctx asked for, or the
+// error that stopped serving otherwise. The Server cannot serve again after
+// Serve returns.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	return s.ServeGRPC(ctx, s.GRPCServer(), lis)
+}
+
+// ServeGRPC serves gs (which must have this Server registered, as
+// GRPCServer does) on lis until ctx is done or serving fails. Then it shuts
+// down: health turns NOT_SERVING, Session streams end with UNAVAILABLE
+// (their leases are kept), gs stops gracefully, waiting at most
+// Config.ShutdownTimeout for calls in flight before cutting them off, and
+// the engine is closed. It returns nil after a shutdown that ctx asked for,
+// or the error that stopped serving otherwise.
+func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listener) error {
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gs.Serve(lis) }()
+	s.log.Info("serving", "addr", lis.Addr().String())
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		if err != nil {
+			err = fmt.Errorf("serving on %s: %w", lis.Addr(), err)
+		}
+	}
+	s.log.Info("shutting down", "timeout", s.shutdownTimeout)
+	s.drain()
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	timer := time.NewTimer(s.shutdownTimeout)
+	select {
+	case <-stopped:
+		timer.Stop()
+	case <-timer.C:
+		s.log.Warn("calls still running at the shutdown timeout; cutting them off", "timeout", s.shutdownTimeout)
+		gs.Stop()
+		<-stopped
+	}
+	s.engine.Close()
+	if err == nil {
+		// gs.Serve returns nil once stopped; an earlier failure is kept.
+		select {
+		case e := <-serveErr:
+			if e != nil && !errors.Is(e, grpc.ErrServerStopped) {
+				err = fmt.Errorf("serving on %s: %w", lis.Addr(), e)
+			}
+		default:
+		}
+	}
+	s.log.Info("stopped")
+	return err
+}
+
+// recoverUnary turns a panic in a unary handler into an INTERNAL status.
+func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = s.panicStatus(info.FullMethod, p)
+		}
+	}()
+	return handler(ctx, req)
+}
+
+// recoverStream turns a panic in a stream handler into an INTERNAL status.
+func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = s.panicStatus(info.FullMethod, p)
+		}
+	}()
+	return handler(srv, ss)
+}
+
+func (s *Server) panicStatus(method string, p any) error {
+	s.log.Error("panic in handler", "method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	return statusOf(&limiter.Error{Reason: ReasonInternal,
+		Message: fmt.Sprintf("internal server error in %s; it has been logged on the server; retry, and report it if it persists", method)}, errCtx{}).Err()
+}

@@ -1,0 +1,191 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/fakeclock"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+func TestHealthAndReflection(t *testing.T) {
+	e := newEnv(t)
+	hc := healthpb.NewHealthClient(e.conn)
+	for _, svc := range []string{"", "tollgate.v1.LimiterService", "tollgate.v1.AdminService"} {
+		resp, err := hc.Check(e.ctx(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health of %q = %v, %v", svc, resp, err)
+		}
+	}
+
+	rc, err := reflectionpb.NewServerReflectionClient(e.conn).ServerReflectionInfo(e.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rc.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	sort.Strings(names)
+	got := strings.Join(names, ",")
+	for _, want := range []string{"tollgate.v1.AdminService", "tollgate.v1.LimiterService", "grpc.health.v1.Health"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("reflection lists %s; %s is missing", got, want)
+		}
+	}
+}
+
+// Shutdown ends sessions with UNAVAILABLE, cuts off calls still waiting
+// after the shutdown timeout, and Serve returns nil.
+func TestServeShutdown(t *testing.T) {
+	fc := fakeclock.New(testStart)
+	srv := New(Config{Clock: fc, ShutdownTimeout: 200 * time.Millisecond})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn := dial(t, lis.Addr().String())
+	defer conn.Close()
+	lim := tollgatev1.NewLimiterServiceClient(conn)
+	e := &env{t: t, srv: srv, clock: fc, conn: conn, lim: lim, adm: tollgatev1.NewAdminServiceClient(conn)}
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
+	s := e.session()
+	s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db"}))
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := lim.Acquire(context.Background(), &tollgatev1.AcquireRequest{Pool: "db"})
+		waitErr <- err
+	}()
+	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+
+	start := time.Now()
+	stop()
+	wantStatus(t, s.wantEnd(), codes.Unavailable, limiter.ReasonShuttingDown)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve = %v", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("Serve did not return")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("shutdown took %v with a 200ms bound", d)
+	}
+	if err := <-waitErr; err == nil {
+		t.Fatal("the waiting acquire was granted during shutdown")
+	}
+	if _, err := srv.Engine().GetPool("db"); !errors.Is(err, limiter.ErrShuttingDown) {
+		t.Fatalf("engine after Serve: %v, want it closed", err)
+	}
+}
+
+// failingStream is a Session server stream whose Send always fails, as
+// when the client is gone but the server has not noticed yet.
+type failingStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	reqs chan *tollgatev1.SessionRequest
+}
+
+func (f *failingStream) Context() context.Context { return f.ctx }
+func (f *failingStream) Send(*tollgatev1.SessionResponse) error {
+	return status.Error(codes.Unavailable, "transport is closing")
+}
+func (f *failingStream) Recv() (*tollgatev1.SessionRequest, error) {
+	select {
+	case r := <-f.reqs:
+		return r, nil
+	case <-f.ctx.Done():
+		return nil, f.ctx.Err()
+	}
+}
+func (f *failingStream) SetHeader(metadata.MD) error  { return nil }
+func (f *failingStream) SendHeader(metadata.MD) error { return nil }
+func (f *failingStream) SetTrailer(metadata.MD)       {}
+
+// A grant whose answer cannot be sent is released at once.
+func TestSessionUndeliveredGrantIsReleased(t *testing.T) {
+	srv := New(Config{Clock: fakeclock.New(testStart)})
+	defer srv.Close()
+	if _, err := srv.Engine().CreatePool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fs := &failingStream{ctx: ctx, reqs: make(chan *tollgatev1.SessionRequest, 1)}
+	fs.reqs <- acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db"})
+	if err := srv.limiterSvc.Session(fs); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Session = %v", err)
+	}
+	info, err := srv.Engine().GetPool("db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Status.Granted != 1 || info.Status.Held != 0 || info.Status.Leases != 0 {
+		t.Fatalf("status = %+v; the undelivered lease should have been released", info.Status)
+	}
+}
+
+func TestErrorMapping(t *testing.T) {
+	log := discardLogger()
+	cases := []struct {
+		err    error
+		code   codes.Code
+		reason limiter.Reason
+	}{
+		{&limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonPoolNotFound, Message: "m"}, codes.NotFound, limiter.ReasonPoolNotFound},
+		{&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown, Message: "m"}, codes.Unavailable, limiter.ReasonShuttingDown},
+		{&limiter.Error{Code: limiter.CodeAlreadyExists, Reason: limiter.ReasonPoolExists, Message: "m"}, codes.AlreadyExists, limiter.ReasonPoolExists},
+		{context.Canceled, codes.Canceled, limiter.ReasonCanceled},
+		{context.DeadlineExceeded, codes.DeadlineExceeded, ReasonDeadlineExceeded},
+		{errors.New("boom"), codes.Internal, ReasonInternal},
+		{&limiter.Error{Code: 200, Reason: "ODD", Message: "m"}, codes.Internal, "ODD"},
+	}
+	for _, c := range cases {
+		err := toStatus(log, "Op", c.err, errCtx{pool: "p", leaseID: "7"})
+		st := wantStatus(t, err, c.code, c.reason)
+		if md := errorInfo(st).GetMetadata(); md["pool"] != "p" || md["lease_id"] != "7" {
+			t.Errorf("%v: metadata %v", c.err, md)
+		}
+		if _, ok := retryDelay(err); ok {
+			t.Errorf("%v: unexpected RetryInfo", c.err)
+		}
+	}
+	err := toStatus(log, "Op", &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: limiter.ReasonRateLimited, Message: "m", RetryAfter: 1500 * time.Millisecond}, errCtx{})
+	wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonRateLimited)
+	if d, ok := retryDelay(err); !ok || d != 1500*time.Millisecond {
+		t.Fatalf("RetryInfo = %v, %v", d, ok)
+	}
+	if toStatus(log, "Op", nil, errCtx{}) != nil {
+		t.Fatal("nil error mapped to a status")
+	}
+	// A status error passes through unchanged.
+	in := status.Error(codes.Aborted, "x")
+	if got := toStatus(log, "Op", in, errCtx{}); status.Code(got) != codes.Aborted {
+		t.Fatalf("status passed through as %v", got)
+	}
+}

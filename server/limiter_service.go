@@ -1,0 +1,148 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// limiterService implements tollgatev1.LimiterServiceServer over the engine.
+type limiterService struct {
+	tollgatev1.UnimplementedLimiterServiceServer
+	srv *Server
+}
+
+// Acquire grants a lease, waiting until granted, the wait timeout passes or
+// the call's context ends. A lease granted after the caller has gone away is
+// released at once, so a caller that gives up never holds a permit.
+func (l *limiterService) Acquire(ctx context.Context, req *tollgatev1.AcquireRequest) (*tollgatev1.AcquireResponse, error) {
+	lease, err := l.srv.acquire(ctx, req, nil, "")
+	if err != nil {
+		return nil, toStatus(l.srv.log, "Acquire", err, errCtx{pool: req.GetPool()})
+	}
+	return &tollgatev1.AcquireResponse{Lease: leaseToProto(lease)}, nil
+}
+
+// Release ends a lease.
+func (l *limiterService) Release(ctx context.Context, req *tollgatev1.ReleaseRequest) (*tollgatev1.ReleaseResponse, error) {
+	if err := l.srv.release(req); err != nil {
+		return nil, toStatus(l.srv.log, "Release", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
+	}
+	return &tollgatev1.ReleaseResponse{}, nil
+}
+
+// Renew extends a lease. A unary renew does not change which session, if
+// any, is told about the lease's end.
+func (l *limiterService) Renew(ctx context.Context, req *tollgatev1.RenewRequest) (*tollgatev1.RenewResponse, error) {
+	lease, err := l.srv.renew(req, nil)
+	if err != nil {
+		return nil, toStatus(l.srv.log, "Renew", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
+	}
+	return &tollgatev1.RenewResponse{Lease: leaseToProto(lease)}, nil
+}
+
+// Take takes rate tokens, waiting up to max_wait, capped by the call's
+// deadline.
+func (l *limiterService) Take(ctx context.Context, req *tollgatev1.TakeRequest) (*tollgatev1.TakeResponse, error) {
+	res, err := l.srv.take(ctx, req)
+	if err != nil {
+		return nil, toStatus(l.srv.log, "Take", err, errCtx{pool: req.GetPool()})
+	}
+	return &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}, nil
+}
+
+// Session is implemented in session.go.
+
+// acquire validates req, calls the engine with owner (nil for unary calls)
+// and defaultClientID (used when req names no client), and releases a lease
+// granted when ctx is already done, so that it reports a cancelled or
+// timed-out call rather than a lease no one will use.
+func (s *Server) acquire(ctx context.Context, req *tollgatev1.AcquireRequest, owner any, defaultClientID string) (limiter.Lease, error) {
+	ar, err := acquireFromProto(req)
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	if ar.ClientID == "" {
+		ar.ClientID = defaultClientID
+	}
+	ar.Owner = owner
+	lease, err := s.engine.Acquire(ctx, ar)
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	if cerr := ctx.Err(); cerr != nil && owner == nil {
+		s.releaseQuietly(lease, "caller went away")
+		return limiter.Lease{}, cerr
+	}
+	return lease, nil
+}
+
+// releaseQuietly releases a lease that was granted but could not be handed
+// to its caller, logging (at debug) why.
+func (s *Server) releaseQuietly(lease limiter.Lease, why string) {
+	err := s.engine.Release(lease.Pool, lease.FencingToken)
+	s.log.Debug("released an undelivered lease", "pool", lease.Pool, "lease_id", lease.FencingToken, "why", why, "err", err)
+}
+
+// release validates req and ends the lease.
+func (s *Server) release(req *tollgatev1.ReleaseRequest) error {
+	if err := checkPoolName("pool", req.GetPool()); err != nil {
+		return err
+	}
+	tok, err := parseLeaseID(req.GetLeaseId())
+	if err != nil {
+		return err
+	}
+	return s.engine.Release(req.GetPool(), tok)
+}
+
+// renew validates req and extends the lease, making owner (if not nil) the
+// one told about the lease's end.
+func (s *Server) renew(req *tollgatev1.RenewRequest, owner any) (limiter.Lease, error) {
+	if err := checkPoolName("pool", req.GetPool()); err != nil {
+		return limiter.Lease{}, err
+	}
+	tok, err := parseLeaseID(req.GetLeaseId())
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	ttl, err := durationArg("ttl", req.GetTtl())
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	return s.engine.Renew(req.GetPool(), tok, ttl, owner)
+}
+
+// take validates req and takes tokens. The wait is max_wait if set, capped
+// by the time left until ctx's deadline; with neither, the tokens must be
+// available at once.
+func (s *Server) take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter.TakeResult, error) {
+	if req == nil {
+		req = &tollgatev1.TakeRequest{}
+	}
+	if err := checkPoolName("pool", req.GetPool()); err != nil {
+		return limiter.TakeResult{}, err
+	}
+	tokens, err := countArg("tokens", req.Tokens)
+	if err != nil {
+		return limiter.TakeResult{}, err
+	}
+	maxWait, err := durationArg("max_wait", req.GetMaxWait())
+	if err != nil {
+		return limiter.TakeResult{}, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left < 0 {
+			left = 0
+		}
+		if req.GetMaxWait() == nil || left < maxWait {
+			maxWait = left
+		}
+	}
+	return s.engine.Take(ctx, req.GetPool(), tokens, maxWait)
+}

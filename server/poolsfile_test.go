@@ -1,0 +1,105 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "pools.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestLoadPoolsFile(t *testing.T) {
+	path := writeFile(t, `# pools of the test
+pools:
+  - name: orders-db
+    description: primary database
+    concurrency: 20
+    rate: 100.5
+    burst: 200
+    default_ttl: 15s
+    max_ttl: 5m
+    max_waiters: 64
+  - name: api.github.com
+    rate: 10
+`)
+	pools, err := LoadPoolsFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []limiter.PoolConfig{
+		{Name: "orders-db", Description: "primary database", ConcurrencyLimit: 20, Rate: 100.5, Burst: 200,
+			DefaultLeaseTTL: 15 * time.Second, MaxLeaseTTL: 5 * time.Minute, MaxWaiters: 64},
+		{Name: "api.github.com", Rate: 10, Burst: 10, DefaultLeaseTTL: limiter.DefaultLeaseTTL,
+			MaxLeaseTTL: limiter.DefaultMaxLeaseTTL, MaxWaiters: limiter.DefaultMaxWaiters},
+	}
+	if len(pools) != len(want) {
+		t.Fatalf("got %d pools: %+v", len(pools), pools)
+	}
+	for i := range want {
+		if pools[i] != want[i] {
+			t.Errorf("pool %d = %+v, want %+v", i, pools[i], want[i])
+		}
+	}
+}
+
+func TestLoadPoolsFileEmpty(t *testing.T) {
+	for _, content := range []string{"", "# nothing\n", "pools:\n", "pools: []\n"} {
+		pools, err := LoadPoolsFile(writeFile(t, content))
+		if err != nil || len(pools) != 0 {
+			t.Errorf("%q: %v, %v", content, pools, err)
+		}
+	}
+}
+
+func TestLoadPoolsFileErrors(t *testing.T) {
+	cases := []struct {
+		name, content string
+		want          []string // substrings of the error
+	}{
+		{"unknown field", "pools:\n  - name: a\n    concurrency: 1\n    concurency: 2\n", []string{"pools.yaml:4:", `unknown field "concurency"`, "max_waiters"}},
+		{"unknown top key", "pool:\n  - name: a\n", []string{"pools.yaml:1:", `unknown key "pool"`}},
+		{"not a mapping", "- name: a\n", []string{"pools.yaml:1:", "mapping"}},
+		{"pools not a list", "pools: {name: a}\n", []string{"pools.yaml:1:", "list"}},
+		{"entry not a mapping", "pools:\n  - a\n", []string{"pools.yaml:2:", "mapping"}},
+		{"no name", "pools:\n  - concurrency: 1\n", []string{"pools.yaml:2:", "no name"}},
+		{"bad name", "pools:\n  - name: a b\n    concurrency: 1\n", []string{"pools.yaml:2:", "[A-Za-z0-9._:/-]"}},
+		{"no limits", "pools:\n  - name: a\n", []string{"pools.yaml:2:", "concurrency_limit, rate, or both"}},
+		{"bad int", "pools:\n  - name: a\n    concurrency: lots\n", []string{"pools.yaml:3:", "concurrency must be a whole number"}},
+		{"float as int", "pools:\n  - name: a\n    concurrency: 1.5\n", []string{"pools.yaml:3:", "whole number"}},
+		{"bad rate", "pools:\n  - name: a\n    rate: .nan\n", []string{"pools.yaml:3:", "finite number"}},
+		{"list as value", "pools:\n  - name: [a]\n", []string{"pools.yaml:2:", "name must be a string"}},
+		{"bad duration", "pools:\n  - name: a\n    concurrency: 1\n    default_ttl: 15\n", []string{"pools.yaml:4:", "default_ttl must be a duration"}},
+		{"negative duration", "pools:\n  - name: a\n    concurrency: 1\n    max_ttl: -5m\n", []string{"pools.yaml:4:", "negative"}},
+		{"ttl out of range", "pools:\n  - name: a\n    concurrency: 1\n    max_ttl: 48h\n", []string{"pools.yaml:2:", "max_lease_ttl"}},
+		{"duplicate key", "pools:\n  - name: a\n    concurrency: 1\n    concurrency: 2\n", []string{"pools.yaml:4:", "twice"}},
+		{"duplicate pool", "pools:\n  - name: a\n    concurrency: 1\n  - name: a\n    rate: 1\n", []string{"pools.yaml:4:", `"a" is declared twice (first at line 2)`}},
+		{"bad yaml", "pools:\n  - name: a\n   concurrency: 1\n", []string{"pools.yaml"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := LoadPoolsFile(writeFile(t, c.content))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+	if _, err := LoadPoolsFile(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing file: %v", err)
+	}
+}

@@ -1,0 +1,121 @@
+// Package server exposes a limiter.Engine over gRPC: the tollgate.v1
+// LimiterService (unary calls and the multiplexed Session stream) and
+// AdminService, plus a ready-made *grpc.Server with health checking and
+// reflection, and a Serve loop with graceful shutdown.
+//
+// The handlers are thin: they validate what only the wire can get wrong
+// (unset versus zero, malformed durations and lease ids, field masks, page
+// tokens), call the engine, and map its errors onto gRPC statuses with a
+// google.rpc.ErrorInfo detail (domain "tollgate.dev").
+package server
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// DefaultShutdownTimeout is how long Serve waits for calls in flight to
+// finish after its context is done, when Config.ShutdownTimeout is 0.
+const DefaultShutdownTimeout = 10 * time.Second
+
+// Config configures a Server. The zero value is usable.
+type Config struct {
+	// Clock is the engine's time source; nil means the system clock.
+	Clock limiter.Clock
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+	// ShutdownTimeout bounds the graceful part of Serve's shutdown: calls
+	// still running after it are cut off. 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+}
+
+// Server is the gRPC face of one limiter.Engine. Create it with New,
+// register it on a grpc.Server with Register (or build one with
+// GRPCServer), and run it with Serve. It is safe for concurrent use.
+type Server struct {
+	engine          *limiter.Engine
+	log             *slog.Logger
+	shutdownTimeout time.Duration
+	health          *health.Server
+
+	limiterSvc *limiterService
+	adminSvc   *adminService
+
+	// draining is closed when shutdown starts; sessions end on it.
+	draining  chan struct{}
+	drainOnce sync.Once
+	// liveSessions counts Session streams whose handler is running.
+	liveSessions atomic.Int64
+	// maxSessionEvents is MaxSessionEvents; tests lower it.
+	maxSessionEvents atomic.Int64
+}
+
+// New returns a Server around a new engine built with cfg's clock. The
+// engine reports leases that end by themselves to the Session stream that
+// last acquired or renewed them.
+func New(cfg Config) *Server {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		log:             log,
+		shutdownTimeout: cfg.ShutdownTimeout,
+		health:          health.NewServer(),
+		draining:        make(chan struct{}),
+	}
+	s.maxSessionEvents.Store(MaxSessionEvents)
+	if s.shutdownTimeout <= 0 {
+		s.shutdownTimeout = DefaultShutdownTimeout
+	}
+	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded})
+	s.limiterSvc = &limiterService{srv: s}
+	s.adminSvc = &adminService{srv: s}
+	return s
+}
+
+// Engine returns the engine the server serves. Callers may use it directly
+// (for example to declare pools at start-up); it is closed by Serve's
+// shutdown or by Close.
+func (s *Server) Engine() *limiter.Engine { return s.engine }
+
+// Register registers LimiterService and AdminService on r. It does not
+// register health or reflection; GRPCServer does.
+func (s *Server) Register(r grpc.ServiceRegistrar) {
+	tollgatev1.RegisterLimiterServiceServer(r, s.limiterSvc)
+	tollgatev1.RegisterAdminServiceServer(r, s.adminSvc)
+}
+
+// Close starts shutdown without a grpc.Server: it ends every Session stream
+// (with UNAVAILABLE), marks health NOT_SERVING and closes the engine, which
+// fails waiting calls with UNAVAILABLE (SHUTTING_DOWN). Leases are not
+// released. Close is idempotent; Serve calls it when it stops.
+func (s *Server) Close() {
+	s.drain()
+	s.engine.Close()
+}
+
+// drain tells health checkers and sessions that the server is going away.
+func (s *Server) drain() {
+	s.drainOnce.Do(func() {
+		s.health.Shutdown()
+		close(s.draining)
+	})
+}
+
+// onLeaseEnded is the engine's OnLeaseEnded callback: it forwards the end
+// of a lease to the session that owns it, if that session is still live.
+// It never blocks.
+func (s *Server) onLeaseEnded(ev limiter.LeaseEnded) {
+	if sess, ok := ev.Owner.(*session); ok {
+		sess.pushEvent(ev)
+	}
+}

@@ -1,0 +1,498 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// Bounds of one Session stream.
+const (
+	// MaxSessionPending is the most acquire and take requests one Session
+	// stream may have unanswered at once; past it, new ones are refused
+	// with RESOURCE_EXHAUSTED (TOO_MANY_REQUESTS). Release, renew, hello
+	// and cancel are answered inline and do not count.
+	MaxSessionPending = 1024
+	// MaxSessionEvents is the most lease events queued for one Session
+	// stream whose client is not reading; past it the stream is ended
+	// with RESOURCE_EXHAUSTED (SESSION_OVERFLOW) rather than block the
+	// engine or grow memory. Its leases stay, as for any ended stream.
+	MaxSessionEvents = 4096
+	// sessionOutLen is the answer queue's length; producers block on it
+	// (at most MaxSessionPending workers and the reader).
+	sessionOutLen = 256
+)
+
+// Session serves one bidirectional Session stream (see session): requests
+// are answered in any order, matched by request_id. When the client
+// half-closes, the stream ends once every request in flight is answered;
+// when it breaks, waiting requests are cancelled. Either way its leases are
+// kept, to be renewed on another stream or to expire.
+func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer) error {
+	s := newSession(l.srv, stream)
+	l.srv.liveSessions.Add(1)
+	defer l.srv.liveSessions.Add(-1)
+	return s.run()
+}
+
+// session is one Session stream. The handler goroutine is the only one that
+// calls stream.Send (writeLoop); a reader goroutine receives and dispatches
+// requests; every acquire and take runs in its own worker goroutine with a
+// context derived from the stream's, which a CancelRequest or the end of
+// the stream cancels. Release, renew and hello are answered inline by the
+// reader. The session is the Owner of the leases acquired or renewed on it,
+// so the engine's OnLeaseEnded reaches pushEvent.
+type session struct {
+	srv    *Server
+	stream tollgatev1.LimiterService_SessionServer
+	// ctx ends when the stream ends, the session fails, or the server
+	// drains; its cause is the status the handler returns.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// out carries answers to the writer.
+	out chan *tollgatev1.SessionResponse
+	// eventReady is signalled (non-blocking, capacity 1) after events grow.
+	eventReady chan struct{}
+	// finished is closed once the client has half-closed and no worker
+	// is left.
+	finished chan struct{}
+	workers  sync.WaitGroup
+
+	// Owned by the reader goroutine.
+	clientID   string
+	seenAnyReq bool
+
+	mu           sync.Mutex
+	closed       bool                   // no new workers or events
+	pending      map[uint64]*pendingReq // unanswered worker requests by id
+	inflight     int                    // workers that have not yet queued their answer
+	eof          bool                   // the client half-closed
+	finishClosed bool
+	events       []*tollgatev1.SessionResponse
+}
+
+// pendingReq is an acquire or take in a worker.
+type pendingReq struct {
+	cancel context.CancelFunc
+}
+
+func newSession(srv *Server, stream tollgatev1.LimiterService_SessionServer) *session {
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	return &session{
+		srv:        srv,
+		stream:     stream,
+		ctx:        ctx,
+		cancel:     cancel,
+		out:        make(chan *tollgatev1.SessionResponse, sessionOutLen),
+		eventReady: make(chan struct{}, 1),
+		finished:   make(chan struct{}),
+		pending:    make(map[uint64]*pendingReq),
+	}
+}
+
+// run serves the stream until it ends and returns the stream's status.
+func (s *session) run() error {
+	go s.readLoop()
+	err := s.writeLoop()
+	s.close(err)
+	return err
+}
+
+// writeLoop sends answers and events until the stream is done. It returns
+// nil when the client half-closed and every answer went out.
+func (s *session) writeLoop() error {
+	for {
+		select {
+		case r := <-s.out:
+			if err := s.sendOne(r); err != nil {
+				return err
+			}
+		case <-s.eventReady:
+			for _, ev := range s.takeEvents() {
+				if err := s.stream.Send(ev); err != nil {
+					return err
+				}
+			}
+		case <-s.finished:
+			return s.flush()
+		case <-s.ctx.Done():
+			return s.endStatus()
+		case <-s.srv.draining:
+			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+				Message: "the server is shutting down; reconnect (to another server if there is one) and renew your leases on the new stream: they were not released"}, errCtx{}).Err()
+		}
+	}
+}
+
+// sendOne sends an answer; if it carried a lease that cannot be delivered,
+// the lease is released.
+func (s *session) sendOne(r *tollgatev1.SessionResponse) error {
+	err := s.stream.Send(r)
+	if err != nil {
+		s.releaseUndelivered(r)
+	}
+	return err
+}
+
+// flush sends what is queued after the client half-closed and nothing is in
+// flight.
+func (s *session) flush() error {
+	for {
+		select {
+		case r := <-s.out:
+			if err := s.sendOne(r); err != nil {
+				return err
+			}
+		default:
+			for _, ev := range s.takeEvents() {
+				if err := s.stream.Send(ev); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+}
+
+// endStatus is the status to end the stream with once ctx is done.
+func (s *session) endStatus() error {
+	cause := context.Cause(s.ctx)
+	if _, ok := status.FromError(cause); ok && cause != nil {
+		return cause
+	}
+	return status.FromContextError(cause).Err()
+}
+
+// close ends the session after the writer stopped: no new workers or
+// events, waiting requests are cancelled, and leases granted but not sent
+// are released. Leases already delivered are not released.
+func (s *session) close(err error) {
+	s.mu.Lock()
+	s.closed = true
+	s.events = nil
+	s.mu.Unlock()
+	if err == nil {
+		err = errSessionEnded
+	}
+	s.cancel(err)
+	s.workers.Wait()
+	for {
+		select {
+		case r := <-s.out:
+			s.releaseUndelivered(r)
+		default:
+			return
+		}
+	}
+}
+
+var errSessionEnded = errors.New("session ended")
+
+// releaseUndelivered releases the lease of an acquire answer that could not
+// be sent.
+func (s *session) releaseUndelivered(r *tollgatev1.SessionResponse) {
+	a, ok := r.GetKind().(*tollgatev1.SessionResponse_Acquire)
+	if !ok {
+		return
+	}
+	l := a.Acquire.GetLease()
+	if l == nil {
+		return
+	}
+	err := s.srv.engine.Release(l.GetPool(), l.GetFencingToken())
+	s.srv.log.Debug("released a lease whose grant could not be sent on its session", "pool", l.GetPool(), "lease_id", l.GetId(), "err", err)
+}
+
+// readLoop receives requests until the stream ends. A panic while handling
+// a request ends the stream with INTERNAL rather than the process.
+func (s *session) readLoop() {
+	defer func() {
+		if p := recover(); p != nil {
+			le := classify(s.srv.log, "Session", fmt.Errorf("panic: %v", p), errCtx{})
+			s.cancel(statusOf(le, errCtx{}).Err())
+		}
+	}()
+	for {
+		req, err := s.stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				s.halfClosed()
+				return
+			}
+			if _, ok := status.FromError(err); !ok {
+				err = status.FromContextError(err).Err()
+			}
+			s.cancel(err)
+			return
+		}
+		s.handle(req)
+	}
+}
+
+// halfClosed records that the client sent its last request; the stream ends
+// once the workers in flight have answered.
+func (s *session) halfClosed() {
+	s.mu.Lock()
+	s.eof = true
+	s.maybeFinishLocked()
+	s.mu.Unlock()
+}
+
+func (s *session) maybeFinishLocked() {
+	if s.eof && s.inflight == 0 && !s.finishClosed {
+		s.finishClosed = true
+		close(s.finished)
+	}
+}
+
+// handle dispatches one request.
+func (s *session) handle(req *tollgatev1.SessionRequest) {
+	id := req.GetRequestId()
+	first := !s.seenAnyReq
+	s.seenAnyReq = true
+	switch k := req.GetKind().(type) {
+	case *tollgatev1.SessionRequest_Cancel:
+		s.cancelRequest(k.Cancel.GetRequestId())
+		return
+	case nil:
+		s.answerErr(id, invalidArg("request %d has nothing in it; set one of hello, acquire, release, renew, take or cancel", id), errCtx{})
+		return
+	}
+	s.mu.Lock()
+	_, busy := s.pending[id]
+	s.mu.Unlock()
+	if busy {
+		s.answerErr(id, &limiter.Error{Code: limiter.CodeInvalidArgument, Reason: ReasonRequestIDInUse,
+			Message: fmt.Sprintf("request_id %d is already in use by an unanswered request of this stream; use a request_id not in use (for example a counter)", id)}, errCtx{})
+		return
+	}
+	switch k := req.GetKind().(type) {
+	case *tollgatev1.SessionRequest_Hello:
+		s.hello(id, k.Hello, first)
+	case *tollgatev1.SessionRequest_Acquire:
+		s.startAcquire(id, k.Acquire)
+	case *tollgatev1.SessionRequest_Take:
+		s.startTake(id, k.Take)
+	case *tollgatev1.SessionRequest_Release:
+		r := k.Release
+		if err := s.srv.release(r); err != nil {
+			s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
+			return
+		}
+		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Release{Release: &tollgatev1.ReleaseResponse{}}})
+	case *tollgatev1.SessionRequest_Renew:
+		r := k.Renew
+		lease, err := s.srv.renew(r, s)
+		if err != nil {
+			s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
+			return
+		}
+		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: leaseToProto(lease)}}})
+	default:
+		s.answerErr(id, invalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take or cancel", id, k), errCtx{})
+	}
+}
+
+// hello sets the stream's default client id.
+func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
+	if !first {
+		s.answerErr(id, invalidArg("hello must be the first request of a stream, and come at most once; open a new stream to change the client id, or set client_id on each acquire"), errCtx{})
+		return
+	}
+	if n := len(h.GetClientId()); n > limiter.MaxClientIDLen {
+		s.answerErr(id, invalidArg("hello.client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen), errCtx{})
+		return
+	}
+	s.clientID = h.GetClientId()
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Welcome{Welcome: &tollgatev1.Welcome{ClientId: s.clientID}}})
+}
+
+// startAcquire validates an acquire and waits for its grant in a worker.
+func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
+	ar, err := acquireFromProto(r)
+	if err != nil {
+		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		return
+	}
+	if ar.ClientID == "" {
+		ar.ClientID = s.clientID
+	}
+	ar.Owner = s
+	ctx, cancel, ok := s.register(id)
+	if !ok {
+		return
+	}
+	go func() {
+		defer s.workerDone()
+		defer s.recoverWorker(id, "Session.acquire")
+		lease, err := s.srv.engine.Acquire(ctx, ar)
+		s.unregister(id, cancel)
+		if err != nil {
+			s.answerErr(id, err, errCtx{pool: ar.Pool})
+			return
+		}
+		// A grant that raced with a CancelRequest stands; one whose stream
+		// is gone is released by send's caller below or by close.
+		resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: leaseToProto(lease)}}}
+		if !s.send(resp) {
+			s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+		}
+	}()
+}
+
+// startTake validates a take and runs it in a worker.
+func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
+	if err := checkPoolName("pool", r.GetPool()); err != nil {
+		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		return
+	}
+	ctx, cancel, ok := s.register(id)
+	if !ok {
+		return
+	}
+	go func() {
+		defer s.workerDone()
+		defer s.recoverWorker(id, "Session.take")
+		res, err := s.srv.take(ctx, r)
+		s.unregister(id, cancel)
+		if err != nil {
+			s.answerErr(id, err, errCtx{pool: r.GetPool()})
+			return
+		}
+		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Take{Take: &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}}})
+	}()
+}
+
+// register records an unanswered worker request under id and returns its
+// context. It refuses (answering the request) past MaxSessionPending, and
+// returns false without an answer once the session is closed.
+func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil, false
+	}
+	if s.inflight >= MaxSessionPending {
+		s.mu.Unlock()
+		s.answerErr(id, &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
+			Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxSessionPending)}, errCtx{})
+		return nil, nil, false
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.pending[id] = &pendingReq{cancel: cancel}
+	s.inflight++
+	s.workers.Add(1)
+	s.mu.Unlock()
+	return ctx, cancel, true
+}
+
+// unregister frees a worker request's id once its outcome is known, before
+// the answer is queued, so the client may reuse the id as soon as it sees
+// the answer.
+func (s *session) unregister(id uint64, cancel context.CancelFunc) {
+	s.mu.Lock()
+	delete(s.pending, id)
+	s.mu.Unlock()
+	cancel()
+}
+
+// workerDone ends a worker after its answer was queued (or dropped).
+func (s *session) workerDone() {
+	s.mu.Lock()
+	s.inflight--
+	s.maybeFinishLocked()
+	s.mu.Unlock()
+	s.workers.Done()
+}
+
+// recoverWorker turns a panic in a worker into an INTERNAL answer and a log
+// entry, so that no input can crash the server.
+func (s *session) recoverWorker(id uint64, op string) {
+	if p := recover(); p != nil {
+		s.mu.Lock()
+		if pr := s.pending[id]; pr != nil {
+			pr.cancel()
+			delete(s.pending, id)
+		}
+		s.mu.Unlock()
+		le := classify(s.srv.log, op, fmt.Errorf("panic: %v", p), errCtx{})
+		s.answerErr(id, le, errCtx{})
+	}
+}
+
+// cancelRequest cancels a waiting acquire or take; unknown ids (already
+// answered, or never sent) are ignored.
+func (s *session) cancelRequest(id uint64) {
+	s.mu.Lock()
+	p := s.pending[id]
+	s.mu.Unlock()
+	if p != nil {
+		p.cancel()
+	}
+}
+
+// send queues an answer for the writer; it reports false if the session
+// ended first.
+func (s *session) send(r *tollgatev1.SessionResponse) bool {
+	select {
+	case s.out <- r:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// answerErr queues a SessionError answer for request id.
+func (s *session) answerErr(id uint64, err error, ec errCtx) {
+	le := classify(s.srv.log, "Session", err, ec)
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Error{Error: &tollgatev1.SessionError{
+		Code:    int32(grpcCode(le.Code)),
+		Message: le.Message,
+		Reason:  string(le.Reason),
+	}}})
+}
+
+// pushEvent queues a lease event for the writer without ever blocking: it
+// is called from the engine's OnLeaseEnded. A client that lets
+// MaxSessionEvents events pile up has its stream ended.
+func (s *session) pushEvent(ev limiter.LeaseEnded) {
+	resp := &tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Event{Event: leaseEventToProto(ev)}}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if n := len(s.events); int64(n) >= s.srv.maxSessionEvents.Load() {
+		s.closed = true
+		s.events = nil
+		s.mu.Unlock()
+		s.srv.log.Warn("ending a session stream whose client does not read its events", "queued", n)
+		s.cancel(statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonSessionOverflow,
+			Message: fmt.Sprintf("the stream was ended because %d lease events were waiting to be read; read the stream faster, then reconnect and renew your leases (they were not released)", n)}, errCtx{}).Err())
+		return
+	}
+	s.events = append(s.events, resp)
+	s.mu.Unlock()
+	select {
+	case s.eventReady <- struct{}{}:
+	default:
+	}
+}
+
+// takeEvents returns and clears the queued events.
+func (s *session) takeEvents() []*tollgatev1.SessionResponse {
+	s.mu.Lock()
+	evs := s.events
+	s.events = nil
+	s.mu.Unlock()
+	return evs
+}
