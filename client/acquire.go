@@ -1,0 +1,82 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// Acquire acquires a lease from pool, waiting in the pool's queue until it
+// is granted, its WaitTimeout passes (an error matching ErrWaitTimeout) or
+// ctx ends (ctx.Err(); the wait is cancelled on the server and nothing is
+// held). The lease is renewed in the background until it is released or
+// lost; the caller must call Release when done and must stop relying on the
+// lease when its Done channel is closed.
+//
+// While the client is not connected, Acquire waits for a connection as
+// long as ctx allows. When the Session stream breaks during the wait, the
+// acquire is sent again on the next stream. In the rare case that the
+// server granted the first attempt but the grant was lost with the stream,
+// that lease stays held, by no one, until its TTL passes.
+//
+// Errors: ErrPoolNotFound, ErrInvalidArgument (bad weight, TTL or wait
+// timeout), ErrQueueFull, ErrWaitTimeout, ErrLimitBelowWeight,
+// ErrPoolDeleted, ErrTooManyRequests (as *Error), ctx.Err(), ErrClosed.
+func (c *Client) Acquire(ctx context.Context, pool string, opts ...AcquireOption) (*Lease, error) {
+	return c.acquire(ctx, pool, false, opts)
+}
+
+// TryAcquire acquires a lease from pool only if it can be granted at once;
+// otherwise it fails with an error matching ErrNoCapacity. It does not
+// wait in the pool's queue (the WaitTimeout option is ignored), but it does
+// wait for a connection while ctx allows. The lease is as Acquire's.
+func (c *Client) TryAcquire(ctx context.Context, pool string, opts ...AcquireOption) (*Lease, error) {
+	return c.acquire(ctx, pool, true, opts)
+}
+
+func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []AcquireOption) (*Lease, error) {
+	var o acquireOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	start := time.Now()
+	a, err := c.roundTrip(ctx, op{
+		cancellable: !try,
+		acquire:     true,
+		build: func(n int) (*tollgatev1.SessionRequest, error) {
+			req := &tollgatev1.AcquireRequest{
+				Pool:        pool,
+				Weight:      o.weight,
+				Ttl:         o.ttl,
+				Priority:    o.priority,
+				NoWait:      try,
+				Description: o.description,
+			}
+			switch {
+			case try:
+			case o.waitTimeout > 0:
+				left := o.waitTimeout - time.Since(start)
+				if left <= 0 {
+					return nil, &Error{Code: codes.DeadlineExceeded, Reason: ErrWaitTimeout.Reason,
+						Message: fmt.Sprintf("the wait timeout of %v passed while connecting to the server (attempt %d)", o.waitTimeout, n+1)}
+				}
+				req.WaitTimeout = durationpb.New(left)
+			case o.waitTimeout < 0:
+				req.WaitTimeout = durationpb.New(o.waitTimeout) // the server refuses it
+			}
+			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Acquire{Acquire: req}}, nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if a.lease == nil {
+		return nil, &Error{Code: codes.Internal, Message: "the server answered an acquire without a lease"}
+	}
+	return a.lease, nil
+}

@@ -1,0 +1,255 @@
+// Package client is the Go client of Tollgate: it acquires concurrency
+// leases, keeps them alive, and takes rate tokens from a Tollgate server.
+//
+// A Client holds one gRPC connection and, once first needed, one Session
+// stream over which all its lease traffic (acquire, renew, release, take)
+// is multiplexed. When the stream breaks, the Client reconnects with
+// backoff (failing over between the addresses it was given) and renews its
+// live leases on the new stream.
+//
+// A Lease is renewed in the background every TTL/3. Its holder must stop
+// relying on it when its Done channel is closed: the server said it expired
+// or was revoked, a renew was refused, or the lease's local deadline (the
+// time its last successful renew was sent, plus its TTL, minus a safety
+// margin) passed without a successful renew. Check the lease's
+// FencingToken in the protected system when a paused holder could outlive
+// its lease.
+//
+//	c, err := client.Dial("tollgate-1:7070,tollgate-2:7070")
+//	...
+//	defer c.Close()
+//	err = c.Do(ctx, "orders-db", func(ctx context.Context) error {
+//		return migrate(ctx) // ctx ends if the lease is lost
+//	}, client.Weight(2))
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// maxClientIDLen is the longest client id the server accepts.
+const maxClientIDLen = 256
+
+// Client is a connection to a Tollgate server (or a list of servers to fail
+// over between). It is safe for concurrent use. Create it with Dial and
+// call Close when done.
+type Client struct {
+	conn     *grpc.ClientConn
+	stub     tollgatev1.LimiterServiceClient
+	clientID string
+	log      *slog.Logger
+	margin   time.Duration // fixed safety margin; used when marginSet
+	marginOK bool
+
+	// ctx is cancelled by Close; it is the parent of the Session stream and
+	// of every background goroutine.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	nextID atomic.Uint64 // request ids, unique over the Client's life
+
+	mu      sync.Mutex
+	closed  bool
+	started bool          // the session loop is running
+	cur     *stream       // the live Session stream, or nil
+	ready   chan struct{} // closed when cur is set; replaced when it breaks
+	leases  map[leaseKey]*Lease
+}
+
+type leaseKey struct{ pool, id string }
+
+// Dial returns a Client for target: one server address ("host:port", or any
+// gRPC target such as "dns:///tollgate.internal:7070"), or a comma-separated
+// list of "host:port" addresses that the client fails over between, in the
+// order given (pick_first).
+//
+// Dial does not connect: the first call that needs the server does, and
+// waits for a connection as long as its context allows. The transport is
+// insecure (plaintext) unless WithDialOptions supplies
+// grpc.WithTransportCredentials.
+func Dial(target string, opts ...Option) (*Client, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.marginSet && o.margin < 0 {
+		return nil, fmt.Errorf("tollgate: safety margin %v is negative", o.margin)
+	}
+	if o.clientID == "" {
+		o.clientID = defaultClientID()
+	}
+	if len(o.clientID) > maxClientIDLen {
+		return nil, fmt.Errorf("tollgate: client id is %d bytes; the most is %d", len(o.clientID), maxClientIDLen)
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	grpcTarget, dialOpts, err := dialTarget(target)
+	if err != nil {
+		return nil, err
+	}
+	dialOpts = append(dialOpts,
+		grpc.WithTransportCredentials(transportCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  100 * time.Millisecond,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   2 * time.Second,
+			},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`),
+	)
+	dialOpts = append(dialOpts, o.dialOpts...)
+	conn, err := grpc.NewClient(grpcTarget, dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: dial %q: %w", target, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Client{
+		conn:     conn,
+		stub:     tollgatev1.NewLimiterServiceClient(conn),
+		clientID: o.clientID,
+		log:      o.logger,
+		margin:   o.margin,
+		marginOK: o.marginSet,
+		ctx:      ctx,
+		cancel:   cancel,
+		ready:    make(chan struct{}),
+		leases:   make(map[leaseKey]*Lease),
+	}, nil
+}
+
+// transportCredentials is the seam for TLS: today every connection is
+// plaintext unless the caller passes grpc.WithTransportCredentials in
+// WithDialOptions (which is applied later and wins).
+func transportCredentials() credentials.TransportCredentials {
+	return insecure.NewCredentials()
+}
+
+// dialTarget turns Dial's target into a gRPC target, adding a manual
+// resolver that knows every address of a comma-separated list.
+func dialTarget(target string) (string, []grpc.DialOption, error) {
+	var addrs []string
+	for _, a := range strings.Split(target, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	switch len(addrs) {
+	case 0:
+		return "", nil, errors.New("tollgate: empty server address; give host:port, or a comma-separated list of them")
+	case 1:
+		return addrs[0], nil, nil
+	}
+	state := resolver.State{}
+	for _, a := range addrs {
+		if strings.Contains(a, "://") {
+			return "", nil, fmt.Errorf("tollgate: address %q in a list must be host:port (a URL target can only be given alone)", a)
+		}
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+	}
+	r := manual.NewBuilderWithScheme("tollgate")
+	r.InitialState(state)
+	return r.Scheme() + ":///" + strings.Join(addrs, ","), []grpc.DialOption{grpc.WithResolvers(r)}, nil
+}
+
+// defaultClientID returns "<hostname>-<pid>-<8 hex digits>".
+func defaultClientID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	if len(id) > maxClientIDLen {
+		id = id[len(id)-maxClientIDLen:]
+	}
+	return id
+}
+
+// ClientID returns the id the client gives the server.
+func (c *Client) ClientID() string { return c.clientID }
+
+// Conn returns the client's gRPC connection, for use with the generated
+// stubs (for example tollgatev1.NewAdminServiceClient). It is closed by
+// Close.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Close stops renewing the client's leases, ends the Session stream, waits
+// for the client's goroutines to finish and closes the connection.
+//
+// Close does not release leases: they stay held on the server until their
+// TTL passes. Release them first to return their permits at once. Leases
+// still held end with an error matching ErrLeaseLost and ErrClosed, and
+// calls in flight fail with ErrClosed. Close is idempotent; it returns the
+// connection's close error the first time and nil after.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	leases := make([]*Lease, 0, len(c.leases))
+	for _, l := range c.leases {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+
+	c.cancel()
+	for _, l := range leases {
+		l.end(lostError(l, ErrClosed))
+	}
+	c.wg.Wait()
+	return c.conn.Close()
+}
+
+// goBackground runs f in a goroutine that Close waits for, with a context
+// that Close cancels. It reports false, without running f, once the client
+// is closed.
+func (c *Client) goBackground(f func(ctx context.Context)) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f(c.ctx)
+	}()
+	return true
+}
+
+// safetyMargin returns the safety margin of a lease with the given TTL.
+func (c *Client) safetyMargin(ttl time.Duration) time.Duration {
+	m := max(ttl/10, 50*time.Millisecond)
+	if c.marginOK {
+		m = c.margin
+	}
+	return min(m, ttl/2)
+}

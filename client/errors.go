@@ -1,0 +1,212 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo detail that every
+// Tollgate error status carries.
+const ErrorDomain = "tollgate.dev"
+
+// Error is a failure reported by a Tollgate server: a gRPC status with a
+// google.rpc.ErrorInfo detail, or a SessionError on the Session stream.
+//
+// Match a kind of failure with errors.Is against the Err* values of type
+// *Error below; they compare by Reason only. Read Code for the broad class
+// and Message for people.
+type Error struct {
+	// Code is the gRPC status code.
+	Code codes.Code
+	// Reason is the machine-readable reason (ErrorInfo.reason or
+	// SessionError.reason), such as "NO_CAPACITY". It is empty when the
+	// status carried none, as for transport failures.
+	Reason string
+	// Message is the status message, for people.
+	Message string
+	// RetryAfter, when positive, is the server's google.rpc.RetryInfo
+	// delay: how long until the call could succeed. Only unary calls carry
+	// it (Take with RATE_LIMITED); Session answers never do.
+	RetryAfter time.Duration
+}
+
+// Error returns "<message> (<CODE> <REASON>)", for example
+// `pool "x" not found (NOT_FOUND POOL_NOT_FOUND)`.
+func (e *Error) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = e.Reason
+	}
+	if msg == "" {
+		msg = "error"
+	}
+	if e.Reason == "" {
+		return fmt.Sprintf("%s (%s)", msg, CodeName(e.Code))
+	}
+	return fmt.Sprintf("%s (%s %s)", msg, CodeName(e.Code), e.Reason)
+}
+
+// Is reports whether target is an *Error with the same, non-empty Reason.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Reason != "" && t.Reason == e.Reason
+}
+
+// GRPCStatus returns e as a gRPC status (with its ErrorInfo detail), so that
+// status.Code and status.FromError work on errors of this package.
+func (e *Error) GRPCStatus() *status.Status {
+	st := status.New(e.Code, e.Message)
+	if e.Reason == "" {
+		return st
+	}
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: e.Reason, Domain: ErrorDomain}); err == nil {
+		return d
+	}
+	return st
+}
+
+// Errors of the server, to match with errors.Is. Their Code is the one the
+// server uses with that reason.
+var (
+	// ErrInvalidArgument: a request field is out of range or malformed.
+	ErrInvalidArgument = &Error{Code: codes.InvalidArgument, Reason: "INVALID_ARGUMENT"}
+	// ErrPoolNotFound: no pool has that name.
+	ErrPoolNotFound = &Error{Code: codes.NotFound, Reason: "POOL_NOT_FOUND"}
+	// ErrPoolExists: CreatePool of a name that is taken.
+	ErrPoolExists = &Error{Code: codes.AlreadyExists, Reason: "POOL_EXISTS"}
+	// ErrPoolBusy: DeletePool without force while leases are held.
+	ErrPoolBusy = &Error{Code: codes.FailedPrecondition, Reason: "POOL_BUSY"}
+	// ErrPoolDeleted: the pool was deleted while the caller waited.
+	ErrPoolDeleted = &Error{Code: codes.NotFound, Reason: "POOL_DELETED"}
+	// ErrLeaseNotFound: the server has no live lease with that id.
+	ErrLeaseNotFound = &Error{Code: codes.NotFound, Reason: "LEASE_NOT_FOUND"}
+	// ErrLeaseExpired: the lease was not renewed in time.
+	ErrLeaseExpired = &Error{Code: codes.NotFound, Reason: "LEASE_EXPIRED"}
+	// ErrLeaseRevoked: the server took the lease back (operator, forced pool
+	// deletion, pool change).
+	ErrLeaseRevoked = &Error{Code: codes.NotFound, Reason: "LEASE_REVOKED"}
+	// ErrLeaseReleased: the lease was already released.
+	ErrLeaseReleased = &Error{Code: codes.NotFound, Reason: "LEASE_RELEASED"}
+	// ErrNoCapacity: TryAcquire could not be granted at once.
+	ErrNoCapacity = &Error{Code: codes.ResourceExhausted, Reason: "NO_CAPACITY"}
+	// ErrQueueFull: the pool's wait queue is at its max_waiters.
+	ErrQueueFull = &Error{Code: codes.ResourceExhausted, Reason: "QUEUE_FULL"}
+	// ErrWaitTimeout: the acquire's WaitTimeout passed before a grant.
+	ErrWaitTimeout = &Error{Code: codes.DeadlineExceeded, Reason: "WAIT_TIMEOUT"}
+	// ErrLimitBelowWeight: the pool's limit was lowered below the weight
+	// of a waiting acquire.
+	ErrLimitBelowWeight = &Error{Code: codes.FailedPrecondition, Reason: "LIMIT_BELOW_WEIGHT"}
+	// ErrNoRateLimit: Take on a pool that has no rate.
+	ErrNoRateLimit = &Error{Code: codes.FailedPrecondition, Reason: "NO_RATE_LIMIT"}
+	// ErrRateLimited: Take's tokens would not be available before the
+	// caller's deadline.
+	ErrRateLimited = &Error{Code: codes.ResourceExhausted, Reason: "RATE_LIMITED"}
+	// ErrShuttingDown: the server is shutting down.
+	ErrShuttingDown = &Error{Code: codes.Unavailable, Reason: "SHUTTING_DOWN"}
+	// ErrTooManyRequests: the Session stream has too many unanswered
+	// requests (for example, too many acquires waiting on one Client).
+	ErrTooManyRequests = &Error{Code: codes.ResourceExhausted, Reason: "TOO_MANY_REQUESTS"}
+)
+
+// Errors of the client itself.
+var (
+	// ErrLeaseLost matches every error that says a lease ended without its
+	// holder's release: expired or revoked on the server, refused at renew,
+	// its local deadline passed without a successful renew, or its Client
+	// was closed. Such errors also match their cause (ErrLeaseExpired,
+	// ErrLeaseRevoked, ErrLeaseNotFound, ErrClosed, ...) when it has one.
+	ErrLeaseLost = errors.New("tollgate: lease lost")
+	// ErrReleased is Lease.Err after the holder released the lease.
+	ErrReleased = errors.New("tollgate: lease released")
+	// ErrClosed is returned by calls on a closed Client, and by calls that
+	// were in flight when it was closed.
+	ErrClosed = errors.New("tollgate: client closed")
+)
+
+// errDeadline is the cause of a loss by the local deadline.
+var errDeadline = errors.New("not renewed before its local deadline (expiry estimate minus safety margin)")
+
+// FromError converts an error returned by a tollgate.v1 RPC into an *Error:
+// an *Error (even wrapped) is returned as is; a gRPC status error gives its
+// code, message, the reason of its ErrorInfo detail (if the domain is
+// ErrorDomain) and the delay of its RetryInfo detail. It returns nil and
+// false for nil, for errors that are not statuses, and for an OK status.
+func FromError(err error) (*Error, bool) {
+	if err == nil {
+		return nil, false
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e, true
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return nil, false
+	}
+	st := se.GRPCStatus() // not status.FromError: it would prefix wrappers' text
+	if st.Code() == codes.OK {
+		return nil, false
+	}
+	e = &Error{Code: st.Code(), Message: st.Message()}
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if d.GetDomain() == ErrorDomain || d.GetDomain() == "" {
+				e.Reason = d.GetReason()
+			}
+		case *errdetails.RetryInfo:
+			e.RetryAfter = d.GetRetryDelay().AsDuration()
+		}
+	}
+	return e, true
+}
+
+// fromSessionError converts a Session stream error answer.
+func fromSessionError(se *tollgatev1.SessionError) *Error {
+	return &Error{Code: codes.Code(se.GetCode()), Reason: se.GetReason(), Message: se.GetMessage()}
+}
+
+// lostError returns the error of a lease that ended without its holder's
+// release: it matches ErrLeaseLost and cause.
+func lostError(l *Lease, cause error) error {
+	return fmt.Errorf("%w: lease %s of pool %q: %w", ErrLeaseLost, l.id, l.pool, cause)
+}
+
+// codeNames are the canonical (google.rpc.Code) names of gRPC codes.
+var codeNames = [...]string{
+	codes.OK:                 "OK",
+	codes.Canceled:           "CANCELLED",
+	codes.Unknown:            "UNKNOWN",
+	codes.InvalidArgument:    "INVALID_ARGUMENT",
+	codes.DeadlineExceeded:   "DEADLINE_EXCEEDED",
+	codes.NotFound:           "NOT_FOUND",
+	codes.AlreadyExists:      "ALREADY_EXISTS",
+	codes.PermissionDenied:   "PERMISSION_DENIED",
+	codes.ResourceExhausted:  "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION",
+	codes.Aborted:            "ABORTED",
+	codes.OutOfRange:         "OUT_OF_RANGE",
+	codes.Unimplemented:      "UNIMPLEMENTED",
+	codes.Internal:           "INTERNAL",
+	codes.Unavailable:        "UNAVAILABLE",
+	codes.DataLoss:           "DATA_LOSS",
+	codes.Unauthenticated:    "UNAUTHENTICATED",
+}
+
+// CodeName returns the canonical upper-case name of a gRPC code, as in
+// google.rpc.Code ("NOT_FOUND", "RESOURCE_EXHAUSTED"), or "CODE(n)" for an
+// unknown one.
+func CodeName(c codes.Code) string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return "CODE(" + strconv.FormatUint(uint64(c), 10) + ")"
+}

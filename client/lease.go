@@ -1,0 +1,386 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// releaseTimeout bounds the releases the client makes on its own (leases
+// granted after their caller went away, and Do's release when the caller's
+// context is already done).
+const releaseTimeout = 5 * time.Second
+
+// defaultTTL is assumed for a lease whose grant does not say its TTL.
+const defaultTTL = 15 * time.Second
+
+// Lease is a grant of permits from a pool, renewed in the background until
+// it is released or lost. Its methods are safe for concurrent use.
+//
+// The holder must stop relying on the lease once Done is closed. Err then
+// says why: ErrReleased after Release, or an error matching ErrLeaseLost.
+type Lease struct {
+	c      *Client
+	id     string
+	pool   string
+	weight int64
+	token  uint64
+	margin time.Duration
+
+	// ctx is done when the lease has ended; its cause is the lease's Err.
+	ctx       context.Context
+	cancelCtx context.CancelCauseFunc
+	kick      chan struct{} // renew now (a new stream is up)
+	releaseMu chan struct{} // held (filled) by a running Release
+
+	mu               sync.Mutex
+	ttl              time.Duration
+	expiry           time.Time // local estimate: when the server will expire it
+	err              error     // set once the lease ends
+	releasing        bool      // Release was called: renewals stop
+	releaseConfirmed bool      // the server confirmed the release
+	releaseSent      bool      // a release may have reached the server
+}
+
+// newLease builds the lease of a grant, registers it for events and starts
+// its renewals. sent and received are when the acquire was sent and its
+// grant arrived. A grant that came back at once counts its expiry from
+// sent; one that waited in the queue counts from received (the grant was
+// made a one-way trip earlier, which the safety margin covers) and is
+// renewed at once, to count from a renew's send time again.
+func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease {
+	ttl := g.GetTtl().AsDuration()
+	if ttl <= 0 {
+		ttl = g.GetExpireTime().AsTime().Sub(g.GetAcquireTime().AsTime())
+	}
+	if ttl <= 0 {
+		ttl = defaultTTL
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lease{
+		c:         c,
+		id:        g.GetId(),
+		pool:      g.GetPool(),
+		weight:    g.GetWeight(),
+		token:     g.GetFencingToken(),
+		margin:    c.safetyMargin(ttl),
+		ctx:       ctx,
+		cancelCtx: cancel,
+		kick:      make(chan struct{}, 1),
+		releaseMu: make(chan struct{}, 1),
+		ttl:       ttl,
+	}
+	base, next := sent, sent.Add(ttl/3)
+	if received.Sub(sent) > l.margin {
+		base, next = received, received
+	}
+	l.expiry = base.Add(ttl)
+
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.leases[leaseKey{l.pool, l.id}] = l
+	}
+	c.mu.Unlock()
+	if closed || !c.goBackground(func(ctx context.Context) { l.keepAlive(ctx, next) }) {
+		l.end(lostError(l, ErrClosed))
+	}
+	return l
+}
+
+// ID returns the lease's id, unique within its pool. It is opaque.
+func (l *Lease) ID() string { return l.id }
+
+// Pool returns the name of the pool the lease is from.
+func (l *Lease) Pool() string { return l.pool }
+
+// Weight returns the permit weight the lease holds.
+func (l *Lease) Weight() int64 { return l.weight }
+
+// FencingToken returns the lease's fencing token: strictly increasing per
+// pool across all grants. Pass it to the protected system so that it can
+// refuse a holder whose token is older than the newest it has seen.
+func (l *Lease) FencingToken() uint64 { return l.token }
+
+// TTL returns the time to live the lease was granted or last renewed with.
+func (l *Lease) TTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
+
+// Expiry returns the local clock's estimate of when the server will expire
+// the lease unless it is renewed: the time the last successful renew (or
+// the acquire) was sent, plus the TTL. The lease is treated as lost a safety
+// margin before it.
+func (l *Lease) Expiry() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiry
+}
+
+// Done returns a channel that is closed when the lease ends: it was
+// released, it expired or was revoked on the server, a renew was refused,
+// its local deadline (Expiry minus the safety margin) passed without a
+// successful renew, or its Client was closed.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err returns nil while the lease is held, and once Done is closed, why it
+// ended: ErrReleased after a Release, or an error matching ErrLeaseLost
+// (and its cause, such as ErrLeaseExpired, ErrLeaseRevoked or ErrClosed).
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Context returns a context derived from parent that is also cancelled,
+// with the lease's Err as its cause (see context.Cause), when the lease
+// ends. Call the returned CancelFunc when done with the context.
+func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	if l.ctx.Err() != nil { // ended already: be done on return
+		cancel(context.Cause(l.ctx))
+	}
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// Release ends the lease and returns its permits to the pool at once. It
+// stops the renewals and closes Done when it returns.
+//
+// It returns nil when the server confirmed the release (and for a lease
+// already released). For a lease that was lost before or during the
+// release, it returns the loss error (matching ErrLeaseLost): the server
+// had already dropped the lease, so work done under it may have overlapped
+// another holder. It returns ctx.Err(), ErrClosed or a server error when
+// the release could not be confirmed; the lease then ends anyway and the
+// server frees its permits when its TTL passes. Release may be called
+// again to retry.
+//
+// Release waits for a connection while ctx allows; give it a deadline.
+// Concurrent calls are made one at a time.
+func (l *Lease) Release(ctx context.Context) error {
+	select {
+	case l.releaseMu <- struct{}{}:
+		defer func() { <-l.releaseMu }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	l.mu.Lock()
+	switch {
+	case l.err != nil && l.err != ErrReleased:
+		err := l.err
+		l.mu.Unlock()
+		return err
+	case l.err == ErrReleased && l.releaseConfirmed:
+		l.mu.Unlock()
+		return nil
+	}
+	l.releasing = true
+	retry := l.releaseSent
+	l.mu.Unlock()
+
+	o := releaseOp(l.pool, l.id)
+	build := o.build
+	o.build = func(n int) (*tollgatev1.SessionRequest, error) {
+		retry = retry || n > 0
+		return build(n)
+	}
+	_, err := l.c.roundTrip(ctx, o)
+	var e *Error
+	switch {
+	case err == nil:
+		l.confirmRelease()
+	case errors.As(err, &e) && retry && (e.Is(ErrLeaseNotFound) || e.Is(ErrLeaseReleased)):
+		// An earlier attempt may have released it already.
+		l.confirmRelease()
+		err = nil
+	case errors.As(err, &e) && e.Code == codes.NotFound:
+		l.end(lostError(l, err))
+	default:
+		l.mu.Lock()
+		l.releaseSent = true
+		l.mu.Unlock()
+		l.end(ErrReleased)
+	}
+	if lerr := l.Err(); lerr != ErrReleased {
+		return lerr
+	}
+	return err
+}
+
+// confirmRelease ends the lease as released by the server's word.
+func (l *Lease) confirmRelease() {
+	l.mu.Lock()
+	l.releaseConfirmed = true
+	l.mu.Unlock()
+	l.end(ErrReleased)
+}
+
+// end ends the lease with err unless it has already ended; it reports
+// whether it did.
+func (l *Lease) end(err error) bool {
+	l.mu.Lock()
+	if l.err != nil {
+		// Ended already; a confirmed release of an unconfirmed one still
+		// counts (confirmRelease set the flag).
+		l.mu.Unlock()
+		return false
+	}
+	l.err = err
+	l.mu.Unlock()
+	l.cancelCtx(err)
+	l.c.mu.Lock()
+	if l.c.leases[leaseKey{l.pool, l.id}] == l {
+		delete(l.c.leases, leaseKey{l.pool, l.id})
+	}
+	l.c.mu.Unlock()
+	return true
+}
+
+// kickRenew asks the keep-alive loop to renew at once.
+func (l *Lease) kickRenew() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// deadline returns the local deadline: Expiry minus the safety margin.
+func (l *Lease) deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiry.Add(-l.margin)
+}
+
+// keepAlive renews the lease every TTL/3 (first at next), retrying failed
+// renewals until the local deadline, and ends the lease when it is lost.
+// It returns when the lease ends or ctx (the Client's) is cancelled.
+func (l *Lease) keepAlive(ctx context.Context, next time.Time) {
+	var lastErr error
+	failures := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		deadline := l.deadline()
+		now := time.Now()
+		if !now.Before(deadline) {
+			cause := errDeadline
+			if lastErr != nil {
+				cause = fmt.Errorf("%w; last renew error: %w", errDeadline, lastErr)
+			}
+			l.end(lostError(l, cause))
+			return
+		}
+		timer.Reset(min(next.Sub(now), deadline.Sub(now)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.ctx.Done():
+			return
+		case <-l.kick:
+			next = time.Now()
+		case <-timer.C:
+		}
+		if time.Now().Before(next) || time.Now().After(deadline) {
+			continue // the deadline check at the top decides
+		}
+		l.mu.Lock()
+		releasing := l.releasing
+		l.mu.Unlock()
+		if releasing {
+			// Keep watching the deadline while Release runs.
+			next = deadline
+			continue
+		}
+		sent, err := l.renew(ctx, deadline)
+		var e *Error
+		switch {
+		case err == nil:
+			lastErr, failures = nil, 0
+			next = sent.Add(l.TTL() / 3)
+		case ctx.Err() != nil:
+			return
+		case errors.As(err, &e) && e.Code == codes.NotFound:
+			l.mu.Lock()
+			releasing := l.releasing
+			l.mu.Unlock()
+			if !releasing { // else Release decides how the lease ended
+				l.end(lostError(l, err))
+				return
+			}
+		default:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				l.c.log.Warn("tollgate: renew failed; retrying", "pool", l.pool, "lease_id", l.id, "err", err)
+				lastErr = err
+			}
+			next = time.Now().Add(min(retryDelay(failures), l.TTL()/10))
+			failures++
+		}
+	}
+}
+
+// renew renews the lease once (retrying across stream breaks until
+// deadline), updates its expiry from the send time of the renew that
+// succeeded, and returns that time.
+func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	a, err := l.c.roundTrip(ctx, op{
+		resetOnDeadline: true,
+		build: func(int) (*tollgatev1.SessionRequest, error) {
+			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Renew{Renew: &tollgatev1.RenewRequest{Pool: l.pool, LeaseId: l.id}}}, nil
+		},
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ttl := a.resp.GetRenew().GetLease().GetTtl().AsDuration(); ttl > 0 {
+		l.ttl = ttl
+	}
+	// The server counts the new TTL from when it got the renew, which is
+	// after it was sent.
+	l.expiry = a.sentAt.Add(l.ttl)
+	return a.sentAt, nil
+}
+
+// leaseEvent ends the lease an event is about, if the client holds it.
+func (c *Client) leaseEvent(ev *tollgatev1.LeaseEvent) {
+	c.mu.Lock()
+	l := c.leases[leaseKey{ev.GetLease().GetPool(), ev.GetLease().GetId()}]
+	c.mu.Unlock()
+	if l == nil {
+		return
+	}
+	e := &Error{Code: codes.NotFound, Message: ev.GetReason()}
+	switch ev.GetType() {
+	case tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED:
+		e.Reason = ErrLeaseExpired.Reason
+		if e.Message == "" {
+			e.Message = "the lease expired on the server"
+		}
+	case tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:
+		e.Reason = ErrLeaseRevoked.Reason
+		if e.Message == "" {
+			e.Message = "the server revoked the lease"
+		}
+	default:
+		e.Reason = ev.GetType().String()
+		if e.Message == "" {
+			e.Message = "the lease ended on the server"
+		}
+	}
+	l.end(lostError(l, e))
+}

@@ -1,0 +1,424 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// This file keeps the Client's one Session stream: a loop (run) opens it,
+// says Hello, reads answers and events until it breaks, fails the requests
+// still waiting on it, and reconnects with backoff. Callers send requests
+// with roundTrip, which waits for a live stream, matches the answer by
+// request_id and retries on the next stream when one breaks.
+
+const (
+	// handshakeTimeout bounds the wait for Welcome on a new stream.
+	handshakeTimeout = 10 * time.Second
+	// stableStream is how long a stream must live for the reconnect backoff
+	// to start over.
+	stableStream = 5 * time.Second
+)
+
+// stream is one Session stream and the requests waiting for its answers.
+type stream struct {
+	c      *Client
+	ss     tollgatev1.LimiterService_SessionClient
+	cancel context.CancelCauseFunc
+
+	sendMu sync.Mutex // serializes Send
+
+	mu      sync.Mutex
+	pending map[uint64]*call // nil once the stream is broken
+	err     error            // why it broke; set with pending = nil
+}
+
+// call is one request waiting for its answer.
+type call struct {
+	ch        chan answer // buffered: receives exactly one answer unless abandoned
+	sentAt    time.Time   // just before the request was sent
+	acquire   bool        // an acquire: the reader turns a grant into a *Lease
+	abandoned bool        // the caller went away; drop the answer (guarded by stream.mu)
+}
+
+// answer is what a call gets: the server's response (possibly a
+// SessionError), or err when the stream broke first.
+type answer struct {
+	resp   *tollgatev1.SessionResponse
+	lease  *Lease    // a granted acquire
+	sentAt time.Time // when the answered request was sent
+	err    error
+}
+
+// brokenError says that a stream broke before a request was answered; the
+// request may or may not have reached the server. roundTrip retries it.
+type brokenError struct{ cause error }
+
+func (e *brokenError) Error() string { return "session stream broke: " + e.cause.Error() }
+func (e *brokenError) Unwrap() error { return e.cause }
+
+// op describes a request for roundTrip.
+type op struct {
+	// build returns the request for attempt number n (0 first), once a
+	// stream is there to send it on; it may recompute durations, or fail
+	// to stop retrying.
+	build func(n int) (*tollgatev1.SessionRequest, error)
+	// cancellable: send a CancelRequest when the caller goes away while the
+	// server may still be waiting (acquire, take).
+	cancellable bool
+	// acquire: the answer may carry a lease to hand to the caller, or to
+	// release if the caller went away.
+	acquire bool
+	// resetOnDeadline: a request unanswered at its context's deadline
+	// means the stream is dead (renew answers are immediate); reset it.
+	resetOnDeadline bool
+}
+
+// roundTrip sends the request that o builds on the Client's stream and
+// returns its answer. A SessionError answer is returned as an *Error. When
+// the stream breaks first, or the server answers UNAVAILABLE, it retries on
+// the next stream for as long as ctx allows. It returns ctx.Err() when ctx
+// ends first and ErrClosed when the Client is closed.
+func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
+	for n := 0; ; n++ {
+		st, err := c.current(ctx)
+		if err != nil {
+			return answer{}, err
+		}
+		req, err := o.build(n)
+		if err != nil {
+			return answer{}, err
+		}
+		a, err := st.do(ctx, req, o)
+		var be *brokenError
+		switch {
+		case errors.As(err, &be):
+			if ctx.Err() != nil {
+				return answer{}, ctx.Err()
+			}
+			c.log.Debug("tollgate: retrying a request on a new session stream", "err", err)
+			continue // current waits for the next stream
+		case err != nil:
+			return a, err
+		}
+		se := a.resp.GetError()
+		if se == nil {
+			return a, nil
+		}
+		e := fromSessionError(se)
+		if e.Code != codes.Unavailable {
+			return a, e
+		}
+		c.log.Debug("tollgate: server unavailable; retrying", "err", e)
+		if err := pause(ctx, c.ctx, retryDelay(n)); err != nil {
+			return answer{}, err
+		}
+	}
+}
+
+// retryDelay is the pause before retry number n+1 of a request the server
+// answered UNAVAILABLE: 25ms doubling up to 1s.
+func retryDelay(n int) time.Duration {
+	return min(25*time.Millisecond<<min(n, 6), time.Second)
+}
+
+// pause sleeps for d unless ctx or closed ends first, returning its error
+// (or ErrClosed).
+func pause(ctx, closed context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-closed.Done():
+		return ErrClosed
+	}
+}
+
+// current returns the live stream, starting the session loop on first use
+// and waiting for a stream while ctx allows.
+func (c *Client) current(ctx context.Context) (*stream, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if !c.started {
+			c.started = true
+			c.wg.Add(1)
+			go c.run()
+		}
+		st, ready := c.cur, c.ready
+		c.mu.Unlock()
+		if st != nil {
+			return st, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			return nil, ErrClosed
+		}
+	}
+}
+
+// run keeps a Session stream open until the Client is closed.
+func (c *Client) run() {
+	defer c.wg.Done()
+	var attempt int
+	for c.ctx.Err() == nil {
+		st, err := c.open()
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("tollgate: cannot open session stream", "err", err)
+		} else {
+			started := time.Now()
+			c.publish(st)
+			err = st.readLoop()
+			c.unpublish(st, err)
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("tollgate: session stream broke; reconnecting", "err", err)
+			if time.Since(started) >= stableStream {
+				attempt = 0
+			}
+		}
+		if pause(c.ctx, c.ctx, reconnectDelay(attempt)) != nil {
+			return
+		}
+		attempt++
+	}
+}
+
+// reconnectDelay is the pause before reconnect number n+1: 50ms doubling
+// up to 2s, with ±20% jitter.
+func reconnectDelay(n int) time.Duration {
+	d := min(50*time.Millisecond<<min(n, 6), 2*time.Second)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// open opens a Session stream (waiting for a connection as long as the
+// Client lives) and exchanges Hello and Welcome.
+func (c *Client) open() (*stream, error) {
+	ctx, cancel := context.WithCancelCause(c.ctx)
+	ss, err := c.stub.Session(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		cancel(err)
+		return nil, err
+	}
+	id := c.nextID.Add(1)
+	hello := &tollgatev1.SessionRequest{RequestId: id, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: c.clientID}}}
+	if err := ss.Send(hello); err != nil {
+		_, err = ss.Recv() // the real error
+		cancel(err)
+		return nil, err
+	}
+	t := time.AfterFunc(handshakeTimeout, func() {
+		cancel(fmt.Errorf("no Welcome within %v", handshakeTimeout))
+	})
+	resp, err := ss.Recv()
+	t.Stop()
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && c.ctx.Err() == nil {
+			err = cause
+		}
+		cancel(err)
+		return nil, err
+	}
+	if se := resp.GetError(); se != nil {
+		err := fromSessionError(se)
+		cancel(err)
+		return nil, fmt.Errorf("hello refused: %w", err)
+	}
+	if resp.GetWelcome() == nil || resp.GetRequestId() != id {
+		err := fmt.Errorf("protocol error: expected Welcome to request %d, got %T for request %d", id, resp.GetKind(), resp.GetRequestId())
+		cancel(err)
+		return nil, err
+	}
+	return &stream{
+		c:       c,
+		ss:      ss,
+		cancel:  cancel,
+		pending: make(map[uint64]*call),
+	}, nil
+}
+
+// publish makes st the live stream and asks every lease to renew on it at
+// once, so the server reports their events here.
+func (c *Client) publish(st *stream) {
+	c.mu.Lock()
+	c.cur = st
+	close(c.ready)
+	leases := make([]*Lease, 0, len(c.leases))
+	for _, l := range c.leases {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+	for _, l := range leases {
+		l.kickRenew()
+	}
+}
+
+// unpublish retires a broken stream and fails the requests waiting on it.
+func (c *Client) unpublish(st *stream, cause error) {
+	c.mu.Lock()
+	if c.cur == st {
+		c.cur = nil
+		c.ready = make(chan struct{})
+	}
+	c.mu.Unlock()
+	var err error = &brokenError{cause: cause}
+	if c.ctx.Err() != nil {
+		err = ErrClosed
+	}
+	st.fail(err)
+}
+
+// readLoop dispatches answers and events until the stream breaks, and
+// returns why.
+func (st *stream) readLoop() error {
+	for {
+		resp, err := st.ss.Recv()
+		if err != nil {
+			return err
+		}
+		st.dispatch(resp)
+	}
+}
+
+// dispatch hands an answer to its call, or an event to its lease.
+func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
+	id := resp.GetRequestId()
+	if id == 0 {
+		if ev := resp.GetEvent(); ev != nil {
+			st.c.leaseEvent(ev)
+		}
+		return
+	}
+	st.mu.Lock()
+	cl := st.pending[id]
+	delete(st.pending, id)
+	abandoned := cl != nil && cl.abandoned
+	st.mu.Unlock()
+	if cl == nil {
+		st.c.log.Debug("tollgate: answer to an unknown request", "request_id", id)
+		return
+	}
+	a := answer{resp: resp, sentAt: cl.sentAt}
+	if g := resp.GetAcquire().GetLease(); g != nil && cl.acquire {
+		if abandoned {
+			st.c.releaseOrphan(g.GetPool(), g.GetId())
+			return
+		}
+		a.lease = st.c.newLease(g, cl.sentAt, time.Now())
+	}
+	if !abandoned {
+		cl.ch <- a
+	}
+}
+
+// fail marks the stream broken with err, answers every waiting call with
+// it, and ends the gRPC stream.
+func (st *stream) fail(err error) {
+	st.mu.Lock()
+	pending := st.pending
+	st.pending, st.err = nil, err
+	st.mu.Unlock()
+	for _, cl := range pending {
+		if !cl.abandoned {
+			cl.ch <- answer{err: err}
+		}
+	}
+	st.cancel(err)
+}
+
+// reset ends the stream (the session loop then reconnects).
+func (st *stream) reset(cause error) { st.cancel(cause) }
+
+// send sends one request.
+func (st *stream) send(req *tollgatev1.SessionRequest) error {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	return st.ss.Send(req)
+}
+
+// do sends req and waits for its answer, the stream's end, or ctx's end.
+// When ctx ends first the request is abandoned (and cancelled on the
+// server if o.cancellable) and ctx.Err() is returned; a lease granted to an
+// abandoned acquire is released in the background.
+func (st *stream) do(ctx context.Context, req *tollgatev1.SessionRequest, o op) (answer, error) {
+	id := st.c.nextID.Add(1)
+	req.RequestId = id
+	cl := &call{ch: make(chan answer, 1), acquire: o.acquire, sentAt: time.Now()}
+	st.mu.Lock()
+	if st.pending == nil {
+		err := st.err
+		st.mu.Unlock()
+		return answer{}, err
+	}
+	st.pending[id] = cl
+	st.mu.Unlock()
+	if err := st.send(req); err != nil {
+		// The stream is broken; the reader notices and answers cl.
+		st.reset(err)
+	}
+	select {
+	case a := <-cl.ch:
+		return a, a.err
+	case <-ctx.Done():
+	}
+	st.mu.Lock()
+	_, waiting := st.pending[id]
+	if waiting {
+		cl.abandoned = true
+	}
+	st.mu.Unlock()
+	if !waiting {
+		// Answered (or failed) meanwhile: the answer is on its way; use it.
+		a := <-cl.ch
+		return a, a.err
+	}
+	if o.cancellable {
+		cancel := &tollgatev1.SessionRequest{RequestId: st.c.nextID.Add(1), Kind: &tollgatev1.SessionRequest_Cancel{Cancel: &tollgatev1.CancelRequest{RequestId: id}}}
+		if err := st.send(cancel); err != nil {
+			st.reset(err)
+		}
+	}
+	if o.resetOnDeadline && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		st.reset(errors.New("a renew was not answered before its lease's local deadline"))
+	}
+	return answer{}, ctx.Err()
+}
+
+// releaseOrphan releases, in the background, a lease granted to an acquire
+// whose caller had gone away.
+func (c *Client) releaseOrphan(pool, id string) {
+	c.goBackground(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+		defer cancel()
+		_, err := c.roundTrip(ctx, releaseOp(pool, id))
+		c.log.Debug("tollgate: released a lease granted after its caller went away", "pool", pool, "lease_id", id, "err", err)
+	})
+}
+
+// releaseOp is a release of lease id of pool.
+func releaseOp(pool, id string) op {
+	return op{build: func(int) (*tollgatev1.SessionRequest, error) {
+		return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Release{Release: &tollgatev1.ReleaseRequest{Pool: pool, LeaseId: id}}}, nil
+	}}
+}

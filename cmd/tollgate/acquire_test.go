@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// startAcquire runs "tollgate acquire args..." in the background until
+// ctx ends; it returns the command's output and a channel of its cliResult.
+func startAcquire(t *testing.T, ctx context.Context, addr string, args ...string) (*cliBuffer, <-chan int) {
+	t.Helper()
+	var stdout, stderr cliBuffer
+	done := make(chan int, 1)
+	go func() {
+		args := append([]string{"--server", addr, "acquire"}, args...)
+		code := run(ctx, args, &stdout, &stderr, func(string) string { return "" })
+		if code != 0 {
+			t.Logf("acquire stderr: %s", stderr.String())
+		}
+		done <- code
+	}()
+	return &stdout, done
+}
+
+func waitOutput(t *testing.T, out *cliBuffer, done <-chan int, want string) {
+	t.Helper()
+	deadline := time.Now().Add(cliWaitLimit)
+	for !strings.Contains(out.String(), want) {
+		select {
+		case code := <-done:
+			t.Fatalf("acquire exited (%d) before printing %q:\n%s", code, want, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in output:\n%s", want, out.String())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestAcquireHoldsUntilInterrupted(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 3})
+
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	out, done := startAcquire(t, ctx, ts.addr, "db", "--weight", "2", "--ttl", "1m", "--priority", "3", "--description", "cli test")
+	waitOutput(t, out, done, "acquired lease ")
+	if !strings.Contains(out.String(), "fencing_token=1 weight=2 expires ") {
+		t.Fatalf("acquire output:\n%s", out.String())
+	}
+	if st := ts.info(t, "db").Status; st.Held != 2 {
+		t.Fatalf("held %d while acquire runs", st.Held)
+	}
+	runCLI(t, ts.addr, "acquire", "db", "--try", "--weight", "2").mustFail(t, 1, "(RESOURCE_EXHAUSTED NO_CAPACITY)")
+
+	interrupt() // Ctrl-C
+	if code := <-done; code != 0 {
+		t.Fatalf("acquire exited %d after Ctrl-C", code)
+	}
+	if !strings.Contains(out.String(), "released lease 1\n") {
+		t.Fatalf("acquire output:\n%s", out.String())
+	}
+	if st := ts.info(t, "db").Status; st.Held != 0 || st.Released != 1 {
+		t.Fatalf("after Ctrl-C: held %d, released %d", st.Held, st.Released)
+	}
+}
+
+func TestAcquireReportsLoss(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+
+	var stdout, stderr cliBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"--server", ts.addr, "acquire", "db", "--ttl", "1m"}, &stdout, &stderr, func(string) string { return "" })
+	}()
+	waitOutput(t, &stdout, done, "acquired lease ")
+	ts.clock.Advance(2 * time.Minute) // the server expires it
+	if code := <-done; code != 1 {
+		t.Fatalf("acquire of a lost lease exited %d", code)
+	}
+	r := cliResult{stdout.String(), stderr.String(), 1}
+	r.mustFail(t, 1, "lease lost", "(NOT_FOUND LEASE_EXPIRED)")
+	if strings.Count(r.stderr, "tollgate: ") != 1 {
+		t.Fatalf("stderr repeats the prefix: %q", r.stderr)
+	}
+}
+
+func TestAcquireCommandErrors(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	runCLI(t, ts.addr, "acquire", "nope").mustFail(t, 1, "(NOT_FOUND POOL_NOT_FOUND)")
+	runCLI(t, ts.addr, "acquire", "db", "--weight", "2").mustFail(t, 1, "INVALID_ARGUMENT")
+	runCLI(t, ts.addr, "acquire", "db", "--ttl", "1ms").mustFail(t, 1, "INVALID_ARGUMENT")
+
+	// A wait that is given up (Ctrl-C) leaves no waiter.
+	if _, err := ts.srv.Engine().Acquire(t.Context(), limiter.AcquireRequest{Pool: "db", Weight: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	_, done := startAcquire(t, ctx, ts.addr, "db")
+	deadline := time.Now().Add(cliWaitLimit)
+	for ts.info(t, "db").Status.Waiting != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("acquire never waited")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	interrupt()
+	if code := <-done; code != 1 {
+		t.Fatalf("interrupted wait exited %d", code)
+	}
+	for ts.info(t, "db").Status.Waiting != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter stayed")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

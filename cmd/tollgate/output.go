@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// printer writes command results as text for people, or as protojson.
+type printer struct {
+	w    io.Writer
+	json bool
+}
+
+// message prints m as indented protojson.
+func (p *printer) message(m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(p.w, "%s\n", b)
+	return err
+}
+
+// pool prints a pool (and its status, if not nil); with -o json it prints
+// resp, the whole response message.
+func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1.PoolStatus) error {
+	if p.json {
+		return p.message(resp)
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	row("name", pool.GetName())
+	if pool.GetDescription() != "" {
+		row("description", pool.GetDescription())
+	}
+	row("concurrency_limit", orNone(pool.GetConcurrencyLimit() != 0, strconv.FormatInt(pool.GetConcurrencyLimit(), 10)))
+	row("rate", orNone(pool.GetRate() != 0, strconv.FormatFloat(pool.GetRate(), 'g', -1, 64)+"/s"))
+	if pool.GetRate() != 0 {
+		row("burst", pool.GetBurst())
+	}
+	row("default_lease_ttl", duration(pool.GetDefaultLeaseTtl()))
+	row("max_lease_ttl", duration(pool.GetMaxLeaseTtl()))
+	row("max_waiters", pool.GetMaxWaiters())
+	row("create_time", timestamp(pool.GetCreateTime()))
+	row("update_time", timestamp(pool.GetUpdateTime()))
+	if st != nil {
+		held := strconv.FormatInt(st.GetHeld(), 10)
+		if pool.GetConcurrencyLimit() != 0 {
+			held += " of " + strconv.FormatInt(pool.GetConcurrencyLimit(), 10)
+		}
+		row("held", held)
+		row("leases", st.GetLeases())
+		row("waiting", fmt.Sprintf("%d (weight %d)", st.GetWaiting(), st.GetWaitingWeight()))
+		row("granted", st.GetGranted())
+		row("released", st.GetReleased())
+		row("expired", st.GetExpired())
+		row("rejected", st.GetRejected())
+		row("wait_timeouts", st.GetWaitTimeouts())
+		row("canceled", st.GetCanceled())
+		if pool.GetRate() != 0 {
+			row("tokens_granted", st.GetTokensGranted())
+			row("tokens_available", strconv.FormatFloat(st.GetTokensAvailable(), 'f', 2, 64))
+		}
+		row("last_fencing_token", st.GetLastFencingToken())
+	}
+	return tw.Flush()
+}
+
+// pools prints a table of pools, or with -o json, resp.
+func (p *printer) pools(resp *tollgatev1.ListPoolsResponse) error {
+	if p.json {
+		return p.message(resp)
+	}
+	if len(resp.GetPools()) == 0 {
+		_, err := fmt.Fprintln(p.w, "no pools")
+		return err
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tCONCURRENCY\tHELD\tLEASES\tWAITING\tRATE\tBURST\tTOKENS\tDESCRIPTION")
+	for i, pool := range resp.GetPools() {
+		var st *tollgatev1.PoolStatus
+		if i < len(resp.GetStatuses()) {
+			st = resp.GetStatuses()[i]
+		}
+		rate, burst, tokens := "-", "-", "-"
+		if pool.GetRate() != 0 {
+			rate = strconv.FormatFloat(pool.GetRate(), 'g', -1, 64) + "/s"
+			burst = strconv.FormatInt(pool.GetBurst(), 10)
+			tokens = strconv.FormatFloat(st.GetTokensAvailable(), 'f', 1, 64)
+		}
+		conc := "-"
+		if pool.GetConcurrencyLimit() != 0 {
+			conc = strconv.FormatInt(pool.GetConcurrencyLimit(), 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", pool.GetName(), conc, st.GetHeld(), st.GetLeases(), st.GetWaiting(), rate, burst, tokens, pool.GetDescription())
+	}
+	return tw.Flush()
+}
+
+func orNone(set bool, v string) string {
+	if !set {
+		return "none"
+	}
+	return v
+}
+
+func duration(d *durationpb.Duration) string {
+	if d == nil {
+		return "-"
+	}
+	return d.AsDuration().String()
+}
+
+func timestamp(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return "-"
+	}
+	return t.AsTime().Local().Format(time.RFC3339)
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// poolFlags are the pool settings of pool create and pool update.
+type poolFlags struct {
+	concurrency int64
+	rate        float64
+	burst       int64
+	ttl         time.Duration
+	maxTTL      time.Duration
+	maxWaiters  int64
+	description string
+}
+
+// poolFlagFields maps each pool flag to the Pool field it sets (the
+// update_mask path).
+var poolFlagFields = []struct{ flag, field string }{
+	{"description", "description"},
+	{"concurrency", "concurrency_limit"},
+	{"rate", "rate"},
+	{"burst", "burst"},
+	{"ttl", "default_lease_ttl"},
+	{"max-ttl", "max_lease_ttl"},
+	{"max-waiters", "max_waiters"},
+}
+
+func (p *poolFlags) register(f *pflag.FlagSet) {
+	f.Int64Var(&p.concurrency, "concurrency", 0, "concurrency limit: most permit weight held at once (0: none)")
+	f.Float64Var(&p.rate, "rate", 0, "rate limit in tokens per second (0: none)")
+	f.Int64Var(&p.burst, "burst", 0, "token bucket size (0: one second of tokens, at least 1)")
+	f.DurationVar(&p.ttl, "ttl", 0, "default lease TTL, such as 15s (0: 15s)")
+	f.DurationVar(&p.maxTTL, "max-ttl", 0, "longest TTL an acquire or renew may ask for (0: 5m)")
+	f.Int64Var(&p.maxWaiters, "max-waiters", 0, "most acquires waiting in the queue (0: 1024)")
+	f.StringVar(&p.description, "description", "", "note for operators")
+}
+
+// pool returns the Pool named name with the values of the flags given on
+// the command line, and the update_mask paths of those flags.
+func (p *poolFlags) pool(f *pflag.FlagSet, name string) (*tollgatev1.Pool, []string) {
+	pool := &tollgatev1.Pool{Name: name}
+	var paths []string
+	for _, ff := range poolFlagFields {
+		if !f.Changed(ff.flag) {
+			continue
+		}
+		paths = append(paths, ff.field)
+		switch ff.flag {
+		case "description":
+			pool.Description = p.description
+		case "concurrency":
+			pool.ConcurrencyLimit = p.concurrency
+		case "rate":
+			pool.Rate = p.rate
+		case "burst":
+			pool.Burst = p.burst
+		case "ttl":
+			pool.DefaultLeaseTtl = durationpb.New(p.ttl)
+		case "max-ttl":
+			pool.MaxLeaseTtl = durationpb.New(p.maxTTL)
+		case "max-waiters":
+			pool.MaxWaiters = p.maxWaiters
+		}
+	}
+	return pool, paths
+}
+
+// adminCall dials --server and runs f with an AdminService client and a
+// context bounded by --timeout.
+func (g *globals) adminCall(cmd *cobra.Command, f func(ctx context.Context, adm tollgatev1.AdminServiceClient) error) error {
+	c, err := g.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+	defer cancel()
+	return f(ctx, tollgatev1.NewAdminServiceClient(c.Conn()))
+}
+
+func newPoolCmd(g *globals) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "pool",
+		Short: "Create, inspect, change and delete pools",
+		Long: `Create, inspect, change and delete pools: the named things Tollgate protects,
+each with a concurrency limit, a rate limit, or both.
+
+Output is readable text; -o json prints the API's messages as JSON.`,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := cmd.Root().PersistentPreRunE(cmd, args); err != nil {
+				return err
+			}
+			if format != "text" && format != "json" {
+				return usageErrorf("-o %q is not an output format; use text or json", format)
+			}
+			return nil
+		},
+	}
+	cmd.PersistentFlags().StringVarP(&format, "output", "o", "text", "output format: text or json")
+	out := func(cmd *cobra.Command) *printer { return &printer{w: cmd.OutOrStdout(), json: format == "json"} }
+
+	cmd.AddCommand(
+		newPoolCreateCmd(g, out),
+		newPoolGetCmd(g, out),
+		newPoolListCmd(g, out),
+		newPoolUpdateCmd(g, out),
+		newPoolDeleteCmd(g, out),
+	)
+	return cmd
+}
+
+func newPoolCreateCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Command {
+	var pf poolFlags
+	cmd := &cobra.Command{
+		Use:   "create NAME [flags]",
+		Short: "Create a pool",
+		Long: `Create a pool named NAME (1 to 128 characters of [A-Za-z0-9._:/-]) with a
+concurrency limit (--concurrency), a rate limit (--rate, --burst), or both.
+Settings not given take the server's defaults; the pool is printed as stored.`,
+		Example: `  tollgate pool create orders-db --concurrency 20 --description "primary database"
+  tollgate pool create api.github.com --rate 80 --burst 100
+  tollgate pool create gpu --concurrency 8 --ttl 1m --max-ttl 1h --max-waiters 100`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pool, _ := pf.pool(cmd.Flags(), args[0])
+			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
+				resp, err := adm.CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: pool})
+				if err != nil {
+					return err
+				}
+				return out(cmd).pool(resp, resp.GetPool(), nil)
+			})
+		},
+	}
+	pf.register(cmd.Flags())
+	return cmd
+}
+
+func newPoolGetCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a pool's configuration and live status",
+		Long: `Show the configuration of pool NAME (with defaults filled in) and its live
+status: permits held, leases, waiters, counters since the server started,
+tokens available and the last fencing token issued.`,
+		Example: `  tollgate pool get orders-db
+  tollgate pool get orders-db -o json`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
+				resp, err := adm.GetPool(ctx, &tollgatev1.GetPoolRequest{Name: args[0]})
+				if err != nil {
+					return err
+				}
+				return out(cmd).pool(resp, resp.GetPool(), resp.GetStatus())
+			})
+		},
+	}
+}
+
+func newPoolListCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List pools with their limits and use",
+		Long: `List every pool in name order, with its limits and what is held and waiting
+now. With -o json, all pages are printed as one ListPoolsResponse.`,
+		Example: `  tollgate pool list
+  tollgate pool list -o json`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
+				all := &tollgatev1.ListPoolsResponse{}
+				req := &tollgatev1.ListPoolsRequest{PageSize: 1000}
+				for {
+					resp, err := adm.ListPools(ctx, req)
+					if err != nil {
+						return err
+					}
+					all.Pools = append(all.Pools, resp.GetPools()...)
+					all.Statuses = append(all.Statuses, resp.GetStatuses()...)
+					if resp.GetNextPageToken() == "" {
+						break
+					}
+					req.PageToken = resp.GetNextPageToken()
+				}
+				return out(cmd).pools(all)
+			})
+		},
+	}
+}
+
+func newPoolUpdateCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Command {
+	var pf poolFlags
+	cmd := &cobra.Command{
+		Use:   "update NAME [flags]",
+		Short: "Change a pool's settings, live",
+		Long: `Change the settings of pool NAME that are given as flags; the others keep
+their values. A flag given as 0 (or "") resets that setting to its default.
+
+Raising --concurrency admits waiters at once; lowering it blocks new grants
+until the held weight is under the new limit (held leases continue).`,
+		Example: `  tollgate pool update orders-db --concurrency 30
+  tollgate pool update api.github.com --rate 50 --burst 0`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pool, paths := pf.pool(cmd.Flags(), args[0])
+			if len(paths) == 0 {
+				return usageErrorf("nothing to update: give at least one of --concurrency, --rate, --burst, --ttl, --max-ttl, --max-waiters, --description")
+			}
+			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
+				resp, err := adm.UpdatePool(ctx, &tollgatev1.UpdatePoolRequest{Pool: pool, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}})
+				if err != nil {
+					return err
+				}
+				return out(cmd).pool(resp, resp.GetPool(), nil)
+			})
+		},
+	}
+	pf.register(cmd.Flags())
+	return cmd
+}
+
+func newPoolDeleteCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a pool",
+		Long: `Delete pool NAME. A pool whose leases are held is only deleted with --force;
+then its leases end (their holders are told at once, or at their next renew)
+and its waiters fail.`,
+		Example: `  tollgate pool delete orders-db
+  tollgate pool delete orders-db --force`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
+				resp, err := adm.DeletePool(ctx, &tollgatev1.DeletePoolRequest{Name: args[0], Force: force})
+				if err != nil {
+					return err
+				}
+				p := out(cmd)
+				if p.json {
+					return p.message(resp)
+				}
+				_, err = fmt.Fprintf(p.w, "deleted pool %s\n", args[0])
+				return err
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "delete even while leases are held, ending them")
+	return cmd
+}

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+func TestTakeCommand(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "api", Rate: 10, Burst: 3})
+	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+
+	r := runCLI(t, ts.addr, "take", "api", "-n", "2").mustSucceed(t)
+	if !strings.HasPrefix(r.stdout, "took 2 tokens from api") {
+		t.Fatalf("take output %q", r.stdout)
+	}
+	r = runCLI(t, ts.addr, "take", "api").mustSucceed(t)
+	if !strings.HasPrefix(r.stdout, "took 1 token from api") {
+		t.Fatalf("take output %q", r.stdout)
+	}
+	runCLI(t, ts.addr, "take", "api").mustFail(t, 1, "(RESOURCE_EXHAUSTED RATE_LIMITED)")
+	runCLI(t, ts.addr, "take", "api", "-n", "4").mustFail(t, 1, "INVALID_ARGUMENT")
+	runCLI(t, ts.addr, "take", "db").mustFail(t, 1, "(FAILED_PRECONDITION NO_RATE_LIMIT)")
+	runCLI(t, ts.addr, "take", "nope").mustFail(t, 1, "(NOT_FOUND POOL_NOT_FOUND)")
+	if st := ts.info(t, "api").Status; st.TokensGranted != 3 {
+		t.Fatalf("tokens granted %d", st.TokensGranted)
+	}
+}
