@@ -48,7 +48,7 @@ func (e *Error) Error() string {
 	if msg == "" {
 		msg = "error"
 	}
-	if e.Reason == "" {
+	if e.Reason == "" || e.Reason == CodeName(e.Code) {
 		return fmt.Sprintf("%s (%s)", msg, CodeName(e.Code))
 	}
 	return fmt.Sprintf("%s (%s %s)", msg, CodeName(e.Code), e.Reason)
