@@ -26,7 +26,9 @@ import (
 //
 // Errors: ErrPoolNotFound, ErrInvalidArgument (bad weight, TTL or wait
 // timeout), ErrQueueFull, ErrWaitTimeout, ErrLimitBelowWeight,
-// ErrPoolDeleted, ErrTooManyRequests (as *Error), ctx.Err(), ErrClosed.
+// ErrPoolDeleted, ErrTooManyRequests (as *Error), ctx.Err(), ErrClosed, and
+// ErrUnavailable under a policy that does not wait for an unreachable
+// server (see UnavailablePolicy).
 func (c *Client) Acquire(ctx context.Context, pool string, opts ...AcquireOption) (*Lease, error) {
 	return c.acquire(ctx, pool, false, opts)
 }
@@ -46,8 +48,9 @@ func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []Acqu
 	}
 	start := time.Now()
 	a, err := c.roundTrip(ctx, op{
-		cancellable: !try,
-		acquire:     true,
+		cancellable:       !try,
+		acquire:           true,
+		failIfUnreachable: c.settings.unavailable.failsWhenUnreachable(),
 		build: func(n int) (*tollgatev1.SessionRequest, error) {
 			req := &tollgatev1.AcquireRequest{
 				Pool:        pool,
@@ -72,6 +75,7 @@ func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []Acqu
 			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Acquire{Acquire: req}}, nil
 		},
 	})
+	c.acquireDone(pool, try, start, err) // observer.go
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,13 @@
 // FencingToken in the protected system when a paused holder could outlive
 // its lease.
 //
+// Do runs one function under a lease. For many, a Group (Client.NewGroup)
+// runs tasks under the pool's global limit with a bound on this process's
+// goroutines; Map maps a slice; Wrap, Wrap1, Wrap2 and WrapR throttle an
+// existing function. WithUnavailablePolicy chooses what they do when the
+// server cannot be reached, and WithObserver measures them. The guide is
+// docs/client.md.
+//
 //	c, err := client.Dial("tollgate-1:7070,tollgate-2:7070")
 //	...
 //	defer c.Close()
@@ -60,6 +67,8 @@ type Client struct {
 	log      *slog.Logger
 	margin   time.Duration // fixed safety margin; used when marginSet
 	marginOK bool
+	settings settings // unavailable policy, observer, classifier: settings.go
+	rates    rates    // rate shares and outcome reports: share_limiter.go, outcome_report.go
 
 	// ctx is cancelled by Close; it is the parent of the Session stream and
 	// of every background goroutine.
@@ -105,6 +114,9 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
+	if err := o.settings.check(); err != nil {
+		return nil, err
+	}
 	grpcTarget, dialOpts, err := dialTarget(target)
 	if err != nil {
 		return nil, err
@@ -135,6 +147,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 		log:      o.logger,
 		margin:   o.margin,
 		marginOK: o.marginSet,
+		settings: o.settings,
 		ctx:      ctx,
 		cancel:   cancel,
 		ready:    make(chan struct{}),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Do acquires a lease from pool (as Acquire, with opts), runs fn with a
@@ -18,12 +19,26 @@ import (
 // server is unreachable) is logged, not returned: the lease was held while
 // fn ran, and the server frees it when its TTL passes.
 //
-// The release is made even when ctx has ended, bounded by 5s.
+// The release is made even when ctx has ended, bounded by 5s. It reports
+// the outcome of fn to the server, for the pool's adaptive limits: the
+// Client's Classifier (WithClassifier; DefaultClassifier: nil is a success,
+// context.DeadlineExceeded a timeout, a cancellation nothing, any other
+// error an error) applied to fn's error, with fn's duration as latency.
+//
+// fn's context carries the lease: LeaseFromContext returns it (for its
+// FencingToken). When the server cannot be reached and the Client's policy
+// is LocalLimitOnly, fn runs under the local limit only, without a lease
+// (see UnavailablePolicy). Each run is reported to the Client's Observer.
 func (c *Client) Do(ctx context.Context, pool string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
+	start := time.Now()
 	l, err := c.Acquire(ctx, pool, opts...)
 	if err != nil {
+		if c.settings.local != nil && errors.Is(err, ErrUnavailable) {
+			return c.doLocalOnly(ctx, pool, fn, opts, start, err) // fallback.go
+		}
 		return err
 	}
+	granted := time.Now()
 	lctx, cancel := l.Context(ctx)
 	defer cancel()
 	returned := false
@@ -32,9 +47,12 @@ func (c *Client) Do(ctx context.Context, pool string, fn func(ctx context.Contex
 			_ = l.releaseDetached(ctx)
 		}
 	}()
-	ferr := fn(lctx)
+	ferr := fn(withLease(lctx, l))
 	returned = true
-	rerr := l.releaseDetached(ctx)
+	took := time.Since(granted)
+	outcome := c.classify(ferr) // once: the release reports it (lease_outcome.go), the Observer sees it
+	rerr := l.releaseDetachedOutcome(ctx, outcome, took)
+	c.workDone(WorkEvent{Pool: pool, Wait: granted.Sub(start), Hold: time.Since(granted), Err: ferr, Outcome: outcome, LeaseLost: errors.Is(rerr, ErrLeaseLost)}) // observer.go
 	switch {
 	case ferr != nil:
 		return ferr

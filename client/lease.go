@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -32,6 +33,11 @@ type Lease struct {
 	weight int64
 	token  uint64
 	margin time.Duration
+	// As granted; sent with every renew so that a restarted server can
+	// re-adopt the lease (docs/recovery.md).
+	clientID    string
+	description string
+	priority    int32
 
 	// ctx is done when the lease has ended; its cause is the lease's Err.
 	ctx       context.Context
@@ -76,6 +82,7 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 		releaseMu: make(chan struct{}, 1),
 		ttl:       ttl,
 	}
+	l.clientID, l.description, l.priority = g.GetClientId(), g.GetDescription(), g.GetPriority()
 	base, next := sent, sent.Add(ttl/3)
 	if received.Sub(sent) > l.margin {
 		base, next = received, received
@@ -168,8 +175,14 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 // again to retry.
 //
 // Release waits for a connection while ctx allows; give it a deadline.
-// Concurrent calls are made one at a time.
+// Concurrent calls are made one at a time. ReleaseWithOutcome also reports
+// how the work ended (lease_outcome.go).
 func (l *Lease) Release(ctx context.Context) error {
+	return l.release(ctx, nil)
+}
+
+// release is Release, carrying out (nil: no outcome) to the server.
+func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
 	select {
 	case l.releaseMu <- struct{}{}:
 		defer func() { <-l.releaseMu }()
@@ -191,6 +204,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 
 	o := releaseOp(l.pool, l.id)
+	o.build = withOutcome(o.build, out) // lease_outcome.go
 	build := o.build
 	o.build = func(n int) (*tollgatev1.SessionRequest, error) {
 		retry = retry || n > 0
@@ -339,7 +353,13 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 	a, err := l.c.roundTrip(ctx, op{
 		resetOnDeadline: true,
 		build: func(int) (*tollgatev1.SessionRequest, error) {
-			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Renew{Renew: &tollgatev1.RenewRequest{Pool: l.pool, LeaseId: l.id}}}, nil
+			w := l.weight
+			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Renew{Renew: &tollgatev1.RenewRequest{
+				Pool: l.pool, LeaseId: l.id, Ttl: durationpb.New(l.TTL()),
+				// What the lease is, so that a server restarted since the
+				// grant re-adopts it (docs/recovery.md).
+				Weight: &w, ClientId: l.clientID, Description: l.description, Priority: l.priority,
+			}}}, nil
 		},
 	})
 	if err != nil {

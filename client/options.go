@@ -17,6 +17,7 @@ type options struct {
 	margin    time.Duration
 	marginSet bool
 	logger    *slog.Logger
+	settings  settings // settings.go
 }
 
 // WithClientID names the client to the server (shown to operators with its

@@ -80,6 +80,9 @@ type op struct {
 	// resetOnDeadline: a request unanswered at its context's deadline
 	// means the stream is dead (renew answers are immediate); reset it.
 	resetOnDeadline bool
+	// failIfUnreachable: give up with ErrUnavailable when the server
+	// cannot be reached, instead of waiting (unavailable.go).
+	failIfUnreachable bool
 }
 
 // roundTrip sends the request that o builds on the Client's stream and
@@ -89,7 +92,7 @@ type op struct {
 // ends first and ErrClosed when the Client is closed.
 func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 	for n := 0; ; n++ {
-		st, err := c.current(ctx)
+		st, err := c.currentFor(ctx, o)
 		if err != nil {
 			return answer{}, err
 		}
@@ -116,6 +119,9 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 		e := fromSessionError(se)
 		if e.Code != codes.Unavailable {
 			return a, e
+		}
+		if o.failIfUnreachable {
+			return a, unavailableAnswer(e)
 		}
 		c.log.Debug("tollgate: server unavailable; retrying", "err", e)
 		if err := pause(ctx, c.ctx, retryDelay(n)); err != nil {
@@ -272,6 +278,7 @@ func (c *Client) publish(st *stream) {
 	for _, l := range leases {
 		l.kickRenew()
 	}
+	c.kickShares() // share_events.go
 }
 
 // unpublish retires a broken stream and fails the requests waiting on it.
@@ -307,6 +314,9 @@ func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
 	if id == 0 {
 		if ev := resp.GetEvent(); ev != nil {
 			st.c.leaseEvent(ev)
+		}
+		if ev := resp.GetShareEvent(); ev != nil {
+			st.c.shareEvent(ev) // share_events.go
 		}
 		return
 	}

@@ -30,11 +30,13 @@ const MaxTakeWait = time.Hour
 //
 // Errors: ErrPoolNotFound, ErrNoRateLimit, ErrInvalidArgument (n < 1 or
 // above the pool's burst), ErrRateLimited (as *Error), ctx.Err(),
-// ErrClosed.
+// ErrClosed, and ErrUnavailable under a policy that does not wait for an
+// unreachable server (see UnavailablePolicy).
 func (c *Client) Take(ctx context.Context, pool string, n int64) error {
 	deadline, hasDeadline := ctx.Deadline()
 	_, err := c.roundTrip(ctx, op{
-		cancellable: true,
+		cancellable:       true,
+		failIfUnreachable: c.settings.unavailable.failsWhenUnreachable(),
 		build: func(int) (*tollgatev1.SessionRequest, error) {
 			wait := MaxTakeWait
 			if hasDeadline {

@@ -43,6 +43,13 @@ type PoolConfig struct {
 	MaxLeaseTTL time.Duration
 	// MaxWaiters bounds the wait queue; 0 means DefaultMaxWaiters.
 	MaxWaiters int64
+	// Adaptive configures adaptive limits from client feedback; off by
+	// default. See AdaptiveConfig (adaptive_config.go).
+	Adaptive AdaptiveConfig
+	// SafeRate is the rate, in tokens per second, that a holder of a rate
+	// share may use once its share has expired because it could not reach
+	// the server; 0 means stop. At most Rate. See shares.go.
+	SafeRate float64
 }
 
 // WithDefaults returns c with every zero optional field set to its default.
@@ -63,6 +70,7 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 	if c.MaxWaiters == 0 {
 		c.MaxWaiters = DefaultMaxWaiters
 	}
+	c.Adaptive = c.Adaptive.withDefaults(c.ConcurrencyLimit, c.Rate) // adaptive_config.go
 	return c
 }
 
@@ -90,8 +98,10 @@ func (c PoolConfig) Validate() error {
 		return errorf(ErrInvalidArgument, "pool %q: default_lease_ttl %v is out of range [%v, max_lease_ttl %v]", c.Name, c.DefaultLeaseTTL, MinLeaseTTL, c.MaxLeaseTTL)
 	case c.MaxWaiters < 0 || c.MaxWaiters > MaxWaitersLimit:
 		return errorf(ErrInvalidArgument, "pool %q: max_waiters %d is out of range [0, %d]", c.Name, c.MaxWaiters, MaxWaitersLimit)
+	case math.IsNaN(c.SafeRate) || c.SafeRate < 0 || c.SafeRate > c.Rate:
+		return errorf(ErrInvalidArgument, "pool %q: safe_rate %v is out of range [0, rate %v]", c.Name, c.SafeRate, c.Rate)
 	}
-	return nil
+	return c.Adaptive.validate(c.Name, c.ConcurrencyLimit, c.Rate) // adaptive_config.go
 }
 
 // ValidatePoolName returns an *Error with CodeInvalidArgument unless name is

@@ -19,6 +19,21 @@ type Options struct {
 	// a clock timer), and must not block for long or call back into the
 	// engine synchronously in a way that waits on that goroutine.
 	OnLeaseEnded func(LeaseEnded)
+	// Persister, if set, makes pool definitions and each pool's
+	// DurableState durable; a change becomes visible only once it is
+	// written (see persist.go). Nil keeps everything in memory.
+	Persister Persister
+	// HorizonSlack is how far ahead a pool's lease horizon is written; 0
+	// means DefaultHorizonSlack. See persist.go.
+	HorizonSlack time.Duration
+	// OnPoolEvent, if set, is called for every change of a pool's
+	// effective limits made by adaptive control (adaptive.go); and
+	// OnShareUpdate for every change to a rate share that its holder did
+	// not ask for (shares.go). Both are called like OnLeaseEnded: without
+	// engine locks held, from the goroutine that made the change, and must
+	// not block for long.
+	OnPoolEvent   func(PoolEvent)
+	OnShareUpdate func(ShareUpdate)
 }
 
 // Engine is the limiter: a set of named pools, each with a concurrency limit
@@ -29,6 +44,11 @@ type Options struct {
 type Engine struct {
 	clock        Clock
 	onLeaseEnded func(LeaseEnded)
+	persister    Persister     // nil: in memory only
+	horizonSlack time.Duration // see persist.go
+	// Callbacks of adaptive control and rate shares: poolevents.go.
+	onPoolEvent   func(PoolEvent)
+	onShareUpdate func(ShareUpdate)
 
 	pools  sync.Map // pool name -> *pool; read without locks on every call
 	closed atomic.Bool
@@ -42,7 +62,12 @@ func New(opts Options) *Engine {
 	if c == nil {
 		c = SystemClock{}
 	}
-	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, done: make(chan struct{})}
+	slack := opts.HorizonSlack
+	if slack <= 0 {
+		slack = DefaultHorizonSlack
+	}
+	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, done: make(chan struct{}),
+		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate}
 }
 
 // Clock returns the engine's clock.
@@ -99,7 +124,9 @@ func (e *Engine) notifyEnded(ended []LeaseEnded) {
 }
 
 // CreatePool creates a pool from cfg with defaults filled in and returns it.
-// Errors: ErrInvalidArgument (the message names the field), ErrPoolExists.
+// With a Persister, the pool is written before it becomes visible.
+// Errors: ErrInvalidArgument (the message names the field), ErrPoolExists,
+// ErrStorageFailed (nothing was created).
 func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -110,11 +137,15 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	if e.closed.Load() {
 		return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
 	}
-	now := e.clock.Now()
-	p := newPool(e, cfg, now)
-	if _, loaded := e.pools.LoadOrStore(cfg.Name, p); loaded {
+	if _, exists := e.pools.Load(cfg.Name); exists { // e.mu serializes every pool creation
 		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; change it with UpdatePool (tollgate pool update %s) or pick another name", cfg.Name, cfg.Name)
 	}
+	now := e.clock.Now()
+	p := newPool(e, cfg, now)
+	if err := p.persistCreateLocked(); err != nil { // durable before visible: persist.go
+		return PoolInfo{}, err
+	}
+	e.pools.Store(cfg.Name, p)
 	return p.infoLocked(now), nil
 }
 
@@ -167,15 +198,23 @@ func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 //   - a lower concurrency limit blocks new grants until the held weight is
 //     under it (held leases continue), and fails the waiters whose weight
 //     is above it with ErrLimitBelowWeight (likewise for a lower burst);
-//   - TTL changes apply to grants and renewals from now on.
+//   - TTL changes apply to grants and renewals from now on;
+//   - with adaptive control, an effective limit that was lowered stays
+//     lowered (within its new floor and configured value), and a change of
+//     the rate rebalances the rate shares (shrunk ones are pushed to
+//     OnShareUpdate; with no rate left, they are revoked): adaptive.go.
 //
 // update runs under the pool's lock and must not call the engine. The name
-// cannot change. Errors: ErrPoolNotFound, ErrInvalidArgument.
+// cannot change. With a Persister, the new configuration is written before
+// it becomes live. Errors: ErrPoolNotFound, ErrInvalidArgument,
+// ErrStorageFailed (nothing was changed).
 func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, error) {
 	p, err := e.lookup(name)
 	if err != nil {
 		return PoolInfo{}, err
 	}
+	var ob outbox // shares shrunk by a lower rate, pushed after unlocking: poolevents.go
+	defer func() { e.deliver(ob) }()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.deleted {
@@ -191,8 +230,13 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, er
 		return PoolInfo{}, err
 	}
 	now := e.clock.Now()
+	if err := p.persistConfigLocked(cfg, now); err != nil { // durable before visible: persist.go
+		return PoolInfo{}, err
+	}
+	old := p.cfg
 	p.cfg = cfg
 	p.updateTime = now
+	p.limitsChangedLocked(old, now) // effective limits and shares follow: adaptive.go
 	p.applyRateLocked(now)
 	p.failWaitersLocked(func(w *waiter) error {
 		if err := p.checkWeightLocked(w.req.Weight); err != nil {
@@ -201,13 +245,17 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, er
 		return nil
 	})
 	p.dispatchLocked(now)
+	ob = p.takeOutboxLocked()
 	return p.infoLocked(now), nil
 }
 
 // DeletePool removes a pool. Without force it refuses while leases are
 // held (ErrPoolBusy). With force, the held leases end (reported to
 // OnLeaseEnded with EndPoolDeleted). Either way, waiting acquires fail with
-// ErrPoolDeleted. Errors: ErrPoolNotFound, ErrPoolBusy.
+// ErrPoolDeleted, and its rate shares are revoked (reported to
+// OnShareUpdate). With a Persister, the deletion is written first.
+// Errors: ErrPoolNotFound, ErrPoolBusy, ErrStorageFailed (nothing was
+// deleted).
 func (e *Engine) DeletePool(name string, force bool) error {
 	p, err := e.lookup(name)
 	if err != nil {
@@ -223,6 +271,10 @@ func (e *Engine) DeletePool(name string, force bool) error {
 		p.mu.Unlock()
 		return errorf(ErrPoolBusy, "pool %q has %d live leases holding %d permits; release them, wait for them to expire, or delete with force to end them", name, n, held)
 	}
+	if err := p.persistDeleteLocked(); err != nil { // durable before visible: persist.go
+		p.mu.Unlock()
+		return err
+	}
 	e.pools.CompareAndDelete(name, p)
 	p.deleted = true
 	p.failWaitersLocked(func(*waiter) error {
@@ -236,9 +288,12 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	clear(p.leases)
 	p.expiry = nil
 	p.held = 0
+	p.endAllSharesLocked(ShareRevoked) // shares.go
 	p.stopTimersLocked()
+	ob := p.takeOutboxLocked()
 	p.mu.Unlock()
 	e.notifyEnded(ended)
+	e.deliver(ob)
 	return nil
 }
 
@@ -257,7 +312,11 @@ func (e *Engine) DeletePool(name string, force bool) error {
 // limit or burst, TTL out of range, client id or description too long);
 // ErrNoCapacity (NoWait); ErrQueueFull; ErrWaitTimeout (WaitTimeout passed,
 // or ctx's deadline); ErrCanceled (ctx cancelled); ErrLimitBelowWeight and
-// ErrPoolDeleted (the pool changed while waiting); ErrShuttingDown.
+// ErrPoolDeleted (the pool changed while waiting); ErrShuttingDown;
+// ErrRecovering (NoWait during the pool's recovery window after a restart,
+// see RestorePool; without NoWait the acquire waits for the window to end);
+// ErrStorageFailed (the token or expiry reservation could not be written;
+// nothing was granted).
 func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
 	if err := checkAcquireRequest(&req); err != nil {
 		return Lease{}, err
@@ -282,9 +341,15 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	now := e.clock.Now()
 	head, queued := p.waiters.top()
 	if (!queued || req.Priority > head.req.Priority) && p.admitLocked(req.Weight, now) {
-		l := p.grantLocked(&req, now)
+		l, err := p.grantLocked(&req, now)
 		p.mu.Unlock()
-		return l, nil
+		return l, err
+	}
+	if req.NoWait && p.recoveryBlocksLocked() { // after a restart: recovery.go
+		p.stats.Rejected++
+		err := p.recoveringErrLocked(now)
+		p.mu.Unlock()
+		return Lease{}, err
 	}
 	if req.NoWait {
 		p.stats.Rejected++
@@ -380,13 +445,19 @@ func (p *pool) timeOutWaiter(w *waiter) {
 func (p *pool) busyLocked(now time.Time) string {
 	s := ""
 	if p.cfg.ConcurrencyLimit > 0 {
-		s = "held " + itoa(p.held) + " of limit " + itoa(p.cfg.ConcurrencyLimit)
+		s = "held " + itoa(p.held) + " of limit " + itoa(p.ad.limit)
+		if p.ad.limit < p.cfg.ConcurrencyLimit { // adaptive.go
+			s += " (lowered from " + itoa(p.cfg.ConcurrencyLimit) + " by adaptive control)"
+		}
 	}
 	if p.bucket != nil {
 		if s != "" {
 			s += ", "
 		}
 		s += "tokens " + ftoa(p.bucket.TokensAt(now)) + " of burst " + itoa(p.cfg.Burst)
+	}
+	if p.recoveryBlocksLocked() { // recovery.go
+		s += ", recovering from a restart until " + p.rec.until.UTC().Format(time.RFC3339Nano)
 	}
 	return s + ", " + itoa(int64(len(p.waiters))) + " waiting"
 }
@@ -395,7 +466,9 @@ func (p *pool) busyLocked(now time.Time) string {
 // granting waiters they now fit. Errors: ErrPoolNotFound; ErrLeaseExpired
 // (it expired before the release, so the work ran unprotected at the end;
 // reported once the expiry has been processed); ErrLeaseNotFound (released
-// already, or never issued).
+// already, or never issued). During the pool's recovery window after a
+// restart, releasing a lease from before the restart that was not
+// re-adopted succeeds (see RestorePool).
 func (e *Engine) Release(pool string, token uint64) error {
 	p, err := e.lookup(pool)
 	if err != nil {
@@ -407,6 +480,10 @@ func (e *Engine) Release(pool string, token uint64) error {
 		return poolNotFound(pool)
 	}
 	l := p.leases[token]
+	if l == nil && p.releasePreRestartLocked(token) { // a lease from before a restart: recovery.go
+		p.mu.Unlock()
+		return nil
+	}
 	if l == nil {
 		err := p.missingLeaseErrLocked(token)
 		p.mu.Unlock()
@@ -428,9 +505,17 @@ func (e *Engine) Release(pool string, token uint64) error {
 // Renew extends a live lease to ttl from now (0: the TTL it has) and returns
 // it; a non-nil owner replaces the lease's Owner. A lease whose ExpireTime
 // has passed cannot be renewed, even if the expiry timer has not run yet.
+// It never re-adopts a lease from before a restart; RenewOrReadopt does.
 // Errors: ErrPoolNotFound; ErrLeaseExpired (the holder must stop);
-// ErrLeaseNotFound; ErrInvalidArgument (ttl out of range).
+// ErrLeaseNotFound; ErrInvalidArgument (ttl out of range);
+// ErrStorageFailed (the new expiry could not be reserved; the lease keeps
+// its old one).
 func (e *Engine) Renew(pool string, token uint64, ttl time.Duration, owner any) (Lease, error) {
+	return e.renew(pool, token, ttl, owner, nil)
+}
+
+// renew is Renew and, with a non-nil ra, RenewOrReadopt (recovery.go).
+func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, ra *Readopt) (Lease, error) {
 	if ttl < 0 {
 		return Lease{}, errorf(ErrInvalidArgument, "ttl %v is negative", ttl)
 	}
@@ -445,6 +530,17 @@ func (e *Engine) Renew(pool string, token uint64, ttl time.Duration, owner any) 
 	}
 	now := e.clock.Now()
 	l := p.leases[token]
+	if l == nil && ra != nil { // a lease from before a restart is re-adopted: recovery.go
+		nl, err := p.readoptLocked(token, ttl, ra, owner, now)
+		if err != nil || nl != nil {
+			var out Lease
+			if nl != nil {
+				out = nl.Lease
+			}
+			p.mu.Unlock()
+			return out, err
+		}
+	}
 	if l == nil || !l.ExpireTime.After(now) {
 		ended := p.expireDueLocked(now)
 		if len(ended) > 0 {
@@ -459,6 +555,10 @@ func (e *Engine) Renew(pool string, token uint64, ttl time.Duration, owner any) 
 		ttl = l.TTL
 	}
 	if ttl, err = p.resolveTTLLocked(ttl); err != nil {
+		p.mu.Unlock()
+		return Lease{}, err
+	}
+	if err := p.reserveLocked(now, now.Add(ttl)); err != nil { // durable horizon first: persist.go
 		p.mu.Unlock()
 		return Lease{}, err
 	}
@@ -512,6 +612,13 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 	now := e.clock.Now()
 	r := p.bucket.ReserveN(now, int(tokens))
 	delay := r.DelayFrom(now)
+	if delay > maxWait && p.noRefillLocked() { // rate shares hold the whole rate: shares_ops.go
+		r.CancelAt(now)
+		p.stats.Rejected++
+		err := p.noRefillErrLocked(tokens)
+		p.mu.Unlock()
+		return TakeResult{}, err
+	}
 	if delay > maxWait {
 		r.CancelAt(now)
 		p.stats.Rejected++

@@ -43,6 +43,10 @@ const (
 	ReasonNoRateLimit      Reason = "NO_RATE_LIMIT"      // Take on a pool that has no rate
 	ReasonRateLimited      Reason = "RATE_LIMITED"       // Take's tokens would not come within the wait limit
 	ReasonShuttingDown     Reason = "SHUTTING_DOWN"      // the engine is closed
+	// Reasons of persistence and the recovery window (persist.go, recovery.go).
+	ReasonStorageFailed     Reason = "STORAGE_FAILED"      // a change could not be made durable, so it was not made
+	ReasonRecovering        Reason = "RECOVERING"          // the pool is in its recovery window after a restart
+	ReasonLeaseNotReadopted Reason = "LEASE_NOT_READOPTED" // a lease from before a restart could not be re-adopted
 )
 
 // Error is the error every engine call returns. Match a kind of failure with
@@ -88,6 +92,15 @@ var (
 	ErrNoRateLimit      = &Error{Code: CodeFailedPrecondition, Reason: ReasonNoRateLimit}
 	ErrRateLimited      = &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited}
 	ErrShuttingDown     = &Error{Code: CodeUnavailable, Reason: ReasonShuttingDown}
+	// ErrStorageFailed: a Persister write failed; the change was not made.
+	ErrStorageFailed = &Error{Code: CodeUnavailable, Reason: ReasonStorageFailed}
+	// ErrRecovering: a no-wait acquire in a pool still in its recovery
+	// window; RetryAfter says when the window ends.
+	ErrRecovering = &Error{Code: CodeUnavailable, Reason: ReasonRecovering}
+	// ErrLeaseNotReadopted: a renew named a lease from before a restart
+	// that the engine could not take back (it would not fit under the
+	// limit, or the renew did not say the lease's weight).
+	ErrLeaseNotReadopted = &Error{Code: CodeNotFound, Reason: ReasonLeaseNotReadopted}
 )
 
 // errorf returns an *Error like kind with a formatted message.

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -56,8 +57,9 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 	if sum != p.held {
 		return fmt.Errorf("held %d but leases weigh %d", p.held, sum)
 	}
-	if lim := p.cfg.ConcurrencyLimit; lim > 0 && p.held > lim && p.held > prevHeld {
-		return fmt.Errorf("held %d over limit %d and grew from %d: a grant broke the limit", p.held, lim, prevHeld)
+	// The effective limit (adaptive.go) is what grants are checked against.
+	if lim := p.ad.limit; p.cfg.ConcurrencyLimit > 0 && p.held > lim && p.held > prevHeld {
+		return fmt.Errorf("held %d over effective limit %d (configured %d) and grew from %d: a grant broke the limit", p.held, lim, p.cfg.ConcurrencyLimit, prevHeld)
 	}
 	for i := 1; i < len(p.expiry); i++ {
 		if p.expiry[i].before(p.expiry[(i-1)/2]) {
@@ -77,10 +79,10 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 	if ww != p.waitingWeight {
 		return fmt.Errorf("waiting weight %d, counted %d", p.waitingWeight, ww)
 	}
-	if head, ok := p.waiters.top(); ok && p.cfg.ConcurrencyLimit > 0 && p.bucket == nil && p.held+head.req.Weight <= p.cfg.ConcurrencyLimit {
-		return fmt.Errorf("head waiter of weight %d fits (held %d, limit %d) but waits", head.req.Weight, p.held, p.cfg.ConcurrencyLimit)
+	if head, ok := p.waiters.top(); ok && p.cfg.ConcurrencyLimit > 0 && p.bucket == nil && p.held+head.req.Weight <= p.ad.limit && !p.recoveryBlocksLocked() {
+		return fmt.Errorf("head waiter of weight %d fits (held %d, effective limit %d) but waits", head.req.Weight, p.held, p.ad.limit)
 	}
-	return nil
+	return p.checkAdaptiveLocked(now) // effective limits and shares: adaptive_invariants_test.go
 }
 
 // TestRandomizedInvariants drives pools of every shape through thousands of
@@ -113,6 +115,11 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		{Name: "conc", ConcurrencyLimit: 5, MaxWaiters: 20},
 		{Name: "rate", Rate: 20, Burst: 4, MaxWaiters: 20},
 		{Name: "both", ConcurrencyLimit: 3, Rate: 10, Burst: 3, MaxWaiters: 20},
+		// Adaptive pools, fed random outcomes (adaptive_invariants_test.go).
+		{Name: "adapt", ConcurrencyLimit: 6, Rate: 40, Burst: 4, MaxWaiters: 20, Adaptive: AdaptiveConfig{Enabled: true,
+			Window: 2 * time.Second, MinSamples: 3, Cooldown: 300 * time.Millisecond, Interval: 200 * time.Millisecond, Increase: 0.2, LatencyTolerance: 2}},
+		{Name: "adapt-conc", ConcurrencyLimit: 8, MaxWaiters: 20, Adaptive: AdaptiveConfig{Enabled: true, Target: AdaptConcurrency,
+			Window: time.Second, MinSamples: 2, Cooldown: 100 * time.Millisecond, Interval: 100 * time.Millisecond}},
 	}
 	for _, c := range configs {
 		te.mustCreate(t, c)
@@ -127,6 +134,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		held    []heldLease
 		tokens  = map[string][]uint64{}
 		waiting []*pending
+		shares  []Share // rate shares the test holds (adaptive_invariants_test.go)
 	)
 	record := func(l Lease) {
 		held = append(held, heldLease{l.Pool, l.FencingToken})
@@ -165,7 +173,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 	for step := 0; step < steps; step++ {
 		cfg := configs[rng.IntN(len(configs))]
 		maxW := int64(3)
-		switch op := rng.IntN(100); {
+		switch op := rng.IntN(125); {
 		case op < 25: // try-acquire
 			l, err := te.Acquire(ctx, AcquireRequest{Pool: cfg.Name, Weight: 1 + rng.Int64N(maxW), NoWait: true, TTL: time.Duration(1+rng.IntN(10)) * time.Second})
 			if err == nil {
@@ -185,7 +193,16 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 			}
 		case op < 68: // release
 			if h, ok := takeHeld(); ok {
-				_ = te.Release(h.pool, h.token) // may have expired: that is fine
+				err := te.Release(h.pool, h.token) // may have expired: that is fine
+				if rng.IntN(2) == 0 && (err == nil || errors.Is(err, ErrLeaseExpired)) {
+					// ReleaseWithOutcome, in two steps: a waiter granted by the
+					// release must be checked before the outcome may cut the
+					// limit below it.
+					if err := te.checkInvariants(prevHeld); err != nil {
+						t.Fatalf("seed %d step %d: %v", seed, step, err)
+					}
+					_ = te.RecordOutcome(h.pool, randomOutcome(rng), time.Duration(rng.IntN(200))*time.Millisecond)
+				}
 			}
 		case op < 78: // renew
 			if h, ok := peekHeld(); ok {
@@ -201,14 +218,21 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 				if c.Rate > 0 {
 					c.Rate = float64(1 + rng.IntN(30))
 				}
+				if cfg.Adaptive.Enabled && rng.IntN(4) == 0 { // adaptive off, or back on with defaults
+					c.Adaptive = AdaptiveConfig{Enabled: !c.Adaptive.Enabled}
+				}
 			})
 			if err != nil {
 				t.Fatalf("step %d: update: %v", step, err)
 			}
-		default: // take tokens
+		case op < 100: // take tokens
 			if cfg.Rate > 0 {
 				_, _ = te.Take(ctx, cfg.Name, 1, 0)
 			}
+		case op < 112: // outcomes reported, mostly bad, for the adaptive pools
+			randomReports(te, rng, cfg.Name)
+		default: // rate shares
+			shares = randomShareOp(te, rng, cfg, shares)
 		}
 		collect()
 		if err := te.checkInvariants(prevHeld); err != nil {

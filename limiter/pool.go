@@ -13,13 +13,15 @@ import (
 // Invariants, true whenever mu is not held:
 //   - held is the sum of the weights of the leases in leases, and every
 //     lease in leases is in expiry and vice versa;
-//   - a grant is made only if held+weight <= ConcurrencyLimit (when set) and
-//     the bucket had the tokens at that instant (when there is a rate); held
-//     may exceed a limit only because the limit was lowered under it;
+//   - a grant is made only if held+weight <= the effective concurrency
+//     limit ad.limit (when the pool has a limit; adaptive.go) and the bucket
+//     had the tokens at that instant (when there is a rate); held may
+//     exceed the limit only because it was lowered under it;
 //   - every waiter in waiters is not done; a done waiter's ready is closed;
 //   - the head of waiters is not grantable now (dispatch ran after the last
 //     change that could make it so), and when it is blocked by the bucket
-//     alone, rateTimer is armed for when it could be;
+//     alone, rateTimer is armed for when it could be (unless shares hold
+//     the whole rate: a share that gives rate back dispatches);
 //   - if expiry is not empty, expiryTimer is armed at or before its
 //     earliest ExpireTime.
 type pool struct {
@@ -50,6 +52,13 @@ type pool struct {
 	rateAt      time.Time // when rateTimer fires; zero when not armed
 
 	stats PoolStatus // counters only; the gauges are computed by statusLocked
+
+	dur durable  // durable reservations of tokens and expiries: persist.go
+	rec recovery // recovery window after a restart: recovery.go
+
+	ad  adaptive   // effective limits and adaptive control: adaptive.go
+	shr shareTable // rate shares: shares.go
+	out outbox     // events for the engine's callbacks, sent after unlocking: poolevents.go
 }
 
 func newPool(e *Engine, cfg PoolConfig, now time.Time) *pool {
@@ -61,21 +70,24 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time) *pool {
 		updateTime: now,
 		leases:     make(map[uint64]*lease),
 	}
+	p.initAdaptiveLocked() // effective limits = configured: adaptive.go
 	p.applyRateLocked(now)
+	p.initDurableLocked(DurableState{TokenCeiling: minTokenBlock, TTLBound: cfg.MaxLeaseTTL}) // persist.go
 	return p
 }
 
-// applyRateLocked makes the bucket match cfg.Rate and cfg.Burst.
+// applyRateLocked makes the bucket match the effective rate, less the rate
+// granted as shares (exactRateLocked: shares.go), and cfg.Burst.
 func (p *pool) applyRateLocked(now time.Time) {
-	switch {
+	switch r := rate.Limit(p.exactRateLocked()); {
 	case p.cfg.Rate == 0:
 		p.bucket = nil
 		p.stopRateTimerLocked()
 	case p.bucket == nil:
-		p.bucket = rate.NewLimiter(rate.Limit(p.cfg.Rate), int(p.cfg.Burst))
-		p.bucket.SetLimitAt(now, rate.Limit(p.cfg.Rate)) // start the bucket's clock full at now
+		p.bucket = rate.NewLimiter(r, int(p.cfg.Burst))
+		p.bucket.SetLimitAt(now, r) // start the bucket's clock full at now
 	default:
-		p.bucket.SetLimitAt(now, rate.Limit(p.cfg.Rate))
+		p.bucket.SetLimitAt(now, r)
 		p.bucket.SetBurstAt(now, int(p.cfg.Burst))
 	}
 }
@@ -106,7 +118,10 @@ func (p *pool) resolveTTLLocked(ttl time.Duration) (time.Duration, error) {
 // admitLocked reports whether weight can be granted at now and, if so,
 // takes its tokens from the bucket. It does not look at the wait queue.
 func (p *pool) admitLocked(weight int64, now time.Time) bool {
-	if p.cfg.ConcurrencyLimit > 0 && p.held+weight > p.cfg.ConcurrencyLimit {
+	if p.cfg.ConcurrencyLimit > 0 && p.held+weight > p.ad.limit { // the effective limit: adaptive.go
+		return false
+	}
+	if p.recoveryBlocksLocked() { // after a restart, wait out the recovery window: recovery.go
 		return false
 	}
 	if p.bucket != nil {
@@ -120,8 +135,15 @@ func (p *pool) admitLocked(weight int64, now time.Time) bool {
 }
 
 // grantLocked creates a lease for req, which admitLocked has just admitted.
-func (p *pool) grantLocked(req *AcquireRequest, now time.Time) Lease {
+// It fails only when the token or expiry reservation cannot be written
+// (persist.go); then nothing is granted, and the rate tokens admitLocked
+// took stay spent (erring on the side of granting less).
+func (p *pool) grantLocked(req *AcquireRequest, now time.Time) (Lease, error) {
 	ttl := min(req.TTL, p.cfg.MaxLeaseTTL) // the maximum may have been lowered while req waited
+	if err := p.reserveLocked(now, now.Add(ttl)); err != nil {
+		p.stats.Rejected++
+		return Lease{}, err
+	}
 	p.lastToken++
 	l := &lease{
 		Lease: Lease{
@@ -142,7 +164,7 @@ func (p *pool) grantLocked(req *AcquireRequest, now time.Time) Lease {
 	p.held += req.Weight
 	p.stats.Granted++
 	p.armExpiryTimerLocked(l.ExpireTime, now)
-	return l.Lease
+	return l.Lease, nil
 }
 
 // removeLeaseLocked takes l out of the pool and frees its permits.
@@ -160,7 +182,8 @@ func (p *pool) dispatchLocked(now time.Time) {
 		if !ok || !p.admitLocked(w.req.Weight, now) {
 			return
 		}
-		p.finishWaiterLocked(w, p.grantLocked(&w.req, now), nil)
+		l, err := p.grantLocked(&w.req, now) // on error, w fails and the next head is tried
+		p.finishWaiterLocked(w, l, err)
 	}
 }
 
@@ -249,8 +272,14 @@ func (p *pool) onExpiryTimer() {
 // armRateTimerLocked arms the rate timer for when the bucket will hold
 // weight tokens, unless it is armed for earlier already.
 func (p *pool) armRateTimerLocked(weight int64, now time.Time) {
+	r := float64(p.bucket.Limit()) // the effective rate less shares: applyRateLocked
+	if r <= 0 {
+		return // no refill while shares hold the whole rate; a share given back dispatches
+	}
 	deficit := float64(weight) - p.bucket.TokensAt(now)
-	d := time.Duration(math.Ceil(deficit / p.cfg.Rate * float64(time.Second)))
+	// At most a day ahead, so that a tiny rate cannot overflow the
+	// duration; the timer then looks again.
+	d := time.Duration(math.Ceil(min(deficit/r, 86400) * float64(time.Second)))
 	if d <= 0 {
 		d = 1 // float rounding: the tokens are a hair short; look again just after
 	}
@@ -290,6 +319,9 @@ func (p *pool) stopTimersLocked() {
 	}
 	p.expiryAt = time.Time{}
 	p.stopRateTimerLocked()
+	p.stopRecoveryLocked() // recovery.go
+	p.stopAdaptiveLocked() // adaptive.go
+	p.stopSharesLocked()   // shares_ops.go
 }
 
 // statusLocked returns the live status.
@@ -300,6 +332,9 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	s.Waiting = int64(len(p.waiters))
 	s.WaitingWeight = p.waitingWeight
 	s.LastFencingToken = p.lastToken
+	s.RecoveringUntil = p.rec.until
+	p.adaptiveStatusLocked(&s, now) // adaptive.go
+	p.sharesStatusLocked(&s)        // shares_ops.go
 	if p.bucket != nil {
 		s.TokensAvailable = p.bucket.TokensAt(now)
 	}

@@ -117,6 +117,48 @@ type PoolStatus struct {
 	// TokensAvailable is the bucket's level now; negative while takes wait
 	// on reserved tokens; 0 for a pool without a rate.
 	TokensAvailable float64
-	// LastFencingToken is the highest fencing token issued in the pool.
+	// LastFencingToken is the highest fencing token issued in the pool
+	// (after a restart, the highest that may have been issued before it).
 	LastFencingToken uint64
+	// Readopted counts leases from before a restart that their holders
+	// renewed during the recovery window and the engine took back.
+	Readopted int64
+	// RecoveringUntil is when the pool's recovery window after a restart
+	// ends; the zero time when it is not recovering. See RestorePool.
+	RecoveringUntil time.Time
+
+	// Adaptive limits and rate shares (adaptive.go, shares.go).
+	AdaptiveStatus
+}
+
+// AdaptiveStatus is the part of a pool's status about adaptive limits,
+// reported outcomes and rate shares.
+type AdaptiveStatus struct {
+	// EffectiveConcurrencyLimit and EffectiveRate are the limits grants
+	// are checked against now: the configured ones, unless adaptive
+	// control lowered them. 0 for a limit the pool does not have.
+	EffectiveConcurrencyLimit int64
+	EffectiveRate             float64
+	// ThrottleReason says why the effective limits are below the
+	// configured ones (ThrottleNone when they are not).
+	ThrottleReason ThrottleReason
+	// LastAdaptiveChange is when adaptive control last cut or raised the
+	// effective limits; zero if never.
+	LastAdaptiveChange time.Time
+	// Outcomes reported (on release and in batches) since the pool was
+	// created, whether or not adaptive control is on.
+	SuccessesReported, ErrorsReported, TimeoutsReported int64
+	// WindowSamples, WindowErrorRatio and WindowLatency describe the
+	// adaptive window now: its outcomes, the fraction of errors and
+	// timeouts among them, and their mean latency. LatencyBaseline is the
+	// long-term mean latency (0: unknown). All 0 without adaptive control.
+	WindowSamples    int64
+	WindowErrorRatio float64
+	WindowLatency    time.Duration
+	LatencyBaseline  time.Duration
+	// ShareHolders is the number of live rate shares, and SharesGranted
+	// the rate they are granted in all, in tokens per second (at most
+	// EffectiveRate); the bucket refills at the rest.
+	ShareHolders  int64
+	SharesGranted float64
 }

@@ -20,7 +20,8 @@ const (
 
 // updatablePaths are the update_mask paths UpdatePool accepts, in the order
 // they are listed to people.
-var updatablePaths = []string{"description", "concurrency_limit", "rate", "burst", "default_lease_ttl", "max_lease_ttl", "max_waiters"}
+// (Pool.adaptive's fields also have paths of their own: adaptive_update.go.)
+var updatablePaths = []string{"description", "concurrency_limit", "rate", "burst", "default_lease_ttl", "max_lease_ttl", "max_waiters", "adaptive", "safe_rate"}
 
 // adminService implements tollgatev1.AdminServiceServer over the engine.
 type adminService struct {
@@ -146,6 +147,12 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest) (limiter.Po
 				c.MaxLeaseTTL = src.MaxLeaseTTL
 			case "max_waiters":
 				c.MaxWaiters = src.MaxWaiters
+			case "adaptive":
+				c.Adaptive = src.Adaptive
+			case "safe_rate":
+				c.SafeRate = src.SafeRate
+			default: // adaptive.<field>: adaptive_update.go
+				applyAdaptivePath(&c.Adaptive, src.Adaptive, path)
 			}
 		}
 	})
@@ -162,11 +169,11 @@ func updateSource(p *tollgatev1.Pool, paths []string) (limiter.PoolConfig, error
 				break
 			}
 		}
-		if !known {
+		if !known && !isAdaptivePath(path) {
 			if path == "name" || path == "create_time" || path == "update_time" {
 				return src, invalidArg("update_mask path %q cannot be changed; the paths that can are %s", path, strings.Join(updatablePaths, ", "))
 			}
-			return src, invalidArg("update_mask path %q is not a pool field that can be changed; use any of %s", truncate(path, 64), strings.Join(updatablePaths, ", "))
+			return src, invalidArg("update_mask path %q is not a pool field that can be changed; use any of %s, or adaptive.<field> (such as adaptive.backoff)", truncate(path, 64), strings.Join(updatablePaths, ", "))
 		}
 	}
 	var err error
@@ -175,6 +182,10 @@ func updateSource(p *tollgatev1.Pool, paths []string) (limiter.PoolConfig, error
 	src.Rate = p.GetRate()
 	src.Burst = p.GetBurst()
 	src.MaxWaiters = p.GetMaxWaiters()
+	src.SafeRate = p.GetSafeRate()
+	if src.Adaptive, err = adaptiveFromProto("pool.adaptive", p.GetAdaptive()); err != nil { // adaptive_convert.go
+		return src, err
+	}
 	for _, path := range paths {
 		switch path {
 		case "default_lease_ttl":

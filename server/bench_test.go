@@ -34,7 +34,9 @@ func (noopTestService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Em
 // for NoopUnary and per acquire+release pair otherwise; the *16 variants
 // run 16 callers at once, so their ns/op is the inverse of throughput.
 func BenchmarkGRPC(b *testing.B) {
-	srv := New(Config{})
+	// One client at full speed: no per-client rate limit (BenchmarkClientRates
+	// measures its cost).
+	srv := New(Config{Limits: Limits{ClientRate: -1}})
 	gs := srv.GRPCServer()
 	testgrpc.RegisterTestServiceServer(gs, noopTestService{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -149,6 +149,10 @@ func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 	if err != nil {
 		return cfg, err
 	}
+	adaptive, err := adaptiveFromProto("pool.adaptive", p.GetAdaptive()) // adaptive_convert.go
+	if err != nil {
+		return cfg, err
+	}
 	return limiter.PoolConfig{
 		Name:             p.GetName(),
 		Description:      p.GetDescription(),
@@ -158,6 +162,8 @@ func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 		DefaultLeaseTTL:  defTTL,
 		MaxLeaseTTL:      maxTTL,
 		MaxWaiters:       p.GetMaxWaiters(),
+		Adaptive:         adaptive,
+		SafeRate:         p.GetSafeRate(),
 	}, nil
 }
 
@@ -174,6 +180,8 @@ func poolToProto(info limiter.PoolInfo) *tollgatev1.Pool {
 		DefaultLeaseTtl:  durationpb.New(c.DefaultLeaseTTL),
 		MaxLeaseTtl:      durationpb.New(c.MaxLeaseTTL),
 		MaxWaiters:       c.MaxWaiters,
+		Adaptive:         adaptiveToProto(c.Adaptive), // adaptive_convert.go
+		SafeRate:         c.SafeRate,
 		CreateTime:       timestamp(info.CreateTime),
 		UpdateTime:       timestamp(info.UpdateTime),
 	}
@@ -181,7 +189,7 @@ func poolToProto(info limiter.PoolInfo) *tollgatev1.Pool {
 
 // statusToProto converts a pool's live status to the wire.
 func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
-	return &tollgatev1.PoolStatus{
+	out := &tollgatev1.PoolStatus{
 		Held:             s.Held,
 		Leases:           s.Leases,
 		Waiting:          s.Waiting,
@@ -195,7 +203,11 @@ func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
 		TokensGranted:    s.TokensGranted,
 		TokensAvailable:  s.TokensAvailable,
 		LastFencingToken: s.LastFencingToken,
+		Readopted:        s.Readopted,
+		RecoveringUntil:  timestamp(s.RecoveringUntil),
 	}
+	adaptiveStatusToProto(s.AdaptiveStatus, out) // effective limits, outcomes, shares: adaptive_convert.go
+	return out
 }
 
 // leaseEventToProto converts a lease that ended by itself into the event

@@ -20,13 +20,12 @@ import (
 // LimiterService, AdminService, grpc.health.v1.Health (reporting SERVING for
 // "" and both Tollgate services until shutdown starts) and server
 // reflection are registered, and whose handlers turn a panic into an
-// INTERNAL status instead of crashing the process. The caller may register
-// more services before serving it, with Serve or ServeGRPC.
+// INTERNAL status instead of crashing the process. Its interceptors count
+// calls for metrics, enforce Config.Auth and Config.Limits and record pool
+// changes (see serverOptions). The caller may register more services
+// before serving it, with Serve or ServeGRPC.
 func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	opts = append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.recoverUnary),
-		grpc.ChainStreamInterceptor(s.recoverStream),
-	}, opts...)
+	opts = append(s.serverOptions(), opts...)
 	gs := grpc.NewServer(opts...)
 	s.Register(gs)
 	healthpb.RegisterHealthServer(gs, s.health)
@@ -82,6 +81,7 @@ func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listene
 		<-stopped
 	}
 	s.engine.Close()
+	s.closeStore() // after the engine: persist.go
 	if err == nil {
 		// gs.Serve returns nil once stopped; an earlier failure is kept.
 		select {

@@ -70,7 +70,7 @@ func (s *Server) acquire(ctx context.Context, req *tollgatev1.AcquireRequest, ow
 		ar.ClientID = defaultClientID
 	}
 	ar.Owner = owner
-	lease, err := s.engine.Acquire(ctx, ar)
+	lease, err := s.acquireCounted(ctx, ar)
 	if err != nil {
 		return limiter.Lease{}, err
 	}
@@ -84,11 +84,12 @@ func (s *Server) acquire(ctx context.Context, req *tollgatev1.AcquireRequest, ow
 // releaseQuietly releases a lease that was granted but could not be handed
 // to its caller, logging (at debug) why.
 func (s *Server) releaseQuietly(lease limiter.Lease, why string) {
-	err := s.engine.Release(lease.Pool, lease.FencingToken)
+	err := s.releaseLease(lease.Pool, lease.FencingToken)
 	s.log.Debug("released an undelivered lease", "pool", lease.Pool, "lease_id", lease.FencingToken, "why", why, "err", err)
 }
 
-// release validates req and ends the lease.
+// release validates req and ends the lease, counting the outcome it
+// carries, if any (outcome_service.go).
 func (s *Server) release(req *tollgatev1.ReleaseRequest) error {
 	if err := checkPoolName("pool", req.GetPool()); err != nil {
 		return err
@@ -97,7 +98,13 @@ func (s *Server) release(req *tollgatev1.ReleaseRequest) error {
 	if err != nil {
 		return err
 	}
-	return s.engine.Release(req.GetPool(), tok)
+	out, err := outcomeFromProto(req.GetOutcome())
+	if err != nil {
+		return err
+	}
+	err = s.releaseLease(req.GetPool(), tok)
+	s.recordReleaseOutcome(req.GetPool(), out, err)
+	return err
 }
 
 // renew validates req and extends the lease, making owner (if not nil) the
@@ -114,7 +121,14 @@ func (s *Server) renew(req *tollgatev1.RenewRequest, owner any) (limiter.Lease, 
 	if err != nil {
 		return limiter.Lease{}, err
 	}
-	return s.engine.Renew(req.GetPool(), tok, ttl, owner)
+	ra, err := readoptFromProto(req) // after a restart: persist.go
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	if sess, ok := owner.(*session); ok && ra.ClientID == "" {
+		ra.ClientID = sess.clientID // renew runs on the session's reader goroutine, which owns clientID
+	}
+	return s.engine.RenewOrReadopt(req.GetPool(), tok, ttl, owner, ra)
 }
 
 // take validates req and takes tokens. The wait is max_wait if set, capped
@@ -144,5 +158,5 @@ func (s *Server) take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter
 			maxWait = left
 		}
 	}
-	return s.engine.Take(ctx, req.GetPool(), tokens, maxWait)
+	return s.takeCounted(ctx, req.GetPool(), tokens, maxWait)
 }

@@ -16,7 +16,7 @@ import (
 
 // poolsFileFields are the keys a pool entry of a pools file may have, in
 // the order they are listed to people.
-var poolsFileFields = []string{"name", "description", "concurrency", "rate", "burst", "default_ttl", "max_ttl", "max_waiters"}
+var poolsFileFields = []string{"name", "description", "concurrency", "rate", "burst", "default_ttl", "max_ttl", "max_waiters", "safe_rate", "adaptive"}
 
 // maxPoolsFileSize bounds the pools file LoadPoolsFile reads.
 const maxPoolsFileSize = 16 << 20
@@ -33,6 +33,10 @@ const maxPoolsFileSize = 16 << 20
 //	    default_ttl: 15s
 //	    max_ttl: 5m
 //	    max_waiters: 1024
+//	    safe_rate: 10    # per share holder that cannot reach the server
+//	    adaptive:        # adaptive limits; see poolsfile_adaptive.go
+//	      enabled: true
+//	      backoff: 0.9
 //
 // Every field but name is optional (0 or absent means the default, as in
 // limiter.PoolConfig); each pool needs a concurrency, a rate, or both.
@@ -145,6 +149,10 @@ func (p poolsParser) pool(n *yaml.Node) (limiter.PoolConfig, error) {
 			cfg.MaxLeaseTTL, err = p.duration(k.Value, v)
 		case "max_waiters":
 			cfg.MaxWaiters, err = p.int(k.Value, v)
+		case "safe_rate":
+			cfg.SafeRate, err = p.float(k.Value, v)
+		case "adaptive": // poolsfile_adaptive.go
+			cfg.Adaptive, err = p.adaptive(v)
 		default:
 			err = p.errorf(k, "unknown field %q; a pool has %s", truncate(k.Value, 64), strings.Join(poolsFileFields, ", "))
 		}

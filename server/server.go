@@ -35,6 +35,15 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful part of Serve's shutdown: calls
 	// still running after it are cut off. 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// Auth says who may call what; nil lets every caller do everything
+	// (for a server on loopback only). See AuthConfig.
+	Auth *AuthConfig
+	// Limits bounds what clients can make the server hold; the zero value
+	// means the defaults. See Limits.
+	Limits Limits
+
+	// persister is set by Open (persist.go): the engine's Persister.
+	persister limiter.Persister
 }
 
 // Server is the gRPC face of one limiter.Engine. Create it with New,
@@ -56,6 +65,9 @@ type Server struct {
 	liveSessions atomic.Int64
 	// maxSessionEvents is MaxSessionEvents; tests lower it.
 	maxSessionEvents atomic.Int64
+
+	ops         // auth, limits, metrics, events: ops.go
+	persistence // the data directory, for a Server made by Open: persist.go
 }
 
 // New returns a Server around a new engine built with cfg's clock. The
@@ -76,7 +88,9 @@ func New(cfg Config) *Server {
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
-	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded})
+	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister,
+		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate}) // adaptive_events.go, shares_service.go
+	s.initOps(cfg)
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
 	return s
@@ -101,6 +115,7 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 func (s *Server) Close() {
 	s.drain()
 	s.engine.Close()
+	s.closeStore() // persist.go
 }
 
 // drain tells health checkers and sessions that the server is going away.
@@ -111,10 +126,11 @@ func (s *Server) drain() {
 	})
 }
 
-// onLeaseEnded is the engine's OnLeaseEnded callback: it forwards the end
-// of a lease to the session that owns it, if that session is still live.
-// It never blocks.
+// onLeaseEnded is the engine's OnLeaseEnded callback: it records and logs
+// the end of the lease (events.go) and forwards it to the session that
+// owns it, if that session is still live. It never blocks.
 func (s *Server) onLeaseEnded(ev limiter.LeaseEnded) {
+	s.leaseEnded(ev)
 	if sess, ok := ev.Owner.(*session); ok {
 		sess.pushEvent(ev)
 	}

@@ -208,7 +208,7 @@ func (s *session) releaseUndelivered(r *tollgatev1.SessionResponse) {
 	if l == nil {
 		return
 	}
-	err := s.srv.engine.Release(l.GetPool(), l.GetFencingToken())
+	err := s.srv.releaseLease(l.GetPool(), l.GetFencingToken())
 	s.srv.log.Debug("released a lease whose grant could not be sent on its session", "pool", l.GetPool(), "lease_id", l.GetId(), "err", err)
 }
 
@@ -259,12 +259,16 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 	id := req.GetRequestId()
 	first := !s.seenAnyReq
 	s.seenAnyReq = true
+	if err := s.srv.guardSessionRequest(s.ctx, req); err != nil { // rate and policy: guard.go
+		s.answerRefusal(id, err)
+		return
+	}
 	switch k := req.GetKind().(type) {
 	case *tollgatev1.SessionRequest_Cancel:
 		s.cancelRequest(k.Cancel.GetRequestId())
 		return
 	case nil:
-		s.answerErr(id, invalidArg("request %d has nothing in it; set one of hello, acquire, release, renew, take or cancel", id), errCtx{})
+		s.answerErr(id, invalidArg("request %d has nothing in it; set one of hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share or release_share", id), errCtx{})
 		return
 	}
 	s.mu.Lock()
@@ -297,8 +301,16 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 			return
 		}
 		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: leaseToProto(lease)}}})
+	case *tollgatev1.SessionRequest_Report: // outcomes and rate shares, answered inline: session_shares.go
+		s.report(id, k.Report)
+	case *tollgatev1.SessionRequest_AcquireShare:
+		s.acquireShare(id, k.AcquireShare)
+	case *tollgatev1.SessionRequest_RefreshShare:
+		s.refreshShare(id, k.RefreshShare)
+	case *tollgatev1.SessionRequest_ReleaseShare:
+		s.releaseShare(id, k.ReleaseShare)
 	default:
-		s.answerErr(id, invalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take or cancel", id, k), errCtx{})
+		s.answerErr(id, invalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share or release_share", id, k), errCtx{})
 	}
 }
 
@@ -334,7 +346,7 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	go func() {
 		defer s.workerDone()
 		defer s.recoverWorker(id, "Session.acquire")
-		lease, err := s.srv.engine.Acquire(ctx, ar)
+		lease, err := s.srv.acquireCounted(ctx, ar)
 		s.unregister(id, cancel)
 		if err != nil {
 			s.answerErr(id, err, errCtx{pool: ar.Pool})
@@ -465,7 +477,12 @@ func (s *session) answerErr(id uint64, err error, ec errCtx) {
 // is called from the engine's OnLeaseEnded. A client that lets
 // MaxSessionEvents events pile up has its stream ended.
 func (s *session) pushEvent(ev limiter.LeaseEnded) {
-	resp := &tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Event{Event: leaseEventToProto(ev)}}
+	s.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Event{Event: leaseEventToProto(ev)}})
+}
+
+// queueEvent queues an event (a lease event, or a share event:
+// session_shares.go) as pushEvent says.
+func (s *session) queueEvent(resp *tollgatev1.SessionResponse) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -477,7 +494,7 @@ func (s *session) pushEvent(ev limiter.LeaseEnded) {
 		s.mu.Unlock()
 		s.srv.log.Warn("ending a session stream whose client does not read its events", "queued", n)
 		s.cancel(statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonSessionOverflow,
-			Message: fmt.Sprintf("the stream was ended because %d lease events were waiting to be read; read the stream faster, then reconnect and renew your leases (they were not released)", n)}, errCtx{}).Err())
+			Message: fmt.Sprintf("the stream was ended because %d lease and share events were waiting to be read; read the stream faster, then reconnect and renew your leases and shares (they were not released)", n)}, errCtx{}).Err())
 		return
 	}
 	s.events = append(s.events, resp)

@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 type globals struct {
 	server  string
 	timeout time.Duration
+	sec     clientSecurity // --tls-*, --token-file: client_security.go
 }
 
 // newRootCmd returns the tollgate command with all its subcommands. The
@@ -112,6 +113,7 @@ $TOLLGATE_SERVER or ` + defaultServer + `.`,
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.server, "server", server, "Tollgate server address (host:port), or a comma-separated list to fail over between; env TOLLGATE_SERVER")
+	g.sec.register(pf)
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each admin call (pool commands, and acquire's pool check and release), and added to take's --max-wait")
 
 	root.AddCommand(newServeCmd(), newPoolCmd(g), newAcquireCmd(g), newTakeCmd(g))
@@ -120,7 +122,11 @@ $TOLLGATE_SERVER or ` + defaultServer + `.`,
 
 // dial returns a client of the --server address.
 func (g *globals) dial() (*client.Client, error) {
-	return client.Dial(g.server, client.WithClientID(cliClientID()))
+	opts, err := g.sec.options()
+	if err != nil {
+		return nil, err
+	}
+	return client.Dial(g.server, append(opts, client.WithClientID(cliClientID()))...)
 }
 
 // cliClientID names the CLI to the server: "tollgate-cli@<host>-<pid>".

@@ -51,6 +51,7 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 	row("default_lease_ttl", duration(pool.GetDefaultLeaseTtl()))
 	row("max_lease_ttl", duration(pool.GetMaxLeaseTtl()))
 	row("max_waiters", pool.GetMaxWaiters())
+	adaptiveConfigRows(row, pool) // output_adaptive.go
 	row("create_time", timestamp(pool.GetCreateTime()))
 	row("update_time", timestamp(pool.GetUpdateTime()))
 	if st != nil {
@@ -72,6 +73,11 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 			row("tokens_available", strconv.FormatFloat(st.GetTokensAvailable(), 'f', 2, 64))
 		}
 		row("last_fencing_token", st.GetLastFencingToken())
+		if st.GetRecoveringUntil() != nil || st.GetReadopted() != 0 { // after a restart: docs/recovery.md
+			row("recovering_until", orNone(st.GetRecoveringUntil() != nil, timestamp(st.GetRecoveringUntil())))
+			row("readopted", st.GetReadopted())
+		}
+		adaptiveStatusRows(row, pool, st) // output_adaptive.go
 	}
 	return tw.Flush()
 }

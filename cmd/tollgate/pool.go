@@ -22,11 +22,13 @@ type poolFlags struct {
 	maxTTL      time.Duration
 	maxWaiters  int64
 	description string
+	safeRate    float64
+	adaptive    adaptiveFlags // pool_adaptive.go
 }
 
 // poolFlagFields maps each pool flag to the Pool field it sets (the
 // update_mask path).
-var poolFlagFields = []struct{ flag, field string }{
+var poolFlagFields = append([]struct{ flag, field string }{
 	{"description", "description"},
 	{"concurrency", "concurrency_limit"},
 	{"rate", "rate"},
@@ -34,7 +36,8 @@ var poolFlagFields = []struct{ flag, field string }{
 	{"ttl", "default_lease_ttl"},
 	{"max-ttl", "max_lease_ttl"},
 	{"max-waiters", "max_waiters"},
-}
+	{"safe-rate", "safe_rate"},
+}, adaptiveFlagFields...) // pool_adaptive.go
 
 func (p *poolFlags) register(f *pflag.FlagSet) {
 	f.Int64Var(&p.concurrency, "concurrency", 0, "concurrency limit: most permit weight held at once (0: none)")
@@ -44,11 +47,13 @@ func (p *poolFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&p.maxTTL, "max-ttl", 0, "longest TTL an acquire or renew may ask for (0: 5m)")
 	f.Int64Var(&p.maxWaiters, "max-waiters", 0, "most acquires waiting in the queue (0: 1024)")
 	f.StringVar(&p.description, "description", "", "note for operators")
+	f.Float64Var(&p.safeRate, "safe-rate", 0, "rate a holder of a rate share may use once its share expired unreachable (0: stop)")
+	p.adaptive.register(f) // pool_adaptive.go
 }
 
 // pool returns the Pool named name with the values of the flags given on
 // the command line, and the update_mask paths of those flags.
-func (p *poolFlags) pool(f *pflag.FlagSet, name string) (*tollgatev1.Pool, []string) {
+func (p *poolFlags) pool(f *pflag.FlagSet, name string) (*tollgatev1.Pool, []string, error) {
 	pool := &tollgatev1.Pool{Name: name}
 	var paths []string
 	for _, ff := range poolFlagFields {
@@ -71,9 +76,15 @@ func (p *poolFlags) pool(f *pflag.FlagSet, name string) (*tollgatev1.Pool, []str
 			pool.MaxLeaseTtl = durationpb.New(p.maxTTL)
 		case "max-waiters":
 			pool.MaxWaiters = p.maxWaiters
+		case "safe-rate":
+			pool.SafeRate = p.safeRate
+		default: // --adaptive*: pool_adaptive.go
+			if err := p.adaptive.set(pool, ff.flag); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
-	return pool, paths
+	return pool, p.adaptive.implicitEnable(f, pool, paths), nil
 }
 
 // adminCall dials --server and runs f with an AdminService client and a
@@ -131,10 +142,14 @@ concurrency limit (--concurrency), a rate limit (--rate, --burst), or both.
 Settings not given take the server's defaults; the pool is printed as stored.`,
 		Example: `  tollgate pool create orders-db --concurrency 20 --description "primary database"
   tollgate pool create api.github.com --rate 80 --burst 100
-  tollgate pool create gpu --concurrency 8 --ttl 1m --max-ttl 1h --max-waiters 100`,
+  tollgate pool create gpu --concurrency 8 --ttl 1m --max-ttl 1h --max-waiters 100
+  tollgate pool create payments-api --rate 200 --safe-rate 5 --adaptive --adaptive-target rate`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pool, _ := pf.pool(cmd.Flags(), args[0])
+			pool, _, err := pf.pool(cmd.Flags(), args[0])
+			if err != nil {
+				return err
+			}
 			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
 				resp, err := adm.CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: pool})
 				if err != nil {
@@ -154,7 +169,9 @@ func newPoolGetCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Command
 		Short: "Show a pool's configuration and live status",
 		Long: `Show the configuration of pool NAME (with defaults filled in) and its live
 status: permits held, leases, waiters, counters since the server started,
-tokens available and the last fencing token issued.`,
+tokens available and the last fencing token issued; with adaptive limits,
+the effective limits beside the configured ones, the outcomes reported and
+the window adaptive control judges; and the rate shares granted.`,
 		Example: `  tollgate pool get orders-db
   tollgate pool get orders-db -o json`,
 		Args: exactArgs("NAME"),
@@ -210,14 +227,23 @@ func newPoolUpdateCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Comm
 their values. A flag given as 0 (or "") resets that setting to its default.
 
 Raising --concurrency admits waiters at once; lowering it blocks new grants
-until the held weight is under the new limit (held leases continue).`,
+until the held weight is under the new limit (held leases continue).
+
+An --adaptive-* flag changes that one adaptive setting (and turns adaptive
+limits on, unless --adaptive=false is given); --adaptive=false turns them
+off, restoring the configured limits at once.`,
 		Example: `  tollgate pool update orders-db --concurrency 30
-  tollgate pool update api.github.com --rate 50 --burst 0`,
+  tollgate pool update api.github.com --rate 50 --burst 0
+  tollgate pool update orders-db --adaptive-backoff 0.7 --adaptive-latency-tolerance 2
+  tollgate pool update orders-db --adaptive=false`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pool, paths := pf.pool(cmd.Flags(), args[0])
+			pool, paths, err := pf.pool(cmd.Flags(), args[0])
+			if err != nil {
+				return err
+			}
 			if len(paths) == 0 {
-				return usageErrorf("nothing to update: give at least one of --concurrency, --rate, --burst, --ttl, --max-ttl, --max-waiters, --description")
+				return usageErrorf("nothing to update: give at least one of --concurrency, --rate, --burst, --ttl, --max-ttl, --max-waiters, --description, --safe-rate, %s", adaptiveFlagNames())
 			}
 			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
 				resp, err := adm.UpdatePool(ctx, &tollgatev1.UpdatePoolRequest{Pool: pool, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}})

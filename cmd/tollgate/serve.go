@@ -22,9 +22,11 @@ import (
 type serveOptions struct {
 	listen          string
 	configPath      string
+	dataDir         string
 	shutdownTimeout time.Duration
 	logFormat       string
 	logLevel        string
+	sec             securityOptions // TLS, auth, HTTP, limits: serve_security.go
 }
 
 // newServeCmd returns the "serve" command: it runs a Tollgate server on
@@ -38,7 +40,7 @@ func newServeCmd() *cobra.Command {
 		Long: `Run a Tollgate server: the gRPC LimiterService (leases and rate tokens) and
 AdminService (pools), with grpc.health.v1 health checks and server reflection.
 
-Pools can be declared at start from a YAML file (--config):
+Pools can be declared from a YAML file (--config), read on the first start:
 
   pools:
     - name: orders-db
@@ -53,11 +55,26 @@ Pools can be declared at start from a YAML file (--config):
 Every field but name is optional; each pool needs a concurrency, a rate, or
 both. More pools can be created at run time with "tollgate pool create".
 
-Leases are held in memory: a restart forgets them. On SIGINT or SIGTERM the
-server stops taking new calls, ends Session streams (clients reconnect and
-renew) and waits up to --shutdown-timeout for calls in flight.`,
+Pools are kept on disk in --data-dir (created if missing): every pool
+change is written there before it is acknowledged, and the pools are loaded
+from there at start. Precedence: the --config file seeds the data directory
+only on its first start; after that the data directory wins, and a --config
+file that differs from it is only logged as a warning.
+
+Leases are not written to disk. After a restart, each pool that may still
+have leases from before it is in a recovery window (until its longest lease
+TTL has passed): holders that renew their leases get them back, and new
+acquires wait until the window ends. See docs/recovery.md.
+
+On SIGINT or SIGTERM the server stops taking new calls, ends Session
+streams (clients reconnect and renew) and waits up to --shutdown-timeout
+for calls in flight.
+` + securityHelp,
 		Example: `  tollgate serve
-  tollgate serve --listen 0.0.0.0:7070 --config pools.yaml --log-format json`,
+  tollgate serve --config pools.yaml --data-dir /var/lib/tollgate --log-format json
+  tollgate serve --listen 0.0.0.0:7070 --http 0.0.0.0:7071 \
+      --tls-cert server.pem --tls-key server-key.pem \
+      --client-ca ca.pem --admin-names ops.example.com --policy policy.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SilenceUsage = true
@@ -66,10 +83,12 @@ renew) and waits up to --shutdown-timeout for calls in flight.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:7070", "address to serve gRPC on (host:port)")
-	f.StringVar(&o.configPath, "config", "", "YAML file of pools to declare at start (see above)")
+	f.StringVar(&o.configPath, "config", "", "YAML file of pools to declare on the data directory's first start (see above)")
+	f.StringVar(&o.dataDir, "data-dir", "tollgate-data", "directory where the server keeps its pools (created if missing; one server at a time)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGINT/SIGTERM, longest wait for calls in flight before cutting them off")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	o.sec.register(f)
 	return cmd
 }
 
@@ -85,6 +104,13 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 	if o.shutdownTimeout <= 0 {
 		return fmt.Errorf("--shutdown-timeout must be positive, not %v", o.shutdownTimeout)
 	}
+	if o.dataDir == "" {
+		return fmt.Errorf("--data-dir must name a directory: the server always keeps its pools on disk")
+	}
+	sec, err := o.sec.load()
+	if err != nil {
+		return err
+	}
 	var pools []limiter.PoolConfig
 	if o.configPath != "" {
 		if pools, err = server.LoadPoolsFile(o.configPath); err != nil {
@@ -95,21 +121,23 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w (is another server running there? choose another address with --listen)", o.listen, err)
 	}
-	srv := server.New(server.Config{Logger: logger, ShutdownTimeout: o.shutdownTimeout})
-	for _, p := range pools {
-		if _, err := srv.Engine().CreatePool(p); err != nil {
-			lis.Close()
-			srv.Close()
-			return fmt.Errorf("%s: declaring pool %q: %w", o.configPath, p.Name, err)
-		}
+	httpLis, err := sec.listenHTTP(lis)
+	if err != nil {
+		lis.Close()
+		return err
 	}
-	if len(pools) > 0 {
-		logger.Info("declared pools", "count", len(pools), "file", o.configPath)
+	srv, err := server.Open(sec.config(server.Config{Logger: logger, ShutdownTimeout: o.shutdownTimeout}), o.dataDir, pools)
+	if err != nil {
+		lis.Close()
+		if httpLis != nil {
+			httpLis.Close()
+		}
+		return fmt.Errorf("--data-dir %s: %w", o.dataDir, err)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(stderr, "tollgate: serving on %s\n", lis.Addr())
-	return srv.Serve(ctx, lis)
+	return sec.serve(ctx, srv, lis, httpLis, logger, stderr)
 }
 
 // newLogger builds the server's logger from the --log-* flags.

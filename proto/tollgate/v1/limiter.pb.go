@@ -246,7 +246,10 @@ type ReleaseRequest struct {
 	// Pool the lease is from. Required.
 	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
 	// Lease id as returned by Acquire. Required.
-	LeaseId       string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// How the work done under the lease ended, for adaptive limits. Unset
+	// reports nothing (for example for work that was abandoned).
+	Outcome       *Outcome `protobuf:"bytes,3,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,6 +298,13 @@ func (x *ReleaseRequest) GetLeaseId() string {
 	return ""
 }
 
+func (x *ReleaseRequest) GetOutcome() *Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
 // ReleaseResponse is empty.
 type ReleaseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -340,8 +350,26 @@ type RenewRequest struct {
 	// Lease id as returned by Acquire. Required.
 	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// New TTL, counted from now. Unset (or zero) means the TTL the lease
-	// has. At most the pool's max_lease_ttl.
-	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// has (for a lease re-adopted after a restart: the pool's
+	// default_lease_ttl). At most the pool's max_lease_ttl.
+	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// The lease's permit weight, as granted. Sent by clients so a restarted
+	// server can re-adopt the lease: during a pool's recovery window after a
+	// server restart, a renew of a lease the server does not know, whose
+	// fencing token was issued before the restart, gives the lease back to
+	// its holder (same id and fencing token) if this weight fits under the
+	// pool's concurrency limit. Unset means unknown: such a lease cannot be
+	// re-adopted. Ignored for a lease the server knows. At least 1 when set.
+	Weight *int64 `protobuf:"varint,4,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	// The lease's client_id, description and priority, as given to Acquire.
+	// Sent with weight so that a re-adopted lease shows them again; ignored
+	// for a lease the server knows. On a Session stream, an unset client_id
+	// means the session's.
+	ClientId string `protobuf:"bytes,5,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// See client_id. At most 1024 bytes.
+	Description string `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	// See client_id.
+	Priority      int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -395,6 +423,34 @@ func (x *RenewRequest) GetTtl() *durationpb.Duration {
 		return x.Ttl
 	}
 	return nil
+}
+
+func (x *RenewRequest) GetWeight() int64 {
+	if x != nil && x.Weight != nil {
+		return *x.Weight
+	}
+	return 0
+}
+
+func (x *RenewRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *RenewRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *RenewRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // RenewResponse carries the renewed lease.
@@ -581,6 +637,10 @@ type SessionRequest struct {
 	//	*SessionRequest_Renew
 	//	*SessionRequest_Take
 	//	*SessionRequest_Cancel
+	//	*SessionRequest_Report
+	//	*SessionRequest_AcquireShare
+	//	*SessionRequest_RefreshShare
+	//	*SessionRequest_ReleaseShare
 	Kind          isSessionRequest_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -684,6 +744,42 @@ func (x *SessionRequest) GetCancel() *CancelRequest {
 	return nil
 }
 
+func (x *SessionRequest) GetReport() *ReportRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionRequest_Report); ok {
+			return x.Report
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetAcquireShare() *AcquireShareRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionRequest_AcquireShare); ok {
+			return x.AcquireShare
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetRefreshShare() *RefreshShareRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionRequest_RefreshShare); ok {
+			return x.RefreshShare
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetReleaseShare() *ReleaseShareRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionRequest_ReleaseShare); ok {
+			return x.ReleaseShare
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Kind interface {
 	isSessionRequest_Kind()
 }
@@ -720,6 +816,28 @@ type SessionRequest_Cancel struct {
 	Cancel *CancelRequest `protobuf:"bytes,7,opt,name=cancel,proto3,oneof"`
 }
 
+type SessionRequest_Report struct {
+	// Report, answered by SessionResponse.report.
+	Report *ReportRequest `protobuf:"bytes,8,opt,name=report,proto3,oneof"`
+}
+
+type SessionRequest_AcquireShare struct {
+	// AcquireShare, answered by SessionResponse.acquire_share. Changes the
+	// server makes to the share later are pushed on this stream.
+	AcquireShare *AcquireShareRequest `protobuf:"bytes,9,opt,name=acquire_share,json=acquireShare,proto3,oneof"`
+}
+
+type SessionRequest_RefreshShare struct {
+	// RefreshShare, answered by SessionResponse.refresh_share. Changes to
+	// the share are pushed on the stream it was last refreshed on.
+	RefreshShare *RefreshShareRequest `protobuf:"bytes,10,opt,name=refresh_share,json=refreshShare,proto3,oneof"`
+}
+
+type SessionRequest_ReleaseShare struct {
+	// ReleaseShare, answered by SessionResponse.release_share.
+	ReleaseShare *ReleaseShareRequest `protobuf:"bytes,11,opt,name=release_share,json=releaseShare,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Kind() {}
 
 func (*SessionRequest_Acquire) isSessionRequest_Kind() {}
@@ -731,6 +849,14 @@ func (*SessionRequest_Renew) isSessionRequest_Kind() {}
 func (*SessionRequest_Take) isSessionRequest_Kind() {}
 
 func (*SessionRequest_Cancel) isSessionRequest_Kind() {}
+
+func (*SessionRequest_Report) isSessionRequest_Kind() {}
+
+func (*SessionRequest_AcquireShare) isSessionRequest_Kind() {}
+
+func (*SessionRequest_RefreshShare) isSessionRequest_Kind() {}
+
+func (*SessionRequest_ReleaseShare) isSessionRequest_Kind() {}
 
 // Hello names the client of a Session stream.
 type Hello struct {
@@ -841,6 +967,11 @@ type SessionResponse struct {
 	//	*SessionResponse_Take
 	//	*SessionResponse_Error
 	//	*SessionResponse_Event
+	//	*SessionResponse_Report
+	//	*SessionResponse_AcquireShare
+	//	*SessionResponse_RefreshShare
+	//	*SessionResponse_ReleaseShare
+	//	*SessionResponse_ShareEvent
 	Kind          isSessionResponse_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -953,6 +1084,51 @@ func (x *SessionResponse) GetEvent() *LeaseEvent {
 	return nil
 }
 
+func (x *SessionResponse) GetReport() *ReportResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionResponse_Report); ok {
+			return x.Report
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetAcquireShare() *AcquireShareResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionResponse_AcquireShare); ok {
+			return x.AcquireShare
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetRefreshShare() *RefreshShareResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionResponse_RefreshShare); ok {
+			return x.RefreshShare
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetReleaseShare() *ReleaseShareResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionResponse_ReleaseShare); ok {
+			return x.ReleaseShare
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetShareEvent() *ShareEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionResponse_ShareEvent); ok {
+			return x.ShareEvent
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Kind interface {
 	isSessionResponse_Kind()
 }
@@ -992,6 +1168,32 @@ type SessionResponse_Event struct {
 	Event *LeaseEvent `protobuf:"bytes,8,opt,name=event,proto3,oneof"`
 }
 
+type SessionResponse_Report struct {
+	// Answer to report.
+	Report *ReportResponse `protobuf:"bytes,9,opt,name=report,proto3,oneof"`
+}
+
+type SessionResponse_AcquireShare struct {
+	// Answer to acquire_share.
+	AcquireShare *AcquireShareResponse `protobuf:"bytes,10,opt,name=acquire_share,json=acquireShare,proto3,oneof"`
+}
+
+type SessionResponse_RefreshShare struct {
+	// Answer to refresh_share.
+	RefreshShare *RefreshShareResponse `protobuf:"bytes,11,opt,name=refresh_share,json=refreshShare,proto3,oneof"`
+}
+
+type SessionResponse_ReleaseShare struct {
+	// Answer to release_share.
+	ReleaseShare *ReleaseShareResponse `protobuf:"bytes,12,opt,name=release_share,json=releaseShare,proto3,oneof"`
+}
+
+type SessionResponse_ShareEvent struct {
+	// The server changed a share acquired or last refreshed on this stream
+	// (request_id 0).
+	ShareEvent *ShareEvent `protobuf:"bytes,13,opt,name=share_event,json=shareEvent,proto3,oneof"`
+}
+
 func (*SessionResponse_Welcome) isSessionResponse_Kind() {}
 
 func (*SessionResponse_Acquire) isSessionResponse_Kind() {}
@@ -1005,6 +1207,16 @@ func (*SessionResponse_Take) isSessionResponse_Kind() {}
 func (*SessionResponse_Error) isSessionResponse_Kind() {}
 
 func (*SessionResponse_Event) isSessionResponse_Kind() {}
+
+func (*SessionResponse_Report) isSessionResponse_Kind() {}
+
+func (*SessionResponse_AcquireShare) isSessionResponse_Kind() {}
+
+func (*SessionResponse_RefreshShare) isSessionResponse_Kind() {}
+
+func (*SessionResponse_ReleaseShare) isSessionResponse_Kind() {}
+
+func (*SessionResponse_ShareEvent) isSessionResponse_Kind() {}
 
 // Welcome answers Hello.
 type Welcome struct {
@@ -1184,7 +1396,7 @@ var File_tollgate_v1_limiter_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\n" +
-	"\x19tollgate/v1/limiter.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17tollgate/v1/types.proto\"\xab\x02\n" +
+	"\x19tollgate/v1/limiter.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19tollgate/v1/outcome.proto\x1a\x18tollgate/v1/shares.proto\x1a\x17tollgate/v1/types.proto\"\xab\x02\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\x03H\x00R\x06weight\x88\x01\x01\x12+\n" +
@@ -1196,15 +1408,21 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\vdescription\x18\b \x01(\tR\vdescriptionB\t\n" +
 	"\a_weight\";\n" +
 	"\x0fAcquireResponse\x12(\n" +
-	"\x05lease\x18\x01 \x01(\v2\x12.tollgate.v1.LeaseR\x05lease\"?\n" +
+	"\x05lease\x18\x01 \x01(\v2\x12.tollgate.v1.LeaseR\x05lease\"o\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
-	"\blease_id\x18\x02 \x01(\tR\aleaseId\"\x11\n" +
-	"\x0fReleaseResponse\"j\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12.\n" +
+	"\aoutcome\x18\x03 \x01(\v2\x14.tollgate.v1.OutcomeR\aoutcome\"\x11\n" +
+	"\x0fReleaseResponse\"\xed\x01\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12+\n" +
-	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"9\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1b\n" +
+	"\x06weight\x18\x04 \x01(\x03H\x00R\x06weight\x88\x01\x01\x12\x1b\n" +
+	"\tclient_id\x18\x05 \x01(\tR\bclientId\x12 \n" +
+	"\vdescription\x18\x06 \x01(\tR\vdescription\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriorityB\t\n" +
+	"\a_weight\"9\n" +
 	"\rRenewResponse\x12(\n" +
 	"\x05lease\x18\x01 \x01(\v2\x12.tollgate.v1.LeaseR\x05lease\"\x7f\n" +
 	"\vTakeRequest\x12\x12\n" +
@@ -1214,7 +1432,7 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\a_tokens\"Y\n" +
 	"\fTakeResponse\x12\x16\n" +
 	"\x06tokens\x18\x01 \x01(\x03R\x06tokens\x121\n" +
-	"\x06waited\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xee\x02\n" +
+	"\x06waited\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xff\x04\n" +
 	"\x0eSessionRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12*\n" +
@@ -1223,13 +1441,18 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\arelease\x18\x04 \x01(\v2\x1b.tollgate.v1.ReleaseRequestH\x00R\arelease\x121\n" +
 	"\x05renew\x18\x05 \x01(\v2\x19.tollgate.v1.RenewRequestH\x00R\x05renew\x12.\n" +
 	"\x04take\x18\x06 \x01(\v2\x18.tollgate.v1.TakeRequestH\x00R\x04take\x124\n" +
-	"\x06cancel\x18\a \x01(\v2\x1a.tollgate.v1.CancelRequestH\x00R\x06cancelB\x06\n" +
+	"\x06cancel\x18\a \x01(\v2\x1a.tollgate.v1.CancelRequestH\x00R\x06cancel\x124\n" +
+	"\x06report\x18\b \x01(\v2\x1a.tollgate.v1.ReportRequestH\x00R\x06report\x12G\n" +
+	"\racquire_share\x18\t \x01(\v2 .tollgate.v1.AcquireShareRequestH\x00R\facquireShare\x12G\n" +
+	"\rrefresh_share\x18\n" +
+	" \x01(\v2 .tollgate.v1.RefreshShareRequestH\x00R\frefreshShare\x12G\n" +
+	"\rrelease_share\x18\v \x01(\v2 .tollgate.v1.ReleaseShareRequestH\x00R\freleaseShareB\x06\n" +
 	"\x04kind\"$\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\".\n" +
 	"\rCancelRequest\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\x04R\trequestId\"\xa7\x03\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\"\xf8\x05\n" +
 	"\x0fSessionResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x120\n" +
@@ -1239,7 +1462,14 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\x05renew\x18\x05 \x01(\v2\x1a.tollgate.v1.RenewResponseH\x00R\x05renew\x12/\n" +
 	"\x04take\x18\x06 \x01(\v2\x19.tollgate.v1.TakeResponseH\x00R\x04take\x121\n" +
 	"\x05error\x18\a \x01(\v2\x19.tollgate.v1.SessionErrorH\x00R\x05error\x12/\n" +
-	"\x05event\x18\b \x01(\v2\x17.tollgate.v1.LeaseEventH\x00R\x05eventB\x06\n" +
+	"\x05event\x18\b \x01(\v2\x17.tollgate.v1.LeaseEventH\x00R\x05event\x125\n" +
+	"\x06report\x18\t \x01(\v2\x1b.tollgate.v1.ReportResponseH\x00R\x06report\x12H\n" +
+	"\racquire_share\x18\n" +
+	" \x01(\v2!.tollgate.v1.AcquireShareResponseH\x00R\facquireShare\x12H\n" +
+	"\rrefresh_share\x18\v \x01(\v2!.tollgate.v1.RefreshShareResponseH\x00R\frefreshShare\x12H\n" +
+	"\rrelease_share\x18\f \x01(\v2!.tollgate.v1.ReleaseShareResponseH\x00R\freleaseShare\x12:\n" +
+	"\vshare_event\x18\r \x01(\v2\x17.tollgate.v1.ShareEventH\x00R\n" +
+	"shareEventB\x06\n" +
 	"\x04kind\"&\n" +
 	"\aWelcome\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\"T\n" +
@@ -1255,12 +1485,16 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LEASE_EVENT_TYPE_EXPIRED\x10\x01\x12\x1c\n" +
-	"\x18LEASE_EVENT_TYPE_REVOKED\x10\x022\xe3\x02\n" +
+	"\x18LEASE_EVENT_TYPE_REVOKED\x10\x022\xa5\x05\n" +
 	"\x0eLimiterService\x12D\n" +
 	"\aAcquire\x12\x1b.tollgate.v1.AcquireRequest\x1a\x1c.tollgate.v1.AcquireResponse\x12D\n" +
 	"\aRelease\x12\x1b.tollgate.v1.ReleaseRequest\x1a\x1c.tollgate.v1.ReleaseResponse\x12>\n" +
 	"\x05Renew\x12\x19.tollgate.v1.RenewRequest\x1a\x1a.tollgate.v1.RenewResponse\x12;\n" +
-	"\x04Take\x12\x18.tollgate.v1.TakeRequest\x1a\x19.tollgate.v1.TakeResponse\x12H\n" +
+	"\x04Take\x12\x18.tollgate.v1.TakeRequest\x1a\x19.tollgate.v1.TakeResponse\x12A\n" +
+	"\x06Report\x12\x1a.tollgate.v1.ReportRequest\x1a\x1b.tollgate.v1.ReportResponse\x12S\n" +
+	"\fAcquireShare\x12 .tollgate.v1.AcquireShareRequest\x1a!.tollgate.v1.AcquireShareResponse\x12S\n" +
+	"\fRefreshShare\x12 .tollgate.v1.RefreshShareRequest\x1a!.tollgate.v1.RefreshShareResponse\x12S\n" +
+	"\fReleaseShare\x12 .tollgate.v1.ReleaseShareRequest\x1a!.tollgate.v1.ReleaseShareResponse\x12H\n" +
 	"\aSession\x12\x1b.tollgate.v1.SessionRequest\x1a\x1c.tollgate.v1.SessionResponse(\x010\x01B;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (
@@ -1278,63 +1512,91 @@ func file_tollgate_v1_limiter_proto_rawDescGZIP() []byte {
 var file_tollgate_v1_limiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_tollgate_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_tollgate_v1_limiter_proto_goTypes = []any{
-	(LeaseEventType)(0),         // 0: tollgate.v1.LeaseEventType
-	(*AcquireRequest)(nil),      // 1: tollgate.v1.AcquireRequest
-	(*AcquireResponse)(nil),     // 2: tollgate.v1.AcquireResponse
-	(*ReleaseRequest)(nil),      // 3: tollgate.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),     // 4: tollgate.v1.ReleaseResponse
-	(*RenewRequest)(nil),        // 5: tollgate.v1.RenewRequest
-	(*RenewResponse)(nil),       // 6: tollgate.v1.RenewResponse
-	(*TakeRequest)(nil),         // 7: tollgate.v1.TakeRequest
-	(*TakeResponse)(nil),        // 8: tollgate.v1.TakeResponse
-	(*SessionRequest)(nil),      // 9: tollgate.v1.SessionRequest
-	(*Hello)(nil),               // 10: tollgate.v1.Hello
-	(*CancelRequest)(nil),       // 11: tollgate.v1.CancelRequest
-	(*SessionResponse)(nil),     // 12: tollgate.v1.SessionResponse
-	(*Welcome)(nil),             // 13: tollgate.v1.Welcome
-	(*SessionError)(nil),        // 14: tollgate.v1.SessionError
-	(*LeaseEvent)(nil),          // 15: tollgate.v1.LeaseEvent
-	(*durationpb.Duration)(nil), // 16: google.protobuf.Duration
-	(*Lease)(nil),               // 17: tollgate.v1.Lease
+	(LeaseEventType)(0),          // 0: tollgate.v1.LeaseEventType
+	(*AcquireRequest)(nil),       // 1: tollgate.v1.AcquireRequest
+	(*AcquireResponse)(nil),      // 2: tollgate.v1.AcquireResponse
+	(*ReleaseRequest)(nil),       // 3: tollgate.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 4: tollgate.v1.ReleaseResponse
+	(*RenewRequest)(nil),         // 5: tollgate.v1.RenewRequest
+	(*RenewResponse)(nil),        // 6: tollgate.v1.RenewResponse
+	(*TakeRequest)(nil),          // 7: tollgate.v1.TakeRequest
+	(*TakeResponse)(nil),         // 8: tollgate.v1.TakeResponse
+	(*SessionRequest)(nil),       // 9: tollgate.v1.SessionRequest
+	(*Hello)(nil),                // 10: tollgate.v1.Hello
+	(*CancelRequest)(nil),        // 11: tollgate.v1.CancelRequest
+	(*SessionResponse)(nil),      // 12: tollgate.v1.SessionResponse
+	(*Welcome)(nil),              // 13: tollgate.v1.Welcome
+	(*SessionError)(nil),         // 14: tollgate.v1.SessionError
+	(*LeaseEvent)(nil),           // 15: tollgate.v1.LeaseEvent
+	(*durationpb.Duration)(nil),  // 16: google.protobuf.Duration
+	(*Lease)(nil),                // 17: tollgate.v1.Lease
+	(*Outcome)(nil),              // 18: tollgate.v1.Outcome
+	(*ReportRequest)(nil),        // 19: tollgate.v1.ReportRequest
+	(*AcquireShareRequest)(nil),  // 20: tollgate.v1.AcquireShareRequest
+	(*RefreshShareRequest)(nil),  // 21: tollgate.v1.RefreshShareRequest
+	(*ReleaseShareRequest)(nil),  // 22: tollgate.v1.ReleaseShareRequest
+	(*ReportResponse)(nil),       // 23: tollgate.v1.ReportResponse
+	(*AcquireShareResponse)(nil), // 24: tollgate.v1.AcquireShareResponse
+	(*RefreshShareResponse)(nil), // 25: tollgate.v1.RefreshShareResponse
+	(*ReleaseShareResponse)(nil), // 26: tollgate.v1.ReleaseShareResponse
+	(*ShareEvent)(nil),           // 27: tollgate.v1.ShareEvent
 }
 var file_tollgate_v1_limiter_proto_depIdxs = []int32{
 	16, // 0: tollgate.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
 	16, // 1: tollgate.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
 	17, // 2: tollgate.v1.AcquireResponse.lease:type_name -> tollgate.v1.Lease
-	16, // 3: tollgate.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	17, // 4: tollgate.v1.RenewResponse.lease:type_name -> tollgate.v1.Lease
-	16, // 5: tollgate.v1.TakeRequest.max_wait:type_name -> google.protobuf.Duration
-	16, // 6: tollgate.v1.TakeResponse.waited:type_name -> google.protobuf.Duration
-	10, // 7: tollgate.v1.SessionRequest.hello:type_name -> tollgate.v1.Hello
-	1,  // 8: tollgate.v1.SessionRequest.acquire:type_name -> tollgate.v1.AcquireRequest
-	3,  // 9: tollgate.v1.SessionRequest.release:type_name -> tollgate.v1.ReleaseRequest
-	5,  // 10: tollgate.v1.SessionRequest.renew:type_name -> tollgate.v1.RenewRequest
-	7,  // 11: tollgate.v1.SessionRequest.take:type_name -> tollgate.v1.TakeRequest
-	11, // 12: tollgate.v1.SessionRequest.cancel:type_name -> tollgate.v1.CancelRequest
-	13, // 13: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
-	2,  // 14: tollgate.v1.SessionResponse.acquire:type_name -> tollgate.v1.AcquireResponse
-	4,  // 15: tollgate.v1.SessionResponse.release:type_name -> tollgate.v1.ReleaseResponse
-	6,  // 16: tollgate.v1.SessionResponse.renew:type_name -> tollgate.v1.RenewResponse
-	8,  // 17: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
-	14, // 18: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
-	15, // 19: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
-	0,  // 20: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
-	17, // 21: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
-	1,  // 22: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
-	3,  // 23: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
-	5,  // 24: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
-	7,  // 25: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
-	9,  // 26: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
-	2,  // 27: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
-	4,  // 28: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
-	6,  // 29: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
-	8,  // 30: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
-	12, // 31: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
-	27, // [27:32] is the sub-list for method output_type
-	22, // [22:27] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	18, // 3: tollgate.v1.ReleaseRequest.outcome:type_name -> tollgate.v1.Outcome
+	16, // 4: tollgate.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	17, // 5: tollgate.v1.RenewResponse.lease:type_name -> tollgate.v1.Lease
+	16, // 6: tollgate.v1.TakeRequest.max_wait:type_name -> google.protobuf.Duration
+	16, // 7: tollgate.v1.TakeResponse.waited:type_name -> google.protobuf.Duration
+	10, // 8: tollgate.v1.SessionRequest.hello:type_name -> tollgate.v1.Hello
+	1,  // 9: tollgate.v1.SessionRequest.acquire:type_name -> tollgate.v1.AcquireRequest
+	3,  // 10: tollgate.v1.SessionRequest.release:type_name -> tollgate.v1.ReleaseRequest
+	5,  // 11: tollgate.v1.SessionRequest.renew:type_name -> tollgate.v1.RenewRequest
+	7,  // 12: tollgate.v1.SessionRequest.take:type_name -> tollgate.v1.TakeRequest
+	11, // 13: tollgate.v1.SessionRequest.cancel:type_name -> tollgate.v1.CancelRequest
+	19, // 14: tollgate.v1.SessionRequest.report:type_name -> tollgate.v1.ReportRequest
+	20, // 15: tollgate.v1.SessionRequest.acquire_share:type_name -> tollgate.v1.AcquireShareRequest
+	21, // 16: tollgate.v1.SessionRequest.refresh_share:type_name -> tollgate.v1.RefreshShareRequest
+	22, // 17: tollgate.v1.SessionRequest.release_share:type_name -> tollgate.v1.ReleaseShareRequest
+	13, // 18: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
+	2,  // 19: tollgate.v1.SessionResponse.acquire:type_name -> tollgate.v1.AcquireResponse
+	4,  // 20: tollgate.v1.SessionResponse.release:type_name -> tollgate.v1.ReleaseResponse
+	6,  // 21: tollgate.v1.SessionResponse.renew:type_name -> tollgate.v1.RenewResponse
+	8,  // 22: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
+	14, // 23: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
+	15, // 24: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
+	23, // 25: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
+	24, // 26: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
+	25, // 27: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
+	26, // 28: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
+	27, // 29: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
+	0,  // 30: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
+	17, // 31: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
+	1,  // 32: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
+	3,  // 33: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
+	5,  // 34: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
+	7,  // 35: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
+	19, // 36: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
+	20, // 37: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
+	21, // 38: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
+	22, // 39: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
+	9,  // 40: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
+	2,  // 41: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
+	4,  // 42: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
+	6,  // 43: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
+	8,  // 44: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
+	23, // 45: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
+	24, // 46: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
+	25, // 47: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
+	26, // 48: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
+	12, // 49: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
+	41, // [41:50] is the sub-list for method output_type
+	32, // [32:41] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_limiter_proto_init() }
@@ -1342,8 +1604,11 @@ func file_tollgate_v1_limiter_proto_init() {
 	if File_tollgate_v1_limiter_proto != nil {
 		return
 	}
+	file_tollgate_v1_outcome_proto_init()
+	file_tollgate_v1_shares_proto_init()
 	file_tollgate_v1_types_proto_init()
 	file_tollgate_v1_limiter_proto_msgTypes[0].OneofWrappers = []any{}
+	file_tollgate_v1_limiter_proto_msgTypes[4].OneofWrappers = []any{}
 	file_tollgate_v1_limiter_proto_msgTypes[6].OneofWrappers = []any{}
 	file_tollgate_v1_limiter_proto_msgTypes[8].OneofWrappers = []any{
 		(*SessionRequest_Hello)(nil),
@@ -1352,6 +1617,10 @@ func file_tollgate_v1_limiter_proto_init() {
 		(*SessionRequest_Renew)(nil),
 		(*SessionRequest_Take)(nil),
 		(*SessionRequest_Cancel)(nil),
+		(*SessionRequest_Report)(nil),
+		(*SessionRequest_AcquireShare)(nil),
+		(*SessionRequest_RefreshShare)(nil),
+		(*SessionRequest_ReleaseShare)(nil),
 	}
 	file_tollgate_v1_limiter_proto_msgTypes[11].OneofWrappers = []any{
 		(*SessionResponse_Welcome)(nil),
@@ -1361,6 +1630,11 @@ func file_tollgate_v1_limiter_proto_init() {
 		(*SessionResponse_Take)(nil),
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Event)(nil),
+		(*SessionResponse_Report)(nil),
+		(*SessionResponse_AcquireShare)(nil),
+		(*SessionResponse_RefreshShare)(nil),
+		(*SessionResponse_ReleaseShare)(nil),
+		(*SessionResponse_ShareEvent)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -19,11 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LimiterService_Acquire_FullMethodName = "/tollgate.v1.LimiterService/Acquire"
-	LimiterService_Release_FullMethodName = "/tollgate.v1.LimiterService/Release"
-	LimiterService_Renew_FullMethodName   = "/tollgate.v1.LimiterService/Renew"
-	LimiterService_Take_FullMethodName    = "/tollgate.v1.LimiterService/Take"
-	LimiterService_Session_FullMethodName = "/tollgate.v1.LimiterService/Session"
+	LimiterService_Acquire_FullMethodName      = "/tollgate.v1.LimiterService/Acquire"
+	LimiterService_Release_FullMethodName      = "/tollgate.v1.LimiterService/Release"
+	LimiterService_Renew_FullMethodName        = "/tollgate.v1.LimiterService/Renew"
+	LimiterService_Take_FullMethodName         = "/tollgate.v1.LimiterService/Take"
+	LimiterService_Report_FullMethodName       = "/tollgate.v1.LimiterService/Report"
+	LimiterService_AcquireShare_FullMethodName = "/tollgate.v1.LimiterService/AcquireShare"
+	LimiterService_RefreshShare_FullMethodName = "/tollgate.v1.LimiterService/RefreshShare"
+	LimiterService_ReleaseShare_FullMethodName = "/tollgate.v1.LimiterService/ReleaseShare"
+	LimiterService_Session_FullMethodName      = "/tollgate.v1.LimiterService/Session"
 )
 
 // LimiterServiceClient is the client API for LimiterService service.
@@ -48,7 +52,12 @@ type LimiterServiceClient interface {
 	// at once; DEADLINE_EXCEEDED (WAIT_TIMEOUT) when the wait ends ungranted;
 	// FAILED_PRECONDITION (LIMIT_BELOW_WEIGHT) when the limit is lowered below
 	// the weight while waiting; NOT_FOUND (POOL_DELETED) when the pool is
-	// deleted while waiting. A caller that gives up never consumes a permit.
+	// deleted while waiting; UNAVAILABLE (RECOVERING) in no_wait mode while
+	// the pool is in its recovery window after a server restart (the message
+	// and a google.rpc.RetryInfo detail say until when; a waiting acquire
+	// waits until then); UNAVAILABLE (STORAGE_FAILED) when the server could
+	// not write its fencing token or lease horizon reservation (retry). A
+	// caller that gives up never consumes a permit.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
 	// Release ends a lease and returns its permits to the pool at once.
 	//
@@ -56,14 +65,26 @@ type LimiterServiceClient interface {
 	// release: the work it protected ran unprotected at the end),
 	// LEASE_NOT_FOUND (released already, or never issued; a client retrying a
 	// release whose answer it lost may treat this as success) or
-	// POOL_NOT_FOUND.
+	// POOL_NOT_FOUND. During a pool's recovery window after a server restart,
+	// releasing a lease from before the restart that was not re-adopted
+	// succeeds: nothing was granted over it. A release may carry the outcome
+	// of the work (ReleaseRequest.outcome): it is counted when the release
+	// succeeds or fails with LEASE_EXPIRED; INVALID_ARGUMENT for an outcome
+	// with an unspecified or unknown result or a negative latency (then
+	// nothing is released).
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Renew extends a live lease (keep-alive) and returns its new expiry.
+	// After a server restart, during the pool's recovery window, it also
+	// re-adopts a lease granted before the restart if the request carries
+	// the lease's weight (see RenewRequest.weight and docs/recovery.md).
 	//
 	// Errors: NOT_FOUND with reason LEASE_EXPIRED (it expired: the holder
-	// must stop), LEASE_NOT_FOUND (released, or never issued) or
-	// POOL_NOT_FOUND; INVALID_ARGUMENT for a ttl above the pool's
-	// max_lease_ttl. A lease whose expire_time has passed cannot be renewed.
+	// must stop), LEASE_NOT_FOUND (released, or never issued),
+	// LEASE_NOT_READOPTED (a lease from before a restart that could not be
+	// taken back: the holder must stop) or POOL_NOT_FOUND; INVALID_ARGUMENT
+	// for a ttl above the pool's max_lease_ttl; UNAVAILABLE (STORAGE_FAILED)
+	// when the server could not write its lease horizon (retry). A lease
+	// whose expire_time has passed cannot be renewed.
 	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 	// Take takes `tokens` rate tokens from a pool's bucket, waiting until they
 	// are available if that is within the wait limit. Every token is a server
@@ -76,9 +97,44 @@ type LimiterServiceClient interface {
 	// not be available within the wait limit, with a google.rpc.RetryInfo
 	// detail saying when they would be.
 	Take(ctx context.Context, in *TakeRequest, opts ...grpc.CallOption) (*TakeResponse, error)
-	// Session multiplexes acquire, release, renew and take for one client on
-	// one stream, and carries server events about leases acquired or renewed
-	// on it. Requests are answered in any order, matched by request_id; a
+	// Report counts outcomes of work under pools (see outcome.proto), for
+	// clients that spend rate tokens or shares and have no lease to release.
+	// The batch is checked whole before anything is counted.
+	//
+	// Errors: INVALID_ARGUMENT for more than 1000 reports, a pool named twice,
+	// or a count or latency out of range; NOT_FOUND (POOL_NOT_FOUND) when a
+	// pool does not exist (nothing is counted); PERMISSION_DENIED for a pool
+	// the caller may not use.
+	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
+	// AcquireShare grants a share of a pool's rate, to spend locally (see
+	// shares.proto). It never waits: the grant may be less than asked, even
+	// 0, and grows as other holders give rate back.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND); FAILED_PRECONDITION (NO_RATE_LIMIT)
+	// for a pool without a rate; INVALID_ARGUMENT for a want that is not
+	// above 0 and at most 1e9, a weight out of 1 to 1000, or a ttl out of
+	// range; RESOURCE_EXHAUSTED (TOO_MANY_SHARES) when the pool already has
+	// 1000 shares.
+	AcquireShare(ctx context.Context, in *AcquireShareRequest, opts ...grpc.CallOption) (*AcquireShareResponse, error)
+	// RefreshShare extends a share to its TTL from now and returns its
+	// current grant (its fair part, within what other holders leave).
+	//
+	// Errors: NOT_FOUND with reason SHARE_NOT_FOUND (released, expired, or
+	// granted before a server restart: stop using it and acquire a new one)
+	// or POOL_NOT_FOUND; FAILED_PRECONDITION (NO_RATE_LIMIT) when the pool
+	// lost its rate; INVALID_ARGUMENT for a malformed share_id or a want,
+	// weight or ttl out of range.
+	RefreshShare(ctx context.Context, in *RefreshShareRequest, opts ...grpc.CallOption) (*RefreshShareResponse, error)
+	// ReleaseShare gives a share back; its rate goes to other holders at once.
+	//
+	// Errors: NOT_FOUND (SHARE_NOT_FOUND, POOL_NOT_FOUND); INVALID_ARGUMENT
+	// for a malformed share_id. A client retrying a release whose answer it
+	// lost may treat SHARE_NOT_FOUND as success.
+	ReleaseShare(ctx context.Context, in *ReleaseShareRequest, opts ...grpc.CallOption) (*ReleaseShareResponse, error)
+	// Session multiplexes acquire, release, renew, take, report and the share
+	// calls for one client on one stream, and carries server events about
+	// leases acquired or renewed on it and shares acquired or refreshed on
+	// it. Requests are answered in any order, matched by request_id; a
 	// waiting acquire does not hold up other requests. When the stream ends,
 	// its waiting acquires and takes are cancelled, but its leases are not
 	// released: they live until released or expired, so a client that
@@ -134,6 +190,46 @@ func (c *limiterServiceClient) Take(ctx context.Context, in *TakeRequest, opts .
 	return out, nil
 }
 
+func (c *limiterServiceClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportResponse)
+	err := c.cc.Invoke(ctx, LimiterService_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limiterServiceClient) AcquireShare(ctx context.Context, in *AcquireShareRequest, opts ...grpc.CallOption) (*AcquireShareResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireShareResponse)
+	err := c.cc.Invoke(ctx, LimiterService_AcquireShare_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limiterServiceClient) RefreshShare(ctx context.Context, in *RefreshShareRequest, opts ...grpc.CallOption) (*RefreshShareResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RefreshShareResponse)
+	err := c.cc.Invoke(ctx, LimiterService_RefreshShare_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limiterServiceClient) ReleaseShare(ctx context.Context, in *ReleaseShareRequest, opts ...grpc.CallOption) (*ReleaseShareResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseShareResponse)
+	err := c.cc.Invoke(ctx, LimiterService_ReleaseShare_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *limiterServiceClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &LimiterService_ServiceDesc.Streams[0], LimiterService_Session_FullMethodName, cOpts...)
@@ -169,7 +265,12 @@ type LimiterServiceServer interface {
 	// at once; DEADLINE_EXCEEDED (WAIT_TIMEOUT) when the wait ends ungranted;
 	// FAILED_PRECONDITION (LIMIT_BELOW_WEIGHT) when the limit is lowered below
 	// the weight while waiting; NOT_FOUND (POOL_DELETED) when the pool is
-	// deleted while waiting. A caller that gives up never consumes a permit.
+	// deleted while waiting; UNAVAILABLE (RECOVERING) in no_wait mode while
+	// the pool is in its recovery window after a server restart (the message
+	// and a google.rpc.RetryInfo detail say until when; a waiting acquire
+	// waits until then); UNAVAILABLE (STORAGE_FAILED) when the server could
+	// not write its fencing token or lease horizon reservation (retry). A
+	// caller that gives up never consumes a permit.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
 	// Release ends a lease and returns its permits to the pool at once.
 	//
@@ -177,14 +278,26 @@ type LimiterServiceServer interface {
 	// release: the work it protected ran unprotected at the end),
 	// LEASE_NOT_FOUND (released already, or never issued; a client retrying a
 	// release whose answer it lost may treat this as success) or
-	// POOL_NOT_FOUND.
+	// POOL_NOT_FOUND. During a pool's recovery window after a server restart,
+	// releasing a lease from before the restart that was not re-adopted
+	// succeeds: nothing was granted over it. A release may carry the outcome
+	// of the work (ReleaseRequest.outcome): it is counted when the release
+	// succeeds or fails with LEASE_EXPIRED; INVALID_ARGUMENT for an outcome
+	// with an unspecified or unknown result or a negative latency (then
+	// nothing is released).
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Renew extends a live lease (keep-alive) and returns its new expiry.
+	// After a server restart, during the pool's recovery window, it also
+	// re-adopts a lease granted before the restart if the request carries
+	// the lease's weight (see RenewRequest.weight and docs/recovery.md).
 	//
 	// Errors: NOT_FOUND with reason LEASE_EXPIRED (it expired: the holder
-	// must stop), LEASE_NOT_FOUND (released, or never issued) or
-	// POOL_NOT_FOUND; INVALID_ARGUMENT for a ttl above the pool's
-	// max_lease_ttl. A lease whose expire_time has passed cannot be renewed.
+	// must stop), LEASE_NOT_FOUND (released, or never issued),
+	// LEASE_NOT_READOPTED (a lease from before a restart that could not be
+	// taken back: the holder must stop) or POOL_NOT_FOUND; INVALID_ARGUMENT
+	// for a ttl above the pool's max_lease_ttl; UNAVAILABLE (STORAGE_FAILED)
+	// when the server could not write its lease horizon (retry). A lease
+	// whose expire_time has passed cannot be renewed.
 	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	// Take takes `tokens` rate tokens from a pool's bucket, waiting until they
 	// are available if that is within the wait limit. Every token is a server
@@ -197,9 +310,44 @@ type LimiterServiceServer interface {
 	// not be available within the wait limit, with a google.rpc.RetryInfo
 	// detail saying when they would be.
 	Take(context.Context, *TakeRequest) (*TakeResponse, error)
-	// Session multiplexes acquire, release, renew and take for one client on
-	// one stream, and carries server events about leases acquired or renewed
-	// on it. Requests are answered in any order, matched by request_id; a
+	// Report counts outcomes of work under pools (see outcome.proto), for
+	// clients that spend rate tokens or shares and have no lease to release.
+	// The batch is checked whole before anything is counted.
+	//
+	// Errors: INVALID_ARGUMENT for more than 1000 reports, a pool named twice,
+	// or a count or latency out of range; NOT_FOUND (POOL_NOT_FOUND) when a
+	// pool does not exist (nothing is counted); PERMISSION_DENIED for a pool
+	// the caller may not use.
+	Report(context.Context, *ReportRequest) (*ReportResponse, error)
+	// AcquireShare grants a share of a pool's rate, to spend locally (see
+	// shares.proto). It never waits: the grant may be less than asked, even
+	// 0, and grows as other holders give rate back.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND); FAILED_PRECONDITION (NO_RATE_LIMIT)
+	// for a pool without a rate; INVALID_ARGUMENT for a want that is not
+	// above 0 and at most 1e9, a weight out of 1 to 1000, or a ttl out of
+	// range; RESOURCE_EXHAUSTED (TOO_MANY_SHARES) when the pool already has
+	// 1000 shares.
+	AcquireShare(context.Context, *AcquireShareRequest) (*AcquireShareResponse, error)
+	// RefreshShare extends a share to its TTL from now and returns its
+	// current grant (its fair part, within what other holders leave).
+	//
+	// Errors: NOT_FOUND with reason SHARE_NOT_FOUND (released, expired, or
+	// granted before a server restart: stop using it and acquire a new one)
+	// or POOL_NOT_FOUND; FAILED_PRECONDITION (NO_RATE_LIMIT) when the pool
+	// lost its rate; INVALID_ARGUMENT for a malformed share_id or a want,
+	// weight or ttl out of range.
+	RefreshShare(context.Context, *RefreshShareRequest) (*RefreshShareResponse, error)
+	// ReleaseShare gives a share back; its rate goes to other holders at once.
+	//
+	// Errors: NOT_FOUND (SHARE_NOT_FOUND, POOL_NOT_FOUND); INVALID_ARGUMENT
+	// for a malformed share_id. A client retrying a release whose answer it
+	// lost may treat SHARE_NOT_FOUND as success.
+	ReleaseShare(context.Context, *ReleaseShareRequest) (*ReleaseShareResponse, error)
+	// Session multiplexes acquire, release, renew, take, report and the share
+	// calls for one client on one stream, and carries server events about
+	// leases acquired or renewed on it and shares acquired or refreshed on
+	// it. Requests are answered in any order, matched by request_id; a
 	// waiting acquire does not hold up other requests. When the stream ends,
 	// its waiting acquires and takes are cancelled, but its leases are not
 	// released: they live until released or expired, so a client that
@@ -226,6 +374,18 @@ func (UnimplementedLimiterServiceServer) Renew(context.Context, *RenewRequest) (
 }
 func (UnimplementedLimiterServiceServer) Take(context.Context, *TakeRequest) (*TakeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Take not implemented")
+}
+func (UnimplementedLimiterServiceServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedLimiterServiceServer) AcquireShare(context.Context, *AcquireShareRequest) (*AcquireShareResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireShare not implemented")
+}
+func (UnimplementedLimiterServiceServer) RefreshShare(context.Context, *RefreshShareRequest) (*RefreshShareResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RefreshShare not implemented")
+}
+func (UnimplementedLimiterServiceServer) ReleaseShare(context.Context, *ReleaseShareRequest) (*ReleaseShareResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseShare not implemented")
 }
 func (UnimplementedLimiterServiceServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
 	return status.Error(codes.Unimplemented, "method Session not implemented")
@@ -323,6 +483,78 @@ func _LimiterService_Take_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LimiterService_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServiceServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LimiterService_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServiceServer).Report(ctx, req.(*ReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LimiterService_AcquireShare_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireShareRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServiceServer).AcquireShare(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LimiterService_AcquireShare_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServiceServer).AcquireShare(ctx, req.(*AcquireShareRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LimiterService_RefreshShare_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RefreshShareRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServiceServer).RefreshShare(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LimiterService_RefreshShare_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServiceServer).RefreshShare(ctx, req.(*RefreshShareRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LimiterService_ReleaseShare_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseShareRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServiceServer).ReleaseShare(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LimiterService_ReleaseShare_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServiceServer).ReleaseShare(ctx, req.(*ReleaseShareRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LimiterService_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(LimiterServiceServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
 }
@@ -352,6 +584,22 @@ var LimiterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Take",
 			Handler:    _LimiterService_Take_Handler,
+		},
+		{
+			MethodName: "Report",
+			Handler:    _LimiterService_Report_Handler,
+		},
+		{
+			MethodName: "AcquireShare",
+			Handler:    _LimiterService_AcquireShare_Handler,
+		},
+		{
+			MethodName: "RefreshShare",
+			Handler:    _LimiterService_RefreshShare_Handler,
+		},
+		{
+			MethodName: "ReleaseShare",
+			Handler:    _LimiterService_ReleaseShare_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

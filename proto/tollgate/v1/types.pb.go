@@ -23,6 +23,117 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AdaptiveTarget says which of a pool's limits adaptive control moves.
+type AdaptiveTarget int32
+
+const (
+	// Means ALL.
+	AdaptiveTarget_ADAPTIVE_TARGET_UNSPECIFIED AdaptiveTarget = 0
+	// Every limit the pool has.
+	AdaptiveTarget_ADAPTIVE_TARGET_ALL AdaptiveTarget = 1
+	// Only the concurrency limit.
+	AdaptiveTarget_ADAPTIVE_TARGET_CONCURRENCY AdaptiveTarget = 2
+	// Only the rate.
+	AdaptiveTarget_ADAPTIVE_TARGET_RATE AdaptiveTarget = 3
+)
+
+// Enum value maps for AdaptiveTarget.
+var (
+	AdaptiveTarget_name = map[int32]string{
+		0: "ADAPTIVE_TARGET_UNSPECIFIED",
+		1: "ADAPTIVE_TARGET_ALL",
+		2: "ADAPTIVE_TARGET_CONCURRENCY",
+		3: "ADAPTIVE_TARGET_RATE",
+	}
+	AdaptiveTarget_value = map[string]int32{
+		"ADAPTIVE_TARGET_UNSPECIFIED": 0,
+		"ADAPTIVE_TARGET_ALL":         1,
+		"ADAPTIVE_TARGET_CONCURRENCY": 2,
+		"ADAPTIVE_TARGET_RATE":        3,
+	}
+)
+
+func (x AdaptiveTarget) Enum() *AdaptiveTarget {
+	p := new(AdaptiveTarget)
+	*p = x
+	return p
+}
+
+func (x AdaptiveTarget) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AdaptiveTarget) Descriptor() protoreflect.EnumDescriptor {
+	return file_tollgate_v1_types_proto_enumTypes[0].Descriptor()
+}
+
+func (AdaptiveTarget) Type() protoreflect.EnumType {
+	return &file_tollgate_v1_types_proto_enumTypes[0]
+}
+
+func (x AdaptiveTarget) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AdaptiveTarget.Descriptor instead.
+func (AdaptiveTarget) EnumDescriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{0}
+}
+
+// ThrottleReason says why a pool's effective limits are below its
+// configured ones.
+type ThrottleReason int32
+
+const (
+	// Not throttled.
+	ThrottleReason_THROTTLE_REASON_UNSPECIFIED ThrottleReason = 0
+	// Errors and timeouts reported above the error threshold.
+	ThrottleReason_THROTTLE_REASON_ERRORS ThrottleReason = 1
+	// Latency reported above the tolerance.
+	ThrottleReason_THROTTLE_REASON_LATENCY ThrottleReason = 2
+)
+
+// Enum value maps for ThrottleReason.
+var (
+	ThrottleReason_name = map[int32]string{
+		0: "THROTTLE_REASON_UNSPECIFIED",
+		1: "THROTTLE_REASON_ERRORS",
+		2: "THROTTLE_REASON_LATENCY",
+	}
+	ThrottleReason_value = map[string]int32{
+		"THROTTLE_REASON_UNSPECIFIED": 0,
+		"THROTTLE_REASON_ERRORS":      1,
+		"THROTTLE_REASON_LATENCY":     2,
+	}
+)
+
+func (x ThrottleReason) Enum() *ThrottleReason {
+	p := new(ThrottleReason)
+	*p = x
+	return p
+}
+
+func (x ThrottleReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ThrottleReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_tollgate_v1_types_proto_enumTypes[1].Descriptor()
+}
+
+func (ThrottleReason) Type() protoreflect.EnumType {
+	return &file_tollgate_v1_types_proto_enumTypes[1]
+}
+
+func (x ThrottleReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ThrottleReason.Descriptor instead.
+func (ThrottleReason) EnumDescriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{1}
+}
+
 // Pool is a named thing to protect ("orders-db", "api.github.com") and the
 // limits that protect it. A pool has a concurrency limit, a rate limit, or
 // both; a grant must pass every limit the pool has.
@@ -61,7 +172,14 @@ type Pool struct {
 	// Output only: when the pool was created.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Output only: when the pool's configuration last changed.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Adaptive limits from client feedback (see Adaptive). Unset, or
+	// enabled false, means off: the effective limits are the configured ones.
+	Adaptive *Adaptive `protobuf:"bytes,11,opt,name=adaptive,proto3" json:"adaptive,omitempty"`
+	// Rate, in tokens per second, that a holder of a rate share may use once
+	// its share has expired because it could not reach the server to refresh
+	// it. 0 (the default) means stop. At most rate; sent with every share.
+	SafeRate      float64 `protobuf:"fixed64,12,opt,name=safe_rate,json=safeRate,proto3" json:"safe_rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -166,6 +284,196 @@ func (x *Pool) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Pool) GetAdaptive() *Adaptive {
+	if x != nil {
+		return x.Adaptive
+	}
+	return nil
+}
+
+func (x *Pool) GetSafeRate() float64 {
+	if x != nil {
+		return x.SafeRate
+	}
+	return 0
+}
+
+// Adaptive configures a pool's adaptive limits: the server lowers the
+// pool's effective concurrency limit and/or rate when clients report
+// errors and timeouts (or rising latency) from the protected system, and
+// raises them back toward the configured values while reports are
+// healthy (AIMD). Grants are checked against the effective values;
+// PoolStatus shows them beside the configured ones. Every change is an
+// event. Zero values mean the defaults, which the server fills in; see
+// docs/adaptive.md for what they are and why.
+//
+// The server keeps a sliding window of reported outcomes. If it holds at
+// least min_samples outcomes and the fraction of errors and timeouts
+// exceeds error_threshold (or, with latency_tolerance, the mean latency
+// exceeds latency_tolerance times the long-term baseline), and the last
+// cut was at least cooldown ago, the effective values are multiplied by
+// backoff (not below min_concurrency and min_rate) and the window starts
+// over. Otherwise, if the window is healthy (no errors or timeouts, or at
+// least min_samples outcomes under the threshold, and latency within
+// tolerance), the last change was at least interval ago and the last cut
+// at least cooldown ago, each lowered value goes up by increase times its
+// configured value (at least 1 for a concurrency limit), not above it.
+// A pool nobody reports on counts as healthy, so it comes back by itself.
+type Adaptive struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Turns adaptive control on.
+	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Which limits move. Unspecified means ALL.
+	Target AdaptiveTarget `protobuf:"varint,2,opt,name=target,proto3,enum=tollgate.v1.AdaptiveTarget" json:"target,omitempty"`
+	// Length of the sliding window of outcomes, kept in 10 buckets.
+	// Default 10s; 100ms to 1h.
+	Window *durationpb.Duration `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
+	// Fraction of errors and timeouts above which the limits are cut.
+	// Default 0.1; above 0 and below 1.
+	ErrorThreshold float64 `protobuf:"fixed64,4,opt,name=error_threshold,json=errorThreshold,proto3" json:"error_threshold,omitempty"`
+	// Outcomes the window must hold before it can cause a cut. Default 20;
+	// 1 to 1,000,000.
+	MinSamples int64 `protobuf:"varint,5,opt,name=min_samples,json=minSamples,proto3" json:"min_samples,omitempty"`
+	// Factor a cut multiplies the effective limits by. Default 0.8; above 0
+	// and below 1. A cut lowers a concurrency limit by at least 1.
+	Backoff float64 `protobuf:"fixed64,6,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	// Step of a raise, as a fraction of the configured limit. Default 0.05;
+	// above 0 and at most 1.
+	Increase float64 `protobuf:"fixed64,7,opt,name=increase,proto3" json:"increase,omitempty"`
+	// Least time between a change and the next raise. Default 2s; 1ms to 1h.
+	Interval *durationpb.Duration `protobuf:"bytes,8,opt,name=interval,proto3" json:"interval,omitempty"`
+	// Least time between two cuts, and between a cut and a raise. Default 2s;
+	// 1ms to 1h. Set it above the protected work's usual latency, so that
+	// work started before a cut does not cut again.
+	Cooldown *durationpb.Duration `protobuf:"bytes,9,opt,name=cooldown,proto3" json:"cooldown,omitempty"`
+	// Floor of the effective concurrency limit. Default 1; at most
+	// concurrency_limit. Must be 0 for a pool without a concurrency limit.
+	MinConcurrency int64 `protobuf:"varint,10,opt,name=min_concurrency,json=minConcurrency,proto3" json:"min_concurrency,omitempty"`
+	// Floor of the effective rate. Default 1% of rate; above 0 and at most
+	// rate. Must be 0 for a pool without a rate.
+	MinRate float64 `protobuf:"fixed64,11,opt,name=min_rate,json=minRate,proto3" json:"min_rate,omitempty"`
+	// When set, also cut when the window's mean latency exceeds this factor
+	// times the long-term baseline, to catch overload before errors appear.
+	// 0 (default) is off; otherwise above 1 and at most 100.
+	LatencyTolerance float64 `protobuf:"fixed64,12,opt,name=latency_tolerance,json=latencyTolerance,proto3" json:"latency_tolerance,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Adaptive) Reset() {
+	*x = Adaptive{}
+	mi := &file_tollgate_v1_types_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Adaptive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Adaptive) ProtoMessage() {}
+
+func (x *Adaptive) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_types_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Adaptive.ProtoReflect.Descriptor instead.
+func (*Adaptive) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Adaptive) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Adaptive) GetTarget() AdaptiveTarget {
+	if x != nil {
+		return x.Target
+	}
+	return AdaptiveTarget_ADAPTIVE_TARGET_UNSPECIFIED
+}
+
+func (x *Adaptive) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *Adaptive) GetErrorThreshold() float64 {
+	if x != nil {
+		return x.ErrorThreshold
+	}
+	return 0
+}
+
+func (x *Adaptive) GetMinSamples() int64 {
+	if x != nil {
+		return x.MinSamples
+	}
+	return 0
+}
+
+func (x *Adaptive) GetBackoff() float64 {
+	if x != nil {
+		return x.Backoff
+	}
+	return 0
+}
+
+func (x *Adaptive) GetIncrease() float64 {
+	if x != nil {
+		return x.Increase
+	}
+	return 0
+}
+
+func (x *Adaptive) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *Adaptive) GetCooldown() *durationpb.Duration {
+	if x != nil {
+		return x.Cooldown
+	}
+	return nil
+}
+
+func (x *Adaptive) GetMinConcurrency() int64 {
+	if x != nil {
+		return x.MinConcurrency
+	}
+	return 0
+}
+
+func (x *Adaptive) GetMinRate() float64 {
+	if x != nil {
+		return x.MinRate
+	}
+	return 0
+}
+
+func (x *Adaptive) GetLatencyTolerance() float64 {
+	if x != nil {
+		return x.LatencyTolerance
+	}
+	return 0
+}
+
 // PoolStatus is the live state of a pool. All counters count since the pool
 // was created on this server process.
 type PoolStatus struct {
@@ -196,16 +504,58 @@ type PoolStatus struct {
 	// Rate tokens available in the bucket now (may be negative while takes
 	// wait for reserved tokens). 0 when the pool has no rate.
 	TokensAvailable float64 `protobuf:"fixed64,12,opt,name=tokens_available,json=tokensAvailable,proto3" json:"tokens_available,omitempty"`
-	// Highest fencing token issued so far in this pool; the next lease gets a
-	// larger one.
+	// Highest fencing token issued so far in this pool (after a server
+	// restart, the highest that may have been issued before it); the next
+	// lease gets a larger one.
 	LastFencingToken uint64 `protobuf:"varint,13,opt,name=last_fencing_token,json=lastFencingToken,proto3" json:"last_fencing_token,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Leases from before a server restart that their holders renewed during
+	// the recovery window, and that the server took back.
+	Readopted int64 `protobuf:"varint,14,opt,name=readopted,proto3" json:"readopted,omitempty"`
+	// Set while the pool is in its recovery window after a server restart:
+	// until then, the server grants only to holders renewing leases from
+	// before the restart, and new acquires wait (see docs/recovery.md).
+	// Unset when the pool is not recovering.
+	RecoveringUntil *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=recovering_until,json=recoveringUntil,proto3" json:"recovering_until,omitempty"`
+	// Concurrency limit grants are checked against now: concurrency_limit,
+	// unless adaptive control lowered it. 0 without a concurrency limit.
+	EffectiveConcurrencyLimit int64 `protobuf:"varint,20,opt,name=effective_concurrency_limit,json=effectiveConcurrencyLimit,proto3" json:"effective_concurrency_limit,omitempty"`
+	// Rate the pool grants now: rate, unless adaptive control lowered it.
+	// Rate shares divide it; the bucket refills at what they do not hold.
+	// 0 without a rate.
+	EffectiveRate float64 `protobuf:"fixed64,21,opt,name=effective_rate,json=effectiveRate,proto3" json:"effective_rate,omitempty"`
+	// Why the effective limits are below the configured ones; unspecified
+	// when they are not.
+	ThrottleReason ThrottleReason `protobuf:"varint,22,opt,name=throttle_reason,json=throttleReason,proto3,enum=tollgate.v1.ThrottleReason" json:"throttle_reason,omitempty"`
+	// When adaptive control last cut or raised the effective limits; unset
+	// if never.
+	LastAdaptiveChange *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=last_adaptive_change,json=lastAdaptiveChange,proto3" json:"last_adaptive_change,omitempty"`
+	// Outcomes reported on release and in Report calls, adaptive or not.
+	SuccessesReported int64 `protobuf:"varint,24,opt,name=successes_reported,json=successesReported,proto3" json:"successes_reported,omitempty"`
+	// See successes_reported.
+	ErrorsReported int64 `protobuf:"varint,25,opt,name=errors_reported,json=errorsReported,proto3" json:"errors_reported,omitempty"`
+	// See successes_reported.
+	TimeoutsReported int64 `protobuf:"varint,26,opt,name=timeouts_reported,json=timeoutsReported,proto3" json:"timeouts_reported,omitempty"`
+	// Outcomes in the adaptive window now (0 without adaptive control).
+	WindowSamples int64 `protobuf:"varint,27,opt,name=window_samples,json=windowSamples,proto3" json:"window_samples,omitempty"`
+	// Fraction of errors and timeouts among them.
+	WindowErrorRatio float64 `protobuf:"fixed64,28,opt,name=window_error_ratio,json=windowErrorRatio,proto3" json:"window_error_ratio,omitempty"`
+	// Their mean latency; unset when none carried one.
+	WindowLatency *durationpb.Duration `protobuf:"bytes,29,opt,name=window_latency,json=windowLatency,proto3" json:"window_latency,omitempty"`
+	// Long-term mean latency the latency tolerance compares against; unset
+	// while unknown.
+	LatencyBaseline *durationpb.Duration `protobuf:"bytes,30,opt,name=latency_baseline,json=latencyBaseline,proto3" json:"latency_baseline,omitempty"`
+	// Live rate shares.
+	ShareHolders int64 `protobuf:"varint,31,opt,name=share_holders,json=shareHolders,proto3" json:"share_holders,omitempty"`
+	// Rate granted to them in all, in tokens per second; at most
+	// effective_rate.
+	SharesGranted float64 `protobuf:"fixed64,32,opt,name=shares_granted,json=sharesGranted,proto3" json:"shares_granted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_tollgate_v1_types_proto_msgTypes[1]
+	mi := &file_tollgate_v1_types_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +567,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_types_proto_msgTypes[1]
+	mi := &file_tollgate_v1_types_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +580,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PoolStatus) GetHeld() int64 {
@@ -324,6 +674,111 @@ func (x *PoolStatus) GetLastFencingToken() uint64 {
 	return 0
 }
 
+func (x *PoolStatus) GetReadopted() int64 {
+	if x != nil {
+		return x.Readopted
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetRecoveringUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RecoveringUntil
+	}
+	return nil
+}
+
+func (x *PoolStatus) GetEffectiveConcurrencyLimit() int64 {
+	if x != nil {
+		return x.EffectiveConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetEffectiveRate() float64 {
+	if x != nil {
+		return x.EffectiveRate
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetThrottleReason() ThrottleReason {
+	if x != nil {
+		return x.ThrottleReason
+	}
+	return ThrottleReason_THROTTLE_REASON_UNSPECIFIED
+}
+
+func (x *PoolStatus) GetLastAdaptiveChange() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAdaptiveChange
+	}
+	return nil
+}
+
+func (x *PoolStatus) GetSuccessesReported() int64 {
+	if x != nil {
+		return x.SuccessesReported
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetErrorsReported() int64 {
+	if x != nil {
+		return x.ErrorsReported
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetTimeoutsReported() int64 {
+	if x != nil {
+		return x.TimeoutsReported
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetWindowSamples() int64 {
+	if x != nil {
+		return x.WindowSamples
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetWindowErrorRatio() float64 {
+	if x != nil {
+		return x.WindowErrorRatio
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetWindowLatency() *durationpb.Duration {
+	if x != nil {
+		return x.WindowLatency
+	}
+	return nil
+}
+
+func (x *PoolStatus) GetLatencyBaseline() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyBaseline
+	}
+	return nil
+}
+
+func (x *PoolStatus) GetShareHolders() int64 {
+	if x != nil {
+		return x.ShareHolders
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetSharesGranted() float64 {
+	if x != nil {
+		return x.SharesGranted
+	}
+	return 0
+}
+
 // Lease is a grant of permits from a pool, held until it is released, it
 // expires, or it is revoked. A holder must renew it before expire_time and
 // must treat it as lost at expire_time minus a safety margin, by its own
@@ -359,7 +814,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_tollgate_v1_types_proto_msgTypes[2]
+	mi := &file_tollgate_v1_types_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +826,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_types_proto_msgTypes[2]
+	mi := &file_tollgate_v1_types_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +839,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Lease) GetId() string {
@@ -461,7 +916,7 @@ var File_tollgate_v1_types_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x03\n" +
+	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x04\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -476,7 +931,24 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xa6\x03\n" +
+	"updateTime\x121\n" +
+	"\badaptive\x18\v \x01(\v2\x15.tollgate.v1.AdaptiveR\badaptive\x12\x1b\n" +
+	"\tsafe_rate\x18\f \x01(\x01R\bsafeRate\"\xeb\x03\n" +
+	"\bAdaptive\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x123\n" +
+	"\x06target\x18\x02 \x01(\x0e2\x1b.tollgate.v1.AdaptiveTargetR\x06target\x121\n" +
+	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12'\n" +
+	"\x0ferror_threshold\x18\x04 \x01(\x01R\x0eerrorThreshold\x12\x1f\n" +
+	"\vmin_samples\x18\x05 \x01(\x03R\n" +
+	"minSamples\x12\x18\n" +
+	"\abackoff\x18\x06 \x01(\x01R\abackoff\x12\x1a\n" +
+	"\bincrease\x18\a \x01(\x01R\bincrease\x125\n" +
+	"\binterval\x18\b \x01(\v2\x19.google.protobuf.DurationR\binterval\x125\n" +
+	"\bcooldown\x18\t \x01(\v2\x19.google.protobuf.DurationR\bcooldown\x12'\n" +
+	"\x0fmin_concurrency\x18\n" +
+	" \x01(\x03R\x0eminConcurrency\x12\x19\n" +
+	"\bmin_rate\x18\v \x01(\x01R\aminRate\x12+\n" +
+	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\"\xb4\t\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\x03R\x04held\x12\x16\n" +
@@ -492,7 +964,22 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	" \x01(\x03R\bcanceled\x12%\n" +
 	"\x0etokens_granted\x18\v \x01(\x03R\rtokensGranted\x12)\n" +
 	"\x10tokens_available\x18\f \x01(\x01R\x0ftokensAvailable\x12,\n" +
-	"\x12last_fencing_token\x18\r \x01(\x04R\x10lastFencingToken\"\xec\x02\n" +
+	"\x12last_fencing_token\x18\r \x01(\x04R\x10lastFencingToken\x12\x1c\n" +
+	"\treadopted\x18\x0e \x01(\x03R\treadopted\x12E\n" +
+	"\x10recovering_until\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x0frecoveringUntil\x12>\n" +
+	"\x1beffective_concurrency_limit\x18\x14 \x01(\x03R\x19effectiveConcurrencyLimit\x12%\n" +
+	"\x0eeffective_rate\x18\x15 \x01(\x01R\reffectiveRate\x12D\n" +
+	"\x0fthrottle_reason\x18\x16 \x01(\x0e2\x1b.tollgate.v1.ThrottleReasonR\x0ethrottleReason\x12L\n" +
+	"\x14last_adaptive_change\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastAdaptiveChange\x12-\n" +
+	"\x12successes_reported\x18\x18 \x01(\x03R\x11successesReported\x12'\n" +
+	"\x0ferrors_reported\x18\x19 \x01(\x03R\x0eerrorsReported\x12+\n" +
+	"\x11timeouts_reported\x18\x1a \x01(\x03R\x10timeoutsReported\x12%\n" +
+	"\x0ewindow_samples\x18\x1b \x01(\x03R\rwindowSamples\x12,\n" +
+	"\x12window_error_ratio\x18\x1c \x01(\x01R\x10windowErrorRatio\x12@\n" +
+	"\x0ewindow_latency\x18\x1d \x01(\v2\x19.google.protobuf.DurationR\rwindowLatency\x12D\n" +
+	"\x10latency_baseline\x18\x1e \x01(\v2\x19.google.protobuf.DurationR\x0flatencyBaseline\x12#\n" +
+	"\rshare_holders\x18\x1f \x01(\x03R\fshareHolders\x12%\n" +
+	"\x0eshares_granted\x18  \x01(\x01R\rsharesGranted\"\xec\x02\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -505,7 +992,16 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x03ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1a\n" +
 	"\bpriority\x18\t \x01(\x05R\bpriority\x12=\n" +
 	"\facquire_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTimeB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime*\x85\x01\n" +
+	"\x0eAdaptiveTarget\x12\x1f\n" +
+	"\x1bADAPTIVE_TARGET_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13ADAPTIVE_TARGET_ALL\x10\x01\x12\x1f\n" +
+	"\x1bADAPTIVE_TARGET_CONCURRENCY\x10\x02\x12\x18\n" +
+	"\x14ADAPTIVE_TARGET_RATE\x10\x03*j\n" +
+	"\x0eThrottleReason\x12\x1f\n" +
+	"\x1bTHROTTLE_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16THROTTLE_REASON_ERRORS\x10\x01\x12\x1b\n" +
+	"\x17THROTTLE_REASON_LATENCY\x10\x02B;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (
 	file_tollgate_v1_types_proto_rawDescOnce sync.Once
@@ -519,27 +1015,41 @@ func file_tollgate_v1_types_proto_rawDescGZIP() []byte {
 	return file_tollgate_v1_types_proto_rawDescData
 }
 
-var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_tollgate_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_tollgate_v1_types_proto_goTypes = []any{
-	(*Pool)(nil),                  // 0: tollgate.v1.Pool
-	(*PoolStatus)(nil),            // 1: tollgate.v1.PoolStatus
-	(*Lease)(nil),                 // 2: tollgate.v1.Lease
-	(*durationpb.Duration)(nil),   // 3: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(AdaptiveTarget)(0),           // 0: tollgate.v1.AdaptiveTarget
+	(ThrottleReason)(0),           // 1: tollgate.v1.ThrottleReason
+	(*Pool)(nil),                  // 2: tollgate.v1.Pool
+	(*Adaptive)(nil),              // 3: tollgate.v1.Adaptive
+	(*PoolStatus)(nil),            // 4: tollgate.v1.PoolStatus
+	(*Lease)(nil),                 // 5: tollgate.v1.Lease
+	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_tollgate_v1_types_proto_depIdxs = []int32{
-	3, // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
-	3, // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
-	4, // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
-	4, // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
-	4, // 4: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
-	3, // 5: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	4, // 6: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	6,  // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
+	6,  // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
+	7,  // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
+	7,  // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
+	3,  // 4: tollgate.v1.Pool.adaptive:type_name -> tollgate.v1.Adaptive
+	0,  // 5: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
+	6,  // 6: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
+	6,  // 7: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
+	6,  // 8: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
+	7,  // 9: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
+	1,  // 10: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
+	7,  // 11: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
+	6,  // 12: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
+	6,  // 13: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
+	7,  // 14: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
+	6,  // 15: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	7,  // 16: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_types_proto_init() }
@@ -552,13 +1062,14 @@ func file_tollgate_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_types_proto_rawDesc), len(file_tollgate_v1_types_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   3,
+			NumEnums:      2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_tollgate_v1_types_proto_goTypes,
 		DependencyIndexes: file_tollgate_v1_types_proto_depIdxs,
+		EnumInfos:         file_tollgate_v1_types_proto_enumTypes,
 		MessageInfos:      file_tollgate_v1_types_proto_msgTypes,
 	}.Build()
 	File_tollgate_v1_types_proto = out.File

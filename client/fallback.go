@@ -1,0 +1,49 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// doLocalOnly runs fn for Do under LocalLimitOnly's local semaphore, after
+// the acquire failed with unreachable (an error matching ErrUnavailable).
+// The run is NOT globally limited, and says so loudly.
+func (c *Client) doLocalOnly(ctx context.Context, pool string, fn func(ctx context.Context) error, opts []AcquireOption, start time.Time, unreachable error) error {
+	var o acquireOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	weight := int64(1)
+	if o.weight != nil {
+		weight = *o.weight
+	}
+	sem := c.settings.local
+	if weight < 1 || weight > sem.size {
+		return &Error{Code: codes.InvalidArgument, Reason: ErrInvalidArgument.Reason,
+			Message: fmt.Sprintf("the server is unreachable (%v) and weight %d does not fit the local fallback limit %d", unreachable, weight, sem.size)}
+	}
+	if err := sem.acquire(ctx, weight); err != nil {
+		return err
+	}
+	held := true
+	defer func() {
+		if held { // fn panicked or called runtime.Goexit
+			sem.release(weight)
+		}
+	}()
+	c.log.Warn("tollgate: server unreachable; running under the LOCAL limit only, NOT the global one",
+		"pool", pool, "weight", weight, "local_limit", sem.size, "local_in_use", sem.inUse(),
+		"description", o.description, "err", unreachable)
+
+	granted := time.Now()
+	ev := WorkEvent{Pool: pool, Wait: granted.Sub(start), LocalOnly: true}
+	ev.Err = fn(withLease(ctx, nil))
+	sem.release(weight)
+	held = false
+	ev.Hold = time.Since(granted)
+	c.workDone(ev)
+	return ev.Err
+}

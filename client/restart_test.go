@@ -1,0 +1,96 @@
+package client_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/server"
+)
+
+// durableServer serves a data directory on addr until stopped.
+type durableServer struct {
+	srv  *server.Server
+	addr string
+	stop func()
+}
+
+func startDurable(t *testing.T, dir, addr string) *durableServer {
+	t.Helper()
+	seed := []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 1, DefaultLeaseTTL: 3 * time.Second, MaxLeaseTTL: 3 * time.Second}}
+	srv, err := server.Open(server.Config{ShutdownTimeout: time.Second}, dir, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		srv.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ctx, lis)
+	}()
+	ds := &durableServer{srv: srv, addr: lis.Addr().String()}
+	ds.stop = func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(ds.stop)
+	return ds
+}
+
+// TestLeaseReattachesAfterServerRestart: a lease held across a restart of
+// its server is renewed on the new server by itself, which re-adopts it
+// (its renews carry its weight), so the holder never loses it.
+func TestLeaseReattachesAfterServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	first := startDurable(t, dir, "127.0.0.1:0")
+	c, err := client.Dial(first.addr, client.WithClientID("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	l, err := c.Acquire(ctx, "db", client.Description("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	first.stop() // leases are not released: they are soft state
+	second := startDurable(t, dir, first.addr)
+	deadline := time.Now().Add(waitLimit)
+	for {
+		info, err := second.srv.Engine().GetPool("db")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Status.Readopted == 1 {
+			if info.Status.Held != 1 || info.Status.RecoveringUntil.IsZero() {
+				t.Fatalf("after the re-adoption: %+v", info.Status)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease was not re-adopted within %v: %+v", waitLimit, info.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("the lease was lost across the restart: %v", l.Err())
+	default:
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release on the restarted server: %v", err)
+	}
+	if info, _ := second.srv.Engine().GetPool("db"); info.Status.Held != 0 {
+		t.Fatalf("after the release: %+v", info.Status)
+	}
+}

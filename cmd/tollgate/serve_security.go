@@ -1,0 +1,157 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/tollgate/tollgate/server"
+)
+
+// minTokenLen is the shortest admin token serve accepts.
+const minTokenLen = 16
+
+// securityOptions are the flags of tollgate serve about TLS, who may call
+// what, the HTTP listener and the abuse limits.
+type securityOptions struct {
+	httpAddr            string
+	tlsCert, tlsKey     string
+	clientCA            string
+	adminNames          []string
+	adminTokenFile      string
+	policyFile          string
+	insecureAllowRemote bool
+	limits              server.Limits
+}
+
+// securityHelp is the part of serve's help about security.
+const securityHelp = `
+Security. By default the server listens on loopback only (127.0.0.1), in
+plaintext and without authentication: anyone who can connect may do
+anything. serve refuses to listen on any other address (with --listen or
+--http) unless TLS and authentication are set up: --tls-cert and --tls-key,
+and either --client-ca (mutual TLS; --admin-names then says which client
+certificates are admins) or --admin-token-file (admin calls need
+"authorization: Bearer <token>"). --insecure-allow-remote lifts the refusal:
+use it only on a network where every host is trusted. --policy restricts,
+per client certificate, which pools LimiterService calls may use:
+
+  rules:
+    - clients: ["worker-*.orders.internal"]   # certificate names (CN or DNS SAN)
+      pools: ["orders-*"]                     # "*" matches any characters
+
+The HTTP listener (--http) serves a status page at /, JSON at /api/pools
+and /api/events, Prometheus metrics at /metrics, and /healthz and /readyz
+(503 once shutdown starts). With credentials configured, every path but
+the two probes needs a verified client certificate or the admin token.
+
+Limits keep one client from exhausting the server: each refusal is
+RESOURCE_EXHAUSTED and names the flag that raises it (-1: no limit). See
+docs/operations.md.`
+
+// register adds the flags to f.
+func (o *securityOptions) register(f *pflag.FlagSet) {
+	f.StringVar(&o.httpAddr, "http", "127.0.0.1:7071", `address of the HTTP listener: status page, /metrics, /healthz, /readyz ("" disables it)`)
+	f.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate (chain) of the server; with --tls-key, both listeners use TLS")
+	f.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&o.clientCA, "client-ca", "", "PEM bundle of the CAs that sign client certificates: mutual TLS, every gRPC client must present one")
+	f.StringSliceVar(&o.adminNames, "admin-names", nil, "client certificate names (CN or DNS SAN) allowed to call AdminService, comma-separated (needs --client-ca)")
+	f.StringVar(&o.adminTokenFile, "admin-token-file", "", `file holding a bearer token allowed to call AdminService ("authorization: Bearer <token>"); at least 16 characters`)
+	f.StringVar(&o.policyFile, "policy", "", "YAML file of which client certificates may use which pools (needs --client-ca; see above)")
+	f.BoolVar(&o.insecureAllowRemote, "insecure-allow-remote", false, "allow listening on non-loopback addresses without TLS and authentication (trusted networks only)")
+	f.IntVar(&o.limits.MaxPools, "max-pools", server.DefaultMaxPools, "most pools CreatePool may bring the server to (-1: no limit)")
+	f.Int64Var(&o.limits.MaxWaiters, "max-waiters", server.DefaultMaxWaiters, "most acquires and takes in progress across all pools (-1: no limit)")
+	f.Int64Var(&o.limits.MaxClientLeases, "max-client-leases", server.DefaultMaxClientLeases, "most leases one client may hold or be acquiring (-1: no limit)")
+	f.Int64Var(&o.limits.MaxClientSessions, "max-client-sessions", server.DefaultMaxClientSessions, "most Session streams one client may have open (-1: no limit)")
+	f.IntVar(&o.limits.MaxRecvMsgSize, "max-msg-size", server.DefaultMaxRecvMsgSize, "largest gRPC message the server receives, in bytes")
+	f.Float64Var(&o.limits.ClientRate, "client-rate", server.DefaultClientRate, "requests per second one client may make, releases excepted (-1: no limit)")
+	f.IntVar(&o.limits.ClientBurst, "client-burst", 0, "requests one client may make at once above --client-rate (0: twice --client-rate)")
+}
+
+// serveSecurity is what the flags load to: the server's TLS setup and
+// AuthConfig.
+type serveSecurity struct {
+	opts *securityOptions
+	tls  *server.ServerTLS // nil: plaintext
+	auth *server.AuthConfig
+}
+
+// load reads the files the flags name and checks that they fit together.
+func (o *securityOptions) load() (*serveSecurity, error) {
+	s := &serveSecurity{opts: o, auth: &server.AuthConfig{}}
+	if err := o.limits.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return nil, fmt.Errorf("--tls-cert and --tls-key go together: give both, or neither for plaintext")
+	case o.clientCA != "" && o.tlsCert == "":
+		return nil, fmt.Errorf("--client-ca needs --tls-cert and --tls-key: mutual TLS is TLS first")
+	case len(o.adminNames) > 0 && o.clientCA == "":
+		return nil, fmt.Errorf("--admin-names are client certificate names, which only --client-ca lets the server verify: set --client-ca, or use --admin-token-file")
+	case o.policyFile != "" && o.clientCA == "":
+		return nil, fmt.Errorf("--policy names client certificates, which only --client-ca lets the server verify: set --client-ca")
+	}
+	if o.tlsCert != "" {
+		st, err := server.LoadServerTLS(o.tlsCert, o.tlsKey, o.clientCA)
+		if err != nil {
+			return nil, err
+		}
+		s.tls = st
+		s.auth.ClientCerts = st.ClientCerts
+	}
+	s.auth.AdminNames = o.adminNames
+	if o.adminTokenFile != "" {
+		b, err := os.ReadFile(o.adminTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w", err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if len(tok) < minTokenLen || strings.ContainsAny(tok, " \t\r\n") {
+			return nil, fmt.Errorf("--admin-token-file %s must hold one token of at least %d characters without spaces (make one with: openssl rand -hex 32)", o.adminTokenFile, minTokenLen)
+		}
+		s.auth.AdminToken = tok
+	}
+	if o.policyFile != "" {
+		p, err := server.LoadPolicyFile(o.policyFile)
+		if err != nil {
+			return nil, err
+		}
+		s.auth.Policy = p
+	}
+	return s, nil
+}
+
+// secured reports whether remote clients would need TLS and credentials.
+func (s *serveSecurity) secured() bool {
+	return s.tls != nil && (s.auth.ClientCerts || s.auth.AdminToken != "")
+}
+
+// checkRemote refuses a listener on a non-loopback address unless the
+// server is secured or --insecure-allow-remote is given. flag names the
+// flag that chose the address, for the message.
+func (s *serveSecurity) checkRemote(flag string, addr net.Addr) error {
+	if isLoopback(addr) || s.secured() || s.opts.insecureAllowRemote {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve on %s (%s), which is not a loopback address, without TLS and authentication: "+
+		"anyone who can reach it could change pools and hold every permit. Set --tls-cert and --tls-key, and --client-ca (with --admin-names) or --admin-token-file; "+
+		"or listen on 127.0.0.1; or, on a network where every host is trusted, pass --insecure-allow-remote", addr, flag)
+}
+
+// isLoopback reports whether addr is a loopback IP address (an unspecified
+// address such as 0.0.0.0 is every interface: not loopback).
+func isLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
+// config adds the security settings to cfg.
+func (s *serveSecurity) config(cfg server.Config) server.Config {
+	cfg.Auth = s.auth
+	cfg.Limits = s.opts.limits
+	return cfg
+}

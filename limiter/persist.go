@@ -1,0 +1,219 @@
+package limiter
+
+import (
+	"errors"
+	"time"
+)
+
+// Persister makes pool definitions, and the little state the engine needs
+// to stay safe across a restart, durable. The server's store implements it;
+// an Engine without one (Options.Persister nil) keeps everything in memory.
+//
+// The engine calls a Persister under the lock of the pool concerned (and,
+// for a new pool, under the engine's creation lock), so the calls for one
+// pool are serialized and reach the Persister in the order their effects
+// become visible. A change is made visible only after the call returned
+// nil: when it fails, the engine reports the error and leaves the pool as it
+// was. A Persister must therefore not call back into the engine, and should
+// return only once the write is durable (an fsync'ed commit).
+type Persister interface {
+	// SavePool durably records a pool: its configuration when it is
+	// created or updated, and its DurableState whenever the engine moves
+	// the state forward.
+	SavePool(SavedPool) error
+	// DeletePool durably forgets the named pool.
+	DeletePool(name string) error
+}
+
+// SavedPool is a pool as a Persister records it and Engine.RestorePool
+// takes it back after a restart.
+type SavedPool struct {
+	// Config with defaults filled in.
+	Config PoolConfig
+	// CreateTime and UpdateTime by the engine's clock.
+	CreateTime time.Time
+	UpdateTime time.Time
+	// State is what a restarted engine needs to stay safe.
+	State DurableState
+}
+
+// DurableState is the per-pool state that lets a restarted engine keep its
+// promises without a disk write per grant. The engine writes it ahead of
+// time, in blocks, and only moves it forward:
+//   - no fencing token above TokenCeiling has been issued, so a restarted
+//     engine continues above it;
+//   - no live lease expires after LeaseHorizon (the zero time: no lease was
+//     ever granted), so a restarted engine knows when every lease granted
+//     before the restart is over;
+//   - no live lease was granted or last renewed with a TTL above TTLBound,
+//     so it is also over TTLBound after the restart.
+type DurableState struct {
+	TokenCeiling uint64
+	LeaseHorizon time.Time
+	TTLBound     time.Duration
+}
+
+// Tuning of the writes ahead.
+const (
+	// DefaultHorizonSlack is how far past the longest expiry in use the
+	// engine moves a pool's lease horizon when a grant or renewal would
+	// pass it, when Options.HorizonSlack is 0: a busy pool writes its
+	// horizon about once per slack.
+	DefaultHorizonSlack = 30 * time.Second
+	// minTokenBlock and maxTokenBlock bound how many fencing tokens one
+	// write reserves. The block doubles while writes come less than
+	// tokenBlockPeriod apart, so a busy pool writes about once a period.
+	minTokenBlock    = 1024
+	maxTokenBlock    = 1 << 20
+	tokenBlockPeriod = time.Second
+)
+
+// noPersistCeiling and noPersistHorizon are a pool's reservations when the
+// engine has no Persister: they are never reached, so the hot path never
+// calls reserveLocked.
+var noPersistHorizon = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const noPersistCeiling = ^uint64(0)
+
+// durable is a pool's view of its DurableState. It is guarded by the pool's
+// mutex.
+type durable struct {
+	state       DurableState
+	tokenBlock  uint64 // tokens the next write reserves
+	lastTokenAt int64  // when a write last had to move TokenCeiling (Unix ns; 0: never)
+}
+
+// NewSavedPool returns what CreatePool would record for cfg at now: cfg
+// with defaults filled in and validated, and a DurableState that reserves
+// a first block of fencing tokens. The server uses it to seed a store.
+// Errors: ErrInvalidArgument.
+func NewSavedPool(cfg PoolConfig, now time.Time) (SavedPool, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return SavedPool{}, err
+	}
+	return SavedPool{
+		Config:     cfg,
+		CreateTime: now,
+		UpdateTime: now,
+		State:      DurableState{TokenCeiling: minTokenBlock},
+	}, nil
+}
+
+// initDurableLocked sets up p's reservations: the ones of st with a
+// Persister, unreachable ones without.
+func (p *pool) initDurableLocked(st DurableState) {
+	if p.e.persister == nil {
+		p.dur = durable{state: DurableState{TokenCeiling: noPersistCeiling, LeaseHorizon: noPersistHorizon, TTLBound: MaxLeaseTTLLimit}}
+		return
+	}
+	p.dur = durable{state: st, tokenBlock: minTokenBlock}
+}
+
+// savedLocked returns p as the Persister records it, with state st.
+func (p *pool) savedLocked(cfg PoolConfig, st DurableState) SavedPool {
+	return SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, State: st}
+}
+
+// persistCreateLocked records the new pool p before it becomes visible.
+func (p *pool) persistCreateLocked() error {
+	if p.e.persister == nil {
+		return nil
+	}
+	return storageErr(p.e.persister.SavePool(p.savedLocked(p.cfg, p.dur.state)), "create pool "+quote(p.name))
+}
+
+// persistConfigLocked records cfg, which UpdatePool is about to make live.
+// The DurableState does not change: TTLBound follows the TTLs granted, not
+// MaxLeaseTTL, so lowering the maximum leaves it covering older leases.
+func (p *pool) persistConfigLocked(cfg PoolConfig, now time.Time) error {
+	if p.e.persister == nil {
+		return nil
+	}
+	saved := p.savedLocked(cfg, p.dur.state)
+	saved.UpdateTime = now
+	return storageErr(p.e.persister.SavePool(saved), "update pool "+quote(p.name))
+}
+
+// persistDeleteLocked forgets p on disk before it is deleted.
+func (p *pool) persistDeleteLocked() error {
+	if p.e.persister == nil {
+		return nil
+	}
+	return storageErr(p.e.persister.DeletePool(p.name), "delete pool "+quote(p.name))
+}
+
+// reserveLocked makes sure that the next fencing token, and a lease granted
+// or renewed at now to expire at expiry, are within what is durably
+// reserved, writing new reservations first if they are not. It is called
+// before every grant, renewal and re-adoption; the check is three
+// comparisons, and a write happens only when the next token would pass
+// TokenCeiling (which then moves a block of tokens past the last issued),
+// the TTL would pass TTLBound (which then grows to it), or expiry would
+// pass LeaseHorizon; every write also moves LeaseHorizon to now +
+// TTLBound + slack if that is later. It fails with ErrStorageFailed when
+// the write fails; the caller must then not grant.
+//
+// TTLBound follows the TTLs in use, not MaxLeaseTTL, so that the recovery
+// window after a restart is as long as the leases really are (15s by
+// default), not as long as they could be (5m by default).
+func (p *pool) reserveLocked(now, expiry time.Time) error {
+	st := &p.dur.state
+	if p.lastToken < st.TokenCeiling && !expiry.After(st.LeaseHorizon) && expiry.Sub(now) <= st.TTLBound {
+		return nil
+	}
+	return p.writeReservationLocked(now, expiry)
+}
+
+// writeReservationLocked is the slow path of reserveLocked.
+func (p *pool) writeReservationLocked(now, expiry time.Time) error {
+	if p.e.persister == nil {
+		return nil // unreachable: the reservations are never reached without a Persister
+	}
+	st := p.dur.state
+	block := p.dur.tokenBlock
+	tokens := p.lastToken >= st.TokenCeiling // the next token needs a new block
+	if tokens {
+		if p.dur.lastTokenAt != 0 && now.UnixNano()-p.dur.lastTokenAt < int64(tokenBlockPeriod) {
+			block = min(2*block, maxTokenBlock)
+		} else {
+			block = minTokenBlock
+		}
+		st.TokenCeiling = p.lastToken + block
+	}
+	// Leases granted before this write expire by the old horizon: if it
+	// has passed, they are over and TTLBound starts again from this TTL;
+	// if not, it keeps covering them.
+	ttl := expiry.Sub(now)
+	if st.LeaseHorizon.After(now) {
+		st.TTLBound = max(st.TTLBound, ttl)
+	} else {
+		st.TTLBound = ttl
+	}
+	horizon := now.Add(st.TTLBound + p.e.horizonSlack)
+	if horizon.After(st.LeaseHorizon) {
+		st.LeaseHorizon = horizon
+	}
+	if err := storageErr(p.e.persister.SavePool(p.savedLocked(p.cfg, st)), "reserve fencing tokens and lease expiries of pool "+quote(p.name)); err != nil {
+		return err
+	}
+	if tokens {
+		p.dur.lastTokenAt = now.UnixNano()
+	}
+	p.dur.state = st
+	p.dur.tokenBlock = block
+	return nil
+}
+
+// storageErr turns a Persister's error into ErrStorageFailed, saying what
+// was not done. A nil error stays nil; an *Error is kept.
+func storageErr(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return errorf(ErrStorageFailed, "could not %s durably: %v; nothing was changed; retry, and check the server's data directory and disk", what, err)
+}

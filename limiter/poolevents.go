@@ -1,0 +1,109 @@
+package limiter
+
+import "time"
+
+// PoolEventType says what changed in a pool by itself.
+type PoolEventType uint8
+
+// Pool event types.
+const (
+	// PoolThrottled: adaptive control cut the pool's effective limits
+	// (PoolEvent.Reason says why).
+	PoolThrottled PoolEventType = iota + 1
+	// PoolRelieved: adaptive control raised the pool's effective limits
+	// toward the configured ones.
+	PoolRelieved
+)
+
+// String returns "throttled" or "relieved".
+func (t PoolEventType) String() string {
+	switch t {
+	case PoolThrottled:
+		return "throttled"
+	case PoolRelieved:
+		return "relieved"
+	}
+	return "unknown"
+}
+
+// ThrottleReason says why adaptive control cut a pool's limits.
+type ThrottleReason uint8
+
+// Throttle reasons.
+const (
+	// ThrottleNone: the pool is not throttled.
+	ThrottleNone ThrottleReason = iota
+	// ThrottleErrors: the fraction of errors and timeouts reported in the
+	// window exceeded the pool's error threshold.
+	ThrottleErrors
+	// ThrottleLatency: the mean latency reported in the window exceeded
+	// the latency tolerance times the long-term baseline.
+	ThrottleLatency
+)
+
+// String returns "", "errors" or "latency".
+func (r ThrottleReason) String() string {
+	switch r {
+	case ThrottleErrors:
+		return "errors"
+	case ThrottleLatency:
+		return "latency"
+	}
+	return ""
+}
+
+// PoolEvent reports a change of a pool's effective limits that the engine
+// made by itself (adaptive control). Operator changes are not reported
+// here: their callers know of them.
+type PoolEvent struct {
+	Pool string
+	Type PoolEventType
+	// Time of the change, by the engine's clock.
+	Time time.Time
+	// Reason of a PoolThrottled event.
+	Reason ThrottleReason
+	// ConcurrencyLimit and Rate are the effective values after the change,
+	// PrevConcurrencyLimit and PrevRate before it, and
+	// ConfiguredConcurrencyLimit and ConfiguredRate the configured ones; 0
+	// for a limit the pool does not have.
+	ConcurrencyLimit, PrevConcurrencyLimit, ConfiguredConcurrencyLimit int64
+	Rate, PrevRate, ConfiguredRate                                     float64
+	// Samples, ErrorRatio and Latency describe the window the decision was
+	// made on: its outcomes, the fraction of errors and timeouts among
+	// them and their mean latency (0: none reported). Baseline is the
+	// long-term latency baseline (0: unknown).
+	Samples    int64
+	ErrorRatio float64
+	Latency    time.Duration
+	Baseline   time.Duration
+}
+
+// outbox holds what a pool reports to the engine's callbacks, collected
+// under the pool's lock and delivered by Engine.deliver after it is
+// released. It is empty unless adaptive control or rate shares are in use.
+type outbox struct {
+	events []PoolEvent
+	shares []ShareUpdate
+}
+
+// takeOutboxLocked returns and clears p's outbox.
+func (p *pool) takeOutboxLocked() outbox {
+	ob := p.out
+	p.out = outbox{}
+	return ob
+}
+
+// deliver calls the engine's callbacks with what ob holds. Call it without
+// pool locks held.
+func (e *Engine) deliver(ob outbox) {
+	if e.onPoolEvent != nil {
+		for _, ev := range ob.events {
+			e.onPoolEvent(ev)
+		}
+	}
+	if e.onShareUpdate != nil {
+		for _, su := range ob.shares {
+			e.onShareUpdate(su)
+		}
+	}
+}

@@ -1,0 +1,239 @@
+package limiter
+
+import (
+	"time"
+)
+
+// maxRecoveryEnded bounds how many pre-restart leases one pool remembers
+// as re-adopted or released during its recovery window. Past it, further
+// re-adoptions are refused: real holders are far fewer, and no client can
+// grow the engine's memory without bound.
+const maxRecoveryEnded = 1 << 16
+
+// recovery is a pool's recovery window after a restart (see doc.go and
+// docs/recovery.md). It is guarded by the pool's mutex; the zero value
+// means "not recovering". Only until, which the hot path reads, is kept in
+// every pool; the rest exists during a window only.
+type recovery struct {
+	// until is when the window ends: no lease granted before the restart
+	// can be live after it. Zero when the pool is not recovering.
+	until   time.Time
+	*window // nil when the pool is not recovering
+}
+
+// window is the state of a recovery window beside its end.
+type window struct {
+	// restart is when the pool was restored.
+	restart time.Time
+	// ceiling is the highest fencing token that may have been issued
+	// before the restart: only such tokens can be re-adopted.
+	ceiling uint64
+	// taken holds the pre-restart tokens re-adopted or released since the
+	// restart: none of them is re-adopted again.
+	taken map[uint64]struct{}
+	timer Timer
+}
+
+// recoveringLocked reports whether the pool is in its recovery window.
+func (p *pool) recoveringLocked() bool { return !p.rec.until.IsZero() }
+
+// recoveryBlocksLocked reports whether the recovery window holds back new
+// grants: it does in a pool with a concurrency limit, whose capacity
+// surviving holders may still occupy. A pool with only a rate has no held
+// capacity to protect and grants at once (its bucket starts empty instead).
+func (p *pool) recoveryBlocksLocked() bool {
+	return p.recoveringLocked() && p.cfg.ConcurrencyLimit > 0
+}
+
+// recoveringErrLocked is the error of a no-wait acquire refused because of
+// the recovery window.
+func (p *pool) recoveringErrLocked(now time.Time) error {
+	left := p.rec.until.Sub(now)
+	return &Error{Code: CodeUnavailable, Reason: ReasonRecovering, RetryAfter: left,
+		Message: "pool " + quote(p.name) + " is recovering from a server restart until " + p.rec.until.UTC().Format(time.RFC3339Nano) +
+			" (" + left.Round(time.Millisecond).String() + " from now): until then it grants only to holders renewing leases from before the restart; retry after that, or acquire without no_wait to wait in the queue"}
+}
+
+// RestorePool re-creates a pool from what a Persister recorded, after a
+// restart, without writing anything. The pool continues its fencing tokens
+// above saved.State.TokenCeiling. If a lease granted before the restart
+// may still be live, that is, until the earlier of LeaseHorizon and now +
+// TTLBound, the pool is in its recovery window:
+//   - a Renew through RenewOrReadopt of a lease the engine does not know,
+//     with a fencing token up to the old ceiling, re-adopts it with the
+//     same token if it fits under the concurrency limit;
+//   - a Release of such a lease succeeds (it was held safely until then);
+//   - new grants wait, in a pool with a concurrency limit, until the
+//     window ends (a no-wait acquire fails with ErrRecovering); then the
+//     queue is served as usual.
+//
+// A restored pool with a rate starts with an empty bucket, so that a
+// restart never grants more than rate × window + burst. Errors:
+// ErrInvalidArgument, ErrPoolExists, ErrShuttingDown.
+func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
+	cfg := saved.Config.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return PoolInfo{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() {
+		return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
+	}
+	if _, exists := e.pools.Load(cfg.Name); exists {
+		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; it cannot be restored over", cfg.Name)
+	}
+	now := e.clock.Now()
+	p := newPool(e, cfg, now)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !saved.CreateTime.IsZero() {
+		p.createTime = saved.CreateTime
+	}
+	if !saved.UpdateTime.IsZero() {
+		p.updateTime = saved.UpdateTime
+	}
+	st := saved.State
+	if st.TTLBound <= 0 && !st.LeaseHorizon.IsZero() {
+		st.TTLBound = cfg.MaxLeaseTTL // not recorded: assume the longest
+	}
+	p.initDurableLocked(st)
+	p.lastToken = st.TokenCeiling
+	if p.bucket != nil {
+		p.bucket.AllowN(now, int(cfg.Burst)) // start empty: the old bucket may have been spent
+	}
+	until := now.Add(st.TTLBound)
+	if st.LeaseHorizon.Before(until) {
+		until = st.LeaseHorizon
+	}
+	if until.After(now) {
+		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling, taken: make(map[uint64]struct{})}}
+		p.rec.timer = e.clock.AfterFunc(until.Sub(now), p.onRecoveryEnd)
+	}
+	e.pools.Store(cfg.Name, p)
+	return p.infoLocked(now), nil
+}
+
+// onRecoveryEnd ends the pool's recovery window: every lease from before
+// the restart that was not re-adopted is over, so the queue is served.
+func (p *pool) onRecoveryEnd() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.deleted || !p.recoveringLocked() {
+		return
+	}
+	p.rec = recovery{}
+	p.dispatchLocked(p.e.clock.Now())
+}
+
+// stopRecoveryLocked stops the window's timer for good (pool deleted,
+// engine closed).
+func (p *pool) stopRecoveryLocked() {
+	if p.rec.window != nil && p.rec.timer != nil {
+		p.rec.timer.Stop()
+	}
+}
+
+// Readopt describes a lease the holder believes it holds, as sent with a
+// renew, so that an engine restarted since the grant can take the lease
+// back. Weight 0 means unknown: such a lease cannot be re-adopted.
+type Readopt struct {
+	Weight      int64
+	Priority    int32
+	ClientID    string
+	Description string
+}
+
+// RenewOrReadopt is Renew, except that during the pool's recovery window
+// (see RestorePool) a lease the engine does not know, whose token may have
+// been issued before the restart and was not re-adopted or released since,
+// is re-adopted: it becomes a live lease again with the same fencing token,
+// ra's weight, priority, client id and description, and an expiry of ttl
+// (0: the pool's DefaultLeaseTTL) from now, provided that the pool's held
+// weight plus ra.Weight is within its concurrency limit.
+//
+// Errors: those of Renew, and ErrLeaseNotReadopted when the lease would not
+// fit under the limit or ra.Weight is below 1; ErrInvalidArgument for a
+// weight above the limit, or a client id or description too long;
+// ErrStorageFailed.
+func (e *Engine) RenewOrReadopt(pool string, token uint64, ttl time.Duration, owner any, ra Readopt) (Lease, error) {
+	return e.renew(pool, token, ttl, owner, &ra)
+}
+
+// readoptLocked re-adopts token during the recovery window. It returns a
+// nil lease and no error when token is not re-adoptable (no window, a token
+// issued after the restart, or one re-adopted or released since), so that
+// the caller reports it as any unknown lease.
+func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner any, now time.Time) (*lease, error) {
+	if !p.preRestartLocked(token) {
+		return nil, nil
+	}
+	since := " (the server restarted at " + p.rec.restart.UTC().Format(time.RFC3339Nano) + " and does not know it)"
+	switch {
+	case ra.Weight < 1:
+		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the renew did not say its weight; stop the work it protects and acquire a new lease (clients that send weight with renew re-attach by themselves)", token, p.name, since)
+	case len(ra.ClientID) > MaxClientIDLen:
+		return nil, errorf(ErrInvalidArgument, "client id is %d bytes; the most is %d", len(ra.ClientID), MaxClientIDLen)
+	case len(ra.Description) > MaxDescriptionLen:
+		return nil, errorf(ErrInvalidArgument, "description is %d bytes; the most is %d", len(ra.Description), MaxDescriptionLen)
+	case p.cfg.ConcurrencyLimit > 0 && p.held+ra.Weight > p.ad.limit: // the effective limit: adaptive.go
+		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its weight %d does not fit (held %d of limit %d); stop the work it protects and acquire a new lease", token, p.name, since, ra.Weight, p.held, p.ad.limit)
+	case len(p.rec.taken) >= maxRecoveryEnded:
+		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: %d leases were re-adopted already, the most one recovery allows; acquire a new lease", token, p.name, since, maxRecoveryEnded)
+	}
+	ttl, err := p.resolveTTLLocked(ttl)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.reserveLocked(now, now.Add(ttl)); err != nil {
+		return nil, err
+	}
+	l := &lease{
+		Lease: Lease{
+			Pool:         p.name,
+			FencingToken: token,
+			Weight:       ra.Weight,
+			Priority:     ra.Priority,
+			ClientID:     ra.ClientID,
+			Description:  ra.Description,
+			TTL:          ttl,
+			AcquireTime:  now,
+			ExpireTime:   now.Add(ttl),
+		},
+		owner: owner,
+	}
+	p.rec.taken[token] = struct{}{}
+	p.leases[token] = l
+	p.expiry.push(l)
+	p.held += ra.Weight
+	p.stats.Readopted++
+	p.armExpiryTimerLocked(l.ExpireTime, now)
+	return l, nil
+}
+
+// releasePreRestartLocked handles the Release of a lease the engine does
+// not know: during the recovery window, one that may have been granted
+// before the restart (and was not re-adopted) was held safely until now,
+// since nothing was granted over it, so its release succeeds; it reports
+// whether it did.
+func (p *pool) releasePreRestartLocked(token uint64) bool {
+	if !p.preRestartLocked(token) {
+		return false
+	}
+	if len(p.rec.taken) < maxRecoveryEnded {
+		p.rec.taken[token] = struct{}{}
+	}
+	p.stats.Released++
+	return true
+}
+
+// preRestartLocked reports whether token may name a lease granted before
+// the restart that is neither re-adopted nor released since, during the
+// recovery window.
+func (p *pool) preRestartLocked(token uint64) bool {
+	if !p.recoveringLocked() || token == 0 || token > p.rec.ceiling {
+		return false
+	}
+	_, taken := p.rec.taken[token]
+	return !taken
+}

@@ -1,0 +1,215 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestRandomizedRestartSafety drives a pool through random acquires,
+// renewals, releases, waits and time, crashing and restarting the engine
+// several times, and checks after every step, by the holders' own rule,
+// DESIGN.md's safety invariant across restarts: the holders that believe
+// they hold a lease (it was granted or last renewed, by the engine they
+// talked to, with an ExpireTime still in the future, and not released)
+// never hold more than the limit together. Holders know nothing of the
+// crash: they keep renewing (with RenewOrReadopt, as a client does) while
+// their lease is valid, and give it up when a renew is refused. Some never
+// renew and hold until their expiry; some whose lease is over send a late
+// renew anyway (a delayed message): the engine may take such a lease back
+// during a recovery window, which costs capacity but not safety, since the
+// holder, following the rules, no longer uses it. Fencing tokens must also
+// grow across every restart.
+func TestRandomizedRestartSafety(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	steps := 3000
+	if testing.Short() {
+		seeds, steps = seeds[:2], 1000
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runRandomizedRestart(t, seed, steps) })
+	}
+}
+
+// holder is a client's view of a lease.
+type holder struct {
+	token      uint64
+	weight     int64
+	validUntil time.Time // ExpireTime of the last grant or renewal it saw
+	silent     bool      // never renews
+}
+
+func runRandomizedRestart(t *testing.T, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	const limit = 6
+	m := newMemPersister()
+	maxTTL := time.Duration(2+rng.IntN(10)) * time.Second
+	// A slack from 1ms to 2 max TTLs, often under a second: the window
+	// ends sometimes at the horizon, sometimes at restart + the TTL bound.
+	slack := time.Duration(1+rng.IntN(int(2*maxTTL/time.Millisecond))) * time.Millisecond
+	if rng.IntN(2) == 0 {
+		slack = time.Duration(1+rng.IntN(500)) * time.Millisecond
+	}
+	te := newPersistentTestEngine(t, m, slack)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: limit, MaxLeaseTTL: maxTTL, DefaultLeaseTTL: maxTTL / 2, MaxWaiters: 50})
+
+	var (
+		holders  []*holder
+		lost     []*holder // holders whose lease is over, by their rule
+		waiting  []*pending
+		maxToken uint64 // the highest token granted by any engine so far
+		era      int    // number of restarts
+		minToken uint64 // every grant of this era must be above it
+		prevHeld = map[string]int64{}
+	)
+	now := func() time.Time { return te.clk.Now() }
+	grant := func(l Lease) {
+		if l.FencingToken <= minToken {
+			t.Fatalf("seed %d era %d: token %d granted, not above %d issued before the restart", seed, era, l.FencingToken, minToken)
+		}
+		maxToken = max(maxToken, l.FencingToken)
+		holders = append(holders, &holder{token: l.FencingToken, weight: l.Weight, validUntil: l.ExpireTime, silent: rng.IntN(3) == 0})
+	}
+	collect := func() {
+		kept := waiting[:0]
+		for _, w := range waiting {
+			switch {
+			case !w.finished():
+				kept = append(kept, w)
+			case w.err == nil:
+				grant(w.lease)
+			}
+		}
+		waiting = kept
+	}
+	valid := func() []*holder { // drop holders whose lease is over by their rule
+		kept := holders[:0]
+		for _, h := range holders {
+			if now().Before(h.validUntil) {
+				kept = append(kept, h)
+			} else if len(lost) < 100 {
+				lost = append(lost, h)
+			}
+		}
+		holders = kept
+		return holders
+	}
+	check := func(step int, what string) {
+		var sum int64
+		for _, h := range valid() {
+			sum += h.weight
+		}
+		if sum > limit {
+			t.Fatalf("seed %d era %d step %d (%s): holders that believe they hold leases hold %d > limit %d", seed, era, step, what, sum, limit)
+		}
+		if err := te.checkInvariants(prevHeld); err != nil {
+			t.Fatalf("seed %d era %d step %d (%s): %v", seed, era, step, what, err)
+		}
+	}
+	ttl := func() time.Duration { // often the longest, which ends nearest the horizon
+		if rng.IntN(3) == 0 {
+			return maxTTL
+		}
+		return time.Duration(100+rng.IntN(int(maxTTL/time.Millisecond)-100)) * time.Millisecond
+	}
+	retune := func() { // a new MaxLeaseTTL, higher or lower, for grants from now on
+		maxTTL = time.Duration(1+rng.IntN(12)) * time.Second
+		if _, err := te.UpdatePool("db", func(c *PoolConfig) { c.MaxLeaseTTL, c.DefaultLeaseTTL = maxTTL, maxTTL/2 }); err != nil {
+			t.Fatalf("seed %d: update: %v", seed, err)
+		}
+	}
+
+	for step := 0; step < steps; step++ {
+		var what string
+		switch op := rng.IntN(100); {
+		case op < 20:
+			what = "try-acquire"
+			l, err := te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1 + rng.Int64N(3), TTL: ttl(), NoWait: true})
+			if err == nil {
+				grant(l)
+			}
+		case op < 28:
+			what = "acquire"
+			if len(waiting) < 20 {
+				waiting = append(waiting, te.startAcquire(t, AcquireRequest{Pool: "db", Weight: 1 + rng.Int64N(3), TTL: ttl(), WaitTimeout: time.Duration(rng.IntN(5000)) * time.Millisecond}))
+			}
+		case op < 33:
+			what = "cancel"
+			if len(waiting) > 0 {
+				w := waiting[rng.IntN(len(waiting))]
+				w.cancel()
+				w.result(t)
+			}
+		case op < 50:
+			what = "renew"
+			if hs := valid(); len(hs) > 0 {
+				h := hs[rng.IntN(len(hs))]
+				if h.silent {
+					break
+				}
+				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight})
+				if err != nil {
+					h.validUntil = time.Time{} // refused: the holder stops
+				} else {
+					if l.FencingToken != h.token || l.Weight != h.weight {
+						t.Fatalf("seed %d: renew of %d/%d returned %+v", seed, h.token, h.weight, l)
+					}
+					h.validUntil = l.ExpireTime
+				}
+			}
+		case op < 55:
+			what = "late renew"
+			if len(lost) > 0 {
+				i := rng.IntN(len(lost))
+				h := lost[i]
+				lost = append(lost[:i], lost[i+1:]...)
+				_, _ = te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight})
+			}
+		case op < 68:
+			what = "release"
+			if hs := valid(); len(hs) > 0 {
+				i := rng.IntN(len(hs))
+				_ = te.Release("db", hs[i].token) // the holder stops either way
+				holders = append(hs[:i], hs[i+1:]...)
+			}
+		case op < 93:
+			what = "time"
+			te.clk.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		case op < 96:
+			what = "retune"
+			retune()
+		default:
+			what = "crash"
+			if rng.IntN(2) == 0 {
+				retune()
+			}
+			for _, w := range waiting { // they fail with SHUTTING_DOWN
+				w.cancel()
+			}
+			te.Engine.Close()
+			for _, w := range waiting {
+				w.result(t)
+			}
+			collect()
+			down := time.Duration(rng.IntN(int(2*maxTTL/time.Millisecond))) * time.Millisecond
+			if rng.IntN(2) == 0 {
+				down /= 8
+			}
+			te = te.restart(t, m, down)
+			era++
+			minToken = maxToken
+			prevHeld = map[string]int64{}
+		}
+		collect()
+		check(step, what)
+	}
+	for _, w := range waiting {
+		w.cancel()
+		w.result(t)
+	}
+	if era == 0 {
+		t.Fatalf("seed %d: no restart happened", seed)
+	}
+}

@@ -1,0 +1,372 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// restart simulates a crash of te's engine and a restart after downtime: the
+// old engine stops (its timers with it, nothing is released), the clock
+// moves on, and a new engine on the same clock restores every pool m holds.
+func (te *testEngine) restart(t testing.TB, m *memPersister, downtime time.Duration) *testEngine {
+	t.Helper()
+	te.Engine.Close()
+	te.clk.Advance(downtime)
+	ne := &testEngine{clk: te.clk}
+	ne.Engine = New(Options{Clock: te.clk, Persister: m, HorizonSlack: te.horizonSlack, OnLeaseEnded: func(le LeaseEnded) {
+		ne.mu.Lock()
+		ne.ended = append(ne.ended, le)
+		ne.mu.Unlock()
+	}})
+	t.Cleanup(ne.Close)
+	for _, sp := range m.snapshot() {
+		if _, err := ne.RestorePool(sp); err != nil {
+			t.Fatalf("RestorePool(%+v): %v", sp, err)
+		}
+	}
+	return ne
+}
+
+func readopt(w int64) Readopt {
+	return Readopt{Weight: w, ClientID: "c", Description: "d", Priority: 2}
+}
+
+// TestRestartContinuesTokensAboveCeiling: tokens after a restart are above
+// every token issued before it, and the restored pool keeps its
+// configuration and times.
+func TestRestartContinuesTokensAboveCeiling(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 3, Description: "orders", MaxLeaseTTL: time.Second, DefaultLeaseTTL: time.Second})
+	var last uint64
+	for i := 0; i < 2000; i++ {
+		l := te.mustAcquire(t, AcquireRequest{Pool: "db"})
+		last = l.FencingToken
+		_ = te.Release("db", l.FencingToken)
+	}
+	te2 := te.restart(t, m, time.Hour)
+	info, err := te2.GetPool("db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Description != "orders" || info.Config.ConcurrencyLimit != 3 || !info.CreateTime.Equal(epoch) {
+		t.Fatalf("restored pool: %+v", info)
+	}
+	if !info.Status.RecoveringUntil.IsZero() {
+		t.Fatalf("a pool whose horizon passed long ago is recovering until %v", info.Status.RecoveringUntil)
+	}
+	l := te2.mustAcquire(t, AcquireRequest{Pool: "db"})
+	if l.FencingToken <= last {
+		t.Fatalf("token %d after a restart; before it %d was issued", l.FencingToken, last)
+	}
+	// And again, twice, with no grant in between.
+	te3 := te2.restart(t, m, time.Hour)
+	te4 := te3.restart(t, m, time.Hour)
+	if l2 := te4.mustAcquire(t, AcquireRequest{Pool: "db"}); l2.FencingToken <= l.FencingToken {
+		t.Fatalf("token %d after two more restarts; before them %d", l2.FencingToken, l.FencingToken)
+	}
+}
+
+// TestRecoveryWindowBounds: the window ends at the earlier of the saved
+// horizon and restart + the TTL bound; a pool that granted nothing, or
+// whose horizon has passed, does not recover.
+func TestRecoveryWindowBounds(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "quick", ConcurrencyLimit: 2, MaxLeaseTTL: 10 * time.Second})
+	te.mustCreate(t, PoolConfig{Name: "idle", ConcurrencyLimit: 2, MaxLeaseTTL: 10 * time.Second})
+	te.mustCreate(t, PoolConfig{Name: "old", ConcurrencyLimit: 2, MaxLeaseTTL: 10 * time.Second})
+	te.mustAcquire(t, AcquireRequest{Pool: "old", TTL: 10 * time.Second}) // horizon 40s
+	te.clk.Advance(35 * time.Second)
+	te.mustAcquire(t, AcquireRequest{Pool: "quick", TTL: 10 * time.Second}) // horizon 35+40 = 75s
+
+	te2 := te.restart(t, m, 3*time.Second) // now 38s
+	if got, want := te2.status(t, "quick").RecoveringUntil, epoch.Add(48*time.Second); !got.Equal(want) {
+		t.Fatalf("quick recovers until %v; want restart + max TTL = %v", got, want)
+	}
+	if got, want := te2.status(t, "old").RecoveringUntil, epoch.Add(40*time.Second); !got.Equal(want) {
+		t.Fatalf("old recovers until %v; want its horizon %v", got, want)
+	}
+	if got := te2.status(t, "idle").RecoveringUntil; !got.IsZero() {
+		t.Fatalf("idle (never granted) recovers until %v", got)
+	}
+	te2.mustAcquire(t, AcquireRequest{Pool: "idle"})
+
+	te2.clk.Advance(2 * time.Second) // 40s: old's window is over
+	if got := te2.status(t, "old").RecoveringUntil; !got.IsZero() {
+		t.Fatalf("old still recovering at its horizon: %v", got)
+	}
+	te2.mustAcquire(t, AcquireRequest{Pool: "old"})
+
+	te3 := te2.restart(t, m, 10*time.Minute) // every horizon has passed
+	for _, name := range []string{"quick", "idle", "old"} {
+		if got := te3.status(t, name).RecoveringUntil; !got.IsZero() {
+			t.Fatalf("%s recovers until %v long after its horizon", name, got)
+		}
+	}
+}
+
+// TestRecoveryHoldsBackNewGrants: during the window a no-wait acquire fails
+// with RECOVERING (UNAVAILABLE, saying until when), a waiting one is
+// granted when the window ends, and not an instant before.
+func TestRecoveryHoldsBackNewGrants(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 5, MaxLeaseTTL: 10 * time.Second})
+	te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second})
+	te2 := te.restart(t, m, time.Second)
+	until := epoch.Add(11 * time.Second)
+
+	_, err := te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
+	wantReason(t, err, ErrRecovering)
+	var e *Error
+	errors.As(err, &e)
+	if e.Code != CodeUnavailable || e.RetryAfter != 10*time.Second || !strings.Contains(e.Message, until.Format(time.RFC3339Nano)) {
+		t.Fatalf("recovering error = %#v", e)
+	}
+	w := te2.startAcquire(t, AcquireRequest{Pool: "db", Weight: 1})
+	if s := te2.status(t, "db"); s.Waiting != 1 || s.Held != 0 {
+		t.Fatalf("during recovery: %+v", s)
+	}
+	te2.clk.Advance(10*time.Second - time.Nanosecond)
+	if w.finished() {
+		t.Fatal("waiter granted before the window ended")
+	}
+	te2.clk.Advance(time.Nanosecond)
+	l, err := w.result(t)
+	if err != nil || !l.AcquireTime.Equal(until) {
+		t.Fatalf("waiter at the window's end: %+v, %v", l, err)
+	}
+	if s := te2.status(t, "db"); !s.RecoveringUntil.IsZero() {
+		t.Fatalf("after the window: %+v", s)
+	}
+}
+
+// TestReadopt: a renew of a lease from before the restart re-adopts it with
+// the same token and the weight the renew says; the lease then behaves as
+// any other, and is not re-adopted a second time once released.
+func TestReadopt(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 5, MaxLeaseTTL: 10 * time.Second, DefaultLeaseTTL: 4 * time.Second})
+	a := te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 2, TTL: 10 * time.Second})
+	b := te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 3, TTL: 10 * time.Second})
+	te2 := te.restart(t, m, time.Second)
+
+	l, err := te2.RenewOrReadopt("db", a.FencingToken, 0, "owner", readopt(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Lease{Pool: "db", FencingToken: a.FencingToken, Weight: 2, Priority: 2, ClientID: "c", Description: "d", TTL: 4 * time.Second, AcquireTime: te2.clk.Now(), ExpireTime: te2.clk.Now().Add(4 * time.Second)}
+	if l != want {
+		t.Fatalf("re-adopted %+v; want %+v", l, want)
+	}
+	if s := te2.status(t, "db"); s.Held != 2 || s.Leases != 1 || s.Readopted != 1 {
+		t.Fatalf("after a re-adoption: %+v", s)
+	}
+	if l, err = te2.RenewOrReadopt("db", a.FencingToken, 8*time.Second, nil, readopt(2)); err != nil || l.TTL != 8*time.Second {
+		t.Fatalf("renew of the re-adopted lease: %+v, %v", l, err)
+	}
+	if err := te2.Release("db", a.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, readopt(2))
+	wantReason(t, err, ErrLeaseNotFound)
+
+	// b's holder releases without renewing first: that is fine.
+	if err := te2.Release("db", b.FencingToken); err != nil {
+		t.Fatalf("release of a lease from before the restart: %v", err)
+	}
+	_, err = te2.RenewOrReadopt("db", b.FencingToken, 0, nil, readopt(3))
+	wantReason(t, err, ErrLeaseNotFound)
+	if s := te2.status(t, "db"); s.Held != 0 || s.Released != 2 {
+		t.Fatalf("after releases: %+v", s)
+	}
+
+	// An expiring re-adopted lease ends like any other.
+	te3 := te2.restart(t, m, 0)
+	c, err := te3.RenewOrReadopt("db", 1, time.Second, nil, readopt(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	te3.clk.Advance(time.Second)
+	if s := te3.status(t, "db"); s.Held != 0 || s.Expired != 1 {
+		t.Fatalf("after the re-adopted lease's TTL: %+v", s)
+	}
+	_, err = te3.RenewOrReadopt("db", c.FencingToken, 0, nil, readopt(1))
+	wantReason(t, err, ErrLeaseExpired)
+}
+
+// TestReadoptRefusals: what is not re-adopted, and why.
+func TestReadoptRefusals(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 3, MaxLeaseTTL: 10 * time.Second})
+	a := te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 2, TTL: 10 * time.Second})
+	b := te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 1, TTL: 10 * time.Second})
+	te2 := te.restart(t, m, time.Second)
+
+	_, err := te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{})
+	wantReason(t, err, ErrLeaseNotReadopted)
+	if !strings.Contains(err.Error(), "weight") {
+		t.Fatalf("message does not say the weight is missing: %v", err)
+	}
+	_, err = te2.Renew("db", a.FencingToken, 0, nil) // the engine's plain Renew never re-adopts
+	wantReason(t, err, ErrLeaseNotFound)
+	_, err = te2.RenewOrReadopt("db", a.FencingToken, time.Hour, nil, readopt(2))
+	wantReason(t, err, ErrInvalidArgument)
+	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, ClientID: strings.Repeat("x", MaxClientIDLen+1)})
+	wantReason(t, err, ErrInvalidArgument)
+
+	// A holder that claims more than fits is refused; the others fit.
+	if _, err := te2.RenewOrReadopt("db", b.FencingToken, 0, nil, readopt(3)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, readopt(2))
+	wantReason(t, err, ErrLeaseNotReadopted)
+	if s := te2.status(t, "db"); s.Held != 3 {
+		t.Fatalf("held %d after a refused re-adoption; want 3", s.Held)
+	}
+
+	// Tokens never issued before the restart are not re-adopted.
+	sp, _ := m.saved("db")
+	_, err = te2.RenewOrReadopt("db", sp.State.TokenCeiling+1, 0, nil, readopt(1))
+	wantReason(t, err, ErrLeaseNotFound)
+
+	// After the window nothing is re-adopted.
+	te2.clk.Advance(10 * time.Second)
+	_ = te2.Release("db", b.FencingToken)
+	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, readopt(2))
+	wantReason(t, err, ErrLeaseNotFound)
+	err = te2.Release("db", a.FencingToken)
+	wantReason(t, err, ErrLeaseNotFound)
+}
+
+// TestRecoveryRatePools: a pool with only a rate grants during the window
+// (it has no held capacity to protect) but its bucket starts empty, so a
+// restart never adds a burst; re-adoption works there too.
+func TestRecoveryRatePools(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "api", Rate: 10, Burst: 10, MaxLeaseTTL: 10 * time.Second})
+	a := te.mustAcquire(t, AcquireRequest{Pool: "api", TTL: 10 * time.Second})
+	te2 := te.restart(t, m, time.Second)
+	if s := te2.status(t, "api"); s.RecoveringUntil.IsZero() || s.TokensAvailable > 0 {
+		t.Fatalf("restored rate pool: %+v", s)
+	}
+	_, err := te2.Take(context.Background(), "api", 1, 0)
+	wantReason(t, err, ErrRateLimited)
+	te2.clk.Advance(100 * time.Millisecond)
+	if _, err := te2.Acquire(context.Background(), AcquireRequest{Pool: "api", Weight: 1, NoWait: true}); err != nil {
+		t.Fatalf("acquire in a rate pool during recovery: %v", err)
+	}
+	if _, err := te2.RenewOrReadopt("api", a.FencingToken, 0, nil, readopt(5)); err != nil {
+		t.Fatalf("re-adopt in a rate pool: %v", err)
+	}
+
+	// A limit added during the window holds back grants from then on.
+	if _, err := te2.UpdatePool("api", func(c *PoolConfig) { c.ConcurrencyLimit = 100 }); err != nil {
+		t.Fatal(err)
+	}
+	te2.clk.Advance(time.Second)
+	_, err = te2.Acquire(context.Background(), AcquireRequest{Pool: "api", Weight: 1, NoWait: true})
+	wantReason(t, err, ErrRecovering)
+}
+
+// TestTTLBoundCoversLoweredMaxTTL: leases granted under a larger
+// MaxLeaseTTL keep the recovery window long enough for them after the
+// maximum is lowered, until their horizon passes.
+func TestTTLBoundCoversLoweredMaxTTL(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, MaxLeaseTTL: time.Minute})
+	te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: time.Minute}) // expires at 60s; horizon 90s
+	if _, err := te.UpdatePool("db", func(c *PoolConfig) {
+		c.MaxLeaseTTL = time.Second
+		c.DefaultLeaseTTL = time.Second
+		c.ConcurrencyLimit = 2
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Enough grants to write a new block of tokens while the long lease
+	// is live: that write must keep the bound.
+	for i := 0; i < 2*minTokenBlock; i++ {
+		l := te.mustAcquire(t, AcquireRequest{Pool: "db"})
+		_ = te.Release("db", l.FencingToken)
+	}
+	te2 := te.restart(t, m, 5*time.Second)
+	if got, want := te2.status(t, "db").RecoveringUntil, epoch.Add(65*time.Second); !got.Equal(want) {
+		t.Fatalf("recovering until %v; want %v (restart + the old maximum TTL)", got, want)
+	}
+	// Long after, the bound shrinks back with the next horizon write.
+	te2.clk.Advance(5 * time.Minute)
+	te2.mustAcquire(t, AcquireRequest{Pool: "db"})
+	if sp, _ := m.saved("db"); sp.State.TTLBound != time.Second {
+		t.Fatalf("TTL bound %v after the old horizon passed; want the new maximum 1s", sp.State.TTLBound)
+	}
+}
+
+// TestRestoreErrors: a bad record or a taken name is refused.
+func TestRestoreErrors(t *testing.T) {
+	te := newTestEngine(t)
+	_, err := te.RestorePool(SavedPool{Config: PoolConfig{Name: "bad name", ConcurrencyLimit: 1}})
+	wantReason(t, err, ErrInvalidArgument)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	_, err = te.RestorePool(SavedPool{Config: PoolConfig{Name: "db", ConcurrencyLimit: 1}})
+	wantReason(t, err, ErrPoolExists)
+	te.Close()
+	_, err = te.RestorePool(SavedPool{Config: PoolConfig{Name: "x", ConcurrencyLimit: 1}})
+	wantReason(t, err, ErrShuttingDown)
+}
+
+// TestDeleteDuringRecovery: deleting a recovering pool stops its window.
+func TestDeleteDuringRecovery(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, MaxLeaseTTL: 10 * time.Second})
+	te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second})
+	te2 := te.restart(t, m, 0)
+	w := te2.startAcquire(t, AcquireRequest{Pool: "db", Weight: 1})
+	if err := te2.DeletePool("db", false); err != nil {
+		t.Fatal(err)
+	}
+	_, err := w.result(t)
+	wantReason(t, err, ErrPoolDeleted)
+	if n := te2.clk.Pending(); n != 0 {
+		t.Fatalf("%d timers left after deleting the recovering pool", n)
+	}
+}
+
+// TestRecoveryWindowFollowsTTLsInUse: the window lasts as long as the
+// leases really granted, not the pool's MaxLeaseTTL: with the default 5m
+// maximum and 15s leases, 15s. A longer lease is reserved before it is
+// granted, and the window then covers it.
+func TestRecoveryWindowFollowsTTLsInUse(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 5}) // max TTL 5m, default 15s
+	te.mustAcquire(t, AcquireRequest{Pool: "db"})
+	te2 := te.restart(t, m, time.Second)
+	if got, want := te2.status(t, "db").RecoveringUntil, epoch.Add(16*time.Second); !got.Equal(want) {
+		t.Fatalf("recovering until %v; want restart + 15s = %v", got, want)
+	}
+
+	te2.clk.Advance(time.Minute)
+	te2.mustAcquire(t, AcquireRequest{Pool: "db"}) // horizon now + 15s + 30s
+	// 40s: within the horizon, but longer than any lease before.
+	before := m.writeCount()
+	long := te2.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 40 * time.Second})
+	if m.writeCount() != before+1 {
+		t.Fatal("a lease longer than any before was granted without writing the TTL bound first")
+	}
+	if sp, _ := m.saved("db"); sp.State.TTLBound != 40*time.Second || sp.State.LeaseHorizon.Before(long.ExpireTime) {
+		t.Fatalf("saved state %+v for a lease expiring at %v", sp.State, long.ExpireTime)
+	}
+	te3 := te2.restart(t, m, time.Second)
+	if got, want := te3.status(t, "db").RecoveringUntil, te3.clk.Now().Add(40*time.Second); !got.Equal(want) {
+		t.Fatalf("recovering until %v; want restart + 40s = %v", got, want)
+	}
+}

@@ -1,0 +1,273 @@
+package server
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// This file converts the wire types of adaptive limits, outcomes and rate
+// shares to and from the engine's. As in convert.go, range checks are the
+// engine's; what is checked here is only what the wire can get wrong.
+
+// adaptiveFromProto converts a pool's Adaptive settings; nil means off.
+// field prefixes the field names in messages ("pool.adaptive").
+func adaptiveFromProto(field string, a *tollgatev1.Adaptive) (limiter.AdaptiveConfig, error) {
+	var c limiter.AdaptiveConfig
+	if a == nil {
+		return c, nil
+	}
+	target, err := adaptiveTargetFromProto(field+".target", a.GetTarget())
+	if err != nil {
+		return c, err
+	}
+	c = limiter.AdaptiveConfig{
+		Enabled:          a.GetEnabled(),
+		Target:           target,
+		ErrorThreshold:   a.GetErrorThreshold(),
+		MinSamples:       a.GetMinSamples(),
+		Backoff:          a.GetBackoff(),
+		Increase:         a.GetIncrease(),
+		MinConcurrency:   a.GetMinConcurrency(),
+		MinRate:          a.GetMinRate(),
+		LatencyTolerance: a.GetLatencyTolerance(),
+	}
+	for _, d := range []struct {
+		name string
+		in   *durationpb.Duration
+		out  *time.Duration
+	}{{"window", a.GetWindow(), &c.Window}, {"interval", a.GetInterval(), &c.Interval}, {"cooldown", a.GetCooldown(), &c.Cooldown}} {
+		if *d.out, err = durationArg(field+"."+d.name, d.in); err != nil {
+			return c, err
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"error_threshold", c.ErrorThreshold}, {"backoff", c.Backoff}, {"increase", c.Increase}, {"min_rate", c.MinRate}, {"latency_tolerance", c.LatencyTolerance}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return c, invalidArg("%s.%s is %v; give a finite number", field, f.name, f.v)
+		}
+	}
+	return c, nil
+}
+
+// adaptiveTargetFromProto converts the target enum; unspecified is ALL.
+func adaptiveTargetFromProto(field string, t tollgatev1.AdaptiveTarget) (limiter.AdaptiveTarget, error) {
+	switch t {
+	case tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_UNSPECIFIED, tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_ALL:
+		return limiter.AdaptAll, nil
+	case tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_CONCURRENCY:
+		return limiter.AdaptConcurrency, nil
+	case tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_RATE:
+		return limiter.AdaptRate, nil
+	}
+	return 0, invalidArg("%s %d is not an AdaptiveTarget; use ADAPTIVE_TARGET_ALL, ADAPTIVE_TARGET_CONCURRENCY or ADAPTIVE_TARGET_RATE", field, int32(t))
+}
+
+// adaptiveToProto converts a pool's adaptive settings (defaults filled in);
+// nil when off.
+func adaptiveToProto(c limiter.AdaptiveConfig) *tollgatev1.Adaptive {
+	if !c.Enabled {
+		return nil
+	}
+	target := tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_ALL
+	switch c.Target {
+	case limiter.AdaptConcurrency:
+		target = tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_CONCURRENCY
+	case limiter.AdaptRate:
+		target = tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_RATE
+	}
+	return &tollgatev1.Adaptive{
+		Enabled:          true,
+		Target:           target,
+		Window:           durationpb.New(c.Window),
+		ErrorThreshold:   c.ErrorThreshold,
+		MinSamples:       c.MinSamples,
+		Backoff:          c.Backoff,
+		Increase:         c.Increase,
+		Interval:         durationpb.New(c.Interval),
+		Cooldown:         durationpb.New(c.Cooldown),
+		MinConcurrency:   c.MinConcurrency,
+		MinRate:          c.MinRate,
+		LatencyTolerance: c.LatencyTolerance,
+	}
+}
+
+// adaptiveStatusToProto fills in the adaptive part of a wire status.
+func adaptiveStatusToProto(s limiter.AdaptiveStatus, out *tollgatev1.PoolStatus) {
+	out.EffectiveConcurrencyLimit = s.EffectiveConcurrencyLimit
+	out.EffectiveRate = s.EffectiveRate
+	switch s.ThrottleReason {
+	case limiter.ThrottleErrors:
+		out.ThrottleReason = tollgatev1.ThrottleReason_THROTTLE_REASON_ERRORS
+	case limiter.ThrottleLatency:
+		out.ThrottleReason = tollgatev1.ThrottleReason_THROTTLE_REASON_LATENCY
+	}
+	out.LastAdaptiveChange = timestamp(s.LastAdaptiveChange)
+	out.SuccessesReported, out.ErrorsReported, out.TimeoutsReported = s.SuccessesReported, s.ErrorsReported, s.TimeoutsReported
+	out.WindowSamples, out.WindowErrorRatio = s.WindowSamples, s.WindowErrorRatio
+	if s.WindowLatency > 0 {
+		out.WindowLatency = durationpb.New(s.WindowLatency)
+	}
+	if s.LatencyBaseline > 0 {
+		out.LatencyBaseline = durationpb.New(s.LatencyBaseline)
+	}
+	out.ShareHolders, out.SharesGranted = s.ShareHolders, s.SharesGranted
+}
+
+// releaseOutcome is the outcome a release carries.
+type releaseOutcome struct {
+	result  limiter.Outcome
+	latency time.Duration
+}
+
+// outcomeFromProto converts a release's outcome; nil for none.
+func outcomeFromProto(o *tollgatev1.Outcome) (*releaseOutcome, error) {
+	if o == nil {
+		return nil, nil
+	}
+	var r limiter.Outcome
+	switch o.GetResult() {
+	case tollgatev1.OutcomeResult_OUTCOME_RESULT_SUCCESS:
+		r = limiter.OutcomeSuccess
+	case tollgatev1.OutcomeResult_OUTCOME_RESULT_ERROR:
+		r = limiter.OutcomeError
+	case tollgatev1.OutcomeResult_OUTCOME_RESULT_TIMEOUT:
+		r = limiter.OutcomeTimeout
+	default:
+		return nil, invalidArg("outcome.result %s (%d) is not a result; use OUTCOME_RESULT_SUCCESS, OUTCOME_RESULT_ERROR or OUTCOME_RESULT_TIMEOUT, or leave outcome unset to report nothing", o.GetResult(), int32(o.GetResult()))
+	}
+	lat, err := durationArg("outcome.latency", o.GetLatency())
+	if err != nil {
+		return nil, err
+	}
+	return &releaseOutcome{result: r, latency: lat}, nil
+}
+
+// reportsFromProto converts a Report request.
+func reportsFromProto(req *tollgatev1.ReportRequest) ([]limiter.OutcomeReport, error) {
+	rs := req.GetReports()
+	if len(rs) > limiter.MaxReportPools {
+		return nil, invalidArg("reports has %d entries; the most is %d: split the batch", len(rs), limiter.MaxReportPools)
+	}
+	out := make([]limiter.OutcomeReport, 0, len(rs))
+	for i, r := range rs {
+		field := "reports[" + strconv.Itoa(i) + "]"
+		if err := checkPoolName(field+".pool", r.GetPool()); err != nil {
+			return nil, err
+		}
+		sum, err := durationArg(field+".latency.sum", r.GetLatency().GetSum())
+		if err != nil {
+			return nil, err
+		}
+		mx, err := durationArg(field+".latency.max", r.GetLatency().GetMax())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, limiter.OutcomeReport{
+			Pool: r.GetPool(), Successes: r.GetSuccesses(), Errors: r.GetErrors(), Timeouts: r.GetTimeouts(),
+			LatencyCount: r.GetLatency().GetCount(), LatencySum: sum, LatencyMax: mx,
+		})
+	}
+	return out, nil
+}
+
+// shareIDHint tells people what a share id looks like.
+const shareIDHint = "pass the id field of the share that AcquireShare returned, unchanged (a decimal number)"
+
+// parseShareID parses a wire share id.
+func parseShareID(id string) (uint64, error) {
+	if id == "" {
+		return 0, invalidArg("share_id is required; %s", shareIDHint)
+	}
+	v, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return 0, invalidArg("share_id %q is not a share id; %s", truncate(id, 64), shareIDHint)
+	}
+	return v, nil
+}
+
+// shareToProto converts an engine share to the wire.
+func shareToProto(s limiter.Share) *tollgatev1.RateShare {
+	return &tollgatev1.RateShare{
+		Id:              strconv.FormatUint(s.ID, 10),
+		Pool:            s.Pool,
+		Want:            s.Want,
+		Weight:          s.Weight,
+		Rate:            s.Rate,
+		Burst:           s.Burst,
+		SafeRate:        s.SafeRate,
+		Ttl:             durationpb.New(s.TTL),
+		RefreshInterval: durationpb.New(s.RefreshInterval),
+		GrantTime:       timestamp(s.GrantTime),
+		ExpireTime:      timestamp(s.ExpireTime),
+		ClientId:        s.ClientID,
+		Version:         s.Version,
+	}
+}
+
+// shareRequestFromProto converts an AcquireShare request. The caller sets
+// Owner and any default client id.
+func shareRequestFromProto(r *tollgatev1.AcquireShareRequest) (limiter.ShareRequest, error) {
+	var sr limiter.ShareRequest
+	if err := checkPoolName("pool", r.GetPool()); err != nil {
+		return sr, err
+	}
+	ttl, err := durationArg("ttl", r.GetTtl())
+	if err != nil {
+		return sr, err
+	}
+	if r.Weight != nil && r.GetWeight() < 1 {
+		return sr, invalidArg("weight is %d; give 1 to %d, or leave it unset for 1", r.GetWeight(), limiter.MaxShareWeight)
+	}
+	if r.GetWant() == 0 {
+		return sr, invalidArg("want is required: the rate you would use, in tokens per second (above 0)")
+	}
+	return limiter.ShareRequest{Pool: r.GetPool(), Want: r.GetWant(), Weight: r.GetWeight(), TTL: ttl, ClientID: r.GetClientId()}, nil
+}
+
+// shareRefreshFromProto converts a RefreshShare request.
+func shareRefreshFromProto(r *tollgatev1.RefreshShareRequest) (limiter.ShareRefresh, error) {
+	var sr limiter.ShareRefresh
+	if err := checkPoolName("pool", r.GetPool()); err != nil {
+		return sr, err
+	}
+	id, err := parseShareID(r.GetShareId())
+	if err != nil {
+		return sr, err
+	}
+	ttl, err := durationArg("ttl", r.GetTtl())
+	if err != nil {
+		return sr, err
+	}
+	if r.Want != nil && !(r.GetWant() > 0) {
+		return sr, invalidArg("want is %v; give a rate above 0, or leave it unset to keep the share's", r.GetWant())
+	}
+	if r.Weight != nil && r.GetWeight() < 1 {
+		return sr, invalidArg("weight is %d; give 1 to %d, or leave it unset to keep the share's", r.GetWeight(), limiter.MaxShareWeight)
+	}
+	return limiter.ShareRefresh{Pool: r.GetPool(), ID: id, Want: r.GetWant(), Weight: r.GetWeight(), TTL: ttl}, nil
+}
+
+// shareEventToProto converts a share update pushed to its holder.
+func shareEventToProto(u limiter.ShareUpdate) *tollgatev1.ShareEvent {
+	ev := &tollgatev1.ShareEvent{Share: shareToProto(u.Share)}
+	switch u.Kind {
+	case limiter.ShareChanged:
+		ev.Type = tollgatev1.ShareEventType_SHARE_EVENT_TYPE_CHANGED
+		ev.Reason = "the server changed the share's rate (rate given back by others, or a lower pool rate); spend the new rate from now on"
+	case limiter.ShareExpired:
+		ev.Type = tollgatev1.ShareEventType_SHARE_EVENT_TYPE_EXPIRED
+		ev.Reason = "the share was not refreshed before its expire_time; its rate went to others; acquire a new share"
+	default:
+		ev.Type = tollgatev1.ShareEventType_SHARE_EVENT_TYPE_REVOKED
+		ev.Reason = "the pool " + strconv.Quote(u.Share.Pool) + " was deleted or lost its rate; stop spending the share"
+	}
+	return ev
+}

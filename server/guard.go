@@ -1,0 +1,171 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// This file enforces the per-call parts of Limits as interceptors: the
+// request rate per client, Session streams per client and the number of
+// pools; and checks each request of a Session stream as it arrives.
+
+// Methods with limits of their own.
+var (
+	createPoolMethod = adminServicePrefix + "CreatePool"
+	releaseMethod    = limiterServicePrefix + "Release"
+	sessionMethod    = limiterServicePrefix + "Session"
+	healthPrefix     = "/grpc.health.v1.Health/"
+)
+
+// rateExempt reports whether a unary method is not rate-limited: a release
+// only gives capacity back, and health checks must always answer.
+func rateExempt(method string) bool {
+	return method == releaseMethod || strings.HasPrefix(method, healthPrefix)
+}
+
+// rateUnary refuses unary calls over the caller's request rate. It runs
+// before authentication, so that callers without valid credentials are
+// slowed down too (by address).
+func (s *Server) rateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if s.rates != nil && !rateExempt(info.FullMethod) {
+		if err := s.allowRate(s.auth.identify(ctx).clientKey("")); err != nil {
+			return nil, statusOf(err, errCtx{}).Err()
+		}
+	}
+	return handler(ctx, req)
+}
+
+// poolsUnary refuses CreatePool past Limits.MaxPools. It runs after
+// authentication: only admins learn how many pools there are.
+func (s *Server) poolsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info.FullMethod == createPoolMethod && s.limits.MaxPools > 0 {
+		// Creations are serialized so that concurrent ones cannot pass
+		// the limit together; they are rare.
+		s.createPoolMu.Lock()
+		defer s.createPoolMu.Unlock()
+		if n := s.engine.NumPools(); n >= s.limits.MaxPools {
+			err := s.quotas.exhausted(limitPools, ReasonTooManyPools,
+				"the server has %d pools, its limit of %d; delete pools that are no longer used, or ask the operator to raise --max-pools", n, s.limits.MaxPools)
+			return nil, statusOf(err, errCtx{}).Err()
+		}
+	}
+	return handler(ctx, req)
+}
+
+// limitStream refuses a Session stream over the caller's request rate or
+// past Limits.MaxClientSessions, and counts it while it is open. Other
+// streams (reflection) only count against the rate, and health watches
+// not even that.
+func (s *Server) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if info.FullMethod != sessionMethod && (s.rates == nil || rateExempt(info.FullMethod)) {
+		return handler(srv, ss)
+	}
+	key := s.auth.identify(ss.Context()).clientKey("")
+	if !rateExempt(info.FullMethod) {
+		if err := s.allowRate(key); err != nil {
+			return statusOf(err, errCtx{}).Err()
+		}
+	}
+	if info.FullMethod != sessionMethod {
+		return handler(srv, ss)
+	}
+	if err := s.quotas.openSession(key); err != nil {
+		return toStatus(s.log, "Session", err, errCtx{})
+	}
+	defer s.quotas.closeSession(key)
+	return handler(srv, ss)
+}
+
+// allowRate takes a request from key's rate budget, or returns the
+// refusal.
+func (s *Server) allowRate(key string) *limiter.Error {
+	if s.rates.allow(key) {
+		return nil
+	}
+	err := s.quotas.exhausted(limitClientRate, ReasonClientRateLimited,
+		"%s is over its request rate of %g per second (burst %d); slow down and retry with backoff, or ask the operator to raise --client-rate",
+		describeKey(key), s.limits.ClientRate, s.limits.ClientBurst)
+	err.RetryAfter = max(time.Millisecond, time.Duration(float64(time.Second)/s.limits.ClientRate))
+	return err
+}
+
+// guardSessionRequest checks one request of a Session stream before it is
+// handled: the caller's request rate (releases and cancels are exempt) and
+// the policy for the pool it names. It returns the refusal to answer the
+// request with, or nil.
+func (s *Server) guardSessionRequest(ctx context.Context, req *tollgatev1.SessionRequest) error {
+	kind, pool := sessionKind(req)
+	s.metrics.countSessionRequest(kind)
+	givesBack := kind == skRelease || kind == skCancel
+	if kind == skCancel || ((givesBack || s.rates == nil) && s.auth.policy == nil) {
+		return nil
+	}
+	id := s.auth.identify(ctx)
+	if !givesBack {
+		if err := s.allowRate(id.clientKey("")); err != nil {
+			return err
+		}
+	}
+	switch kind {
+	case skAcquire, skRelease, skRenew, skTake:
+		return s.auth.checkPool(id, pool)
+	}
+	return nil
+}
+
+// answerRefusal answers request id of the session with a refusal from
+// guardSessionRequest.
+func (s *session) answerRefusal(id uint64, err error) {
+	if r, ok := err.(*refusal); ok {
+		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Error{Error: &tollgatev1.SessionError{
+			Code:    int32(r.code),
+			Message: r.msg,
+			Reason:  string(r.reason),
+		}}})
+		return
+	}
+	s.answerErr(id, err, errCtx{})
+}
+
+// sessionKinds index the per-kind counters of Session requests.
+type sessionKindID int
+
+const (
+	skHello sessionKindID = iota
+	skAcquire
+	skRelease
+	skRenew
+	skTake
+	skCancel
+	skOther
+	numSessionKinds
+)
+
+// sessionKindNames are the values of the "kind" label of
+// tollgate_grpc_session_requests_total.
+var sessionKindNames = [numSessionKinds]string{"hello", "acquire", "release", "renew", "take", "cancel", "other"}
+
+// sessionKind returns a request's kind and the pool it names, if any.
+func sessionKind(req *tollgatev1.SessionRequest) (sessionKindID, string) {
+	switch k := req.GetKind().(type) {
+	case *tollgatev1.SessionRequest_Hello:
+		return skHello, ""
+	case *tollgatev1.SessionRequest_Acquire:
+		return skAcquire, k.Acquire.GetPool()
+	case *tollgatev1.SessionRequest_Release:
+		return skRelease, k.Release.GetPool()
+	case *tollgatev1.SessionRequest_Renew:
+		return skRenew, k.Renew.GetPool()
+	case *tollgatev1.SessionRequest_Take:
+		return skTake, k.Take.GetPool()
+	case *tollgatev1.SessionRequest_Cancel:
+		return skCancel, ""
+	}
+	return skOther, ""
+}

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Paging of /api/pools.
+const (
+	apiPoolsDefaultLimit = 500
+	apiPoolsMaxLimit     = 10_000
+)
+
+// apiPoolsResponse is the JSON of GET /api/pools[?after=NAME&limit=N]:
+// pools in name order after NAME, at most N (default 500, at most 10,000).
+type apiPoolsResponse struct {
+	// Time is the server's time of the snapshot.
+	Time time.Time `json:"time"`
+	// Serving is false once shutdown has started.
+	Serving bool `json:"serving"`
+	// Total is the number of pools on the server; More says that pools
+	// follow the last one returned.
+	Total int       `json:"total"`
+	More  bool      `json:"more"`
+	Pools []apiPool `json:"pools"`
+}
+
+// apiPool is one pool. Effective will carry the limits in force when they
+// differ from Configured (adaptive limits); clients should display
+// effective when present and configured otherwise.
+type apiPool struct {
+	Name        string        `json:"name"`
+	Description string        `json:"description,omitempty"`
+	Configured  apiLimits     `json:"configured"`
+	Effective   *apiLimits    `json:"effective,omitempty"`
+	Status      apiPoolStatus `json:"status"`
+	CreateTime  time.Time     `json:"create_time"`
+	UpdateTime  time.Time     `json:"update_time"`
+}
+
+// apiLimits are a pool's limits; 0 means the pool has no such limit.
+type apiLimits struct {
+	ConcurrencyLimit int64   `json:"concurrency_limit"`
+	Rate             float64 `json:"rate"`
+	Burst            int64   `json:"burst"`
+	MaxWaiters       int64   `json:"max_waiters"`
+	DefaultLeaseTTL  string  `json:"default_lease_ttl"`
+	MaxLeaseTTL      string  `json:"max_lease_ttl"`
+}
+
+// apiPoolStatus mirrors limiter.PoolStatus.
+type apiPoolStatus struct {
+	Held            int64   `json:"held"`
+	Leases          int64   `json:"leases"`
+	Waiting         int64   `json:"waiting"`
+	WaitingWeight   int64   `json:"waiting_weight"`
+	Granted         int64   `json:"granted"`
+	Released        int64   `json:"released"`
+	Expired         int64   `json:"expired"`
+	Rejected        int64   `json:"rejected"`
+	WaitTimeouts    int64   `json:"wait_timeouts"`
+	Canceled        int64   `json:"canceled"`
+	TokensGranted   int64   `json:"tokens_granted"`
+	TokensAvailable float64 `json:"tokens_available"`
+	// RecoveringUntil is set while the pool is in its recovery window
+	// after a restart (new grants wait until then).
+	RecoveringUntil *time.Time `json:"recovering_until,omitempty"`
+}
+
+// apiEventsResponse is the JSON of GET /api/events.
+type apiEventsResponse struct {
+	Events []Event `json:"events"`
+}
+
+func (s *Server) apiPools(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := apiPoolsDefaultLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeText(w, http.StatusBadRequest, "limit must be a positive integer\n")
+			return
+		}
+		limit = min(n, apiPoolsMaxLimit)
+	}
+	infos, more := s.engine.ListPools(q.Get("after"), limit)
+	resp := apiPoolsResponse{
+		Time:    s.engine.Clock().Now(),
+		Serving: s.Serving(),
+		Total:   s.engine.NumPools(),
+		More:    more,
+		Pools:   make([]apiPool, 0, len(infos)),
+	}
+	for i := range infos {
+		resp.Pools = append(resp.Pools, apiPoolOf(&infos[i]))
+	}
+	writeJSON(w, resp)
+}
+
+func apiPoolOf(info *limiter.PoolInfo) apiPool {
+	c, st := info.Config, info.Status
+	var recovering *time.Time
+	if !st.RecoveringUntil.IsZero() {
+		recovering = &st.RecoveringUntil
+	}
+	return apiPool{
+		Name:        c.Name,
+		Description: c.Description,
+		Configured: apiLimits{
+			ConcurrencyLimit: c.ConcurrencyLimit,
+			Rate:             c.Rate,
+			Burst:            c.Burst,
+			MaxWaiters:       c.MaxWaiters,
+			DefaultLeaseTTL:  c.DefaultLeaseTTL.String(),
+			MaxLeaseTTL:      c.MaxLeaseTTL.String(),
+		},
+		Status: apiPoolStatus{
+			Held: st.Held, Leases: st.Leases, Waiting: st.Waiting, WaitingWeight: st.WaitingWeight,
+			Granted: st.Granted, Released: st.Released, Expired: st.Expired, Rejected: st.Rejected,
+			WaitTimeouts: st.WaitTimeouts, Canceled: st.Canceled,
+			TokensGranted: st.TokensGranted, TokensAvailable: st.TokensAvailable,
+			RecoveringUntil: recovering,
+		},
+		CreateTime: info.CreateTime,
+		UpdateTime: info.UpdateTime,
+	}
+}
+
+func (s *Server) apiEvents(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, apiEventsResponse{Events: s.RecentEvents()})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(v)
+}

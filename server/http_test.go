@@ -1,0 +1,186 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tollgate/tollgate/limiter/fakeclock"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+func TestHTTPPoolsAndEvents(t *testing.T) {
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "orders-db", Description: "primary", ConcurrencyLimit: 4})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "orders-db", ClientId: "w1", Description: "nightly job", Ttl: dur(time.Second)})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "orders-db", ClientId: "w2"})
+
+	code, body := o.get(nil, "/api/pools")
+	if code != 200 {
+		t.Fatalf("GET /api/pools = %d %s", code, body)
+	}
+	var pools apiPoolsResponse
+	if err := json.Unmarshal([]byte(body), &pools); err != nil {
+		t.Fatal(err)
+	}
+	if len(pools.Pools) != 1 || pools.Total != 1 || !pools.Serving || pools.More {
+		t.Fatalf("pools = %+v", pools)
+	}
+	p := pools.Pools[0]
+	if p.Name != "orders-db" || p.Configured.ConcurrencyLimit != 4 || p.Status.Held != 2 || p.Status.Leases != 2 || p.Effective != nil {
+		t.Fatalf("pool = %+v", p)
+	}
+	if strings.Contains(body, `"effective"`) {
+		t.Error("effective is present although no limit differs from the configured one")
+	}
+
+	o.clock.Advance(2 * time.Second) // w1's lease expires
+	waitFor(t, "the expiry event", func() bool { return len(o.srv.RecentEvents()) == 2 })
+	code, body = o.get(nil, "/api/events")
+	if code != 200 {
+		t.Fatalf("GET /api/events = %d %s", code, body)
+	}
+	var evs apiEventsResponse
+	if err := json.Unmarshal([]byte(body), &evs); err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Events) != 2 {
+		t.Fatalf("events = %+v", evs)
+	}
+	exp, created := evs.Events[0], evs.Events[1]
+	if exp.Type != EventLeaseExpired || exp.Pool != "orders-db" || exp.LeaseID != "1" || exp.ClientID != "w1" || exp.Description != "nightly job" {
+		t.Errorf("newest event = %+v, want w1's lease expiry", exp)
+	}
+	if created.Type != EventPoolCreated || created.Actor != "127.0.0.1" || !strings.Contains(created.Detail, "concurrency_limit=4") {
+		t.Errorf("oldest event = %+v, want the pool's creation", created)
+	}
+
+	code, body = o.get(nil, "/api/pools?limit=0")
+	if code != http.StatusBadRequest {
+		t.Errorf("GET /api/pools?limit=0 = %d %s", code, body)
+	}
+}
+
+func TestHTTPStaticAndHeaders(t *testing.T) {
+	o := startOps(t, Config{}, nil)
+	resp, err := o.http.Client().Get(o.http.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET / = %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+		t.Errorf("Content-Security-Policy = %q", csp)
+	}
+	for _, path := range []string{"/assets/app.js", "/assets/style.css"} {
+		if code, body := o.get(nil, path); code != 200 || len(body) < 100 {
+			t.Errorf("GET %s = %d (%d bytes)", path, code, len(body))
+		}
+	}
+	for _, path := range []string{"/assets/../http.go", "/assets/nope.js", "/nope"} {
+		if code, _ := o.get(nil, path); code != 404 {
+			t.Errorf("GET %s = %d, want 404", path, code)
+		}
+	}
+}
+
+// /healthz answers while the process runs; /readyz and gRPC health turn
+// NOT_SERVING as soon as shutdown starts, while calls in flight drain.
+func TestHTTPReadinessFollowsDrain(t *testing.T) {
+	fc := fakeclock.New(testStart)
+	srv := New(Config{Clock: fc, ShutdownTimeout: 5 * time.Second})
+	h := httptest.NewServer(srv.HTTPHandler())
+	defer h.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn := dial(t, lis.Addr().String())
+	defer conn.Close()
+	e := &env{t: t, srv: srv, clock: fc, conn: conn, lim: tollgatev1.NewLimiterServiceClient(conn), adm: tollgatev1.NewAdminServiceClient(conn)}
+	get := func(path string) int {
+		resp, err := h.Client().Get(h.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if get("/readyz") != 200 || get("/healthz") != 200 {
+		t.Fatal("not ready while serving")
+	}
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := e.lim.Acquire(context.Background(), &tollgatev1.AcquireRequest{Pool: "db"})
+		waiting <- err
+	}()
+	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+
+	stop() // shutdown starts; the waiting unary call holds GracefulStop
+	waitFor(t, "readyz to turn 503", func() bool { return get("/readyz") == http.StatusServiceUnavailable })
+	hc, err := srv.health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("gRPC health during the drain = %v, %v", hc, err)
+	}
+	if get("/healthz") != 200 {
+		t.Fatal("healthz failed during the drain")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned (%v) while a call was in flight", err)
+	default:
+	}
+	if _, err := srv.Engine().GetPool("db"); err != nil {
+		t.Fatalf("the engine closed before the drain ended: %v", err)
+	}
+	srv.Engine().Close() // end the waiting call, and so the drain
+	<-waiting
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With credentials configured, every HTTP path but the probes needs a
+// verified client certificate or the admin token.
+func TestHTTPAuth(t *testing.T) {
+	const tok = "http-admin-token-0123456789"
+	pki := newPKI(t, true)
+	o := startOps(t, Config{Auth: &AuthConfig{AdminNames: []string{"ops"}, AdminToken: tok, ClientCerts: true}}, pki.server)
+	anon := pki.httpClient(t, "")
+	viewer := pki.httpClient(t, "prometheus")
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := o.get(anon, path); code != 200 {
+			t.Errorf("GET %s without credentials = %d %s", path, code, body)
+		}
+	}
+	for _, path := range []string{"/", "/metrics", "/api/pools", "/api/events", "/assets/app.js"} {
+		code, body := o.get(anon, path)
+		if code != http.StatusUnauthorized || !strings.Contains(body, "client certificate") || !strings.Contains(body, "Bearer") {
+			t.Errorf("GET %s without credentials = %d %q, want 401 saying what is needed", path, code, body)
+		}
+		if code, _ := o.get(anon, path, "Authorization", "Bearer wrong"); code != http.StatusUnauthorized {
+			t.Errorf("GET %s with a wrong token = %d, want 401", path, code)
+		}
+		if code, _ := o.get(anon, path, "Authorization", "Bearer "+tok); code != 200 {
+			t.Errorf("GET %s with the token = %d", path, code)
+		}
+		if code, _ := o.get(viewer, path); code != 200 {
+			t.Errorf("GET %s with a client certificate = %d", path, code)
+		}
+	}
+}

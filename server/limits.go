@@ -1,0 +1,95 @@
+package server
+
+import "fmt"
+
+// Default abuse limits; see Limits.
+const (
+	DefaultMaxPools          = 10_000
+	DefaultMaxWaiters        = 100_000
+	DefaultMaxClientLeases   = 10_000
+	DefaultMaxClientSessions = 256
+	DefaultMaxRecvMsgSize    = 1 << 20
+	DefaultClientRate        = 10_000
+)
+
+// Limits bounds what clients can make the server hold, so that no client,
+// buggy or hostile, can grow its memory without bound or crowd out the
+// others. In every field, 0 means the default and a negative value means
+// no limit. Past a limit, calls fail with RESOURCE_EXHAUSTED and a message
+// that names the limit and the serve flag that raises it.
+//
+// "A client" is the caller's authenticated identity (the first name of its
+// verified client certificate, or the admin token) when it has one.
+// Otherwise, for ClientRate and MaxClientSessions it is the peer's IP
+// address, and for MaxClientLeases the client_id of the acquire (or of the
+// Session stream's hello), falling back to the IP address. Unauthenticated
+// clients choose their client_id, so on a server without authentication
+// MaxClientLeases is a guard against bugs rather than against abuse; the
+// server-wide MaxWaiters holds either way.
+type Limits struct {
+	// MaxPools bounds the pools CreatePool may bring the server to
+	// (default DefaultMaxPools; flag --max-pools). Pools declared at start
+	// are not refused, but count.
+	MaxPools int
+	// MaxWaiters bounds the acquires and takes in progress, waiting or
+	// about to be granted, across all pools and clients (default
+	// DefaultMaxWaiters; flag --max-waiters). Each pool's max_waiters
+	// bounds its own queue as well.
+	MaxWaiters int64
+	// MaxClientLeases bounds the leases one client holds plus its
+	// acquires in progress (default DefaultMaxClientLeases; flag
+	// --max-client-leases).
+	MaxClientLeases int64
+	// MaxClientSessions bounds the Session streams one client has open at
+	// once (default DefaultMaxClientSessions; flag --max-client-sessions).
+	MaxClientSessions int64
+	// MaxRecvMsgSize bounds the size in bytes of one message the server
+	// receives (default DefaultMaxRecvMsgSize; flag --max-msg-size). A
+	// negative value leaves gRPC's own default of 4 MiB.
+	MaxRecvMsgSize int
+	// ClientRate bounds the requests per second of one client: unary calls
+	// and Session requests, except releases and cancels, which only give
+	// capacity back (default DefaultClientRate; flag --client-rate).
+	ClientRate float64
+	// ClientBurst is how many requests over ClientRate a client may make at
+	// once; 0 means twice ClientRate (flag --client-burst).
+	ClientBurst int
+}
+
+// withDefaults returns l with zero fields set to their defaults.
+func (l Limits) withDefaults() Limits {
+	if l.MaxPools == 0 {
+		l.MaxPools = DefaultMaxPools
+	}
+	if l.MaxWaiters == 0 {
+		l.MaxWaiters = DefaultMaxWaiters
+	}
+	if l.MaxClientLeases == 0 {
+		l.MaxClientLeases = DefaultMaxClientLeases
+	}
+	if l.MaxClientSessions == 0 {
+		l.MaxClientSessions = DefaultMaxClientSessions
+	}
+	if l.MaxRecvMsgSize == 0 {
+		l.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	if l.ClientRate == 0 {
+		l.ClientRate = DefaultClientRate
+	}
+	if l.ClientBurst <= 0 && l.ClientRate > 0 {
+		l.ClientBurst = max(1, int(2*l.ClientRate))
+	}
+	return l
+}
+
+// Validate reports a limit that cannot work, such as a burst too small for
+// a single request; it is for the serve command's flags.
+func (l Limits) Validate() error {
+	if l.ClientRate > 0 && l.ClientBurst < 0 {
+		return fmt.Errorf("--client-burst %d is negative; give 0 for twice --client-rate", l.ClientBurst)
+	}
+	if l.MaxRecvMsgSize > 0 && l.MaxRecvMsgSize < 1024 {
+		return fmt.Errorf("--max-msg-size %d is below 1024 bytes; no request would fit", l.MaxRecvMsgSize)
+	}
+	return nil
+}

@@ -1,0 +1,246 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+func TestMaxPools(t *testing.T) {
+	o := startOps(t, Config{Limits: Limits{MaxPools: 2}}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "a", ConcurrencyLimit: 1})
+	e.createPool(&tollgatev1.Pool{Name: "b", ConcurrencyLimit: 1})
+	_, err := e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "c", ConcurrencyLimit: 1}})
+	wantRefusal(t, err, codes.ResourceExhausted, "TOO_MANY_POOLS", "--max-pools", "2 pools")
+	if _, err := e.adm.DeletePool(e.ctx(), &tollgatev1.DeletePoolRequest{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	e.createPool(&tollgatev1.Pool{Name: "c", ConcurrencyLimit: 1})
+}
+
+// A client that floods the server with acquires gets at most
+// MaxClientLeases leases and waits, the server never has more than
+// MaxWaiters acquires in progress, and another client still gets its
+// grant.
+func TestWaiterFloodIsBounded(t *testing.T) {
+	const perClient, serverWide = 20, 30
+	o := startOps(t, Config{Limits: Limits{MaxClientLeases: perClient, MaxWaiters: serverWide}}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "shared", ConcurrencyLimit: 25})
+	e.createPool(&tollgatev1.Pool{Name: "busy", ConcurrencyLimit: 1})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "busy", ClientId: "holder"})
+
+	// The flooder asks for 100 leases of "busy": 20 wait, and the other
+	// 80 are refused at once, naming the limit. Then its requests for
+	// "shared", which has room, are refused too.
+	flood := e.session()
+	flood.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "flooder"}}})
+	wantLimit := func(r *tollgatev1.SessionResponse) {
+		t.Helper()
+		wantSessionError(t, r, codes.ResourceExhausted, ReasonClientLeaseLimit)
+		if !strings.Contains(r.GetError().GetMessage(), "--max-client-leases") {
+			t.Fatalf("refusal %q does not name the flag", r.GetError().GetMessage())
+		}
+	}
+	for i := range uint64(100) {
+		flood.send(acquireReq(10+i, &tollgatev1.AcquireRequest{Pool: "busy"}))
+	}
+	for range 100 - perClient {
+		wantLimit(flood.next())
+	}
+	waitFor(t, "the flooder's waits to queue", func() bool { return e.status("busy").GetWaiting() == perClient })
+	for i := range uint64(10) {
+		wantLimit(flood.call(acquireReq(200+i, &tollgatev1.AcquireRequest{Pool: "shared"})))
+	}
+	if n := o.srv.quotas.clientLeases("client:flooder"); n != perClient {
+		t.Fatalf("flooder holds or waits for %d, want %d", n, perClient)
+	}
+
+	// Another client still gets its grant at once, and may queue too, up
+	// to the server-wide bound: 30 acquires in progress at most.
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "shared", ClientId: "other"})
+	other := e.session()
+	other.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "other"}}})
+	for i := range uint64(15) {
+		other.send(acquireReq(100+i, &tollgatev1.AcquireRequest{Pool: "busy"}))
+	}
+	for range 15 - (serverWide - perClient) {
+		r := other.next()
+		wantSessionError(t, r, codes.ResourceExhausted, ReasonTooManyWaiters)
+		if !strings.Contains(r.GetError().GetMessage(), "--max-waiters") {
+			t.Fatalf("refusal %q does not name the flag", r.GetError().GetMessage())
+		}
+	}
+	waitFor(t, "the other client's waits to queue", func() bool { return e.status("busy").GetWaiting() == serverWide })
+	if w := o.srv.quotas.waiters.Load(); w != serverWide {
+		t.Fatalf("%d acquires in progress, want the bound %d", w, serverWide)
+	}
+
+	// Ending the flooder's stream cancels its waits, and it counts for
+	// nothing any more.
+	flood.cancel()
+	waitFor(t, "the flooder's waits to end", func() bool { return o.srv.quotas.clientLeases("client:flooder") == 0 })
+	waitFor(t, "the server-wide count to drop", func() bool { return o.srv.quotas.waiters.Load() == serverWide-perClient })
+}
+
+func TestMaxClientSessions(t *testing.T) {
+	o := startOps(t, Config{Limits: Limits{MaxClientSessions: 2}}, nil)
+	e := o.env()
+	hello := &tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "c"}}}
+	s1, s2 := e.session(), e.session()
+	s1.call(hello)
+	s2.call(hello)
+	s3 := e.session()
+	wantRefusal(t, s3.wantEnd(), codes.ResourceExhausted, "CLIENT_SESSION_LIMIT", "--max-client-sessions", "127.0.0.1")
+	s1.cancel()
+	waitFor(t, "the closed stream to stop counting", func() bool {
+		o.srv.quotas.mu.Lock()
+		defer o.srv.quotas.mu.Unlock()
+		return o.srv.quotas.sessions["addr:127.0.0.1"] == 1
+	})
+	e.session().call(hello)
+}
+
+func TestClientRate(t *testing.T) {
+	o := startOps(t, Config{Limits: Limits{ClientRate: 1, ClientBurst: 3}}, nil)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	o.srv.rates.mu.Lock()
+	o.srv.rates.now = func() time.Time { return now }
+	o.srv.rates.mu.Unlock()
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 5})
+	l := e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
+	e.status("db")
+	_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db"})
+	wantRefusal(t, err, codes.ResourceExhausted, "CLIENT_RATE_LIMITED", "--client-rate", "address 127.0.0.1")
+	if d, ok := retryDelay(err); !ok || d != time.Second {
+		t.Errorf("retry delay = %v, %v; want 1s", d, ok)
+	}
+	// Releases are never refused: they give capacity back.
+	if _, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: l.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	// Opening a stream counts as a request, and so does each request on it
+	// but releases and cancels.
+	wantRefusal(t, e.session().wantEnd(), codes.ResourceExhausted, "CLIENT_RATE_LIMITED")
+	o.srv.rates.mu.Lock()
+	now = now.Add(time.Second)
+	o.srv.rates.mu.Unlock()
+	s := e.session()
+	r := s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db"}))
+	wantSessionError(t, r, codes.ResourceExhausted, ReasonClientRateLimited)
+	o.srv.rates.mu.Lock()
+	now = now.Add(time.Second)
+	o.srv.rates.mu.Unlock()
+	if r := s.call(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"})); r.GetAcquire() == nil {
+		t.Fatalf("acquire after a second = %v", r)
+	}
+}
+
+// Idle rate buckets are dropped, so memory follows the active clients.
+func TestClientRatesEvictIdle(t *testing.T) {
+	c := newClientRates(10, 20) // refills in 2s
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.now = func() time.Time { return now }
+	for i := range 1000 {
+		c.allow("addr:10.0.0." + string(rune('a'+i%26)) + string(rune('a'+i/26)))
+	}
+	if c.size() != 1000 {
+		t.Fatalf("size = %d, want 1000", c.size())
+	}
+	now = now.Add(3 * time.Second)
+	c.allow("addr:new")
+	if c.size() != 1 {
+		t.Fatalf("size after the idle period = %d, want 1", c.size())
+	}
+	// A full bucket dropped and made again allows the same burst.
+	for i := range 19 {
+		if !c.allow("addr:new") {
+			t.Fatalf("request %d of the burst refused", i+2)
+		}
+	}
+	if c.allow("addr:new") {
+		t.Fatal("request past the burst allowed")
+	}
+	if newClientRates(0, 0) != nil || !(*clientRates)(nil).allow("x") {
+		t.Fatal("a zero rate must mean no limit")
+	}
+}
+
+func TestMaxRecvMsgSize(t *testing.T) {
+	o := startOps(t, Config{Limits: Limits{MaxRecvMsgSize: 4096}}, nil)
+	e := o.env()
+	_, err := e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1, Description: strings.Repeat("x", 8192)}})
+	if code := status.Code(err); code != codes.ResourceExhausted {
+		t.Fatalf("oversized message: %v, want RESOURCE_EXHAUSTED", err)
+	}
+}
+
+// Leases stop counting against their client however they end.
+func TestClientLeaseAccounting(t *testing.T) {
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 5})
+	key := "client:c"
+	count := func() int64 { return o.srv.quotas.clientLeases(key) }
+
+	l := e.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "c"})
+	if count() != 1 {
+		t.Fatalf("count after acquire = %d", count())
+	}
+	if _, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: l.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if count() != 0 {
+		t.Fatalf("count after release = %d", count())
+	}
+
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "c", Ttl: dur(time.Second)})
+	o.clock.Advance(2 * time.Second)
+	waitFor(t, "the expiry to stop counting", func() bool { return count() == 0 })
+
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "c"})
+	if _, err := e.adm.DeletePool(e.ctx(), &tollgatev1.DeletePoolRequest{Name: "db", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if count() != 0 {
+		t.Fatalf("count after a forced delete = %d", count())
+	}
+
+	// An acquire that fails does not count.
+	if _, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "c"}); err == nil {
+		t.Fatal("acquire from a deleted pool succeeded")
+	}
+	o.srv.quotas.mu.Lock()
+	defer o.srv.quotas.mu.Unlock()
+	if len(o.srv.quotas.clients) != 0 || len(o.srv.quotas.leases) != 0 {
+		t.Fatalf("quotas keep %v and %v after every lease ended", o.srv.quotas.clients, o.srv.quotas.leases)
+	}
+}
+
+// BenchmarkClientRates measures the per-client rate check of every call,
+// over 1 and 10,000 clients.
+func BenchmarkClientRates(b *testing.B) {
+	for _, clients := range []int{1, 10_000} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			c := newClientRates(1e9, 1e9)
+			keys := make([]string, clients)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("addr:10.0.%d.%d", i/256, i%256)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				c.allow(keys[i%clients])
+				i++
+			}
+		})
+	}
+}

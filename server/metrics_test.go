@@ -1,0 +1,98 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// scrape returns the /metrics text.
+func (o *opsServer) scrape() string {
+	o.t.Helper()
+	code, body := o.get(nil, "/metrics")
+	if code != 200 {
+		o.t.Fatalf("GET /metrics = %d: %s", code, body)
+	}
+	return body
+}
+
+func wantLines(t *testing.T, text string, lines ...string) {
+	t.Helper()
+	for _, l := range lines {
+		if !strings.Contains(text, "\n"+l+"\n") {
+			t.Errorf("metrics lack %q", l)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 3, Rate: 100, Burst: 50})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
+	l := e.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(2)})
+	// A waiter, granted after 2s by the fake clock.
+	granted := make(chan error, 1)
+	go func() {
+		_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db"})
+		granted <- err
+	}()
+	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+
+	m := o.scrape()
+	wantLines(t, m,
+		`tollgate_pool_held{pool="db"} 3`,
+		`tollgate_pool_waiting{pool="db"} 1`,
+		`tollgate_pool_leases{pool="db"} 2`,
+		`tollgate_pool_concurrency_limit{pool="db"} 3`,
+		`tollgate_pool_rate_limit{pool="db"} 100`,
+		`tollgate_pool_burst{pool="db"} 50`,
+		`tollgate_pool_grants_total{pool="db"} 2`,
+		`tollgate_pool_tokens_granted_total{pool="db"} 3`,
+		`tollgate_pools 1`,
+		`tollgate_waiters 1`,
+		`tollgate_serving 1`,
+		`tollgate_grpc_server_handled_total{code="OK",method="/tollgate.v1.LimiterService/Acquire"} 2`,
+		`tollgate_grpc_server_handled_total{code="OK",method="/tollgate.v1.AdminService/CreatePool"} 1`,
+		`tollgate_pool_acquire_wait_seconds_bucket{pool="db",le="0.001"} 2`,
+		`tollgate_limit_refusals_total{limit="max-waiters"} 0`,
+	)
+	if !strings.Contains(m, `tollgate_grpc_server_handling_seconds_count{method="/tollgate.v1.LimiterService/Acquire"} 2`) {
+		t.Error("no unary latency histogram for Acquire")
+	}
+
+	o.clock.Advance(2 * time.Second)
+	if _, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: l.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-granted; err != nil {
+		t.Fatal(err)
+	}
+	s := e.session()
+	s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "nope"}))
+	m = o.scrape()
+	wantLines(t, m,
+		`tollgate_pool_acquire_wait_seconds_bucket{pool="db",le="1"} 2`,
+		`tollgate_pool_acquire_wait_seconds_bucket{pool="db",le="5"} 3`,
+		`tollgate_pool_acquire_wait_seconds_count{pool="db"} 3`,
+		`tollgate_pool_acquire_wait_seconds_sum{pool="db"} 2`,
+		`tollgate_pool_releases_total{pool="db"} 1`,
+		`tollgate_grpc_session_requests_total{kind="acquire"} 1`,
+		`tollgate_session_streams 1`,
+	)
+
+	// A deleted pool's series go, histogram included.
+	if _, err := e.adm.DeletePool(e.ctx(), &tollgatev1.DeletePoolRequest{Name: "db", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	m = o.scrape()
+	if strings.Contains(m, `pool="db"`) {
+		t.Error("metrics still have series of the deleted pool")
+	}
+	o.scrape()
+	if _, ok := o.srv.metrics.waits.m.Load("db"); ok {
+		t.Error("the deleted pool's wait histogram is still kept")
+	}
+}

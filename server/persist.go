@@ -1,0 +1,153 @@
+package server
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/server/store"
+)
+
+// persistence is the server's data directory: nil store for a Server made
+// by New (in memory), the open store for one made by Open. It is embedded
+// in Server.
+type persistence struct {
+	store     *store.Store
+	storeOnce sync.Once
+}
+
+// Open returns a Server like New whose pools are durable in the data
+// directory dir, which is created if it does not exist:
+//   - CreatePool, UpdatePool and DeletePool are written (and fsync'ed)
+//     before they are applied and answered; a failed write is answered
+//     with UNAVAILABLE (STORAGE_FAILED) and changes nothing;
+//   - every pool of the store is restored, continuing its fencing tokens
+//     above any issued before, and in its recovery window while a lease
+//     granted before the restart may still be live (see
+//     limiter.Engine.RestorePool and docs/recovery.md);
+//   - seed (the pools file) is written to the store only on its first
+//     start; on later starts the store wins, and a seed that differs from
+//     it is logged as a warning.
+//
+// Only one process may use dir at a time. The store is closed when the
+// Server is (Close, or the end of Serve).
+func Open(cfg Config, dir string, seed []limiter.PoolConfig) (*Server, error) {
+	st, err := store.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = limiter.SystemClock{}
+	}
+	now := clock.Now()
+	seedSaved := make([]limiter.SavedPool, 0, len(seed))
+	for _, c := range seed {
+		sp, err := limiter.NewSavedPool(c, now)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("pools file: pool %q: %w", c.Name, err)
+		}
+		seedSaved = append(seedSaved, sp)
+	}
+	pools, seeded, err := st.LoadOrSeed(seedSaved)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+
+	cfg.persister = st
+	s := New(cfg)
+	s.store = st
+	sort.Slice(pools, func(i, j int) bool { return pools[i].Config.Name < pools[j].Config.Name })
+	recovering := 0
+	for _, sp := range pools {
+		info, err := s.engine.RestorePool(sp)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("%s: restoring pool %q: %w", st.Path(), sp.Config.Name, err)
+		}
+		if until := info.Status.RecoveringUntil; !until.IsZero() {
+			recovering++
+			s.log.Info("pool recovering from a restart: renewed leases from before it are re-adopted, new grants wait", "pool", sp.Config.Name, "until", until)
+		}
+	}
+	switch {
+	case seeded && len(seed) > 0:
+		s.log.Info("first start: declared the pools of the pools file in the store", "count", len(seed), "dir", dir)
+	case !seeded && len(seed) > 0:
+		if diff := seedDiff(seed, pools); diff != "" {
+			s.log.Warn("the pools file differs from the store; the store wins (it holds every change acknowledged since the first start), so the file is ignored; change pools with tollgate pool create/update/delete", "dir", dir, "differences", diff)
+		}
+	}
+	s.log.Info("loaded pools", "count", len(pools), "recovering", recovering, "store", st.Path())
+	return s, nil
+}
+
+// closeStore closes the data directory, once, after the engine is closed.
+func (s *Server) closeStore() {
+	s.storeOnce.Do(func() {
+		if s.store == nil {
+			return
+		}
+		if err := s.store.Close(); err != nil {
+			s.log.Error("closing the store", "store", s.store.Path(), "err", err)
+		}
+	})
+}
+
+// seedDiff describes how the pools file differs from the stored pools, or
+// returns "" if it does not.
+func seedDiff(seed []limiter.PoolConfig, stored []limiter.SavedPool) string {
+	have := make(map[string]limiter.PoolConfig, len(stored))
+	for _, sp := range stored {
+		have[sp.Config.Name] = sp.Config
+	}
+	var notStored, changed []string
+	inFile := make(map[string]bool, len(seed))
+	for _, c := range seed {
+		inFile[c.Name] = true
+		got, ok := have[c.Name]
+		switch {
+		case !ok:
+			notStored = append(notStored, c.Name)
+		case got != c.WithDefaults():
+			changed = append(changed, c.Name)
+		}
+	}
+	var notInFile []string
+	for name := range have {
+		if !inFile[name] {
+			notInFile = append(notInFile, name)
+		}
+	}
+	sort.Strings(notInFile)
+	var parts []string
+	if len(changed) > 0 {
+		parts = append(parts, "declared differently in the store: "+strings.Join(changed, ", "))
+	}
+	if len(notStored) > 0 {
+		parts = append(parts, "in the file but not in the store (deleted since, or added to the file later): "+strings.Join(notStored, ", "))
+	}
+	if len(notInFile) > 0 {
+		parts = append(parts, "in the store but not in the file: "+strings.Join(notInFile, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// readoptFromProto reads what a renew says about its lease, for a server
+// restarted since the grant (limiter.Engine.RenewOrReadopt). An unset
+// weight is 0: such a lease cannot be re-adopted.
+func readoptFromProto(r *tollgatev1.RenewRequest) (limiter.Readopt, error) {
+	ra := limiter.Readopt{ClientID: r.GetClientId(), Description: r.GetDescription(), Priority: r.GetPriority()}
+	if r.Weight != nil {
+		if r.GetWeight() < 1 {
+			return ra, invalidArg("weight is %d; it must be the lease's weight, at least 1 (or leave it unset)", r.GetWeight())
+		}
+		ra.Weight = r.GetWeight()
+	}
+	return ra, nil
+}

@@ -1,0 +1,320 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/fakeclock"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// durableEnv is a server made by Open on a data directory, serving on
+// loopback, that the test can stop and start again on the same directory
+// and fake clock (a restart: leases in memory are gone, the store stays).
+type durableEnv struct {
+	t     *testing.T
+	dir   string
+	clock *fakeclock.Clock
+	log   *syncBuffer
+
+	srv  *Server
+	adm  tollgatev1.AdminServiceClient
+	lim  tollgatev1.LimiterServiceClient
+	stop func()
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func newDurableEnv(t *testing.T) *durableEnv {
+	return &durableEnv{t: t, dir: t.TempDir(), clock: fakeclock.New(testStart), log: &syncBuffer{}}
+}
+
+// start opens the data directory with seed and serves it.
+func (d *durableEnv) start(seed []limiter.PoolConfig) {
+	d.t.Helper()
+	logger := slog.New(slog.NewTextHandler(d.log, nil))
+	srv, err := Open(Config{Clock: d.clock, Logger: logger, ShutdownTimeout: 2 * time.Second}, d.dir, seed)
+	if err != nil {
+		d.t.Fatalf("Open(%s): %v", d.dir, err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn := dial(d.t, lis.Addr().String())
+	d.srv, d.adm, d.lim = srv, tollgatev1.NewAdminServiceClient(conn), tollgatev1.NewLimiterServiceClient(conn)
+	stopped := false
+	d.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		conn.Close()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				d.t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(waitLimit):
+			d.t.Errorf("Serve did not return after its context ended")
+		}
+	}
+	d.t.Cleanup(d.stop)
+}
+
+// restart stops the server and opens the directory again, after the
+// clock moved on by downtime.
+func (d *durableEnv) restart(downtime time.Duration, seed []limiter.PoolConfig) {
+	d.t.Helper()
+	d.stop()
+	d.clock.Advance(downtime)
+	d.start(seed)
+}
+
+func (d *durableEnv) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	d.t.Cleanup(cancel)
+	return ctx
+}
+
+func (d *durableEnv) get(name string) (*tollgatev1.GetPoolResponse, error) {
+	return d.adm.GetPool(d.ctx(), &tollgatev1.GetPoolRequest{Name: name})
+}
+
+// TestOpenKeepsPoolChanges: acknowledged creates, updates and deletes are
+// there after a restart, with their times.
+func TestOpenKeepsPoolChanges(t *testing.T) {
+	d := newDurableEnv(t)
+	d.start(nil)
+	for _, name := range []string{"a", "b", "c"} {
+		if _, err := d.adm.CreatePool(d.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: name, ConcurrencyLimit: 2, Description: "first"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.clock.Advance(time.Minute)
+	_, err := d.adm.UpdatePool(d.ctx(), &tollgatev1.UpdatePoolRequest{
+		Pool:       &tollgatev1.Pool{Name: "b", ConcurrencyLimit: 7, Rate: 3, MaxLeaseTtl: dur(time.Minute)},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"concurrency_limit", "rate", "max_lease_ttl"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.adm.DeletePool(d.ctx(), &tollgatev1.DeletePoolRequest{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+
+	d.restart(time.Hour, nil)
+	resp, err := d.adm.ListPools(d.ctx(), &tollgatev1.ListPoolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resp.GetPools()); n != 2 {
+		t.Fatalf("after a restart: %d pools (%v); want a and b", n, resp.GetPools())
+	}
+	a, b := resp.GetPools()[0], resp.GetPools()[1]
+	if a.GetName() != "a" || a.GetConcurrencyLimit() != 2 || a.GetDescription() != "first" || !a.GetCreateTime().AsTime().Equal(testStart) {
+		t.Fatalf("pool a after a restart: %v", a)
+	}
+	if b.GetConcurrencyLimit() != 7 || b.GetRate() != 3 || b.GetBurst() != 3 || b.GetMaxLeaseTtl().AsDuration() != time.Minute ||
+		!b.GetUpdateTime().AsTime().Equal(testStart.Add(time.Minute)) || !b.GetCreateTime().AsTime().Equal(testStart) {
+		t.Fatalf("pool b after a restart: %v", b)
+	}
+}
+
+// TestStoreFailureChangesNothing: when the store cannot be written, pool
+// changes fail with UNAVAILABLE (STORAGE_FAILED) and leave the pool as it was.
+func TestStoreFailureChangesNothing(t *testing.T) {
+	d := newDurableEnv(t)
+	d.start(nil)
+	if _, err := d.adm.CreatePool(d.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "a", ConcurrencyLimit: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	d.srv.store.Close() // every write fails from now on
+
+	_, err := d.adm.CreatePool(d.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "b", ConcurrencyLimit: 2}})
+	st := wantStatus(t, err, codes.Unavailable, limiter.ReasonStorageFailed)
+	if !strings.Contains(st.Message(), "nothing was changed") {
+		t.Fatalf("message %q does not say nothing changed", st.Message())
+	}
+	if _, err := d.get("b"); err == nil {
+		t.Fatal("pool b exists after its create failed")
+	}
+	_, err = d.adm.UpdatePool(d.ctx(), &tollgatev1.UpdatePoolRequest{
+		Pool: &tollgatev1.Pool{Name: "a", ConcurrencyLimit: 9}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"concurrency_limit"}},
+	})
+	wantStatus(t, err, codes.Unavailable, limiter.ReasonStorageFailed)
+	_, err = d.adm.DeletePool(d.ctx(), &tollgatev1.DeletePoolRequest{Name: "a"})
+	wantStatus(t, err, codes.Unavailable, limiter.ReasonStorageFailed)
+	resp, err := d.get("a")
+	if err != nil || resp.GetPool().GetConcurrencyLimit() != 2 {
+		t.Fatalf("pool a after failed changes: %v, %v", resp, err)
+	}
+	// The first grant needs its lease horizon written: it fails too.
+	_, err = d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "a"})
+	wantStatus(t, err, codes.Unavailable, limiter.ReasonStorageFailed)
+	if s := d.status("a"); s.GetHeld() != 0 {
+		t.Fatalf("held %d after a failed grant", s.GetHeld())
+	}
+}
+
+func (d *durableEnv) status(name string) *tollgatev1.PoolStatus {
+	d.t.Helper()
+	resp, err := d.get(name)
+	if err != nil {
+		d.t.Fatalf("GetPool(%q): %v", name, err)
+	}
+	return resp.GetStatus()
+}
+
+// TestPoolsFileSeedsOnlyTheFirstStart: the pools file is declared on the
+// first start; later, the store wins and a different file is a warning.
+func TestPoolsFileSeedsOnlyTheFirstStart(t *testing.T) {
+	d := newDurableEnv(t)
+	seed := []limiter.PoolConfig{{Name: "a", ConcurrencyLimit: 2}, {Name: "b", Rate: 5}}
+	d.start(seed)
+	if !strings.Contains(d.log.String(), "first start") {
+		t.Fatalf("log does not say the file seeded the store:\n%s", d.log)
+	}
+	if _, err := d.adm.DeletePool(d.ctx(), &tollgatev1.DeletePoolRequest{Name: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.adm.UpdatePool(d.ctx(), &tollgatev1.UpdatePoolRequest{
+		Pool: &tollgatev1.Pool{Name: "a", ConcurrencyLimit: 4}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"concurrency_limit"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	d.restart(time.Hour, seed)
+	if resp, err := d.get("a"); err != nil || resp.GetPool().GetConcurrencyLimit() != 4 {
+		t.Fatalf("pool a after a restart with the old file: %v, %v; want the stored limit 4", resp, err)
+	}
+	if _, err := d.get("b"); err == nil {
+		t.Fatal("the deleted pool b came back from the file")
+	}
+	logs := d.log.String()
+	for _, want := range []string{"the store wins", "declared differently in the store: a", "in the file but not in the store (deleted since, or added to the file later): b"} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("log lacks %q:\n%s", want, logs)
+		}
+	}
+
+	// The same file as the store: no warning.
+	d.restart(time.Hour, []limiter.PoolConfig{{Name: "a", ConcurrencyLimit: 4}})
+	if n := strings.Count(d.log.String(), "the store wins"); n != 1 {
+		t.Fatalf("%d warnings after a restart with a file equal to the store; want only the earlier one", n)
+	}
+}
+
+// TestRecoveryOverGRPC: after a restart, a pool with leases from before it
+// shows recovering_until, refuses no_wait acquires with UNAVAILABLE
+// (RECOVERING) and a retry delay, re-adopts renewed leases that carry
+// their weight (and refuses those that do not), continues fencing tokens
+// above the old ones, and grants normally once the window is over.
+func TestRecoveryOverGRPC(t *testing.T) {
+	d := newDurableEnv(t)
+	d.start(nil)
+	_, err := d.adm.CreatePool(d.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", ConcurrencyLimit: 3, MaxLeaseTtl: dur(10 * time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leases []*tollgatev1.Lease
+	for i := 0; i < 2; i++ {
+		resp, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(int64(1 + i)), Ttl: dur(10 * time.Second), ClientId: "holder", Description: "job"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, resp.GetLease())
+	}
+
+	d.restart(2*time.Second, nil)
+	until := testStart.Add(12 * time.Second)
+	if got := d.status("db").GetRecoveringUntil(); got == nil || !got.AsTime().Equal(until) {
+		t.Fatalf("recovering_until = %v; want %v", got, until)
+	}
+	_, err = d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", NoWait: true})
+	st := wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
+	if delay, ok := retryDelay(err); !ok || delay != 10*time.Second || !strings.Contains(st.Message(), until.Format(time.RFC3339Nano)) {
+		t.Fatalf("RECOVERING error %q with retry delay %v, %v", st.Message(), delay, ok)
+	}
+
+	// Lease 0 is renewed with its weight: re-adopted. Lease 1 without: refused.
+	l0 := leases[0]
+	resp, err := d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: l0.GetId(), Ttl: dur(5 * time.Second), Weight: i64(1), ClientId: "holder", Description: "job", Priority: 1})
+	if err != nil {
+		t.Fatalf("renew with weight after a restart: %v", err)
+	}
+	got := resp.GetLease()
+	if got.GetId() != l0.GetId() || got.GetFencingToken() != l0.GetFencingToken() || got.GetWeight() != 1 || got.GetClientId() != "holder" || got.GetDescription() != "job" || got.GetPriority() != 1 {
+		t.Fatalf("re-adopted lease %v; was %v", got, l0)
+	}
+	_, err = d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: leases[1].GetId()})
+	wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseNotReadopted)
+	_, err = d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: leases[1].GetId(), Weight: i64(0)})
+	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	if s := d.status("db"); s.GetHeld() != 1 || s.GetReadopted() != 1 {
+		t.Fatalf("after a re-adoption: %v", s)
+	}
+
+	// On a Session stream, the session's client id is the default.
+	sc := (&env{t: t, lim: d.lim}).session()
+	sc.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "sess"}}})
+	r := sc.call(&tollgatev1.SessionRequest{RequestId: 2, Kind: &tollgatev1.SessionRequest_Renew{Renew: &tollgatev1.RenewRequest{Pool: "db", LeaseId: leases[1].GetId(), Weight: i64(2)}}})
+	if l := r.GetRenew().GetLease(); l.GetClientId() != "sess" || l.GetWeight() != 2 {
+		t.Fatalf("re-adopted on a session: %v", r)
+	}
+
+	d.clock.Advance(10 * time.Second)
+	if s := d.status("db"); s.GetRecoveringUntil() != nil {
+		t.Fatalf("still recovering after the window: %v", s)
+	}
+	resp2, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", NoWait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp2.GetLease().GetFencingToken() <= leases[1].GetFencingToken() {
+		t.Fatalf("token %d after the restart; %d was issued before", resp2.GetLease().GetFencingToken(), leases[1].GetFencingToken())
+	}
+}
+
+// TestOpenErrors: a directory in use, and a bad seed.
+func TestOpenErrors(t *testing.T) {
+	d := newDurableEnv(t)
+	d.start(nil)
+	if _, err := Open(Config{}, d.dir, nil); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second Open of a directory in use: %v", err)
+	}
+	if _, err := Open(Config{}, t.TempDir(), []limiter.PoolConfig{{Name: "x"}}); err == nil || !strings.Contains(err.Error(), "pools file") {
+		t.Fatalf("Open with an invalid seed: %v", err)
+	}
+}

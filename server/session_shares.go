@@ -1,0 +1,70 @@
+package server
+
+import (
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// This file answers the Session stream's report and rate share requests.
+// They never wait, so the reader answers them inline, like release and
+// renew. The session owns the shares acquired or refreshed on it: the
+// engine's changes to them are pushed here (shares_service.go).
+
+// checkPoolAccess refuses a request on pool that the server's policy does
+// not allow the stream's caller (guardSessionRequest checks the kinds it
+// knows; these are checked here).
+func (s *session) checkPoolAccess(pool string) error {
+	if s.srv.auth.policy == nil {
+		return nil
+	}
+	return s.srv.auth.checkPool(s.srv.auth.identify(s.ctx), pool)
+}
+
+// report counts a batch of outcomes.
+func (s *session) report(id uint64, r *tollgatev1.ReportRequest) {
+	if err := s.srv.report(s.ctx, r); err != nil {
+		s.answerRefusal(id, err) // a policy refusal, or any other error
+		return
+	}
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Report{Report: &tollgatev1.ReportResponse{}}})
+}
+
+// acquireShare grants a share owned by this session.
+func (s *session) acquireShare(id uint64, r *tollgatev1.AcquireShareRequest) {
+	if err := s.checkPoolAccess(r.GetPool()); err != nil {
+		s.answerRefusal(id, err)
+		return
+	}
+	sh, err := s.srv.acquireShare(r, s, s.clientID) // the reader owns clientID
+	if err != nil {
+		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		return
+	}
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_AcquireShare{AcquireShare: &tollgatev1.AcquireShareResponse{Share: shareToProto(sh)}}})
+}
+
+// refreshShare refreshes a share and makes this session its owner.
+func (s *session) refreshShare(id uint64, r *tollgatev1.RefreshShareRequest) {
+	if err := s.checkPoolAccess(r.GetPool()); err != nil {
+		s.answerRefusal(id, err)
+		return
+	}
+	sh, err := s.srv.refreshShare(r, s)
+	if err != nil {
+		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		return
+	}
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_RefreshShare{RefreshShare: &tollgatev1.RefreshShareResponse{Share: shareToProto(sh)}}})
+}
+
+// releaseShare gives a share back.
+func (s *session) releaseShare(id uint64, r *tollgatev1.ReleaseShareRequest) {
+	if err := s.checkPoolAccess(r.GetPool()); err != nil {
+		s.answerRefusal(id, err)
+		return
+	}
+	if err := s.srv.releaseShare(r); err != nil {
+		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		return
+	}
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_ReleaseShare{ReleaseShare: &tollgatev1.ReleaseShareResponse{}}})
+}

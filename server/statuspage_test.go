@@ -1,0 +1,69 @@
+package server
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// chromiumPath is where Debian's chromium package puts the browser; .ci/run
+// installs it.
+const chromiumPath = "/usr/bin/chromium"
+
+// The status page, loaded in headless Chromium, shows a pool created
+// through the gRPC API with its numbers, once its JavaScript has run.
+func TestStatusPageInChromium(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Skipf("%s is not installed, so the status page is not tested in a browser here (apt-get install chromium; .ci/run installs it)", chromiumPath)
+	}
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "orders-db", Description: "primary orders database", ConcurrencyLimit: 5})
+	e.createPool(&tollgatev1.Pool{Name: "api.example.com", Rate: 20, Burst: 40})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "orders-db", Weight: i64(2), ClientId: "worker-1"})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "orders-db", ClientId: "worker-2"})
+
+	dom := dumpDOM(t, o.http.URL+"/")
+	for _, want := range []string{
+		`data-pool="orders-db"`,
+		`data-pool="api.example.com"`,
+		"primary orders database",
+		"3 / 5", // held / limit of orders-db
+		"pool created",
+		"serving",
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the page does not show %q after its script ran; DOM:\n%s", want, dom)
+		}
+	}
+	// The utilisation bar of orders-db is 60% full.
+	if !regexp.MustCompile(`data-pool="orders-db".*?width: 60%`).MatchString(dom) {
+		t.Errorf("orders-db's utilisation bar is not at 60%%; DOM:\n%s", dom)
+	}
+}
+
+// dumpDOM loads url in headless Chromium, lets its scripts run for up to 5
+// seconds of virtual time, and returns the resulting DOM.
+func dumpDOM(t *testing.T, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromiumPath,
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--no-first-run", "--user-data-dir="+t.TempDir(),
+		"--virtual-time-budget=5000", "--dump-dom", url)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom %s: %v\n%s", url, err, stderr.String())
+	}
+	return string(out)
+}

@@ -1,0 +1,35 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// TestAdaptiveRecordRoundTrip: a pool's adaptive settings and safe rate
+// survive the store (DESIGN invariant 4).
+func TestAdaptiveRecordRoundTrip(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, cfg := range []limiter.PoolConfig{
+		{Name: "plain", ConcurrencyLimit: 3},
+		{Name: "api", Rate: 50, SafeRate: 5, ConcurrencyLimit: 8, Adaptive: limiter.AdaptiveConfig{Enabled: true, Target: limiter.AdaptRate,
+			Window: 5 * time.Second, MinSamples: 7, LatencyTolerance: 2.5, MinRate: 3}},
+	} {
+		sp, err := limiter.NewSavedPool(cfg, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := encode(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decode([]byte(cfg.Name), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Config != sp.Config {
+			t.Fatalf("round trip of %s:\n got %+v\nwant %+v", cfg.Name, got.Config, sp.Config)
+		}
+	}
+}

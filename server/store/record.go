@@ -1,0 +1,90 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// record is the on-disk form of a limiter.SavedPool: JSON with explicit
+// field names and durations in nanoseconds, so that renaming Go fields never
+// changes the file. Fields are only ever added; a reader ignores unknown ones.
+type record struct {
+	Name             string    `json:"name"`
+	Description      string    `json:"description,omitempty"`
+	ConcurrencyLimit int64     `json:"concurrency_limit,omitempty"`
+	Rate             float64   `json:"rate,omitempty"`
+	Burst            int64     `json:"burst,omitempty"`
+	DefaultLeaseTTL  int64     `json:"default_lease_ttl_ns"`
+	MaxLeaseTTL      int64     `json:"max_lease_ttl_ns"`
+	MaxWaiters       int64     `json:"max_waiters"`
+	CreateTime       time.Time `json:"create_time"`
+	UpdateTime       time.Time `json:"update_time"`
+	TokenCeiling     uint64    `json:"token_ceiling"`
+	LeaseHorizon     time.Time `json:"lease_horizon"`
+	TTLBound         int64     `json:"ttl_bound_ns"`
+	// Added with adaptive limits and rate shares (adaptive_record.go).
+	SafeRate float64         `json:"safe_rate,omitempty"`
+	Adaptive *adaptiveRecord `json:"adaptive,omitempty"`
+}
+
+// encode returns the stored bytes of sp.
+func encode(sp limiter.SavedPool) ([]byte, error) {
+	c := sp.Config
+	b, err := json.Marshal(record{
+		Name:             c.Name,
+		Description:      c.Description,
+		ConcurrencyLimit: c.ConcurrencyLimit,
+		Rate:             c.Rate,
+		Burst:            c.Burst,
+		DefaultLeaseTTL:  int64(c.DefaultLeaseTTL),
+		MaxLeaseTTL:      int64(c.MaxLeaseTTL),
+		MaxWaiters:       c.MaxWaiters,
+		CreateTime:       sp.CreateTime,
+		UpdateTime:       sp.UpdateTime,
+		TokenCeiling:     sp.State.TokenCeiling,
+		LeaseHorizon:     sp.State.LeaseHorizon,
+		TTLBound:         int64(sp.State.TTLBound),
+		SafeRate:         c.SafeRate,
+		Adaptive:         adaptiveToRecord(c.Adaptive),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding pool %q: %w", c.Name, err)
+	}
+	return b, nil
+}
+
+// decode reads the record stored under key. The times come back in UTC
+// without a monotonic reading, as written.
+func decode(key, v []byte) (limiter.SavedPool, error) {
+	var r record
+	if err := json.Unmarshal(v, &r); err != nil {
+		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
+	}
+	if r.Name != string(key) {
+		return limiter.SavedPool{}, fmt.Errorf("the record stored under %q names pool %q; the store is damaged", key, r.Name)
+	}
+	return limiter.SavedPool{
+		Config: limiter.PoolConfig{
+			Name:             r.Name,
+			Description:      r.Description,
+			ConcurrencyLimit: r.ConcurrencyLimit,
+			Rate:             r.Rate,
+			Burst:            r.Burst,
+			DefaultLeaseTTL:  time.Duration(r.DefaultLeaseTTL),
+			MaxLeaseTTL:      time.Duration(r.MaxLeaseTTL),
+			MaxWaiters:       r.MaxWaiters,
+			SafeRate:         r.SafeRate,
+			Adaptive:         r.Adaptive.config(),
+		},
+		CreateTime: r.CreateTime,
+		UpdateTime: r.UpdateTime,
+		State: limiter.DurableState{
+			TokenCeiling: r.TokenCeiling,
+			LeaseHorizon: r.LeaseHorizon,
+			TTLBound:     time.Duration(r.TTLBound),
+		},
+	}, nil
+}

@@ -1,0 +1,180 @@
+// Package store keeps a Tollgate server's durable state in one bbolt file
+// in a data directory: the pools that operators declared, and for each
+// pool the engine's DurableState (fencing token ceiling, lease horizon,
+// TTL bound). Leases themselves are not stored: they are soft state that a
+// restarted server re-adopts during its recovery window (see
+// docs/recovery.md).
+//
+// A Store implements limiter.Persister. Every write is one bbolt
+// transaction, committed with an fsync before it returns, so a write that
+// returned nil survives a crash of the process or the machine.
+//
+// On disk, in DIR/tollgate.db:
+//
+//	bucket "meta":  "format" -> "1", "initialized" -> RFC 3339 time of the first start
+//	bucket "pools": pool name -> JSON record (see record.go)
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// FileName is the name of the store's file in its data directory.
+const FileName = "tollgate.db"
+
+// formatVersion is the on-disk format this code reads and writes.
+const formatVersion = "1"
+
+// lockTimeout bounds the wait for another process's lock on the file.
+const lockTimeout = time.Second
+
+var (
+	metaBucket     = []byte("meta")
+	poolsBucket    = []byte("pools")
+	formatKey      = []byte("format")
+	initializedKey = []byte("initialized")
+)
+
+// Store is an open data directory. Its methods are safe for concurrent
+// use. Create it with Open and Close it when done.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+// Open opens the store in dir, creating dir (mode 0700) and the store
+// file (mode 0600) if they do not exist. Only one process may have a
+// store open: Open fails after a second if another holds it. It also
+// fails for a file of an unknown format.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("no data directory given; the server keeps its pools on disk and needs one")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cannot create the data directory: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("the data directory %s is in use by another tollgate server (%s is locked); stop that server or choose another data directory", dir, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot open the store %s: %w", path, err)
+	}
+	s := &Store{db: db, path: path}
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// init creates the buckets of a new file and checks the format of an old
+// one.
+func (s *Store) init() error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucketIfNotExists(poolsBucket); err != nil {
+			return err
+		}
+		switch v := meta.Get(formatKey); {
+		case v == nil:
+			return meta.Put(formatKey, []byte(formatVersion))
+		case string(v) != formatVersion:
+			return fmt.Errorf("%s has format %q, but this server reads format %s; run the tollgate version that wrote it", s.path, v, formatVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cannot initialize the store %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// Path returns the store's file.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the store's file and releases its lock. Writes after Close
+// fail.
+func (s *Store) Close() error { return s.db.Close() }
+
+// LoadOrSeed returns every pool in the store. On the store's first start
+// (it was never started before, even if it has no pools now), it first
+// writes seed, in one transaction with the mark that the store has
+// started, and returns seed with seeded true. Later starts ignore seed: the
+// store, which holds every acknowledged change since, wins.
+func (s *Store) LoadOrSeed(seed []limiter.SavedPool) (pools []limiter.SavedPool, seeded bool, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		meta, b := tx.Bucket(metaBucket), tx.Bucket(poolsBucket)
+		if meta.Get(initializedKey) == nil {
+			for _, sp := range seed {
+				v, err := encode(sp)
+				if err != nil {
+					return err
+				}
+				if err := b.Put([]byte(sp.Config.Name), v); err != nil {
+					return err
+				}
+			}
+			seeded = true
+			return meta.Put(initializedKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+		}
+		return b.ForEach(func(k, v []byte) error {
+			sp, err := decode(k, v)
+			if err != nil {
+				return err
+			}
+			pools = append(pools, sp)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("loading pools from %s: %w", s.path, err)
+	}
+	if seeded {
+		pools = append([]limiter.SavedPool(nil), seed...)
+	}
+	return pools, seeded, nil
+}
+
+// SavePool durably writes sp, replacing any record of the same name. It
+// implements limiter.Persister.
+func (s *Store) SavePool(sp limiter.SavedPool) error {
+	v, err := encode(sp)
+	if err != nil {
+		return err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(poolsBucket).Put([]byte(sp.Config.Name), v)
+	})
+	if err != nil {
+		return fmt.Errorf("writing pool %q to %s: %w", sp.Config.Name, s.path, err)
+	}
+	return nil
+}
+
+// DeletePool durably removes the named pool's record; removing one that is
+// not there is not an error. It implements limiter.Persister.
+func (s *Store) DeletePool(name string) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(poolsBucket).Delete([]byte(name))
+	})
+	if err != nil {
+		return fmt.Errorf("deleting pool %q from %s: %w", name, s.path, err)
+	}
+	return nil
+}
+
+var _ limiter.Persister = (*Store)(nil)

@@ -1,0 +1,61 @@
+package server
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+)
+
+// ServerTLS is the TLS setup of a server's two listeners, loaded by
+// LoadServerTLS.
+type ServerTLS struct {
+	// GRPC is for the gRPC listener: with a client CA it requires and
+	// verifies a client certificate on every connection (mutual TLS).
+	GRPC *tls.Config
+	// HTTP is for the HTTP listener: with a client CA it verifies a client
+	// certificate when one is given, so that probes of /healthz and
+	// /readyz need none; the other paths require one (see HTTPHandler).
+	HTTP *tls.Config
+	// ClientCerts reports that a client CA was given.
+	ClientCerts bool
+}
+
+// LoadServerTLS loads the server's certificate and key (PEM files) and, if
+// clientCAFile is not empty, the PEM bundle of CAs that sign client
+// certificates. TLS 1.2 is the oldest version accepted. The files are read
+// once: restart the server to use renewed certificates.
+func LoadServerTLS(certFile, keyFile, clientCAFile string) (*ServerTLS, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, fmt.Errorf("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the TLS certificate %s and key %s: %w", certFile, keyFile, err)
+	}
+	base := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	out := &ServerTLS{GRPC: base.Clone(), HTTP: base.Clone()}
+	if clientCAFile != "" {
+		pool, err := LoadCertPool(clientCAFile)
+		if err != nil {
+			return nil, err
+		}
+		out.GRPC.ClientCAs, out.GRPC.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		out.HTTP.ClientCAs, out.HTTP.ClientAuth = pool, tls.VerifyClientCertIfGiven
+		out.ClientCerts = true
+	}
+	return out, nil
+}
+
+// LoadCertPool reads a PEM bundle of CA certificates.
+func LoadCertPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading CA certificates: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s has no PEM certificate (it should hold one or more \"-----BEGIN CERTIFICATE-----\" blocks)", file)
+	}
+	return pool, nil
+}

@@ -1,0 +1,138 @@
+// Tollgate status page: polls /api/pools and /api/events every second and
+// renders them. Plain DOM, no framework; all text goes through textContent.
+"use strict";
+
+const POLL_MS = 1000;
+const fmt = new Intl.NumberFormat("en-US");
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function num(n) {
+  return fmt.format(n);
+}
+
+// The limits in force: effective when the server reports them, else configured.
+function limits(p) {
+  return p.effective || p.configured;
+}
+
+function utilisation(p) {
+  const lim = limits(p).concurrency_limit;
+  const held = p.status.held;
+  if (!lim) {
+    return el("div", { class: "bar" }, el("span", { class: "muted" }, num(held) + " held, no concurrency limit"));
+  }
+  const frac = held / lim;
+  const pct = Math.min(100, Math.round(frac * 100));
+  let cls = "fill";
+  if (frac >= 0.9) cls += " full";
+  else if (frac >= 0.7) cls += " warn";
+  const fill = el("div", { class: cls });
+  fill.style.width = pct + "%";
+  return el("div", { class: "bar", title: pct + "% of the concurrency limit in use" },
+    el("div", { class: "track" }, fill),
+    el("span", { class: "ratio" }, num(held) + " / " + num(lim)));
+}
+
+function poolRow(p) {
+  const lim = limits(p);
+  const st = p.status;
+  const name = el("td", { class: "name" }, p.name);
+  if (st.recovering_until) {
+    name.append(" ", el("span", { class: "badge recovering", title: "recovering from a restart until " + st.recovering_until + ": renewed leases are re-adopted, new grants wait" }, "recovering"));
+  }
+  if (p.description) name.append(el("span", { class: "desc", title: p.description }, p.description));
+  const waiting = el("td", { class: "num waiting" + (st.waiting > 0 ? " waiting-some" : "") }, num(st.waiting));
+  const rate = lim.rate ? num(lim.rate) : "—";
+  const tokens = lim.rate ? (Math.floor(st.tokens_available * 10) / 10) + " / " + num(lim.burst) : "—";
+  return el("tr", { "data-pool": p.name },
+    name,
+    el("td", { class: "util" }, utilisation(p)),
+    waiting,
+    el("td", { class: "num leases" }, num(st.leases)),
+    el("td", { class: "num rate" }, rate),
+    el("td", { class: "num tokens" }, tokens),
+    el("td", { class: "num granted" }, num(st.granted)),
+    el("td", { class: "num expired" }, num(st.expired)),
+    el("td", { class: "num rejected" }, num(st.rejected)),
+    el("td", { class: "num timeouts" }, num(st.wait_timeouts)));
+}
+
+function eventRow(ev) {
+  const t = new Date(ev.time);
+  const when = isNaN(t) ? ev.time : t.toLocaleTimeString("en-GB", { hour12: false });
+  const details = [ev.detail, ev.description && "“" + ev.description + "”", ev.actor && "by " + ev.actor]
+    .filter(Boolean).join(" · ");
+  return el("tr", { "data-event": ev.seq },
+    el("td", { class: "muted", title: ev.time }, when),
+    el("td", {}, el("span", { class: "ev-type " + ev.type }, ev.type.replace("_", " "))),
+    el("td", {}, ev.pool),
+    el("td", { class: "num" }, ev.lease_id || ""),
+    el("td", {}, ev.client_id || ""),
+    el("td", { class: "detail" }, details));
+}
+
+let lastPools = null;
+
+function renderPools(data) {
+  lastPools = data;
+  const filter = document.getElementById("filter").value.trim().toLowerCase();
+  const rows = document.getElementById("pool-rows");
+  const shown = data.pools.filter(p => !filter || p.name.toLowerCase().includes(filter));
+  rows.replaceChildren(...shown.map(poolRow));
+  let held = 0, waiting = 0;
+  for (const p of data.pools) { held += p.status.held; waiting += p.status.waiting; }
+  document.getElementById("summary").textContent =
+    num(data.total) + (data.total === 1 ? " pool" : " pools") + " · " + num(held) + " held · " + num(waiting) + " waiting";
+  let note = "";
+  if (data.pools.length === 0) note = "No pools yet. Create one with: tollgate pool create NAME --concurrency N";
+  else if (data.more) note = "Showing the first " + num(data.pools.length) + " of " + num(data.total) + " pools.";
+  else if (filter && shown.length === 0) note = "No pool matches the filter.";
+  document.getElementById("pools-note").textContent = note;
+  const state = document.getElementById("state");
+  state.textContent = data.serving ? "serving" : "shutting down";
+  state.className = "badge " + (data.serving ? "serving" : "down");
+}
+
+function renderEvents(data) {
+  const rows = document.getElementById("event-rows");
+  rows.replaceChildren(...data.events.slice(0, 50).map(eventRow));
+  document.getElementById("events-note").textContent =
+    data.events.length === 0 ? "No events yet: pool changes and leases that expire show here." : "";
+}
+
+async function getJSON(path) {
+  const r = await fetch(path, { cache: "no-store", credentials: "same-origin" });
+  if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+  return r.json();
+}
+
+async function refresh() {
+  try {
+    const [pools, events] = await Promise.all([getJSON("/api/pools"), getJSON("/api/events")]);
+    renderPools(pools);
+    renderEvents(events);
+    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString("en-GB", { hour12: false });
+  } catch (e) {
+    const state = document.getElementById("state");
+    state.textContent = "unreachable";
+    state.className = "badge down";
+    document.getElementById("updated").textContent = String(e.message || e);
+  } finally {
+    setTimeout(refresh, POLL_MS);
+  }
+}
+
+document.getElementById("filter").addEventListener("input", () => { if (lastPools) renderPools(lastPools); });
+refresh();
