@@ -54,6 +54,12 @@ type Engine struct {
 	closed atomic.Bool
 	done   chan struct{} // closed by Close
 	mu     sync.Mutex    // serializes Close with pool creation
+
+	// tokenFloor is the highest fencing token any deleted pool may have
+	// issued. A new pool starts its tokens above it, so that a pool deleted
+	// and created again under the same name never repeats a token: a
+	// protected system that keys fencing by pool name stays safe.
+	tokenFloor atomic.Uint64
 }
 
 // New returns an Engine with no pools.
@@ -141,7 +147,7 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; change it with UpdatePool (tollgate pool update %s) or pick another name", cfg.Name, cfg.Name)
 	}
 	now := e.clock.Now()
-	p := newPool(e, cfg, now)
+	p := newPool(e, cfg, now, e.tokenFloor.Load())
 	if err := p.persistCreateLocked(); err != nil { // durable before visible: persist.go
 		return PoolInfo{}, err
 	}
@@ -271,10 +277,11 @@ func (e *Engine) DeletePool(name string, force bool) error {
 		p.mu.Unlock()
 		return errorf(ErrPoolBusy, "pool %q has %d live leases holding %d permits; release them, wait for them to expire, or delete with force to end them", name, n, held)
 	}
-	if err := p.persistDeleteLocked(); err != nil { // durable before visible: persist.go
+	if err := p.persistDeleteLocked(max(p.lastToken, e.tokenFloor.Load())); err != nil { // durable before visible: persist.go
 		p.mu.Unlock()
 		return err
 	}
+	e.RaiseTokenFloor(p.lastToken) // before the name is free for a new pool
 	e.pools.CompareAndDelete(name, p)
 	p.deleted = true
 	p.failWaitersLocked(func(*waiter) error {
@@ -295,6 +302,19 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	e.notifyEnded(ended)
 	e.deliver(ob)
 	return nil
+}
+
+// RaiseTokenFloor makes every pool created from now on start its fencing
+// tokens above floor (if floor is above the current floor). DeletePool
+// raises it to the deleted pool's last token; after a restart, the server
+// restores it from its store before it serves. It never lowers the floor.
+func (e *Engine) RaiseTokenFloor(floor uint64) {
+	for {
+		cur := e.tokenFloor.Load()
+		if floor <= cur || e.tokenFloor.CompareAndSwap(cur, floor) {
+			return
+		}
+	}
 }
 
 // Acquire grants a lease of req.Weight permits from req.Pool.

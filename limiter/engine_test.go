@@ -164,6 +164,31 @@ func TestDeletePool(t *testing.T) {
 	}
 }
 
+// A pool deleted and created again under the same name continues its
+// fencing tokens above the deleted pool's.
+func TestRecreatedPoolContinuesFencingTokens(t *testing.T) {
+	te := newTestEngine(t)
+	var last uint64
+	for round := 0; round < 3; round++ {
+		te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 5})
+		for i := 0; i < 3; i++ {
+			l := te.mustAcquire(t, AcquireRequest{Pool: "db"})
+			if l.FencingToken <= last {
+				t.Fatalf("round %d: token %d not above %d", round, l.FencingToken, last)
+			}
+			last = l.FencingToken
+		}
+		if err := te.DeletePool("db", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	te.RaiseTokenFloor(5) // lower than the floor: no effect
+	te.mustCreate(t, PoolConfig{Name: "other", ConcurrencyLimit: 1})
+	if l := te.mustAcquire(t, AcquireRequest{Pool: "other"}); l.FencingToken != last+1 {
+		t.Fatalf("new pool's first token = %d; want %d", l.FencingToken, last+1)
+	}
+}
+
 func TestCloseFailsWaitersAndTakes(t *testing.T) {
 	te := newTestEngine(t)
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, Rate: 1, Burst: 1})

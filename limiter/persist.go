@@ -21,8 +21,11 @@ type Persister interface {
 	// created or updated, and its DurableState whenever the engine moves
 	// the state forward.
 	SavePool(SavedPool) error
-	// DeletePool durably forgets the named pool.
-	DeletePool(name string) error
+	// DeletePool durably forgets the named pool and records tokenFloor:
+	// no pool may issue a fencing token at or below it again, even under
+	// the same name. The Persister keeps the highest floor it was given
+	// and hands it back after a restart (to Engine.RaiseTokenFloor).
+	DeletePool(name string, tokenFloor uint64) error
 }
 
 // SavedPool is a pool as a Persister records it and Engine.RestorePool
@@ -135,12 +138,13 @@ func (p *pool) persistConfigLocked(cfg PoolConfig, now time.Time) error {
 	return storageErr(p.e.persister.SavePool(saved), "update pool "+quote(p.name))
 }
 
-// persistDeleteLocked forgets p on disk before it is deleted.
-func (p *pool) persistDeleteLocked() error {
+// persistDeleteLocked forgets p on disk before it is deleted, recording
+// tokenFloor for the pools created after it.
+func (p *pool) persistDeleteLocked(tokenFloor uint64) error {
 	if p.e.persister == nil {
 		return nil
 	}
-	return storageErr(p.e.persister.DeletePool(p.name), "delete pool "+quote(p.name))
+	return storageErr(p.e.persister.DeletePool(p.name, tokenFloor), "delete pool "+quote(p.name))
 }
 
 // reserveLocked makes sure that the next fencing token, and a lease granted

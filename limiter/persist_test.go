@@ -15,6 +15,8 @@ type memPersister struct {
 	pools  map[string]SavedPool
 	writes int
 	fail   func(old, new SavedPool, deleting bool) error // nil: succeed
+
+	tokenFloor uint64 // the highest floor DeletePool recorded
 }
 
 func newMemPersister() *memPersister {
@@ -37,7 +39,7 @@ func (m *memPersister) SavePool(sp SavedPool) error {
 	return nil
 }
 
-func (m *memPersister) DeletePool(name string) error {
+func (m *memPersister) DeletePool(name string, tokenFloor uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail != nil {
@@ -47,6 +49,7 @@ func (m *memPersister) DeletePool(name string) error {
 	}
 	m.writes++
 	delete(m.pools, name)
+	m.tokenFloor = max(m.tokenFloor, tokenFloor)
 	return nil
 }
 

@@ -61,7 +61,9 @@ type pool struct {
 	out outbox     // events for the engine's callbacks, sent after unlocking: poolevents.go
 }
 
-func newPool(e *Engine, cfg PoolConfig, now time.Time) *pool {
+// newPool returns a pool whose first fencing token will be above
+// tokenFloor.
+func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool {
 	p := &pool{
 		e:          e,
 		name:       cfg.Name,
@@ -69,10 +71,11 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time) *pool {
 		createTime: now,
 		updateTime: now,
 		leases:     make(map[uint64]*lease),
+		lastToken:  tokenFloor,
 	}
 	p.initAdaptiveLocked() // effective limits = configured: adaptive.go
 	p.applyRateLocked(now)
-	p.initDurableLocked(DurableState{TokenCeiling: minTokenBlock, TTLBound: cfg.MaxLeaseTTL}) // persist.go
+	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL}) // persist.go
 	return p
 }
 

@@ -84,7 +84,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; it cannot be restored over", cfg.Name)
 	}
 	now := e.clock.Now()
-	p := newPool(e, cfg, now)
+	p := newPool(e, cfg, now, 0) // its tokens come from saved.State below
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !saved.CreateTime.IsZero() {

@@ -151,6 +151,49 @@ func TestOpenKeepsPoolChanges(t *testing.T) {
 	}
 }
 
+// TestRecreatedPoolContinuesFencingTokens: a pool deleted and created again
+// under the same name, even across a restart, issues tokens above every
+// token of the deleted pool, so a protected system that keys fencing by
+// pool name never sees a token repeat.
+func TestRecreatedPoolContinuesFencingTokens(t *testing.T) {
+	d := newDurableEnv(t)
+	d.start(nil)
+	create := func() {
+		t.Helper()
+		if _, err := d.adm.CreatePool(d.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", ConcurrencyLimit: 5}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acquire := func() uint64 {
+		t.Helper()
+		resp, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetLease().GetFencingToken()
+	}
+	deletePool := func() {
+		t.Helper()
+		if _, err := d.adm.DeletePool(d.ctx(), &tollgatev1.DeletePoolRequest{Name: "db", Force: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create()
+	first := acquire()
+	deletePool()
+	create()
+	second := acquire()
+	if second <= first {
+		t.Fatalf("re-created pool issued token %d after the deleted one issued %d", second, first)
+	}
+	deletePool()
+	d.restart(time.Minute, nil)
+	create()
+	if third := acquire(); third <= second {
+		t.Fatalf("after a restart the re-created pool issued token %d after %d", third, second)
+	}
+}
+
 // TestStoreFailureChangesNothing: when the store cannot be written, pool
 // changes fail with UNAVAILABLE (STORAGE_FAILED) and leave the pool as it was.
 func TestStoreFailureChangesNothing(t *testing.T) {

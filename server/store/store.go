@@ -11,7 +11,8 @@
 //
 // On disk, in DIR/tollgate.db:
 //
-//	bucket "meta":  "format" -> "1", "initialized" -> RFC 3339 time of the first start
+//	bucket "meta":  "format" -> "1", "initialized" -> RFC 3339 time of the first start,
+//	                "token_floor" -> decimal: the highest fencing token of any deleted pool
 //	bucket "pools": pool name -> JSON record (see record.go)
 package store
 
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -42,6 +44,7 @@ var (
 	poolsBucket    = []byte("pools")
 	formatKey      = []byte("format")
 	initializedKey = []byte("initialized")
+	tokenFloorKey  = []byte("token_floor")
 )
 
 // Store is an open data directory. Its methods are safe for concurrent
@@ -165,16 +168,53 @@ func (s *Store) SavePool(sp limiter.SavedPool) error {
 	return nil
 }
 
-// DeletePool durably removes the named pool's record; removing one that is
-// not there is not an error. It implements limiter.Persister.
-func (s *Store) DeletePool(name string) error {
+// DeletePool durably removes the named pool's record (removing one that is
+// not there is not an error) and, in the same transaction, raises the
+// stored token floor to tokenFloor. It implements limiter.Persister.
+func (s *Store) DeletePool(name string, tokenFloor uint64) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(poolsBucket).Delete([]byte(name))
+		if err := tx.Bucket(poolsBucket).Delete([]byte(name)); err != nil {
+			return err
+		}
+		meta := tx.Bucket(metaBucket)
+		if cur, err := readTokenFloor(meta); err != nil || tokenFloor <= cur {
+			return err
+		}
+		return meta.Put(tokenFloorKey, []byte(strconv.FormatUint(tokenFloor, 10)))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting pool %q from %s: %w", name, s.path, err)
 	}
 	return nil
+}
+
+// TokenFloor returns the highest fencing token any deleted pool may have
+// issued (0 if none was ever deleted): pools created after a restart must
+// start above it (limiter.Engine.RaiseTokenFloor).
+func (s *Store) TokenFloor() (uint64, error) {
+	var floor uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		floor, err = readTokenFloor(tx.Bucket(metaBucket))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading the token floor from %s: %w", s.path, err)
+	}
+	return floor, nil
+}
+
+// readTokenFloor reads the meta bucket's token floor; a missing one is 0.
+func readTokenFloor(meta *bolt.Bucket) (uint64, error) {
+	v := meta.Get(tokenFloorKey)
+	if v == nil {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(string(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("damaged token floor %q: %w", v, err)
+	}
+	return n, nil
 }
 
 var _ limiter.Persister = (*Store)(nil)

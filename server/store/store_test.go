@@ -67,10 +67,10 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.DeletePool("b"); err != nil {
+	if err := s.DeletePool("b", 70); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeletePool("never-there"); err != nil {
+	if err := s.DeletePool("never-there", 12); err != nil { // a lower floor does not lower it
 		t.Fatalf("deleting a missing pool: %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -80,7 +80,11 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("store file: %v, %v", fi, err)
 	}
 
-	got := load(t, mustOpen(t, dir))
+	reopened := mustOpen(t, dir)
+	if floor, err := reopened.TokenFloor(); err != nil || floor != 70 {
+		t.Fatalf("token floor after reopen = %d, %v; want 70", floor, err)
+	}
+	got := load(t, reopened)
 	if len(got) != 1 {
 		t.Fatalf("pools after reopen: %+v", got)
 	}
@@ -100,7 +104,7 @@ func TestSeedOnlyOnFirstStart(t *testing.T) {
 		t.Fatalf("first start: %v, %v, %v", pools, seeded, err)
 	}
 	for _, name := range []string{"a", "b"} {
-		if err := s.DeletePool(name); err != nil {
+		if err := s.DeletePool(name, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
