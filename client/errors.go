@@ -93,8 +93,6 @@ var (
 	// ErrLeaseRevoked: the server took the lease back (operator, forced pool
 	// deletion, pool change).
 	ErrLeaseRevoked = &Error{Code: codes.NotFound, Reason: "LEASE_REVOKED"}
-	// ErrLeaseReleased: the lease was already released.
-	ErrLeaseReleased = &Error{Code: codes.NotFound, Reason: "LEASE_RELEASED"}
 	// ErrNoCapacity: TryAcquire could not be granted at once.
 	ErrNoCapacity = &Error{Code: codes.ResourceExhausted, Reason: "NO_CAPACITY"}
 	// ErrQueueFull: the pool's wait queue is at its max_waiters.
@@ -111,6 +109,16 @@ var (
 	ErrRateLimited = &Error{Code: codes.ResourceExhausted, Reason: "RATE_LIMITED"}
 	// ErrShuttingDown: the server is shutting down.
 	ErrShuttingDown = &Error{Code: codes.Unavailable, Reason: "SHUTTING_DOWN"}
+	// ErrRecovering: TryAcquire on a pool in its recovery window after a
+	// server restart, when grants wait until the window ends; RetryAfter
+	// says how long that is.
+	ErrRecovering = &Error{Code: codes.Unavailable, Reason: "RECOVERING"}
+	// ErrStorageFailed: the server could not make a change durable, so it
+	// did not make it.
+	ErrStorageFailed = &Error{Code: codes.Unavailable, Reason: "STORAGE_FAILED"}
+	// ErrLeaseNotReadopted: after a server restart, a lease from before it
+	// could not be taken back (the pool no longer had room for it).
+	ErrLeaseNotReadopted = &Error{Code: codes.NotFound, Reason: "LEASE_NOT_READOPTED"}
 	// ErrTooManyRequests: the Session stream has too many unanswered
 	// requests (for example, too many acquires waiting on one Client).
 	ErrTooManyRequests = &Error{Code: codes.ResourceExhausted, Reason: "TOO_MANY_REQUESTS"}
@@ -171,7 +179,7 @@ func FromError(err error) (*Error, bool) {
 
 // fromSessionError converts a Session stream error answer.
 func fromSessionError(se *tollgatev1.SessionError) *Error {
-	return &Error{Code: codes.Code(se.GetCode()), Reason: se.GetReason(), Message: se.GetMessage()}
+	return &Error{Code: codes.Code(se.GetCode()), Reason: se.GetReason(), Message: se.GetMessage(), RetryAfter: se.GetRetryAfter().AsDuration()}
 }
 
 // lostError returns the error of a lease that ended without its holder's

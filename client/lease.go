@@ -215,7 +215,7 @@ func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
 	switch {
 	case err == nil:
 		l.confirmRelease()
-	case errors.As(err, &e) && retry && (e.Is(ErrLeaseNotFound) || e.Is(ErrLeaseReleased)):
+	case errors.As(err, &e) && retry && e.Is(ErrLeaseNotFound):
 		// An earlier attempt may have released it already.
 		l.confirmRelease()
 		err = nil

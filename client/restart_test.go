@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -92,5 +93,41 @@ func TestLeaseReattachesAfterServerRestart(t *testing.T) {
 	}
 	if info, _ := second.srv.Engine().GetPool("db"); info.Status.Held != 0 {
 		t.Fatalf("after the release: %+v", info.Status)
+	}
+}
+
+// TestTryAcquireDuringRecoveryFailsFast: while a restarted server's pool is
+// in its recovery window, TryAcquire is answered RECOVERING at once (it is
+// an answer about the pool, not an unreachable server to wait for).
+func TestTryAcquireDuringRecoveryFailsFast(t *testing.T) {
+	dir := t.TempDir()
+	first := startDurable(t, dir, "127.0.0.1:0")
+	c, err := client.Dial(first.addr, client.WithClientID("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "db"); err != nil { // moves the lease horizon ahead
+		t.Fatal(err)
+	}
+	first.stop()
+	second := startDurable(t, dir, first.addr)
+	if info, _ := second.srv.Engine().GetPool("db"); info.Status.RecoveringUntil.IsZero() {
+		t.Fatalf("the restarted pool is not recovering: %+v", info.Status)
+	}
+	other, err := client.Dial(second.addr, client.WithClientID("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	_, err = other.TryAcquire(ctx, "db")
+	if !errors.Is(err, client.ErrRecovering) {
+		t.Fatalf("TryAcquire during recovery = %v; want ErrRecovering", err)
+	}
+	var e *client.Error
+	if !errors.As(err, &e) || e.RetryAfter <= 0 {
+		t.Fatalf("RECOVERING carries no retry delay: %#v", err)
 	}
 }

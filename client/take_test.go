@@ -22,7 +22,11 @@ func TestTake(t *testing.T) {
 	// sooner than that is refused at once, reserving nothing.
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	mustIs(t, c.Take(short, "api", 1), client.ErrRateLimited)
+	err := c.Take(short, "api", 1)
+	mustIs(t, err, client.ErrRateLimited)
+	if e, _ := client.FromError(err); e == nil || e.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("RATE_LIMITED over the stream: %#v; want RetryAfter 100ms", err)
+	}
 	mustIs(t, c.Take(ctx(t), "api", 3), client.ErrInvalidArgument)
 	mustIs(t, c.Take(ctx(t), "api", 0), client.ErrInvalidArgument)
 	mustIs(t, c.Take(ctx(t), "db", 1), client.ErrNoRateLimit)

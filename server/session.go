@@ -466,11 +466,15 @@ func (s *session) send(r *tollgatev1.SessionResponse) bool {
 // answerErr queues a SessionError answer for request id.
 func (s *session) answerErr(id uint64, err error, ec errCtx) {
 	le := classify(s.srv.log, "Session", err, ec)
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Error{Error: &tollgatev1.SessionError{
+	se := &tollgatev1.SessionError{
 		Code:    int32(grpcCode(le.Code)),
 		Message: le.Message,
 		Reason:  string(le.Reason),
-	}}})
+	}
+	if le.RetryAfter > 0 {
+		se.RetryAfter = durationpb.New(le.RetryAfter)
+	}
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Error{Error: se}})
 }
 
 // pushEvent queues a lease event for the writer without ever blocking: it

@@ -1272,7 +1272,10 @@ type SessionError struct {
 	// Message for people.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// Machine-readable reason, as in the unary call's google.rpc.ErrorInfo.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When set, how long until the request could succeed, as in the unary
+	// call's google.rpc.RetryInfo (RATE_LIMITED, RECOVERING).
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1326,6 +1329,13 @@ func (x *SessionError) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *SessionError) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
 }
 
 // LeaseEvent tells a holder that its lease ended without its release.
@@ -1472,11 +1482,13 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"shareEventB\x06\n" +
 	"\x04kind\"&\n" +
 	"\aWelcome\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\"T\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x90\x01\n" +
 	"\fSessionError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x7f\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12:\n" +
+	"\vretry_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"\x7f\n" +
 	"\n" +
 	"LeaseEvent\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.tollgate.v1.LeaseEventTypeR\x04type\x12(\n" +
@@ -1572,31 +1584,32 @@ var file_tollgate_v1_limiter_proto_depIdxs = []int32{
 	25, // 27: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
 	26, // 28: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
 	27, // 29: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
-	0,  // 30: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
-	17, // 31: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
-	1,  // 32: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
-	3,  // 33: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
-	5,  // 34: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
-	7,  // 35: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
-	19, // 36: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
-	20, // 37: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
-	21, // 38: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
-	22, // 39: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
-	9,  // 40: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
-	2,  // 41: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
-	4,  // 42: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
-	6,  // 43: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
-	8,  // 44: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
-	23, // 45: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
-	24, // 46: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
-	25, // 47: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
-	26, // 48: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
-	12, // 49: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
-	41, // [41:50] is the sub-list for method output_type
-	32, // [32:41] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	16, // 30: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
+	0,  // 31: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
+	17, // 32: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
+	1,  // 33: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
+	3,  // 34: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
+	5,  // 35: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
+	7,  // 36: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
+	19, // 37: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
+	20, // 38: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
+	21, // 39: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
+	22, // 40: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
+	9,  // 41: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
+	2,  // 42: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
+	4,  // 43: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
+	6,  // 44: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
+	8,  // 45: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
+	23, // 46: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
+	24, // 47: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
+	25, // 48: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
+	26, // 49: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
+	12, // 50: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
+	42, // [42:51] is the sub-list for method output_type
+	33, // [33:42] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_limiter_proto_init() }
