@@ -50,7 +50,7 @@ type Engine struct {
 	onPoolEvent   func(PoolEvent)
 	onShareUpdate func(ShareUpdate)
 
-	pools  sync.Map // pool name -> *pool; read without locks on every call
+	pools  poolIndex
 	closed atomic.Bool
 	done   chan struct{} // closed by Close
 	mu     sync.Mutex    // serializes Close with pool creation
@@ -89,16 +89,14 @@ func (e *Engine) Close() {
 		return
 	}
 	close(e.done)
-	e.pools.Range(func(_, v any) bool {
-		p := v.(*pool)
+	for _, p := range e.pools.snapshot() {
 		p.mu.Lock()
 		p.failWaitersLocked(func(*waiter) error {
 			return errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 		})
 		p.stopTimersLocked()
 		p.mu.Unlock()
-		return true
-	})
+	}
 }
 
 // lookup returns the named pool, or ErrPoolNotFound / ErrShuttingDown.
@@ -106,11 +104,11 @@ func (e *Engine) lookup(name string) (*pool, error) {
 	if e.closed.Load() {
 		return nil, errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 	}
-	v, ok := e.pools.Load(name)
-	if !ok {
+	p := e.pools.get(name)
+	if p == nil {
 		return nil, poolNotFound(name)
 	}
-	return v.(*pool), nil
+	return p, nil
 }
 
 func poolNotFound(name string) error {
@@ -143,7 +141,7 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	if e.closed.Load() {
 		return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
 	}
-	if _, exists := e.pools.Load(cfg.Name); exists { // e.mu serializes every pool creation
+	if e.pools.get(cfg.Name) != nil { // e.mu serializes every pool creation
 		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; change it with UpdatePool (tollgate pool update %s) or pick another name", cfg.Name, cfg.Name)
 	}
 	now := e.clock.Now()
@@ -151,7 +149,7 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	if err := p.persistCreateLocked(); err != nil { // durable before visible: persist.go
 		return PoolInfo{}, err
 	}
-	e.pools.Store(cfg.Name, p)
+	e.pools.add(p)
 	return p.infoLocked(now), nil
 }
 
@@ -174,12 +172,11 @@ func (e *Engine) GetPool(name string) (PoolInfo, error) {
 func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 	limit = max(limit, 1)
 	var ps []*pool
-	e.pools.Range(func(k, v any) bool {
-		if k.(string) > after {
-			ps = append(ps, v.(*pool))
+	for _, p := range e.pools.snapshot() {
+		if p.name > after {
+			ps = append(ps, p)
 		}
-		return true
-	})
+	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
 	more := len(ps) > limit
 	if more {
@@ -282,7 +279,7 @@ func (e *Engine) DeletePool(name string, force bool) error {
 		return err
 	}
 	e.RaiseTokenFloor(p.lastToken) // before the name is free for a new pool
-	e.pools.CompareAndDelete(name, p)
+	e.pools.remove(p)
 	p.deleted = true
 	p.failWaitersLocked(func(*waiter) error {
 		return errorf(ErrPoolDeleted, "pool %q was deleted while this acquire waited", name)

@@ -22,19 +22,16 @@ import (
 //     lastToken and unique.
 func (e *Engine) checkInvariants(prevHeld map[string]int64) error {
 	now := e.clock.Now()
-	var err error
-	e.pools.Range(func(k, v any) bool {
-		p := v.(*pool)
+	for _, p := range e.pools.snapshot() {
 		p.mu.Lock()
-		err = p.checkLocked(now, prevHeld[p.name])
+		err := p.checkLocked(now, prevHeld[p.name])
 		prevHeld[p.name] = p.held
 		p.mu.Unlock()
 		if err != nil {
-			err = fmt.Errorf("pool %s: %w", p.name, err)
+			return fmt.Errorf("pool %s: %w", p.name, err)
 		}
-		return err == nil
-	})
-	return err
+	}
+	return nil
 }
 
 func (p *pool) checkLocked(now time.Time, prevHeld int64) error {

@@ -80,7 +80,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 	if e.closed.Load() {
 		return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
 	}
-	if _, exists := e.pools.Load(cfg.Name); exists {
+	if e.pools.get(cfg.Name) != nil {
 		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; it cannot be restored over", cfg.Name)
 	}
 	now := e.clock.Now()
@@ -110,7 +110,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling, taken: make(map[uint64]struct{})}}
 		p.rec.timer = e.clock.AfterFunc(until.Sub(now), p.onRecoveryEnd)
 	}
-	e.pools.Store(cfg.Name, p)
+	e.pools.add(p)
 	return p.infoLocked(now), nil
 }
 
