@@ -29,9 +29,9 @@ type apiPoolsResponse struct {
 	Pools []apiPool `json:"pools"`
 }
 
-// apiPool is one pool. Effective will carry the limits in force when they
-// differ from Configured (adaptive limits); clients should display
-// effective when present and configured otherwise.
+// apiPool is one pool. Effective carries the limits in force when adaptive
+// control has lowered them below Configured (it is absent otherwise);
+// clients should display effective when present and configured otherwise.
 type apiPool struct {
 	Name        string        `json:"name"`
 	Description string        `json:"description,omitempty"`
@@ -107,6 +107,17 @@ func apiPoolOf(info *limiter.PoolInfo) apiPool {
 	if !st.RecoveringUntil.IsZero() {
 		recovering = &st.RecoveringUntil
 	}
+	var effective *apiLimits
+	if st.EffectiveConcurrencyLimit != c.ConcurrencyLimit || st.EffectiveRate != c.Rate {
+		effective = &apiLimits{
+			ConcurrencyLimit: st.EffectiveConcurrencyLimit,
+			Rate:             st.EffectiveRate,
+			Burst:            c.Burst,
+			MaxWaiters:       c.MaxWaiters,
+			DefaultLeaseTTL:  c.DefaultLeaseTTL.String(),
+			MaxLeaseTTL:      c.MaxLeaseTTL.String(),
+		}
+	}
 	return apiPool{
 		Name:        c.Name,
 		Description: c.Description,
@@ -118,6 +129,7 @@ func apiPoolOf(info *limiter.PoolInfo) apiPool {
 			DefaultLeaseTTL:  c.DefaultLeaseTTL.String(),
 			MaxLeaseTTL:      c.MaxLeaseTTL.String(),
 		},
+		Effective: effective,
 		Status: apiPoolStatus{
 			Held: st.Held, Leases: st.Leases, Waiting: st.Waiting, WaitingWeight: st.WaitingWeight,
 			Granted: st.Granted, Released: st.Released, Expired: st.Expired, Rejected: st.Rejected,

@@ -69,6 +69,33 @@ func TestHTTPPoolsAndEvents(t *testing.T) {
 	}
 }
 
+// TestHTTPAndMetricsShowEffectiveLimits: once adaptive control lowers a
+// pool's limit, /api/pools carries "effective" beside "configured", and
+// /metrics has the effective gauge.
+func TestHTTPAndMetricsShowEffectiveLimits(t *testing.T) {
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 10, Adaptive: &tollgatev1.Adaptive{Enabled: true, MinSamples: 4}})
+	if _, err := e.lim.Report(e.ctx(), &tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "db", Errors: 4}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, body := o.get(nil, "/api/pools")
+	var pools apiPoolsResponse
+	if err := json.Unmarshal([]byte(body), &pools); err != nil {
+		t.Fatal(err)
+	}
+	p := pools.Pools[0]
+	if p.Configured.ConcurrencyLimit != 10 || p.Effective == nil || p.Effective.ConcurrencyLimit != 8 {
+		t.Fatalf("after a throttle: configured %+v, effective %+v", p.Configured, p.Effective)
+	}
+	_, m := o.get(nil, "/metrics")
+	for _, want := range []string{`tollgate_pool_concurrency_limit{pool="db"} 10`, `tollgate_pool_effective_concurrency_limit{pool="db"} 8`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
 func TestHTTPStaticAndHeaders(t *testing.T) {
 	o := startOps(t, Config{}, nil)
 	resp, err := o.http.Client().Get(o.http.URL + "/")

@@ -1,10 +1,15 @@
 package server
 
-import "google.golang.org/grpc"
+import (
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
 
 // serverOptions are the options GRPCServer builds every *grpc.Server with,
-// before the caller's: the interceptor chains and the largest message the
-// server receives (Limits.MaxRecvMsgSize).
+// before the caller's: the interceptor chains, the keepalive policy and the
+// largest message the server receives (Limits.MaxRecvMsgSize).
 //
 // Interceptors run outermost first: metrics (so that refusals are counted
 // too), panic recovery, for unary calls the per-client rate (before
@@ -15,6 +20,13 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.metricsUnary, s.recoverUnary, s.rateUnary, s.authUnary, s.poolsUnary, s.auditUnary),
 		grpc.ChainStreamInterceptor(s.metricsStream, s.recoverStream, s.authStream, s.limitStream),
+		// Clients may ping to find dead connections (grpc-go's default
+		// policy sends GOAWAY to any client pinging more often than every
+		// 5 minutes, far longer than a lease TTL); and the server pings
+		// idle connections itself, so that a vanished client's Session
+		// stream ends and its waiting acquires are cancelled.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	}
 	if s.limits.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(s.limits.MaxRecvMsgSize))

@@ -44,6 +44,8 @@ func newEngineCollector(s *Server) *engineCollector {
 			g("tollgate_pool_waiting_weight", "Total permit weight of the acquires waiting in the pool's queue.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.WaitingWeight) }),
 			g("tollgate_pool_concurrency_limit", "Configured concurrency limit of the pool; 0 when it has none.", func(i *limiter.PoolInfo) float64 { return float64(i.Config.ConcurrencyLimit) }),
 			g("tollgate_pool_rate_limit", "Configured rate of the pool's token bucket in tokens per second; 0 when it has none.", func(i *limiter.PoolInfo) float64 { return i.Config.Rate }),
+			g("tollgate_pool_effective_concurrency_limit", "Concurrency limit in force: the configured one unless adaptive control lowered it; 0 when the pool has none.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.EffectiveConcurrencyLimit) }),
+			g("tollgate_pool_effective_rate_limit", "Rate in force in tokens per second: the configured one unless adaptive control lowered it; 0 when the pool has none.", func(i *limiter.PoolInfo) float64 { return i.Status.EffectiveRate }),
 			g("tollgate_pool_burst", "Configured burst (bucket size) of the pool in tokens; 0 when it has no rate.", func(i *limiter.PoolInfo) float64 { return float64(i.Config.Burst) }),
 			g("tollgate_pool_max_waiters", "Configured bound of the pool's wait queue.", func(i *limiter.PoolInfo) float64 { return float64(i.Config.MaxWaiters) }),
 			g("tollgate_pool_tokens_available", "Tokens in the pool's bucket now (negative while takes wait for reserved tokens); 0 when it has no rate.", func(i *limiter.PoolInfo) float64 { return i.Status.TokensAvailable }),
