@@ -247,13 +247,11 @@ func (p *pool) changeEffectiveLocked(typ PoolEventType, v windowVerdict, limit i
 }
 
 // effectiveLimitLoweredLocked is called when the effective concurrency
-// limit was lowered, possibly under the weight held. Held leases continue
-// and nothing is granted until the held weight is under the new limit
-// (admitLocked).
-//
-// Hook: a revocation policy (revoke the newest or lowest-priority leases
-// above the limit) belongs here, once the engine can revoke leases.
-func (p *pool) effectiveLimitLoweredLocked(now time.Time) {}
+// limit was lowered, possibly under the weight held. With RevocationWait,
+// held leases continue and nothing is granted until the held weight is
+// under the new limit (admitLocked); with RevocationRevoke, leases are
+// revoked until it is within it (enforceLimitLocked: revoke.go).
+func (p *pool) effectiveLimitLoweredLocked(now time.Time) { p.enforceLimitLocked(now) }
 
 // armAdaptiveTimerLocked keeps a timer armed while an effective limit is
 // lowered, for the next raise: limits come back even when nothing is

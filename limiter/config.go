@@ -50,6 +50,50 @@ type PoolConfig struct {
 	// share may use once its share has expired because it could not reach
 	// the server; 0 means stop. At most Rate. See shares.go.
 	SafeRate float64
+	// RevocationPolicy says what happens when the effective concurrency
+	// limit is lowered under the weight held (by UpdatePool or adaptive
+	// control): RevocationWait (the zero value) lets held leases finish;
+	// RevocationRevoke revokes leases at once until the held weight is
+	// within the new limit. See revoke.go.
+	RevocationPolicy RevocationPolicy
+}
+
+// RevocationPolicy is a pool's answer to a concurrency limit lowered under
+// the weight its leases hold.
+type RevocationPolicy uint8
+
+// Revocation policies.
+const (
+	// RevocationWait: held leases continue; nothing is granted until the
+	// held weight is under the new limit.
+	RevocationWait RevocationPolicy = iota
+	// RevocationRevoke: the leases of lowest priority, and among those the
+	// newest (highest fencing token) first, are revoked until the held
+	// weight is within the new limit; their holders are told why.
+	RevocationRevoke
+)
+
+// String returns "wait" or "revoke".
+func (r RevocationPolicy) String() string {
+	switch r {
+	case RevocationWait:
+		return "wait"
+	case RevocationRevoke:
+		return "revoke"
+	}
+	return "unknown"
+}
+
+// ParseRevocationPolicy returns the policy named s ("wait" or "revoke";
+// "" means wait). Errors: ErrInvalidArgument.
+func ParseRevocationPolicy(s string) (RevocationPolicy, error) {
+	switch s {
+	case "", "wait":
+		return RevocationWait, nil
+	case "revoke":
+		return RevocationRevoke, nil
+	}
+	return 0, errorf(ErrInvalidArgument, "revocation policy %q is not one; use wait or revoke", s)
 }
 
 // WithDefaults returns c with every zero optional field set to its default.
@@ -100,6 +144,8 @@ func (c PoolConfig) Validate() error {
 		return errorf(ErrInvalidArgument, "pool %q: max_waiters %d is out of range [0, %d]", c.Name, c.MaxWaiters, MaxWaitersLimit)
 	case math.IsNaN(c.SafeRate) || c.SafeRate < 0 || c.SafeRate > c.Rate:
 		return errorf(ErrInvalidArgument, "pool %q: safe_rate %v is out of range [0, rate %v]", c.Name, c.SafeRate, c.Rate)
+	case c.RevocationPolicy > RevocationRevoke:
+		return errorf(ErrInvalidArgument, "pool %q: revocation_policy %d is not one; use wait or revoke", c.Name, c.RevocationPolicy)
 	}
 	return c.Adaptive.validate(c.Name, c.ConcurrencyLimit, c.Rate) // adaptive_config.go
 }

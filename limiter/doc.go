@@ -11,8 +11,10 @@
 // Lease: a weight, a fencing token that is strictly increasing per pool (and
 // also names the lease within its pool), and an expiry. The holder renews it
 // before expiry and releases it when done; a lease that is not renewed
-// expires and its permits return to the pool. Take takes exact tokens from
-// the bucket.
+// expires and its permits return to the pool. RevokeLease ends a live lease
+// at once (revoke.go): its permits return, OnLeaseEnded reports it with
+// EndRevoked and the reason, and a later Renew or Release of it fails with
+// ErrLeaseRevoked. Take takes exact tokens from the bucket.
 //
 // # Waiting
 //

@@ -14,7 +14,7 @@ type Options struct {
 	// Clock is the engine's time source; nil means SystemClock.
 	Clock Clock
 	// OnLeaseEnded, if set, is called for every lease that ends without its
-	// holder's release (expiry, forced pool deletion). It is called without
+	// holder's release (expiry, forced pool deletion, revocation). It is called without
 	// engine locks held, from the goroutine that ended the lease (for expiry,
 	// a clock timer), and must not block for long or call back into the
 	// engine synchronously in a way that waits on that goroutine.
@@ -199,8 +199,10 @@ func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 // defaults, validates the result and makes it live at once:
 //   - a higher concurrency limit or rate admits waiters at once;
 //   - a lower concurrency limit blocks new grants until the held weight is
-//     under it (held leases continue), and fails the waiters whose weight
-//     is above it with ErrLimitBelowWeight (likewise for a lower burst);
+//     under it (held leases continue; with RevocationRevoke, leases are
+//     revoked until the held weight is within it, reported to OnLeaseEnded
+//     with EndRevoked), and fails the waiters whose weight is above it
+//     with ErrLimitBelowWeight (likewise for a lower burst);
 //   - TTL changes apply to grants and renewals from now on;
 //   - with adaptive control, an effective limit that was lowered stays
 //     lowered (within its new floor and configured value), and a change of
@@ -240,6 +242,7 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, er
 	p.cfg = cfg
 	p.updateTime = now
 	p.limitsChangedLocked(old, now) // effective limits and shares follow: adaptive.go
+	p.enforceLimitLocked(now)       // RevocationRevoke: revoke.go
 	p.applyRateLocked(now)
 	p.failWaitersLocked(func(w *waiter) error {
 		if err := p.checkWeightLocked(w.req.Weight); err != nil {
@@ -292,6 +295,7 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	clear(p.leases)
 	p.expiry = nil
 	p.held = 0
+	p.notifyDrainedLocked()            // DrainPool callers return: suspend.go
 	p.endAllSharesLocked(ShareRevoked) // shares.go
 	p.stopTimersLocked()
 	ob := p.takeOutboxLocked()
@@ -475,6 +479,9 @@ func (p *pool) busyLocked(now time.Time) string {
 	}
 	if p.recoveryBlocksLocked() { // recovery.go
 		s += ", recovering from a restart until " + p.rec.until.UTC().Format(time.RFC3339Nano)
+	}
+	if p.suspended { // suspend.go
+		s += ", suspended by an operator (tollgate pool resume " + p.name + ")"
 	}
 	return s + ", " + itoa(int64(len(p.waiters))) + " waiting"
 }

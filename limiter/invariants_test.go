@@ -55,6 +55,10 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 		return fmt.Errorf("held %d but leases weigh %d", p.held, sum)
 	}
 	// The effective limit (adaptive.go) is what grants are checked against.
+	// Under RevocationRevoke, any lowering revokes at once: never over.
+	if p.cfg.RevocationPolicy == RevocationRevoke && p.cfg.ConcurrencyLimit > 0 && p.held > p.ad.limit {
+		return fmt.Errorf("held %d over effective limit %d (configured %d) in a pool whose revocation policy is revoke", p.held, p.ad.limit, p.cfg.ConcurrencyLimit)
+	}
 	if lim := p.ad.limit; p.cfg.ConcurrencyLimit > 0 && p.held > lim && p.held > prevHeld {
 		return fmt.Errorf("held %d over effective limit %d (configured %d) and grew from %d: a grant broke the limit", p.held, lim, p.cfg.ConcurrencyLimit, prevHeld)
 	}
@@ -76,7 +80,7 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 	if ww != p.waitingWeight {
 		return fmt.Errorf("waiting weight %d, counted %d", p.waitingWeight, ww)
 	}
-	if head, ok := p.waiters.top(); ok && p.cfg.ConcurrencyLimit > 0 && p.bucket == nil && p.held+head.req.Weight <= p.ad.limit && !p.recoveryBlocksLocked() {
+	if head, ok := p.waiters.top(); ok && p.cfg.ConcurrencyLimit > 0 && p.bucket == nil && p.held+head.req.Weight <= p.ad.limit && !p.recoveryBlocksLocked() && !p.suspended {
 		return fmt.Errorf("head waiter of weight %d fits (held %d, effective limit %d) but waits", head.req.Weight, p.held, p.ad.limit)
 	}
 	return p.checkAdaptiveLocked(now) // effective limits and shares: adaptive_invariants_test.go
@@ -84,9 +88,10 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 
 // TestRandomizedInvariants drives pools of every shape through thousands of
 // random operations (acquire with and without waiting, cancel, release,
-// renew, let expire, raise and lower limits, take tokens, delete and
-// re-create) and checks the invariants after every step. At the end every
-// lease the test still holds is released: held must reach zero, proving no
+// renew, let expire, raise and lower limits, take tokens, revoke, suspend
+// and resume, delete and re-create) and checks the invariants after every
+// step. At the end every lease the test still holds is released: held must
+// reach zero, proving no
 // cancelled or timed-out waiter kept a permit; then fencing tokens must have
 // been unique and increasing per pool.
 func TestRandomizedInvariants(t *testing.T) {
@@ -116,6 +121,11 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		{Name: "adapt", ConcurrencyLimit: 6, Rate: 40, Burst: 4, MaxWaiters: 20, Adaptive: AdaptiveConfig{Enabled: true,
 			Window: 2 * time.Second, MinSamples: 3, Cooldown: 300 * time.Millisecond, Interval: 200 * time.Millisecond, Increase: 0.2, LatencyTolerance: 2}},
 		{Name: "adapt-conc", ConcurrencyLimit: 8, MaxWaiters: 20, Adaptive: AdaptiveConfig{Enabled: true, Target: AdaptConcurrency,
+			Window: time.Second, MinSamples: 2, Cooldown: 100 * time.Millisecond, Interval: 100 * time.Millisecond}},
+		// Pools that revoke when their limit is lowered under what is held
+		// (revoke.go): by UpdatePool, and by adaptive cuts.
+		{Name: "revoke", ConcurrencyLimit: 5, MaxWaiters: 20, RevocationPolicy: RevocationRevoke},
+		{Name: "adapt-revoke", ConcurrencyLimit: 8, MaxWaiters: 20, RevocationPolicy: RevocationRevoke, Adaptive: AdaptiveConfig{Enabled: true, Target: AdaptConcurrency,
 			Window: time.Second, MinSamples: 2, Cooldown: 100 * time.Millisecond, Interval: 100 * time.Millisecond}},
 	}
 	for _, c := range configs {
@@ -170,7 +180,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 	for step := 0; step < steps; step++ {
 		cfg := configs[rng.IntN(len(configs))]
 		maxW := int64(3)
-		switch op := rng.IntN(125); {
+		switch op := rng.IntN(141); {
 		case op < 25: // try-acquire
 			l, err := te.Acquire(ctx, AcquireRequest{Pool: cfg.Name, Weight: 1 + rng.Int64N(maxW), NoWait: true, TTL: time.Duration(1+rng.IntN(10)) * time.Second})
 			if err == nil {
@@ -208,7 +218,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		case op < 90: // time passes
 			te.clk.Advance(time.Duration(rng.IntN(2000)) * time.Millisecond)
 		case op < 95: // change a limit
-			_, err := te.UpdatePool(cfg.Name, func(c *PoolConfig) {
+			info, err := te.UpdatePool(cfg.Name, func(c *PoolConfig) {
 				if c.ConcurrencyLimit > 0 {
 					c.ConcurrencyLimit = 1 + rng.Int64N(6)
 				}
@@ -222,14 +232,37 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 			if err != nil {
 				t.Fatalf("step %d: update: %v", step, err)
 			}
+			if s := info.Status; cfg.RevocationPolicy == RevocationRevoke && s.Held > s.EffectiveConcurrencyLimit {
+				t.Fatalf("seed %d step %d: pool %s holds %d right after its limit was lowered to %d, but it revokes", seed, step, cfg.Name, s.Held, s.EffectiveConcurrencyLimit)
+			}
 		case op < 100: // take tokens
 			if cfg.Rate > 0 {
 				_, _ = te.Take(ctx, cfg.Name, 1, 0)
 			}
 		case op < 112: // outcomes reported, mostly bad, for the adaptive pools
 			randomReports(te, rng, cfg.Name)
-		default: // rate shares
+		case op < 125: // revoke a lease the test holds, or one never issued
+			h, ok := heldLease{cfg.Name, 1 << 40}, false
+			if rng.IntN(5) != 0 {
+				if hh, held := takeHeld(); held {
+					h, ok = hh, true
+				}
+			}
+			err := te.RevokeLease(h.pool, h.token, "random revoke")
+			if err != nil && !errors.Is(err, ErrLeaseExpired) && !errors.Is(err, ErrLeaseRevoked) && !errors.Is(err, ErrLeaseNotFound) {
+				t.Fatalf("seed %d step %d: RevokeLease: %v", seed, step, err)
+			}
+			_ = ok // a held lease may have expired, been revoked, or (past the tombstones) be forgotten
+		case op < 135: // rate shares
 			shares = randomShareOp(te, rng, cfg, shares)
+		case op < 138: // suspend, sometimes revoking what is held (suspend.go)
+			if _, err := te.SuspendPool(cfg.Name, rng.IntN(3) == 0); err != nil {
+				t.Fatalf("seed %d step %d: SuspendPool: %v", seed, step, err)
+			}
+		default: // resume
+			if _, err := te.ResumePool(cfg.Name); err != nil {
+				t.Fatalf("seed %d step %d: ResumePool: %v", seed, step, err)
+			}
 		}
 		collect()
 		if err := te.checkInvariants(prevHeld); err != nil {
@@ -253,6 +286,17 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 	for _, c := range configs {
 		if s := te.status(t, c.Name); s.Held != 0 || s.Leases != 0 || s.Waiting != 0 {
 			t.Fatalf("pool %s after releasing everything the test holds: %+v (a permit leaked)", c.Name, s)
+		}
+	}
+	revoked := map[string]int64{}
+	for _, le := range te.endedLeases() {
+		if le.Reason == EndRevoked {
+			revoked[le.Lease.Pool]++
+		}
+	}
+	for _, c := range configs {
+		if s := te.status(t, c.Name); s.Revoked != revoked[c.Name] {
+			t.Fatalf("pool %s counts %d revoked, OnLeaseEnded reported %d", c.Name, s.Revoked, revoked[c.Name])
 		}
 	}
 	for pool, toks := range tokens {

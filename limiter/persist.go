@@ -38,6 +38,9 @@ type SavedPool struct {
 	UpdateTime time.Time
 	// State is what a restarted engine needs to stay safe.
 	State DurableState
+	// Suspended: an operator suspended the pool (SuspendPool) and has not
+	// resumed it; a restored pool stays suspended.
+	Suspended bool
 }
 
 // DurableState is the per-pool state that lets a restarted engine keep its
@@ -115,7 +118,7 @@ func (p *pool) initDurableLocked(st DurableState) {
 
 // savedLocked returns p as the Persister records it, with state st.
 func (p *pool) savedLocked(cfg PoolConfig, st DurableState) SavedPool {
-	return SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, State: st}
+	return SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, State: st, Suspended: p.suspended}
 }
 
 // persistCreateLocked records the new pool p before it becomes visible.

@@ -33,6 +33,8 @@ type pool struct {
 	createTime time.Time
 	updateTime time.Time
 	deleted    bool
+	suspended  bool          // no new grants: suspend.go
+	drained    chan struct{} // closed when held reaches 0; nil until a DrainPool waits: suspend.go
 
 	held      int64
 	lastToken uint64
@@ -127,6 +129,9 @@ func (p *pool) admitLocked(weight int64, now time.Time) bool {
 	if p.recoveryBlocksLocked() { // after a restart, wait out the recovery window: recovery.go
 		return false
 	}
+	if p.suspended { // an operator suspended the pool: suspend.go
+		return false
+	}
 	if p.bucket != nil {
 		if !p.bucket.AllowN(now, int(weight)) {
 			p.armRateTimerLocked(weight, now)
@@ -175,6 +180,9 @@ func (p *pool) removeLeaseLocked(l *lease) {
 	delete(p.leases, l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
+	if p.held == 0 {
+		p.notifyDrainedLocked() // suspend.go
+	}
 }
 
 // dispatchLocked grants waiters from the head of the queue while they fit.
@@ -336,6 +344,7 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	s.WaitingWeight = p.waitingWeight
 	s.LastFencingToken = p.lastToken
 	s.RecoveringUntil = p.rec.until
+	s.Suspended = p.suspended
 	p.adaptiveStatusLocked(&s, now) // adaptive.go
 	p.sharesStatusLocked(&s)        // shares_ops.go
 	if p.bucket != nil {
@@ -350,6 +359,9 @@ func (p *pool) infoLocked(now time.Time) PoolInfo {
 
 // missingLeaseErrLocked explains why token is not a live lease of the pool.
 func (p *pool) missingLeaseErrLocked(token uint64) error {
+	if t, ok := p.ended.lookup(token); ok && t.reason == EndRevoked {
+		return errorf(ErrLeaseRevoked, "lease %d of pool %q was revoked at %s: %s; its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano), t.msg)
+	}
 	if t, ok := p.ended.lookup(token); ok {
 		return errorf(ErrLeaseExpired, "lease %d of pool %q expired at %s: it was not renewed within its TTL and its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano))
 	}

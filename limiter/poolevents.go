@@ -80,10 +80,12 @@ type PoolEvent struct {
 
 // outbox holds what a pool reports to the engine's callbacks, collected
 // under the pool's lock and delivered by Engine.deliver after it is
-// released. It is empty unless adaptive control or rate shares are in use.
+// released. It is empty unless adaptive control, rate shares or a
+// revocation policy are in use.
 type outbox struct {
 	events []PoolEvent
 	shares []ShareUpdate
+	ended  []LeaseEnded // leases revoked by a revocation policy: revoke.go
 }
 
 // takeOutboxLocked returns and clears p's outbox.
@@ -96,6 +98,7 @@ func (p *pool) takeOutboxLocked() outbox {
 // deliver calls the engine's callbacks with what ob holds. Call it without
 // pool locks held.
 func (e *Engine) deliver(ob outbox) {
+	e.notifyEnded(ob.ended)
 	if e.onPoolEvent != nil {
 		for _, ev := range ob.events {
 			e.onPoolEvent(ev)

@@ -98,6 +98,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		st.TTLBound = cfg.MaxLeaseTTL // not recorded: assume the longest
 	}
 	p.initDurableLocked(st)
+	p.suspended = saved.Suspended // suspend.go
 	p.lastToken = st.TokenCeiling
 	if p.bucket != nil {
 		p.bucket.AllowN(now, int(cfg.Burst)) // start empty: the old bucket may have been spent

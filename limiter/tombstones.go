@@ -12,6 +12,7 @@ type tombstone struct {
 	token  uint64
 	reason EndReason
 	at     time.Time
+	msg    string // why, for EndRevoked
 }
 
 // tombstones is a ring of the most recent endings. Lookups scan it: they
@@ -23,11 +24,16 @@ type tombstones struct {
 
 // add remembers that token ended for reason at t.
 func (ts *tombstones) add(token uint64, reason EndReason, t time.Time) {
+	ts.addMsg(token, reason, t, "")
+}
+
+// addMsg is add with the message of a revocation.
+func (ts *tombstones) addMsg(token uint64, reason EndReason, t time.Time, msg string) {
 	if len(ts.ring) < tombstoneCap {
-		ts.ring = append(ts.ring, tombstone{token, reason, t})
+		ts.ring = append(ts.ring, tombstone{token, reason, t, msg})
 		return
 	}
-	ts.ring[ts.next] = tombstone{token, reason, t}
+	ts.ring[ts.next] = tombstone{token, reason, t, msg}
 	ts.next = (ts.next + 1) % tombstoneCap
 }
 

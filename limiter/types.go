@@ -61,6 +61,9 @@ const (
 	EndExpired EndReason = iota + 1
 	// EndPoolDeleted: the pool was deleted with force.
 	EndPoolDeleted
+	// EndRevoked: the lease was revoked (Engine.RevokeLease);
+	// LeaseEnded.Message says why.
+	EndRevoked
 )
 
 // String returns a lower-case name for the reason.
@@ -70,6 +73,8 @@ func (r EndReason) String() string {
 		return "expired"
 	case EndPoolDeleted:
 		return "pool deleted"
+	case EndRevoked:
+		return "revoked"
 	}
 	return "unknown"
 }
@@ -80,6 +85,9 @@ type LeaseEnded struct {
 	Reason EndReason
 	// Owner is the last non-nil Owner given to Acquire or Renew.
 	Owner any
+	// Message says why, for people: the reason given to RevokeLease for
+	// EndRevoked; empty for the other reasons.
+	Message string
 }
 
 // TakeResult reports a successful Take.
@@ -110,6 +118,7 @@ type PoolStatus struct {
 	Granted       int64 // leases granted
 	Released      int64 // leases released by their holders
 	Expired       int64 // leases that expired
+	Revoked       int64 // leases revoked (RevokeLease)
 	Rejected      int64 // acquires refused at once (queue full, or NoWait without capacity) and takes refused
 	WaitTimeouts  int64 // waits that ended at their timeout or deadline
 	Canceled      int64 // waits abandoned by their callers
@@ -126,6 +135,9 @@ type PoolStatus struct {
 	// RecoveringUntil is when the pool's recovery window after a restart
 	// ends; the zero time when it is not recovering. See RestorePool.
 	RecoveringUntil time.Time
+	// Suspended: an operator suspended the pool; it grants no leases until
+	// resumed. See SuspendPool.
+	Suspended bool
 
 	// Adaptive limits and rate shares (adaptive.go, shares.go).
 	AdaptiveStatus

@@ -21,7 +21,7 @@ const (
 // updatablePaths are the update_mask paths UpdatePool accepts, in the order
 // they are listed to people.
 // (Pool.adaptive's fields also have paths of their own: adaptive_update.go.)
-var updatablePaths = []string{"description", "concurrency_limit", "rate", "burst", "default_lease_ttl", "max_lease_ttl", "max_waiters", "adaptive", "safe_rate"}
+var updatablePaths = []string{"description", "concurrency_limit", "rate", "burst", "default_lease_ttl", "max_lease_ttl", "max_waiters", "adaptive", "safe_rate", "revocation_policy"}
 
 // adminService implements tollgatev1.AdminServiceServer over the engine.
 type adminService struct {
@@ -151,6 +151,8 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest) (limiter.Po
 				c.Adaptive = src.Adaptive
 			case "safe_rate":
 				c.SafeRate = src.SafeRate
+			case "revocation_policy":
+				c.RevocationPolicy = src.RevocationPolicy
 			default: // adaptive.<field>: adaptive_update.go
 				applyAdaptivePath(&c.Adaptive, src.Adaptive, path)
 			}
@@ -183,6 +185,9 @@ func updateSource(p *tollgatev1.Pool, paths []string) (limiter.PoolConfig, error
 	src.Burst = p.GetBurst()
 	src.MaxWaiters = p.GetMaxWaiters()
 	src.SafeRate = p.GetSafeRate()
+	if src.RevocationPolicy, err = revocationPolicyFromProto(p.GetRevocationPolicy()); err != nil {
+		return src, err
+	}
 	if src.Adaptive, err = adaptiveFromProto("pool.adaptive", p.GetAdaptive()); err != nil { // adaptive_convert.go
 		return src, err
 	}

@@ -12,7 +12,8 @@ import (
 )
 
 // auditUnary records and logs every pool change that AdminService made
-// (pool created, updated, deleted) with who made it and the new values.
+// (pool created, updated, suspended, resumed, deleted) with who made it and
+// the new values.
 // Refused changes are not events; the caller got the error.
 func (s *Server) auditUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
@@ -32,6 +33,13 @@ func (s *Server) auditUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		if r.GetForce() {
 			ev.Detail = "force"
 		}
+	case *tollgatev1.SuspendPoolRequest:
+		ev = Event{Type: EventPoolUpdated, Pool: r.GetName(), Detail: "suspended"}
+		if r.GetRevokeHeld() {
+			ev.Detail = "suspended, revoking held leases"
+		}
+	case *tollgatev1.ResumePoolRequest:
+		ev = Event{Type: EventPoolUpdated, Pool: r.GetName(), Detail: "resumed"}
 	default:
 		return resp, err
 	}
@@ -55,6 +63,7 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 		"default_lease_ttl": p.GetDefaultLeaseTtl().AsDuration().String(),
 		"max_lease_ttl":     p.GetMaxLeaseTtl().AsDuration().String(),
 		"max_waiters":       strconv.FormatInt(p.GetMaxWaiters(), 10),
+		"revocation_policy": revocationPolicyName(p.GetRevocationPolicy()),
 	}
 	if paths == nil {
 		defaults := map[string]string{
@@ -65,6 +74,7 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 			"default_lease_ttl": limiter.DefaultLeaseTTL.String(),
 			"max_lease_ttl":     limiter.DefaultMaxLeaseTTL.String(),
 			"max_waiters":       strconv.Itoa(limiter.DefaultMaxWaiters),
+			"revocation_policy": "wait",
 		}
 		for _, f := range updatablePaths {
 			if vals[f] != defaults[f] {
@@ -79,4 +89,12 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// revocationPolicyName is "wait" or "revoke" for the event log.
+func revocationPolicyName(r tollgatev1.RevocationPolicy) string {
+	if r == tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE {
+		return limiter.RevocationRevoke.String()
+	}
+	return limiter.RevocationWait.String()
 }

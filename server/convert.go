@@ -153,6 +153,10 @@ func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 	if err != nil {
 		return cfg, err
 	}
+	policy, err := revocationPolicyFromProto(p.GetRevocationPolicy())
+	if err != nil {
+		return cfg, err
+	}
 	return limiter.PoolConfig{
 		Name:             p.GetName(),
 		Description:      p.GetDescription(),
@@ -164,7 +168,28 @@ func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 		MaxWaiters:       p.GetMaxWaiters(),
 		Adaptive:         adaptive,
 		SafeRate:         p.GetSafeRate(),
+		RevocationPolicy: policy,
 	}, nil
+}
+
+// revocationPolicyFromProto converts a pool's revocation_policy; unset
+// means WAIT.
+func revocationPolicyFromProto(r tollgatev1.RevocationPolicy) (limiter.RevocationPolicy, error) {
+	switch r {
+	case tollgatev1.RevocationPolicy_REVOCATION_POLICY_UNSPECIFIED, tollgatev1.RevocationPolicy_REVOCATION_POLICY_WAIT:
+		return limiter.RevocationWait, nil
+	case tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE:
+		return limiter.RevocationRevoke, nil
+	}
+	return 0, invalidArg("pool.revocation_policy %d is not a revocation policy; use REVOCATION_POLICY_WAIT or REVOCATION_POLICY_REVOKE", int32(r))
+}
+
+// revocationPolicyToProto converts a pool's revocation policy to the wire.
+func revocationPolicyToProto(r limiter.RevocationPolicy) tollgatev1.RevocationPolicy {
+	if r == limiter.RevocationRevoke {
+		return tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE
+	}
+	return tollgatev1.RevocationPolicy_REVOCATION_POLICY_WAIT
 }
 
 // poolToProto converts a pool's configuration (defaults filled in by the
@@ -182,6 +207,7 @@ func poolToProto(info limiter.PoolInfo) *tollgatev1.Pool {
 		MaxWaiters:       c.MaxWaiters,
 		Adaptive:         adaptiveToProto(c.Adaptive), // adaptive_convert.go
 		SafeRate:         c.SafeRate,
+		RevocationPolicy: revocationPolicyToProto(c.RevocationPolicy),
 		CreateTime:       timestamp(info.CreateTime),
 		UpdateTime:       timestamp(info.UpdateTime),
 	}
@@ -197,6 +223,7 @@ func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
 		Granted:          s.Granted,
 		Released:         s.Released,
 		Expired:          s.Expired,
+		Revoked:          s.Revoked,
 		Rejected:         s.Rejected,
 		WaitTimeouts:     s.WaitTimeouts,
 		Canceled:         s.Canceled,
@@ -205,6 +232,7 @@ func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
 		LastFencingToken: s.LastFencingToken,
 		Readopted:        s.Readopted,
 		RecoveringUntil:  timestamp(s.RecoveringUntil),
+		Suspended:        s.Suspended,
 	}
 	adaptiveStatusToProto(s.AdaptiveStatus, out) // effective limits, outcomes, shares: adaptive_convert.go
 	return out
@@ -221,6 +249,9 @@ func leaseEventToProto(ev limiter.LeaseEnded) *tollgatev1.LeaseEvent {
 	case limiter.EndPoolDeleted:
 		out.Type = tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED
 		out.Reason = "the pool " + strconv.Quote(ev.Lease.Pool) + " was deleted with force; stop using the lease"
+	case limiter.EndRevoked:
+		out.Type = tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED
+		out.Reason = "the lease was revoked: " + ev.Message + "; its permits are back in the pool; stop using it"
 	default:
 		out.Type = tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED
 		out.Reason = "the lease ended (" + ev.Reason.String() + "); stop using it"

@@ -122,6 +122,9 @@ func (s *Server) leaseEnded(ev limiter.LeaseEnded) {
 	if ev.Reason != limiter.EndExpired {
 		typ, at, detail = EventLeaseRevoked, time.Time{}, ev.Reason.String()+"; "
 	}
+	if ev.Message != "" {
+		detail = ev.Reason.String() + ": " + strconv.Quote(ev.Message) + "; "
+	}
 	s.recordEvent(Event{
 		Time:        at,
 		Type:        typ,

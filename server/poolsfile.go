@@ -16,7 +16,7 @@ import (
 
 // poolsFileFields are the keys a pool entry of a pools file may have, in
 // the order they are listed to people.
-var poolsFileFields = []string{"name", "description", "concurrency", "rate", "burst", "default_ttl", "max_ttl", "max_waiters", "safe_rate", "adaptive"}
+var poolsFileFields = []string{"name", "description", "concurrency", "rate", "burst", "default_ttl", "max_ttl", "max_waiters", "safe_rate", "adaptive", "revocation_policy"}
 
 // maxPoolsFileSize bounds the pools file LoadPoolsFile reads.
 const maxPoolsFileSize = 16 << 20
@@ -34,6 +34,7 @@ const maxPoolsFileSize = 16 << 20
 //	    max_ttl: 5m
 //	    max_waiters: 1024
 //	    safe_rate: 10    # per share holder that cannot reach the server
+//	    revocation_policy: revoke  # or wait (the default): on a limit lowered under the held weight
 //	    adaptive:        # adaptive limits; see poolsfile_adaptive.go
 //	      enabled: true
 //	      backoff: 0.9
@@ -151,6 +152,13 @@ func (p poolsParser) pool(n *yaml.Node) (limiter.PoolConfig, error) {
 			cfg.MaxWaiters, err = p.int(k.Value, v)
 		case "safe_rate":
 			cfg.SafeRate, err = p.float(k.Value, v)
+		case "revocation_policy":
+			var s string
+			if s, err = p.str(k.Value, v); err == nil {
+				if cfg.RevocationPolicy, err = limiter.ParseRevocationPolicy(s); err != nil {
+					err = p.errorf(v, "revocation_policy must be wait or revoke, not %q", truncate(s, 64))
+				}
+			}
 		case "adaptive": // poolsfile_adaptive.go
 			cfg.Adaptive, err = p.adaptive(v)
 		default:

@@ -1,7 +1,8 @@
 // Command tollgate is Tollgate's server and command-line client.
 //
 //	tollgate serve                      run a server (see serve.go)
-//	tollgate pool create|get|list|update|delete ...
+//	tollgate pool create|get|list|update|delete|suspend|resume|drain ...
+//	tollgate lease list|get|revoke ...
 //	tollgate acquire POOL               hold a lease until Ctrl-C
 //	tollgate take POOL -n N             take rate tokens
 //
@@ -116,7 +117,7 @@ $TOLLGATE_SERVER or ` + defaultServer + `.`,
 	g.sec.register(pf)
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each admin call (pool commands, and acquire's pool check and release), and added to take's --max-wait")
 
-	root.AddCommand(newServeCmd(), newPoolCmd(g), newAcquireCmd(g), newTakeCmd(g))
+	root.AddCommand(newServeCmd(), newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newTakeCmd(g))
 	return root, started
 }
 

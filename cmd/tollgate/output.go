@@ -51,6 +51,7 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 	row("default_lease_ttl", duration(pool.GetDefaultLeaseTtl()))
 	row("max_lease_ttl", duration(pool.GetMaxLeaseTtl()))
 	row("max_waiters", pool.GetMaxWaiters())
+	row("revocation_policy", revocationPolicyText(pool.GetRevocationPolicy()))
 	adaptiveConfigRows(row, pool) // output_adaptive.go
 	row("create_time", timestamp(pool.GetCreateTime()))
 	row("update_time", timestamp(pool.GetUpdateTime()))
@@ -60,11 +61,15 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 			held += " of " + strconv.FormatInt(pool.GetConcurrencyLimit(), 10)
 		}
 		row("held", held)
+		if st.GetSuspended() {
+			row("suspended", "yes: no leases are granted (tollgate pool resume "+pool.GetName()+")")
+		}
 		row("leases", st.GetLeases())
 		row("waiting", fmt.Sprintf("%d (weight %d)", st.GetWaiting(), st.GetWaitingWeight()))
 		row("granted", st.GetGranted())
 		row("released", st.GetReleased())
 		row("expired", st.GetExpired())
+		row("revoked", st.GetRevoked())
 		row("rejected", st.GetRejected())
 		row("wait_timeouts", st.GetWaitTimeouts())
 		row("canceled", st.GetCanceled())
@@ -132,4 +137,12 @@ func timestamp(t *timestamppb.Timestamp) string {
 		return "-"
 	}
 	return t.AsTime().Local().Format(time.RFC3339)
+}
+
+// revocationPolicyText is "wait" or "revoke".
+func revocationPolicyText(r tollgatev1.RevocationPolicy) string {
+	if r == tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE {
+		return "revoke"
+	}
+	return "wait"
 }

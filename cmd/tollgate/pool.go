@@ -23,6 +23,7 @@ type poolFlags struct {
 	maxWaiters  int64
 	description string
 	safeRate    float64
+	revocation  string
 	adaptive    adaptiveFlags // pool_adaptive.go
 }
 
@@ -37,6 +38,7 @@ var poolFlagFields = append([]struct{ flag, field string }{
 	{"max-ttl", "max_lease_ttl"},
 	{"max-waiters", "max_waiters"},
 	{"safe-rate", "safe_rate"},
+	{"revocation-policy", "revocation_policy"},
 }, adaptiveFlagFields...) // pool_adaptive.go
 
 func (p *poolFlags) register(f *pflag.FlagSet) {
@@ -48,6 +50,7 @@ func (p *poolFlags) register(f *pflag.FlagSet) {
 	f.Int64Var(&p.maxWaiters, "max-waiters", 0, "most acquires waiting in the queue (0: 1024)")
 	f.StringVar(&p.description, "description", "", "note for operators")
 	f.Float64Var(&p.safeRate, "safe-rate", 0, "rate a holder of a rate share may use once its share expired unreachable (0: stop)")
+	f.StringVar(&p.revocation, "revocation-policy", "wait", "when the concurrency limit is lowered under the held weight: wait (held leases finish) or revoke (revoke the lowest priority, newest leases at once)")
 	p.adaptive.register(f) // pool_adaptive.go
 }
 
@@ -78,6 +81,15 @@ func (p *poolFlags) pool(f *pflag.FlagSet, name string) (*tollgatev1.Pool, []str
 			pool.MaxWaiters = p.maxWaiters
 		case "safe-rate":
 			pool.SafeRate = p.safeRate
+		case "revocation-policy":
+			switch p.revocation {
+			case "wait":
+				pool.RevocationPolicy = tollgatev1.RevocationPolicy_REVOCATION_POLICY_WAIT
+			case "revoke":
+				pool.RevocationPolicy = tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE
+			default:
+				return nil, nil, usageErrorf("--revocation-policy %q is not a policy; use wait or revoke", p.revocation)
+			}
 		default: // --adaptive*: pool_adaptive.go
 			if err := p.adaptive.set(pool, ff.flag); err != nil {
 				return nil, nil, err
@@ -104,7 +116,7 @@ func newPoolCmd(g *globals) *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
 		Use:   "pool",
-		Short: "Create, inspect, change and delete pools",
+		Short: "Create, inspect, change, suspend and delete pools",
 		Long: `Create, inspect, change and delete pools: the named things Tollgate protects,
 each with a concurrency limit, a rate limit, or both.
 
@@ -128,6 +140,9 @@ Output is readable text; -o json prints the API's messages as JSON.`,
 		newPoolListCmd(g, out),
 		newPoolUpdateCmd(g, out),
 		newPoolDeleteCmd(g, out),
+		newPoolSuspendCmd(g, out), // pool_suspend.go
+		newPoolResumeCmd(g, out),
+		newPoolDrainCmd(g, out),
 	)
 	return cmd
 }
@@ -227,7 +242,9 @@ func newPoolUpdateCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Comm
 their values. A flag given as 0 (or "") resets that setting to its default.
 
 Raising --concurrency admits waiters at once; lowering it blocks new grants
-until the held weight is under the new limit (held leases continue).
+until the held weight is under the new limit (held leases continue; with
+--revocation-policy revoke, the lowest priority, newest leases are revoked
+at once until the held weight is within it).
 
 An --adaptive-* flag changes that one adaptive setting (and turns adaptive
 limits on, unless --adaptive=false is given); --adaptive=false turns them
@@ -243,7 +260,7 @@ off, restoring the configured limits at once.`,
 				return err
 			}
 			if len(paths) == 0 {
-				return usageErrorf("nothing to update: give at least one of --concurrency, --rate, --burst, --ttl, --max-ttl, --max-waiters, --description, --safe-rate, %s", adaptiveFlagNames())
+				return usageErrorf("nothing to update: give at least one of --concurrency, --rate, --burst, --ttl, --max-ttl, --max-waiters, --description, --safe-rate, --revocation-policy, %s", adaptiveFlagNames())
 			}
 			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
 				resp, err := adm.UpdatePool(ctx, &tollgatev1.UpdatePoolRequest{Pool: pool, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}})

@@ -28,12 +28,16 @@ type record struct {
 	// Added with adaptive limits and rate shares (adaptive_record.go).
 	SafeRate float64         `json:"safe_rate,omitempty"`
 	Adaptive *adaptiveRecord `json:"adaptive,omitempty"`
+	// Added with revocation: "revoke", or absent for wait.
+	RevocationPolicy string `json:"revocation_policy,omitempty"`
+	// Added with suspend/resume: the pool is suspended.
+	Suspended bool `json:"suspended,omitempty"`
 }
 
 // encode returns the stored bytes of sp.
 func encode(sp limiter.SavedPool) ([]byte, error) {
 	c := sp.Config
-	b, err := json.Marshal(record{
+	r := record{
 		Name:             c.Name,
 		Description:      c.Description,
 		ConcurrencyLimit: c.ConcurrencyLimit,
@@ -47,9 +51,14 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 		TokenCeiling:     sp.State.TokenCeiling,
 		LeaseHorizon:     sp.State.LeaseHorizon,
 		TTLBound:         int64(sp.State.TTLBound),
+		Suspended:        sp.Suspended,
 		SafeRate:         c.SafeRate,
 		Adaptive:         adaptiveToRecord(c.Adaptive),
-	})
+	}
+	if c.RevocationPolicy != limiter.RevocationWait {
+		r.RevocationPolicy = c.RevocationPolicy.String()
+	}
+	b, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encoding pool %q: %w", c.Name, err)
 	}
@@ -61,6 +70,10 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 func decode(key, v []byte) (limiter.SavedPool, error) {
 	var r record
 	if err := json.Unmarshal(v, &r); err != nil {
+		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
+	}
+	policy, err := limiter.ParseRevocationPolicy(r.RevocationPolicy)
+	if err != nil {
 		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
 	}
 	if r.Name != string(key) {
@@ -78,9 +91,11 @@ func decode(key, v []byte) (limiter.SavedPool, error) {
 			MaxWaiters:       r.MaxWaiters,
 			SafeRate:         r.SafeRate,
 			Adaptive:         r.Adaptive.config(),
+			RevocationPolicy: policy,
 		},
 		CreateTime: r.CreateTime,
 		UpdateTime: r.UpdateTime,
+		Suspended:  r.Suspended,
 		State: limiter.DurableState{
 			TokenCeiling: r.TokenCeiling,
 			LeaseHorizon: r.LeaseHorizon,

@@ -342,6 +342,7 @@ type UpdatePoolRequest struct {
 	Pool *Pool `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
 	// Fields of pool to change: any of description, concurrency_limit, rate,
 	// burst, default_lease_ttl, max_lease_ttl, max_waiters, safe_rate,
+	// revocation_policy,
 	// adaptive (the whole message) and adaptive.<field> (one of its fields,
 	// such as adaptive.backoff). Required. Fields not named keep their value;
 	// a named field left unset is reset to its default.
@@ -532,6 +533,624 @@ func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
 	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
+// RevokeLeaseRequest names the lease to revoke.
+type RevokeLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pool name. Required.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Lease id, as Lease.id gives it. Required.
+	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// Why, for the holder and the event log (at most 512 bytes); empty means
+	// "revoked by an operator".
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeLeaseRequest) Reset() {
+	*x = RevokeLeaseRequest{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeLeaseRequest) ProtoMessage() {}
+
+func (x *RevokeLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeLeaseRequest.ProtoReflect.Descriptor instead.
+func (*RevokeLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RevokeLeaseRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *RevokeLeaseRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *RevokeLeaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RevokeLeaseResponse is empty: the lease was revoked.
+type RevokeLeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeLeaseResponse) Reset() {
+	*x = RevokeLeaseResponse{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeLeaseResponse) ProtoMessage() {}
+
+func (x *RevokeLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeLeaseResponse.ProtoReflect.Descriptor instead.
+func (*RevokeLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+// GetLeaseRequest names a lease.
+type GetLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pool name. Required.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Lease id, as Lease.id gives it. Required.
+	LeaseId       string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLeaseRequest) Reset() {
+	*x = GetLeaseRequest{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLeaseRequest) ProtoMessage() {}
+
+func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
+func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetLeaseRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *GetLeaseRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+// GetLeaseResponse returns a live lease.
+type GetLeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease.
+	Lease         *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLeaseResponse) Reset() {
+	*x = GetLeaseResponse{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLeaseResponse) ProtoMessage() {}
+
+func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
+func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetLeaseResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+// ListLeasesRequest asks for a page of a pool's live leases.
+type ListLeasesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pool name. Required.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// If set, only the leases whose client_id is this.
+	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Most leases to return. 0 means 100; values above 1000 are treated as
+	// 1000.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLeasesRequest) Reset() {
+	*x = ListLeasesRequest{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLeasesRequest) ProtoMessage() {}
+
+func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
+func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListLeasesRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ListLeasesRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ListLeasesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListLeasesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListLeasesResponse is a page of leases.
+type ListLeasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Leases in fencing token order.
+	Leases []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	// Token for the next page; empty when this is the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLeasesResponse) Reset() {
+	*x = ListLeasesResponse{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLeasesResponse) ProtoMessage() {}
+
+func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
+func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListLeasesResponse) GetLeases() []*Lease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *ListLeasesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// SuspendPoolRequest names the pool to suspend.
+type SuspendPoolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pool name. Required.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Revoke every held lease too; otherwise they continue.
+	RevokeHeld    bool `protobuf:"varint,2,opt,name=revoke_held,json=revokeHeld,proto3" json:"revoke_held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendPoolRequest) Reset() {
+	*x = SuspendPoolRequest{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendPoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendPoolRequest) ProtoMessage() {}
+
+func (x *SuspendPoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendPoolRequest.ProtoReflect.Descriptor instead.
+func (*SuspendPoolRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SuspendPoolRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SuspendPoolRequest) GetRevokeHeld() bool {
+	if x != nil {
+		return x.RevokeHeld
+	}
+	return false
+}
+
+// SuspendPoolResponse returns the pool's live state after the suspension.
+type SuspendPoolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Live state; suspended is true.
+	Status        *PoolStatus `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendPoolResponse) Reset() {
+	*x = SuspendPoolResponse{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendPoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendPoolResponse) ProtoMessage() {}
+
+func (x *SuspendPoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendPoolResponse.ProtoReflect.Descriptor instead.
+func (*SuspendPoolResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SuspendPoolResponse) GetStatus() *PoolStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// ResumePoolRequest names the pool to resume.
+type ResumePoolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pool name. Required.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumePoolRequest) Reset() {
+	*x = ResumePoolRequest{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumePoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumePoolRequest) ProtoMessage() {}
+
+func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumePoolRequest.ProtoReflect.Descriptor instead.
+func (*ResumePoolRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ResumePoolRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ResumePoolResponse returns the pool's live state after the resume.
+type ResumePoolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Live state; suspended is false.
+	Status        *PoolStatus `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumePoolResponse) Reset() {
+	*x = ResumePoolResponse{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumePoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumePoolResponse) ProtoMessage() {}
+
+func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumePoolResponse.ProtoReflect.Descriptor instead.
+func (*ResumePoolResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ResumePoolResponse) GetStatus() *PoolStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// DrainPoolRequest names the pool to drain. Bound the wait with the call's
+// deadline.
+type DrainPoolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pool name. Required.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainPoolRequest) Reset() {
+	*x = DrainPoolRequest{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainPoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainPoolRequest) ProtoMessage() {}
+
+func (x *DrainPoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainPoolRequest.ProtoReflect.Descriptor instead.
+func (*DrainPoolRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DrainPoolRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DrainPoolResponse returns the pool's live state once drained.
+type DrainPoolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Live state; held is 0.
+	Status        *PoolStatus `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainPoolResponse) Reset() {
+	*x = DrainPoolResponse{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainPoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainPoolResponse) ProtoMessage() {}
+
+func (x *DrainPoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainPoolResponse.ProtoReflect.Descriptor instead.
+func (*DrainPoolResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DrainPoolResponse) GetStatus() *PoolStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 var File_tollgate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_admin_proto_rawDesc = "" +
@@ -563,7 +1182,40 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\x11DeletePoolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x14\n" +
-	"\x12DeletePoolResponse2\x8d\x03\n" +
+	"\x12DeletePoolResponse\"[\n" +
+	"\x12RevokeLeaseRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x15\n" +
+	"\x13RevokeLeaseResponse\"@\n" +
+	"\x0fGetLeaseRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\"<\n" +
+	"\x10GetLeaseResponse\x12(\n" +
+	"\x05lease\x18\x01 \x01(\v2\x12.tollgate.v1.LeaseR\x05lease\"\x80\x01\n" +
+	"\x11ListLeasesRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"h\n" +
+	"\x12ListLeasesResponse\x12*\n" +
+	"\x06leases\x18\x01 \x03(\v2\x12.tollgate.v1.LeaseR\x06leases\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"I\n" +
+	"\x12SuspendPoolRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vrevoke_held\x18\x02 \x01(\bR\n" +
+	"revokeHeld\"F\n" +
+	"\x13SuspendPoolResponse\x12/\n" +
+	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status\"'\n" +
+	"\x11ResumePoolRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"E\n" +
+	"\x12ResumePoolResponse\x12/\n" +
+	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status\"&\n" +
+	"\x10DrainPoolRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"D\n" +
+	"\x11DrainPoolResponse\x12/\n" +
+	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status2\xe4\x06\n" +
 	"\fAdminService\x12M\n" +
 	"\n" +
 	"CreatePool\x12\x1e.tollgate.v1.CreatePoolRequest\x1a\x1f.tollgate.v1.CreatePoolResponse\x12D\n" +
@@ -572,7 +1224,15 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"UpdatePool\x12\x1e.tollgate.v1.UpdatePoolRequest\x1a\x1f.tollgate.v1.UpdatePoolResponse\x12M\n" +
 	"\n" +
-	"DeletePool\x12\x1e.tollgate.v1.DeletePoolRequest\x1a\x1f.tollgate.v1.DeletePoolResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
+	"DeletePool\x12\x1e.tollgate.v1.DeletePoolRequest\x1a\x1f.tollgate.v1.DeletePoolResponse\x12P\n" +
+	"\vRevokeLease\x12\x1f.tollgate.v1.RevokeLeaseRequest\x1a .tollgate.v1.RevokeLeaseResponse\x12G\n" +
+	"\bGetLease\x12\x1c.tollgate.v1.GetLeaseRequest\x1a\x1d.tollgate.v1.GetLeaseResponse\x12M\n" +
+	"\n" +
+	"ListLeases\x12\x1e.tollgate.v1.ListLeasesRequest\x1a\x1f.tollgate.v1.ListLeasesResponse\x12P\n" +
+	"\vSuspendPool\x12\x1f.tollgate.v1.SuspendPoolRequest\x1a .tollgate.v1.SuspendPoolResponse\x12M\n" +
+	"\n" +
+	"ResumePool\x12\x1e.tollgate.v1.ResumePoolRequest\x1a\x1f.tollgate.v1.ResumePoolResponse\x12J\n" +
+	"\tDrainPool\x12\x1d.tollgate.v1.DrainPoolRequest\x1a\x1e.tollgate.v1.DrainPoolResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (
 	file_tollgate_v1_admin_proto_rawDescOnce sync.Once
@@ -586,7 +1246,7 @@ func file_tollgate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tollgate_v1_admin_proto_rawDescData
 }
 
-var file_tollgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_tollgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_tollgate_v1_admin_proto_goTypes = []any{
 	(*CreatePoolRequest)(nil),     // 0: tollgate.v1.CreatePoolRequest
 	(*CreatePoolResponse)(nil),    // 1: tollgate.v1.CreatePoolResponse
@@ -598,35 +1258,65 @@ var file_tollgate_v1_admin_proto_goTypes = []any{
 	(*UpdatePoolResponse)(nil),    // 7: tollgate.v1.UpdatePoolResponse
 	(*DeletePoolRequest)(nil),     // 8: tollgate.v1.DeletePoolRequest
 	(*DeletePoolResponse)(nil),    // 9: tollgate.v1.DeletePoolResponse
-	(*Pool)(nil),                  // 10: tollgate.v1.Pool
-	(*PoolStatus)(nil),            // 11: tollgate.v1.PoolStatus
-	(*fieldmaskpb.FieldMask)(nil), // 12: google.protobuf.FieldMask
+	(*RevokeLeaseRequest)(nil),    // 10: tollgate.v1.RevokeLeaseRequest
+	(*RevokeLeaseResponse)(nil),   // 11: tollgate.v1.RevokeLeaseResponse
+	(*GetLeaseRequest)(nil),       // 12: tollgate.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),      // 13: tollgate.v1.GetLeaseResponse
+	(*ListLeasesRequest)(nil),     // 14: tollgate.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),    // 15: tollgate.v1.ListLeasesResponse
+	(*SuspendPoolRequest)(nil),    // 16: tollgate.v1.SuspendPoolRequest
+	(*SuspendPoolResponse)(nil),   // 17: tollgate.v1.SuspendPoolResponse
+	(*ResumePoolRequest)(nil),     // 18: tollgate.v1.ResumePoolRequest
+	(*ResumePoolResponse)(nil),    // 19: tollgate.v1.ResumePoolResponse
+	(*DrainPoolRequest)(nil),      // 20: tollgate.v1.DrainPoolRequest
+	(*DrainPoolResponse)(nil),     // 21: tollgate.v1.DrainPoolResponse
+	(*Pool)(nil),                  // 22: tollgate.v1.Pool
+	(*PoolStatus)(nil),            // 23: tollgate.v1.PoolStatus
+	(*fieldmaskpb.FieldMask)(nil), // 24: google.protobuf.FieldMask
+	(*Lease)(nil),                 // 25: tollgate.v1.Lease
 }
 var file_tollgate_v1_admin_proto_depIdxs = []int32{
-	10, // 0: tollgate.v1.CreatePoolRequest.pool:type_name -> tollgate.v1.Pool
-	10, // 1: tollgate.v1.CreatePoolResponse.pool:type_name -> tollgate.v1.Pool
-	10, // 2: tollgate.v1.GetPoolResponse.pool:type_name -> tollgate.v1.Pool
-	11, // 3: tollgate.v1.GetPoolResponse.status:type_name -> tollgate.v1.PoolStatus
-	10, // 4: tollgate.v1.ListPoolsResponse.pools:type_name -> tollgate.v1.Pool
-	11, // 5: tollgate.v1.ListPoolsResponse.statuses:type_name -> tollgate.v1.PoolStatus
-	10, // 6: tollgate.v1.UpdatePoolRequest.pool:type_name -> tollgate.v1.Pool
-	12, // 7: tollgate.v1.UpdatePoolRequest.update_mask:type_name -> google.protobuf.FieldMask
-	10, // 8: tollgate.v1.UpdatePoolResponse.pool:type_name -> tollgate.v1.Pool
-	0,  // 9: tollgate.v1.AdminService.CreatePool:input_type -> tollgate.v1.CreatePoolRequest
-	2,  // 10: tollgate.v1.AdminService.GetPool:input_type -> tollgate.v1.GetPoolRequest
-	4,  // 11: tollgate.v1.AdminService.ListPools:input_type -> tollgate.v1.ListPoolsRequest
-	6,  // 12: tollgate.v1.AdminService.UpdatePool:input_type -> tollgate.v1.UpdatePoolRequest
-	8,  // 13: tollgate.v1.AdminService.DeletePool:input_type -> tollgate.v1.DeletePoolRequest
-	1,  // 14: tollgate.v1.AdminService.CreatePool:output_type -> tollgate.v1.CreatePoolResponse
-	3,  // 15: tollgate.v1.AdminService.GetPool:output_type -> tollgate.v1.GetPoolResponse
-	5,  // 16: tollgate.v1.AdminService.ListPools:output_type -> tollgate.v1.ListPoolsResponse
-	7,  // 17: tollgate.v1.AdminService.UpdatePool:output_type -> tollgate.v1.UpdatePoolResponse
-	9,  // 18: tollgate.v1.AdminService.DeletePool:output_type -> tollgate.v1.DeletePoolResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	22, // 0: tollgate.v1.CreatePoolRequest.pool:type_name -> tollgate.v1.Pool
+	22, // 1: tollgate.v1.CreatePoolResponse.pool:type_name -> tollgate.v1.Pool
+	22, // 2: tollgate.v1.GetPoolResponse.pool:type_name -> tollgate.v1.Pool
+	23, // 3: tollgate.v1.GetPoolResponse.status:type_name -> tollgate.v1.PoolStatus
+	22, // 4: tollgate.v1.ListPoolsResponse.pools:type_name -> tollgate.v1.Pool
+	23, // 5: tollgate.v1.ListPoolsResponse.statuses:type_name -> tollgate.v1.PoolStatus
+	22, // 6: tollgate.v1.UpdatePoolRequest.pool:type_name -> tollgate.v1.Pool
+	24, // 7: tollgate.v1.UpdatePoolRequest.update_mask:type_name -> google.protobuf.FieldMask
+	22, // 8: tollgate.v1.UpdatePoolResponse.pool:type_name -> tollgate.v1.Pool
+	25, // 9: tollgate.v1.GetLeaseResponse.lease:type_name -> tollgate.v1.Lease
+	25, // 10: tollgate.v1.ListLeasesResponse.leases:type_name -> tollgate.v1.Lease
+	23, // 11: tollgate.v1.SuspendPoolResponse.status:type_name -> tollgate.v1.PoolStatus
+	23, // 12: tollgate.v1.ResumePoolResponse.status:type_name -> tollgate.v1.PoolStatus
+	23, // 13: tollgate.v1.DrainPoolResponse.status:type_name -> tollgate.v1.PoolStatus
+	0,  // 14: tollgate.v1.AdminService.CreatePool:input_type -> tollgate.v1.CreatePoolRequest
+	2,  // 15: tollgate.v1.AdminService.GetPool:input_type -> tollgate.v1.GetPoolRequest
+	4,  // 16: tollgate.v1.AdminService.ListPools:input_type -> tollgate.v1.ListPoolsRequest
+	6,  // 17: tollgate.v1.AdminService.UpdatePool:input_type -> tollgate.v1.UpdatePoolRequest
+	8,  // 18: tollgate.v1.AdminService.DeletePool:input_type -> tollgate.v1.DeletePoolRequest
+	10, // 19: tollgate.v1.AdminService.RevokeLease:input_type -> tollgate.v1.RevokeLeaseRequest
+	12, // 20: tollgate.v1.AdminService.GetLease:input_type -> tollgate.v1.GetLeaseRequest
+	14, // 21: tollgate.v1.AdminService.ListLeases:input_type -> tollgate.v1.ListLeasesRequest
+	16, // 22: tollgate.v1.AdminService.SuspendPool:input_type -> tollgate.v1.SuspendPoolRequest
+	18, // 23: tollgate.v1.AdminService.ResumePool:input_type -> tollgate.v1.ResumePoolRequest
+	20, // 24: tollgate.v1.AdminService.DrainPool:input_type -> tollgate.v1.DrainPoolRequest
+	1,  // 25: tollgate.v1.AdminService.CreatePool:output_type -> tollgate.v1.CreatePoolResponse
+	3,  // 26: tollgate.v1.AdminService.GetPool:output_type -> tollgate.v1.GetPoolResponse
+	5,  // 27: tollgate.v1.AdminService.ListPools:output_type -> tollgate.v1.ListPoolsResponse
+	7,  // 28: tollgate.v1.AdminService.UpdatePool:output_type -> tollgate.v1.UpdatePoolResponse
+	9,  // 29: tollgate.v1.AdminService.DeletePool:output_type -> tollgate.v1.DeletePoolResponse
+	11, // 30: tollgate.v1.AdminService.RevokeLease:output_type -> tollgate.v1.RevokeLeaseResponse
+	13, // 31: tollgate.v1.AdminService.GetLease:output_type -> tollgate.v1.GetLeaseResponse
+	15, // 32: tollgate.v1.AdminService.ListLeases:output_type -> tollgate.v1.ListLeasesResponse
+	17, // 33: tollgate.v1.AdminService.SuspendPool:output_type -> tollgate.v1.SuspendPoolResponse
+	19, // 34: tollgate.v1.AdminService.ResumePool:output_type -> tollgate.v1.ResumePoolResponse
+	21, // 35: tollgate.v1.AdminService.DrainPool:output_type -> tollgate.v1.DrainPoolResponse
+	25, // [25:36] is the sub-list for method output_type
+	14, // [14:25] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_admin_proto_init() }
@@ -641,7 +1331,7 @@ func file_tollgate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_admin_proto_rawDesc), len(file_tollgate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,11 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_CreatePool_FullMethodName = "/tollgate.v1.AdminService/CreatePool"
-	AdminService_GetPool_FullMethodName    = "/tollgate.v1.AdminService/GetPool"
-	AdminService_ListPools_FullMethodName  = "/tollgate.v1.AdminService/ListPools"
-	AdminService_UpdatePool_FullMethodName = "/tollgate.v1.AdminService/UpdatePool"
-	AdminService_DeletePool_FullMethodName = "/tollgate.v1.AdminService/DeletePool"
+	AdminService_CreatePool_FullMethodName  = "/tollgate.v1.AdminService/CreatePool"
+	AdminService_GetPool_FullMethodName     = "/tollgate.v1.AdminService/GetPool"
+	AdminService_ListPools_FullMethodName   = "/tollgate.v1.AdminService/ListPools"
+	AdminService_UpdatePool_FullMethodName  = "/tollgate.v1.AdminService/UpdatePool"
+	AdminService_DeletePool_FullMethodName  = "/tollgate.v1.AdminService/DeletePool"
+	AdminService_RevokeLease_FullMethodName = "/tollgate.v1.AdminService/RevokeLease"
+	AdminService_GetLease_FullMethodName    = "/tollgate.v1.AdminService/GetLease"
+	AdminService_ListLeases_FullMethodName  = "/tollgate.v1.AdminService/ListLeases"
+	AdminService_SuspendPool_FullMethodName = "/tollgate.v1.AdminService/SuspendPool"
+	AdminService_ResumePool_FullMethodName  = "/tollgate.v1.AdminService/ResumePool"
+	AdminService_DrainPool_FullMethodName   = "/tollgate.v1.AdminService/DrainPool"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -50,8 +56,9 @@ type AdminServiceClient interface {
 	ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
 	// UpdatePool changes the fields named in update_mask, live. Raising a
 	// concurrency limit admits waiters at once; lowering it blocks new grants
-	// until the held weight is under the new limit (held leases continue), and
-	// fails waiters whose weight is above the new limit.
+	// until the held weight is under the new limit (held leases continue, or
+	// with revocation_policy REVOKE are revoked until the held weight is
+	// within it), and fails waiters whose weight is above the new limit.
 	//
 	// Errors: NOT_FOUND (POOL_NOT_FOUND); INVALID_ARGUMENT for an empty or
 	// unknown update_mask path or a bad value.
@@ -63,6 +70,55 @@ type AdminServiceClient interface {
 	// Errors: NOT_FOUND (POOL_NOT_FOUND); FAILED_PRECONDITION (POOL_BUSY)
 	// when leases are held and force is not set.
 	DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*DeletePoolResponse, error)
+	// RevokeLease ends a live lease at once, whoever holds it: its permits
+	// go back to the pool (waiters they fit are granted), its holder's
+	// Session stream gets a LeaseEvent REVOKED carrying the reason, and a
+	// later renew or release of it fails with NOT_FOUND (LEASE_REVOKED)
+	// whose message carries the reason.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND; LEASE_NOT_FOUND, LEASE_EXPIRED or
+	// LEASE_REVOKED when the lease is not live); INVALID_ARGUMENT for a
+	// missing or malformed lease_id or a reason over 512 bytes.
+	RevokeLease(ctx context.Context, in *RevokeLeaseRequest, opts ...grpc.CallOption) (*RevokeLeaseResponse, error)
+	// GetLease returns a live lease.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND; LEASE_NOT_FOUND, LEASE_EXPIRED or
+	// LEASE_REVOKED when the lease is not live); INVALID_ARGUMENT for a
+	// missing or malformed lease_id.
+	GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*GetLeaseResponse, error)
+	// ListLeases returns a pool's live leases in fencing token order (oldest
+	// grant first), a page at a time. Leases from before a restart that
+	// their holders have not yet renewed are not listed.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND); INVALID_ARGUMENT for a negative
+	// page_size, a bad page_token or a client_id over 256 bytes.
+	ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error)
+	// SuspendPool stops the pool's grants of leases until ResumePool:
+	// acquires keep waiting in the queue (no_wait ones fail with
+	// RESOURCE_EXHAUSTED (NO_CAPACITY) saying the pool is suspended). Held
+	// leases continue, or with revoke_held are all revoked at once (their
+	// holders get LeaseEvent REVOKED). Exact tokens (Take) and rate shares
+	// are not affected. The suspension is stored with the pool and survives
+	// a restart.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND); INVALID_ARGUMENT for a bad name;
+	// UNAVAILABLE (STORAGE_FAILED) when it could not be stored (nothing
+	// changed).
+	SuspendPool(ctx context.Context, in *SuspendPoolRequest, opts ...grpc.CallOption) (*SuspendPoolResponse, error)
+	// ResumePool lets a suspended pool grant again; waiters that fit are
+	// granted at once. Resuming a pool that is not suspended does nothing.
+	//
+	// Errors: as SuspendPool.
+	ResumePool(ctx context.Context, in *ResumePoolRequest, opts ...grpc.CallOption) (*ResumePoolResponse, error)
+	// DrainPool waits until the pool holds no leases, then returns its
+	// status. It does not stop grants: suspend the pool first. Leases from
+	// before a restart that were not re-adopted are not counted.
+	//
+	// Errors: DEADLINE_EXCEEDED (WAIT_TIMEOUT) when the call's deadline
+	// passes first, the message saying what is still held; NOT_FOUND
+	// (POOL_NOT_FOUND, or POOL_DELETED when it was deleted while waiting);
+	// INVALID_ARGUMENT for a bad name.
+	DrainPool(ctx context.Context, in *DrainPoolRequest, opts ...grpc.CallOption) (*DrainPoolResponse, error)
 }
 
 type adminServiceClient struct {
@@ -123,6 +179,66 @@ func (c *adminServiceClient) DeletePool(ctx context.Context, in *DeletePoolReque
 	return out, nil
 }
 
+func (c *adminServiceClient) RevokeLease(ctx context.Context, in *RevokeLeaseRequest, opts ...grpc.CallOption) (*RevokeLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeLeaseResponse)
+	err := c.cc.Invoke(ctx, AdminService_RevokeLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*GetLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLeaseResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLeasesResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListLeases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SuspendPool(ctx context.Context, in *SuspendPoolRequest, opts ...grpc.CallOption) (*SuspendPoolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SuspendPoolResponse)
+	err := c.cc.Invoke(ctx, AdminService_SuspendPool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ResumePool(ctx context.Context, in *ResumePoolRequest, opts ...grpc.CallOption) (*ResumePoolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumePoolResponse)
+	err := c.cc.Invoke(ctx, AdminService_ResumePool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) DrainPool(ctx context.Context, in *DrainPoolRequest, opts ...grpc.CallOption) (*DrainPoolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainPoolResponse)
+	err := c.cc.Invoke(ctx, AdminService_DrainPool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -147,8 +263,9 @@ type AdminServiceServer interface {
 	ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error)
 	// UpdatePool changes the fields named in update_mask, live. Raising a
 	// concurrency limit admits waiters at once; lowering it blocks new grants
-	// until the held weight is under the new limit (held leases continue), and
-	// fails waiters whose weight is above the new limit.
+	// until the held weight is under the new limit (held leases continue, or
+	// with revocation_policy REVOKE are revoked until the held weight is
+	// within it), and fails waiters whose weight is above the new limit.
 	//
 	// Errors: NOT_FOUND (POOL_NOT_FOUND); INVALID_ARGUMENT for an empty or
 	// unknown update_mask path or a bad value.
@@ -160,6 +277,55 @@ type AdminServiceServer interface {
 	// Errors: NOT_FOUND (POOL_NOT_FOUND); FAILED_PRECONDITION (POOL_BUSY)
 	// when leases are held and force is not set.
 	DeletePool(context.Context, *DeletePoolRequest) (*DeletePoolResponse, error)
+	// RevokeLease ends a live lease at once, whoever holds it: its permits
+	// go back to the pool (waiters they fit are granted), its holder's
+	// Session stream gets a LeaseEvent REVOKED carrying the reason, and a
+	// later renew or release of it fails with NOT_FOUND (LEASE_REVOKED)
+	// whose message carries the reason.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND; LEASE_NOT_FOUND, LEASE_EXPIRED or
+	// LEASE_REVOKED when the lease is not live); INVALID_ARGUMENT for a
+	// missing or malformed lease_id or a reason over 512 bytes.
+	RevokeLease(context.Context, *RevokeLeaseRequest) (*RevokeLeaseResponse, error)
+	// GetLease returns a live lease.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND; LEASE_NOT_FOUND, LEASE_EXPIRED or
+	// LEASE_REVOKED when the lease is not live); INVALID_ARGUMENT for a
+	// missing or malformed lease_id.
+	GetLease(context.Context, *GetLeaseRequest) (*GetLeaseResponse, error)
+	// ListLeases returns a pool's live leases in fencing token order (oldest
+	// grant first), a page at a time. Leases from before a restart that
+	// their holders have not yet renewed are not listed.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND); INVALID_ARGUMENT for a negative
+	// page_size, a bad page_token or a client_id over 256 bytes.
+	ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error)
+	// SuspendPool stops the pool's grants of leases until ResumePool:
+	// acquires keep waiting in the queue (no_wait ones fail with
+	// RESOURCE_EXHAUSTED (NO_CAPACITY) saying the pool is suspended). Held
+	// leases continue, or with revoke_held are all revoked at once (their
+	// holders get LeaseEvent REVOKED). Exact tokens (Take) and rate shares
+	// are not affected. The suspension is stored with the pool and survives
+	// a restart.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND); INVALID_ARGUMENT for a bad name;
+	// UNAVAILABLE (STORAGE_FAILED) when it could not be stored (nothing
+	// changed).
+	SuspendPool(context.Context, *SuspendPoolRequest) (*SuspendPoolResponse, error)
+	// ResumePool lets a suspended pool grant again; waiters that fit are
+	// granted at once. Resuming a pool that is not suspended does nothing.
+	//
+	// Errors: as SuspendPool.
+	ResumePool(context.Context, *ResumePoolRequest) (*ResumePoolResponse, error)
+	// DrainPool waits until the pool holds no leases, then returns its
+	// status. It does not stop grants: suspend the pool first. Leases from
+	// before a restart that were not re-adopted are not counted.
+	//
+	// Errors: DEADLINE_EXCEEDED (WAIT_TIMEOUT) when the call's deadline
+	// passes first, the message saying what is still held; NOT_FOUND
+	// (POOL_NOT_FOUND, or POOL_DELETED when it was deleted while waiting);
+	// INVALID_ARGUMENT for a bad name.
+	DrainPool(context.Context, *DrainPoolRequest) (*DrainPoolResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -184,6 +350,24 @@ func (UnimplementedAdminServiceServer) UpdatePool(context.Context, *UpdatePoolRe
 }
 func (UnimplementedAdminServiceServer) DeletePool(context.Context, *DeletePoolRequest) (*DeletePoolResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeletePool not implemented")
+}
+func (UnimplementedAdminServiceServer) RevokeLease(context.Context, *RevokeLeaseRequest) (*RevokeLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeLease not implemented")
+}
+func (UnimplementedAdminServiceServer) GetLease(context.Context, *GetLeaseRequest) (*GetLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLease not implemented")
+}
+func (UnimplementedAdminServiceServer) ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLeases not implemented")
+}
+func (UnimplementedAdminServiceServer) SuspendPool(context.Context, *SuspendPoolRequest) (*SuspendPoolResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SuspendPool not implemented")
+}
+func (UnimplementedAdminServiceServer) ResumePool(context.Context, *ResumePoolRequest) (*ResumePoolResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumePool not implemented")
+}
+func (UnimplementedAdminServiceServer) DrainPool(context.Context, *DrainPoolRequest) (*DrainPoolResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainPool not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -296,6 +480,114 @@ func _AdminService_DeletePool_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_RevokeLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RevokeLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RevokeLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RevokeLease(ctx, req.(*RevokeLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetLease(ctx, req.(*GetLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListLeases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListLeases(ctx, req.(*ListLeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SuspendPool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SuspendPoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SuspendPool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SuspendPool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SuspendPool(ctx, req.(*SuspendPoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ResumePool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumePoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ResumePool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ResumePool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ResumePool(ctx, req.(*ResumePoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_DrainPool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainPoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DrainPool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DrainPool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DrainPool(ctx, req.(*DrainPoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -322,6 +614,30 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeletePool",
 			Handler:    _AdminService_DeletePool_Handler,
+		},
+		{
+			MethodName: "RevokeLease",
+			Handler:    _AdminService_RevokeLease_Handler,
+		},
+		{
+			MethodName: "GetLease",
+			Handler:    _AdminService_GetLease_Handler,
+		},
+		{
+			MethodName: "ListLeases",
+			Handler:    _AdminService_ListLeases_Handler,
+		},
+		{
+			MethodName: "SuspendPool",
+			Handler:    _AdminService_SuspendPool_Handler,
+		},
+		{
+			MethodName: "ResumePool",
+			Handler:    _AdminService_ResumePool_Handler,
+		},
+		{
+			MethodName: "DrainPool",
+			Handler:    _AdminService_DrainPool_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

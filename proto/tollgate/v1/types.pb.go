@@ -23,6 +23,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RevocationPolicy is a pool's answer to a concurrency limit lowered under
+// the weight its leases hold.
+type RevocationPolicy int32
+
+const (
+	// Not set: WAIT.
+	RevocationPolicy_REVOCATION_POLICY_UNSPECIFIED RevocationPolicy = 0
+	// Held leases continue; nothing is granted until the held weight is
+	// under the new limit.
+	RevocationPolicy_REVOCATION_POLICY_WAIT RevocationPolicy = 1
+	// Leases are revoked at once, lowest priority first and newest first
+	// among equals, until the held weight is within the new limit; each
+	// holder gets LeaseEvent REVOKED naming the new limit.
+	RevocationPolicy_REVOCATION_POLICY_REVOKE RevocationPolicy = 2
+)
+
+// Enum value maps for RevocationPolicy.
+var (
+	RevocationPolicy_name = map[int32]string{
+		0: "REVOCATION_POLICY_UNSPECIFIED",
+		1: "REVOCATION_POLICY_WAIT",
+		2: "REVOCATION_POLICY_REVOKE",
+	}
+	RevocationPolicy_value = map[string]int32{
+		"REVOCATION_POLICY_UNSPECIFIED": 0,
+		"REVOCATION_POLICY_WAIT":        1,
+		"REVOCATION_POLICY_REVOKE":      2,
+	}
+)
+
+func (x RevocationPolicy) Enum() *RevocationPolicy {
+	p := new(RevocationPolicy)
+	*p = x
+	return p
+}
+
+func (x RevocationPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RevocationPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_tollgate_v1_types_proto_enumTypes[0].Descriptor()
+}
+
+func (RevocationPolicy) Type() protoreflect.EnumType {
+	return &file_tollgate_v1_types_proto_enumTypes[0]
+}
+
+func (x RevocationPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RevocationPolicy.Descriptor instead.
+func (RevocationPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{0}
+}
+
 // AdaptiveTarget says which of a pool's limits adaptive control moves.
 type AdaptiveTarget int32
 
@@ -64,11 +121,11 @@ func (x AdaptiveTarget) String() string {
 }
 
 func (AdaptiveTarget) Descriptor() protoreflect.EnumDescriptor {
-	return file_tollgate_v1_types_proto_enumTypes[0].Descriptor()
+	return file_tollgate_v1_types_proto_enumTypes[1].Descriptor()
 }
 
 func (AdaptiveTarget) Type() protoreflect.EnumType {
-	return &file_tollgate_v1_types_proto_enumTypes[0]
+	return &file_tollgate_v1_types_proto_enumTypes[1]
 }
 
 func (x AdaptiveTarget) Number() protoreflect.EnumNumber {
@@ -77,7 +134,7 @@ func (x AdaptiveTarget) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AdaptiveTarget.Descriptor instead.
 func (AdaptiveTarget) EnumDescriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{0}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{1}
 }
 
 // ThrottleReason says why a pool's effective limits are below its
@@ -118,11 +175,11 @@ func (x ThrottleReason) String() string {
 }
 
 func (ThrottleReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_tollgate_v1_types_proto_enumTypes[1].Descriptor()
+	return file_tollgate_v1_types_proto_enumTypes[2].Descriptor()
 }
 
 func (ThrottleReason) Type() protoreflect.EnumType {
-	return &file_tollgate_v1_types_proto_enumTypes[1]
+	return &file_tollgate_v1_types_proto_enumTypes[2]
 }
 
 func (x ThrottleReason) Number() protoreflect.EnumNumber {
@@ -131,7 +188,7 @@ func (x ThrottleReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThrottleReason.Descriptor instead.
 func (ThrottleReason) EnumDescriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
 // Pool is a named thing to protect ("orders-db", "api.github.com") and the
@@ -179,9 +236,13 @@ type Pool struct {
 	// Rate, in tokens per second, that a holder of a rate share may use once
 	// its share has expired because it could not reach the server to refresh
 	// it. 0 (the default) means stop. At most rate; sent with every share.
-	SafeRate      float64 `protobuf:"fixed64,12,opt,name=safe_rate,json=safeRate,proto3" json:"safe_rate,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SafeRate float64 `protobuf:"fixed64,12,opt,name=safe_rate,json=safeRate,proto3" json:"safe_rate,omitempty"`
+	// What happens when the effective concurrency limit is lowered (by
+	// UpdatePool or adaptive control) under the weight held. Unset means
+	// WAIT.
+	RevocationPolicy RevocationPolicy `protobuf:"varint,13,opt,name=revocation_policy,json=revocationPolicy,proto3,enum=tollgate.v1.RevocationPolicy" json:"revocation_policy,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Pool) Reset() {
@@ -296,6 +357,13 @@ func (x *Pool) GetSafeRate() float64 {
 		return x.SafeRate
 	}
 	return 0
+}
+
+func (x *Pool) GetRevocationPolicy() RevocationPolicy {
+	if x != nil {
+		return x.RevocationPolicy
+	}
+	return RevocationPolicy_REVOCATION_POLICY_UNSPECIFIED
 }
 
 // Adaptive configures a pool's adaptive limits: the server lowers the
@@ -549,6 +617,12 @@ type PoolStatus struct {
 	// Rate granted to them in all, in tokens per second; at most
 	// effective_rate.
 	SharesGranted float64 `protobuf:"fixed64,32,opt,name=shares_granted,json=sharesGranted,proto3" json:"shares_granted,omitempty"`
+	// Leases revoked by the server (AdminService.RevokeLease, a revocation
+	// policy, or SuspendPool with revoke_held).
+	Revoked int64 `protobuf:"varint,33,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	// The pool is suspended (AdminService.SuspendPool): it grants no leases
+	// until resumed.
+	Suspended     bool `protobuf:"varint,34,opt,name=suspended,proto3" json:"suspended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -779,6 +853,20 @@ func (x *PoolStatus) GetSharesGranted() float64 {
 	return 0
 }
 
+func (x *PoolStatus) GetRevoked() int64 {
+	if x != nil {
+		return x.Revoked
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetSuspended() bool {
+	if x != nil {
+		return x.Suspended
+	}
+	return false
+}
+
 // Lease is a grant of permits from a pool, held until it is released, it
 // expires, or it is revoked. A holder must renew it before expire_time and
 // must treat it as lost at expire_time minus a safety margin, by its own
@@ -916,7 +1004,7 @@ var File_tollgate_v1_types_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x04\n" +
+	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x04\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -933,7 +1021,8 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x121\n" +
 	"\badaptive\x18\v \x01(\v2\x15.tollgate.v1.AdaptiveR\badaptive\x12\x1b\n" +
-	"\tsafe_rate\x18\f \x01(\x01R\bsafeRate\"\xeb\x03\n" +
+	"\tsafe_rate\x18\f \x01(\x01R\bsafeRate\x12J\n" +
+	"\x11revocation_policy\x18\r \x01(\x0e2\x1d.tollgate.v1.RevocationPolicyR\x10revocationPolicy\"\xeb\x03\n" +
 	"\bAdaptive\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x123\n" +
 	"\x06target\x18\x02 \x01(\x0e2\x1b.tollgate.v1.AdaptiveTargetR\x06target\x121\n" +
@@ -948,7 +1037,7 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x0fmin_concurrency\x18\n" +
 	" \x01(\x03R\x0eminConcurrency\x12\x19\n" +
 	"\bmin_rate\x18\v \x01(\x01R\aminRate\x12+\n" +
-	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\"\xb4\t\n" +
+	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\"\xec\t\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\x03R\x04held\x12\x16\n" +
@@ -979,7 +1068,9 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x0ewindow_latency\x18\x1d \x01(\v2\x19.google.protobuf.DurationR\rwindowLatency\x12D\n" +
 	"\x10latency_baseline\x18\x1e \x01(\v2\x19.google.protobuf.DurationR\x0flatencyBaseline\x12#\n" +
 	"\rshare_holders\x18\x1f \x01(\x03R\fshareHolders\x12%\n" +
-	"\x0eshares_granted\x18  \x01(\x01R\rsharesGranted\"\xec\x02\n" +
+	"\x0eshares_granted\x18  \x01(\x01R\rsharesGranted\x12\x18\n" +
+	"\arevoked\x18! \x01(\x03R\arevoked\x12\x1c\n" +
+	"\tsuspended\x18\" \x01(\bR\tsuspended\"\xec\x02\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -992,7 +1083,11 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x03ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1a\n" +
 	"\bpriority\x18\t \x01(\x05R\bpriority\x12=\n" +
 	"\facquire_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime*\x85\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime*o\n" +
+	"\x10RevocationPolicy\x12!\n" +
+	"\x1dREVOCATION_POLICY_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16REVOCATION_POLICY_WAIT\x10\x01\x12\x1c\n" +
+	"\x18REVOCATION_POLICY_REVOKE\x10\x02*\x85\x01\n" +
 	"\x0eAdaptiveTarget\x12\x1f\n" +
 	"\x1bADAPTIVE_TARGET_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ADAPTIVE_TARGET_ALL\x10\x01\x12\x1f\n" +
@@ -1015,41 +1110,43 @@ func file_tollgate_v1_types_proto_rawDescGZIP() []byte {
 	return file_tollgate_v1_types_proto_rawDescData
 }
 
-var file_tollgate_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_tollgate_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_tollgate_v1_types_proto_goTypes = []any{
-	(AdaptiveTarget)(0),           // 0: tollgate.v1.AdaptiveTarget
-	(ThrottleReason)(0),           // 1: tollgate.v1.ThrottleReason
-	(*Pool)(nil),                  // 2: tollgate.v1.Pool
-	(*Adaptive)(nil),              // 3: tollgate.v1.Adaptive
-	(*PoolStatus)(nil),            // 4: tollgate.v1.PoolStatus
-	(*Lease)(nil),                 // 5: tollgate.v1.Lease
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(RevocationPolicy)(0),         // 0: tollgate.v1.RevocationPolicy
+	(AdaptiveTarget)(0),           // 1: tollgate.v1.AdaptiveTarget
+	(ThrottleReason)(0),           // 2: tollgate.v1.ThrottleReason
+	(*Pool)(nil),                  // 3: tollgate.v1.Pool
+	(*Adaptive)(nil),              // 4: tollgate.v1.Adaptive
+	(*PoolStatus)(nil),            // 5: tollgate.v1.PoolStatus
+	(*Lease)(nil),                 // 6: tollgate.v1.Lease
+	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_tollgate_v1_types_proto_depIdxs = []int32{
-	6,  // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
-	6,  // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
-	7,  // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
-	7,  // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 4: tollgate.v1.Pool.adaptive:type_name -> tollgate.v1.Adaptive
-	0,  // 5: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
-	6,  // 6: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
-	6,  // 7: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
-	6,  // 8: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
-	7,  // 9: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
-	1,  // 10: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
-	7,  // 11: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
-	6,  // 12: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
-	6,  // 13: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
-	7,  // 14: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
-	6,  // 15: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	7,  // 16: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	7,  // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
+	7,  // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
+	8,  // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
+	8,  // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
+	4,  // 4: tollgate.v1.Pool.adaptive:type_name -> tollgate.v1.Adaptive
+	0,  // 5: tollgate.v1.Pool.revocation_policy:type_name -> tollgate.v1.RevocationPolicy
+	1,  // 6: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
+	7,  // 7: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
+	7,  // 8: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
+	7,  // 9: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
+	8,  // 10: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
+	2,  // 11: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
+	8,  // 12: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
+	7,  // 13: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
+	7,  // 14: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
+	8,  // 15: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
+	7,  // 16: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	8,  // 17: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_types_proto_init() }
@@ -1062,7 +1159,7 @@ func file_tollgate_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_types_proto_rawDesc), len(file_tollgate_v1_types_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,

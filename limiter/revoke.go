@@ -1,0 +1,157 @@
+package limiter
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// This file is revocation (the engine taking a live lease back) and the
+// read-only views of a pool's live leases that operators use to pick one.
+
+// MaxRevokeReasonLen is the longest reason RevokeLease accepts, in bytes.
+const MaxRevokeReasonLen = 512
+
+// DefaultRevokeReason is the reason of a RevokeLease that gives none.
+const DefaultRevokeReason = "revoked by an operator"
+
+// RevokeLease ends the live lease token of pool at once, whoever holds it:
+// its permits go back to the pool and waiters they now fit are granted;
+// the end is reported to OnLeaseEnded with EndRevoked and reason as
+// LeaseEnded.Message (the server pushes it to the holder's session); and
+// the lease is remembered, so that a later Renew or Release of it fails
+// with ErrLeaseRevoked, whose message holds reason. An empty reason means
+// DefaultRevokeReason.
+//
+// Errors: ErrPoolNotFound; ErrInvalidArgument (reason longer than
+// MaxRevokeReasonLen); ErrLeaseNotFound (never issued, released, or ended
+// long ago), ErrLeaseExpired and ErrLeaseRevoked (it ended already);
+// ErrShuttingDown.
+func (e *Engine) RevokeLease(pool string, token uint64, reason string) error {
+	if len(reason) > MaxRevokeReasonLen {
+		return errorf(ErrInvalidArgument, "reason is %d bytes; the most is %d", len(reason), MaxRevokeReasonLen)
+	}
+	if reason == "" {
+		reason = DefaultRevokeReason
+	}
+	p, err := e.lookup(pool)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.deleted {
+		p.mu.Unlock()
+		return poolNotFound(pool)
+	}
+	now := e.clock.Now()
+	ended := p.expireDueLocked(now) // a lease past its expiry expired: say so
+	l := p.leases[token]
+	if l == nil {
+		if len(ended) > 0 {
+			p.dispatchLocked(now)
+		}
+		err := p.missingLeaseErrLocked(token)
+		p.mu.Unlock()
+		e.notifyEnded(ended)
+		return err
+	}
+	ended = append(ended, p.revokeLocked(l, reason, now))
+	p.dispatchLocked(now)
+	p.mu.Unlock()
+	e.notifyEnded(ended)
+	return nil
+}
+
+// revokeLocked ends l as revoked for reason and returns its report. It
+// does not dispatch.
+func (p *pool) revokeLocked(l *lease, reason string, now time.Time) LeaseEnded {
+	p.removeLeaseLocked(l)
+	p.stats.Revoked++
+	p.ended.addMsg(l.FencingToken, EndRevoked, now, reason)
+	return LeaseEnded{Lease: l.Lease, Reason: EndRevoked, Owner: l.owner, Message: reason}
+}
+
+// enforceLimitLocked applies a RevocationRevoke policy: while the held
+// weight is above the effective concurrency limit, it revokes the lease of
+// lowest priority, the newest (highest fencing token) first among equals,
+// reporting each through the outbox with a reason naming the new limit;
+// then it dispatches, as the last revocation may have freed more than
+// needed. Under RevocationWait, or within the limit, it does nothing.
+func (p *pool) enforceLimitLocked(now time.Time) {
+	if p.cfg.RevocationPolicy != RevocationRevoke || p.cfg.ConcurrencyLimit == 0 || p.held <= p.ad.limit {
+		return
+	}
+	victims := make([]*lease, 0, len(p.leases))
+	for _, l := range p.leases {
+		victims = append(victims, l)
+	}
+	sort.Slice(victims, func(i, j int) bool {
+		if victims[i].Priority != victims[j].Priority {
+			return victims[i].Priority < victims[j].Priority
+		}
+		return victims[i].FencingToken > victims[j].FencingToken
+	})
+	reason := fmt.Sprintf("pool %q's concurrency limit was lowered to %d, under the %d held, and its revocation policy is revoke", p.name, p.ad.limit, p.held)
+	for _, l := range victims {
+		if p.held <= p.ad.limit {
+			break
+		}
+		p.out.ended = append(p.out.ended, p.revokeLocked(l, reason, now))
+	}
+	p.dispatchLocked(now)
+}
+
+// GetLease returns the live lease token of pool. Errors: ErrPoolNotFound;
+// ErrLeaseNotFound, ErrLeaseExpired, ErrLeaseRevoked (it is not live, and
+// the message says why as far as the pool remembers); ErrShuttingDown.
+func (e *Engine) GetLease(pool string, token uint64) (Lease, error) {
+	p, err := e.lookup(pool)
+	if err != nil {
+		return Lease{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.deleted {
+		return Lease{}, poolNotFound(pool)
+	}
+	if l := p.leases[token]; l != nil {
+		return l.Lease, nil
+	}
+	return Lease{}, p.missingLeaseErrLocked(token)
+}
+
+// ListLeases returns up to limit live leases of pool whose fencing tokens
+// are above after, in token order (oldest grant first), and whether more
+// follow. A non-empty clientID keeps only the leases of that client. A
+// limit below 1 means 1. Leases from before a restart that were not
+// re-adopted are not listed. Errors: ErrPoolNotFound; ErrShuttingDown.
+func (e *Engine) ListLeases(pool, clientID string, after uint64, limit int) ([]Lease, bool, error) {
+	limit = max(limit, 1)
+	p, err := e.lookup(pool)
+	if err != nil {
+		return nil, false, err
+	}
+	p.mu.Lock()
+	if p.deleted {
+		p.mu.Unlock()
+		return nil, false, poolNotFound(pool)
+	}
+	var out []Lease
+	for tok, l := range p.leases {
+		if tok > after && (clientID == "" || l.ClientID == clientID) {
+			out = append(out, l.Lease)
+		}
+	}
+	p.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].FencingToken < out[j].FencingToken })
+	more := len(out) > limit
+	if more {
+		out = out[:limit]
+	}
+	return out, more, nil
+}
+
+// sortLeasesByToken sorts ls by fencing token, oldest grant first.
+func sortLeasesByToken(ls []*lease) {
+	sort.Slice(ls, func(i, j int) bool { return ls[i].FencingToken < ls[j].FencingToken })
+}

@@ -1,0 +1,159 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// This file is suspend, resume and drain: an operator stopping a pool's
+// grants, starting them again, and waiting for its leases to end.
+
+// SuspendPool stops the pool's grants of leases: acquires keep queueing
+// (a no-wait acquire fails with ErrNoCapacity, saying the pool is
+// suspended) and nothing is granted until ResumePool. Held leases
+// continue and may be renewed and released; with revokeHeld, they are all
+// revoked at once, as RevokeLease does, with a reason saying the pool was
+// suspended. Exact tokens (Take) and rate shares are not affected. With a
+// Persister, the suspension is written before it takes effect and a
+// restored pool stays suspended. Suspending a suspended pool changes
+// nothing but may revoke. Errors: ErrPoolNotFound; ErrStorageFailed
+// (nothing was changed); ErrShuttingDown.
+func (e *Engine) SuspendPool(name string, revokeHeld bool) (PoolInfo, error) {
+	p, err := e.lookup(name)
+	if err != nil {
+		return PoolInfo{}, err
+	}
+	p.mu.Lock()
+	if p.deleted {
+		p.mu.Unlock()
+		return PoolInfo{}, poolNotFound(name)
+	}
+	now := e.clock.Now()
+	if err := p.persistSuspendedLocked(true, now); err != nil {
+		p.mu.Unlock()
+		return PoolInfo{}, err
+	}
+	var ended []LeaseEnded
+	if revokeHeld {
+		ended = p.expireDueLocked(now) // past their expiry: expired, not revoked
+		reason := "pool " + quote(name) + " was suspended by an operator, revoking its leases"
+		for _, l := range p.leasesByTokenLocked() {
+			ended = append(ended, p.revokeLocked(l, reason, now))
+		}
+	}
+	info := p.infoLocked(now)
+	p.mu.Unlock()
+	e.notifyEnded(ended)
+	return info, nil
+}
+
+// ResumePool lets a suspended pool grant again, at once granting the
+// waiters that fit. Resuming a pool that is not suspended changes nothing.
+// With a Persister, the change is written first. Errors: ErrPoolNotFound;
+// ErrStorageFailed (nothing was changed); ErrShuttingDown.
+func (e *Engine) ResumePool(name string) (PoolInfo, error) {
+	p, err := e.lookup(name)
+	if err != nil {
+		return PoolInfo{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.deleted {
+		return PoolInfo{}, poolNotFound(name)
+	}
+	now := e.clock.Now()
+	if err := p.persistSuspendedLocked(false, now); err != nil {
+		return PoolInfo{}, err
+	}
+	p.dispatchLocked(now)
+	return p.infoLocked(now), nil
+}
+
+// DrainPool waits until the pool holds no leases (its held weight is 0)
+// and returns its info then. It does not stop grants: suspend the pool
+// first (SuspendPool) so that the pool stays drained. Leases from before
+// a restart that were not re-adopted are not counted. Errors:
+// ErrPoolNotFound; ErrWaitTimeout (ctx's deadline passed; the message
+// says what is still held); ErrCanceled; ErrPoolDeleted (the pool was
+// deleted while waiting); ErrShuttingDown.
+func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
+	p, err := e.lookup(name)
+	if err != nil {
+		return PoolInfo{}, err
+	}
+	for {
+		p.mu.Lock()
+		if p.deleted {
+			p.mu.Unlock()
+			return PoolInfo{}, errorf(ErrPoolDeleted, "pool %q was deleted while draining it", name)
+		}
+		now := e.clock.Now()
+		if p.held == 0 {
+			info := p.infoLocked(now)
+			p.mu.Unlock()
+			return info, nil
+		}
+		if p.drained == nil {
+			p.drained = make(chan struct{})
+		}
+		ch := p.drained
+		p.mu.Unlock()
+
+		select {
+		case <-ch:
+			continue // look again: a grant may have followed
+		case <-e.done:
+			return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		held, n, suspended := p.held, len(p.leases), p.suspended
+		p.mu.Unlock()
+		hint := ""
+		if !suspended {
+			hint = "; the pool is not suspended, so new grants may keep it busy (tollgate pool suspend " + name + ")"
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return PoolInfo{}, errorf(ErrWaitTimeout, "pool %q still holds %d permits in %d leases at the call's deadline%s; wait longer, or revoke them (tollgate pool suspend %s --revoke-held)", name, held, n, hint, name)
+		}
+		return PoolInfo{}, errorf(ErrCanceled, "the drain of pool %q was cancelled with %d permits held in %d leases", name, held, n)
+	}
+}
+
+// persistSuspendedLocked writes the pool with suspended set as given (when
+// it changes) and then makes it so.
+func (p *pool) persistSuspendedLocked(suspended bool, now time.Time) error {
+	if p.suspended == suspended {
+		return nil
+	}
+	if p.e.persister != nil {
+		saved := p.savedLocked(p.cfg, p.dur.state)
+		saved.Suspended = suspended
+		saved.UpdateTime = now
+		if err := storageErr(p.e.persister.SavePool(saved), "suspend or resume pool "+quote(p.name)); err != nil {
+			return err
+		}
+	}
+	p.suspended = suspended
+	p.updateTime = now
+	return nil
+}
+
+// notifyDrainedLocked wakes the DrainPool callers of p, if any.
+func (p *pool) notifyDrainedLocked() {
+	if p.drained != nil {
+		close(p.drained)
+		p.drained = nil
+	}
+}
+
+// leasesByTokenLocked returns p's live leases in fencing token order.
+func (p *pool) leasesByTokenLocked() []*lease {
+	ls := make([]*lease, 0, len(p.leases))
+	for _, l := range p.leases {
+		ls = append(ls, l)
+	}
+	sortLeasesByToken(ls)
+	return ls
+}

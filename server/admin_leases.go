@@ -1,0 +1,110 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"strconv"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// This file is the lease half of AdminService: revoking, getting and
+// listing a pool's live leases.
+
+// RevokeLease ends a live lease at once; the engine reports it through
+// OnLeaseEnded, which pushes LeaseEvent REVOKED to its holder's session.
+func (a *adminService) RevokeLease(ctx context.Context, req *tollgatev1.RevokeLeaseRequest) (*tollgatev1.RevokeLeaseResponse, error) {
+	tok, err := adminLeaseArgs(req.GetPool(), req.GetLeaseId())
+	if err == nil && len(req.GetReason()) > limiter.MaxRevokeReasonLen {
+		err = invalidArg("reason is %d bytes; the most is %d", len(req.GetReason()), limiter.MaxRevokeReasonLen)
+	}
+	if err == nil {
+		if err = a.srv.engine.RevokeLease(req.GetPool(), tok, req.GetReason()); err == nil {
+			return &tollgatev1.RevokeLeaseResponse{}, nil
+		}
+	}
+	return nil, toStatus(a.srv.log, "RevokeLease", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
+}
+
+// GetLease returns a live lease.
+func (a *adminService) GetLease(ctx context.Context, req *tollgatev1.GetLeaseRequest) (*tollgatev1.GetLeaseResponse, error) {
+	tok, err := adminLeaseArgs(req.GetPool(), req.GetLeaseId())
+	if err == nil {
+		var l limiter.Lease
+		if l, err = a.srv.engine.GetLease(req.GetPool(), tok); err == nil {
+			return &tollgatev1.GetLeaseResponse{Lease: leaseToProto(l)}, nil
+		}
+	}
+	return nil, toStatus(a.srv.log, "GetLease", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
+}
+
+// ListLeases returns a page of a pool's live leases in fencing token
+// order. The page token is the base64url encoding of the decimal fencing
+// token of the last lease of the previous page.
+func (a *adminService) ListLeases(ctx context.Context, req *tollgatev1.ListLeasesRequest) (*tollgatev1.ListLeasesResponse, error) {
+	resp, err := a.listLeases(req)
+	if err != nil {
+		return nil, toStatus(a.srv.log, "ListLeases", err, errCtx{pool: req.GetPool()})
+	}
+	return resp, nil
+}
+
+func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev1.ListLeasesResponse, error) {
+	if err := checkPoolName("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	if n := len(req.GetClientId()); n > limiter.MaxClientIDLen {
+		return nil, invalidArg("client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen)
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, invalidArg("page_size is %d; give 1 to %d, or 0 for %d", size, MaxPageSize, DefaultPageSize)
+	case size == 0:
+		size = DefaultPageSize
+	case size > MaxPageSize:
+		size = MaxPageSize
+	}
+	after, err := decodeLeasePageToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	leases, more, err := a.srv.engine.ListLeases(req.GetPool(), req.GetClientId(), after, size)
+	if err != nil {
+		return nil, err
+	}
+	resp := &tollgatev1.ListLeasesResponse{Leases: make([]*tollgatev1.Lease, 0, len(leases))}
+	for _, l := range leases {
+		resp.Leases = append(resp.Leases, leaseToProto(l))
+	}
+	if more && len(leases) > 0 {
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(formatLeaseID(leases[len(leases)-1].FencingToken)))
+	}
+	return resp, nil
+}
+
+// adminLeaseArgs checks the pool and lease id of a lease request and
+// returns the lease's fencing token.
+func adminLeaseArgs(pool, leaseID string) (uint64, error) {
+	if err := checkPoolName("pool", pool); err != nil {
+		return 0, err
+	}
+	return parseLeaseID(leaseID)
+}
+
+// decodeLeasePageToken reads a ListLeases page token; "" is the first page.
+func decodeLeasePageToken(tok string) (uint64, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	var after uint64
+	if err == nil {
+		after, err = strconv.ParseUint(string(b), 10, 64)
+	}
+	if err != nil {
+		return 0, invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous ListLeases response unchanged, or leave it empty for the first page", truncate(tok, 64))
+	}
+	return after, nil
+}
