@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -355,7 +354,10 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 		build: func(int) (*tollgatev1.SessionRequest, error) {
 			w := l.weight
 			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Renew{Renew: &tollgatev1.RenewRequest{
-				Pool: l.pool, LeaseId: l.id, Ttl: durationpb.New(l.TTL()),
+				// No ttl: the server keeps the lease's TTL, capped at the
+				// pool's current maximum (an operator may have lowered it),
+				// and the answer says what it is.
+				Pool: l.pool, LeaseId: l.id,
 				// What the lease is, so that a server restarted since the
 				// grant re-adopts it (docs/recovery.md).
 				Weight: &w, ClientId: l.clientID, Description: l.description, Priority: l.priority,

@@ -526,7 +526,8 @@ func (e *Engine) Release(pool string, token uint64) error {
 	return nil
 }
 
-// Renew extends a live lease to ttl from now (0: the TTL it has) and returns
+// Renew extends a live lease to ttl from now (0: the TTL it has, capped at
+// the pool's current MaxLeaseTTL) and returns
 // it; a non-nil owner replaces the lease's Owner. A lease whose ExpireTime
 // has passed cannot be renewed, even if the expiry timer has not run yet.
 // It never re-adopts a lease from before a restart; RenewOrReadopt does.
@@ -576,7 +577,10 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 		return Lease{}, err
 	}
 	if ttl == 0 {
-		ttl = l.TTL
+		// Keep the lease's TTL, but within the pool's maximum as it is now:
+		// an operator lowering max_lease_ttl must not make every holder's
+		// keep-alive fail.
+		ttl = min(l.TTL, p.cfg.MaxLeaseTTL)
 	}
 	if ttl, err = p.resolveTTLLocked(ttl); err != nil {
 		p.mu.Unlock()

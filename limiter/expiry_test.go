@@ -119,3 +119,24 @@ func TestManyLeasesExpireInOrder(t *testing.T) {
 		}
 	}
 }
+
+// Lowering max_lease_ttl under a live lease's TTL does not break its
+// keep-alive: a renew that keeps the TTL gets the new maximum.
+func TestRenewAfterMaxTTLLoweredKeepsLease(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: time.Minute})
+	if _, err := te.UpdatePool("db", func(c *PoolConfig) { c.MaxLeaseTTL = 10 * time.Second; c.DefaultLeaseTTL = 0 }); err != nil {
+		t.Fatal(err)
+	}
+	r, err := te.Renew("db", l.FencingToken, 0, nil)
+	if err != nil {
+		t.Fatalf("renew after the maximum was lowered: %v", err)
+	}
+	if r.TTL != 10*time.Second || !r.ExpireTime.Equal(te.clk.Now().Add(10*time.Second)) {
+		t.Fatalf("renewed = %+v; want the new 10s maximum", r)
+	}
+	// Asking for more than the maximum explicitly is still refused.
+	_, err = te.Renew("db", l.FencingToken, time.Minute, nil)
+	wantReason(t, err, ErrInvalidArgument)
+}
