@@ -494,24 +494,33 @@ func (p *pool) busyLocked(now time.Time) string {
 // restart, releasing a lease from before the restart that was not
 // re-adopted succeeds (see RestorePool).
 func (e *Engine) Release(pool string, token uint64) error {
+	_, err := e.ReleaseLease(pool, token)
+	return err
+}
+
+// ReleaseLease is Release that also returns the lease as it was when
+// released (the zero Lease when it returns an error, and for a lease from
+// before a restart that was never re-adopted, which the engine does not
+// know). The server uses it to measure how long leases are held.
+func (e *Engine) ReleaseLease(pool string, token uint64) (Lease, error) {
 	p, err := e.lookup(pool)
 	if err != nil {
-		return err
+		return Lease{}, err
 	}
 	p.mu.Lock()
 	if p.deleted {
 		p.mu.Unlock()
-		return poolNotFound(pool)
+		return Lease{}, poolNotFound(pool)
 	}
 	l := p.leases[token]
 	if l == nil && p.releasePreRestartLocked(token) { // a lease from before a restart: recovery.go
 		p.mu.Unlock()
-		return nil
+		return Lease{}, nil
 	}
 	if l == nil {
 		err := p.missingLeaseErrLocked(token)
 		p.mu.Unlock()
-		return err
+		return Lease{}, err
 	}
 	// A lease still in the map is released even if its expiry instant has
 	// just passed and the expiry timer has not run yet: the permits go back
@@ -522,8 +531,9 @@ func (e *Engine) Release(pool string, token uint64) error {
 	if len(p.waiters) > 0 {
 		p.dispatchLocked(e.clock.Now())
 	}
+	released := l.Lease
 	p.mu.Unlock()
-	return nil
+	return released, nil
 }
 
 // Renew extends a live lease to ttl from now (0: the TTL it has, capped at

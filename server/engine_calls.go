@@ -48,12 +48,15 @@ func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, max
 	return s.engine.Take(ctx, pool, tokens, maxWait)
 }
 
-// releaseLease releases a lease on the engine and stops counting it
-// against its client.
+// releaseLease releases a lease on the engine, stops counting it against
+// its client, and records how long it was held.
 func (s *Server) releaseLease(pool string, token uint64) error {
-	err := s.engine.Release(pool, token)
+	lease, err := s.engine.ReleaseLease(pool, token)
 	if err == nil {
 		s.quotas.leaseEnded(pool, token)
+		if !lease.AcquireTime.IsZero() { // zero: a pre-restart lease never re-adopted
+			s.metrics.holds.observe(pool, s.engine.Clock().Now().Sub(lease.AcquireTime))
+		}
 	}
 	return err
 }

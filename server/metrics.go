@@ -20,7 +20,8 @@ type metrics struct {
 	handled  *prometheus.CounterVec   // method, code
 	handling *prometheus.HistogramVec // method (unary calls only)
 	sessReqs [numSessionKinds]prometheus.Counter
-	waits    *waitHistograms
+	waits    *durationHistograms // how long granted acquires waited
+	holds    *durationHistograms // how long released leases were held
 }
 
 func newMetrics(s *Server) *metrics {
@@ -35,7 +36,8 @@ func newMetrics(s *Server) *metrics {
 			Help:    "Time to answer a unary gRPC call, waits included, by full method name.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"method"}),
-		waits: newWaitHistograms(),
+		waits: newDurationHistograms(),
+		holds: newDurationHistograms(),
 	}
 	sr := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_grpc_session_requests_total",

@@ -16,7 +16,7 @@ type engineCollector struct {
 
 	poolGauges   []poolMetric
 	poolCounters []poolMetric
-	wait         *prometheus.Desc
+	wait, hold   *prometheus.Desc
 
 	pools, waiters, sessions, serving, refusals *prometheus.Desc
 }
@@ -60,6 +60,7 @@ func newEngineCollector(s *Server) *engineCollector {
 			g("tollgate_pool_tokens_granted_total", "Rate tokens granted by Take and by Acquire in pools with a rate.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.TokensGranted) }),
 		},
 		wait: poolDesc("tollgate_pool_acquire_wait_seconds", "How long granted acquires waited in the pool's queue (0 for those granted at once)."),
+		hold: poolDesc("tollgate_pool_lease_hold_seconds", "How long released leases were held, from grant to release (leases that expired or were revoked are not counted)."),
 
 		pools:    prometheus.NewDesc("tollgate_pools", "Pools on the server.", nil, nil),
 		waiters:  prometheus.NewDesc("tollgate_waiters", "Acquires and takes in progress across all pools (bounded by --max-waiters).", nil, nil),
@@ -77,7 +78,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.poolCounters {
 		ch <- m.desc
 	}
-	for _, d := range []*prometheus.Desc{c.wait, c.pools, c.waiters, c.sessions, c.serving, c.refusals} {
+	for _, d := range []*prometheus.Desc{c.wait, c.hold, c.pools, c.waiters, c.sessions, c.serving, c.refusals} {
 		ch <- d
 	}
 }
@@ -100,11 +101,16 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		if buckets, count, sum, ok := s.metrics.waits.snapshot(name); ok {
 			ch <- prometheus.MustNewConstHistogram(c.wait, count, sum, buckets, name)
 		}
+		if buckets, count, sum, ok := s.metrics.holds.snapshot(name); ok {
+			ch <- prometheus.MustNewConstHistogram(c.hold, count, sum, buckets, name)
+		}
 	}
-	s.metrics.waits.prune(live, func(name string) bool {
+	exists := func(name string) bool {
 		_, err := s.engine.GetPool(name)
 		return err == nil
-	})
+	}
+	s.metrics.waits.prune(live, exists)
+	s.metrics.holds.prune(live, exists)
 
 	ch <- prometheus.MustNewConstMetric(c.pools, prometheus.GaugeValue, float64(len(infos)))
 	ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(s.quotas.waiters.Load()))

@@ -79,6 +79,10 @@ func TestMetrics(t *testing.T) {
 		`tollgate_pool_acquire_wait_seconds_count{pool="db"} 3`,
 		`tollgate_pool_acquire_wait_seconds_sum{pool="db"} 2`,
 		`tollgate_pool_releases_total{pool="db"} 1`,
+		`tollgate_pool_lease_hold_seconds_bucket{pool="db",le="1"} 0`,
+		`tollgate_pool_lease_hold_seconds_bucket{pool="db",le="5"} 1`,
+		`tollgate_pool_lease_hold_seconds_count{pool="db"} 1`,
+		`tollgate_pool_lease_hold_seconds_sum{pool="db"} 2`,
 		`tollgate_grpc_session_requests_total{kind="acquire"} 1`,
 		`tollgate_session_streams 1`,
 	)
@@ -94,5 +98,8 @@ func TestMetrics(t *testing.T) {
 	o.scrape()
 	if _, ok := o.srv.metrics.waits.m.Load("db"); ok {
 		t.Error("the deleted pool's wait histogram is still kept")
+	}
+	if _, ok := o.srv.metrics.holds.m.Load("db"); ok {
+		t.Error("the deleted pool's hold histogram is still kept")
 	}
 }
