@@ -111,6 +111,22 @@ func (e *Engine) lookup(name string) (*pool, error) {
 	return p, nil
 }
 
+// lockPool returns the named pool with its lock held, or an error
+// (ErrPoolNotFound, also for a pool deleted meanwhile, or ErrShuttingDown)
+// with no lock held. The caller must unlock p.mu.
+func (e *Engine) lockPool(name string) (*pool, error) {
+	p, err := e.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.deleted {
+		p.mu.Unlock()
+		return nil, poolNotFound(name)
+	}
+	return p, nil
+}
+
 func poolNotFound(name string) error {
 	if err := ValidatePoolName(name); err != nil {
 		return err
@@ -155,15 +171,11 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 
 // GetPool returns a pool's configuration and status. Errors: ErrPoolNotFound.
 func (e *Engine) GetPool(name string) (PoolInfo, error) {
-	p, err := e.lookup(name)
+	p, err := e.lockPool(name)
 	if err != nil {
 		return PoolInfo{}, err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.deleted {
-		return PoolInfo{}, poolNotFound(name)
-	}
 	return p.infoLocked(e.clock.Now()), nil
 }
 
@@ -263,14 +275,9 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, er
 // Errors: ErrPoolNotFound, ErrPoolBusy, ErrStorageFailed (nothing was
 // deleted).
 func (e *Engine) DeletePool(name string, force bool) error {
-	p, err := e.lookup(name)
+	p, err := e.lockPool(name)
 	if err != nil {
 		return err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return poolNotFound(name)
 	}
 	if len(p.leases) > 0 && !force {
 		n, held := len(p.leases), p.held
@@ -503,14 +510,9 @@ func (e *Engine) Release(pool string, token uint64) error {
 // before a restart that was never re-adopted, which the engine does not
 // know). The server uses it to measure how long leases are held.
 func (e *Engine) ReleaseLease(pool string, token uint64) (Lease, error) {
-	p, err := e.lookup(pool)
+	p, err := e.lockPool(pool)
 	if err != nil {
 		return Lease{}, err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return Lease{}, poolNotFound(pool)
 	}
 	l := p.leases[token]
 	if l == nil && p.releasePreRestartLocked(token) { // a lease from before a restart: recovery.go
@@ -554,14 +556,9 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	if ttl < 0 {
 		return Lease{}, errorf(ErrInvalidArgument, "ttl %v is negative", ttl)
 	}
-	p, err := e.lookup(pool)
+	p, err := e.lockPool(pool)
 	if err != nil {
 		return Lease{}, err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return Lease{}, poolNotFound(pool)
 	}
 	now := e.clock.Now()
 	l := p.leases[token]
@@ -630,14 +627,9 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 	if maxWait < 0 {
 		return TakeResult{}, errorf(ErrInvalidArgument, "max wait %v is negative", maxWait)
 	}
-	p, err := e.lookup(pool)
+	p, err := e.lockPool(pool)
 	if err != nil {
 		return TakeResult{}, err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return TakeResult{}, poolNotFound(pool)
 	}
 	if p.bucket == nil {
 		p.mu.Unlock()

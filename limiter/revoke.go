@@ -34,14 +34,9 @@ func (e *Engine) RevokeLease(pool string, token uint64, reason string) error {
 	if reason == "" {
 		reason = DefaultRevokeReason
 	}
-	p, err := e.lookup(pool)
+	p, err := e.lockPool(pool)
 	if err != nil {
 		return err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return poolNotFound(pool)
 	}
 	now := e.clock.Now()
 	ended := p.expireDueLocked(now) // a lease past its expiry expired: say so
@@ -105,15 +100,11 @@ func (p *pool) enforceLimitLocked(now time.Time) {
 // ErrLeaseNotFound, ErrLeaseExpired, ErrLeaseRevoked (it is not live, and
 // the message says why as far as the pool remembers); ErrShuttingDown.
 func (e *Engine) GetLease(pool string, token uint64) (Lease, error) {
-	p, err := e.lookup(pool)
+	p, err := e.lockPool(pool)
 	if err != nil {
 		return Lease{}, err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.deleted {
-		return Lease{}, poolNotFound(pool)
-	}
 	if l := p.leases[token]; l != nil {
 		return l.Lease, nil
 	}
@@ -127,14 +118,9 @@ func (e *Engine) GetLease(pool string, token uint64) (Lease, error) {
 // re-adopted are not listed. Errors: ErrPoolNotFound; ErrShuttingDown.
 func (e *Engine) ListLeases(pool, clientID string, after uint64, limit int) ([]Lease, bool, error) {
 	limit = max(limit, 1)
-	p, err := e.lookup(pool)
+	p, err := e.lockPool(pool)
 	if err != nil {
 		return nil, false, err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return nil, false, poolNotFound(pool)
 	}
 	var out []Lease
 	for tok, l := range p.leases {

@@ -203,14 +203,9 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 // below their fair parts (pushed) and to the pool's bucket. Errors:
 // ErrPoolNotFound; ErrShareNotFound; ErrShuttingDown.
 func (e *Engine) ReleaseShare(pool string, id uint64) error {
-	p, err := e.lookup(pool)
+	p, err := e.lockPool(pool)
 	if err != nil {
 		return err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return poolNotFound(pool)
 	}
 	s := p.shr.byID[id]
 	if s == nil {
@@ -316,15 +311,11 @@ func (p *pool) sharesStatusLocked(s *PoolStatus) {
 // Shares returns a snapshot of a pool's live shares, in grant order.
 // Errors: ErrPoolNotFound.
 func (e *Engine) Shares(pool string) ([]Share, error) {
-	p, err := e.lookup(pool)
+	p, err := e.lockPool(pool)
 	if err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.deleted {
-		return nil, poolNotFound(pool)
-	}
 	out := make([]Share, 0, len(p.shr.list))
 	for _, s := range p.shr.list {
 		out = append(out, p.shareSnapshotLocked(s))

@@ -20,14 +20,9 @@ import (
 // nothing but may revoke. Errors: ErrPoolNotFound; ErrStorageFailed
 // (nothing was changed); ErrShuttingDown.
 func (e *Engine) SuspendPool(name string, revokeHeld bool) (PoolInfo, error) {
-	p, err := e.lookup(name)
+	p, err := e.lockPool(name)
 	if err != nil {
 		return PoolInfo{}, err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return PoolInfo{}, poolNotFound(name)
 	}
 	now := e.clock.Now()
 	if err := p.persistSuspendedLocked(true, now); err != nil {
@@ -53,15 +48,11 @@ func (e *Engine) SuspendPool(name string, revokeHeld bool) (PoolInfo, error) {
 // With a Persister, the change is written first. Errors: ErrPoolNotFound;
 // ErrStorageFailed (nothing was changed); ErrShuttingDown.
 func (e *Engine) ResumePool(name string) (PoolInfo, error) {
-	p, err := e.lookup(name)
+	p, err := e.lockPool(name)
 	if err != nil {
 		return PoolInfo{}, err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.deleted {
-		return PoolInfo{}, poolNotFound(name)
-	}
 	now := e.clock.Now()
 	if err := p.persistSuspendedLocked(false, now); err != nil {
 		return PoolInfo{}, err
