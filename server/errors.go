@@ -30,6 +30,9 @@ const (
 	// ReasonSessionOverflow: a Session stream was ended because its client
 	// did not read server events fast enough (RESOURCE_EXHAUSTED).
 	ReasonSessionOverflow limiter.Reason = "SESSION_OVERFLOW"
+	// ReasonWatchOverflow: a WatchEvents stream was ended because its
+	// client did not read events fast enough (RESOURCE_EXHAUSTED).
+	ReasonWatchOverflow limiter.Reason = "WATCH_OVERFLOW"
 	// ReasonDeadlineExceeded: the call's deadline passed (DEADLINE_EXCEEDED).
 	ReasonDeadlineExceeded limiter.Reason = "DEADLINE_EXCEEDED"
 	// ReasonInternal: a bug on the server (INTERNAL); the details are in

@@ -48,12 +48,17 @@ type Event struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// eventRing keeps the last RecentEventsLen events.
+// eventRing keeps the last RecentEventsLen events and hands each new one
+// to the watchers (events_watch.go).
 type eventRing struct {
-	mu   sync.Mutex
-	buf  []Event
-	next int    // where the next event goes, once buf is full
-	seq  uint64 // of the last event
+	mu       sync.Mutex
+	buf      []Event
+	next     int    // where the next event goes, once buf is full
+	seq      uint64 // of the last event
+	watchers map[*eventWatcher]struct{}
+	// watchBuffer is each new watcher's buffer; 0 means
+	// WatchEventsBuffer. Tests lower it.
+	watchBuffer int
 }
 
 func (r *eventRing) add(ev Event) {
@@ -61,6 +66,7 @@ func (r *eventRing) add(ev Event) {
 	defer r.mu.Unlock()
 	r.seq++
 	ev.Seq = r.seq
+	r.notifyLocked(ev) // events_watch.go
 	if len(r.buf) < RecentEventsLen {
 		r.buf = append(r.buf, ev)
 		return

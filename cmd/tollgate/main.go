@@ -5,6 +5,8 @@
 //	tollgate lease list|get|revoke ...
 //	tollgate acquire POOL               hold a lease until Ctrl-C
 //	tollgate take POOL -n N             take rate tokens
+//	tollgate events [--pool P]          tail the server's events until Ctrl-C
+//	tollgate stats [POOL...]            a table of pools' counters, live on a terminal
 //
 // Every client command talks to --server (default 127.0.0.1:7070, or the
 // TOLLGATE_SERVER environment variable). Errors are printed as
@@ -117,7 +119,7 @@ $TOLLGATE_SERVER or ` + defaultServer + `.`,
 	g.sec.register(pf)
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each admin call (pool commands, and acquire's pool check and release), and added to take's --max-wait")
 
-	root.AddCommand(newServeCmd(), newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newTakeCmd(g))
+	root.AddCommand(newServeCmd(), newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g))
 	return root, started
 }
 

@@ -22,6 +22,108 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// WatchEventsRequest says which events to stream.
+type WatchEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// If set, only the events about this pool.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Send the recent events the server keeps first (up to 256), oldest
+	// first, then the live ones.
+	IncludeRecent bool `protobuf:"varint,2,opt,name=include_recent,json=includeRecent,proto3" json:"include_recent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEventsRequest) Reset() {
+	*x = WatchEventsRequest{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEventsRequest) ProtoMessage() {}
+
+func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
+func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WatchEventsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *WatchEventsRequest) GetIncludeRecent() bool {
+	if x != nil {
+		return x.IncludeRecent
+	}
+	return false
+}
+
+// WatchEventsResponse carries one event.
+type WatchEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event.
+	Event         *PoolEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEventsResponse) Reset() {
+	*x = WatchEventsResponse{}
+	mi := &file_tollgate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEventsResponse) ProtoMessage() {}
+
+func (x *WatchEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEventsResponse.ProtoReflect.Descriptor instead.
+func (*WatchEventsResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WatchEventsResponse) GetEvent() *PoolEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // CreatePoolRequest declares a pool.
 type CreatePoolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -34,7 +136,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[0]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +148,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[0]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +161,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreatePoolRequest) GetPool() *Pool {
@@ -80,7 +182,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[1]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -92,7 +194,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[1]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,7 +207,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -126,7 +228,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[2]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -138,7 +240,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[2]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -151,7 +253,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetPoolRequest) GetName() string {
@@ -174,7 +276,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[3]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -186,7 +288,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[3]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -199,7 +301,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -229,7 +331,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[4]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -241,7 +343,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[4]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -254,7 +356,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListPoolsRequest) GetPageSize() int32 {
@@ -286,7 +388,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[5]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +400,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[5]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +413,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -353,7 +455,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[6]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +467,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[6]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +480,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdatePoolRequest) GetPool() *Pool {
@@ -406,7 +508,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[7]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +520,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[7]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +533,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -454,7 +556,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[8]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +568,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[8]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +581,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeletePoolRequest) GetName() string {
@@ -505,7 +607,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[9]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +619,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[9]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +632,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 // RevokeLeaseRequest names the lease to revoke.
@@ -549,7 +651,7 @@ type RevokeLeaseRequest struct {
 
 func (x *RevokeLeaseRequest) Reset() {
 	*x = RevokeLeaseRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[10]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +663,7 @@ func (x *RevokeLeaseRequest) String() string {
 func (*RevokeLeaseRequest) ProtoMessage() {}
 
 func (x *RevokeLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[10]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +676,7 @@ func (x *RevokeLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RevokeLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RevokeLeaseRequest) GetPool() string {
@@ -607,7 +709,7 @@ type RevokeLeaseResponse struct {
 
 func (x *RevokeLeaseResponse) Reset() {
 	*x = RevokeLeaseResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[11]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +721,7 @@ func (x *RevokeLeaseResponse) String() string {
 func (*RevokeLeaseResponse) ProtoMessage() {}
 
 func (x *RevokeLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[11]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +734,7 @@ func (x *RevokeLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeLeaseResponse.ProtoReflect.Descriptor instead.
 func (*RevokeLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 // GetLeaseRequest names a lease.
@@ -648,7 +750,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[12]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +762,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[12]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +775,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetLeaseRequest) GetPool() string {
@@ -701,7 +803,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[13]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +815,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[13]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +828,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -754,7 +856,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[14]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +868,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[14]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +881,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListLeasesRequest) GetPool() string {
@@ -823,7 +925,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[15]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +937,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[15]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +950,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -878,7 +980,7 @@ type SuspendPoolRequest struct {
 
 func (x *SuspendPoolRequest) Reset() {
 	*x = SuspendPoolRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[16]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +992,7 @@ func (x *SuspendPoolRequest) String() string {
 func (*SuspendPoolRequest) ProtoMessage() {}
 
 func (x *SuspendPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[16]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1005,7 @@ func (x *SuspendPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendPoolRequest.ProtoReflect.Descriptor instead.
 func (*SuspendPoolRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SuspendPoolRequest) GetName() string {
@@ -931,7 +1033,7 @@ type SuspendPoolResponse struct {
 
 func (x *SuspendPoolResponse) Reset() {
 	*x = SuspendPoolResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[17]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1045,7 @@ func (x *SuspendPoolResponse) String() string {
 func (*SuspendPoolResponse) ProtoMessage() {}
 
 func (x *SuspendPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[17]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1058,7 @@ func (x *SuspendPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendPoolResponse.ProtoReflect.Descriptor instead.
 func (*SuspendPoolResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SuspendPoolResponse) GetStatus() *PoolStatus {
@@ -977,7 +1079,7 @@ type ResumePoolRequest struct {
 
 func (x *ResumePoolRequest) Reset() {
 	*x = ResumePoolRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[18]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1091,7 @@ func (x *ResumePoolRequest) String() string {
 func (*ResumePoolRequest) ProtoMessage() {}
 
 func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[18]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1104,7 @@ func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePoolRequest.ProtoReflect.Descriptor instead.
 func (*ResumePoolRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResumePoolRequest) GetName() string {
@@ -1023,7 +1125,7 @@ type ResumePoolResponse struct {
 
 func (x *ResumePoolResponse) Reset() {
 	*x = ResumePoolResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[19]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1137,7 @@ func (x *ResumePoolResponse) String() string {
 func (*ResumePoolResponse) ProtoMessage() {}
 
 func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[19]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1150,7 @@ func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePoolResponse.ProtoReflect.Descriptor instead.
 func (*ResumePoolResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResumePoolResponse) GetStatus() *PoolStatus {
@@ -1070,7 +1172,7 @@ type DrainPoolRequest struct {
 
 func (x *DrainPoolRequest) Reset() {
 	*x = DrainPoolRequest{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[20]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1184,7 @@ func (x *DrainPoolRequest) String() string {
 func (*DrainPoolRequest) ProtoMessage() {}
 
 func (x *DrainPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[20]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1197,7 @@ func (x *DrainPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainPoolRequest.ProtoReflect.Descriptor instead.
 func (*DrainPoolRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DrainPoolRequest) GetName() string {
@@ -1116,7 +1218,7 @@ type DrainPoolResponse struct {
 
 func (x *DrainPoolResponse) Reset() {
 	*x = DrainPoolResponse{}
-	mi := &file_tollgate_v1_admin_proto_msgTypes[21]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1230,7 @@ func (x *DrainPoolResponse) String() string {
 func (*DrainPoolResponse) ProtoMessage() {}
 
 func (x *DrainPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_admin_proto_msgTypes[21]
+	mi := &file_tollgate_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1243,7 @@ func (x *DrainPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainPoolResponse.ProtoReflect.Descriptor instead.
 func (*DrainPoolResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_tollgate_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DrainPoolResponse) GetStatus() *PoolStatus {
@@ -1155,7 +1257,12 @@ var File_tollgate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/admin.proto\x12\vtollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x17tollgate/v1/types.proto\":\n" +
+	"\x17tollgate/v1/admin.proto\x12\vtollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x17tollgate/v1/types.proto\"O\n" +
+	"\x12WatchEventsRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12%\n" +
+	"\x0einclude_recent\x18\x02 \x01(\bR\rincludeRecent\"C\n" +
+	"\x13WatchEventsResponse\x12,\n" +
+	"\x05event\x18\x01 \x01(\v2\x16.tollgate.v1.PoolEventR\x05event\":\n" +
 	"\x11CreatePoolRequest\x12%\n" +
 	"\x04pool\x18\x01 \x01(\v2\x11.tollgate.v1.PoolR\x04pool\";\n" +
 	"\x12CreatePoolResponse\x12%\n" +
@@ -1215,7 +1322,7 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\x10DrainPoolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"D\n" +
 	"\x11DrainPoolResponse\x12/\n" +
-	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status2\xe4\x06\n" +
+	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status2\xb8\a\n" +
 	"\fAdminService\x12M\n" +
 	"\n" +
 	"CreatePool\x12\x1e.tollgate.v1.CreatePoolRequest\x1a\x1f.tollgate.v1.CreatePoolResponse\x12D\n" +
@@ -1232,7 +1339,8 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\vSuspendPool\x12\x1f.tollgate.v1.SuspendPoolRequest\x1a .tollgate.v1.SuspendPoolResponse\x12M\n" +
 	"\n" +
 	"ResumePool\x12\x1e.tollgate.v1.ResumePoolRequest\x1a\x1f.tollgate.v1.ResumePoolResponse\x12J\n" +
-	"\tDrainPool\x12\x1d.tollgate.v1.DrainPoolRequest\x1a\x1e.tollgate.v1.DrainPoolResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
+	"\tDrainPool\x12\x1d.tollgate.v1.DrainPoolRequest\x1a\x1e.tollgate.v1.DrainPoolResponse\x12R\n" +
+	"\vWatchEvents\x12\x1f.tollgate.v1.WatchEventsRequest\x1a .tollgate.v1.WatchEventsResponse0\x01B;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (
 	file_tollgate_v1_admin_proto_rawDescOnce sync.Once
@@ -1246,77 +1354,83 @@ func file_tollgate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tollgate_v1_admin_proto_rawDescData
 }
 
-var file_tollgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_tollgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_tollgate_v1_admin_proto_goTypes = []any{
-	(*CreatePoolRequest)(nil),     // 0: tollgate.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),    // 1: tollgate.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),        // 2: tollgate.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),       // 3: tollgate.v1.GetPoolResponse
-	(*ListPoolsRequest)(nil),      // 4: tollgate.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),     // 5: tollgate.v1.ListPoolsResponse
-	(*UpdatePoolRequest)(nil),     // 6: tollgate.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),    // 7: tollgate.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),     // 8: tollgate.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),    // 9: tollgate.v1.DeletePoolResponse
-	(*RevokeLeaseRequest)(nil),    // 10: tollgate.v1.RevokeLeaseRequest
-	(*RevokeLeaseResponse)(nil),   // 11: tollgate.v1.RevokeLeaseResponse
-	(*GetLeaseRequest)(nil),       // 12: tollgate.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),      // 13: tollgate.v1.GetLeaseResponse
-	(*ListLeasesRequest)(nil),     // 14: tollgate.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),    // 15: tollgate.v1.ListLeasesResponse
-	(*SuspendPoolRequest)(nil),    // 16: tollgate.v1.SuspendPoolRequest
-	(*SuspendPoolResponse)(nil),   // 17: tollgate.v1.SuspendPoolResponse
-	(*ResumePoolRequest)(nil),     // 18: tollgate.v1.ResumePoolRequest
-	(*ResumePoolResponse)(nil),    // 19: tollgate.v1.ResumePoolResponse
-	(*DrainPoolRequest)(nil),      // 20: tollgate.v1.DrainPoolRequest
-	(*DrainPoolResponse)(nil),     // 21: tollgate.v1.DrainPoolResponse
-	(*Pool)(nil),                  // 22: tollgate.v1.Pool
-	(*PoolStatus)(nil),            // 23: tollgate.v1.PoolStatus
-	(*fieldmaskpb.FieldMask)(nil), // 24: google.protobuf.FieldMask
-	(*Lease)(nil),                 // 25: tollgate.v1.Lease
+	(*WatchEventsRequest)(nil),    // 0: tollgate.v1.WatchEventsRequest
+	(*WatchEventsResponse)(nil),   // 1: tollgate.v1.WatchEventsResponse
+	(*CreatePoolRequest)(nil),     // 2: tollgate.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),    // 3: tollgate.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),        // 4: tollgate.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),       // 5: tollgate.v1.GetPoolResponse
+	(*ListPoolsRequest)(nil),      // 6: tollgate.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),     // 7: tollgate.v1.ListPoolsResponse
+	(*UpdatePoolRequest)(nil),     // 8: tollgate.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),    // 9: tollgate.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),     // 10: tollgate.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),    // 11: tollgate.v1.DeletePoolResponse
+	(*RevokeLeaseRequest)(nil),    // 12: tollgate.v1.RevokeLeaseRequest
+	(*RevokeLeaseResponse)(nil),   // 13: tollgate.v1.RevokeLeaseResponse
+	(*GetLeaseRequest)(nil),       // 14: tollgate.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),      // 15: tollgate.v1.GetLeaseResponse
+	(*ListLeasesRequest)(nil),     // 16: tollgate.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),    // 17: tollgate.v1.ListLeasesResponse
+	(*SuspendPoolRequest)(nil),    // 18: tollgate.v1.SuspendPoolRequest
+	(*SuspendPoolResponse)(nil),   // 19: tollgate.v1.SuspendPoolResponse
+	(*ResumePoolRequest)(nil),     // 20: tollgate.v1.ResumePoolRequest
+	(*ResumePoolResponse)(nil),    // 21: tollgate.v1.ResumePoolResponse
+	(*DrainPoolRequest)(nil),      // 22: tollgate.v1.DrainPoolRequest
+	(*DrainPoolResponse)(nil),     // 23: tollgate.v1.DrainPoolResponse
+	(*PoolEvent)(nil),             // 24: tollgate.v1.PoolEvent
+	(*Pool)(nil),                  // 25: tollgate.v1.Pool
+	(*PoolStatus)(nil),            // 26: tollgate.v1.PoolStatus
+	(*fieldmaskpb.FieldMask)(nil), // 27: google.protobuf.FieldMask
+	(*Lease)(nil),                 // 28: tollgate.v1.Lease
 }
 var file_tollgate_v1_admin_proto_depIdxs = []int32{
-	22, // 0: tollgate.v1.CreatePoolRequest.pool:type_name -> tollgate.v1.Pool
-	22, // 1: tollgate.v1.CreatePoolResponse.pool:type_name -> tollgate.v1.Pool
-	22, // 2: tollgate.v1.GetPoolResponse.pool:type_name -> tollgate.v1.Pool
-	23, // 3: tollgate.v1.GetPoolResponse.status:type_name -> tollgate.v1.PoolStatus
-	22, // 4: tollgate.v1.ListPoolsResponse.pools:type_name -> tollgate.v1.Pool
-	23, // 5: tollgate.v1.ListPoolsResponse.statuses:type_name -> tollgate.v1.PoolStatus
-	22, // 6: tollgate.v1.UpdatePoolRequest.pool:type_name -> tollgate.v1.Pool
-	24, // 7: tollgate.v1.UpdatePoolRequest.update_mask:type_name -> google.protobuf.FieldMask
-	22, // 8: tollgate.v1.UpdatePoolResponse.pool:type_name -> tollgate.v1.Pool
-	25, // 9: tollgate.v1.GetLeaseResponse.lease:type_name -> tollgate.v1.Lease
-	25, // 10: tollgate.v1.ListLeasesResponse.leases:type_name -> tollgate.v1.Lease
-	23, // 11: tollgate.v1.SuspendPoolResponse.status:type_name -> tollgate.v1.PoolStatus
-	23, // 12: tollgate.v1.ResumePoolResponse.status:type_name -> tollgate.v1.PoolStatus
-	23, // 13: tollgate.v1.DrainPoolResponse.status:type_name -> tollgate.v1.PoolStatus
-	0,  // 14: tollgate.v1.AdminService.CreatePool:input_type -> tollgate.v1.CreatePoolRequest
-	2,  // 15: tollgate.v1.AdminService.GetPool:input_type -> tollgate.v1.GetPoolRequest
-	4,  // 16: tollgate.v1.AdminService.ListPools:input_type -> tollgate.v1.ListPoolsRequest
-	6,  // 17: tollgate.v1.AdminService.UpdatePool:input_type -> tollgate.v1.UpdatePoolRequest
-	8,  // 18: tollgate.v1.AdminService.DeletePool:input_type -> tollgate.v1.DeletePoolRequest
-	10, // 19: tollgate.v1.AdminService.RevokeLease:input_type -> tollgate.v1.RevokeLeaseRequest
-	12, // 20: tollgate.v1.AdminService.GetLease:input_type -> tollgate.v1.GetLeaseRequest
-	14, // 21: tollgate.v1.AdminService.ListLeases:input_type -> tollgate.v1.ListLeasesRequest
-	16, // 22: tollgate.v1.AdminService.SuspendPool:input_type -> tollgate.v1.SuspendPoolRequest
-	18, // 23: tollgate.v1.AdminService.ResumePool:input_type -> tollgate.v1.ResumePoolRequest
-	20, // 24: tollgate.v1.AdminService.DrainPool:input_type -> tollgate.v1.DrainPoolRequest
-	1,  // 25: tollgate.v1.AdminService.CreatePool:output_type -> tollgate.v1.CreatePoolResponse
-	3,  // 26: tollgate.v1.AdminService.GetPool:output_type -> tollgate.v1.GetPoolResponse
-	5,  // 27: tollgate.v1.AdminService.ListPools:output_type -> tollgate.v1.ListPoolsResponse
-	7,  // 28: tollgate.v1.AdminService.UpdatePool:output_type -> tollgate.v1.UpdatePoolResponse
-	9,  // 29: tollgate.v1.AdminService.DeletePool:output_type -> tollgate.v1.DeletePoolResponse
-	11, // 30: tollgate.v1.AdminService.RevokeLease:output_type -> tollgate.v1.RevokeLeaseResponse
-	13, // 31: tollgate.v1.AdminService.GetLease:output_type -> tollgate.v1.GetLeaseResponse
-	15, // 32: tollgate.v1.AdminService.ListLeases:output_type -> tollgate.v1.ListLeasesResponse
-	17, // 33: tollgate.v1.AdminService.SuspendPool:output_type -> tollgate.v1.SuspendPoolResponse
-	19, // 34: tollgate.v1.AdminService.ResumePool:output_type -> tollgate.v1.ResumePoolResponse
-	21, // 35: tollgate.v1.AdminService.DrainPool:output_type -> tollgate.v1.DrainPoolResponse
-	25, // [25:36] is the sub-list for method output_type
-	14, // [14:25] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	24, // 0: tollgate.v1.WatchEventsResponse.event:type_name -> tollgate.v1.PoolEvent
+	25, // 1: tollgate.v1.CreatePoolRequest.pool:type_name -> tollgate.v1.Pool
+	25, // 2: tollgate.v1.CreatePoolResponse.pool:type_name -> tollgate.v1.Pool
+	25, // 3: tollgate.v1.GetPoolResponse.pool:type_name -> tollgate.v1.Pool
+	26, // 4: tollgate.v1.GetPoolResponse.status:type_name -> tollgate.v1.PoolStatus
+	25, // 5: tollgate.v1.ListPoolsResponse.pools:type_name -> tollgate.v1.Pool
+	26, // 6: tollgate.v1.ListPoolsResponse.statuses:type_name -> tollgate.v1.PoolStatus
+	25, // 7: tollgate.v1.UpdatePoolRequest.pool:type_name -> tollgate.v1.Pool
+	27, // 8: tollgate.v1.UpdatePoolRequest.update_mask:type_name -> google.protobuf.FieldMask
+	25, // 9: tollgate.v1.UpdatePoolResponse.pool:type_name -> tollgate.v1.Pool
+	28, // 10: tollgate.v1.GetLeaseResponse.lease:type_name -> tollgate.v1.Lease
+	28, // 11: tollgate.v1.ListLeasesResponse.leases:type_name -> tollgate.v1.Lease
+	26, // 12: tollgate.v1.SuspendPoolResponse.status:type_name -> tollgate.v1.PoolStatus
+	26, // 13: tollgate.v1.ResumePoolResponse.status:type_name -> tollgate.v1.PoolStatus
+	26, // 14: tollgate.v1.DrainPoolResponse.status:type_name -> tollgate.v1.PoolStatus
+	2,  // 15: tollgate.v1.AdminService.CreatePool:input_type -> tollgate.v1.CreatePoolRequest
+	4,  // 16: tollgate.v1.AdminService.GetPool:input_type -> tollgate.v1.GetPoolRequest
+	6,  // 17: tollgate.v1.AdminService.ListPools:input_type -> tollgate.v1.ListPoolsRequest
+	8,  // 18: tollgate.v1.AdminService.UpdatePool:input_type -> tollgate.v1.UpdatePoolRequest
+	10, // 19: tollgate.v1.AdminService.DeletePool:input_type -> tollgate.v1.DeletePoolRequest
+	12, // 20: tollgate.v1.AdminService.RevokeLease:input_type -> tollgate.v1.RevokeLeaseRequest
+	14, // 21: tollgate.v1.AdminService.GetLease:input_type -> tollgate.v1.GetLeaseRequest
+	16, // 22: tollgate.v1.AdminService.ListLeases:input_type -> tollgate.v1.ListLeasesRequest
+	18, // 23: tollgate.v1.AdminService.SuspendPool:input_type -> tollgate.v1.SuspendPoolRequest
+	20, // 24: tollgate.v1.AdminService.ResumePool:input_type -> tollgate.v1.ResumePoolRequest
+	22, // 25: tollgate.v1.AdminService.DrainPool:input_type -> tollgate.v1.DrainPoolRequest
+	0,  // 26: tollgate.v1.AdminService.WatchEvents:input_type -> tollgate.v1.WatchEventsRequest
+	3,  // 27: tollgate.v1.AdminService.CreatePool:output_type -> tollgate.v1.CreatePoolResponse
+	5,  // 28: tollgate.v1.AdminService.GetPool:output_type -> tollgate.v1.GetPoolResponse
+	7,  // 29: tollgate.v1.AdminService.ListPools:output_type -> tollgate.v1.ListPoolsResponse
+	9,  // 30: tollgate.v1.AdminService.UpdatePool:output_type -> tollgate.v1.UpdatePoolResponse
+	11, // 31: tollgate.v1.AdminService.DeletePool:output_type -> tollgate.v1.DeletePoolResponse
+	13, // 32: tollgate.v1.AdminService.RevokeLease:output_type -> tollgate.v1.RevokeLeaseResponse
+	15, // 33: tollgate.v1.AdminService.GetLease:output_type -> tollgate.v1.GetLeaseResponse
+	17, // 34: tollgate.v1.AdminService.ListLeases:output_type -> tollgate.v1.ListLeasesResponse
+	19, // 35: tollgate.v1.AdminService.SuspendPool:output_type -> tollgate.v1.SuspendPoolResponse
+	21, // 36: tollgate.v1.AdminService.ResumePool:output_type -> tollgate.v1.ResumePoolResponse
+	23, // 37: tollgate.v1.AdminService.DrainPool:output_type -> tollgate.v1.DrainPoolResponse
+	1,  // 38: tollgate.v1.AdminService.WatchEvents:output_type -> tollgate.v1.WatchEventsResponse
+	27, // [27:39] is the sub-list for method output_type
+	15, // [15:27] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_admin_proto_init() }
@@ -1331,7 +1445,7 @@ func file_tollgate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_admin_proto_rawDesc), len(file_tollgate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	AdminService_SuspendPool_FullMethodName = "/tollgate.v1.AdminService/SuspendPool"
 	AdminService_ResumePool_FullMethodName  = "/tollgate.v1.AdminService/ResumePool"
 	AdminService_DrainPool_FullMethodName   = "/tollgate.v1.AdminService/DrainPool"
+	AdminService_WatchEvents_FullMethodName = "/tollgate.v1.AdminService/WatchEvents"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -119,6 +120,16 @@ type AdminServiceClient interface {
 	// (POOL_NOT_FOUND, or POOL_DELETED when it was deleted while waiting);
 	// INVALID_ARGUMENT for a bad name.
 	DrainPool(ctx context.Context, in *DrainPoolRequest, opts ...grpc.CallOption) (*DrainPoolResponse, error)
+	// WatchEvents streams the server's events (pool changes, leases that
+	// ended without their holder's release, adaptive changes) as they are
+	// recorded: first, with include_recent, the recent events the server
+	// keeps (oldest first), then live ones, until the caller cancels.
+	//
+	// Errors: RESOURCE_EXHAUSTED when the caller fell too far behind (the
+	// server does not wait for slow watchers; reconnect, with include_recent
+	// to catch up on what was kept); UNAVAILABLE (SHUTTING_DOWN) when the
+	// server shuts down; INVALID_ARGUMENT for a bad pool name.
+	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEventsResponse], error)
 }
 
 type adminServiceClient struct {
@@ -239,6 +250,25 @@ func (c *adminServiceClient) DrainPool(ctx context.Context, in *DrainPoolRequest
 	return out, nil
 }
 
+func (c *adminServiceClient) WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEventsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[0], AdminService_WatchEvents_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchEventsRequest, WatchEventsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_WatchEventsClient = grpc.ServerStreamingClient[WatchEventsResponse]
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -326,6 +356,16 @@ type AdminServiceServer interface {
 	// (POOL_NOT_FOUND, or POOL_DELETED when it was deleted while waiting);
 	// INVALID_ARGUMENT for a bad name.
 	DrainPool(context.Context, *DrainPoolRequest) (*DrainPoolResponse, error)
+	// WatchEvents streams the server's events (pool changes, leases that
+	// ended without their holder's release, adaptive changes) as they are
+	// recorded: first, with include_recent, the recent events the server
+	// keeps (oldest first), then live ones, until the caller cancels.
+	//
+	// Errors: RESOURCE_EXHAUSTED when the caller fell too far behind (the
+	// server does not wait for slow watchers; reconnect, with include_recent
+	// to catch up on what was kept); UNAVAILABLE (SHUTTING_DOWN) when the
+	// server shuts down; INVALID_ARGUMENT for a bad pool name.
+	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -368,6 +408,9 @@ func (UnimplementedAdminServiceServer) ResumePool(context.Context, *ResumePoolRe
 }
 func (UnimplementedAdminServiceServer) DrainPool(context.Context, *DrainPoolRequest) (*DrainPoolResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DrainPool not implemented")
+}
+func (UnimplementedAdminServiceServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -588,6 +631,17 @@ func _AdminService_DrainPool_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchEventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServiceServer).WatchEvents(m, &grpc.GenericServerStream[WatchEventsRequest, WatchEventsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_WatchEventsServer = grpc.ServerStreamingServer[WatchEventsResponse]
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -640,6 +694,12 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AdminService_DrainPool_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchEvents",
+			Handler:       _AdminService_WatchEvents_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "tollgate/v1/admin.proto",
 }

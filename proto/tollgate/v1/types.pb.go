@@ -1000,6 +1000,130 @@ func (x *Lease) GetAcquireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// PoolEvent is something operators may want to know happened on the
+// server: a pool change made through AdminService, a lease that ended
+// without its holder's release, or a change adaptive control made.
+type PoolEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Numbers the server's events from 1 in the order they were recorded
+	// (restarting at 1 when the server restarts).
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// When it happened, by the server's clock.
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// What happened: one of pool_created, pool_updated, pool_deleted,
+	// lease_expired, lease_revoked, pool_throttled, pool_relieved. New types
+	// may be added; show unknown ones as they are.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// The pool the event is about.
+	Pool string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Says more, for people (the new limits, the fields changed, ...).
+	Detail string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The lease's id, for lease events.
+	LeaseId string `protobuf:"bytes,6,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// The lease's client id, for lease events.
+	ClientId string `protobuf:"bytes,7,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// The lease's description, for lease events.
+	Description string `protobuf:"bytes,8,opt,name=description,proto3" json:"description,omitempty"`
+	// Who made a pool change: its authenticated name, or its address when
+	// it presented no credentials.
+	Actor         string `protobuf:"bytes,9,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolEvent) Reset() {
+	*x = PoolEvent{}
+	mi := &file_tollgate_v1_types_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolEvent) ProtoMessage() {}
+
+func (x *PoolEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_types_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolEvent.ProtoReflect.Descriptor instead.
+func (*PoolEvent) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PoolEvent) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PoolEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *PoolEvent) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *PoolEvent) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *PoolEvent) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *PoolEvent) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *PoolEvent) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *PoolEvent) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
 var File_tollgate_v1_types_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_types_proto_rawDesc = "" +
@@ -1083,7 +1207,17 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x03ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1a\n" +
 	"\bpriority\x18\t \x01(\x05R\bpriority\x12=\n" +
 	"\facquire_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime*o\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime\"\xfd\x01\n" +
+	"\tPoolEvent\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
+	"\x04pool\x18\x04 \x01(\tR\x04pool\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\x12\x19\n" +
+	"\blease_id\x18\x06 \x01(\tR\aleaseId\x12\x1b\n" +
+	"\tclient_id\x18\a \x01(\tR\bclientId\x12 \n" +
+	"\vdescription\x18\b \x01(\tR\vdescription\x12\x14\n" +
+	"\x05actor\x18\t \x01(\tR\x05actor*o\n" +
 	"\x10RevocationPolicy\x12!\n" +
 	"\x1dREVOCATION_POLICY_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16REVOCATION_POLICY_WAIT\x10\x01\x12\x1c\n" +
@@ -1111,7 +1245,7 @@ func file_tollgate_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_tollgate_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_tollgate_v1_types_proto_goTypes = []any{
 	(RevocationPolicy)(0),         // 0: tollgate.v1.RevocationPolicy
 	(AdaptiveTarget)(0),           // 1: tollgate.v1.AdaptiveTarget
@@ -1120,33 +1254,35 @@ var file_tollgate_v1_types_proto_goTypes = []any{
 	(*Adaptive)(nil),              // 4: tollgate.v1.Adaptive
 	(*PoolStatus)(nil),            // 5: tollgate.v1.PoolStatus
 	(*Lease)(nil),                 // 6: tollgate.v1.Lease
-	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*PoolEvent)(nil),             // 7: tollgate.v1.PoolEvent
+	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
 }
 var file_tollgate_v1_types_proto_depIdxs = []int32{
-	7,  // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
-	7,  // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
-	8,  // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
-	8,  // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
+	8,  // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
+	9,  // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: tollgate.v1.Pool.adaptive:type_name -> tollgate.v1.Adaptive
 	0,  // 5: tollgate.v1.Pool.revocation_policy:type_name -> tollgate.v1.RevocationPolicy
 	1,  // 6: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
-	7,  // 7: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
-	7,  // 8: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
-	7,  // 9: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
-	8,  // 10: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
+	8,  // 7: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
+	8,  // 8: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
+	8,  // 9: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
+	9,  // 10: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
 	2,  // 11: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
-	8,  // 12: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
-	7,  // 13: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
-	7,  // 14: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
-	8,  // 15: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
-	7,  // 16: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	8,  // 17: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	9,  // 12: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
+	8,  // 13: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
+	8,  // 14: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
+	9,  // 15: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
+	8,  // 16: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	9,  // 17: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	9,  // 18: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_types_proto_init() }
@@ -1160,7 +1296,7 @@ func file_tollgate_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_types_proto_rawDesc), len(file_tollgate_v1_types_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
