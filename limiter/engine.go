@@ -349,14 +349,9 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	if err := checkAcquireRequest(&req); err != nil {
 		return Lease{}, err
 	}
-	p, err := e.lookup(req.Pool)
+	p, err := e.lockPool(req.Pool)
 	if err != nil {
 		return Lease{}, err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return Lease{}, poolNotFound(req.Pool)
 	}
 	if err := p.checkWeightLocked(req.Weight); err != nil {
 		p.mu.Unlock()
@@ -501,41 +496,64 @@ func (p *pool) busyLocked(now time.Time) string {
 // restart, releasing a lease from before the restart that was not
 // re-adopted succeeds (see RestorePool).
 func (e *Engine) Release(pool string, token uint64) error {
-	_, err := e.ReleaseLease(pool, token)
+	_, err := e.ReleaseLease(pool, token, nil)
 	return err
+}
+
+// ReleaseOutcome is how the work done under a released lease ended, as
+// RecordOutcome takes it: an Outcome and its latency (0: not measured).
+type ReleaseOutcome struct {
+	Outcome Outcome
+	Latency time.Duration
 }
 
 // ReleaseLease is Release that also returns the lease as it was when
 // released (the zero Lease when it returns an error, and for a lease from
 // before a restart that was never re-adopted, which the engine does not
-// know). The server uses it to measure how long leases are held.
-func (e *Engine) ReleaseLease(pool string, token uint64) (Lease, error) {
+// know), and counts out, if not nil, as RecordOutcome would, under the same
+// lock. The outcome is counted when the release succeeds or the lease had
+// expired (the work ran either way, and how it went tells about the
+// protected system), not for a lease the pool does not know, so a retried
+// release counts once. Errors: those of Release, and ErrInvalidArgument for
+// a bad outcome (then nothing is released).
+func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (Lease, error) {
+	if out != nil {
+		if err := checkOutcome(out.Outcome, out.Latency); err != nil {
+			return Lease{}, err
+		}
+	}
 	p, err := e.lockPool(pool)
 	if err != nil {
 		return Lease{}, err
 	}
+	var released Lease
 	l := p.leases[token]
-	if l == nil && p.releasePreRestartLocked(token) { // a lease from before a restart: recovery.go
+	switch {
+	case l == nil && p.releasePreRestartLocked(token): // a lease from before a restart: recovery.go
+	case l == nil:
+		err = p.missingLeaseErrLocked(token)
+	default:
+		// A lease still in the map is released even if its expiry instant
+		// has just passed and the expiry timer has not run yet: the permits
+		// go back either way, and not reading the clock keeps Release cheap.
+		// (Renew, by contrast, refuses: extending such a lease would be
+		// wrong.)
+		p.removeLeaseLocked(l)
+		p.stats.Released++
+		if len(p.waiters) > 0 {
+			p.dispatchLocked(e.clock.Now())
+		}
+		released = l.Lease
+	}
+	if out == nil || (err != nil && !errors.Is(err, ErrLeaseExpired)) {
 		p.mu.Unlock()
-		return Lease{}, nil
+		return released, err
 	}
-	if l == nil {
-		err := p.missingLeaseErrLocked(token)
-		p.mu.Unlock()
-		return Lease{}, err
-	}
-	// A lease still in the map is released even if its expiry instant has
-	// just passed and the expiry timer has not run yet: the permits go back
-	// either way, and not reading the clock keeps Release cheap. (Renew, by
-	// contrast, refuses: extending such a lease would be wrong.)
-	p.removeLeaseLocked(l)
-	p.stats.Released++
-	if len(p.waiters) > 0 {
-		p.dispatchLocked(e.clock.Now())
-	}
-	released := l.Lease
+	p.recordOutcomesLocked(outcomeBucketOf(out.Outcome, out.Latency), e.clock.Now())
+	ob := p.takeOutboxLocked()
 	p.mu.Unlock()
-	return released, nil
+	e.deliver(ob)
+	return released, err
 }
 
 // Renew extends a live lease to ttl from now (0: the TTL it has, capped at

@@ -141,27 +141,12 @@ func (p *pool) record(b outcomeBucket) error {
 }
 
 // ReleaseWithOutcome is Release, reporting how the work under the lease
-// ended (latency 0: not measured). The outcome is counted when the
-// release succeeds, and when it fails because the lease expired (the work
-// was done, and its outcome is news about the protected system), but not
-// for a lease that is unknown (released already: a retried release must
-// not count twice). Errors: those of Release, and ErrInvalidArgument for a
-// bad outcome (then nothing is released).
+// ended (latency 0: not measured); see ReleaseLease for when the outcome
+// is counted. Errors: those of Release, and ErrInvalidArgument for a bad
+// outcome (then nothing is released).
 func (e *Engine) ReleaseWithOutcome(pool string, token uint64, o Outcome, latency time.Duration) error {
-	if err := checkOutcome(o, latency); err != nil {
-		return err
-	}
-	err := e.Release(pool, token)
-	if err == nil || isReason(err, ReasonLeaseExpired) {
-		_ = e.RecordOutcome(pool, o, latency) // the pool may have gone meanwhile: nothing to count
-	}
+	_, err := e.ReleaseLease(pool, token, &ReleaseOutcome{Outcome: o, Latency: latency})
 	return err
-}
-
-// isReason reports whether err is an *Error with reason r.
-func isReason(err error, r Reason) bool {
-	e, ok := err.(*Error)
-	return ok && e.Reason == r
 }
 
 // Report counts batches of outcomes, each for one pool, as RecordOutcome

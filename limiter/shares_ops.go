@@ -57,14 +57,9 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 	if req.Weight == 0 {
 		req.Weight = 1
 	}
-	p, err := e.lookup(req.Pool)
+	p, err := e.lockPool(req.Pool)
 	if err != nil {
 		return Share{}, err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return Share{}, poolNotFound(req.Pool)
 	}
 	if err := p.sharesAllowedLocked(); err != nil {
 		p.mu.Unlock()
@@ -140,14 +135,9 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	if r.TTL < 0 {
 		return Share{}, errorf(ErrInvalidArgument, "ttl %v is negative", r.TTL)
 	}
-	p, err := e.lookup(r.Pool)
+	p, err := e.lockPool(r.Pool)
 	if err != nil {
 		return Share{}, err
-	}
-	p.mu.Lock()
-	if p.deleted {
-		p.mu.Unlock()
-		return Share{}, poolNotFound(r.Pool)
 	}
 	if err := p.sharesAllowedLocked(); err != nil {
 		p.mu.Unlock()

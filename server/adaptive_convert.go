@@ -121,14 +121,8 @@ func adaptiveStatusToProto(s limiter.AdaptiveStatus, out *tollgatev1.PoolStatus)
 	out.ShareHolders, out.SharesGranted = s.ShareHolders, s.SharesGranted
 }
 
-// releaseOutcome is the outcome a release carries.
-type releaseOutcome struct {
-	result  limiter.Outcome
-	latency time.Duration
-}
-
 // outcomeFromProto converts a release's outcome; nil for none.
-func outcomeFromProto(o *tollgatev1.Outcome) (*releaseOutcome, error) {
+func outcomeFromProto(o *tollgatev1.Outcome) (*limiter.ReleaseOutcome, error) {
 	if o == nil {
 		return nil, nil
 	}
@@ -147,7 +141,7 @@ func outcomeFromProto(o *tollgatev1.Outcome) (*releaseOutcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &releaseOutcome{result: r, latency: lat}, nil
+	return &limiter.ReleaseOutcome{Outcome: r, Latency: lat}, nil
 }
 
 // reportsFromProto converts a Report request.

@@ -48,10 +48,11 @@ func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, max
 	return s.engine.Take(ctx, pool, tokens, maxWait)
 }
 
-// releaseLease releases a lease on the engine, stops counting it against
-// its client, and records how long it was held.
-func (s *Server) releaseLease(pool string, token uint64) error {
-	lease, err := s.engine.ReleaseLease(pool, token)
+// releaseLease releases a lease on the engine, counting out (if not nil)
+// as the engine's ReleaseLease does, stops counting the lease against its
+// client, and records how long it was held.
+func (s *Server) releaseLease(pool string, token uint64, out *limiter.ReleaseOutcome) error {
+	lease, err := s.engine.ReleaseLease(pool, token, out)
 	if err == nil {
 		s.quotas.leaseEnded(pool, token)
 		if !lease.AcquireTime.IsZero() { // zero: a pre-restart lease never re-adopted

@@ -84,7 +84,7 @@ func (s *Server) acquire(ctx context.Context, req *tollgatev1.AcquireRequest, ow
 // releaseQuietly releases a lease that was granted but could not be handed
 // to its caller, logging (at debug) why.
 func (s *Server) releaseQuietly(lease limiter.Lease, why string) {
-	err := s.releaseLease(lease.Pool, lease.FencingToken)
+	err := s.releaseLease(lease.Pool, lease.FencingToken, nil)
 	s.log.Debug("released an undelivered lease", "pool", lease.Pool, "lease_id", lease.FencingToken, "why", why, "err", err)
 }
 
@@ -102,9 +102,7 @@ func (s *Server) release(req *tollgatev1.ReleaseRequest) error {
 	if err != nil {
 		return err
 	}
-	err = s.releaseLease(req.GetPool(), tok)
-	s.recordReleaseOutcome(req.GetPool(), out, err)
-	return err
+	return s.releaseLease(req.GetPool(), tok, out)
 }
 
 // renew validates req and extends the lease, making owner (if not nil) the

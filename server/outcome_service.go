@@ -2,28 +2,13 @@ package server
 
 import (
 	"context"
-	"errors"
 
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
 // This file serves outcome reports: the outcome a release carries, and the
 // Report call (unary and on the Session stream), which feed adaptive
 // limits.
-
-// recordReleaseOutcome counts the outcome of a release (none when out is
-// nil) that ended with err: when the release succeeded, or failed because
-// the lease had expired (the work was done; its outcome is news), but not
-// for an unknown lease, so that a retried release counts once.
-func (s *Server) recordReleaseOutcome(pool string, out *releaseOutcome, err error) {
-	if out == nil || (err != nil && !errors.Is(err, limiter.ErrLeaseExpired)) {
-		return
-	}
-	if rerr := s.engine.RecordOutcome(pool, out.result, out.latency); rerr != nil {
-		s.log.Debug("could not count a release's outcome", "pool", pool, "err", rerr)
-	}
-}
 
 // Report counts batches of outcomes.
 func (l *limiterService) Report(ctx context.Context, req *tollgatev1.ReportRequest) (*tollgatev1.ReportResponse, error) {

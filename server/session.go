@@ -208,7 +208,7 @@ func (s *session) releaseUndelivered(r *tollgatev1.SessionResponse) {
 	if l == nil {
 		return
 	}
-	err := s.srv.releaseLease(l.GetPool(), l.GetFencingToken())
+	err := s.srv.releaseLease(l.GetPool(), l.GetFencingToken(), nil)
 	s.srv.log.Debug("released a lease whose grant could not be sent on its session", "pool", l.GetPool(), "lease_id", l.GetId(), "err", err)
 }
 
