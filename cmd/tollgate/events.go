@@ -18,7 +18,7 @@ func newEventsCmd(g *globals) *cobra.Command {
 	var (
 		pool   string
 		recent bool
-		format string
+		format outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "events",
@@ -36,12 +36,6 @@ A watcher that cannot keep up is disconnected by the server
   tollgate events --pool orders-db --recent
   tollgate events -o json | jq .`,
 		Args: cobra.NoArgs,
-		PreRunE: func(cmd *cobra.Command, args []string) error {
-			if format != "text" && format != "json" {
-				return usageErrorf("-o %q is not an output format; use text or json", format)
-			}
-			return nil
-		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.dial()
 			if err != nil {
@@ -65,7 +59,7 @@ A watcher that cannot keep up is disconnected by the server
 				}
 				ev := resp.GetEvent()
 				var line string
-				if format == "json" {
+				if format.json {
 					b, err := protojson.Marshal(ev)
 					if err != nil {
 						return err
@@ -83,7 +77,7 @@ A watcher that cannot keep up is disconnected by the server
 	f := cmd.Flags()
 	f.StringVar(&pool, "pool", "", "only the events of this pool")
 	f.BoolVar(&recent, "recent", false, "first print the recent events the server kept")
-	f.StringVarP(&format, "output", "o", "text", "output format: text or json (one JSON object a line)")
+	f.VarP(&format, "output", "o", "output format: text or json (one JSON object a line)")
 	return cmd
 }
 

@@ -14,7 +14,7 @@ import (
 // newLeaseCmd is "tollgate lease": listing, showing and revoking a pool's
 // live leases through AdminService.
 func newLeaseCmd(g *globals) *cobra.Command {
-	var format string
+	var format outputFlag
 	cmd := &cobra.Command{
 		Use:   "lease",
 		Short: "List, inspect and revoke the live leases of a pool",
@@ -22,18 +22,9 @@ func newLeaseCmd(g *globals) *cobra.Command {
 pool and its id (the decimal fencing token that acquire prints).
 
 Output is readable text; -o json prints the API's messages as JSON.`,
-		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if err := cmd.Root().PersistentPreRunE(cmd, args); err != nil {
-				return err
-			}
-			if format != "text" && format != "json" {
-				return usageErrorf("-o %q is not an output format; use text or json", format)
-			}
-			return nil
-		},
 	}
-	cmd.PersistentFlags().StringVarP(&format, "output", "o", "text", "output format: text or json")
-	out := func(cmd *cobra.Command) *printer { return &printer{w: cmd.OutOrStdout(), json: format == "json"} }
+	cmd.PersistentFlags().VarP(&format, "output", "o", "output format: text or json")
+	out := func(cmd *cobra.Command) *printer { return format.printer(cmd.OutOrStdout()) }
 	cmd.AddCommand(newLeaseListCmd(g, out), newLeaseGetCmd(g, out), newLeaseRevokeCmd(g, out))
 	return cmd
 }

@@ -21,6 +21,38 @@ type printer struct {
 	json bool
 }
 
+// outputFlag is the value of a command's -o flag: text (the default) or
+// json. Any other value is refused when the flag is parsed, which makes it
+// a usage error.
+type outputFlag struct{ json bool }
+
+// String returns "text" or "json".
+func (o *outputFlag) String() string {
+	if o.json {
+		return "json"
+	}
+	return "text"
+}
+
+// Set parses text or json.
+func (o *outputFlag) Set(s string) error {
+	switch s {
+	case "text":
+		o.json = false
+	case "json":
+		o.json = true
+	default:
+		return fmt.Errorf("-o %q is not an output format; use text or json", s)
+	}
+	return nil
+}
+
+// Type names the flag's kind in help text.
+func (o *outputFlag) Type() string { return "format" }
+
+// printer returns a printer to w in this format.
+func (o *outputFlag) printer(w io.Writer) *printer { return &printer{w: w, json: o.json} }
+
 // message prints m as indented protojson.
 func (p *printer) message(m proto.Message) error {
 	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)

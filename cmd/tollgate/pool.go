@@ -113,7 +113,7 @@ func (g *globals) adminCall(cmd *cobra.Command, f func(ctx context.Context, adm 
 }
 
 func newPoolCmd(g *globals) *cobra.Command {
-	var format string
+	var format outputFlag
 	cmd := &cobra.Command{
 		Use:   "pool",
 		Short: "Create, inspect, change, suspend and delete pools",
@@ -121,18 +121,9 @@ func newPoolCmd(g *globals) *cobra.Command {
 each with a concurrency limit, a rate limit, or both.
 
 Output is readable text; -o json prints the API's messages as JSON.`,
-		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if err := cmd.Root().PersistentPreRunE(cmd, args); err != nil {
-				return err
-			}
-			if format != "text" && format != "json" {
-				return usageErrorf("-o %q is not an output format; use text or json", format)
-			}
-			return nil
-		},
 	}
-	cmd.PersistentFlags().StringVarP(&format, "output", "o", "text", "output format: text or json")
-	out := func(cmd *cobra.Command) *printer { return &printer{w: cmd.OutOrStdout(), json: format == "json"} }
+	cmd.PersistentFlags().VarP(&format, "output", "o", "output format: text or json")
+	out := func(cmd *cobra.Command) *printer { return format.printer(cmd.OutOrStdout()) }
 
 	cmd.AddCommand(
 		newPoolCreateCmd(g, out),

@@ -29,7 +29,7 @@ var isTerminal = func(w io.Writer) bool {
 func newStatsCmd(g *globals) *cobra.Command {
 	var (
 		interval time.Duration
-		format   string
+		format   outputFlag
 		once     bool
 	)
 	cmd := &cobra.Command{
@@ -47,9 +47,6 @@ it once as a ListPoolsResponse.`,
   tollgate stats orders-db payments --interval 5s
   tollgate stats -o json --once`,
 		PreRunE: func(cmd *cobra.Command, args []string) error {
-			if format != "text" && format != "json" {
-				return usageErrorf("-o %q is not an output format; use text or json", format)
-			}
 			if interval <= 0 {
 				return usageErrorf("--interval must be positive, not %v", interval)
 			}
@@ -68,7 +65,7 @@ it once as a ListPoolsResponse.`,
 			defer c.Close()
 			adm := tollgatev1.NewAdminServiceClient(c.Conn())
 			out := cmd.OutOrStdout()
-			p := &printer{w: out, json: format == "json"}
+			p := format.printer(out)
 			snapshot := func() (*tollgatev1.ListPoolsResponse, error) {
 				ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 				defer cancel()
@@ -106,7 +103,7 @@ it once as a ListPoolsResponse.`,
 	}
 	f := cmd.Flags()
 	f.DurationVar(&interval, "interval", time.Second, "how often to refresh the table on a terminal")
-	f.StringVarP(&format, "output", "o", "text", "output format: text or json (json prints once)")
+	f.VarP(&format, "output", "o", "output format: text or json (json prints once)")
 	f.BoolVar(&once, "once", false, "print the table once, even on a terminal")
 	return cmd
 }
