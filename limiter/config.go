@@ -56,6 +56,16 @@ type PoolConfig struct {
 	// RevocationRevoke revokes leases at once until the held weight is
 	// within the new limit. See revoke.go.
 	RevocationPolicy RevocationPolicy
+	// ResourceKind says what the pool's permits are: ResourceFree (the
+	// zero value: a counter), ResourceActive or ResourcePassive (instances;
+	// see resources.go). It is set at creation and cannot change. An active
+	// or passive pool may have neither a ConcurrencyLimit nor a Rate: its
+	// capacity is its instances.
+	ResourceKind ResourceKind
+	// Selection says which free instance an active or passive pool grants
+	// first (SelectReuse, the zero value, or SelectSpread); it may change
+	// at any time.
+	Selection SelectionPolicy
 }
 
 // RevocationPolicy is a pool's answer to a concurrency limit lowered under
@@ -132,7 +142,11 @@ func (c PoolConfig) Validate() error {
 		return errorf(ErrInvalidArgument, "pool %q: concurrency_limit %d is out of range [0, %d]", c.Name, c.ConcurrencyLimit, MaxConcurrency)
 	case math.IsNaN(c.Rate) || c.Rate < 0 || c.Rate > MaxRate:
 		return errorf(ErrInvalidArgument, "pool %q: rate %v is out of range [0, %g] tokens per second", c.Name, c.Rate, float64(MaxRate))
-	case c.ConcurrencyLimit == 0 && c.Rate == 0:
+	case c.ResourceKind > ResourcePassive:
+		return errorf(ErrInvalidArgument, "pool %q: resource_kind %d is not one; use free, active or passive", c.Name, c.ResourceKind)
+	case c.Selection > SelectSpread:
+		return errorf(ErrInvalidArgument, "pool %q: selection_policy %d is not one; use reuse or spread", c.Name, c.Selection)
+	case c.ConcurrencyLimit == 0 && c.Rate == 0 && c.ResourceKind == ResourceFree:
 		return errorf(ErrInvalidArgument, "pool %q: set concurrency_limit, rate, or both; a pool with neither limits nothing", c.Name)
 	case c.Burst < 0 || c.Burst > MaxConcurrency:
 		return errorf(ErrInvalidArgument, "pool %q: burst %d is out of range [0, %d]", c.Name, c.Burst, MaxConcurrency)

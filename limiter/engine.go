@@ -246,6 +246,9 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, er
 	if err := cfg.Validate(); err != nil {
 		return PoolInfo{}, err
 	}
+	if cfg.ResourceKind != p.cfg.ResourceKind {
+		return PoolInfo{}, errorf(ErrInvalidArgument, "pool %q is %s and cannot become %s; create a new pool instead", p.name, p.cfg.ResourceKind, cfg.ResourceKind)
+	}
 	now := e.clock.Now()
 	if err := p.persistConfigLocked(cfg, now); err != nil { // durable before visible: persist.go
 		return PoolInfo{}, err
@@ -304,6 +307,7 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	p.held = 0
 	p.notifyDrainedLocked()            // DrainPool callers return: suspend.go
 	p.endAllSharesLocked(ShareRevoked) // shares.go
+	p.providersGoneLocked()            // providers.go
 	p.stopTimersLocked()
 	ob := p.takeOutboxLocked()
 	p.mu.Unlock()
@@ -484,6 +488,9 @@ func (p *pool) busyLocked(now time.Time) string {
 	}
 	if p.suspended { // suspend.go
 		s += ", suspended by an operator (tollgate pool resume " + p.name + ")"
+	}
+	if p.res != nil { // resource_set.go
+		s += ", " + itoa(int64(p.res.free.Len())) + " of " + itoa(int64(len(p.res.byID))) + " instances free"
 	}
 	return s + ", " + itoa(int64(len(p.waiters))) + " waiting"
 }

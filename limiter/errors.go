@@ -47,6 +47,16 @@ const (
 	ReasonStorageFailed     Reason = "STORAGE_FAILED"      // a change could not be made durable, so it was not made
 	ReasonRecovering        Reason = "RECOVERING"          // the pool is in its recovery window after a restart
 	ReasonLeaseNotReadopted Reason = "LEASE_NOT_READOPTED" // a lease from before a restart could not be re-adopted
+	// Reasons of active and passive pools (resources.go, providers.go).
+	ReasonNotActive        Reason = "NOT_ACTIVE"         // an operator's instance call on a pool that is not active
+	ReasonNotPassive       Reason = "NOT_PASSIVE"        // a provider registering with a pool that is not passive
+	ReasonNotResourcePool  Reason = "NOT_RESOURCE_POOL"  // an instance call on a free pool
+	ReasonResourceExists   Reason = "RESOURCE_EXISTS"    // an instance id already in the pool
+	ReasonResourceNotFound Reason = "RESOURCE_NOT_FOUND" // no instance has that id (or the provider does not offer it)
+	ReasonTooManyResources Reason = "TOO_MANY_RESOURCES" // the pool would hold more than MaxResourcesPerPool
+	ReasonProviderExists   Reason = "PROVIDER_EXISTS"    // a live provider of the pool has that id
+	ReasonProviderNotFound Reason = "PROVIDER_NOT_FOUND" // no live provider has that id (it left or expired)
+	ReasonTooManyProviders Reason = "TOO_MANY_PROVIDERS" // the pool has MaxProvidersPerPool live providers
 )
 
 // Error is the error every engine call returns. Match a kind of failure with
@@ -101,6 +111,16 @@ var (
 	// that the engine could not take back (it would not fit under the
 	// limit, or the renew did not say the lease's weight).
 	ErrLeaseNotReadopted = &Error{Code: CodeNotFound, Reason: ReasonLeaseNotReadopted}
+	// Errors of active and passive pools.
+	ErrNotActive        = &Error{Code: CodeFailedPrecondition, Reason: ReasonNotActive}
+	ErrNotPassive       = &Error{Code: CodeFailedPrecondition, Reason: ReasonNotPassive}
+	ErrNotResourcePool  = &Error{Code: CodeFailedPrecondition, Reason: ReasonNotResourcePool}
+	ErrResourceExists   = &Error{Code: CodeAlreadyExists, Reason: ReasonResourceExists}
+	ErrResourceNotFound = &Error{Code: CodeNotFound, Reason: ReasonResourceNotFound}
+	ErrTooManyResources = &Error{Code: CodeResourceExhausted, Reason: ReasonTooManyResources}
+	ErrProviderExists   = &Error{Code: CodeAlreadyExists, Reason: ReasonProviderExists}
+	ErrProviderNotFound = &Error{Code: CodeNotFound, Reason: ReasonProviderNotFound}
+	ErrTooManyProviders = &Error{Code: CodeResourceExhausted, Reason: ReasonTooManyProviders}
 )
 
 // errorf returns an *Error like kind with a formatted message.

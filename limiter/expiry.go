@@ -5,7 +5,8 @@ package limiter
 type lease struct {
 	Lease
 	owner any
-	index int // in the pool's expiry heap; -1 once removed
+	index int         // in the pool's expiry heap; -1 once removed
+	res   []*instance // the instances it is bound to, in an active or passive pool: resource_set.go
 }
 
 // Leases live in an indexedHeap ordered by ExpireTime: the pool finds its

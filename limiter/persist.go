@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"errors"
+	"sort"
 	"time"
 )
 
@@ -41,6 +42,10 @@ type SavedPool struct {
 	// Suspended: an operator suspended the pool (SuspendPool) and has not
 	// resumed it; a restored pool stays suspended.
 	Suspended bool
+	// Resources are an active pool's instances, in id order, less those
+	// being removed (see AddResources); nil for other pools: a passive
+	// pool's instances come back with their providers.
+	Resources []Resource
 }
 
 // DurableState is the per-pool state that lets a restarted engine keep its
@@ -118,7 +123,41 @@ func (p *pool) initDurableLocked(st DurableState) {
 
 // savedLocked returns p as the Persister records it, with state st.
 func (p *pool) savedLocked(cfg PoolConfig, st DurableState) SavedPool {
-	return SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, State: st, Suspended: p.suspended}
+	return SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, State: st, Suspended: p.suspended,
+		Resources: p.durableResourcesLocked(nil, nil)}
+}
+
+// durableResourcesLocked returns what an active pool records of its
+// instances once add are added and the ids remove removed: every
+// instance not being removed, in id order; nil for other pools.
+func (p *pool) durableResourcesLocked(add []Resource, remove []string) []Resource {
+	if p.cfg.ResourceKind != ResourceActive {
+		return nil
+	}
+	gone := make(map[string]struct{}, len(remove))
+	for _, id := range remove {
+		gone[id] = struct{}{}
+	}
+	out := make([]Resource, 0, len(p.res.byID)+len(add))
+	for id, in := range p.res.byID {
+		if _, g := gone[id]; !g && !in.removing {
+			out = append(out, in.Resource)
+		}
+	}
+	out = append(out, add...)
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// persistResourcesLocked records an active pool's instances once add are
+// added and the ids remove removed, before the change becomes visible.
+func (p *pool) persistResourcesLocked(add []Resource, remove []string, now time.Time) error {
+	if p.e.persister == nil {
+		return nil
+	}
+	saved := p.savedLocked(p.cfg, p.dur.state)
+	saved.Resources = p.durableResourcesLocked(add, remove)
+	return storageErr(p.e.persister.SavePool(saved), "change the instances of pool "+quote(p.name))
 }
 
 // persistCreateLocked records the new pool p before it becomes visible.

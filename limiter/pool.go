@@ -58,9 +58,10 @@ type pool struct {
 	dur durable  // durable reservations of tokens and expiries: persist.go
 	rec recovery // recovery window after a restart: recovery.go
 
-	ad  adaptive   // effective limits and adaptive control: adaptive.go
-	shr shareTable // rate shares: shares.go
-	out outbox     // events for the engine's callbacks, sent after unlocking: poolevents.go
+	ad  adaptive     // effective limits and adaptive control: adaptive.go
+	shr shareTable   // rate shares: shares.go
+	out outbox       // events for the engine's callbacks, sent after unlocking: poolevents.go
+	res *resourceSet // instances of an active or passive pool, nil in a free pool: resource_set.go
 }
 
 // newPool returns a pool whose first fencing token will be above
@@ -74,6 +75,9 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		updateTime: now,
 		leases:     make(map[uint64]*lease),
 		lastToken:  tokenFloor,
+	}
+	if cfg.ResourceKind != ResourceFree {
+		p.res = newResourceSet()
 	}
 	p.initAdaptiveLocked() // effective limits = configured: adaptive.go
 	p.applyRateLocked(now)
@@ -98,7 +102,17 @@ func (p *pool) applyRateLocked(now time.Time) {
 }
 
 // checkWeightLocked reports a weight that this pool could never grant.
+// In an active pool, that is also a weight above its instances (less those
+// being removed): an operator must add instances first. A passive pool's
+// capacity comes and goes with its providers, so there a waiter may wait
+// for more.
 func (p *pool) checkWeightLocked(weight int64) error {
+	if p.res != nil && weight > MaxResourcesPerPool {
+		return errorf(ErrInvalidArgument, "weight %d exceeds the %d instances any pool may hold; it could never be granted", weight, MaxResourcesPerPool)
+	}
+	if p.cfg.ResourceKind == ResourceActive && weight > int64(p.res.usable()) {
+		return errorf(ErrInvalidArgument, "weight %d exceeds active pool %q's %d instances; it could never be granted until more are added (tollgate resource add %s ...)", weight, p.name, p.res.usable(), p.name)
+	}
 	if p.cfg.ConcurrencyLimit > 0 && weight > p.cfg.ConcurrencyLimit {
 		return errorf(ErrInvalidArgument, "weight %d exceeds pool %q's concurrency limit %d; it could never be granted", weight, p.name, p.cfg.ConcurrencyLimit)
 	}
@@ -130,6 +144,9 @@ func (p *pool) admitLocked(weight int64, now time.Time) bool {
 		return false
 	}
 	if p.suspended { // an operator suspended the pool: suspend.go
+		return false
+	}
+	if p.res != nil && int64(p.res.free.Len()) < weight { // instances: resource_set.go
 		return false
 	}
 	if p.bucket != nil {
@@ -167,6 +184,9 @@ func (p *pool) grantLocked(req *AcquireRequest, now time.Time) (Lease, error) {
 		},
 		owner: req.Owner,
 	}
+	if p.res != nil {
+		p.bindLocked(l, now) // resource_set.go
+	}
 	p.leases[l.FencingToken] = l
 	p.expiry.push(l)
 	p.held += req.Weight
@@ -180,6 +200,9 @@ func (p *pool) removeLeaseLocked(l *lease) {
 	delete(p.leases, l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
+	if l.res != nil {
+		p.unbindLocked(l, p.e.clock.Now()) // resource_set.go
+	}
 	if p.held == 0 {
 		p.notifyDrainedLocked() // suspend.go
 	}
@@ -330,9 +353,10 @@ func (p *pool) stopTimersLocked() {
 	}
 	p.expiryAt = time.Time{}
 	p.stopRateTimerLocked()
-	p.stopRecoveryLocked() // recovery.go
-	p.stopAdaptiveLocked() // adaptive.go
-	p.stopSharesLocked()   // shares_ops.go
+	p.stopRecoveryLocked()  // recovery.go
+	p.stopAdaptiveLocked()  // adaptive.go
+	p.stopSharesLocked()    // shares_ops.go
+	p.stopProvidersLocked() // providers.go
 }
 
 // statusLocked returns the live status.
@@ -345,6 +369,9 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	s.LastFencingToken = p.lastToken
 	s.RecoveringUntil = p.rec.until
 	s.Suspended = p.suspended
+	if p.res != nil {
+		s.Resources, s.ResourcesFree, s.Providers = int64(len(p.res.byID)), int64(p.res.free.Len()), int64(len(p.res.providers))
+	}
 	p.adaptiveStatusLocked(&s, now) // adaptive.go
 	p.sharesStatusLocked(&s)        // shares_ops.go
 	if p.bucket != nil {

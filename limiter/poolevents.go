@@ -13,15 +13,26 @@ const (
 	// PoolRelieved: adaptive control raised the pool's effective limits
 	// toward the configured ones.
 	PoolRelieved
+	// ProviderJoined: a provider registered with a passive pool
+	// (PoolEvent.Provider, Owner and Message say which and how).
+	ProviderJoined
+	// ProviderLeft: a provider left a passive pool, by Leave, by missing
+	// its keep-alive, or with its pool's deletion; Message says why.
+	ProviderLeft
 )
 
-// String returns "throttled" or "relieved".
+// String returns "throttled", "relieved", "provider joined" or
+// "provider left".
 func (t PoolEventType) String() string {
 	switch t {
 	case PoolThrottled:
 		return "throttled"
 	case PoolRelieved:
 		return "relieved"
+	case ProviderJoined:
+		return "provider joined"
+	case ProviderLeft:
+		return "provider left"
 	}
 	return "unknown"
 }
@@ -53,8 +64,9 @@ func (r ThrottleReason) String() string {
 }
 
 // PoolEvent reports a change of a pool's effective limits that the engine
-// made by itself (adaptive control). Operator changes are not reported
-// here: their callers know of them.
+// made by itself (adaptive control), or a provider joining or leaving a
+// passive pool. Operator changes are not reported here: their callers know
+// of them.
 type PoolEvent struct {
 	Pool string
 	Type PoolEventType
@@ -76,6 +88,11 @@ type PoolEvent struct {
 	ErrorRatio float64
 	Latency    time.Duration
 	Baseline   time.Duration
+	// Provider, Owner (its ProviderSpec.Owner) and Message (for people)
+	// of a ProviderJoined or ProviderLeft event.
+	Provider string
+	Owner    any
+	Message  string
 }
 
 // outbox holds what a pool reports to the engine's callbacks, collected

@@ -39,10 +39,11 @@ func (p *pool) recoveringLocked() bool { return !p.rec.until.IsZero() }
 
 // recoveryBlocksLocked reports whether the recovery window holds back new
 // grants: it does in a pool with a concurrency limit, whose capacity
-// surviving holders may still occupy. A pool with only a rate has no held
+// surviving holders may still occupy, and in an active or passive pool,
+// whose instances they may still hold. A pool with only a rate has no held
 // capacity to protect and grants at once (its bucket starts empty instead).
 func (p *pool) recoveryBlocksLocked() bool {
-	return p.recoveringLocked() && p.cfg.ConcurrencyLimit > 0
+	return p.recoveringLocked() && (p.cfg.ConcurrencyLimit > 0 || p.res != nil)
 }
 
 // recoveringErrLocked is the error of a no-wait acquire refused because of
@@ -98,7 +99,16 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		st.TTLBound = cfg.MaxLeaseTTL // not recorded: assume the longest
 	}
 	p.initDurableLocked(st)
-	p.suspended = saved.Suspended // suspend.go
+	p.suspended = saved.Suspended                 // suspend.go
+	if p.res != nil && len(saved.Resources) > 0 { // an active pool's instances: resources_active.go
+		rs, err := checkSavedResources(saved.Resources)
+		if err != nil {
+			return PoolInfo{}, err
+		}
+		for _, r := range rs {
+			p.res.add(r, now)
+		}
+	}
 	p.lastToken = st.TokenCeiling
 	if p.bucket != nil {
 		p.bucket.AllowN(now, int(cfg.Burst)) // start empty: the old bucket may have been spent
@@ -143,6 +153,10 @@ type Readopt struct {
 	Priority    int32
 	ClientID    string
 	Description string
+	// Resources are the ids of the instances the lease is bound to, in an
+	// active or passive pool: Weight of them, each in the pool and free,
+	// or the lease is not re-adopted.
+	Resources []string
 }
 
 // RenewOrReadopt is Renew, except that during the pool's recovery window
@@ -182,7 +196,11 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 	case len(p.rec.taken) >= maxRecoveryEnded:
 		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: %d leases were re-adopted already, the most one recovery allows; acquire a new lease", token, p.name, since, maxRecoveryEnded)
 	}
-	ttl, err := p.resolveTTLLocked(ttl)
+	ins, err := p.readoptInstancesLocked(token, ra, since)
+	if err != nil {
+		return nil, err
+	}
+	ttl, err = p.resolveTTLLocked(ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +220,9 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 			ExpireTime:   now.Add(ttl),
 		},
 		owner: owner,
+	}
+	if ins != nil {
+		p.bindInstancesLocked(l, ins) // resource_set.go
 	}
 	p.rec.taken[token] = struct{}{}
 	p.leases[token] = l
@@ -237,4 +258,34 @@ func (p *pool) preRestartLocked(token uint64) bool {
 	}
 	_, taken := p.rec.taken[token]
 	return !taken
+}
+
+// readoptInstancesLocked returns the instances a lease to re-adopt names,
+// in an active or passive pool (nil in a free pool): exactly ra.Weight
+// distinct ones, each in the pool and free.
+func (p *pool) readoptInstancesLocked(token uint64, ra *Readopt, since string) ([]*instance, error) {
+	if p.res == nil {
+		return nil, nil
+	}
+	if int64(len(ra.Resources)) != ra.Weight {
+		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names %d instances for weight %d; stop the work it protects and acquire a new lease", token, p.name, since, len(ra.Resources), ra.Weight)
+	}
+	ins := make([]*instance, 0, len(ra.Resources))
+	for _, id := range ra.Resources {
+		in := p.res.byID[id]
+		if in == nil || in.elem == nil {
+			why := "is held by another lease"
+			if in == nil {
+				why = "is not in the pool (removed, or its provider has not offered it again)"
+			}
+			return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its instance %q %s; stop the work it protects and acquire a new lease", token, p.name, since, id, why)
+		}
+		for _, other := range ins {
+			if other == in {
+				return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, p.name, since, id)
+			}
+		}
+		ins = append(ins, in)
+	}
+	return ins, nil
 }

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -161,7 +162,7 @@ func TestReadopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Lease{Pool: "db", FencingToken: a.FencingToken, Weight: 2, Priority: 2, ClientID: "c", Description: "d", TTL: 4 * time.Second, AcquireTime: te2.clk.Now(), ExpireTime: te2.clk.Now().Add(4 * time.Second)}
-	if l != want {
+	if !reflect.DeepEqual(l, want) {
 		t.Fatalf("re-adopted %+v; want %+v", l, want)
 	}
 	if s := te2.status(t, "db"); s.Held != 2 || s.Leases != 1 || s.Readopted != 1 {

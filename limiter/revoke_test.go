@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestRevokeLeaseFreesPermitsAndTombstones(t *testing.T) {
 		}
 	}
 
-	if got, err := te.GetLease("db", b.FencingToken); err != nil || got != b {
+	if got, err := te.GetLease("db", b.FencingToken); err != nil || !reflect.DeepEqual(got, b) {
 		t.Fatalf("GetLease = %+v, %v; want %+v", got, err, b)
 	}
 	wantReason(t, te.RevokeLease("db", 999, ""), ErrLeaseNotFound)

@@ -22,6 +22,10 @@ type Lease struct {
 	// unless renewed, both by the engine's clock.
 	AcquireTime time.Time
 	ExpireTime  time.Time
+	// Resources are the instances the lease is bound to, in an active or
+	// passive pool (Weight of them; see resources.go); nil in a free pool.
+	// The slice and the attribute maps are shared: do not change them.
+	Resources []Resource
 }
 
 // AcquireRequest asks for a lease. See Engine.Acquire.
@@ -138,6 +142,10 @@ type PoolStatus struct {
 	// Suspended: an operator suspended the pool; it grants no leases until
 	// resumed. See SuspendPool.
 	Suspended bool
+	// Resources counts the instances of an active or passive pool
+	// (including those being removed while held), ResourcesFree those free
+	// to grant now, and Providers the live providers of a passive pool.
+	Resources, ResourcesFree, Providers int64
 
 	// Adaptive limits and rate shares (adaptive.go, shares.go).
 	AdaptiveStatus

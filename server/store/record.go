@@ -32,6 +32,17 @@ type record struct {
 	RevocationPolicy string `json:"revocation_policy,omitempty"`
 	// Added with suspend/resume: the pool is suspended.
 	Suspended bool `json:"suspended,omitempty"`
+	// Added with active and passive pools: "active" or "passive" (absent:
+	// free), "spread" (absent: reuse), and an active pool's instances.
+	ResourceKind string           `json:"resource_kind,omitempty"`
+	Selection    string           `json:"selection_policy,omitempty"`
+	Resources    []resourceRecord `json:"resources,omitempty"`
+}
+
+// resourceRecord is an active pool's instance on disk.
+type resourceRecord struct {
+	ID         string            `json:"id"`
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // encode returns the stored bytes of sp.
@@ -58,6 +69,15 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 	if c.RevocationPolicy != limiter.RevocationWait {
 		r.RevocationPolicy = c.RevocationPolicy.String()
 	}
+	if c.ResourceKind != limiter.ResourceFree {
+		r.ResourceKind = c.ResourceKind.String()
+	}
+	if c.Selection != limiter.SelectReuse {
+		r.Selection = c.Selection.String()
+	}
+	for _, res := range sp.Resources {
+		r.Resources = append(r.Resources, resourceRecord{ID: res.ID, Attributes: res.Attributes})
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encoding pool %q: %w", c.Name, err)
@@ -76,6 +96,18 @@ func decode(key, v []byte) (limiter.SavedPool, error) {
 	if err != nil {
 		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
 	}
+	kind, err := limiter.ParseResourceKind(r.ResourceKind)
+	if err != nil {
+		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
+	}
+	selection, err := limiter.ParseSelectionPolicy(r.Selection)
+	if err != nil {
+		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
+	}
+	var resources []limiter.Resource
+	for _, res := range r.Resources {
+		resources = append(resources, limiter.Resource{ID: res.ID, Attributes: res.Attributes})
+	}
 	if r.Name != string(key) {
 		return limiter.SavedPool{}, fmt.Errorf("the record stored under %q names pool %q; the store is damaged", key, r.Name)
 	}
@@ -92,7 +124,10 @@ func decode(key, v []byte) (limiter.SavedPool, error) {
 			SafeRate:         r.SafeRate,
 			Adaptive:         r.Adaptive.config(),
 			RevocationPolicy: policy,
+			ResourceKind:     kind,
+			Selection:        selection,
 		},
+		Resources:  resources,
 		CreateTime: r.CreateTime,
 		UpdateTime: r.UpdateTime,
 		Suspended:  r.Suspended,

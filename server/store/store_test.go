@@ -3,6 +3,7 @@ package store
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ func TestRoundTrip(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("pools after reopen: %+v", got)
 	}
-	if got["a"] != a {
+	if !reflect.DeepEqual(got["a"], a) {
 		t.Fatalf("pool a came back as\n%+v\nwant\n%+v", got["a"], a)
 	}
 }

@@ -19,18 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_CreatePool_FullMethodName  = "/tollgate.v1.AdminService/CreatePool"
-	AdminService_GetPool_FullMethodName     = "/tollgate.v1.AdminService/GetPool"
-	AdminService_ListPools_FullMethodName   = "/tollgate.v1.AdminService/ListPools"
-	AdminService_UpdatePool_FullMethodName  = "/tollgate.v1.AdminService/UpdatePool"
-	AdminService_DeletePool_FullMethodName  = "/tollgate.v1.AdminService/DeletePool"
-	AdminService_RevokeLease_FullMethodName = "/tollgate.v1.AdminService/RevokeLease"
-	AdminService_GetLease_FullMethodName    = "/tollgate.v1.AdminService/GetLease"
-	AdminService_ListLeases_FullMethodName  = "/tollgate.v1.AdminService/ListLeases"
-	AdminService_SuspendPool_FullMethodName = "/tollgate.v1.AdminService/SuspendPool"
-	AdminService_ResumePool_FullMethodName  = "/tollgate.v1.AdminService/ResumePool"
-	AdminService_DrainPool_FullMethodName   = "/tollgate.v1.AdminService/DrainPool"
-	AdminService_WatchEvents_FullMethodName = "/tollgate.v1.AdminService/WatchEvents"
+	AdminService_CreatePool_FullMethodName      = "/tollgate.v1.AdminService/CreatePool"
+	AdminService_GetPool_FullMethodName         = "/tollgate.v1.AdminService/GetPool"
+	AdminService_ListPools_FullMethodName       = "/tollgate.v1.AdminService/ListPools"
+	AdminService_UpdatePool_FullMethodName      = "/tollgate.v1.AdminService/UpdatePool"
+	AdminService_DeletePool_FullMethodName      = "/tollgate.v1.AdminService/DeletePool"
+	AdminService_RevokeLease_FullMethodName     = "/tollgate.v1.AdminService/RevokeLease"
+	AdminService_GetLease_FullMethodName        = "/tollgate.v1.AdminService/GetLease"
+	AdminService_ListLeases_FullMethodName      = "/tollgate.v1.AdminService/ListLeases"
+	AdminService_SuspendPool_FullMethodName     = "/tollgate.v1.AdminService/SuspendPool"
+	AdminService_ResumePool_FullMethodName      = "/tollgate.v1.AdminService/ResumePool"
+	AdminService_DrainPool_FullMethodName       = "/tollgate.v1.AdminService/DrainPool"
+	AdminService_WatchEvents_FullMethodName     = "/tollgate.v1.AdminService/WatchEvents"
+	AdminService_AddResources_FullMethodName    = "/tollgate.v1.AdminService/AddResources"
+	AdminService_RemoveResources_FullMethodName = "/tollgate.v1.AdminService/RemoveResources"
+	AdminService_ListResources_FullMethodName   = "/tollgate.v1.AdminService/ListResources"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -130,6 +133,25 @@ type AdminServiceClient interface {
 	// to catch up on what was kept); UNAVAILABLE (SHUTTING_DOWN) when the
 	// server shuts down; INVALID_ARGUMENT for a bad pool name.
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEventsResponse], error)
+	// AddResources declares instances of an active pool, durably, and grants
+	// waiters they now fit. Errors: NOT_FOUND (POOL_NOT_FOUND);
+	// FAILED_PRECONDITION (NOT_ACTIVE: the pool is free or passive);
+	// ALREADY_EXISTS (RESOURCE_EXISTS: an id is in the pool already);
+	// INVALID_ARGUMENT (bad id or attributes, duplicate ids, none given);
+	// RESOURCE_EXHAUSTED (the pool would hold more than 4096).
+	AddResources(ctx context.Context, in *AddResourcesRequest, opts ...grpc.CallOption) (*AddResourcesResponse, error)
+	// RemoveResources takes instances out of an active pool, durably. A
+	// held instance's lease is revoked, its holder told the reason, unless
+	// wait is set: then the instance is granted no more and leaves when its
+	// lease ends. Waiters whose weight no longer fits the pool fail with
+	// LIMIT_BELOW_WEIGHT. Errors: NOT_FOUND (POOL_NOT_FOUND,
+	// RESOURCE_NOT_FOUND: nothing is removed); FAILED_PRECONDITION
+	// (NOT_ACTIVE); INVALID_ARGUMENT.
+	RemoveResources(ctx context.Context, in *RemoveResourcesRequest, opts ...grpc.CallOption) (*RemoveResourcesResponse, error)
+	// ListResources lists the instances of an active or passive pool and who
+	// holds them, and a passive pool's providers. Errors: NOT_FOUND
+	// (POOL_NOT_FOUND); FAILED_PRECONDITION (NOT_RESOURCE_POOL: a free pool).
+	ListResources(ctx context.Context, in *ListResourcesRequest, opts ...grpc.CallOption) (*ListResourcesResponse, error)
 }
 
 type adminServiceClient struct {
@@ -269,6 +291,36 @@ func (c *adminServiceClient) WatchEvents(ctx context.Context, in *WatchEventsReq
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_WatchEventsClient = grpc.ServerStreamingClient[WatchEventsResponse]
 
+func (c *adminServiceClient) AddResources(ctx context.Context, in *AddResourcesRequest, opts ...grpc.CallOption) (*AddResourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddResourcesResponse)
+	err := c.cc.Invoke(ctx, AdminService_AddResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RemoveResources(ctx context.Context, in *RemoveResourcesRequest, opts ...grpc.CallOption) (*RemoveResourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveResourcesResponse)
+	err := c.cc.Invoke(ctx, AdminService_RemoveResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListResources(ctx context.Context, in *ListResourcesRequest, opts ...grpc.CallOption) (*ListResourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResourcesResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -366,6 +418,25 @@ type AdminServiceServer interface {
 	// to catch up on what was kept); UNAVAILABLE (SHUTTING_DOWN) when the
 	// server shuts down; INVALID_ARGUMENT for a bad pool name.
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error
+	// AddResources declares instances of an active pool, durably, and grants
+	// waiters they now fit. Errors: NOT_FOUND (POOL_NOT_FOUND);
+	// FAILED_PRECONDITION (NOT_ACTIVE: the pool is free or passive);
+	// ALREADY_EXISTS (RESOURCE_EXISTS: an id is in the pool already);
+	// INVALID_ARGUMENT (bad id or attributes, duplicate ids, none given);
+	// RESOURCE_EXHAUSTED (the pool would hold more than 4096).
+	AddResources(context.Context, *AddResourcesRequest) (*AddResourcesResponse, error)
+	// RemoveResources takes instances out of an active pool, durably. A
+	// held instance's lease is revoked, its holder told the reason, unless
+	// wait is set: then the instance is granted no more and leaves when its
+	// lease ends. Waiters whose weight no longer fits the pool fail with
+	// LIMIT_BELOW_WEIGHT. Errors: NOT_FOUND (POOL_NOT_FOUND,
+	// RESOURCE_NOT_FOUND: nothing is removed); FAILED_PRECONDITION
+	// (NOT_ACTIVE); INVALID_ARGUMENT.
+	RemoveResources(context.Context, *RemoveResourcesRequest) (*RemoveResourcesResponse, error)
+	// ListResources lists the instances of an active or passive pool and who
+	// holds them, and a passive pool's providers. Errors: NOT_FOUND
+	// (POOL_NOT_FOUND); FAILED_PRECONDITION (NOT_RESOURCE_POOL: a free pool).
+	ListResources(context.Context, *ListResourcesRequest) (*ListResourcesResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -411,6 +482,15 @@ func (UnimplementedAdminServiceServer) DrainPool(context.Context, *DrainPoolRequ
 }
 func (UnimplementedAdminServiceServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedAdminServiceServer) AddResources(context.Context, *AddResourcesRequest) (*AddResourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddResources not implemented")
+}
+func (UnimplementedAdminServiceServer) RemoveResources(context.Context, *RemoveResourcesRequest) (*RemoveResourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveResources not implemented")
+}
+func (UnimplementedAdminServiceServer) ListResources(context.Context, *ListResourcesRequest) (*ListResourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListResources not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -642,6 +722,60 @@ func _AdminService_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_WatchEventsServer = grpc.ServerStreamingServer[WatchEventsResponse]
 
+func _AdminService_AddResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddResourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).AddResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_AddResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).AddResources(ctx, req.(*AddResourcesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RemoveResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveResourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RemoveResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RemoveResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RemoveResources(ctx, req.(*RemoveResourcesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListResourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListResources(ctx, req.(*ListResourcesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -692,6 +826,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainPool",
 			Handler:    _AdminService_DrainPool_Handler,
+		},
+		{
+			MethodName: "AddResources",
+			Handler:    _AdminService_AddResources_Handler,
+		},
+		{
+			MethodName: "RemoveResources",
+			Handler:    _AdminService_RemoveResources_Handler,
+		},
+		{
+			MethodName: "ListResources",
+			Handler:    _AdminService_ListResources_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

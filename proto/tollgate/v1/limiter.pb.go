@@ -369,7 +369,12 @@ type RenewRequest struct {
 	// See client_id. At most 1024 bytes.
 	Description string `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
 	// See client_id.
-	Priority      int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	// The ids of the instances the lease is bound to, in an active or
+	// passive pool, as granted; sent with weight so that a restarted server
+	// can re-adopt the lease on the same instances. A lease whose instances
+	// are not (or no longer) in the pool, free, is not re-adopted.
+	ResourceIds   []string `protobuf:"bytes,8,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +456,13 @@ func (x *RenewRequest) GetPriority() int32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *RenewRequest) GetResourceIds() []string {
+	if x != nil {
+		return x.ResourceIds
+	}
+	return nil
 }
 
 // RenewResponse carries the renewed lease.
@@ -1406,7 +1418,7 @@ var File_tollgate_v1_limiter_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\n" +
-	"\x19tollgate/v1/limiter.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19tollgate/v1/outcome.proto\x1a\x18tollgate/v1/shares.proto\x1a\x17tollgate/v1/types.proto\"\xab\x02\n" +
+	"\x19tollgate/v1/limiter.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19tollgate/v1/outcome.proto\x1a\x1btollgate/v1/resources.proto\x1a\x18tollgate/v1/shares.proto\x1a\x17tollgate/v1/types.proto\"\xab\x02\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\x03H\x00R\x06weight\x88\x01\x01\x12+\n" +
@@ -1423,7 +1435,7 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12.\n" +
 	"\aoutcome\x18\x03 \x01(\v2\x14.tollgate.v1.OutcomeR\aoutcome\"\x11\n" +
-	"\x0fReleaseResponse\"\xed\x01\n" +
+	"\x0fReleaseResponse\"\x90\x02\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12+\n" +
@@ -1431,7 +1443,8 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\x06weight\x18\x04 \x01(\x03H\x00R\x06weight\x88\x01\x01\x12\x1b\n" +
 	"\tclient_id\x18\x05 \x01(\tR\bclientId\x12 \n" +
 	"\vdescription\x18\x06 \x01(\tR\vdescription\x12\x1a\n" +
-	"\bpriority\x18\a \x01(\x05R\bpriorityB\t\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x12!\n" +
+	"\fresource_ids\x18\b \x03(\tR\vresourceIdsB\t\n" +
 	"\a_weight\"9\n" +
 	"\rRenewResponse\x12(\n" +
 	"\x05lease\x18\x01 \x01(\v2\x12.tollgate.v1.LeaseR\x05lease\"\x7f\n" +
@@ -1497,7 +1510,7 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LEASE_EVENT_TYPE_EXPIRED\x10\x01\x12\x1c\n" +
-	"\x18LEASE_EVENT_TYPE_REVOKED\x10\x022\xa5\x05\n" +
+	"\x18LEASE_EVENT_TYPE_REVOKED\x10\x022\xef\x05\n" +
 	"\x0eLimiterService\x12D\n" +
 	"\aAcquire\x12\x1b.tollgate.v1.AcquireRequest\x1a\x1c.tollgate.v1.AcquireResponse\x12D\n" +
 	"\aRelease\x12\x1b.tollgate.v1.ReleaseRequest\x1a\x1c.tollgate.v1.ReleaseResponse\x12>\n" +
@@ -1507,7 +1520,8 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\fAcquireShare\x12 .tollgate.v1.AcquireShareRequest\x1a!.tollgate.v1.AcquireShareResponse\x12S\n" +
 	"\fRefreshShare\x12 .tollgate.v1.RefreshShareRequest\x1a!.tollgate.v1.RefreshShareResponse\x12S\n" +
 	"\fReleaseShare\x12 .tollgate.v1.ReleaseShareRequest\x1a!.tollgate.v1.ReleaseShareResponse\x12H\n" +
-	"\aSession\x12\x1b.tollgate.v1.SessionRequest\x1a\x1c.tollgate.v1.SessionResponse(\x010\x01B;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
+	"\aSession\x12\x1b.tollgate.v1.SessionRequest\x1a\x1c.tollgate.v1.SessionResponse(\x010\x01\x12H\n" +
+	"\aProvide\x12\x1b.tollgate.v1.ProvideRequest\x1a\x1c.tollgate.v1.ProvideResponse(\x010\x01B;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (
 	file_tollgate_v1_limiter_proto_rawDescOnce sync.Once
@@ -1552,6 +1566,8 @@ var file_tollgate_v1_limiter_proto_goTypes = []any{
 	(*RefreshShareResponse)(nil), // 25: tollgate.v1.RefreshShareResponse
 	(*ReleaseShareResponse)(nil), // 26: tollgate.v1.ReleaseShareResponse
 	(*ShareEvent)(nil),           // 27: tollgate.v1.ShareEvent
+	(*ProvideRequest)(nil),       // 28: tollgate.v1.ProvideRequest
+	(*ProvideResponse)(nil),      // 29: tollgate.v1.ProvideResponse
 }
 var file_tollgate_v1_limiter_proto_depIdxs = []int32{
 	16, // 0: tollgate.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
@@ -1596,17 +1612,19 @@ var file_tollgate_v1_limiter_proto_depIdxs = []int32{
 	21, // 39: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
 	22, // 40: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
 	9,  // 41: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
-	2,  // 42: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
-	4,  // 43: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
-	6,  // 44: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
-	8,  // 45: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
-	23, // 46: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
-	24, // 47: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
-	25, // 48: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
-	26, // 49: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
-	12, // 50: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
-	42, // [42:51] is the sub-list for method output_type
-	33, // [33:42] is the sub-list for method input_type
+	28, // 42: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
+	2,  // 43: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
+	4,  // 44: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
+	6,  // 45: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
+	8,  // 46: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
+	23, // 47: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
+	24, // 48: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
+	25, // 49: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
+	26, // 50: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
+	12, // 51: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
+	29, // 52: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
+	43, // [43:53] is the sub-list for method output_type
+	33, // [33:43] is the sub-list for method input_type
 	33, // [33:33] is the sub-list for extension type_name
 	33, // [33:33] is the sub-list for extension extendee
 	0,  // [0:33] is the sub-list for field type_name
@@ -1618,6 +1636,7 @@ func file_tollgate_v1_limiter_proto_init() {
 		return
 	}
 	file_tollgate_v1_outcome_proto_init()
+	file_tollgate_v1_resources_proto_init()
 	file_tollgate_v1_shares_proto_init()
 	file_tollgate_v1_types_proto_init()
 	file_tollgate_v1_limiter_proto_msgTypes[0].OneofWrappers = []any{}

@@ -28,6 +28,7 @@ const (
 	LimiterService_RefreshShare_FullMethodName = "/tollgate.v1.LimiterService/RefreshShare"
 	LimiterService_ReleaseShare_FullMethodName = "/tollgate.v1.LimiterService/ReleaseShare"
 	LimiterService_Session_FullMethodName      = "/tollgate.v1.LimiterService/Session"
+	LimiterService_Provide_FullMethodName      = "/tollgate.v1.LimiterService/Provide"
 )
 
 // LimiterServiceClient is the client API for LimiterService service.
@@ -140,6 +141,24 @@ type LimiterServiceClient interface {
 	// released: they live until released or expired, so a client that
 	// reconnects keeps them by renewing on its new stream.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
+	// Provide registers a provider of a passive pool and offers its
+	// instances for as long as the stream lives. The first message registers
+	// (pool, provider id, keep-alive TTL); later ones offer and withdraw
+	// instances, or just keep the provider alive, and each is answered in
+	// order. The provider leaves the pool when the stream ends (the provider
+	// closed it, or its connection died) or when the server hears nothing on
+	// it for its TTL; then its instances leave the pool and the leases bound
+	// to them are revoked, their holders told why.
+	//
+	// Errors ending the stream: INVALID_ARGUMENT (the first message is not
+	// register, a bad id or TTL); NOT_FOUND (POOL_NOT_FOUND);
+	// FAILED_PRECONDITION (NOT_PASSIVE: the pool is not passive);
+	// ALREADY_EXISTS (PROVIDER_EXISTS: a live provider has that id);
+	// RESOURCE_EXHAUSTED (too many providers); DEADLINE_EXCEEDED
+	// (PROVIDER_EXPIRED: it missed its keep-alive). A bad offer or
+	// withdrawal is answered with ProvideResponse.error and the stream goes
+	// on.
+	Provide(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProvideRequest, ProvideResponse], error)
 }
 
 type limiterServiceClient struct {
@@ -242,6 +261,19 @@ func (c *limiterServiceClient) Session(ctx context.Context, opts ...grpc.CallOpt
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LimiterService_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
+
+func (c *limiterServiceClient) Provide(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProvideRequest, ProvideResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &LimiterService_ServiceDesc.Streams[1], LimiterService_Provide_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ProvideRequest, ProvideResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LimiterService_ProvideClient = grpc.BidiStreamingClient[ProvideRequest, ProvideResponse]
 
 // LimiterServiceServer is the server API for LimiterService service.
 // All implementations must embed UnimplementedLimiterServiceServer
@@ -353,6 +385,24 @@ type LimiterServiceServer interface {
 	// released: they live until released or expired, so a client that
 	// reconnects keeps them by renewing on its new stream.
 	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
+	// Provide registers a provider of a passive pool and offers its
+	// instances for as long as the stream lives. The first message registers
+	// (pool, provider id, keep-alive TTL); later ones offer and withdraw
+	// instances, or just keep the provider alive, and each is answered in
+	// order. The provider leaves the pool when the stream ends (the provider
+	// closed it, or its connection died) or when the server hears nothing on
+	// it for its TTL; then its instances leave the pool and the leases bound
+	// to them are revoked, their holders told why.
+	//
+	// Errors ending the stream: INVALID_ARGUMENT (the first message is not
+	// register, a bad id or TTL); NOT_FOUND (POOL_NOT_FOUND);
+	// FAILED_PRECONDITION (NOT_PASSIVE: the pool is not passive);
+	// ALREADY_EXISTS (PROVIDER_EXISTS: a live provider has that id);
+	// RESOURCE_EXHAUSTED (too many providers); DEADLINE_EXCEEDED
+	// (PROVIDER_EXPIRED: it missed its keep-alive). A bad offer or
+	// withdrawal is answered with ProvideResponse.error and the stream goes
+	// on.
+	Provide(grpc.BidiStreamingServer[ProvideRequest, ProvideResponse]) error
 	mustEmbedUnimplementedLimiterServiceServer()
 }
 
@@ -389,6 +439,9 @@ func (UnimplementedLimiterServiceServer) ReleaseShare(context.Context, *ReleaseS
 }
 func (UnimplementedLimiterServiceServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
 	return status.Error(codes.Unimplemented, "method Session not implemented")
+}
+func (UnimplementedLimiterServiceServer) Provide(grpc.BidiStreamingServer[ProvideRequest, ProvideResponse]) error {
+	return status.Error(codes.Unimplemented, "method Provide not implemented")
 }
 func (UnimplementedLimiterServiceServer) mustEmbedUnimplementedLimiterServiceServer() {}
 func (UnimplementedLimiterServiceServer) testEmbeddedByValue()                        {}
@@ -562,6 +615,13 @@ func _LimiterService_Session_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LimiterService_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
 
+func _LimiterService_Provide_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LimiterServiceServer).Provide(&grpc.GenericServerStream[ProvideRequest, ProvideResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LimiterService_ProvideServer = grpc.BidiStreamingServer[ProvideRequest, ProvideResponse]
+
 // LimiterService_ServiceDesc is the grpc.ServiceDesc for LimiterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -606,6 +666,12 @@ var LimiterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Session",
 			Handler:       _LimiterService_Session_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Provide",
+			Handler:       _LimiterService_Provide_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

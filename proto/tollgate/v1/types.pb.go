@@ -23,6 +23,124 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ResourceKind says what a pool's permits are.
+type ResourceKind int32
+
+const (
+	// Unset: free.
+	ResourceKind_RESOURCE_KIND_UNSPECIFIED ResourceKind = 0
+	// A counter: a lease holds weight permits and names no instance.
+	ResourceKind_RESOURCE_KIND_FREE ResourceKind = 1
+	// The operator declares the pool's instances (AdminService.AddResources);
+	// a lease of weight n is bound to n distinct instances, and no instance
+	// is held by two live leases. The instances are stored durably.
+	ResourceKind_RESOURCE_KIND_ACTIVE ResourceKind = 2
+	// Providers offer the pool's instances at run time
+	// (LimiterService.Provide); capacity is what is offered by live
+	// providers. When a provider leaves or misses its keep-alive, its
+	// instances leave the pool and the leases on them are revoked.
+	ResourceKind_RESOURCE_KIND_PASSIVE ResourceKind = 3
+)
+
+// Enum value maps for ResourceKind.
+var (
+	ResourceKind_name = map[int32]string{
+		0: "RESOURCE_KIND_UNSPECIFIED",
+		1: "RESOURCE_KIND_FREE",
+		2: "RESOURCE_KIND_ACTIVE",
+		3: "RESOURCE_KIND_PASSIVE",
+	}
+	ResourceKind_value = map[string]int32{
+		"RESOURCE_KIND_UNSPECIFIED": 0,
+		"RESOURCE_KIND_FREE":        1,
+		"RESOURCE_KIND_ACTIVE":      2,
+		"RESOURCE_KIND_PASSIVE":     3,
+	}
+)
+
+func (x ResourceKind) Enum() *ResourceKind {
+	p := new(ResourceKind)
+	*p = x
+	return p
+}
+
+func (x ResourceKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ResourceKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_tollgate_v1_types_proto_enumTypes[0].Descriptor()
+}
+
+func (ResourceKind) Type() protoreflect.EnumType {
+	return &file_tollgate_v1_types_proto_enumTypes[0]
+}
+
+func (x ResourceKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ResourceKind.Descriptor instead.
+func (ResourceKind) EnumDescriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{0}
+}
+
+// SelectionPolicy says which free instance an active or passive pool
+// grants first.
+type SelectionPolicy int32
+
+const (
+	// Unset: reuse.
+	SelectionPolicy_SELECTION_POLICY_UNSPECIFIED SelectionPolicy = 0
+	// The most recently released instance first: few instances stay warm
+	// (open connections, filled caches).
+	SelectionPolicy_SELECTION_POLICY_REUSE SelectionPolicy = 1
+	// The least recently used instance first: the work is spread over all
+	// instances.
+	SelectionPolicy_SELECTION_POLICY_SPREAD SelectionPolicy = 2
+)
+
+// Enum value maps for SelectionPolicy.
+var (
+	SelectionPolicy_name = map[int32]string{
+		0: "SELECTION_POLICY_UNSPECIFIED",
+		1: "SELECTION_POLICY_REUSE",
+		2: "SELECTION_POLICY_SPREAD",
+	}
+	SelectionPolicy_value = map[string]int32{
+		"SELECTION_POLICY_UNSPECIFIED": 0,
+		"SELECTION_POLICY_REUSE":       1,
+		"SELECTION_POLICY_SPREAD":      2,
+	}
+)
+
+func (x SelectionPolicy) Enum() *SelectionPolicy {
+	p := new(SelectionPolicy)
+	*p = x
+	return p
+}
+
+func (x SelectionPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SelectionPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_tollgate_v1_types_proto_enumTypes[1].Descriptor()
+}
+
+func (SelectionPolicy) Type() protoreflect.EnumType {
+	return &file_tollgate_v1_types_proto_enumTypes[1]
+}
+
+func (x SelectionPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SelectionPolicy.Descriptor instead.
+func (SelectionPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{1}
+}
+
 // RevocationPolicy is a pool's answer to a concurrency limit lowered under
 // the weight its leases hold.
 type RevocationPolicy int32
@@ -64,11 +182,11 @@ func (x RevocationPolicy) String() string {
 }
 
 func (RevocationPolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_tollgate_v1_types_proto_enumTypes[0].Descriptor()
+	return file_tollgate_v1_types_proto_enumTypes[2].Descriptor()
 }
 
 func (RevocationPolicy) Type() protoreflect.EnumType {
-	return &file_tollgate_v1_types_proto_enumTypes[0]
+	return &file_tollgate_v1_types_proto_enumTypes[2]
 }
 
 func (x RevocationPolicy) Number() protoreflect.EnumNumber {
@@ -77,7 +195,7 @@ func (x RevocationPolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RevocationPolicy.Descriptor instead.
 func (RevocationPolicy) EnumDescriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{0}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
 // AdaptiveTarget says which of a pool's limits adaptive control moves.
@@ -121,11 +239,11 @@ func (x AdaptiveTarget) String() string {
 }
 
 func (AdaptiveTarget) Descriptor() protoreflect.EnumDescriptor {
-	return file_tollgate_v1_types_proto_enumTypes[1].Descriptor()
+	return file_tollgate_v1_types_proto_enumTypes[3].Descriptor()
 }
 
 func (AdaptiveTarget) Type() protoreflect.EnumType {
-	return &file_tollgate_v1_types_proto_enumTypes[1]
+	return &file_tollgate_v1_types_proto_enumTypes[3]
 }
 
 func (x AdaptiveTarget) Number() protoreflect.EnumNumber {
@@ -134,7 +252,7 @@ func (x AdaptiveTarget) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AdaptiveTarget.Descriptor instead.
 func (AdaptiveTarget) EnumDescriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 // ThrottleReason says why a pool's effective limits are below its
@@ -175,11 +293,11 @@ func (x ThrottleReason) String() string {
 }
 
 func (ThrottleReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_tollgate_v1_types_proto_enumTypes[2].Descriptor()
+	return file_tollgate_v1_types_proto_enumTypes[4].Descriptor()
 }
 
 func (ThrottleReason) Type() protoreflect.EnumType {
-	return &file_tollgate_v1_types_proto_enumTypes[2]
+	return &file_tollgate_v1_types_proto_enumTypes[4]
 }
 
 func (x ThrottleReason) Number() protoreflect.EnumNumber {
@@ -188,7 +306,7 @@ func (x ThrottleReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThrottleReason.Descriptor instead.
 func (ThrottleReason) EnumDescriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 // Pool is a named thing to protect ("orders-db", "api.github.com") and the
@@ -241,8 +359,17 @@ type Pool struct {
 	// UpdatePool or adaptive control) under the weight held. Unset means
 	// WAIT.
 	RevocationPolicy RevocationPolicy `protobuf:"varint,13,opt,name=revocation_policy,json=revocationPolicy,proto3,enum=tollgate.v1.RevocationPolicy" json:"revocation_policy,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What the pool's permits are: free counters (the default), instances an
+	// operator declares (active), or instances providers offer at run time
+	// (passive). Set at creation; it cannot change. An active or passive
+	// pool may leave concurrency_limit unset: its capacity is then its
+	// instances.
+	ResourceKind ResourceKind `protobuf:"varint,14,opt,name=resource_kind,json=resourceKind,proto3,enum=tollgate.v1.ResourceKind" json:"resource_kind,omitempty"`
+	// Which free instance an active or passive pool grants first. Unset
+	// means reuse. Ignored for a free pool.
+	SelectionPolicy SelectionPolicy `protobuf:"varint,15,opt,name=selection_policy,json=selectionPolicy,proto3,enum=tollgate.v1.SelectionPolicy" json:"selection_policy,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Pool) Reset() {
@@ -364,6 +491,20 @@ func (x *Pool) GetRevocationPolicy() RevocationPolicy {
 		return x.RevocationPolicy
 	}
 	return RevocationPolicy_REVOCATION_POLICY_UNSPECIFIED
+}
+
+func (x *Pool) GetResourceKind() ResourceKind {
+	if x != nil {
+		return x.ResourceKind
+	}
+	return ResourceKind_RESOURCE_KIND_UNSPECIFIED
+}
+
+func (x *Pool) GetSelectionPolicy() SelectionPolicy {
+	if x != nil {
+		return x.SelectionPolicy
+	}
+	return SelectionPolicy_SELECTION_POLICY_UNSPECIFIED
 }
 
 // Adaptive configures a pool's adaptive limits: the server lowers the
@@ -622,7 +763,14 @@ type PoolStatus struct {
 	Revoked int64 `protobuf:"varint,33,opt,name=revoked,proto3" json:"revoked,omitempty"`
 	// The pool is suspended (AdminService.SuspendPool): it grants no leases
 	// until resumed.
-	Suspended     bool `protobuf:"varint,34,opt,name=suspended,proto3" json:"suspended,omitempty"`
+	Suspended bool `protobuf:"varint,34,opt,name=suspended,proto3" json:"suspended,omitempty"`
+	// Instances in an active or passive pool (including those being removed
+	// while held); 0 in a free pool.
+	Resources int64 `protobuf:"varint,35,opt,name=resources,proto3" json:"resources,omitempty"`
+	// Instances free to grant now.
+	ResourcesFree int64 `protobuf:"varint,36,opt,name=resources_free,json=resourcesFree,proto3" json:"resources_free,omitempty"`
+	// Live providers of a passive pool.
+	Providers     int64 `protobuf:"varint,37,opt,name=providers,proto3" json:"providers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -867,6 +1015,27 @@ func (x *PoolStatus) GetSuspended() bool {
 	return false
 }
 
+func (x *PoolStatus) GetResources() int64 {
+	if x != nil {
+		return x.Resources
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetResourcesFree() int64 {
+	if x != nil {
+		return x.ResourcesFree
+	}
+	return 0
+}
+
+func (x *PoolStatus) GetProviders() int64 {
+	if x != nil {
+		return x.Providers
+	}
+	return 0
+}
+
 // Lease is a grant of permits from a pool, held until it is released, it
 // expires, or it is revoked. A holder must renew it before expire_time and
 // must treat it as lost at expire_time minus a safety margin, by its own
@@ -895,7 +1064,10 @@ type Lease struct {
 	// Priority the lease was acquired with.
 	Priority int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
 	// When the lease was granted, by the server's clock.
-	AcquireTime   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
+	AcquireTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
+	// The instances the lease is bound to, in an active or passive pool:
+	// weight of them, each held by no other live lease. Empty in a free pool.
+	Resources     []*Resource `protobuf:"bytes,11,rep,name=resources,proto3" json:"resources,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1000,6 +1172,81 @@ func (x *Lease) GetAcquireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Lease) GetResources() []*Resource {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+// Resource is one instance of an active or passive pool: a database
+// connection, a worker slot, a device.
+type Resource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Identifier, unique within the pool: 1 to 128 characters of
+	// [A-Za-z0-9._:/-].
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// What holders need to use it (an address, a region, ...): at most 16
+	// entries; keys 1 to 64 bytes, values at most 1024 bytes.
+	Attributes map[string]string `protobuf:"bytes,2,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The provider that offers it, in a passive pool; empty in an active
+	// pool. Output only.
+	ProviderId    string `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Resource) Reset() {
+	*x = Resource{}
+	mi := &file_tollgate_v1_types_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resource) ProtoMessage() {}
+
+func (x *Resource) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_types_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resource.ProtoReflect.Descriptor instead.
+func (*Resource) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Resource) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Resource) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+func (x *Resource) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
 // PoolEvent is something operators may want to know happened on the
 // server: a pool change made through AdminService, a lease that ended
 // without its holder's release, or a change adaptive control made.
@@ -1011,7 +1258,8 @@ type PoolEvent struct {
 	// When it happened, by the server's clock.
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// What happened: one of pool_created, pool_updated, pool_deleted,
-	// lease_expired, lease_revoked, pool_throttled, pool_relieved. New types
+	// lease_expired, lease_revoked, pool_throttled, pool_relieved,
+	// resources_added, resources_removed, provider_joined, provider_left. New types
 	// may be added; show unknown ones as they are.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	// The pool the event is about.
@@ -1026,14 +1274,18 @@ type PoolEvent struct {
 	Description string `protobuf:"bytes,8,opt,name=description,proto3" json:"description,omitempty"`
 	// Who made a pool change: its authenticated name, or its address when
 	// it presented no credentials.
-	Actor         string `protobuf:"bytes,9,opt,name=actor,proto3" json:"actor,omitempty"`
+	Actor string `protobuf:"bytes,9,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The provider, for provider_joined and provider_left events.
+	ProviderId string `protobuf:"bytes,20,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	// The instances concerned, for resource events.
+	ResourceIds   []string `protobuf:"bytes,21,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PoolEvent) Reset() {
 	*x = PoolEvent{}
-	mi := &file_tollgate_v1_types_proto_msgTypes[4]
+	mi := &file_tollgate_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1297,7 @@ func (x *PoolEvent) String() string {
 func (*PoolEvent) ProtoMessage() {}
 
 func (x *PoolEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_types_proto_msgTypes[4]
+	mi := &file_tollgate_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1310,7 @@ func (x *PoolEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolEvent.ProtoReflect.Descriptor instead.
 func (*PoolEvent) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PoolEvent) GetSeq() uint64 {
@@ -1124,11 +1376,25 @@ func (x *PoolEvent) GetActor() string {
 	return ""
 }
 
+func (x *PoolEvent) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *PoolEvent) GetResourceIds() []string {
+	if x != nil {
+		return x.ResourceIds
+	}
+	return nil
+}
+
 var File_tollgate_v1_types_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x04\n" +
+	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x05\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -1146,7 +1412,9 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"updateTime\x121\n" +
 	"\badaptive\x18\v \x01(\v2\x15.tollgate.v1.AdaptiveR\badaptive\x12\x1b\n" +
 	"\tsafe_rate\x18\f \x01(\x01R\bsafeRate\x12J\n" +
-	"\x11revocation_policy\x18\r \x01(\x0e2\x1d.tollgate.v1.RevocationPolicyR\x10revocationPolicy\"\xeb\x03\n" +
+	"\x11revocation_policy\x18\r \x01(\x0e2\x1d.tollgate.v1.RevocationPolicyR\x10revocationPolicy\x12>\n" +
+	"\rresource_kind\x18\x0e \x01(\x0e2\x19.tollgate.v1.ResourceKindR\fresourceKind\x12G\n" +
+	"\x10selection_policy\x18\x0f \x01(\x0e2\x1c.tollgate.v1.SelectionPolicyR\x0fselectionPolicy\"\xeb\x03\n" +
 	"\bAdaptive\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x123\n" +
 	"\x06target\x18\x02 \x01(\x0e2\x1b.tollgate.v1.AdaptiveTargetR\x06target\x121\n" +
@@ -1161,7 +1429,8 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x0fmin_concurrency\x18\n" +
 	" \x01(\x03R\x0eminConcurrency\x12\x19\n" +
 	"\bmin_rate\x18\v \x01(\x01R\aminRate\x12+\n" +
-	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\"\xec\t\n" +
+	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\"\xcf\n" +
+	"\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\x03R\x04held\x12\x16\n" +
@@ -1194,7 +1463,10 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\rshare_holders\x18\x1f \x01(\x03R\fshareHolders\x12%\n" +
 	"\x0eshares_granted\x18  \x01(\x01R\rsharesGranted\x12\x18\n" +
 	"\arevoked\x18! \x01(\x03R\arevoked\x12\x1c\n" +
-	"\tsuspended\x18\" \x01(\bR\tsuspended\"\xec\x02\n" +
+	"\tsuspended\x18\" \x01(\bR\tsuspended\x12\x1c\n" +
+	"\tresources\x18# \x01(\x03R\tresources\x12%\n" +
+	"\x0eresources_free\x18$ \x01(\x03R\rresourcesFree\x12\x1c\n" +
+	"\tproviders\x18% \x01(\x03R\tproviders\"\xa1\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -1207,7 +1479,18 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x03ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1a\n" +
 	"\bpriority\x18\t \x01(\x05R\bpriority\x12=\n" +
 	"\facquire_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime\"\xfd\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime\x123\n" +
+	"\tresources\x18\v \x03(\v2\x15.tollgate.v1.ResourceR\tresources\"\xc1\x01\n" +
+	"\bResource\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12E\n" +
+	"\n" +
+	"attributes\x18\x02 \x03(\v2%.tollgate.v1.Resource.AttributesEntryR\n" +
+	"attributes\x12\x1f\n" +
+	"\vprovider_id\x18\x03 \x01(\tR\n" +
+	"providerId\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x02\n" +
 	"\tPoolEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
@@ -1217,7 +1500,19 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\blease_id\x18\x06 \x01(\tR\aleaseId\x12\x1b\n" +
 	"\tclient_id\x18\a \x01(\tR\bclientId\x12 \n" +
 	"\vdescription\x18\b \x01(\tR\vdescription\x12\x14\n" +
-	"\x05actor\x18\t \x01(\tR\x05actor*o\n" +
+	"\x05actor\x18\t \x01(\tR\x05actor\x12\x1f\n" +
+	"\vprovider_id\x18\x14 \x01(\tR\n" +
+	"providerId\x12!\n" +
+	"\fresource_ids\x18\x15 \x03(\tR\vresourceIds*z\n" +
+	"\fResourceKind\x12\x1d\n" +
+	"\x19RESOURCE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12RESOURCE_KIND_FREE\x10\x01\x12\x18\n" +
+	"\x14RESOURCE_KIND_ACTIVE\x10\x02\x12\x19\n" +
+	"\x15RESOURCE_KIND_PASSIVE\x10\x03*l\n" +
+	"\x0fSelectionPolicy\x12 \n" +
+	"\x1cSELECTION_POLICY_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16SELECTION_POLICY_REUSE\x10\x01\x12\x1b\n" +
+	"\x17SELECTION_POLICY_SPREAD\x10\x02*o\n" +
 	"\x10RevocationPolicy\x12!\n" +
 	"\x1dREVOCATION_POLICY_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16REVOCATION_POLICY_WAIT\x10\x01\x12\x1c\n" +
@@ -1244,45 +1539,53 @@ func file_tollgate_v1_types_proto_rawDescGZIP() []byte {
 	return file_tollgate_v1_types_proto_rawDescData
 }
 
-var file_tollgate_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_tollgate_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_tollgate_v1_types_proto_goTypes = []any{
-	(RevocationPolicy)(0),         // 0: tollgate.v1.RevocationPolicy
-	(AdaptiveTarget)(0),           // 1: tollgate.v1.AdaptiveTarget
-	(ThrottleReason)(0),           // 2: tollgate.v1.ThrottleReason
-	(*Pool)(nil),                  // 3: tollgate.v1.Pool
-	(*Adaptive)(nil),              // 4: tollgate.v1.Adaptive
-	(*PoolStatus)(nil),            // 5: tollgate.v1.PoolStatus
-	(*Lease)(nil),                 // 6: tollgate.v1.Lease
-	(*PoolEvent)(nil),             // 7: tollgate.v1.PoolEvent
-	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(ResourceKind)(0),             // 0: tollgate.v1.ResourceKind
+	(SelectionPolicy)(0),          // 1: tollgate.v1.SelectionPolicy
+	(RevocationPolicy)(0),         // 2: tollgate.v1.RevocationPolicy
+	(AdaptiveTarget)(0),           // 3: tollgate.v1.AdaptiveTarget
+	(ThrottleReason)(0),           // 4: tollgate.v1.ThrottleReason
+	(*Pool)(nil),                  // 5: tollgate.v1.Pool
+	(*Adaptive)(nil),              // 6: tollgate.v1.Adaptive
+	(*PoolStatus)(nil),            // 7: tollgate.v1.PoolStatus
+	(*Lease)(nil),                 // 8: tollgate.v1.Lease
+	(*Resource)(nil),              // 9: tollgate.v1.Resource
+	(*PoolEvent)(nil),             // 10: tollgate.v1.PoolEvent
+	nil,                           // 11: tollgate.v1.Resource.AttributesEntry
+	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_tollgate_v1_types_proto_depIdxs = []int32{
-	8,  // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
-	8,  // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
-	9,  // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
-	4,  // 4: tollgate.v1.Pool.adaptive:type_name -> tollgate.v1.Adaptive
-	0,  // 5: tollgate.v1.Pool.revocation_policy:type_name -> tollgate.v1.RevocationPolicy
-	1,  // 6: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
-	8,  // 7: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
-	8,  // 8: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
-	8,  // 9: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
-	9,  // 10: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
-	2,  // 11: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
-	9,  // 12: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
-	8,  // 13: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
-	8,  // 14: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
-	9,  // 15: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
-	8,  // 16: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	9,  // 17: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	9,  // 18: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	12, // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
+	12, // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
+	13, // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
+	13, // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
+	6,  // 4: tollgate.v1.Pool.adaptive:type_name -> tollgate.v1.Adaptive
+	2,  // 5: tollgate.v1.Pool.revocation_policy:type_name -> tollgate.v1.RevocationPolicy
+	0,  // 6: tollgate.v1.Pool.resource_kind:type_name -> tollgate.v1.ResourceKind
+	1,  // 7: tollgate.v1.Pool.selection_policy:type_name -> tollgate.v1.SelectionPolicy
+	3,  // 8: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
+	12, // 9: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
+	12, // 10: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
+	12, // 11: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
+	13, // 12: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
+	4,  // 13: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
+	13, // 14: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
+	12, // 15: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
+	12, // 16: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
+	13, // 17: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
+	12, // 18: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	13, // 19: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	9,  // 20: tollgate.v1.Lease.resources:type_name -> tollgate.v1.Resource
+	11, // 21: tollgate.v1.Resource.attributes:type_name -> tollgate.v1.Resource.AttributesEntry
+	13, // 22: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_types_proto_init() }
@@ -1295,8 +1598,8 @@ func file_tollgate_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_types_proto_rawDesc), len(file_tollgate_v1_types_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   5,
+			NumEnums:      5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

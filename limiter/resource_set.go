@@ -1,0 +1,186 @@
+package limiter
+
+import (
+	"container/list"
+	"sort"
+	"time"
+)
+
+// instance is one instance of an active or passive pool, guarded by the
+// pool's mutex.
+type instance struct {
+	Resource
+	holder   *lease        // the live lease bound to it; nil when not held
+	removing bool          // removed or withdrawn with wait: leaves when its lease ends
+	elem     *list.Element // its place in resourceSet.free; nil unless free
+	addTime  time.Time
+	released time.Time // when a lease last let it go; zero: never
+}
+
+// resourceSet is the instances of an active or passive pool.
+//
+// Invariants, true whenever the pool's mutex is not held:
+//   - an instance is free (in free, holder nil, not removing), held
+//     (holder is a live lease of the pool whose res holds it), or removing
+//     (held, and leaves byID when its holder lets it go); never two;
+//   - the pool's held weight is the number of held instances, and every
+//     live lease holds exactly Weight instances;
+//   - free is ordered by when each instance was last released, least
+//     recently at the front; instances never used are at the front.
+type resourceSet struct {
+	byID      map[string]*instance
+	free      list.List            // of *instance
+	removing  int                  // instances with removing set
+	providers map[string]*provider // live providers of a passive pool: providers.go
+}
+
+func newResourceSet() *resourceSet {
+	return &resourceSet{byID: make(map[string]*instance), providers: make(map[string]*provider)}
+}
+
+// usable is the number of instances that can be granted once free: all
+// but those being removed.
+func (rs *resourceSet) usable() int { return len(rs.byID) - rs.removing }
+
+// add puts r in the set as a free instance; its id must be new.
+func (rs *resourceSet) add(r Resource, now time.Time) *instance {
+	in := &instance{Resource: r, addTime: now}
+	rs.byID[r.ID] = in
+	in.elem = rs.free.PushFront(in)
+	return in
+}
+
+// take removes n free instances from the free list, chosen by policy, and
+// returns them; the caller has checked that n are free.
+func (rs *resourceSet) take(n int64, policy SelectionPolicy) []*instance {
+	out := make([]*instance, 0, n)
+	for range n {
+		e := rs.free.Back() // reuse: the most recently released
+		if policy == SelectSpread {
+			e = rs.free.Front() // the least recently used
+		}
+		in := rs.free.Remove(e).(*instance)
+		in.elem = nil
+		out = append(out, in)
+	}
+	return out
+}
+
+// drop removes in from the set, whatever its state.
+func (rs *resourceSet) drop(in *instance) {
+	if in.elem != nil {
+		rs.free.Remove(in.elem)
+		in.elem = nil
+	}
+	if in.removing {
+		rs.removing--
+		in.removing = false
+	}
+	if pr := rs.providers[in.Provider]; pr != nil && in.Provider != "" {
+		delete(pr.res, in.ID)
+	}
+	delete(rs.byID, in.ID)
+}
+
+// states returns every instance's state, in id order.
+func (rs *resourceSet) states() []ResourceState {
+	out := make([]ResourceState, 0, len(rs.byID))
+	for _, in := range rs.byID {
+		s := ResourceState{Resource: in.Resource, Removing: in.removing, AddTime: in.addTime, LastRelease: in.released}
+		if in.holder != nil {
+			s.Holder, s.HolderClientID = in.holder.FencingToken, in.holder.ClientID
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// bindLocked binds l, just granted, to l.Weight free instances chosen by
+// the pool's selection policy (admitLocked checked they are free), and
+// records them in the lease.
+func (p *pool) bindLocked(l *lease, now time.Time) {
+	p.bindInstancesLocked(l, p.res.take(l.Weight, p.cfg.Selection))
+}
+
+// bindInstancesLocked binds l to ins, which are free or just taken off
+// the free list, and records them in the lease.
+func (p *pool) bindInstancesLocked(l *lease, ins []*instance) {
+	l.res = ins
+	l.Resources = make([]Resource, len(ins))
+	for i, in := range ins {
+		if in.elem != nil {
+			p.res.free.Remove(in.elem)
+			in.elem = nil
+		}
+		in.holder = l
+		l.Resources[i] = in.Resource
+	}
+}
+
+// unbindLocked lets go of l's instances as l ends: each goes to the back
+// of the free list (most recently released), or leaves the pool if it was
+// being removed.
+func (p *pool) unbindLocked(l *lease, now time.Time) {
+	for _, in := range l.res {
+		in.holder = nil
+		in.released = now
+		if in.removing {
+			p.res.drop(in)
+			continue
+		}
+		in.elem = p.res.free.PushBack(in)
+	}
+	l.res = nil
+}
+
+// holdersOf returns the distinct live leases holding any of ins, in
+// fencing-token order.
+func holdersOf(ins []*instance) []*lease {
+	seen := make(map[*lease]struct{})
+	var out []*lease
+	for _, in := range ins {
+		if in.holder == nil {
+			continue
+		}
+		if _, ok := seen[in.holder]; !ok {
+			seen[in.holder] = struct{}{}
+			out = append(out, in.holder)
+		}
+	}
+	sortLeasesByToken(out)
+	return out
+}
+
+// removeInstancesLocked takes ins out of the pool: free ones leave at
+// once; held ones are marked removing and leave when their lease ends,
+// and unless wait, those leases are revoked now with reason (reported
+// through the returned slice). It reports how many left at once and how
+// many leases were revoked. It does not dispatch or persist.
+func (p *pool) removeInstancesLocked(ins []*instance, wait bool, reason string, now time.Time) (removed, revoked int, ended []LeaseEnded) {
+	holders := holdersOf(ins)
+	for _, in := range ins {
+		if in.holder == nil {
+			p.res.drop(in)
+			removed++
+			continue
+		}
+		if !in.removing {
+			in.removing = true
+			p.res.removing++
+		}
+	}
+	if wait {
+		return removed, 0, nil
+	}
+	for _, l := range holders {
+		for _, in := range l.res {
+			if in.removing {
+				removed++
+			}
+		}
+		ended = append(ended, p.revokeLocked(l, reason, now)) // unbinds: removing instances leave
+		revoked++
+	}
+	return removed, revoked, ended
+}
