@@ -89,10 +89,12 @@ type PoolEvent struct {
 	Latency    time.Duration
 	Baseline   time.Duration
 	// Provider, Owner (its ProviderSpec.Owner) and Message (for people)
-	// of a ProviderJoined or ProviderLeft event.
-	Provider string
-	Owner    any
-	Message  string
+	// of a ProviderJoined or ProviderLeft event; ProviderExpired is set on
+	// a ProviderLeft event when it left by missing its keep-alive.
+	Provider        string
+	Owner           any
+	Message         string
+	ProviderExpired bool
 }
 
 // outbox holds what a pool reports to the engine's callbacks, collected

@@ -105,9 +105,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		if err != nil {
 			return PoolInfo{}, err
 		}
-		for _, r := range rs {
-			p.res.add(r, now)
-		}
+		p.res.addAll(rs, now)
 	}
 	p.lastToken = st.TokenCeiling
 	if p.bucket != nil {

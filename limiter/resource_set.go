@@ -3,6 +3,7 @@ package limiter
 import (
 	"container/list"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -42,12 +43,18 @@ func newResourceSet() *resourceSet {
 // but those being removed.
 func (rs *resourceSet) usable() int { return len(rs.byID) - rs.removing }
 
-// add puts r in the set as a free instance; its id must be new.
-func (rs *resourceSet) add(r Resource, now time.Time) *instance {
-	in := &instance{Resource: r, addTime: now}
-	rs.byID[r.ID] = in
-	in.elem = rs.free.PushFront(in)
-	return in
+// addAll puts new free instances in the set, never used, so at the front
+// of the free list, in the order given (the first is granted first under
+// SelectSpread); their ids must be new. It returns them in that order.
+func (rs *resourceSet) addAll(add []Resource, now time.Time) []*instance {
+	out := make([]*instance, len(add))
+	for i := len(add) - 1; i >= 0; i-- {
+		in := &instance{Resource: add[i], addTime: now}
+		rs.byID[in.ID] = in
+		in.elem = rs.free.PushFront(in)
+		out[i] = in
+	}
+	return out
 }
 
 // take removes n free instances from the free list, chosen by policy, and
@@ -154,7 +161,8 @@ func holdersOf(ins []*instance) []*lease {
 
 // removeInstancesLocked takes ins out of the pool: free ones leave at
 // once; held ones are marked removing and leave when their lease ends,
-// and unless wait, those leases are revoked now with reason (reported
+// and unless wait, those leases are revoked now with reason, which
+// follows the names of the lease's instances ("was removed ..."; reported
 // through the returned slice). It reports how many left at once and how
 // many leases were revoked. It does not dispatch or persist.
 func (p *pool) removeInstancesLocked(ins []*instance, wait bool, reason string, now time.Time) (removed, revoked int, ended []LeaseEnded) {
@@ -174,12 +182,15 @@ func (p *pool) removeInstancesLocked(ins []*instance, wait bool, reason string, 
 		return removed, 0, nil
 	}
 	for _, l := range holders {
+		var names []string
 		for _, in := range l.res {
 			if in.removing {
 				removed++
+				names = append(names, quote(in.ID))
 			}
 		}
-		ended = append(ended, p.revokeLocked(l, reason, now)) // unbinds: removing instances leave
+		why := "its instance " + strings.Join(names, ", ") + " " + reason
+		ended = append(ended, p.revokeLocked(l, why, now)) // unbinds: removing instances leave
 		revoked++
 	}
 	return removed, revoked, ended

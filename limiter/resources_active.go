@@ -39,9 +39,7 @@ func (e *Engine) AddResources(pool string, rs []Resource) (PoolInfo, error) {
 	if err := p.persistResourcesLocked(add, nil, now); err != nil {
 		return PoolInfo{}, err
 	}
-	for _, r := range add {
-		p.res.add(r, now)
-	}
+	p.res.addAll(add, now)
 	p.dispatchLocked(now)
 	return p.infoLocked(now), nil
 }
@@ -101,7 +99,7 @@ func (e *Engine) RemoveResources(pool string, ids []string, wait bool, reason st
 		p.mu.Unlock()
 		return RemoveResult{}, err
 	}
-	res, ended := p.removeAndDispatchLocked(ins, wait, "instance removed from pool "+quote(p.name)+": "+reason, now)
+	res, ended := p.removeAndDispatchLocked(ins, wait, "was removed from pool "+quote(p.name)+": "+reason, now)
 	p.mu.Unlock()
 	e.notifyEnded(ended)
 	return res, nil

@@ -261,7 +261,7 @@ func TestProviderMissesKeepAlive(t *testing.T) {
 func TestActiveResourcesSurviveRestart(t *testing.T) {
 	m := newMemPersister()
 	te := newPersistentTestEngine(t, m)
-	te.mustCreate(t, PoolConfig{Name: "db", ResourceKind: ResourceActive})
+	te.mustCreate(t, PoolConfig{Name: "db", ResourceKind: ResourceActive, Selection: SelectSpread}) // grants c1, c2 first
 	if _, err := te.AddResources("db", res("c1", "c2", "c3")); err != nil {
 		t.Fatal(err)
 	}

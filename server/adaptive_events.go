@@ -12,6 +12,10 @@ import (
 // control makes to a pool's effective limits is recorded and logged as an
 // event (EventPoolThrottled, EventPoolRelieved). It never blocks.
 func (s *Server) onPoolEvent(ev limiter.PoolEvent) {
+	if ev.Type == limiter.ProviderJoined || ev.Type == limiter.ProviderLeft {
+		s.onProviderEvent(ev) // provide.go
+		return
+	}
 	typ := EventPoolRelieved
 	if ev.Type == limiter.PoolThrottled {
 		typ = EventPoolThrottled

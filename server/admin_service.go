@@ -21,7 +21,7 @@ const (
 // updatablePaths are the update_mask paths UpdatePool accepts, in the order
 // they are listed to people.
 // (Pool.adaptive's fields also have paths of their own: adaptive_update.go.)
-var updatablePaths = []string{"description", "concurrency_limit", "rate", "burst", "default_lease_ttl", "max_lease_ttl", "max_waiters", "adaptive", "safe_rate", "revocation_policy"}
+var updatablePaths = []string{"description", "concurrency_limit", "rate", "burst", "default_lease_ttl", "max_lease_ttl", "max_waiters", "adaptive", "safe_rate", "revocation_policy", "selection_policy"}
 
 // adminService implements tollgatev1.AdminServiceServer over the engine.
 type adminService struct {
@@ -153,6 +153,8 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest) (limiter.Po
 				c.SafeRate = src.SafeRate
 			case "revocation_policy":
 				c.RevocationPolicy = src.RevocationPolicy
+			case "selection_policy":
+				c.Selection = src.Selection
 			default: // adaptive.<field>: adaptive_update.go
 				applyAdaptivePath(&c.Adaptive, src.Adaptive, path)
 			}
@@ -172,7 +174,7 @@ func updateSource(p *tollgatev1.Pool, paths []string) (limiter.PoolConfig, error
 			}
 		}
 		if !known && !isAdaptivePath(path) {
-			if path == "name" || path == "create_time" || path == "update_time" {
+			if path == "name" || path == "create_time" || path == "update_time" || path == "resource_kind" {
 				return src, invalidArg("update_mask path %q cannot be changed; the paths that can are %s", path, strings.Join(updatablePaths, ", "))
 			}
 			return src, invalidArg("update_mask path %q is not a pool field that can be changed; use any of %s, or adaptive.<field> (such as adaptive.backoff)", truncate(path, 64), strings.Join(updatablePaths, ", "))
@@ -186,6 +188,9 @@ func updateSource(p *tollgatev1.Pool, paths []string) (limiter.PoolConfig, error
 	src.MaxWaiters = p.GetMaxWaiters()
 	src.SafeRate = p.GetSafeRate()
 	if src.RevocationPolicy, err = revocationPolicyFromProto(p.GetRevocationPolicy()); err != nil {
+		return src, err
+	}
+	if src.Selection, err = selectionFromProto(p.GetSelectionPolicy()); err != nil {
 		return src, err
 	}
 	if src.Adaptive, err = adaptiveFromProto("pool.adaptive", p.GetAdaptive()); err != nil { // adaptive_convert.go

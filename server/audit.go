@@ -40,6 +40,8 @@ func (s *Server) auditUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		}
 	case *tollgatev1.ResumePoolRequest:
 		ev = Event{Type: EventPoolUpdated, Pool: r.GetName(), Detail: "resumed"}
+	case *tollgatev1.AddResourcesRequest, *tollgatev1.RemoveResourcesRequest:
+		ev = resourcesEvent(req, resp) // admin_resources.go
 	default:
 		return resp, err
 	}
@@ -64,6 +66,7 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 		"max_lease_ttl":     p.GetMaxLeaseTtl().AsDuration().String(),
 		"max_waiters":       strconv.FormatInt(p.GetMaxWaiters(), 10),
 		"revocation_policy": revocationPolicyName(p.GetRevocationPolicy()),
+		"selection_policy":  selectionFromProtoName(p.GetSelectionPolicy()),
 	}
 	if paths == nil {
 		defaults := map[string]string{
@@ -75,6 +78,11 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 			"max_lease_ttl":     limiter.DefaultMaxLeaseTTL.String(),
 			"max_waiters":       strconv.Itoa(limiter.DefaultMaxWaiters),
 			"revocation_policy": "wait",
+			"selection_policy":  "reuse",
+		}
+		if k := p.GetResourceKind(); k == tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE || k == tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE {
+			paths = append(paths, "resource_kind")
+			vals["resource_kind"] = resourceKindName(k)
 		}
 		for _, f := range updatablePaths {
 			if vals[f] != defaults[f] {

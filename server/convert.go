@@ -120,6 +120,7 @@ func leaseToProto(l limiter.Lease) *tollgatev1.Lease {
 		Ttl:          durationpb.New(l.TTL),
 		Priority:     l.Priority,
 		AcquireTime:  timestamp(l.AcquireTime),
+		Resources:    resourcesToProto(l.Resources), // resources_convert.go
 	}
 }
 
@@ -157,6 +158,14 @@ func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 	if err != nil {
 		return cfg, err
 	}
+	kind, err := resourceKindFromProto(p.GetResourceKind()) // resources_convert.go
+	if err != nil {
+		return cfg, err
+	}
+	selection, err := selectionFromProto(p.GetSelectionPolicy())
+	if err != nil {
+		return cfg, err
+	}
 	return limiter.PoolConfig{
 		Name:             p.GetName(),
 		Description:      p.GetDescription(),
@@ -169,6 +178,8 @@ func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 		Adaptive:         adaptive,
 		SafeRate:         p.GetSafeRate(),
 		RevocationPolicy: policy,
+		ResourceKind:     kind,
+		Selection:        selection,
 	}, nil
 }
 
@@ -208,6 +219,8 @@ func poolToProto(info limiter.PoolInfo) *tollgatev1.Pool {
 		Adaptive:         adaptiveToProto(c.Adaptive), // adaptive_convert.go
 		SafeRate:         c.SafeRate,
 		RevocationPolicy: revocationPolicyToProto(c.RevocationPolicy),
+		ResourceKind:     resourceKindToProto(c.ResourceKind), // resources_convert.go
+		SelectionPolicy:  selectionToProto(c.Selection),
 		CreateTime:       timestamp(info.CreateTime),
 		UpdateTime:       timestamp(info.UpdateTime),
 	}
@@ -233,6 +246,9 @@ func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
 		Readopted:        s.Readopted,
 		RecoveringUntil:  timestamp(s.RecoveringUntil),
 		Suspended:        s.Suspended,
+		Resources:        s.Resources,
+		ResourcesFree:    s.ResourcesFree,
+		Providers:        s.Providers,
 	}
 	adaptiveStatusToProto(s.AdaptiveStatus, out) // effective limits, outcomes, shares: adaptive_convert.go
 	return out

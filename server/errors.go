@@ -38,6 +38,10 @@ const (
 	// ReasonInternal: a bug on the server (INTERNAL); the details are in
 	// the server's log.
 	ReasonInternal limiter.Reason = "INTERNAL"
+	// ReasonProviderExpired: a Provide stream was ended because the
+	// server heard nothing on it for the provider's keep-alive TTL
+	// (DEADLINE_EXCEEDED); its instances have left the pool.
+	ReasonProviderExpired limiter.Reason = "PROVIDER_EXPIRED"
 )
 
 // errCtx says what an error is about, for ErrorInfo metadata: the pool and

@@ -46,6 +46,10 @@ type Event struct {
 	Actor string `json:"actor,omitempty"`
 	// Detail says more, for people (the new limits, the fields changed).
 	Detail string `json:"detail,omitempty"`
+	// ProviderID is the provider of provider events; ResourceIDs the
+	// instances of resource events.
+	ProviderID  string   `json:"provider_id,omitempty"`
+	ResourceIDs []string `json:"resource_ids,omitempty"`
 }
 
 // eventRing keeps the last RecentEventsLen events and hands each new one
@@ -98,7 +102,7 @@ func (s *Server) recordEvent(ev Event) {
 	attrs := []slog.Attr{slog.String("event", ev.Type), slog.String("pool", ev.Pool)}
 	for _, a := range []struct{ k, v string }{
 		{"lease_id", ev.LeaseID}, {"client_id", ev.ClientID}, {"description", ev.Description},
-		{"by", ev.Actor}, {"detail", ev.Detail},
+		{"by", ev.Actor}, {"detail", ev.Detail}, {"provider_id", ev.ProviderID},
 	} {
 		if a.v != "" {
 			attrs = append(attrs, slog.String(a.k, a.v))
@@ -109,13 +113,17 @@ func (s *Server) recordEvent(ev Event) {
 
 // eventMessages are the log messages of the event types.
 var eventMessages = map[string]string{
-	EventPoolCreated:   "pool created",
-	EventPoolUpdated:   "pool updated",
-	EventPoolDeleted:   "pool deleted",
-	EventLeaseExpired:  "lease expired: its holder did not renew it; its permits are back in the pool",
-	EventLeaseRevoked:  "lease ended by the server; its permits are back in the pool",
-	EventPoolThrottled: "pool throttled: adaptive control lowered its effective limits",
-	EventPoolRelieved:  "pool relieved: adaptive control raised its effective limits",
+	EventPoolCreated:      "pool created",
+	EventPoolUpdated:      "pool updated",
+	EventPoolDeleted:      "pool deleted",
+	EventLeaseExpired:     "lease expired: its holder did not renew it; its permits are back in the pool",
+	EventLeaseRevoked:     "lease ended by the server; its permits are back in the pool",
+	EventPoolThrottled:    "pool throttled: adaptive control lowered its effective limits",
+	EventPoolRelieved:     "pool relieved: adaptive control raised its effective limits",
+	EventResourcesAdded:   "instances added to an active pool",
+	EventResourcesRemoved: "instances removed from an active pool",
+	EventProviderJoined:   "provider joined a passive pool",
+	EventProviderLeft:     "provider left a passive pool; its instances left with it",
 }
 
 // leaseEnded handles the end of a lease that its holder did not release

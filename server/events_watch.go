@@ -142,5 +142,7 @@ func eventToProto(ev Event) *tollgatev1.PoolEvent {
 		ClientId:    ev.ClientID,
 		Description: ev.Description,
 		Actor:       ev.Actor,
+		ProviderId:  ev.ProviderID,
+		ResourceIds: ev.ResourceIDs,
 	}
 }

@@ -149,7 +149,10 @@ func seedDiff(seed []limiter.PoolConfig, stored []limiter.SavedPool) string {
 // restarted since the grant (limiter.Engine.RenewOrReadopt). An unset
 // weight is 0: such a lease cannot be re-adopted.
 func readoptFromProto(r *tollgatev1.RenewRequest) (limiter.Readopt, error) {
-	ra := limiter.Readopt{ClientID: r.GetClientId(), Description: r.GetDescription(), Priority: r.GetPriority()}
+	ra := limiter.Readopt{ClientID: r.GetClientId(), Description: r.GetDescription(), Priority: r.GetPriority(), Resources: r.GetResourceIds()}
+	if n := len(ra.Resources); n > limiter.MaxResourcesPerPool {
+		return ra, invalidArg("resource_ids has %d ids; a lease holds at most %d", n, limiter.MaxResourcesPerPool)
+	}
 	if r.Weight != nil {
 		if r.GetWeight() < 1 {
 			return ra, invalidArg("weight is %d; it must be the lease's weight, at least 1 (or leave it unset)", r.GetWeight())

@@ -1,0 +1,103 @@
+package server
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// This file is the resource half of AdminService: declaring, removing and
+// listing the instances of active pools, and listing any resource pool's
+// instances and providers.
+
+// Event types of instance changes.
+const (
+	EventResourcesAdded   = "resources_added"   // an operator added instances to an active pool
+	EventResourcesRemoved = "resources_removed" // an operator removed instances from an active pool
+	EventProviderJoined   = "provider_joined"   // a provider registered with a passive pool
+	EventProviderLeft     = "provider_left"     // a provider left a passive pool (closed, died, missed its keep-alive)
+)
+
+// AddResources declares instances of an active pool.
+func (a *adminService) AddResources(ctx context.Context, req *tollgatev1.AddResourcesRequest) (*tollgatev1.AddResourcesResponse, error) {
+	err := checkPoolName("pool", req.GetPool())
+	if err == nil {
+		var info limiter.PoolInfo
+		if info, err = a.srv.engine.AddResources(req.GetPool(), resourcesFromProto(req.GetResources())); err == nil {
+			return &tollgatev1.AddResourcesResponse{Pool: poolToProto(info), Status: statusToProto(info.Status)}, nil
+		}
+	}
+	return nil, toStatus(a.srv.log, "AddResources", err, errCtx{pool: req.GetPool()})
+}
+
+// RemoveResources takes instances out of an active pool, revoking the
+// leases that hold them unless asked to wait.
+func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.RemoveResourcesRequest) (*tollgatev1.RemoveResourcesResponse, error) {
+	err := checkPoolName("pool", req.GetPool())
+	if err == nil {
+		reason := req.GetReason()
+		if reason != "" {
+			reason = "removed by an operator: " + reason
+		}
+		var r limiter.RemoveResult
+		if r, err = a.srv.engine.RemoveResources(req.GetPool(), req.GetIds(), req.GetWait(), reason); err == nil {
+			return &tollgatev1.RemoveResourcesResponse{Removed: int64(r.Removed), Removing: int64(r.Removing), Revoked: int64(r.Revoked)}, nil
+		}
+	}
+	return nil, toStatus(a.srv.log, "RemoveResources", err, errCtx{pool: req.GetPool()})
+}
+
+// ListResources lists a resource pool's instances and providers.
+func (a *adminService) ListResources(ctx context.Context, req *tollgatev1.ListResourcesRequest) (*tollgatev1.ListResourcesResponse, error) {
+	err := checkPoolName("pool", req.GetPool())
+	if err == nil {
+		var (
+			states    []limiter.ResourceState
+			providers []limiter.ProviderInfo
+		)
+		if states, providers, err = a.srv.engine.ListResources(req.GetPool()); err == nil {
+			resp := &tollgatev1.ListResourcesResponse{Resources: make([]*tollgatev1.ResourceState, len(states))}
+			for i, s := range states {
+				resp.Resources[i] = resourceStateToProto(s)
+			}
+			for _, p := range providers {
+				resp.Providers = append(resp.Providers, providerToProto(p))
+			}
+			return resp, nil
+		}
+	}
+	return nil, toStatus(a.srv.log, "ListResources", err, errCtx{pool: req.GetPool()})
+}
+
+// resourcesEvent is the audit event of a successful AddResources or
+// RemoveResources (audit.go adds who made it).
+func resourcesEvent(req, resp any) Event {
+	switch r := req.(type) {
+	case *tollgatev1.AddResourcesRequest:
+		ids := make([]string, len(r.GetResources()))
+		for i, res := range r.GetResources() {
+			ids[i] = res.GetId()
+		}
+		return Event{Type: EventResourcesAdded, Pool: r.GetPool(), ResourceIDs: ids, Detail: idList(ids)}
+	case *tollgatev1.RemoveResourcesRequest:
+		out := resp.(*tollgatev1.RemoveResourcesResponse)
+		d := idList(r.GetIds()) + ": " + strconv.FormatInt(out.GetRemoved(), 10) + " removed, " +
+			strconv.FormatInt(out.GetRemoving(), 10) + " leaving when released, " + strconv.FormatInt(out.GetRevoked(), 10) + " leases revoked"
+		if r.GetReason() != "" {
+			d += " (" + truncate(r.GetReason(), 128) + ")"
+		}
+		return Event{Type: EventResourcesRemoved, Pool: r.GetPool(), ResourceIDs: r.GetIds(), Detail: d}
+	}
+	return Event{}
+}
+
+// idList shows up to 8 ids for people.
+func idList(ids []string) string {
+	if len(ids) > 8 {
+		return strings.Join(ids[:8], ", ") + ", ... (" + strconv.Itoa(len(ids)) + " in all)"
+	}
+	return strings.Join(ids, ", ")
+}

@@ -1,0 +1,187 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"google.golang.org/grpc/peer"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// This file is LimiterService.Provide: the stream of a provider of a
+// passive pool. The provider lives as long as its stream: when the stream
+// ends, however it ends, the provider leaves the pool and its instances
+// with it; when the engine expires the provider (nothing heard for its
+// TTL), the stream is ended.
+
+// providerStream is the Owner of a provider registered on a Provide
+// stream: the engine hands it back in the provider's events.
+type providerStream struct {
+	// end ends the stream with its cause.
+	end context.CancelCauseFunc
+}
+
+// Provide serves one provider's stream.
+func (l *limiterService) Provide(stream tollgatev1.LimiterService_ProvideServer) error {
+	return l.srv.provide(stream)
+}
+
+func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	ctx, end := context.WithCancelCause(stream.Context())
+	defer end(nil)
+	h, err := s.registerProvider(ctx, first, &providerStream{end: end})
+	if err != nil {
+		return toStatus(s.log, "Provide", err, errCtx{pool: first.GetRegister().GetPool()})
+	}
+	left := "its Provide stream ended"
+	defer func() { _ = h.Leave(left) }() // ErrProviderNotFound: it left already
+	info, err := h.Info()
+	if err != nil {
+		return toStatus(s.log, "Provide", err, errCtx{pool: first.GetRegister().GetPool()})
+	}
+	if err := stream.Send(&tollgatev1.ProvideResponse{RequestId: first.GetRequestId(), Provider: providerToProto(info)}); err != nil {
+		left = "its Provide stream broke"
+		return err
+	}
+
+	// The reader hands messages to this goroutine, the stream's only
+	// writer, one at a time.
+	msgs := make(chan *tollgatev1.ProvideRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	pool := first.GetRegister().GetPool()
+	for {
+		select {
+		case <-ctx.Done():
+			left = "its Provide stream ended"
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				return toStatus(s.log, "Provide", cause, errCtx{pool: pool})
+			}
+			left = "its connection was lost"
+			return stream.Context().Err()
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				left = "it closed its Provide stream"
+				return nil
+			}
+			left = "its connection was lost"
+			return err
+		case m := <-msgs:
+			resp, err := s.provideMessage(h, m)
+			if err != nil { // the provider is gone: end the stream with why
+				return toStatus(s.log, "Provide", err, errCtx{pool: pool})
+			}
+			if err := stream.Send(resp); err != nil {
+				left = "its Provide stream broke"
+				return err
+			}
+		}
+	}
+}
+
+// registerProvider checks the first message of a Provide stream and
+// registers its provider.
+func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.ProvideRequest, owner *providerStream) (*limiter.Provider, error) {
+	reg := first.GetRegister()
+	if reg == nil {
+		return nil, invalidArg("the first message of a Provide stream must be register (pool, provider_id, ttl)")
+	}
+	if err := checkPoolName("register.pool", reg.GetPool()); err != nil {
+		return nil, err
+	}
+	ttl, err := durationArg("register.ttl", reg.GetTtl())
+	if err != nil {
+		return nil, err
+	}
+	id := s.auth.identify(ctx)
+	if s.auth.policy != nil {
+		if err := s.auth.checkPool(id, reg.GetPool()); err != nil {
+			return nil, err
+		}
+	}
+	spec := limiter.ProviderSpec{ID: reg.GetProviderId(), Identity: id.principal(), Address: id.addr, TTL: ttl, Owner: owner}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		spec.Address = p.Addr.String()
+	}
+	if spec.Identity == "" {
+		spec.Identity = spec.Address
+	}
+	return s.engine.RegisterProvider(reg.GetPool(), spec, resourcesFromProto(reg.GetResources()))
+}
+
+// provideMessage handles one message after the registration. A failed
+// offer or withdrawal is answered with ProvideResponse.error; an error is
+// returned only when the provider is gone.
+func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideRequest) (*tollgatev1.ProvideResponse, error) {
+	resp := &tollgatev1.ProvideResponse{RequestId: m.GetRequestId()}
+	var (
+		info limiter.ProviderInfo
+		err  error
+	)
+	switch k := m.GetKind().(type) {
+	case *tollgatev1.ProvideRequest_Offer:
+		info, err = h.Offer(resourcesFromProto(k.Offer.GetResources()))
+	case *tollgatev1.ProvideRequest_Withdraw:
+		var r limiter.RemoveResult
+		r, info, err = h.Withdraw(k.Withdraw.GetIds(), k.Withdraw.GetWait())
+		resp.Removed, resp.Revoked = int64(r.Removed), int64(r.Revoked)
+	case *tollgatev1.ProvideRequest_KeepAlive:
+		info, err = h.KeepAlive()
+	case *tollgatev1.ProvideRequest_Register:
+		err = invalidArg("this Provide stream is registered already, as provider %q; open another stream to register another provider", h.ID())
+	default:
+		err = invalidArg("the message sets no kind; set offer, withdraw or keep_alive")
+	}
+	if errors.Is(err, limiter.ErrProviderNotFound) {
+		return nil, err
+	}
+	if err != nil {
+		le := classify(s.log, "Provide", err, errCtx{})
+		resp.Error = &tollgatev1.ProvideError{Code: int32(grpcCode(le.Code)), Reason: string(le.Reason), Message: le.Message}
+		if info, err = h.Info(); err != nil {
+			return nil, err
+		}
+	}
+	resp.Provider = providerToProto(info)
+	return resp, nil
+}
+
+// onProviderEvent records a provider joining or leaving a passive pool,
+// and ends the stream of a provider the engine expired.
+func (s *Server) onProviderEvent(ev limiter.PoolEvent) {
+	typ := EventProviderJoined
+	if ev.Type == limiter.ProviderLeft {
+		typ = EventProviderLeft
+	}
+	s.recordEvent(Event{Time: ev.Time, Type: typ, Pool: ev.Pool, ProviderID: ev.Provider, Detail: ev.Message})
+	if ps, ok := ev.Owner.(*providerStream); ok && ev.Type == limiter.ProviderLeft {
+		code, reason := limiter.CodeNotFound, limiter.ReasonProviderNotFound
+		if ev.ProviderExpired {
+			code, reason = limiter.CodeDeadlineExceeded, ReasonProviderExpired
+		}
+		ps.end(&limiter.Error{Code: code, Reason: reason, Message: ev.Message + "; register again to offer instances"})
+	}
+}
