@@ -37,6 +37,7 @@ type Lease struct {
 	clientID    string
 	description string
 	priority    int32
+	resources   []Resource // the instances it is bound to (active and passive pools)
 
 	// ctx is done when the lease has ended; its cause is the lease's Err.
 	ctx       context.Context
@@ -82,6 +83,7 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 		ttl:       ttl,
 	}
 	l.clientID, l.description, l.priority = g.GetClientId(), g.GetDescription(), g.GetPriority()
+	l.resources = resourcesFromProto(g.GetResources()) // resource.go
 	base, next := sent, sent.Add(ttl/3)
 	if received.Sub(sent) > l.margin {
 		base, next = received, received
@@ -99,6 +101,11 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 	}
 	return l
 }
+
+// Resources returns the instances the lease is bound to, in an active or
+// passive pool: Weight of them, held by no other live lease while this
+// one is. Nil in a free pool. The slice and its maps must not be changed.
+func (l *Lease) Resources() []Resource { return l.resources }
 
 // ID returns the lease's id, unique within its pool. It is opaque.
 func (l *Lease) ID() string { return l.id }
@@ -361,6 +368,7 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 				// What the lease is, so that a server restarted since the
 				// grant re-adopts it (docs/recovery.md).
 				Weight: &w, ClientId: l.clientID, Description: l.description, Priority: l.priority,
+				ResourceIds: l.resourceIDs(),
 			}}}, nil
 		},
 	})

@@ -1,0 +1,79 @@
+package client_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// A provider's instances reach another client's lease with their
+// attributes; closing the provider revokes that lease at once; a broken
+// stream registers again by itself with what it offers.
+func TestProviderLifecycle(t *testing.T) {
+	ts := newTestServer(t)
+	ts.pool(limiter.PoolConfig{Name: "gpu", ResourceKind: limiter.ResourcePassive})
+	worker, holder := ts.dial(), ts.dial()
+
+	p, err := worker.Provide(ctx(t), "gpu", client.ProvideOptions{ID: "worker-1", TTL: 5 * time.Second},
+		client.Resource{ID: "slot-1", Attributes: map[string]string{"addr": "10.0.0.7:9000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Offer(ctx(t), client.Resource{ID: "slot-2"}); err != nil {
+		t.Fatal(err)
+	}
+	err = p.Offer(ctx(t), client.Resource{ID: "slot-2"})
+	mustIs(t, err, &client.Error{Reason: "RESOURCE_EXISTS"})
+	if _, err := worker.Provide(ctx(t), "gpu", client.ProvideOptions{ID: "worker-1"}); err == nil || !strings.Contains(err.Error(), "worker-1") {
+		t.Fatalf("a second provider of the same id: %v", err)
+	}
+
+	l, err := holder.Acquire(ctx(t), "gpu", client.Weight(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := l.Resources()
+	if len(rs) != 2 || rs[0].Provider != "worker-1" {
+		t.Fatalf("lease bound to %+v", rs)
+	}
+	for _, r := range rs {
+		if r.ID == "slot-1" && r.Attributes["addr"] != "10.0.0.7:9000" {
+			t.Fatalf("slot-1 came without its address: %+v", r)
+		}
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The server restarts its listener: the provider registers again.
+	ts.stop()
+	waitFor(t, "the provider to leave with its stream", func() bool { return ts.status("gpu").Providers == 0 })
+	ts.start()
+	waitFor(t, "the provider to register again", func() bool { return ts.status("gpu").Resources == 2 })
+
+	l, err = holder.Acquire(ctx(t), "gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err = waitDone(t, l)
+	mustIs(t, err, client.ErrLeaseRevoked)
+	if !strings.Contains(err.Error(), `provider "worker-1"`) {
+		t.Fatalf("the holder was told %q", err)
+	}
+	if s := ts.status("gpu"); s.Resources != 0 || s.Providers != 0 {
+		t.Fatalf("after Close: %+v", s)
+	}
+	mustIs(t, p.Err(), client.ErrClosed)
+	mustIs(t, p.Offer(ctx(t), client.Resource{ID: "x"}), client.ErrClosed)
+
+	// A provider of a pool that is not passive is refused at once.
+	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	_, err = worker.Provide(ctx(t), "db", client.ProvideOptions{ID: "w"})
+	mustIs(t, err, &client.Error{Reason: "NOT_PASSIVE"})
+}
