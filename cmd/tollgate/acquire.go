@@ -106,6 +106,9 @@ func holdLease(cmd *cobra.Command, g *globals, pool string, try bool, opts []cli
 	}
 	fmt.Fprintf(out, "acquired lease %s fencing_token=%d weight=%d expires %s (ttl %v, renewed in the background; Ctrl-C to release)\n",
 		l.ID(), l.FencingToken(), l.Weight(), l.Expiry().Format(time.RFC3339Nano), l.TTL())
+	for _, r := range l.Resources() {
+		fmt.Fprintf(out, "  instance %s%s\n", r.ID, resourceSuffix(r.Provider, r.Attributes)) // resource.go
+	}
 
 	select {
 	case <-ctx.Done():

@@ -131,6 +131,9 @@ func (p *printer) lease(resp *tollgatev1.GetLeaseResponse, l *tollgatev1.Lease) 
 	if l.GetDescription() != "" {
 		row("description", l.GetDescription())
 	}
+	for _, r := range l.GetResources() {
+		row("instance", r.GetId()+resourceSuffix(r.GetProviderId(), r.GetAttributes())) // resource.go
+	}
 	row("ttl", duration(l.GetTtl()))
 	row("acquire_time", timestamp(l.GetAcquireTime()))
 	row("expire_time", timestamp(l.GetExpireTime()))
@@ -147,9 +150,9 @@ func (p *printer) leases(resp *tollgatev1.ListLeasesResponse) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tWEIGHT\tPRIORITY\tCLIENT\tEXPIRES\tDESCRIPTION")
+	fmt.Fprintln(tw, "ID\tWEIGHT\tPRIORITY\tCLIENT\tEXPIRES\tINSTANCES\tDESCRIPTION")
 	for _, l := range resp.GetLeases() {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", l.GetId(), l.GetWeight(), strconv.FormatInt(int64(l.GetPriority()), 10), l.GetClientId(), timestamp(l.GetExpireTime()), l.GetDescription())
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", l.GetId(), l.GetWeight(), strconv.FormatInt(int64(l.GetPriority()), 10), l.GetClientId(), timestamp(l.GetExpireTime()), instanceIDs(l.GetResources()), l.GetDescription())
 	}
 	return tw.Flush()
 }

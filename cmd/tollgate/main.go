@@ -3,6 +3,7 @@
 //	tollgate serve                      run a server (see serve.go)
 //	tollgate pool create|get|list|update|delete|suspend|resume|drain ...
 //	tollgate lease list|get|revoke ...
+//	tollgate resource add|remove|list|provide ...
 //	tollgate acquire POOL               hold a lease until Ctrl-C
 //	tollgate take POOL -n N             take rate tokens
 //	tollgate events [--pool P]          tail the server's events until Ctrl-C
@@ -119,7 +120,7 @@ $TOLLGATE_SERVER or ` + defaultServer + `.`,
 	g.sec.register(pf)
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each admin call (pool commands, and acquire's pool check and release), and added to take's --max-wait")
 
-	root.AddCommand(newServeCmd(), newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g))
+	root.AddCommand(newServeCmd(), newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g))
 	return root, started
 }
 
@@ -166,6 +167,22 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 			return usageErrorf("missing %s", strings.Join(names[len(args):], " "))
 		}
 		return usageErrorf("too many arguments: %q (want %s)", args[len(names):], strings.Join(names, " "))
+	}
+}
+
+// minArgs requires the named positional arguments, the last of which may
+// repeat: "POOL ID..." is minArgs("POOL", "ID").
+func minArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < len(names) {
+			return usageErrorf("missing %s", strings.Join(names[len(args):], " "))
+		}
+		for i, a := range args {
+			if a == "" {
+				return usageErrorf("%s is empty", names[min(i, len(names)-1)])
+			}
+		}
+		return nil
 	}
 }
 

@@ -84,6 +84,7 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 	row("max_lease_ttl", duration(pool.GetMaxLeaseTtl()))
 	row("max_waiters", pool.GetMaxWaiters())
 	row("revocation_policy", revocationPolicyText(pool.GetRevocationPolicy()))
+	resourceConfigRows(row, pool) // resource.go
 	adaptiveConfigRows(row, pool) // output_adaptive.go
 	row("create_time", timestamp(pool.GetCreateTime()))
 	row("update_time", timestamp(pool.GetUpdateTime()))
@@ -96,6 +97,7 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 		if st.GetSuspended() {
 			row("suspended", "yes: no leases are granted (tollgate pool resume "+pool.GetName()+")")
 		}
+		resourceStatusRows(row, pool, st) // resource.go
 		row("leases", st.GetLeases())
 		row("waiting", fmt.Sprintf("%d (weight %d)", st.GetWaiting(), st.GetWaitingWeight()))
 		row("granted", st.GetGranted())

@@ -24,6 +24,8 @@ type poolFlags struct {
 	description string
 	safeRate    float64
 	revocation  string
+	kind        string // resource.go
+	selection   string
 	adaptive    adaptiveFlags // pool_adaptive.go
 }
 
@@ -39,6 +41,8 @@ var poolFlagFields = append([]struct{ flag, field string }{
 	{"max-waiters", "max_waiters"},
 	{"safe-rate", "safe_rate"},
 	{"revocation-policy", "revocation_policy"},
+	{"kind", "resource_kind"},
+	{"selection", "selection_policy"},
 }, adaptiveFlagFields...) // pool_adaptive.go
 
 func (p *poolFlags) register(f *pflag.FlagSet) {
@@ -51,6 +55,8 @@ func (p *poolFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&p.description, "description", "", "note for operators")
 	f.Float64Var(&p.safeRate, "safe-rate", 0, "rate a holder of a rate share may use once its share expired unreachable (0: stop)")
 	f.StringVar(&p.revocation, "revocation-policy", "wait", "when the concurrency limit is lowered under the held weight: wait (held leases finish) or revoke (revoke the lowest priority, newest leases at once)")
+	f.StringVar(&p.kind, "kind", "free", "what the permits are: free (a counter), active (instances an operator declares: tollgate resource add) or passive (instances providers offer: tollgate resource provide); set at creation")
+	f.StringVar(&p.selection, "selection", "reuse", "which free instance an active or passive pool grants first: reuse (the most recently released) or spread (the least recently used)")
 	p.adaptive.register(f) // pool_adaptive.go
 }
 
@@ -89,6 +95,10 @@ func (p *poolFlags) pool(f *pflag.FlagSet, name string) (*tollgatev1.Pool, []str
 				pool.RevocationPolicy = tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE
 			default:
 				return nil, nil, usageErrorf("--revocation-policy %q is not a policy; use wait or revoke", p.revocation)
+			}
+		case "kind", "selection":
+			if err := p.setResourceFlag(pool, ff.flag); err != nil { // resource.go
+				return nil, nil, err
 			}
 		default: // --adaptive*: pool_adaptive.go
 			if err := p.adaptive.set(pool, ff.flag); err != nil {
@@ -139,20 +149,35 @@ Output is readable text; -o json prints the API's messages as JSON.`,
 }
 
 func newPoolCreateCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Command {
-	var pf poolFlags
+	var (
+		pf poolFlags
+		rf initialResourceFlags // resource.go
+	)
 	cmd := &cobra.Command{
 		Use:   "create NAME [flags]",
 		Short: "Create a pool",
 		Long: `Create a pool named NAME (1 to 128 characters of [A-Za-z0-9._:/-]) with a
 concurrency limit (--concurrency), a rate limit (--rate, --burst), or both.
-Settings not given take the server's defaults; the pool is printed as stored.`,
+Settings not given take the server's defaults; the pool is printed as stored.
+
+An active pool (--kind active) grants instances an operator declares: give
+them with --resources (and --attr), or later with tollgate resource add. A
+passive pool (--kind passive) grants instances that providers offer
+(tollgate resource provide). Either may leave --concurrency unset: its
+capacity is then its instances.`,
 		Example: `  tollgate pool create orders-db --concurrency 20 --description "primary database"
   tollgate pool create api.github.com --rate 80 --burst 100
   tollgate pool create gpu --concurrency 8 --ttl 1m --max-ttl 1h --max-waiters 100
-  tollgate pool create payments-api --rate 200 --safe-rate 5 --adaptive --adaptive-target rate`,
+  tollgate pool create payments-api --rate 200 --safe-rate 5 --adaptive --adaptive-target rate
+  tollgate pool create orders-db --kind active --resources conn-1,conn-2,conn-3,conn-4 --attr addr=db-{id}.internal:5432
+  tollgate pool create gpu-workers --kind passive --selection spread`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pool, _, err := pf.pool(cmd.Flags(), args[0])
+			if err != nil {
+				return err
+			}
+			initial, err := rf.resources()
 			if err != nil {
 				return err
 			}
@@ -161,11 +186,19 @@ Settings not given take the server's defaults; the pool is printed as stored.`,
 				if err != nil {
 					return err
 				}
-				return out(cmd).pool(resp, resp.GetPool(), nil)
+				if len(initial) == 0 {
+					return out(cmd).pool(resp, resp.GetPool(), nil)
+				}
+				added, err := adm.AddResources(ctx, &tollgatev1.AddResourcesRequest{Pool: pool.GetName(), Resources: initial})
+				if err != nil {
+					return fmt.Errorf("pool %s was created, but its instances were not added (add them with tollgate resource add): %w", pool.GetName(), err)
+				}
+				return out(cmd).pool(added, added.GetPool(), added.GetStatus())
 			})
 		},
 	}
 	pf.register(cmd.Flags())
+	rf.register(cmd.Flags())
 	return cmd
 }
 

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate/client"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// TestProviderKill9: a worker process offers its slots to a passive pool
+// with `tollgate resource provide`; another client holds a lease on one of
+// them; the worker is killed with SIGKILL. Within the provider's keep-alive
+// TTL (in practice at once: the kernel closes the dead process's
+// connection) its slots leave the pool, and the holder's lease ends with a
+// revocation that names the provider.
+func TestProviderKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the tollgate binary and runs a server and a provider")
+	}
+	const ttl = 2 * time.Second
+	srv := &e2eServer{t: t, bin: buildTollgate(t), addr: freeLoopbackAddr(t), dir: filepath.Join(t.TempDir(), "data"), logs: t.TempDir()}
+	srv.start()
+	t.Cleanup(srv.kill)
+
+	c, err := client.Dial(srv.addr, client.WithClientID("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	adm := tollgatev1.NewAdminServiceClient(c.Conn())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := adm.CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "gpu", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE}}, grpc.WaitForReady(true)); err != nil {
+		t.Fatal(err)
+	}
+
+	var out strings.Builder
+	worker := exec.Command(srv.bin, "resource", "provide", "gpu", "--id", "worker-7", "--ttl", ttl.String(), "--server", srv.addr, "--attr", "host=worker-7", "slot-1", "slot-2")
+	worker.Stdout, worker.Stderr = &out, &out
+	worker.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = worker.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = worker.Process.Kill(); <-exited })
+
+	waitUntil(t, "the worker's slots to join the pool", func() bool {
+		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
+		return err == nil && len(r.GetResources()) == 2
+	})
+	l, err := c.Acquire(ctx, "gpu", client.TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := l.Resources(); len(rs) != 1 || rs[0].Provider != "worker-7" || rs[0].Attributes["host"] != "worker-7" {
+		t.Fatalf("lease bound to %+v", rs)
+	}
+
+	killed := time.Now()
+	if err := worker.Process.Kill(); err != nil { // SIGKILL: no goodbye
+		t.Fatal(err)
+	}
+	<-exited
+	select {
+	case <-l.Done():
+	case <-time.After(ttl + 10*time.Second):
+		t.Fatalf("the holder was not told within %v of the kill; worker output:\n%s", ttl+10*time.Second, out.String())
+	}
+	told := time.Since(killed)
+	t.Logf("holder told %v after the kill (provider TTL %v)", told, ttl)
+	if !errors.Is(l.Err(), client.ErrLeaseRevoked) || !strings.Contains(l.Err().Error(), `provider "worker-7"`) {
+		t.Fatalf("lease ended with %v", l.Err())
+	}
+	if told > ttl+5*time.Second {
+		t.Errorf("the holder was told %v after the kill; the provider's TTL is %v", told, ttl)
+	}
+	r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
+	if err != nil || len(r.GetResources()) != 0 || len(r.GetProviders()) != 0 {
+		t.Fatalf("after the kill: %v, %v", r, err)
+	}
+}
+
+// waitUntil polls cond every 20ms for up to 20s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
