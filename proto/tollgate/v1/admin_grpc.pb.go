@@ -31,6 +31,7 @@ const (
 	AdminService_ResumePool_FullMethodName  = "/tollgate.v1.AdminService/ResumePool"
 	AdminService_DrainPool_FullMethodName   = "/tollgate.v1.AdminService/DrainPool"
 	AdminService_WatchEvents_FullMethodName = "/tollgate.v1.AdminService/WatchEvents"
+	AdminService_ListClients_FullMethodName = "/tollgate.v1.AdminService/ListClients"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -73,9 +74,11 @@ type AdminServiceClient interface {
 	DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*DeletePoolResponse, error)
 	// RevokeLease ends a live lease at once, whoever holds it: its permits
 	// go back to the pool (waiters they fit are granted), its holder's
-	// Session stream gets a LeaseEvent REVOKED carrying the reason, and a
-	// later renew or release of it fails with NOT_FOUND (LEASE_REVOKED)
-	// whose message carries the reason.
+	// Session stream gets a LeaseEvent REVOKED carrying the reason and who
+	// revoked it (the caller's authenticated name, or its address without
+	// credentials; also the lease_revoked event's actor), and a later renew
+	// or release of it fails with NOT_FOUND (LEASE_REVOKED) whose message
+	// carries both.
 	//
 	// Errors: NOT_FOUND (POOL_NOT_FOUND; LEASE_NOT_FOUND, LEASE_EXPIRED or
 	// LEASE_REVOKED when the lease is not live); INVALID_ARGUMENT for a
@@ -130,6 +133,21 @@ type AdminServiceClient interface {
 	// to catch up on what was kept); UNAVAILABLE (SHUTTING_DOWN) when the
 	// server shuts down; INVALID_ARGUMENT for a bad pool name.
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEventsResponse], error)
+	// ListClients returns the client sessions connected now (one per open
+	// LimiterService.Session stream) with what each holds, in the order
+	// they connected, a page at a time. Only Session streams are listed:
+	// a caller that acquires with the unary Acquire has no session, and its
+	// leases, like those of a session that has ended, are counted in the
+	// response's unattached_leases and listed by ListLeases.
+	//
+	// Cost: each call walks the live leases and rate shares of every pool
+	// (of the named pool only, with pool set) once, under each pool's lock
+	// in turn, and the open sessions; it does not stop grants elsewhere.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND) for a pool filter naming no pool;
+	// INVALID_ARGUMENT for a negative page_size, a bad page_token, a bad
+	// pool name or a client_id over 256 bytes.
+	ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -269,6 +287,16 @@ func (c *adminServiceClient) WatchEvents(ctx context.Context, in *WatchEventsReq
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_WatchEventsClient = grpc.ServerStreamingClient[WatchEventsResponse]
 
+func (c *adminServiceClient) ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListClientsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListClients_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -309,9 +337,11 @@ type AdminServiceServer interface {
 	DeletePool(context.Context, *DeletePoolRequest) (*DeletePoolResponse, error)
 	// RevokeLease ends a live lease at once, whoever holds it: its permits
 	// go back to the pool (waiters they fit are granted), its holder's
-	// Session stream gets a LeaseEvent REVOKED carrying the reason, and a
-	// later renew or release of it fails with NOT_FOUND (LEASE_REVOKED)
-	// whose message carries the reason.
+	// Session stream gets a LeaseEvent REVOKED carrying the reason and who
+	// revoked it (the caller's authenticated name, or its address without
+	// credentials; also the lease_revoked event's actor), and a later renew
+	// or release of it fails with NOT_FOUND (LEASE_REVOKED) whose message
+	// carries both.
 	//
 	// Errors: NOT_FOUND (POOL_NOT_FOUND; LEASE_NOT_FOUND, LEASE_EXPIRED or
 	// LEASE_REVOKED when the lease is not live); INVALID_ARGUMENT for a
@@ -366,6 +396,21 @@ type AdminServiceServer interface {
 	// to catch up on what was kept); UNAVAILABLE (SHUTTING_DOWN) when the
 	// server shuts down; INVALID_ARGUMENT for a bad pool name.
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error
+	// ListClients returns the client sessions connected now (one per open
+	// LimiterService.Session stream) with what each holds, in the order
+	// they connected, a page at a time. Only Session streams are listed:
+	// a caller that acquires with the unary Acquire has no session, and its
+	// leases, like those of a session that has ended, are counted in the
+	// response's unattached_leases and listed by ListLeases.
+	//
+	// Cost: each call walks the live leases and rate shares of every pool
+	// (of the named pool only, with pool set) once, under each pool's lock
+	// in turn, and the open sessions; it does not stop grants elsewhere.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND) for a pool filter naming no pool;
+	// INVALID_ARGUMENT for a negative page_size, a bad page_token, a bad
+	// pool name or a client_id over 256 bytes.
+	ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -411,6 +456,9 @@ func (UnimplementedAdminServiceServer) DrainPool(context.Context, *DrainPoolRequ
 }
 func (UnimplementedAdminServiceServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedAdminServiceServer) ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListClients not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -642,6 +690,24 @@ func _AdminService_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_WatchEventsServer = grpc.ServerStreamingServer[WatchEventsResponse]
 
+func _AdminService_ListClients_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListClientsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListClients(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListClients_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListClients(ctx, req.(*ListClientsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -692,6 +758,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainPool",
 			Handler:    _AdminService_DrainPool_Handler,
+		},
+		{
+			MethodName: "ListClients",
+			Handler:    _AdminService_ListClients_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
