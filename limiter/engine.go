@@ -226,6 +226,14 @@ func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 // it becomes live. Errors: ErrPoolNotFound, ErrInvalidArgument,
 // ErrStorageFailed (nothing was changed).
 func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, error) {
+	return e.UpdatePoolBy(name, "", update)
+}
+
+// UpdatePoolBy is UpdatePool on behalf of actor, who is named in the
+// revocations a lowered concurrency limit makes under RevocationRevoke
+// (LeaseEnded.Actor, and RevokeReasonBy in later Renew and Release
+// errors). An empty actor means unknown.
+func (e *Engine) UpdatePoolBy(name, actor string, update func(*PoolConfig)) (PoolInfo, error) {
 	p, err := e.lookup(name)
 	if err != nil {
 		return PoolInfo{}, err
@@ -256,8 +264,8 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, er
 	old := p.cfg
 	p.cfg = cfg
 	p.updateTime = now
-	p.limitsChangedLocked(old, now) // effective limits and shares follow: adaptive.go
-	p.enforceLimitLocked(now)       // RevocationRevoke: revoke.go
+	p.limitsChangedLocked(old, now)    // effective limits and shares follow: adaptive.go
+	p.enforceLimitByLocked(now, actor) // RevocationRevoke: revoke.go
 	p.applyRateLocked(now)
 	p.failWaitersLocked(func(w *waiter) error {
 		if err := p.checkWeightLocked(w.req.Weight); err != nil {

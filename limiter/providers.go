@@ -220,7 +220,7 @@ func (h *Provider) Withdraw(ids []string, wait bool) (RemoveResult, ProviderInfo
 		p.mu.Unlock()
 		return RemoveResult{}, ProviderInfo{}, err
 	}
-	res, ended := p.removeAndDispatchLocked(ins, wait, "was withdrawn from pool "+quote(p.name)+" by its provider "+quote(h.id), now)
+	res, ended := p.removeAndDispatchLocked(ins, wait, "was withdrawn from pool "+quote(p.name)+" by its provider "+quote(h.id), "", now)
 	info := pr.infoLocked()
 	p.mu.Unlock()
 	p.e.notifyEnded(ended)
@@ -273,7 +273,7 @@ func (p *pool) leaveLocked(pr *provider, reason string, now time.Time) {
 		ins = append(ins, in)
 	}
 	sort.Slice(ins, func(i, j int) bool { return ins[i].ID < ins[j].ID })
-	_, ended := p.removeAndDispatchLocked(ins, false, "left pool "+quote(p.name)+" with its provider "+quote(pr.ID)+": "+reason, now)
+	_, ended := p.removeAndDispatchLocked(ins, false, "left pool "+quote(p.name)+" with its provider "+quote(pr.ID)+": "+reason, "", now)
 	p.out.ended = append(p.out.ended, ended...)
 	p.out.events = append(p.out.events, PoolEvent{Pool: p.name, Type: ProviderLeft, Time: now, Provider: pr.ID, Owner: pr.Owner,
 		Message: "provider " + quote(pr.ID) + " left: " + reason + "; " + itoa(int64(len(ins))) + " instances left with it, " + itoa(int64(len(ended))) + " leases ended"})

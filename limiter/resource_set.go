@@ -164,8 +164,9 @@ func holdersOf(ins []*instance) []*lease {
 // and unless wait, those leases are revoked now with reason, which
 // follows the names of the lease's instances ("was removed ..."; reported
 // through the returned slice). It reports how many left at once and how
-// many leases were revoked. It does not dispatch or persist.
-func (p *pool) removeInstancesLocked(ins []*instance, wait bool, reason string, now time.Time) (removed, revoked int, ended []LeaseEnded) {
+// many leases were revoked. actor is who removed them ("" if unknown or
+// not an operator). It does not dispatch or persist.
+func (p *pool) removeInstancesLocked(ins []*instance, wait bool, reason, actor string, now time.Time) (removed, revoked int, ended []LeaseEnded) {
 	holders := holdersOf(ins)
 	for _, in := range ins {
 		if in.holder == nil {
@@ -190,7 +191,7 @@ func (p *pool) removeInstancesLocked(ins []*instance, wait bool, reason string, 
 			}
 		}
 		why := "its instance " + strings.Join(names, ", ") + " " + reason
-		ended = append(ended, p.revokeLocked(l, why, now)) // unbinds: removing instances leave
+		ended = append(ended, p.revokeLocked(l, why, actor, now)) // unbinds: removing instances leave
 		revoked++
 	}
 	return removed, revoked, ended

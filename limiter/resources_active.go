@@ -72,6 +72,13 @@ type RemoveResult struct {
 // ErrResourceNotFound (an id is not in the pool; nothing is removed);
 // ErrStorageFailed (nothing was removed); ErrShuttingDown.
 func (e *Engine) RemoveResources(pool string, ids []string, wait bool, reason string) (RemoveResult, error) {
+	return e.RemoveResourcesBy(pool, ids, wait, reason, "")
+}
+
+// RemoveResourcesBy is RemoveResources by the operator actor, who is
+// named to the holders of revoked leases and in LeaseEnded.Actor, as in
+// RevokeLeaseBy.
+func (e *Engine) RemoveResourcesBy(pool string, ids []string, wait bool, reason, actor string) (RemoveResult, error) {
 	if err := checkResourceIDs(ids); err != nil {
 		return RemoveResult{}, err
 	}
@@ -99,7 +106,7 @@ func (e *Engine) RemoveResources(pool string, ids []string, wait bool, reason st
 		p.mu.Unlock()
 		return RemoveResult{}, err
 	}
-	res, ended := p.removeAndDispatchLocked(ins, wait, "was removed from pool "+quote(p.name)+": "+reason, now)
+	res, ended := p.removeAndDispatchLocked(ins, wait, "was removed from pool "+quote(p.name)+": "+reason, actor, now)
 	p.mu.Unlock()
 	e.notifyEnded(ended)
 	return res, nil
@@ -107,9 +114,9 @@ func (e *Engine) RemoveResources(pool string, ids []string, wait bool, reason st
 
 // removeAndDispatchLocked removes ins (removeInstancesLocked), fails the
 // waiters that can no longer be granted and grants those that now fit.
-func (p *pool) removeAndDispatchLocked(ins []*instance, wait bool, reason string, now time.Time) (RemoveResult, []LeaseEnded) {
+func (p *pool) removeAndDispatchLocked(ins []*instance, wait bool, reason, actor string, now time.Time) (RemoveResult, []LeaseEnded) {
 	ended := p.expireDueLocked(now) // leases past their expiry expired: say so first
-	removed, revoked, rev := p.removeInstancesLocked(ins, wait, reason, now)
+	removed, revoked, rev := p.removeInstancesLocked(ins, wait, reason, actor, now)
 	ended = append(ended, rev...)
 	removing := 0
 	for _, in := range ins {

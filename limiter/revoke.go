@@ -28,6 +28,14 @@ const DefaultRevokeReason = "revoked by an operator"
 // long ago), ErrLeaseExpired and ErrLeaseRevoked (it ended already);
 // ErrShuttingDown.
 func (e *Engine) RevokeLease(pool string, token uint64, reason string) error {
+	return e.RevokeLeaseBy(pool, token, reason, "")
+}
+
+// RevokeLeaseBy is RevokeLease on behalf of actor, who is named in
+// LeaseEnded.Actor and, through RevokeReasonBy, in the message of a later
+// Renew or Release of the lease. An empty actor means unknown, as in
+// RevokeLease.
+func (e *Engine) RevokeLeaseBy(pool string, token uint64, reason, actor string) error {
 	if len(reason) > MaxRevokeReasonLen {
 		return errorf(ErrInvalidArgument, "reason is %d bytes; the most is %d", len(reason), MaxRevokeReasonLen)
 	}
@@ -50,20 +58,31 @@ func (e *Engine) RevokeLease(pool string, token uint64, reason string) error {
 		e.notifyEnded(ended)
 		return err
 	}
-	ended = append(ended, p.revokeLocked(l, reason, now))
+	ended = append(ended, p.revokeLocked(l, reason, actor, now))
 	p.dispatchLocked(now)
 	p.mu.Unlock()
 	e.notifyEnded(ended)
 	return nil
 }
 
-// revokeLocked ends l as revoked for reason and returns its report. It
-// does not dispatch.
-func (p *pool) revokeLocked(l *lease, reason string, now time.Time) LeaseEnded {
+// revokeLocked ends l as revoked for reason by actor ("" if unknown) and
+// returns its report. It does not dispatch.
+func (p *pool) revokeLocked(l *lease, reason, actor string, now time.Time) LeaseEnded {
 	p.removeLeaseLocked(l)
 	p.stats.Revoked++
-	p.ended.addMsg(l.FencingToken, EndRevoked, now, reason)
-	return LeaseEnded{Lease: l.Lease, Reason: EndRevoked, Owner: l.owner, Message: reason}
+	p.ended.addMsg(l.FencingToken, EndRevoked, now, RevokeReasonBy(reason, actor))
+	return LeaseEnded{Lease: l.Lease, Reason: EndRevoked, Owner: l.owner, Message: reason, Actor: actor}
+}
+
+// RevokeReasonBy words a revocation for its holder: reason, followed by
+// who revoked the lease when actor is not empty ("stuck job (by alice)").
+// The engine uses it in the message of ErrLeaseRevoked; the server in the
+// LeaseEvent it pushes.
+func RevokeReasonBy(reason, actor string) string {
+	if actor == "" {
+		return reason
+	}
+	return reason + " (by " + actor + ")"
 }
 
 // enforceLimitLocked applies a RevocationRevoke policy: while the held
@@ -72,7 +91,12 @@ func (p *pool) revokeLocked(l *lease, reason string, now time.Time) LeaseEnded {
 // reporting each through the outbox with a reason naming the new limit;
 // then it dispatches, as the last revocation may have freed more than
 // needed. Under RevocationWait, or within the limit, it does nothing.
-func (p *pool) enforceLimitLocked(now time.Time) {
+// Adaptive control calls it; UpdatePool calls enforceLimitByLocked.
+func (p *pool) enforceLimitLocked(now time.Time) { p.enforceLimitByLocked(now, "") }
+
+// enforceLimitByLocked is enforceLimitLocked for a limit that actor
+// lowered ("" if unknown), who is named in the revocations.
+func (p *pool) enforceLimitByLocked(now time.Time, actor string) {
 	if p.cfg.RevocationPolicy != RevocationRevoke || p.cfg.ConcurrencyLimit == 0 || p.held <= p.ad.limit {
 		return
 	}
@@ -91,7 +115,7 @@ func (p *pool) enforceLimitLocked(now time.Time) {
 		if p.held <= p.ad.limit {
 			break
 		}
-		p.out.ended = append(p.out.ended, p.revokeLocked(l, reason, now))
+		p.out.ended = append(p.out.ended, p.revokeLocked(l, reason, actor, now))
 	}
 	p.dispatchLocked(now)
 }

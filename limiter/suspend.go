@@ -20,6 +20,13 @@ import (
 // nothing but may revoke. Errors: ErrPoolNotFound; ErrStorageFailed
 // (nothing was changed); ErrShuttingDown.
 func (e *Engine) SuspendPool(name string, revokeHeld bool) (PoolInfo, error) {
+	return e.SuspendPoolBy(name, revokeHeld, "")
+}
+
+// SuspendPoolBy is SuspendPool on behalf of actor, who is named in the
+// revocations it makes (LeaseEnded.Actor, and RevokeReasonBy in later
+// Renew and Release errors). An empty actor means unknown.
+func (e *Engine) SuspendPoolBy(name string, revokeHeld bool, actor string) (PoolInfo, error) {
 	p, err := e.lockPool(name)
 	if err != nil {
 		return PoolInfo{}, err
@@ -34,7 +41,7 @@ func (e *Engine) SuspendPool(name string, revokeHeld bool) (PoolInfo, error) {
 		ended = p.expireDueLocked(now) // past their expiry: expired, not revoked
 		reason := "pool " + quote(name) + " was suspended by an operator, revoking its leases"
 		for _, l := range p.leasesByTokenLocked() {
-			ended = append(ended, p.revokeLocked(l, reason, now))
+			ended = append(ended, p.revokeLocked(l, reason, actor, now))
 		}
 	}
 	info := p.infoLocked(now)

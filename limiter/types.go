@@ -92,6 +92,10 @@ type LeaseEnded struct {
 	// Message says why, for people: the reason given to RevokeLease for
 	// EndRevoked; empty for the other reasons.
 	Message string
+	// Actor is who revoked the lease, as the caller of RevokeLeaseBy,
+	// SuspendPoolBy or UpdatePoolBy named it; empty when unknown, for
+	// revocations by adaptive control, and for the other reasons.
+	Actor string
 }
 
 // TakeResult reports a successful Take.

@@ -13,14 +13,15 @@ import (
 // listing a pool's live leases.
 
 // RevokeLease ends a live lease at once; the engine reports it through
-// OnLeaseEnded, which pushes LeaseEvent REVOKED to its holder's session.
+// OnLeaseEnded, which pushes LeaseEvent REVOKED to its holder's session
+// and records a lease_revoked event, both naming the caller (actorOf).
 func (a *adminService) RevokeLease(ctx context.Context, req *tollgatev1.RevokeLeaseRequest) (*tollgatev1.RevokeLeaseResponse, error) {
 	tok, err := adminLeaseArgs(req.GetPool(), req.GetLeaseId())
 	if err == nil && len(req.GetReason()) > limiter.MaxRevokeReasonLen {
 		err = invalidArg("reason is %d bytes; the most is %d", len(req.GetReason()), limiter.MaxRevokeReasonLen)
 	}
 	if err == nil {
-		if err = a.srv.engine.RevokeLease(req.GetPool(), tok, req.GetReason()); err == nil {
+		if err = a.srv.engine.RevokeLeaseBy(req.GetPool(), tok, req.GetReason(), a.srv.actorOf(ctx)); err == nil {
 			return &tollgatev1.RevokeLeaseResponse{}, nil
 		}
 	}

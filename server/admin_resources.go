@@ -43,7 +43,7 @@ func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.Remo
 			reason = "removed by an operator: " + reason
 		}
 		var r limiter.RemoveResult
-		if r, err = a.srv.engine.RemoveResources(req.GetPool(), req.GetIds(), req.GetWait(), reason); err == nil {
+		if r, err = a.srv.engine.RemoveResourcesBy(req.GetPool(), req.GetIds(), req.GetWait(), reason, a.srv.actorOf(ctx)); err == nil {
 			return &tollgatev1.RemoveResourcesResponse{Removed: int64(r.Removed), Removing: int64(r.Removing), Revoked: int64(r.Revoked)}, nil
 		}
 	}

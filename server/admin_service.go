@@ -102,17 +102,18 @@ func decodePageToken(tok string) (string, error) {
 }
 
 // UpdatePool changes the fields named in update_mask; a named field left
-// unset in pool is reset to its default.
+// unset in pool is reset to its default. Leases its revocation policy
+// revokes name the caller (actorOf).
 func (a *adminService) UpdatePool(ctx context.Context, req *tollgatev1.UpdatePoolRequest) (*tollgatev1.UpdatePoolResponse, error) {
 	name := req.GetPool().GetName()
-	info, err := a.updatePool(req)
+	info, err := a.updatePool(req, a.srv.actorOf(ctx))
 	if err != nil {
 		return nil, toStatus(a.srv.log, "UpdatePool", err, errCtx{pool: name})
 	}
 	return &tollgatev1.UpdatePoolResponse{Pool: poolToProto(info)}, nil
 }
 
-func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest) (limiter.PoolInfo, error) {
+func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor string) (limiter.PoolInfo, error) {
 	p := req.GetPool()
 	if p == nil {
 		return limiter.PoolInfo{}, invalidArg("pool is required: give its name and the new values of the fields named in update_mask")
@@ -130,7 +131,7 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest) (limiter.Po
 	if err != nil {
 		return limiter.PoolInfo{}, err
 	}
-	return a.srv.engine.UpdatePool(p.GetName(), func(c *limiter.PoolConfig) {
+	return a.srv.engine.UpdatePoolBy(p.GetName(), actor, func(c *limiter.PoolConfig) {
 		for _, path := range paths {
 			switch path {
 			case "description":

@@ -14,12 +14,13 @@ import (
 const drainMargin = time.Second
 
 // SuspendPool stops the pool's grants of leases; with revoke_held, its
-// held leases are revoked (pushed to their sessions via OnLeaseEnded).
+// held leases are revoked (pushed to their sessions via OnLeaseEnded),
+// naming the caller (actorOf).
 func (a *adminService) SuspendPool(ctx context.Context, req *tollgatev1.SuspendPoolRequest) (*tollgatev1.SuspendPoolResponse, error) {
 	err := checkPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.engine.SuspendPool(req.GetName(), req.GetRevokeHeld()); err == nil {
+		if info, err = a.srv.engine.SuspendPoolBy(req.GetName(), req.GetRevokeHeld(), a.srv.actorOf(ctx)); err == nil {
 			return &tollgatev1.SuspendPoolResponse{Status: statusToProto(info.Status)}, nil
 		}
 	}

@@ -45,13 +45,20 @@ func (s *Server) auditUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	default:
 		return resp, err
 	}
-	id := s.auth.identify(ctx)
-	ev.Actor = id.principal()
-	if ev.Actor == "" {
-		ev.Actor = id.addr
-	}
+	ev.Actor = s.actorOf(ctx)
 	s.recordEvent(ev)
 	return resp, err
+}
+
+// actorOf names the caller of ctx in events and in the messages of the
+// revocations it makes: its authenticated name, or its address when it
+// presented no credentials.
+func (s *Server) actorOf(ctx context.Context) string {
+	id := s.auth.identify(ctx)
+	if p := id.principal(); p != "" {
+		return p
+	}
+	return id.addr
 }
 
 // poolFields renders a pool's limits as "field=value ...": the fields named

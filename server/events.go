@@ -41,8 +41,10 @@ type Event struct {
 	LeaseID     string `json:"lease_id,omitempty"`
 	ClientID    string `json:"client_id,omitempty"`
 	Description string `json:"description,omitempty"`
-	// Actor is who made a pool change: its authenticated name, or its
-	// address when it presented no credentials.
+	// Actor is who made a pool change, or revoked a lease (RevokeLease,
+	// SuspendPool with revoke_held, or UpdatePool under a revoke policy):
+	// its authenticated name, or its address when it presented no
+	// credentials. Empty for what the server did by itself.
 	Actor string `json:"actor,omitempty"`
 	// Detail says more, for people (the new limits, the fields changed).
 	Detail string `json:"detail,omitempty"`
@@ -146,6 +148,7 @@ func (s *Server) leaseEnded(ev limiter.LeaseEnded) {
 		LeaseID:     formatLeaseID(l.FencingToken),
 		ClientID:    l.ClientID,
 		Description: l.Description,
+		Actor:       ev.Actor,
 		Detail:      detail + "weight " + strconv.FormatInt(l.Weight, 10) + ", ttl " + l.TTL.String(),
 	})
 }

@@ -69,6 +69,19 @@ type apiPoolStatus struct {
 	// RecoveringUntil is set while the pool is in its recovery window
 	// after a restart (new grants wait until then).
 	RecoveringUntil *time.Time `json:"recovering_until,omitempty"`
+	// Revoked counts leases the server took back (an operator's revoke,
+	// a revocation policy, or a suspension with revoke_held).
+	Revoked int64 `json:"revoked"`
+	// Suspended: an operator suspended the pool; it grants no leases until
+	// resumed.
+	Suspended bool `json:"suspended"`
+	// ThrottleReason says why adaptive control lowered the effective
+	// limits ("errors" or "latency"); absent when it did not.
+	ThrottleReason string `json:"throttle_reason,omitempty"`
+	// ShareHolders is the number of live rate shares, and SharesGranted
+	// the rate granted to them, in tokens per second.
+	ShareHolders  int64   `json:"share_holders"`
+	SharesGranted float64 `json:"shares_granted"`
 }
 
 // apiEventsResponse is the JSON of GET /api/events.
@@ -136,6 +149,8 @@ func apiPoolOf(info *limiter.PoolInfo) apiPool {
 			WaitTimeouts: st.WaitTimeouts, Canceled: st.Canceled,
 			TokensGranted: st.TokensGranted, TokensAvailable: st.TokensAvailable,
 			RecoveringUntil: recovering,
+			Revoked:         st.Revoked, Suspended: st.Suspended, ThrottleReason: st.ThrottleReason.String(),
+			ShareHolders: st.ShareHolders, SharesGranted: st.SharesGranted,
 		},
 		CreateTime: info.CreateTime,
 		UpdateTime: info.UpdateTime,

@@ -63,6 +63,8 @@ type Server struct {
 	drainOnce sync.Once
 	// liveSessions counts Session streams whose handler is running.
 	liveSessions atomic.Int64
+	// sessions are those streams, for ListClients: clients.go.
+	sessions sessionRegistry
 	// maxSessionEvents is MaxSessionEvents; tests lower it.
 	maxSessionEvents atomic.Int64
 

@@ -40,6 +40,8 @@ func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer)
 	s := newSession(l.srv, stream)
 	l.srv.liveSessions.Add(1)
 	defer l.srv.liveSessions.Add(-1)
+	l.srv.sessions.add(s, l.srv.engine.Clock().Now()) // for ListClients: clients.go
+	defer l.srv.sessions.remove(s)
 	return s.run()
 }
 
@@ -71,6 +73,8 @@ type session struct {
 	clientID   string
 	seenAnyReq bool
 
+	sessionInfo // id, peer, identity, times, for ListClients: clients.go
+
 	mu           sync.Mutex
 	closed       bool                   // no new workers or events
 	pending      map[uint64]*pendingReq // unanswered worker requests by id
@@ -78,6 +82,7 @@ type session struct {
 	eof          bool                   // the client half-closed
 	finishClosed bool
 	events       []*tollgatev1.SessionResponse
+	helloID      string // clientID as hello set it, for other goroutines
 }
 
 // pendingReq is an acquire or take in a worker.
@@ -234,6 +239,7 @@ func (s *session) readLoop() {
 			s.cancel(err)
 			return
 		}
+		s.touch()
 		s.handle(req)
 	}
 }
@@ -325,6 +331,9 @@ func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 		return
 	}
 	s.clientID = h.GetClientId()
+	s.mu.Lock()
+	s.helloID = s.clientID
+	s.mu.Unlock()
 	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Welcome{Welcome: &tollgatev1.Welcome{ClientId: s.clientID}}})
 }
 

@@ -17,7 +17,8 @@ import (
 const chromiumPath = "/usr/bin/chromium"
 
 // The status page, loaded in headless Chromium, shows a pool created
-// through the gRPC API with its numbers, once its JavaScript has run.
+// through the gRPC API with its numbers, its suspension and revocations,
+// once its JavaScript has run.
 func TestStatusPageInChromium(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Skipf("%s is not installed, so the status page is not tested in a browser here (apt-get install chromium; .ci/run installs it)", chromiumPath)
@@ -28,6 +29,13 @@ func TestStatusPageInChromium(t *testing.T) {
 	e.createPool(&tollgatev1.Pool{Name: "api.example.com", Rate: 20, Burst: 40})
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "orders-db", Weight: i64(2), ClientId: "worker-1"})
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "orders-db", ClientId: "worker-2"})
+	stuck := e.acquire(&tollgatev1.AcquireRequest{Pool: "orders-db", ClientId: "worker-3"})
+	if _, err := e.adm.RevokeLease(e.ctx(), &tollgatev1.RevokeLeaseRequest{Pool: "orders-db", LeaseId: stuck.GetId(), Reason: "stuck"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.adm.SuspendPool(e.ctx(), &tollgatev1.SuspendPoolRequest{Name: "orders-db"}); err != nil {
+		t.Fatal(err)
+	}
 
 	dom := dumpDOM(t, o.http.URL+"/")
 	for _, want := range []string{
@@ -41,6 +49,21 @@ func TestStatusPageInChromium(t *testing.T) {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page does not show %q after its script ran; DOM:\n%s", want, dom)
 		}
+	}
+	// orders-db is suspended, and has revoked one lease; api.example.com
+	// is neither.
+	for _, c := range []struct{ what, re string }{
+		{"orders-db's suspended badge", `data-pool="orders-db"><td class="name">orders-db <span class="badge suspended"[^>]*>suspended</span>`},
+		{"orders-db's revoked count of 1", `data-pool="orders-db">.*?<td class="num revoked">1</td>`},
+		{"api.example.com's revoked count of 0", `data-pool="api.example.com">.*?<td class="num revoked">0</td>`},
+		{"the lease revoked event naming its operator", `lease revoked</span>.*?by 127\.0\.0\.1`},
+	} {
+		if !regexp.MustCompile(c.re).MatchString(dom) {
+			t.Errorf("the page does not show %s; DOM:\n%s", c.what, dom)
+		}
+	}
+	if regexp.MustCompile(`data-pool="api.example.com"><td class="name">api.example.com <span class="badge suspended"`).MatchString(dom) {
+		t.Errorf("api.example.com is shown suspended; DOM:\n%s", dom)
 	}
 	// The utilisation bar of orders-db is 60% full.
 	if !regexp.MustCompile(`data-pool="orders-db".*?width: 60%`).MatchString(dom) {

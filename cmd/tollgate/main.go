@@ -4,6 +4,7 @@
 //	tollgate pool create|get|list|update|delete|suspend|resume|drain ...
 //	tollgate lease list|get|revoke ...
 //	tollgate resource add|remove|list|provide ...
+//	tollgate client list [--pool P]     the connected clients and what they hold
 //	tollgate acquire POOL               hold a lease until Ctrl-C
 //	tollgate take POOL -n N             take rate tokens
 //	tollgate events [--pool P]          tail the server's events until Ctrl-C
@@ -120,7 +121,7 @@ $TOLLGATE_SERVER or ` + defaultServer + `.`,
 	g.sec.register(pf)
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each admin call (pool commands, and acquire's pool check and release), and added to take's --max-wait")
 
-	root.AddCommand(newServeCmd(), newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g))
+	root.AddCommand(newServeCmd(), newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g))
 	return root, started
 }
 

@@ -52,19 +52,29 @@ function poolRow(p) {
   if (st.recovering_until) {
     name.append(" ", el("span", { class: "badge recovering", title: "recovering from a restart until " + st.recovering_until + ": renewed leases are re-adopted, new grants wait" }, "recovering"));
   }
+  if (st.suspended) {
+    name.append(" ", el("span", { class: "badge suspended", title: "suspended by an operator: no leases are granted until it is resumed (tollgate pool resume " + p.name + ")" }, "suspended"));
+  }
+  if (st.throttle_reason) {
+    name.append(" ", el("span", { class: "badge throttled", title: "adaptive control lowered the effective limits because of reported " + st.throttle_reason }, "throttled: " + st.throttle_reason));
+  }
   if (p.description) name.append(el("span", { class: "desc", title: p.description }, p.description));
   const waiting = el("td", { class: "num waiting" + (st.waiting > 0 ? " waiting-some" : "") }, num(st.waiting));
-  const rate = lim.rate ? num(lim.rate) : "—";
+  const rate = el("td", { class: "num rate" }, lim.rate ? num(lim.rate) : "—");
+  if (st.share_holders) {
+    rate.append(el("span", { class: "sub", title: "rate granted to " + st.share_holders + " rate share holders" }, num(st.shares_granted) + " in " + num(st.share_holders) + (st.share_holders === 1 ? " share" : " shares")));
+  }
   const tokens = lim.rate ? (Math.floor(st.tokens_available * 10) / 10) + " / " + num(lim.burst) : "—";
   return el("tr", { "data-pool": p.name },
     name,
     el("td", { class: "util" }, utilisation(p)),
     waiting,
     el("td", { class: "num leases" }, num(st.leases)),
-    el("td", { class: "num rate" }, rate),
+    rate,
     el("td", { class: "num tokens" }, tokens),
     el("td", { class: "num granted" }, num(st.granted)),
     el("td", { class: "num expired" }, num(st.expired)),
+    el("td", { class: "num revoked" }, num(st.revoked)),
     el("td", { class: "num rejected" }, num(st.rejected)),
     el("td", { class: "num timeouts" }, num(st.wait_timeouts)));
 }

@@ -1257,7 +1257,7 @@ var File_tollgate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/admin.proto\x12\vtollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x1btollgate/v1/resources.proto\x1a\x17tollgate/v1/types.proto\"O\n" +
+	"\x17tollgate/v1/admin.proto\x12\vtollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x19tollgate/v1/clients.proto\x1a\x1btollgate/v1/resources.proto\x1a\x17tollgate/v1/types.proto\"O\n" +
 	"\x12WatchEventsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12%\n" +
 	"\x0einclude_recent\x18\x02 \x01(\bR\rincludeRecent\"C\n" +
@@ -1322,7 +1322,8 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\x10DrainPoolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"D\n" +
 	"\x11DrainPoolResponse\x12/\n" +
-	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status2\xc3\t\n" +
+	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status2\x95\n" +
+	"\n" +
 	"\fAdminService\x12M\n" +
 	"\n" +
 	"CreatePool\x12\x1e.tollgate.v1.CreatePoolRequest\x1a\x1f.tollgate.v1.CreatePoolResponse\x12D\n" +
@@ -1343,7 +1344,8 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\vWatchEvents\x12\x1f.tollgate.v1.WatchEventsRequest\x1a .tollgate.v1.WatchEventsResponse0\x01\x12S\n" +
 	"\fAddResources\x12 .tollgate.v1.AddResourcesRequest\x1a!.tollgate.v1.AddResourcesResponse\x12\\\n" +
 	"\x0fRemoveResources\x12#.tollgate.v1.RemoveResourcesRequest\x1a$.tollgate.v1.RemoveResourcesResponse\x12V\n" +
-	"\rListResources\x12!.tollgate.v1.ListResourcesRequest\x1a\".tollgate.v1.ListResourcesResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
+	"\rListResources\x12!.tollgate.v1.ListResourcesRequest\x1a\".tollgate.v1.ListResourcesResponse\x12P\n" +
+	"\vListClients\x12\x1f.tollgate.v1.ListClientsRequest\x1a .tollgate.v1.ListClientsResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (
 	file_tollgate_v1_admin_proto_rawDescOnce sync.Once
@@ -1391,9 +1393,11 @@ var file_tollgate_v1_admin_proto_goTypes = []any{
 	(*AddResourcesRequest)(nil),     // 29: tollgate.v1.AddResourcesRequest
 	(*RemoveResourcesRequest)(nil),  // 30: tollgate.v1.RemoveResourcesRequest
 	(*ListResourcesRequest)(nil),    // 31: tollgate.v1.ListResourcesRequest
-	(*AddResourcesResponse)(nil),    // 32: tollgate.v1.AddResourcesResponse
-	(*RemoveResourcesResponse)(nil), // 33: tollgate.v1.RemoveResourcesResponse
-	(*ListResourcesResponse)(nil),   // 34: tollgate.v1.ListResourcesResponse
+	(*ListClientsRequest)(nil),      // 32: tollgate.v1.ListClientsRequest
+	(*AddResourcesResponse)(nil),    // 33: tollgate.v1.AddResourcesResponse
+	(*RemoveResourcesResponse)(nil), // 34: tollgate.v1.RemoveResourcesResponse
+	(*ListResourcesResponse)(nil),   // 35: tollgate.v1.ListResourcesResponse
+	(*ListClientsResponse)(nil),     // 36: tollgate.v1.ListClientsResponse
 }
 var file_tollgate_v1_admin_proto_depIdxs = []int32{
 	24, // 0: tollgate.v1.WatchEventsResponse.event:type_name -> tollgate.v1.PoolEvent
@@ -1426,23 +1430,25 @@ var file_tollgate_v1_admin_proto_depIdxs = []int32{
 	29, // 27: tollgate.v1.AdminService.AddResources:input_type -> tollgate.v1.AddResourcesRequest
 	30, // 28: tollgate.v1.AdminService.RemoveResources:input_type -> tollgate.v1.RemoveResourcesRequest
 	31, // 29: tollgate.v1.AdminService.ListResources:input_type -> tollgate.v1.ListResourcesRequest
-	3,  // 30: tollgate.v1.AdminService.CreatePool:output_type -> tollgate.v1.CreatePoolResponse
-	5,  // 31: tollgate.v1.AdminService.GetPool:output_type -> tollgate.v1.GetPoolResponse
-	7,  // 32: tollgate.v1.AdminService.ListPools:output_type -> tollgate.v1.ListPoolsResponse
-	9,  // 33: tollgate.v1.AdminService.UpdatePool:output_type -> tollgate.v1.UpdatePoolResponse
-	11, // 34: tollgate.v1.AdminService.DeletePool:output_type -> tollgate.v1.DeletePoolResponse
-	13, // 35: tollgate.v1.AdminService.RevokeLease:output_type -> tollgate.v1.RevokeLeaseResponse
-	15, // 36: tollgate.v1.AdminService.GetLease:output_type -> tollgate.v1.GetLeaseResponse
-	17, // 37: tollgate.v1.AdminService.ListLeases:output_type -> tollgate.v1.ListLeasesResponse
-	19, // 38: tollgate.v1.AdminService.SuspendPool:output_type -> tollgate.v1.SuspendPoolResponse
-	21, // 39: tollgate.v1.AdminService.ResumePool:output_type -> tollgate.v1.ResumePoolResponse
-	23, // 40: tollgate.v1.AdminService.DrainPool:output_type -> tollgate.v1.DrainPoolResponse
-	1,  // 41: tollgate.v1.AdminService.WatchEvents:output_type -> tollgate.v1.WatchEventsResponse
-	32, // 42: tollgate.v1.AdminService.AddResources:output_type -> tollgate.v1.AddResourcesResponse
-	33, // 43: tollgate.v1.AdminService.RemoveResources:output_type -> tollgate.v1.RemoveResourcesResponse
-	34, // 44: tollgate.v1.AdminService.ListResources:output_type -> tollgate.v1.ListResourcesResponse
-	30, // [30:45] is the sub-list for method output_type
-	15, // [15:30] is the sub-list for method input_type
+	32, // 30: tollgate.v1.AdminService.ListClients:input_type -> tollgate.v1.ListClientsRequest
+	3,  // 31: tollgate.v1.AdminService.CreatePool:output_type -> tollgate.v1.CreatePoolResponse
+	5,  // 32: tollgate.v1.AdminService.GetPool:output_type -> tollgate.v1.GetPoolResponse
+	7,  // 33: tollgate.v1.AdminService.ListPools:output_type -> tollgate.v1.ListPoolsResponse
+	9,  // 34: tollgate.v1.AdminService.UpdatePool:output_type -> tollgate.v1.UpdatePoolResponse
+	11, // 35: tollgate.v1.AdminService.DeletePool:output_type -> tollgate.v1.DeletePoolResponse
+	13, // 36: tollgate.v1.AdminService.RevokeLease:output_type -> tollgate.v1.RevokeLeaseResponse
+	15, // 37: tollgate.v1.AdminService.GetLease:output_type -> tollgate.v1.GetLeaseResponse
+	17, // 38: tollgate.v1.AdminService.ListLeases:output_type -> tollgate.v1.ListLeasesResponse
+	19, // 39: tollgate.v1.AdminService.SuspendPool:output_type -> tollgate.v1.SuspendPoolResponse
+	21, // 40: tollgate.v1.AdminService.ResumePool:output_type -> tollgate.v1.ResumePoolResponse
+	23, // 41: tollgate.v1.AdminService.DrainPool:output_type -> tollgate.v1.DrainPoolResponse
+	1,  // 42: tollgate.v1.AdminService.WatchEvents:output_type -> tollgate.v1.WatchEventsResponse
+	33, // 43: tollgate.v1.AdminService.AddResources:output_type -> tollgate.v1.AddResourcesResponse
+	34, // 44: tollgate.v1.AdminService.RemoveResources:output_type -> tollgate.v1.RemoveResourcesResponse
+	35, // 45: tollgate.v1.AdminService.ListResources:output_type -> tollgate.v1.ListResourcesResponse
+	36, // 46: tollgate.v1.AdminService.ListClients:output_type -> tollgate.v1.ListClientsResponse
+	31, // [31:47] is the sub-list for method output_type
+	15, // [15:31] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -1453,6 +1459,7 @@ func file_tollgate_v1_admin_proto_init() {
 	if File_tollgate_v1_admin_proto != nil {
 		return
 	}
+	file_tollgate_v1_clients_proto_init()
 	file_tollgate_v1_resources_proto_init()
 	file_tollgate_v1_types_proto_init()
 	type x struct{}

@@ -34,6 +34,7 @@ const (
 	AdminService_AddResources_FullMethodName    = "/tollgate.v1.AdminService/AddResources"
 	AdminService_RemoveResources_FullMethodName = "/tollgate.v1.AdminService/RemoveResources"
 	AdminService_ListResources_FullMethodName   = "/tollgate.v1.AdminService/ListResources"
+	AdminService_ListClients_FullMethodName     = "/tollgate.v1.AdminService/ListClients"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -76,9 +77,11 @@ type AdminServiceClient interface {
 	DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*DeletePoolResponse, error)
 	// RevokeLease ends a live lease at once, whoever holds it: its permits
 	// go back to the pool (waiters they fit are granted), its holder's
-	// Session stream gets a LeaseEvent REVOKED carrying the reason, and a
-	// later renew or release of it fails with NOT_FOUND (LEASE_REVOKED)
-	// whose message carries the reason.
+	// Session stream gets a LeaseEvent REVOKED carrying the reason and who
+	// revoked it (the caller's authenticated name, or its address without
+	// credentials; also the lease_revoked event's actor), and a later renew
+	// or release of it fails with NOT_FOUND (LEASE_REVOKED) whose message
+	// carries both.
 	//
 	// Errors: NOT_FOUND (POOL_NOT_FOUND; LEASE_NOT_FOUND, LEASE_EXPIRED or
 	// LEASE_REVOKED when the lease is not live); INVALID_ARGUMENT for a
@@ -152,6 +155,21 @@ type AdminServiceClient interface {
 	// holds them, and a passive pool's providers. Errors: NOT_FOUND
 	// (POOL_NOT_FOUND); FAILED_PRECONDITION (NOT_RESOURCE_POOL: a free pool).
 	ListResources(ctx context.Context, in *ListResourcesRequest, opts ...grpc.CallOption) (*ListResourcesResponse, error)
+	// ListClients returns the client sessions connected now (one per open
+	// LimiterService.Session stream) with what each holds, in the order
+	// they connected, a page at a time. Only Session streams are listed:
+	// a caller that acquires with the unary Acquire has no session, and its
+	// leases, like those of a session that has ended, are counted in the
+	// response's unattached_leases and listed by ListLeases.
+	//
+	// Cost: each call walks the live leases and rate shares of every pool
+	// (of the named pool only, with pool set) once, under each pool's lock
+	// in turn, and the open sessions; it does not stop grants elsewhere.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND) for a pool filter naming no pool;
+	// INVALID_ARGUMENT for a negative page_size, a bad page_token, a bad
+	// pool name or a client_id over 256 bytes.
+	ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -321,6 +339,16 @@ func (c *adminServiceClient) ListResources(ctx context.Context, in *ListResource
 	return out, nil
 }
 
+func (c *adminServiceClient) ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListClientsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListClients_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -361,9 +389,11 @@ type AdminServiceServer interface {
 	DeletePool(context.Context, *DeletePoolRequest) (*DeletePoolResponse, error)
 	// RevokeLease ends a live lease at once, whoever holds it: its permits
 	// go back to the pool (waiters they fit are granted), its holder's
-	// Session stream gets a LeaseEvent REVOKED carrying the reason, and a
-	// later renew or release of it fails with NOT_FOUND (LEASE_REVOKED)
-	// whose message carries the reason.
+	// Session stream gets a LeaseEvent REVOKED carrying the reason and who
+	// revoked it (the caller's authenticated name, or its address without
+	// credentials; also the lease_revoked event's actor), and a later renew
+	// or release of it fails with NOT_FOUND (LEASE_REVOKED) whose message
+	// carries both.
 	//
 	// Errors: NOT_FOUND (POOL_NOT_FOUND; LEASE_NOT_FOUND, LEASE_EXPIRED or
 	// LEASE_REVOKED when the lease is not live); INVALID_ARGUMENT for a
@@ -437,6 +467,21 @@ type AdminServiceServer interface {
 	// holds them, and a passive pool's providers. Errors: NOT_FOUND
 	// (POOL_NOT_FOUND); FAILED_PRECONDITION (NOT_RESOURCE_POOL: a free pool).
 	ListResources(context.Context, *ListResourcesRequest) (*ListResourcesResponse, error)
+	// ListClients returns the client sessions connected now (one per open
+	// LimiterService.Session stream) with what each holds, in the order
+	// they connected, a page at a time. Only Session streams are listed:
+	// a caller that acquires with the unary Acquire has no session, and its
+	// leases, like those of a session that has ended, are counted in the
+	// response's unattached_leases and listed by ListLeases.
+	//
+	// Cost: each call walks the live leases and rate shares of every pool
+	// (of the named pool only, with pool set) once, under each pool's lock
+	// in turn, and the open sessions; it does not stop grants elsewhere.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND) for a pool filter naming no pool;
+	// INVALID_ARGUMENT for a negative page_size, a bad page_token, a bad
+	// pool name or a client_id over 256 bytes.
+	ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -491,6 +536,9 @@ func (UnimplementedAdminServiceServer) RemoveResources(context.Context, *RemoveR
 }
 func (UnimplementedAdminServiceServer) ListResources(context.Context, *ListResourcesRequest) (*ListResourcesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListResources not implemented")
+}
+func (UnimplementedAdminServiceServer) ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListClients not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -776,6 +824,24 @@ func _AdminService_ListResources_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListClients_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListClientsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListClients(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListClients_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListClients(ctx, req.(*ListClientsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -838,6 +904,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListResources",
 			Handler:    _AdminService_ListResources_Handler,
+		},
+		{
+			MethodName: "ListClients",
+			Handler:    _AdminService_ListClients_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1272,8 +1272,11 @@ type PoolEvent struct {
 	ClientId string `protobuf:"bytes,7,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// The lease's description, for lease events.
 	Description string `protobuf:"bytes,8,opt,name=description,proto3" json:"description,omitempty"`
-	// Who made a pool change: its authenticated name, or its address when
-	// it presented no credentials.
+	// Who made a pool change, or revoked a lease (lease_revoked caused by
+	// RevokeLease, SuspendPool with revoke_held, or an UpdatePool under a
+	// revoke policy): its authenticated name, or its address when it
+	// presented no credentials. Empty for what the server did by itself
+	// (expiry, adaptive control).
 	Actor string `protobuf:"bytes,9,opt,name=actor,proto3" json:"actor,omitempty"`
 	// The provider, for provider_joined and provider_left events.
 	ProviderId string `protobuf:"bytes,20,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`

@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// This file is AdminService.ListClients: the connected client sessions
+// (the registry of clients.go) and what each holds (the engine's
+// Holdings, summed per session).
+
+// ListClients returns a page of the open Session streams in session id
+// order, each with the leases and rate shares it owns. The page token is
+// the base64url encoding of the decimal id of the last session of the
+// previous page. Each call walks every live lease and share of the pools
+// it covers once (limiter.Engine.Holdings) and the open sessions.
+func (a *adminService) ListClients(ctx context.Context, req *tollgatev1.ListClientsRequest) (*tollgatev1.ListClientsResponse, error) {
+	resp, err := a.listClients(req)
+	if err != nil {
+		return nil, toStatus(a.srv.log, "ListClients", err, errCtx{pool: req.GetPool()})
+	}
+	return resp, nil
+}
+
+func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgatev1.ListClientsResponse, error) {
+	pool, clientID := req.GetPool(), req.GetClientId()
+	if pool != "" {
+		if err := checkPoolName("pool", pool); err != nil {
+			return nil, err
+		}
+	}
+	if n := len(clientID); n > limiter.MaxClientIDLen {
+		return nil, invalidArg("client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen)
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, invalidArg("page_size is %d; give 1 to %d, or 0 for %d", size, MaxPageSize, DefaultPageSize)
+	case size == 0:
+		size = DefaultPageSize
+	case size > MaxPageSize:
+		size = MaxPageSize
+	}
+	after, err := decodeClientPageToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	holdings, err := a.srv.engine.Holdings(pool)
+	if err != nil {
+		return nil, err
+	}
+	open := a.srv.sessions.after(0)
+	held := make(map[any]*tollgatev1.ClientSession, len(open))
+	for _, s := range open {
+		held[s] = &tollgatev1.ClientSession{}
+	}
+	resp := &tollgatev1.ListClientsResponse{}
+	for _, h := range holdings {
+		cs := held[h.Owner]
+		if cs == nil { // no owner, or its session has ended
+			if clientID == "" || h.ClientID == clientID {
+				resp.UnattachedLeases += h.Leases
+				resp.UnattachedWeight += h.Weight
+			}
+			continue
+		}
+		addHolding(cs, h)
+	}
+	for _, s := range open {
+		if s.id <= after || (clientID != "" && s.declaredClientID() != clientID) {
+			continue
+		}
+		cs := held[s]
+		if pool != "" && cs.GetLeases() == 0 && cs.GetShares() == 0 {
+			continue
+		}
+		if len(resp.Clients) == size {
+			last := resp.Clients[size-1].GetSessionId()
+			resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(last))
+			break
+		}
+		fillSession(cs, s)
+		resp.Clients = append(resp.Clients, cs)
+	}
+	return resp, nil
+}
+
+// addHolding adds h to the totals of cs and to its entry for h's pool.
+// Holdings come in pool order, so a pool's entry, if any, is the last.
+func addHolding(cs *tollgatev1.ClientSession, h limiter.Holding) {
+	cs.Leases += h.Leases
+	cs.Weight += h.Weight
+	cs.Shares += h.Shares
+	cs.ShareRate += h.ShareRate
+	n := len(cs.Pools)
+	if n == 0 || cs.Pools[n-1].GetPool() != h.Pool {
+		cs.Pools = append(cs.Pools, &tollgatev1.ClientPoolHoldings{Pool: h.Pool})
+		n++
+	}
+	p := cs.Pools[n-1]
+	p.Leases += h.Leases
+	p.Weight += h.Weight
+	p.Shares += h.Shares
+	p.ShareRate += h.ShareRate
+}
+
+// fillSession sets the fields of cs that describe the session itself.
+func fillSession(cs *tollgatev1.ClientSession, s *session) {
+	cs.SessionId = strconv.FormatUint(s.id, 10)
+	cs.ClientId = s.declaredClientID()
+	cs.PeerAddress = s.peerAddr
+	cs.Identity = s.identity
+	cs.ConnectTime = timestamppb.New(s.connectTime)
+	cs.LastActivityTime = timestamppb.New(time.Unix(0, s.lastActive.Load()))
+}
+
+// decodeClientPageToken reads a ListClients page token; "" is the first
+// page.
+func decodeClientPageToken(tok string) (uint64, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	var after uint64
+	if err == nil {
+		after, err = strconv.ParseUint(string(b), 10, 64)
+	}
+	if err != nil {
+		return 0, invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous ListClients response unchanged, or leave it empty for the first page", truncate(tok, 64))
+	}
+	return after, nil
+}

@@ -1,0 +1,45 @@
+package server
+
+import (
+	"encoding/json"
+	"testing"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// /api/pools carries what the status page shows beyond held and waiting:
+// suspension, revocations and rate shares.
+func TestHTTPPoolsSuspendedRevokedShares(t *testing.T) {
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 4})
+	e.createPool(&tollgatev1.Pool{Name: "feed", Rate: 100})
+	l := e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
+	if _, err := e.adm.RevokeLease(e.ctx(), &tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: l.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.adm.SuspendPool(e.ctx(), &tollgatev1.SuspendPoolRequest{Name: "db"}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.session()
+	s.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_AcquireShare{AcquireShare: &tollgatev1.AcquireShareRequest{Pool: "feed", Want: 30}}})
+
+	code, body := o.get(nil, "/api/pools")
+	if code != 200 {
+		t.Fatalf("GET /api/pools = %d %s", code, body)
+	}
+	var pools apiPoolsResponse
+	if err := json.Unmarshal([]byte(body), &pools); err != nil {
+		t.Fatal(err)
+	}
+	if len(pools.Pools) != 2 {
+		t.Fatalf("pools = %+v", pools)
+	}
+	db, feed := pools.Pools[0].Status, pools.Pools[1].Status
+	if !db.Suspended || db.Revoked != 1 || db.ThrottleReason != "" {
+		t.Errorf("db status = %+v; want suspended with 1 revoked", db)
+	}
+	if feed.Suspended || feed.Revoked != 0 || feed.ShareHolders != 1 || feed.SharesGranted != 30 {
+		t.Errorf("feed status = %+v; want 1 share holder granted 30/s", feed)
+	}
+}
