@@ -33,13 +33,16 @@ type apiPoolsResponse struct {
 // control has lowered them below Configured (it is absent otherwise);
 // clients should display effective when present and configured otherwise.
 type apiPool struct {
-	Name        string        `json:"name"`
-	Description string        `json:"description,omitempty"`
-	Configured  apiLimits     `json:"configured"`
-	Effective   *apiLimits    `json:"effective,omitempty"`
-	Status      apiPoolStatus `json:"status"`
-	CreateTime  time.Time     `json:"create_time"`
-	UpdateTime  time.Time     `json:"update_time"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// ResourceKind is "active" or "passive" for a pool of instances;
+	// absent for a free pool.
+	ResourceKind string        `json:"resource_kind,omitempty"`
+	Configured   apiLimits     `json:"configured"`
+	Effective    *apiLimits    `json:"effective,omitempty"`
+	Status       apiPoolStatus `json:"status"`
+	CreateTime   time.Time     `json:"create_time"`
+	UpdateTime   time.Time     `json:"update_time"`
 }
 
 // apiLimits are a pool's limits; 0 means the pool has no such limit.
@@ -82,6 +85,11 @@ type apiPoolStatus struct {
 	// the rate granted to them, in tokens per second.
 	ShareHolders  int64   `json:"share_holders"`
 	SharesGranted float64 `json:"shares_granted"`
+	// Instances of an active or passive pool, those free, and a passive
+	// pool's live providers.
+	Resources     int64 `json:"resources,omitempty"`
+	ResourcesFree int64 `json:"resources_free,omitempty"`
+	Providers     int64 `json:"providers,omitempty"`
 }
 
 // apiEventsResponse is the JSON of GET /api/events.
@@ -131,9 +139,14 @@ func apiPoolOf(info *limiter.PoolInfo) apiPool {
 			MaxLeaseTTL:      c.MaxLeaseTTL.String(),
 		}
 	}
+	kind := ""
+	if c.ResourceKind != limiter.ResourceFree {
+		kind = c.ResourceKind.String()
+	}
 	return apiPool{
-		Name:        c.Name,
-		Description: c.Description,
+		Name:         c.Name,
+		Description:  c.Description,
+		ResourceKind: kind,
 		Configured: apiLimits{
 			ConcurrencyLimit: c.ConcurrencyLimit,
 			Rate:             c.Rate,
@@ -151,6 +164,7 @@ func apiPoolOf(info *limiter.PoolInfo) apiPool {
 			RecoveringUntil: recovering,
 			Revoked:         st.Revoked, Suspended: st.Suspended, ThrottleReason: st.ThrottleReason.String(),
 			ShareHolders: st.ShareHolders, SharesGranted: st.SharesGranted,
+			Resources: st.Resources, ResourcesFree: st.ResourcesFree, Providers: st.Providers,
 		},
 		CreateTime: info.CreateTime,
 		UpdateTime: info.UpdateTime,

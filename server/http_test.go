@@ -211,3 +211,23 @@ func TestHTTPAuth(t *testing.T) {
 		}
 	}
 }
+
+// /api/pools tells an active or passive pool by its resource_kind and
+// counts its instances and providers.
+func TestHTTPResourcePools(t *testing.T) {
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE})
+	if _, err := e.adm.AddResources(e.ctx(), &tollgatev1.AddResourcesRequest{Pool: "db", Resources: wireRes("c1", "c2", "c3")}); err != nil {
+		t.Fatal(err)
+	}
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
+	_, body := o.get(nil, "/api/pools")
+	var pools apiPoolsResponse
+	if err := json.Unmarshal([]byte(body), &pools); err != nil {
+		t.Fatal(err)
+	}
+	if p := pools.Pools[0]; p.ResourceKind != "active" || p.Status.Resources != 3 || p.Status.ResourcesFree != 2 || p.Status.Held != 1 {
+		t.Fatalf("pool = %+v", p)
+	}
+}

@@ -36,6 +36,11 @@ func TestStatusPageInChromium(t *testing.T) {
 	if _, err := e.adm.SuspendPool(e.ctx(), &tollgatev1.SuspendPoolRequest{Name: "orders-db"}); err != nil {
 		t.Fatal(err)
 	}
+	e.createPool(&tollgatev1.Pool{Name: "replicas", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE})
+	if _, err := e.adm.AddResources(e.ctx(), &tollgatev1.AddResourcesRequest{Pool: "replicas", Resources: wireRes("r1", "r2", "r3", "r4")}); err != nil {
+		t.Fatal(err)
+	}
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "replicas", ClientId: "reader"})
 
 	dom := dumpDOM(t, o.http.URL+"/")
 	for _, want := range []string{
@@ -57,6 +62,8 @@ func TestStatusPageInChromium(t *testing.T) {
 		{"orders-db's revoked count of 1", `data-pool="orders-db">.*?<td class="num revoked">1</td>`},
 		{"api.example.com's revoked count of 0", `data-pool="api.example.com">.*?<td class="num revoked">0</td>`},
 		{"the lease revoked event naming its operator", `lease revoked</span>.*?by 127\.0\.0\.1`},
+		{"replicas' instances", `data-pool="replicas"><td class="name">replicas <span class="badge resources"[^>]*>active: 3 of 4 free</span>`},
+		{"replicas' utilisation of 1 of its 4 instances", `data-pool="replicas">.*?width: 25%`},
 	} {
 		if !regexp.MustCompile(c.re).MatchString(dom) {
 			t.Errorf("the page does not show %s; DOM:\n%s", c.what, dom)

@@ -28,8 +28,17 @@ function limits(p) {
 }
 
 function utilisation(p) {
-  const lim = limits(p).concurrency_limit;
+  // An active or passive pool's capacity is its instances, within its
+  // concurrency limit if it has one.
+  let lim = limits(p).concurrency_limit;
+  if (p.resource_kind) {
+    const inst = p.status.resources || 0;
+    lim = lim ? Math.min(lim, inst) : inst;
+  }
   const held = p.status.held;
+  if (p.resource_kind && !lim) {
+    return el("div", { class: "bar" }, el("span", { class: "muted" }, num(held) + " held, no instances"));
+  }
   if (!lim) {
     return el("div", { class: "bar" }, el("span", { class: "muted" }, num(held) + " held, no concurrency limit"));
   }
@@ -57,6 +66,11 @@ function poolRow(p) {
   }
   if (st.throttle_reason) {
     name.append(" ", el("span", { class: "badge throttled", title: "adaptive control lowered the effective limits because of reported " + st.throttle_reason }, "throttled: " + st.throttle_reason));
+  }
+  if (p.resource_kind) {
+    const prov = p.resource_kind === "passive" ? " from " + num(st.providers) + (st.providers === 1 ? " provider" : " providers") : "";
+    name.append(" ", el("span", { class: "badge resources", title: p.resource_kind + " pool: its permits are instances (tollgate resource list " + p.name + ")" },
+      p.resource_kind + ": " + num(st.resources_free) + " of " + num(st.resources) + " free" + prov));
   }
   if (p.description) name.append(el("span", { class: "desc", title: p.description }, p.description));
   const waiting = el("td", { class: "num waiting" + (st.waiting > 0 ? " waiting-some" : "") }, num(st.waiting));
