@@ -38,12 +38,8 @@ func (a *adminService) AddResources(ctx context.Context, req *tollgatev1.AddReso
 func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.RemoveResourcesRequest) (*tollgatev1.RemoveResourcesResponse, error) {
 	err := checkPoolName("pool", req.GetPool())
 	if err == nil {
-		reason := req.GetReason()
-		if reason != "" {
-			reason = "removed by an operator: " + reason
-		}
 		var r limiter.RemoveResult
-		if r, err = a.srv.engine.RemoveResourcesBy(req.GetPool(), req.GetIds(), req.GetWait(), reason, a.srv.actorOf(ctx)); err == nil {
+		if r, err = a.srv.engine.RemoveResourcesBy(req.GetPool(), req.GetIds(), req.GetWait(), req.GetReason(), a.srv.actorOf(ctx)); err == nil {
 			return &tollgatev1.RemoveResourcesResponse{Removed: int64(r.Removed), Removing: int64(r.Removing), Revoked: int64(r.Revoked)}, nil
 		}
 	}
