@@ -5,8 +5,11 @@ package limiter
 type lease struct {
 	Lease
 	owner any
-	index int         // in the pool's expiry heap; -1 once removed
-	res   []*instance // the instances it is bound to, in an active or passive pool: resource_set.go
+	index int // in the pool's expiry heap; -1 once removed
+	// In an active or passive pool, Lease.Resources names the instances
+	// the lease is bound to; the instances point back (resource_set.go).
+	// No slice of them is kept here, so that a lease record stays in a
+	// small allocation size class for free pools.
 }
 
 // Leases live in an indexedHeap ordered by ExpireTime: the pool finds its

@@ -200,7 +200,7 @@ func (p *pool) removeLeaseLocked(l *lease) {
 	delete(p.leases, l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
-	if l.res != nil {
+	if p.res != nil {
 		p.unbindLocked(l, p.e.clock.Now()) // resource_set.go
 	}
 	if p.held == 0 {

@@ -113,7 +113,6 @@ func (p *pool) bindLocked(l *lease, now time.Time) {
 // bindInstancesLocked binds l to ins, which are free or just taken off
 // the free list, and records them in the lease.
 func (p *pool) bindInstancesLocked(l *lease, ins []*instance) {
-	l.res = ins
 	l.Resources = make([]Resource, len(ins))
 	for i, in := range ins {
 		if in.elem != nil {
@@ -129,7 +128,7 @@ func (p *pool) bindInstancesLocked(l *lease, ins []*instance) {
 // of the free list (most recently released), or leaves the pool if it was
 // being removed.
 func (p *pool) unbindLocked(l *lease, now time.Time) {
-	for _, in := range l.res {
+	for _, in := range p.instancesOfLocked(l) {
 		in.holder = nil
 		in.released = now
 		if in.removing {
@@ -138,7 +137,18 @@ func (p *pool) unbindLocked(l *lease, now time.Time) {
 		}
 		in.elem = p.res.free.PushBack(in)
 	}
-	l.res = nil
+}
+
+// instancesOfLocked returns the instances l is bound to. A held instance
+// never leaves the pool while held, so each of l.Resources is there.
+func (p *pool) instancesOfLocked(l *lease) []*instance {
+	ins := make([]*instance, 0, len(l.Resources))
+	for _, r := range l.Resources {
+		if in := p.res.byID[r.ID]; in != nil && in.holder == l {
+			ins = append(ins, in)
+		}
+	}
+	return ins
 }
 
 // holdersOf returns the distinct live leases holding any of ins, in
@@ -184,7 +194,7 @@ func (p *pool) removeInstancesLocked(ins []*instance, wait bool, reason, actor s
 	}
 	for _, l := range holders {
 		var names []string
-		for _, in := range l.res {
+		for _, in := range p.instancesOfLocked(l) {
 			if in.removing {
 				removed++
 				names = append(names, quote(in.ID))

@@ -11,7 +11,7 @@ import (
 func (p *pool) checkResourcesLocked() error {
 	if p.res == nil {
 		for tok, l := range p.leases {
-			if l.res != nil || l.Resources != nil {
+			if l.Resources != nil {
 				return fmt.Errorf("lease %d of a free pool is bound to instances", tok)
 			}
 		}
@@ -21,10 +21,11 @@ func (p *pool) checkResourcesLocked() error {
 	holderOf := map[*instance]uint64{}
 	var heldInstances int64
 	for tok, l := range p.leases {
-		if int64(len(l.res)) != l.Weight || len(l.Resources) != len(l.res) {
-			return fmt.Errorf("lease %d of weight %d is bound to %d instances (%d reported)", tok, l.Weight, len(l.res), len(l.Resources))
+		ins := p.instancesOfLocked(l)
+		if int64(len(ins)) != l.Weight || len(l.Resources) != len(ins) {
+			return fmt.Errorf("lease %d of weight %d is bound to %d instances (%d reported)", tok, l.Weight, len(ins), len(l.Resources))
 		}
-		for i, in := range l.res {
+		for i, in := range ins {
 			if other, dup := holderOf[in]; dup {
 				return fmt.Errorf("instance %q is in two live leases, %d and %d", in.ID, other, tok)
 			}
