@@ -24,7 +24,7 @@ const waitLimit = 10 * time.Second
 // the same engine (a network outage or a restart of the front end that
 // keeps the leases).
 type testServer struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *server.Server
 	clock    *fakeclock.Clock
 	addr     string
@@ -34,7 +34,7 @@ type testServer struct {
 }
 
 // newTestServer starts a server; it is closed at the end of the test.
-func newTestServer(t *testing.T) *testServer {
+func newTestServer(t testing.TB) *testServer {
 	t.Helper()
 	ts := &testServer{
 		t:     t,
@@ -118,7 +118,7 @@ func (ts *testServer) dial(opts ...client.Option) *client.Client {
 	return dialTarget(ts.t, ts.addr, opts...)
 }
 
-func dialTarget(t *testing.T, target string, opts ...client.Option) *client.Client {
+func dialTarget(t testing.TB, target string, opts ...client.Option) *client.Client {
 	t.Helper()
 	c, err := client.Dial(target, opts...)
 	if err != nil {
@@ -140,7 +140,7 @@ func ctx(t *testing.T) context.Context {
 }
 
 // waitFor polls cond until it holds, failing the test after waitLimit.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for !cond() {
