@@ -131,3 +131,54 @@ func TestTryAcquireDuringRecoveryFailsFast(t *testing.T) {
 		t.Fatalf("RECOVERING carries no retry delay: %#v", err)
 	}
 }
+
+// TestActiveLeaseReattachesOnItsInstances: a lease of an active pool held
+// across a restart is re-adopted on the instances it was granted (its
+// renews name them), and the pool's instances, stored with it, are back.
+func TestActiveLeaseReattachesOnItsInstances(t *testing.T) {
+	dir := t.TempDir()
+	first := startDurable(t, dir, "127.0.0.1:0")
+	eng := first.srv.Engine()
+	if _, err := eng.CreatePool(limiter.PoolConfig{Name: "conns", ResourceKind: limiter.ResourceActive, DefaultLeaseTTL: 3 * time.Second, MaxLeaseTTL: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.AddResources("conns", []limiter.Resource{{ID: "c1"}, {ID: "c2"}, {ID: "c3"}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(first.addr, client.WithClientID("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	l, err := c.Acquire(ctx, "conns", client.Weight(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for _, r := range l.Resources() {
+		held[r.ID] = true
+	}
+
+	first.stop()
+	second := startDurable(t, dir, first.addr)
+	waitFor(t, "the re-adoption", func() bool {
+		info, err := second.srv.Engine().GetPool("conns")
+		return err == nil && info.Status.Readopted == 1
+	})
+	states, _, err := second.srv.Engine().ListResources("conns")
+	if err != nil || len(states) != 3 {
+		t.Fatalf("instances after the restart: %+v, %v", states, err)
+	}
+	for _, s := range states {
+		if held[s.ID] != (s.Holder == l.FencingToken()) {
+			t.Fatalf("after the restart %s is held by %d; the lease %d holds %v", s.ID, s.Holder, l.FencingToken(), held)
+		}
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("the lease was lost across the restart: %v", l.Err())
+	default:
+	}
+}
