@@ -34,7 +34,7 @@ func (a *adminService) GetLease(ctx context.Context, req *tollgatev1.GetLeaseReq
 	if err == nil {
 		var l limiter.Lease
 		if l, err = a.srv.engine.GetLease(req.GetPool(), tok); err == nil {
-			return &tollgatev1.GetLeaseResponse{Lease: leaseToProto(l)}, nil
+			return &tollgatev1.GetLeaseResponse{Lease: a.srv.leaseToProto(l)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "GetLease", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
@@ -77,7 +77,7 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 	}
 	resp := &tollgatev1.ListLeasesResponse{Leases: make([]*tollgatev1.Lease, 0, len(leases))}
 	for _, l := range leases {
-		resp.Leases = append(resp.Leases, leaseToProto(l))
+		resp.Leases = append(resp.Leases, a.srv.leaseToProto(l))
 	}
 	if more && len(leases) > 0 {
 		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(formatLeaseID(leases[len(leases)-1].FencingToken)))
@@ -91,7 +91,7 @@ func adminLeaseArgs(pool, leaseID string) (uint64, error) {
 	if err := checkPoolName("pool", pool); err != nil {
 		return 0, err
 	}
-	return parseLeaseID(leaseID)
+	return parseAdminLeaseID(leaseID) // leaseid.go
 }
 
 // decodeLeasePageToken reads a ListLeases page token; "" is the first page.

@@ -55,7 +55,7 @@ func TestAdminRevokeLease(t *testing.T) {
 
 	found := false
 	for _, ev := range e.srv.RecentEvents() {
-		if ev.Type == EventLeaseRevoked && ev.LeaseID == l.GetId() && strings.Contains(ev.Detail, "shard 3 maintenance") {
+		if ev.Type == EventLeaseRevoked && ev.LeaseID == tokenOf(l.GetId()) && strings.Contains(ev.Detail, "shard 3 maintenance") {
 			found = true
 		}
 	}

@@ -57,7 +57,7 @@ func (a *adminService) ListResources(ctx context.Context, req *tollgatev1.ListRe
 		if states, providers, err = a.srv.engine.ListResources(req.GetPool()); err == nil {
 			resp := &tollgatev1.ListResourcesResponse{Resources: make([]*tollgatev1.ResourceState, len(states))}
 			for i, s := range states {
-				resp.Resources[i] = resourceStateToProto(s)
+				resp.Resources[i] = a.srv.resourceStateToProto(req.GetPool(), s)
 			}
 			for _, p := range providers {
 				resp.Providers = append(resp.Providers, providerToProto(p))

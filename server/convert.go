@@ -16,23 +16,16 @@ import (
 // (unset versus zero, malformed durations, lease ids); range checks of
 // values are the engine's.
 
-// leaseIDHint tells people what a lease id looks like.
-const leaseIDHint = "pass the id field of the lease that Acquire returned, unchanged (a decimal number such as \"42\")"
-
-// formatLeaseID returns the wire id of a lease: the decimal fencing token.
+// formatLeaseID returns a lease's fencing token in decimal: how events,
+// logs and page tokens name a lease. Holders get a signed id instead
+// (leaseid.go).
 func formatLeaseID(token uint64) string { return strconv.FormatUint(token, 10) }
 
-// parseLeaseID parses a wire lease id back into the fencing token that
-// identifies the lease within its pool.
-func parseLeaseID(id string) (uint64, error) {
-	if id == "" {
-		return 0, invalidArg("lease_id is required; %s", leaseIDHint)
-	}
-	tok, err := strconv.ParseUint(id, 10, 64)
-	if err != nil {
-		return 0, invalidArg("lease_id %q is not a lease id; %s", truncate(id, 64), leaseIDHint)
-	}
-	return tok, nil
+// leaseNotIssued is the error of a lease id whose tag is not the server's:
+// the same NOT_FOUND as for a lease that does not exist.
+func leaseNotIssued(pool string, token uint64) error {
+	return &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonLeaseNotFound,
+		Message: "no lease of pool " + strconv.Quote(pool) + " has this id (token " + strconv.FormatUint(token, 10) + "): the id was changed, or it is from another pool or server; " + leaseIDHint}
 }
 
 // checkPoolName validates the pool name of a request; field names the
@@ -107,10 +100,11 @@ func acquireFromProto(r *tollgatev1.AcquireRequest) (limiter.AcquireRequest, err
 	}, nil
 }
 
-// leaseToProto converts an engine lease to the wire.
-func leaseToProto(l limiter.Lease) *tollgatev1.Lease {
+// leaseToProto converts an engine lease to the wire, with the signed id
+// its holder uses (leaseid.go).
+func (s *Server) leaseToProto(l limiter.Lease) *tollgatev1.Lease {
 	return &tollgatev1.Lease{
-		Id:           formatLeaseID(l.FencingToken),
+		Id:           s.ids.format(l.Pool, l.FencingToken),
 		Pool:         l.Pool,
 		Weight:       l.Weight,
 		FencingToken: l.FencingToken,
@@ -256,8 +250,8 @@ func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
 
 // leaseEventToProto converts a lease that ended by itself into the event
 // pushed to its session.
-func leaseEventToProto(ev limiter.LeaseEnded) *tollgatev1.LeaseEvent {
-	out := &tollgatev1.LeaseEvent{Lease: leaseToProto(ev.Lease)}
+func (s *Server) leaseEventToProto(ev limiter.LeaseEnded) *tollgatev1.LeaseEvent {
+	out := &tollgatev1.LeaseEvent{Lease: s.leaseToProto(ev.Lease)}
 	switch ev.Reason {
 	case limiter.EndExpired:
 		out.Type = tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED

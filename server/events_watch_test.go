@@ -59,7 +59,7 @@ func TestWatchEventsRecentThenLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev = recvEvent(t, st)
-	if ev.GetType() != EventLeaseRevoked || ev.GetLeaseId() != lease.GetId() || ev.GetClientId() != "w1" || ev.GetDescription() != "job" {
+	if ev.GetType() != EventLeaseRevoked || ev.GetLeaseId() != tokenOf(lease.GetId()) || ev.GetClientId() != "w1" || ev.GetDescription() != "job" {
 		t.Fatalf("lease event = %v", ev)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -320,3 +321,10 @@ func cancelReq(id, target uint64) *tollgatev1.SessionRequest {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// tokenOf returns the fencing token part of a holder's lease id, as
+// events and logs name the lease.
+func tokenOf(id string) string {
+	tok, _, _ := strings.Cut(id, ".")
+	return tok
+}

@@ -24,7 +24,7 @@ func (l *limiterService) Acquire(ctx context.Context, req *tollgatev1.AcquireReq
 	if err != nil {
 		return nil, toStatus(l.srv.log, "Acquire", err, errCtx{pool: req.GetPool()})
 	}
-	return &tollgatev1.AcquireResponse{Lease: leaseToProto(lease)}, nil
+	return &tollgatev1.AcquireResponse{Lease: l.srv.leaseToProto(lease)}, nil
 }
 
 // Release ends a lease.
@@ -42,7 +42,7 @@ func (l *limiterService) Renew(ctx context.Context, req *tollgatev1.RenewRequest
 	if err != nil {
 		return nil, toStatus(l.srv.log, "Renew", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
 	}
-	return &tollgatev1.RenewResponse{Lease: leaseToProto(lease)}, nil
+	return &tollgatev1.RenewResponse{Lease: l.srv.leaseToProto(lease)}, nil
 }
 
 // Take takes rate tokens, waiting up to max_wait, capped by the call's
@@ -94,7 +94,7 @@ func (s *Server) release(req *tollgatev1.ReleaseRequest) error {
 	if err := checkPoolName("pool", req.GetPool()); err != nil {
 		return err
 	}
-	tok, err := parseLeaseID(req.GetLeaseId())
+	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId()) // leaseid.go
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func (s *Server) renew(req *tollgatev1.RenewRequest, owner any) (limiter.Lease, 
 	if err := checkPoolName("pool", req.GetPool()); err != nil {
 		return limiter.Lease{}, err
 	}
-	tok, err := parseLeaseID(req.GetLeaseId())
+	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId()) // leaseid.go
 	if err != nil {
 		return limiter.Lease{}, err
 	}

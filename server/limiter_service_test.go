@@ -23,7 +23,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	if l.GetPool() != "db" || l.GetWeight() != 2 || l.GetClientId() != "c1" || l.GetDescription() != "job 7" || l.GetPriority() != 3 {
 		t.Fatalf("lease = %v", l)
 	}
-	if l.GetId() != strconv.FormatUint(l.GetFencingToken(), 10) || l.GetFencingToken() == 0 {
+	if !strings.HasPrefix(l.GetId(), strconv.FormatUint(l.GetFencingToken(), 10)+".") || l.GetFencingToken() == 0 {
 		t.Fatalf("lease id %q does not match fencing token %d", l.GetId(), l.GetFencingToken())
 	}
 	if got := l.GetExpireTime().AsTime(); !got.Equal(testStart.Add(10 * time.Second)) {
@@ -230,7 +230,9 @@ func TestLimiterCallerErrors(t *testing.T) {
 		{"release negative lease id", rel(&tollgatev1.ReleaseRequest{Pool: "db", LeaseId: "-1"}), inv, ra, "lease id"},
 		{"release no lease id", rel(&tollgatev1.ReleaseRequest{Pool: "db"}), inv, ra, "lease_id is required"},
 		{"release never issued", rel(&tollgatev1.ReleaseRequest{Pool: "db", LeaseId: "999"}), codes.NotFound, limiter.ReasonLeaseNotFound, "999"},
-		{"renew bad lease id", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: "1.5"}), inv, ra, "lease id"},
+		{"renew bad lease id", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: "1x"}), inv, ra, "lease id"},
+		{"renew with a wrong tag", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: tokenOf(held.GetId()) + ".AAAAAAAAAAAAAAAA"}), codes.NotFound, limiter.ReasonLeaseNotFound, "has this id"},
+		{"renew by the bare fencing token", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: tokenOf(held.GetId())}), codes.NotFound, limiter.ReasonLeaseNotFound, "lacks the tag"},
 		{"renew ttl above max", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: held.GetId(), Ttl: dur(time.Hour)}), inv, ra, "ttl"},
 		{"renew negative ttl", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: held.GetId(), Ttl: dur(-time.Second)}), inv, ra, "ttl"},
 		{"renew unknown pool", ren(&tollgatev1.RenewRequest{Pool: "nope", LeaseId: "1"}), codes.NotFound, limiter.ReasonPoolNotFound, "nope"},

@@ -100,7 +100,7 @@ func resourceToProto(r limiter.Resource) *tollgatev1.Resource {
 }
 
 // resourceStateToProto converts an instance as ListResources reports it.
-func resourceStateToProto(s limiter.ResourceState) *tollgatev1.ResourceState {
+func (srv *Server) resourceStateToProto(pool string, s limiter.ResourceState) *tollgatev1.ResourceState {
 	out := &tollgatev1.ResourceState{
 		Resource:        resourceToProto(s.Resource),
 		ClientId:        s.HolderClientID,
@@ -109,7 +109,7 @@ func resourceStateToProto(s limiter.ResourceState) *tollgatev1.ResourceState {
 		LastReleaseTime: timestamp(s.LastRelease),
 	}
 	if s.Holder != 0 {
-		out.LeaseId = formatLeaseID(s.Holder)
+		out.LeaseId = srv.ids.format(pool, s.Holder)
 	}
 	return out
 }

@@ -15,7 +15,7 @@ import (
 func revokedEvent(t *testing.T, srv *Server, pool, leaseID string) Event {
 	t.Helper()
 	for _, ev := range srv.RecentEvents() {
-		if ev.Type == EventLeaseRevoked && ev.Pool == pool && ev.LeaseID == leaseID {
+		if ev.Type == EventLeaseRevoked && ev.Pool == pool && ev.LeaseID == tokenOf(leaseID) {
 			return ev
 		}
 	}
@@ -109,7 +109,7 @@ func TestRevocationActorWithoutCredentials(t *testing.T) {
 	}
 	e.clock.Advance(2 * time.Second) // runs the expiry before it returns
 	for _, ev := range e.srv.RecentEvents() {
-		if ev.Type == EventLeaseExpired && ev.LeaseID == expiring.GetId() {
+		if ev.Type == EventLeaseExpired && ev.LeaseID == tokenOf(expiring.GetId()) {
 			if ev.Actor != "" {
 				t.Errorf("lease_expired actor = %q, want none", ev.Actor)
 			}

@@ -61,6 +61,8 @@ type Server struct {
 	// draining is closed when shutdown starts; sessions end on it.
 	draining  chan struct{}
 	drainOnce sync.Once
+	// ids signs and checks the lease ids holders get (leaseid.go).
+	ids *leaseIDs
 	// liveSessions counts Session streams whose handler is running.
 	liveSessions atomic.Int64
 	// sessions are those streams, for ListClients: clients.go.
@@ -85,6 +87,7 @@ func New(cfg Config) *Server {
 		shutdownTimeout: cfg.ShutdownTimeout,
 		health:          health.NewServer(),
 		draining:        make(chan struct{}),
+		ids:             newLeaseIDs(nil), // Open uses the data directory's key
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
 	if s.shutdownTimeout <= 0 {

@@ -306,7 +306,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 			s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
 			return
 		}
-		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: leaseToProto(lease)}}})
+		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: s.srv.leaseToProto(lease)}}})
 	case *tollgatev1.SessionRequest_Report: // outcomes and rate shares, answered inline: session_shares.go
 		s.report(id, k.Report)
 	case *tollgatev1.SessionRequest_AcquireShare:
@@ -363,7 +363,7 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 		}
 		// A grant that raced with a CancelRequest stands; one whose stream
 		// is gone is released by send's caller below or by close.
-		resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: leaseToProto(lease)}}}
+		resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: s.srv.leaseToProto(lease)}}}
 		if !s.send(resp) {
 			s.srv.releaseQuietly(lease, "session ended before the grant was sent")
 		}
@@ -490,7 +490,7 @@ func (s *session) answerErr(id uint64, err error, ec errCtx) {
 // is called from the engine's OnLeaseEnded. A client that lets
 // MaxSessionEvents events pile up has its stream ended.
 func (s *session) pushEvent(ev limiter.LeaseEnded) {
-	s.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Event{Event: leaseEventToProto(ev)}})
+	s.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Event{Event: s.srv.leaseEventToProto(ev)}})
 }
 
 // queueEvent queues an event (a lease event, or a share event:

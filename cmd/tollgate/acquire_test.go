@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestAcquireHoldsUntilInterrupted(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("acquire exited %d after Ctrl-C", code)
 	}
-	if !strings.Contains(out.String(), "released lease 1\n") {
+	if !regexp.MustCompile(`released lease 1\.[A-Za-z0-9_-]{16}\n`).MatchString(out.String()) {
 		t.Fatalf("acquire output:\n%s", out.String())
 	}
 	if st := ts.info(t, "db").Status; st.Held != 0 || st.Released != 1 {

@@ -28,7 +28,7 @@ func TestLeaseListGetRevoke(t *testing.T) {
 
 	r := runCLI(t, ts.addr, "lease", "list", "db").mustSucceed(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") || !strings.HasPrefix(lines[1], id(0)+" ") || !strings.Contains(lines[2], "beta") {
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") || !strings.HasPrefix(lines[1], id(0)+".") || !strings.Contains(lines[2], "beta") {
 		t.Fatalf("list output:\n%s", r.stdout)
 	}
 	r = runCLI(t, ts.addr, "lease", "list", "db", "--client", "alpha", "-o", "json").mustSucceed(t)
@@ -36,7 +36,7 @@ func TestLeaseListGetRevoke(t *testing.T) {
 	if err := protojson.Unmarshal([]byte(r.stdout), &list); err != nil {
 		t.Fatalf("list -o json: %v\n%s", err, r.stdout)
 	}
-	if len(list.GetLeases()) != 2 || list.GetLeases()[1].GetId() != id(2) {
+	if len(list.GetLeases()) != 2 || list.GetLeases()[1].GetFencingToken() != toks[2] {
 		t.Fatalf("list --client alpha: %v", &list)
 	}
 

@@ -17,6 +17,7 @@
 package store
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -45,6 +46,7 @@ var (
 	formatKey      = []byte("format")
 	initializedKey = []byte("initialized")
 	tokenFloorKey  = []byte("token_floor")
+	leaseIDKeyKey  = []byte("lease_id_key")
 )
 
 // Store is an open data directory. Its methods are safe for concurrent
@@ -218,3 +220,35 @@ func readTokenFloor(meta *bolt.Bucket) (uint64, error) {
 }
 
 var _ limiter.Persister = (*Store)(nil)
+
+// LeaseIDKeyLen is the length of the key LeaseIDKey returns, in bytes.
+const LeaseIDKeyLen = 32
+
+// LeaseIDKey returns the server's secret key for lease ids, creating it
+// (LeaseIDKeyLen random bytes, written durably) on the first call for a
+// data directory. The server signs the lease ids it hands to holders with
+// it; keeping it across restarts lets holders renew, and so re-adopt,
+// their leases on a restarted server. Anyone who can read the data
+// directory can read it.
+func (s *Store) LeaseIDKey() ([]byte, error) {
+	var key []byte
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(metaBucket)
+		if v := meta.Get(leaseIDKeyKey); v != nil {
+			if len(v) != LeaseIDKeyLen {
+				return fmt.Errorf("damaged lease id key (%d bytes, want %d)", len(v), LeaseIDKeyLen)
+			}
+			key = append([]byte(nil), v...)
+			return nil
+		}
+		key = make([]byte, LeaseIDKeyLen)
+		if _, err := rand.Read(key); err != nil {
+			return err
+		}
+		return meta.Put(leaseIDKeyKey, key)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the lease id key from %s: %w", s.path, err)
+	}
+	return key, nil
+}

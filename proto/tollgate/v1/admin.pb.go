@@ -640,7 +640,7 @@ type RevokeLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Pool name. Required.
 	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	// Lease id, as Lease.id gives it. Required.
+	// Lease id, as Lease.id gives it, or its fencing token alone. Required.
 	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// Why, for the holder and the event log (at most 512 bytes); empty means
 	// "revoked by an operator".
@@ -742,7 +742,7 @@ type GetLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Pool name. Required.
 	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	// Lease id, as Lease.id gives it. Required.
+	// Lease id, as Lease.id gives it, or its fencing token alone. Required.
 	LeaseId       string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1043,7 +1043,11 @@ func (x *PoolStatus) GetProviders() int64 {
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Identifier of the lease, unique within its pool. Opaque: pass it back
-	// as given.
+	// as given. It is "<fencing token>.<tag>", where the tag is a MAC the
+	// server computes with a secret key, so that only the holder (who was
+	// given the id) can release or renew the lease; a guessed id gets
+	// NOT_FOUND (LEASE_NOT_FOUND). Admin calls also accept the bare fencing
+	// token, which is how events name a lease.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Name of the pool the lease is from.
 	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -1266,7 +1270,8 @@ type PoolEvent struct {
 	Pool string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
 	// Says more, for people (the new limits, the fields changed, ...).
 	Detail string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
-	// The lease's id, for lease events.
+	// The lease's fencing token, for lease events (not the holder's id:
+	// events may be seen by more people than the holder).
 	LeaseId string `protobuf:"bytes,6,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// The lease's client id, for lease events.
 	ClientId string `protobuf:"bytes,7,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`

@@ -1,0 +1,128 @@
+package server
+
+import (
+	"crypto/hmac"
+	"errors"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"hash"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// This file is the lease ids the server hands to holders. A lease is
+// known to the engine by its pool and fencing token, but fencing tokens
+// are sequential: if the token were the id, any client allowed on a pool
+// could release or renew another's lease by counting. So the id a holder
+// gets is "<fencing token>.<tag>", where the tag is an HMAC-SHA256 of the
+// pool name and the token under a key only the server knows, cut to 96
+// bits. Release and Renew check the tag before the engine sees the call;
+// the server keeps no per-lease secret, and with the key kept in the data
+// directory, ids stay valid across restarts (so leases are re-adopted).
+//
+// Operators' calls (RevokeLease, GetLease) are admin-only and take the
+// bare fencing token as well; events, logs and the status page, which
+// may be seen by more people than the holder, show only the token.
+
+// leaseTagLen is the tag's length in bytes before base64 (96 bits).
+const leaseTagLen = 12
+
+// leaseIDHint tells people what a lease id looks like.
+const leaseIDHint = "pass the id field of the lease that Acquire returned, unchanged (such as \"42.Hx3kq0Vb8mWzT1aL\")"
+
+// leaseIDs signs and checks holders' lease ids with one key.
+type leaseIDs struct {
+	macs sync.Pool // of hash.Hash: HMAC-SHA256 under the key
+}
+
+// newLeaseIDs returns lease ids signed with key; a nil key means a
+// random one (a server without a data directory: its ids die with it,
+// as its leases do).
+func newLeaseIDs(key []byte) *leaseIDs {
+	if key == nil {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			panic("tollgate: no randomness for the lease id key: " + err.Error())
+		}
+	}
+	key = append([]byte(nil), key...)
+	ids := &leaseIDs{}
+	ids.macs.New = func() any { return hmac.New(sha256.New, key) }
+	return ids
+}
+
+// tag returns the tag of token in pool.
+func (ids *leaseIDs) tag(pool string, token uint64) string {
+	m := ids.macs.Get().(hash.Hash)
+	defer ids.macs.Put(m)
+	m.Reset()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], token)
+	m.Write(b[:])
+	m.Write([]byte(pool))
+	var sum [sha256.Size]byte
+	return base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0])[:leaseTagLen])
+}
+
+// format returns the id a holder gets for lease token of pool.
+func (ids *leaseIDs) format(pool string, token uint64) string {
+	return strconv.FormatUint(token, 10) + "." + ids.tag(pool, token)
+}
+
+// parse checks a holder's lease id for pool and returns its fencing
+// token. A malformed id is INVALID_ARGUMENT; a fencing token without its
+// tag, or with a wrong one, is NOT_FOUND (LEASE_NOT_FOUND), as for a
+// lease that does not exist, so that guessing learns nothing.
+func (ids *leaseIDs) parse(pool, id string) (uint64, error) {
+	tok, tag, err := splitLeaseID(id)
+	if err != nil {
+		return 0, err
+	}
+	if tag == "" {
+		return 0, &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonLeaseNotFound,
+			Message: "lease_id " + strconv.Quote(truncate(id, 64)) + " lacks the tag after the fencing token that identifies its holder; " + leaseIDHint}
+	}
+	if !hmac.Equal([]byte(tag), []byte(ids.tag(pool, tok))) {
+		return 0, leaseNotIssued(pool, tok)
+	}
+	return tok, nil
+}
+
+// parseAdminLeaseID returns the fencing token of an id an operator gave:
+// a holder's id (its tag is not checked: operators may act on any lease)
+// or the bare fencing token.
+func parseAdminLeaseID(id string) (uint64, error) {
+	tok, _, err := splitLeaseID(id)
+	return tok, err
+}
+
+// splitLeaseID splits "<token>[.<tag>]".
+func splitLeaseID(id string) (uint64, string, error) {
+	if id == "" {
+		return 0, "", invalidArg("lease_id is required; %s", leaseIDHint)
+	}
+	num, tag, _ := strings.Cut(id, ".")
+	tok, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || len(tag) > 64 {
+		return 0, "", invalidArg("lease_id %q is not a lease id; %s", truncate(id, 64), leaseIDHint)
+	}
+	return tok, tag, nil
+}
+
+// parseHolderLeaseID is ids.parse for a holder's call on pool, except that
+// an id refused in a pool that does not exist reports the missing pool,
+// which says more.
+func (s *Server) parseHolderLeaseID(pool, id string) (uint64, error) {
+	tok, err := s.ids.parse(pool, id)
+	if err != nil && errors.Is(err, limiter.ErrLeaseNotFound) {
+		if _, perr := s.engine.GetPool(pool); perr != nil {
+			return 0, perr
+		}
+	}
+	return tok, err
+}
