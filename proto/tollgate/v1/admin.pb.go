@@ -1257,7 +1257,7 @@ var File_tollgate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/admin.proto\x12\vtollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x17tollgate/v1/types.proto\"O\n" +
+	"\x17tollgate/v1/admin.proto\x12\vtollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x17tollgate/v1/stats.proto\x1a\x17tollgate/v1/types.proto\"O\n" +
 	"\x12WatchEventsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12%\n" +
 	"\x0einclude_recent\x18\x02 \x01(\bR\rincludeRecent\"C\n" +
@@ -1322,7 +1322,7 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\x10DrainPoolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"D\n" +
 	"\x11DrainPoolResponse\x12/\n" +
-	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status2\xb8\a\n" +
+	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status2\x81\b\n" +
 	"\fAdminService\x12M\n" +
 	"\n" +
 	"CreatePool\x12\x1e.tollgate.v1.CreatePoolRequest\x1a\x1f.tollgate.v1.CreatePoolResponse\x12D\n" +
@@ -1340,7 +1340,8 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"ResumePool\x12\x1e.tollgate.v1.ResumePoolRequest\x1a\x1f.tollgate.v1.ResumePoolResponse\x12J\n" +
 	"\tDrainPool\x12\x1d.tollgate.v1.DrainPoolRequest\x1a\x1e.tollgate.v1.DrainPoolResponse\x12R\n" +
-	"\vWatchEvents\x12\x1f.tollgate.v1.WatchEventsRequest\x1a .tollgate.v1.WatchEventsResponse0\x01B;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
+	"\vWatchEvents\x12\x1f.tollgate.v1.WatchEventsRequest\x1a .tollgate.v1.WatchEventsResponse0\x01\x12G\n" +
+	"\bGetStats\x12\x1c.tollgate.v1.GetStatsRequest\x1a\x1d.tollgate.v1.GetStatsResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (
 	file_tollgate_v1_admin_proto_rawDescOnce sync.Once
@@ -1385,6 +1386,8 @@ var file_tollgate_v1_admin_proto_goTypes = []any{
 	(*PoolStatus)(nil),            // 26: tollgate.v1.PoolStatus
 	(*fieldmaskpb.FieldMask)(nil), // 27: google.protobuf.FieldMask
 	(*Lease)(nil),                 // 28: tollgate.v1.Lease
+	(*GetStatsRequest)(nil),       // 29: tollgate.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),      // 30: tollgate.v1.GetStatsResponse
 }
 var file_tollgate_v1_admin_proto_depIdxs = []int32{
 	24, // 0: tollgate.v1.WatchEventsResponse.event:type_name -> tollgate.v1.PoolEvent
@@ -1414,20 +1417,22 @@ var file_tollgate_v1_admin_proto_depIdxs = []int32{
 	20, // 24: tollgate.v1.AdminService.ResumePool:input_type -> tollgate.v1.ResumePoolRequest
 	22, // 25: tollgate.v1.AdminService.DrainPool:input_type -> tollgate.v1.DrainPoolRequest
 	0,  // 26: tollgate.v1.AdminService.WatchEvents:input_type -> tollgate.v1.WatchEventsRequest
-	3,  // 27: tollgate.v1.AdminService.CreatePool:output_type -> tollgate.v1.CreatePoolResponse
-	5,  // 28: tollgate.v1.AdminService.GetPool:output_type -> tollgate.v1.GetPoolResponse
-	7,  // 29: tollgate.v1.AdminService.ListPools:output_type -> tollgate.v1.ListPoolsResponse
-	9,  // 30: tollgate.v1.AdminService.UpdatePool:output_type -> tollgate.v1.UpdatePoolResponse
-	11, // 31: tollgate.v1.AdminService.DeletePool:output_type -> tollgate.v1.DeletePoolResponse
-	13, // 32: tollgate.v1.AdminService.RevokeLease:output_type -> tollgate.v1.RevokeLeaseResponse
-	15, // 33: tollgate.v1.AdminService.GetLease:output_type -> tollgate.v1.GetLeaseResponse
-	17, // 34: tollgate.v1.AdminService.ListLeases:output_type -> tollgate.v1.ListLeasesResponse
-	19, // 35: tollgate.v1.AdminService.SuspendPool:output_type -> tollgate.v1.SuspendPoolResponse
-	21, // 36: tollgate.v1.AdminService.ResumePool:output_type -> tollgate.v1.ResumePoolResponse
-	23, // 37: tollgate.v1.AdminService.DrainPool:output_type -> tollgate.v1.DrainPoolResponse
-	1,  // 38: tollgate.v1.AdminService.WatchEvents:output_type -> tollgate.v1.WatchEventsResponse
-	27, // [27:39] is the sub-list for method output_type
-	15, // [15:27] is the sub-list for method input_type
+	29, // 27: tollgate.v1.AdminService.GetStats:input_type -> tollgate.v1.GetStatsRequest
+	3,  // 28: tollgate.v1.AdminService.CreatePool:output_type -> tollgate.v1.CreatePoolResponse
+	5,  // 29: tollgate.v1.AdminService.GetPool:output_type -> tollgate.v1.GetPoolResponse
+	7,  // 30: tollgate.v1.AdminService.ListPools:output_type -> tollgate.v1.ListPoolsResponse
+	9,  // 31: tollgate.v1.AdminService.UpdatePool:output_type -> tollgate.v1.UpdatePoolResponse
+	11, // 32: tollgate.v1.AdminService.DeletePool:output_type -> tollgate.v1.DeletePoolResponse
+	13, // 33: tollgate.v1.AdminService.RevokeLease:output_type -> tollgate.v1.RevokeLeaseResponse
+	15, // 34: tollgate.v1.AdminService.GetLease:output_type -> tollgate.v1.GetLeaseResponse
+	17, // 35: tollgate.v1.AdminService.ListLeases:output_type -> tollgate.v1.ListLeasesResponse
+	19, // 36: tollgate.v1.AdminService.SuspendPool:output_type -> tollgate.v1.SuspendPoolResponse
+	21, // 37: tollgate.v1.AdminService.ResumePool:output_type -> tollgate.v1.ResumePoolResponse
+	23, // 38: tollgate.v1.AdminService.DrainPool:output_type -> tollgate.v1.DrainPoolResponse
+	1,  // 39: tollgate.v1.AdminService.WatchEvents:output_type -> tollgate.v1.WatchEventsResponse
+	30, // 40: tollgate.v1.AdminService.GetStats:output_type -> tollgate.v1.GetStatsResponse
+	28, // [28:41] is the sub-list for method output_type
+	15, // [15:28] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -1438,6 +1443,7 @@ func file_tollgate_v1_admin_proto_init() {
 	if File_tollgate_v1_admin_proto != nil {
 		return
 	}
+	file_tollgate_v1_stats_proto_init()
 	file_tollgate_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

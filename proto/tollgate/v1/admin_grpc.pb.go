@@ -31,6 +31,7 @@ const (
 	AdminService_ResumePool_FullMethodName  = "/tollgate.v1.AdminService/ResumePool"
 	AdminService_DrainPool_FullMethodName   = "/tollgate.v1.AdminService/DrainPool"
 	AdminService_WatchEvents_FullMethodName = "/tollgate.v1.AdminService/WatchEvents"
+	AdminService_GetStats_FullMethodName    = "/tollgate.v1.AdminService/GetStats"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -130,6 +131,14 @@ type AdminServiceClient interface {
 	// to catch up on what was kept); UNAVAILABLE (SHUTTING_DOWN) when the
 	// server shuts down; INVALID_ARGUMENT for a bad pool name.
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEventsResponse], error)
+	// GetStats returns the statistics of one pool (pool set) or of every
+	// pool in name order, a page at a time: its live status and counters,
+	// the wait-time percentiles over the last minute, and its utilisation.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND) for an unknown pool;
+	// INVALID_ARGUMENT for a bad pool name, a negative page_size or a bad
+	// page_token.
+	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -269,6 +278,16 @@ func (c *adminServiceClient) WatchEvents(ctx context.Context, in *WatchEventsReq
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_WatchEventsClient = grpc.ServerStreamingClient[WatchEventsResponse]
 
+func (c *adminServiceClient) GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStatsResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -366,6 +385,14 @@ type AdminServiceServer interface {
 	// to catch up on what was kept); UNAVAILABLE (SHUTTING_DOWN) when the
 	// server shuts down; INVALID_ARGUMENT for a bad pool name.
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error
+	// GetStats returns the statistics of one pool (pool set) or of every
+	// pool in name order, a page at a time: its live status and counters,
+	// the wait-time percentiles over the last minute, and its utilisation.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND) for an unknown pool;
+	// INVALID_ARGUMENT for a bad pool name, a negative page_size or a bad
+	// page_token.
+	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -411,6 +438,9 @@ func (UnimplementedAdminServiceServer) DrainPool(context.Context, *DrainPoolRequ
 }
 func (UnimplementedAdminServiceServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedAdminServiceServer) GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -642,6 +672,24 @@ func _AdminService_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_WatchEventsServer = grpc.ServerStreamingServer[WatchEventsResponse]
 
+func _AdminService_GetStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetStats(ctx, req.(*GetStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -692,6 +740,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainPool",
 			Handler:    _AdminService_DrainPool_Handler,
+		},
+		{
+			MethodName: "GetStats",
+			Handler:    _AdminService_GetStats_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -241,8 +241,26 @@ type Pool struct {
 	// UpdatePool or adaptive control) under the weight held. Unset means
 	// WAIT.
 	RevocationPolicy RevocationPolicy `protobuf:"varint,13,opt,name=revocation_policy,json=revocationPolicy,proto3,enum=tollgate.v1.RevocationPolicy" json:"revocation_policy,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Overload mark: a pool_overload event when the acquires waiting rise to
+	// or above it; it fires again only after the queue fell to half of it or
+	// below. 0 means half of max_waiters (at least 1); otherwise 1 to
+	// 1,000,000, or -1 for off.
+	OverloadMark int64 `protobuf:"varint,20,opt,name=overload_mark,json=overloadMark,proto3" json:"overload_mark,omitempty"`
+	// Near-full mark: a pool_near_full event when held / effective
+	// concurrency limit rises to or above it; it fires again only after the
+	// utilisation fell below the mark minus 0.1. 0 means 0.9; otherwise above
+	// 0 and at most 1, or -1 for off. Ignored without a concurrency limit.
+	NearFullMark float64 `protobuf:"fixed64,21,opt,name=near_full_mark,json=nearFullMark,proto3" json:"near_full_mark,omitempty"`
+	// Low-utilisation mark: a pool_low_utilisation event when held /
+	// effective concurrency limit stayed below it for a whole
+	// low_utilisation_period (at most one event per period). 0 means 0.1;
+	// otherwise above 0 and at most 1, or -1 for off. Ignored without a
+	// concurrency limit.
+	LowUtilisationMark float64 `protobuf:"fixed64,22,opt,name=low_utilisation_mark,json=lowUtilisationMark,proto3" json:"low_utilisation_mark,omitempty"`
+	// Period of the low-utilisation mark. Unset means 10m; 1s to 24h.
+	LowUtilisationPeriod *durationpb.Duration `protobuf:"bytes,23,opt,name=low_utilisation_period,json=lowUtilisationPeriod,proto3" json:"low_utilisation_period,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Pool) Reset() {
@@ -364,6 +382,34 @@ func (x *Pool) GetRevocationPolicy() RevocationPolicy {
 		return x.RevocationPolicy
 	}
 	return RevocationPolicy_REVOCATION_POLICY_UNSPECIFIED
+}
+
+func (x *Pool) GetOverloadMark() int64 {
+	if x != nil {
+		return x.OverloadMark
+	}
+	return 0
+}
+
+func (x *Pool) GetNearFullMark() float64 {
+	if x != nil {
+		return x.NearFullMark
+	}
+	return 0
+}
+
+func (x *Pool) GetLowUtilisationMark() float64 {
+	if x != nil {
+		return x.LowUtilisationMark
+	}
+	return 0
+}
+
+func (x *Pool) GetLowUtilisationPeriod() *durationpb.Duration {
+	if x != nil {
+		return x.LowUtilisationPeriod
+	}
+	return nil
 }
 
 // Adaptive configures a pool's adaptive limits: the server lowers the
@@ -622,7 +668,10 @@ type PoolStatus struct {
 	Revoked int64 `protobuf:"varint,33,opt,name=revoked,proto3" json:"revoked,omitempty"`
 	// The pool is suspended (AdminService.SuspendPool): it grants no leases
 	// until resumed.
-	Suspended     bool `protobuf:"varint,34,opt,name=suspended,proto3" json:"suspended,omitempty"`
+	Suspended bool `protobuf:"varint,34,opt,name=suspended,proto3" json:"suspended,omitempty"`
+	// Held / effective concurrency limit now, 0 to 1 (above 1 while a
+	// lowered limit is still over-held); 0 without a concurrency limit.
+	Utilisation   float64 `protobuf:"fixed64,40,opt,name=utilisation,proto3" json:"utilisation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -867,6 +916,13 @@ func (x *PoolStatus) GetSuspended() bool {
 	return false
 }
 
+func (x *PoolStatus) GetUtilisation() float64 {
+	if x != nil {
+		return x.Utilisation
+	}
+	return 0
+}
+
 // Lease is a grant of permits from a pool, held until it is released, it
 // expires, or it is revoked. A holder must renew it before expire_time and
 // must treat it as lost at expire_time minus a safety margin, by its own
@@ -1011,8 +1067,9 @@ type PoolEvent struct {
 	// When it happened, by the server's clock.
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// What happened: one of pool_created, pool_updated, pool_deleted,
-	// lease_expired, lease_revoked, pool_throttled, pool_relieved. New types
-	// may be added; show unknown ones as they are.
+	// lease_expired, lease_revoked, pool_throttled, pool_relieved,
+	// pool_overload, pool_drained, pool_near_full, pool_low_utilisation.
+	// New types may be added; show unknown ones as they are.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	// The pool the event is about.
 	Pool string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -1128,7 +1185,7 @@ var File_tollgate_v1_types_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x04\n" +
+	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x06\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -1146,7 +1203,11 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"updateTime\x121\n" +
 	"\badaptive\x18\v \x01(\v2\x15.tollgate.v1.AdaptiveR\badaptive\x12\x1b\n" +
 	"\tsafe_rate\x18\f \x01(\x01R\bsafeRate\x12J\n" +
-	"\x11revocation_policy\x18\r \x01(\x0e2\x1d.tollgate.v1.RevocationPolicyR\x10revocationPolicy\"\xeb\x03\n" +
+	"\x11revocation_policy\x18\r \x01(\x0e2\x1d.tollgate.v1.RevocationPolicyR\x10revocationPolicy\x12#\n" +
+	"\roverload_mark\x18\x14 \x01(\x03R\foverloadMark\x12$\n" +
+	"\x0enear_full_mark\x18\x15 \x01(\x01R\fnearFullMark\x120\n" +
+	"\x14low_utilisation_mark\x18\x16 \x01(\x01R\x12lowUtilisationMark\x12O\n" +
+	"\x16low_utilisation_period\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\x14lowUtilisationPeriod\"\xeb\x03\n" +
 	"\bAdaptive\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x123\n" +
 	"\x06target\x18\x02 \x01(\x0e2\x1b.tollgate.v1.AdaptiveTargetR\x06target\x121\n" +
@@ -1161,7 +1222,8 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x0fmin_concurrency\x18\n" +
 	" \x01(\x03R\x0eminConcurrency\x12\x19\n" +
 	"\bmin_rate\x18\v \x01(\x01R\aminRate\x12+\n" +
-	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\"\xec\t\n" +
+	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\"\x8e\n" +
+	"\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\x03R\x04held\x12\x16\n" +
@@ -1194,7 +1256,8 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\rshare_holders\x18\x1f \x01(\x03R\fshareHolders\x12%\n" +
 	"\x0eshares_granted\x18  \x01(\x01R\rsharesGranted\x12\x18\n" +
 	"\arevoked\x18! \x01(\x03R\arevoked\x12\x1c\n" +
-	"\tsuspended\x18\" \x01(\bR\tsuspended\"\xec\x02\n" +
+	"\tsuspended\x18\" \x01(\bR\tsuspended\x12 \n" +
+	"\vutilisation\x18( \x01(\x01R\vutilisation\"\xec\x02\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -1265,24 +1328,25 @@ var file_tollgate_v1_types_proto_depIdxs = []int32{
 	9,  // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: tollgate.v1.Pool.adaptive:type_name -> tollgate.v1.Adaptive
 	0,  // 5: tollgate.v1.Pool.revocation_policy:type_name -> tollgate.v1.RevocationPolicy
-	1,  // 6: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
-	8,  // 7: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
-	8,  // 8: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
-	8,  // 9: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
-	9,  // 10: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
-	2,  // 11: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
-	9,  // 12: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
-	8,  // 13: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
-	8,  // 14: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
-	9,  // 15: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
-	8,  // 16: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	9,  // 17: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	9,  // 18: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	8,  // 6: tollgate.v1.Pool.low_utilisation_period:type_name -> google.protobuf.Duration
+	1,  // 7: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
+	8,  // 8: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
+	8,  // 9: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
+	8,  // 10: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
+	9,  // 11: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
+	2,  // 12: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
+	9,  // 13: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
+	8,  // 14: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
+	8,  // 15: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
+	9,  // 16: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
+	8,  // 17: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	9,  // 18: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	9,  // 19: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_types_proto_init() }
