@@ -56,6 +56,15 @@ type PoolConfig struct {
 	// RevocationRevoke revokes leases at once until the held weight is
 	// within the new limit. See revoke.go.
 	RevocationPolicy RevocationPolicy
+	// OverloadMark, NearFullMark, LowUtilisationMark and
+	// LowUtilisationPeriod are the pool's event marks: 0 means the
+	// default, MarkOff turns a mark's event off. They stay 0 in the
+	// configuration (WithDefaults does not fill them), so that a default
+	// follows max_waiters. See marks.go.
+	OverloadMark         int64
+	NearFullMark         float64
+	LowUtilisationMark   float64
+	LowUtilisationPeriod time.Duration
 }
 
 // RevocationPolicy is a pool's answer to a concurrency limit lowered under
@@ -146,6 +155,9 @@ func (c PoolConfig) Validate() error {
 		return errorf(ErrInvalidArgument, "pool %q: safe_rate %v is out of range [0, rate %v]", c.Name, c.SafeRate, c.Rate)
 	case c.RevocationPolicy > RevocationRevoke:
 		return errorf(ErrInvalidArgument, "pool %q: revocation_policy %d is not one; use wait or revoke", c.Name, c.RevocationPolicy)
+	}
+	if err := c.validateMarks(); err != nil { // marks.go
+		return err
 	}
 	return c.Adaptive.validate(c.Name, c.ConcurrencyLimit, c.Rate) // adaptive_config.go
 }

@@ -138,6 +138,9 @@ type PoolStatus struct {
 	// Suspended: an operator suspended the pool; it grants no leases until
 	// resumed. See SuspendPool.
 	Suspended bool
+	// Utilisation is Held / EffectiveConcurrencyLimit now (above 1 while
+	// a lowered limit is still over-held); 0 without a concurrency limit.
+	Utilisation float64
 
 	// Adaptive limits and rate shares (adaptive.go, shares.go).
 	AdaptiveStatus

@@ -1,0 +1,62 @@
+package limiter
+
+import "sort"
+
+// PoolStats is one pool's statistics, as Engine.PoolStats returns them.
+type PoolStats struct {
+	// Config with defaults filled in (marks stay 0 for their defaults).
+	Config PoolConfig
+	// Status: the live gauges, the counters since the pool was created in
+	// this engine, effective limits and Utilisation.
+	Status PoolStatus
+	// WaitTimes summarizes the waits of the grants over the last
+	// WaitWindow (waittimes.go).
+	WaitTimes WaitTimes
+	// Marks are the pool's event marks in effect (marks.go).
+	Marks Marks
+}
+
+// PoolStats returns a pool's statistics. It reads the pool under its lock
+// and allocates nothing per grant ever recorded: its cost is a pass over
+// the pool's fixed wait-time buckets. Errors: ErrPoolNotFound (or
+// ErrInvalidArgument for a bad name), ErrShuttingDown.
+func (e *Engine) PoolStats(name string) (PoolStats, error) {
+	p, err := e.lockPool(name)
+	if err != nil {
+		return PoolStats{}, err
+	}
+	defer p.unlock()
+	return p.statsLocked(), nil
+}
+
+// ListPoolStats returns the statistics of up to limit pools whose names
+// sort after `after`, in name order, and whether more follow. A limit
+// below 1 means 1.
+func (e *Engine) ListPoolStats(after string, limit int) ([]PoolStats, bool) {
+	limit = max(limit, 1)
+	var ps []*pool
+	for _, p := range e.pools.snapshot() {
+		if p.name > after {
+			ps = append(ps, p)
+		}
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
+	more := len(ps) > limit
+	if more {
+		ps = ps[:limit]
+	}
+	out := make([]PoolStats, 0, len(ps))
+	for _, p := range ps {
+		p.mu.Lock()
+		if !p.deleted {
+			out = append(out, p.statsLocked())
+		}
+		p.unlock()
+	}
+	return out, more
+}
+
+func (p *pool) statsLocked() PoolStats {
+	now := p.e.clock.Now()
+	return PoolStats{Config: p.cfg, Status: p.statusLocked(now), WaitTimes: p.waits.summary(now), Marks: p.mk.Marks}
+}
