@@ -157,7 +157,7 @@ func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 	if err != nil {
 		return cfg, err
 	}
-	return limiter.PoolConfig{
+	cfg = limiter.PoolConfig{
 		Name:             p.GetName(),
 		Description:      p.GetDescription(),
 		ConcurrencyLimit: p.GetConcurrencyLimit(),
@@ -169,7 +169,11 @@ func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 		Adaptive:         adaptive,
 		SafeRate:         p.GetSafeRate(),
 		RevocationPolicy: policy,
-	}, nil
+	}
+	if err := marksFromProto(p, &cfg); err != nil { // marks_convert.go
+		return cfg, err
+	}
+	return cfg, nil
 }
 
 // revocationPolicyFromProto converts a pool's revocation_policy; unset
@@ -196,7 +200,7 @@ func revocationPolicyToProto(r limiter.RevocationPolicy) tollgatev1.RevocationPo
 // engine) and times to the wire.
 func poolToProto(info limiter.PoolInfo) *tollgatev1.Pool {
 	c := info.Config
-	return &tollgatev1.Pool{
+	out := &tollgatev1.Pool{
 		Name:             c.Name,
 		Description:      c.Description,
 		ConcurrencyLimit: c.ConcurrencyLimit,
@@ -211,6 +215,8 @@ func poolToProto(info limiter.PoolInfo) *tollgatev1.Pool {
 		CreateTime:       timestamp(info.CreateTime),
 		UpdateTime:       timestamp(info.UpdateTime),
 	}
+	marksToProto(c, out) // marks_convert.go
+	return out
 }
 
 // statusToProto converts a pool's live status to the wire.
@@ -233,6 +239,7 @@ func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
 		Readopted:        s.Readopted,
 		RecoveringUntil:  timestamp(s.RecoveringUntil),
 		Suspended:        s.Suspended,
+		Utilisation:      s.Utilisation,
 	}
 	adaptiveStatusToProto(s.AdaptiveStatus, out) // effective limits, outcomes, shares: adaptive_convert.go
 	return out
