@@ -25,6 +25,7 @@ type poolFlags struct {
 	safeRate    float64
 	revocation  string
 	adaptive    adaptiveFlags // pool_adaptive.go
+	marks       markFlags     // pool_marks.go
 }
 
 // poolFlagFields maps each pool flag to the Pool field it sets (the
@@ -39,7 +40,7 @@ var poolFlagFields = append([]struct{ flag, field string }{
 	{"max-waiters", "max_waiters"},
 	{"safe-rate", "safe_rate"},
 	{"revocation-policy", "revocation_policy"},
-}, adaptiveFlagFields...) // pool_adaptive.go
+}, append(adaptiveFlagFields, markFlagFields...)...) // pool_adaptive.go, pool_marks.go
 
 func (p *poolFlags) register(f *pflag.FlagSet) {
 	f.Int64Var(&p.concurrency, "concurrency", 0, "concurrency limit: most permit weight held at once (0: none)")
@@ -52,6 +53,7 @@ func (p *poolFlags) register(f *pflag.FlagSet) {
 	f.Float64Var(&p.safeRate, "safe-rate", 0, "rate a holder of a rate share may use once its share expired unreachable (0: stop)")
 	f.StringVar(&p.revocation, "revocation-policy", "wait", "when the concurrency limit is lowered under the held weight: wait (held leases finish) or revoke (revoke the lowest priority, newest leases at once)")
 	p.adaptive.register(f) // pool_adaptive.go
+	p.marks.register(f)    // pool_marks.go
 }
 
 // pool returns the Pool named name with the values of the flags given on
@@ -90,7 +92,13 @@ func (p *poolFlags) pool(f *pflag.FlagSet, name string) (*tollgatev1.Pool, []str
 			default:
 				return nil, nil, usageErrorf("--revocation-policy %q is not a policy; use wait or revoke", p.revocation)
 			}
-		default: // --adaptive*: pool_adaptive.go
+		default: // a mark (pool_marks.go) or --adaptive* (pool_adaptive.go)
+			if isMark, err := p.marks.set(pool, ff.flag); isMark {
+				if err != nil {
+					return nil, nil, err
+				}
+				continue
+			}
 			if err := p.adaptive.set(pool, ff.flag); err != nil {
 				return nil, nil, err
 			}
@@ -145,11 +153,17 @@ func newPoolCreateCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Comm
 		Short: "Create a pool",
 		Long: `Create a pool named NAME (1 to 128 characters of [A-Za-z0-9._:/-]) with a
 concurrency limit (--concurrency), a rate limit (--rate, --burst), or both.
-Settings not given take the server's defaults; the pool is printed as stored.`,
+Settings not given take the server's defaults; the pool is printed as stored.
+
+The event marks make the server record an event (tollgate events) when the
+queue reaches --overload-mark, when held/limit reaches --near-full-mark, and
+when it stays below --low-utilisation-mark for --low-utilisation-period;
+"off" turns one off. See docs/operations.md.`,
 		Example: `  tollgate pool create orders-db --concurrency 20 --description "primary database"
   tollgate pool create api.github.com --rate 80 --burst 100
   tollgate pool create gpu --concurrency 8 --ttl 1m --max-ttl 1h --max-waiters 100
-  tollgate pool create payments-api --rate 200 --safe-rate 5 --adaptive --adaptive-target rate`,
+  tollgate pool create payments-api --rate 200 --safe-rate 5 --adaptive --adaptive-target rate
+  tollgate pool create gpu --concurrency 8 --overload-mark 20 --near-full-mark 0.75 --low-utilisation-mark off`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pool, _, err := pf.pool(cmd.Flags(), args[0])
@@ -243,7 +257,8 @@ off, restoring the configured limits at once.`,
 		Example: `  tollgate pool update orders-db --concurrency 30
   tollgate pool update api.github.com --rate 50 --burst 0
   tollgate pool update orders-db --adaptive-backoff 0.7 --adaptive-latency-tolerance 2
-  tollgate pool update orders-db --adaptive=false`,
+  tollgate pool update orders-db --adaptive=false
+  tollgate pool update orders-db --near-full-mark 0.8 --low-utilisation-period 30m`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pool, paths, err := pf.pool(cmd.Flags(), args[0])
@@ -251,7 +266,7 @@ off, restoring the configured limits at once.`,
 				return err
 			}
 			if len(paths) == 0 {
-				return usageErrorf("nothing to update: give at least one of --concurrency, --rate, --burst, --ttl, --max-ttl, --max-waiters, --description, --safe-rate, --revocation-policy, %s", adaptiveFlagNames())
+				return usageErrorf("nothing to update: give at least one of --concurrency, --rate, --burst, --ttl, --max-ttl, --max-waiters, --description, --safe-rate, --revocation-policy, --overload-mark, --near-full-mark, --low-utilisation-mark, --low-utilisation-period, %s", adaptiveFlagNames())
 			}
 			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
 				resp, err := adm.UpdatePool(ctx, &tollgatev1.UpdatePoolRequest{Pool: pool, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}})
