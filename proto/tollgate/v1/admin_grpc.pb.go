@@ -122,7 +122,8 @@ type AdminServiceClient interface {
 	// INVALID_ARGUMENT for a bad name.
 	DrainPool(ctx context.Context, in *DrainPoolRequest, opts ...grpc.CallOption) (*DrainPoolResponse, error)
 	// WatchEvents streams the server's events (pool changes, leases that
-	// ended without their holder's release, adaptive changes) as they are
+	// ended without their holder's release, adaptive changes, event marks
+	// crossed) as they are
 	// recorded: first, with include_recent, the recent events the server
 	// keeps (oldest first), then live ones, until the caller cancels.
 	//
@@ -376,7 +377,8 @@ type AdminServiceServer interface {
 	// INVALID_ARGUMENT for a bad name.
 	DrainPool(context.Context, *DrainPoolRequest) (*DrainPoolResponse, error)
 	// WatchEvents streams the server's events (pool changes, leases that
-	// ended without their holder's release, adaptive changes) as they are
+	// ended without their holder's release, adaptive changes, event marks
+	// crossed) as they are
 	// recorded: first, with include_recent, the recent events the server
 	// keeps (oldest first), then live ones, until the caller cancels.
 	//
