@@ -27,7 +27,8 @@ type Options struct {
 	// means DefaultHorizonSlack. See persist.go.
 	HorizonSlack time.Duration
 	// OnPoolEvent, if set, is called for every change of a pool's
-	// effective limits made by adaptive control (adaptive.go); and
+	// effective limits made by adaptive control (adaptive.go) and every
+	// event mark a pool crosses (marks.go); and
 	// OnShareUpdate for every change to a rate share that its holder did
 	// not ask for (shares.go). Both are called like OnLeaseEnded: without
 	// engine locks held, from the goroutine that made the change, and must

@@ -16,10 +16,10 @@ type PoolStats struct {
 	Marks Marks
 }
 
-// PoolStats returns a pool's statistics. It reads the pool under its lock
-// and allocates nothing per grant ever recorded: its cost is a pass over
-// the pool's fixed wait-time buckets. Errors: ErrPoolNotFound (or
-// ErrInvalidArgument for a bad name), ErrShuttingDown.
+// PoolStats returns a pool's statistics, read under the pool's lock; its
+// cost is one pass over the pool's fixed wait-time buckets (WaitSlots ×
+// 145 counters), however many grants they count. Errors: ErrPoolNotFound
+// (or ErrInvalidArgument for a bad name), ErrShuttingDown.
 func (e *Engine) PoolStats(name string) (PoolStats, error) {
 	p, err := e.lockPool(name)
 	if err != nil {
