@@ -12,7 +12,11 @@ import (
 //     overload mark; it fires once, and re-arms when the queue falls to
 //     half the mark or below;
 //   - PoolDrained when the pool becomes idle (nothing held and nothing
-//     waiting) after it had holders or waiters: once per busy spell;
+//     waiting) after a spell in which acquires had to wait: once per such
+//     spell. A spell with holders but no waiter does not count: an
+//     uncontended pool goes idle after nearly every release, and an event
+//     for each would cost every release an allocation and the server a
+//     log line, and push the events that matter out of its ring;
 //   - PoolNearFull when utilisation (held / effective concurrency limit)
 //     rises to or above the near-full mark; it re-arms when utilisation
 //     falls below the mark minus NearFullHysteresis;
@@ -112,7 +116,7 @@ type markState struct {
 	Marks
 	overloaded bool  // PoolOverload fired and has not re-armed
 	nearFull   bool  // PoolNearFull fired and has not re-armed
-	busy       bool  // held or waiting since the last PoolDrained
+	queued     bool  // acquires waited since the pool was last idle
 	peakHeld   int64 // most weight held since the low-utilisation period began
 
 	lowTimer Timer // ends each low-utilisation period; nil when off
@@ -171,13 +175,11 @@ func (p *pool) marksLocked() {
 			m.overloaded = false
 		}
 	}
-	if p.held == 0 && waiting == 0 {
-		if m.busy {
-			m.busy = false
-			p.markEventLocked(PoolDrained, 0, 0)
-		}
-	} else {
-		m.busy = true
+	if waiting > 0 {
+		m.queued = true
+	} else if m.queued && p.held == 0 {
+		m.queued = false
+		p.markEventLocked(PoolDrained, 0, 0)
 	}
 	m.peakHeld = max(m.peakHeld, p.held)
 	if m.NearFull > 0 && p.ad.limit > 0 {

@@ -57,20 +57,57 @@ func TestMarkNearFullAndDrained(t *testing.T) {
 		t.Fatalf("near-full after re-arming: %+v", evs)
 	}
 
+	// Nothing waited: going idle is no event.
 	release(len(held))
-	evs = ee.takeEvents()
-	if len(evs) != 1 || evs[0].Type != PoolDrained || evs[0].Held != 0 || evs[0].Waiting != 0 {
-		t.Fatalf("drained events after releasing everything: %+v", evs)
-	}
-	// Idle stays idle: nothing more until the pool is used again.
-	ee.clk.Advance(time.Hour)
 	if evs := ee.takeEvents(); len(evs) != 0 {
-		t.Fatalf("events while idle: %+v", evs)
+		t.Fatalf("events after an uncontended spell ended: %+v", evs)
 	}
-	acquire(1)
-	release(1)
+}
+
+func TestMarkDrained(t *testing.T) {
+	ee := newEventEngine(t)
+	ee.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, NearFullMark: MarkOff, LowUtilisationMark: MarkOff})
+	l := ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	pa := ee.startAcquire(t, AcquireRequest{Pool: "db"})
+	if err := ee.Release("db", l.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := pa.result(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs := ee.markEvents(PoolDrained); len(evs) != 0 {
+		t.Fatalf("drained while the waiter's lease is held: %+v", evs)
+	}
+	ee.clk.Advance(time.Second)
+	if err := ee.Release("db", l2.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	evs := ee.takeEvents()
+	if len(evs) != 1 || evs[0].Type != PoolDrained || evs[0].Held != 0 || evs[0].Waiting != 0 || !evs[0].Time.Equal(epoch.Add(time.Second)) {
+		t.Fatalf("drained events after the queue and the pool emptied: %+v", evs)
+	}
+	// Idle stays idle, and an uncontended use after it is no new spell.
+	ee.clk.Advance(time.Hour)
+	l = ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	if err := ee.Release("db", l.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	if evs := ee.takeEvents(); len(evs) != 0 {
+		t.Fatalf("events while idle or uncontended: %+v", evs)
+	}
+	// A waiter that gives up also makes a spell with waiters.
+	l = ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	pa = ee.startAcquire(t, AcquireRequest{Pool: "db"})
+	pa.cancel()
+	if _, err := pa.result(t); err == nil {
+		t.Fatal("a cancelled acquire was granted")
+	}
+	if err := ee.Release("db", l.FencingToken); err != nil {
+		t.Fatal(err)
+	}
 	if evs := ee.markEvents(PoolDrained); len(evs) != 1 {
-		t.Fatalf("drained after the next use: %+v", evs)
+		t.Fatalf("drained after a cancelled waiter's spell: %+v", evs)
 	}
 }
 

@@ -17,7 +17,7 @@ const (
 	// overload mark (PoolEvent.Mark). See marks.go.
 	PoolOverload
 	// PoolDrained: the pool became idle (nothing held, nothing waiting)
-	// after it had holders or waiters.
+	// after a spell in which acquires waited.
 	PoolDrained
 	// PoolNearFull: held / effective concurrency limit rose to or above
 	// the pool's near-full mark.

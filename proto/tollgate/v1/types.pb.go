@@ -1068,7 +1068,8 @@ type PoolEvent struct {
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// What happened: one of pool_created, pool_updated, pool_deleted,
 	// lease_expired, lease_revoked, pool_throttled, pool_relieved,
-	// pool_overload, pool_drained, pool_near_full, pool_low_utilisation.
+	// pool_overload, pool_drained, pool_near_full, pool_low_utilisation
+	// (see docs/operations.md#event-marks).
 	// New types may be added; show unknown ones as they are.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	// The pool the event is about.
