@@ -221,8 +221,11 @@ func (p *pool) utilisationLocked() float64 {
 	return float64(p.held) / float64(p.ad.limit)
 }
 
-// markEventLocked puts a mark event in the outbox.
+// markEventLocked puts a mark event in the outbox, unless nobody listens.
 func (p *pool) markEventLocked(t PoolEventType, mark, utilisation float64) {
+	if p.e.onPoolEvent == nil {
+		return
+	}
 	ev := PoolEvent{
 		Pool:                       p.name,
 		Type:                       t,
