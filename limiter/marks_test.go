@@ -242,3 +242,22 @@ func TestMarksValidation(t *testing.T) {
 		t.Fatalf("marks of a rate-only pool with overload off: %+v", m)
 	}
 }
+
+// BenchmarkGrantBookkeeping measures what marks.go and waittimes.go add
+// to a grant and its release: a wait record and two mark checks.
+func BenchmarkGrantBookkeeping(b *testing.B) {
+	te := newTestEngine(b)
+	te.mustCreate(b, PoolConfig{Name: "db", ConcurrencyLimit: 10})
+	p := te.pools.get("db")
+	now := te.clk.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.waits.record(now, 0)
+		p.held++
+		p.marksLocked()
+		p.held--
+		p.marksLocked()
+	}
+}
