@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -37,4 +38,41 @@ func TestPoolMarkFlags(t *testing.T) {
 	runCLI(t, ts.addr, "pool", "update", "gpu", "--near-full-mark", "high").mustFail(t, 2, "--near-full-mark")
 	runCLI(t, ts.addr, "pool", "update", "gpu", "--overload-mark", "many").mustFail(t, 2, "--overload-mark")
 	runCLI(t, ts.addr, "pool", "update", "gpu", "--near-full-mark", "1.5").mustFail(t, 1, "near_full_mark", "INVALID_ARGUMENT")
+}
+
+// "tollgate events" shows the marks' events: an overload, then the drain
+// that follows it.
+func TestEventsShowMarks(t *testing.T) {
+	ts := newCLIServer(t)
+	runCLI(t, ts.addr, "pool", "create", "q", "--concurrency", "1", "--overload-mark", "1", "--near-full-mark", "off").mustSucceed(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, done := startCLI(t, ctx, ts.addr, "events", "--recent", "--pool", "q")
+	waitOutput(t, out, done, "pool_created  q")
+	eng := ts.srv.Engine()
+	l, err := eng.Acquire(ctx, limiter.AcquireRequest{Pool: "q", Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan limiter.Lease, 1)
+	go func() {
+		l2, err := eng.Acquire(ctx, limiter.AcquireRequest{Pool: "q", Weight: 1})
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- l2
+	}()
+	waitOutput(t, out, done, "pool_overload  q")
+	if err := eng.Release("q", l.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Release("q", (<-granted).FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, out, done, "pool_drained  q")
+	cancel()
+	exitStatus(t, done)
+	if !strings.Contains(out.String(), "1 waiting, at or above the overload mark 1; held 1 of 1") {
+		t.Fatalf("output:\n%s", out.String())
+	}
 }
