@@ -65,6 +65,7 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 		"max_waiters":       strconv.FormatInt(p.GetMaxWaiters(), 10),
 		"revocation_policy": revocationPolicyName(p.GetRevocationPolicy()),
 	}
+	markFields(p, vals) // marks_convert.go
 	if paths == nil {
 		defaults := map[string]string{
 			"description":       `""`,
@@ -75,6 +76,8 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 			"max_lease_ttl":     limiter.DefaultMaxLeaseTTL.String(),
 			"max_waiters":       strconv.Itoa(limiter.DefaultMaxWaiters),
 			"revocation_policy": "wait",
+			// The marks' defaults are 0 (unset): markFields.
+			"overload_mark": "default", "near_full_mark": "default", "low_utilisation_mark": "default", "low_utilisation_period": "default",
 		}
 		for _, f := range updatablePaths {
 			if vals[f] != defaults[f] {

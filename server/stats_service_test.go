@@ -142,6 +142,11 @@ func TestPoolMarksConfig(t *testing.T) {
 	if p := resp.GetPool(); p.GetOverloadMark() != 9 || p.GetNearFullMark() != 0.75 || p.GetLowUtilisationMark() != 0.05 {
 		t.Fatalf("updated pool marks: %v", p)
 	}
+	evs := e.srv.RecentEvents() // newest first
+	if len(evs) != 2 || evs[0].Detail != "near_full_mark=0.75 low_utilisation_mark=0.05" ||
+		!strings.HasSuffix(evs[1].Detail, "overload_mark=9 near_full_mark=off low_utilisation_period=1m0s") {
+		t.Fatalf("events of the marks' changes: %+v", evs)
+	}
 	_, err = e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "bad", ConcurrencyLimit: 1, NearFullMark: 2}})
 	st := wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
 	if !strings.Contains(st.Message(), "near_full_mark") {
