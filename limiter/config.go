@@ -56,14 +56,22 @@ type PoolConfig struct {
 	// RevocationRevoke revokes leases at once until the held weight is
 	// within the new limit. See revoke.go.
 	RevocationPolicy RevocationPolicy
-	// OverloadMark, NearFullMark, LowUtilisationMark and
-	// LowUtilisationPeriod are the pool's event marks: 0 means the
-	// default, MarkOff turns a mark's event off. They stay 0 in the
-	// configuration (WithDefaults does not fill them), so that a default
-	// follows max_waiters. See marks.go.
-	OverloadMark         int64
-	NearFullMark         float64
-	LowUtilisationMark   float64
+	// The pool's event marks (marks.go). For each, 0 means the default
+	// and MarkOff (-1) turns its event off; they stay 0 in the
+	// configuration (WithDefaults does not fill them), so that the
+	// overload default follows MaxWaiters. EffectiveMarks resolves them.
+	//
+	// OverloadMark is a count of waiting acquires, 1 to MaxWaitersLimit
+	// (default MaxWaiters/2, at least 1).
+	OverloadMark int64
+	// NearFullMark and LowUtilisationMark are fractions of the effective
+	// concurrency limit, above 0 and at most 1 (defaults
+	// DefaultNearFullMark, DefaultLowUtilisationMark).
+	NearFullMark       float64
+	LowUtilisationMark float64
+	// LowUtilisationPeriod is how long utilisation must stay below
+	// LowUtilisationMark, MinLowUtilisationPeriod to
+	// MaxLowUtilisationPeriod (default DefaultLowUtilisationPeriod).
 	LowUtilisationPeriod time.Duration
 }
 
