@@ -678,6 +678,7 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}
 	}
 	p.stats.TokensGranted += tokens
+	p.waits.addTokens(now, tokens) // for the rate's utilisation: waittimes.go
 	p.unlock()
 	if delay == 0 {
 		return TakeResult{Tokens: tokens}, nil
@@ -694,8 +695,10 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 	t.Stop()
 	p.mu.Lock()
 	defer p.unlock()
-	r.CancelAt(e.clock.Now())
+	now = e.clock.Now()
+	r.CancelAt(now)
 	p.stats.TokensGranted -= tokens
+	p.waits.addTokens(now, -tokens)
 	switch {
 	case ctx.Err() == nil:
 		return TakeResult{}, errorf(ErrShuttingDown, "the server is shutting down")

@@ -63,7 +63,8 @@ type pool struct {
 	out outbox     // events for the engine's callbacks, sent after unlocking: poolevents.go
 
 	mk    markState // event marks: marks.go
-	waits waitHist  // wait times of recent grants: waittimes.go
+	waits waitHist  // wait times of recent grants, and rate tokens: waittimes.go
+	born  time.Time // when this engine made the pool (createTime may be older, after a restart)
 }
 
 // newPool returns a pool whose first fencing token will be above
@@ -75,6 +76,7 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		cfg:        cfg,
 		createTime: now,
 		updateTime: now,
+		born:       now,
 		leases:     make(map[uint64]*lease),
 		lastToken:  tokenFloor,
 	}
@@ -142,6 +144,7 @@ func (p *pool) admitLocked(weight int64, now time.Time) bool {
 			return false
 		}
 		p.stats.TokensGranted += weight
+		p.waits.addTokens(now, weight) // for the rate's utilisation: waittimes.go
 	}
 	return true
 }

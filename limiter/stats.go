@@ -12,6 +12,19 @@ type PoolStats struct {
 	// WaitTimes summarizes the waits of the grants over the last
 	// WaitWindow (waittimes.go).
 	WaitTimes WaitTimes
+	// RateUtilisation is the fraction of the pool's rate used over the
+	// wait-time window: the rate tokens granted in it (by Acquire and
+	// Take) over what the bucket refills in it at its rate now (the
+	// effective rate less the rate shares, whose tokens their holders
+	// spend without the engine). It may pass 1 by the burst, or after
+	// the rate was lowered. 0 for a pool without a rate, or whose whole
+	// rate is held as shares. The window is the one of WaitTimes (the
+	// time since the pool was created or restored, when that is shorter).
+	RateUtilisation float64
+	// Utilisation is Status.Utilisation (held / effective concurrency
+	// limit) for a pool with a concurrency limit, and RateUtilisation for
+	// a pool with only a rate.
+	Utilisation float64
 	// Marks are the pool's event marks in effect (marks.go).
 	Marks Marks
 }
@@ -58,5 +71,19 @@ func (e *Engine) ListPoolStats(after string, limit int) ([]PoolStats, bool) {
 
 func (p *pool) statsLocked() PoolStats {
 	now := p.e.clock.Now()
-	return PoolStats{Config: p.cfg, Status: p.statusLocked(now), WaitTimes: p.waits.summary(now), Marks: p.mk.Marks}
+	st := PoolStats{Config: p.cfg, Status: p.statusLocked(now), WaitTimes: p.waits.summary(now), Marks: p.mk.Marks}
+	if r := p.exactRateLocked(); p.cfg.Rate > 0 && r > 0 {
+		tokens, since := p.waits.tokens(now)
+		if p.born.After(since) {
+			since = p.born
+		}
+		if span := now.Sub(since).Seconds(); span > 0 {
+			st.RateUtilisation = float64(tokens) / (r * span)
+		}
+	}
+	st.Utilisation = st.Status.Utilisation
+	if p.cfg.ConcurrencyLimit == 0 {
+		st.Utilisation = st.RateUtilisation
+	}
+	return st
 }

@@ -47,11 +47,13 @@ type WaitTimes struct {
 	P50, P90, P99, Max time.Duration
 }
 
-// waitSlot holds the waits of the grants made in one WaitSlot.
+// waitSlot holds the waits of the grants made in one WaitSlot, and the
+// rate tokens granted in it.
 type waitSlot struct {
 	epoch  int64 // now.UnixNano()/WaitSlot of the grants counted; 0: never used
 	count  int64
 	max    time.Duration
+	tokens int64 // rate tokens granted (less those of takes cancelled in the slot)
 	counts [waitBuckets]uint32
 }
 
@@ -64,16 +66,41 @@ type waitHist struct {
 // waitEpoch returns the slot number of now.
 func waitEpoch(now time.Time) int64 { return now.UnixNano() / int64(WaitSlot) }
 
-// record counts a grant at now that waited d.
-func (h *waitHist) record(now time.Time, d time.Duration) {
+// slot returns now's slot, emptied if it held an older one.
+func (h *waitHist) slot(now time.Time) *waitSlot {
 	ep := waitEpoch(now)
 	s := &h.slots[uint64(ep)%WaitSlots]
 	if s.epoch != ep {
 		*s = waitSlot{epoch: ep}
 	}
+	return s
+}
+
+// record counts a grant at now that waited d.
+func (h *waitHist) record(now time.Time, d time.Duration) {
+	s := h.slot(now)
 	s.counts[waitBucket(d)]++
 	s.count++
 	s.max = max(s.max, d)
+}
+
+// addTokens counts n rate tokens granted at now (negative: given back by
+// a cancelled take).
+func (h *waitHist) addTokens(now time.Time, n int64) {
+	h.slot(now).tokens += n
+}
+
+// tokens returns the rate tokens granted in the window that ends in
+// now's slot, and when that window began (the start of its oldest slot).
+func (h *waitHist) tokens(now time.Time) (int64, time.Time) {
+	ep := waitEpoch(now)
+	var n int64
+	for i := range h.slots {
+		if s := &h.slots[i]; s.epoch != 0 && s.epoch <= ep && s.epoch > ep-WaitSlots {
+			n += s.tokens
+		}
+	}
+	return max(n, 0), time.Unix(0, (ep-WaitSlots+1)*int64(WaitSlot))
 }
 
 // waitBucket returns the bucket of a wait of d.

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -94,4 +95,37 @@ func TestPoolStatsWaitTimes(t *testing.T) {
 	wantReason(t, err, ErrPoolNotFound)
 	_, err = te.PoolStats("bad name")
 	wantReason(t, err, ErrInvalidArgument)
+}
+
+// A rate-only pool's utilisation is the fraction of its rate granted over
+// the window; a pool with a concurrency limit reports held / limit.
+func TestPoolStatsRateUtilisation(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "api", Rate: 10, Burst: 100})
+	te.mustCreate(t, PoolConfig{Name: "both", Rate: 10, Burst: 100, ConcurrencyLimit: 4, DefaultLeaseTTL: time.Hour, MaxLeaseTTL: time.Hour})
+	te.mustAcquire(t, AcquireRequest{Pool: "both"}) // one token, and 1 of 4 held
+	for pool, n := range map[string]int64{"api": 100, "both": 99} {
+		if _, err := te.Take(context.Background(), pool, n, 0); err != nil { // the rest of the full bucket
+			t.Fatal(err)
+		}
+	}
+	te.clk.Advance(20 * time.Second)
+	st, err := te.PoolStats("api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RateUtilisation != 0.5 || st.Utilisation != 0.5 { // 100 tokens of 20s × 10/s
+		t.Fatalf("api: rate utilisation %v, utilisation %v; want 0.5", st.RateUtilisation, st.Utilisation)
+	}
+	if st, err = te.PoolStats("both"); err != nil {
+		t.Fatal(err)
+	}
+	if st.RateUtilisation != 0.5 || st.Utilisation != 0.25 {
+		t.Fatalf("both: rate utilisation %v, utilisation %v; want 0.5 and 0.25", st.RateUtilisation, st.Utilisation)
+	}
+	// A minute later, nothing granted in the window: 0.
+	te.clk.Advance(WaitWindow)
+	if st, err = te.PoolStats("api"); err != nil || st.RateUtilisation != 0 {
+		t.Fatalf("api a minute later: %v %v", st.RateUtilisation, err)
+	}
 }

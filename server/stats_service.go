@@ -55,7 +55,8 @@ func poolStatsToProto(st limiter.PoolStats) *tollgatev1.PoolStats {
 		Status:           statusToProto(st.Status),
 		ConcurrencyLimit: st.Config.ConcurrencyLimit,
 		Rate:             st.Config.Rate,
-		Utilisation:      st.Status.Utilisation,
+		Utilisation:      st.Utilisation,
+		RateUtilisation:  st.RateUtilisation,
 		WaitTimes: &tollgatev1.WaitTimes{
 			Window: durationpb.New(wt.Window),
 			Count:  wt.Count,

@@ -20,6 +20,9 @@ func TestGetStats(t *testing.T) {
 	e.createPool(&tollgatev1.Pool{Name: "a", ConcurrencyLimit: 2})
 	e.createPool(&tollgatev1.Pool{Name: "b", Rate: 5})
 	e.createPool(&tollgatev1.Pool{Name: "c", ConcurrencyLimit: 1})
+	if _, err := e.lim.Take(e.ctx(), &tollgatev1.TakeRequest{Pool: "b", Tokens: i64(5)}); err != nil { // the full bucket
+		t.Fatal(err)
+	}
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "a"})
 	held := e.acquire(&tollgatev1.AcquireRequest{Pool: "a"})
 	// A waiter granted after 2s by the server's clock.
@@ -67,7 +70,8 @@ func TestGetStats(t *testing.T) {
 		}
 		for _, s := range resp.GetStats() {
 			names = append(names, s.GetPool())
-			if s.GetPool() == "b" && (s.GetRate() != 5 || s.GetUtilisation() != 0) {
+			// 5 tokens over 2s at 5/s.
+			if s.GetPool() == "b" && (s.GetRate() != 5 || s.GetUtilisation() != 0.5 || s.GetRateUtilisation() != 0.5) {
 				t.Fatalf("stats of the rate-only pool: %v", s)
 			}
 		}

@@ -42,7 +42,8 @@ adaptive control lowered it), waiters, the lease counters (granted,
 released, expired, revoked, rejected, wait timeouts), the wait-time
 percentiles of the leases granted over the last minute (p50, p90, p99 and
 the longest wait; "-" when nothing was granted in it) and utilisation (held
-/ effective concurrency limit; "-" for a pool with only a rate).
+/ effective concurrency limit; for a pool with only a rate, the fraction of
+its rate granted over the last minute).
 
 On a terminal the table is redrawn every --interval until Ctrl-C. When the
 output is not a terminal, or with --once, it is printed once; -o json prints
@@ -153,7 +154,8 @@ func (p *printer) stats(resp *tollgatev1.GetStatsResponse) error {
 	fmt.Fprintln(tw, "POOL\tHELD\tWAITING\tGRANTED\tRELEASED\tEXPIRED\tREVOKED\tREJECTED\tWAIT_TIMEOUTS\tWAIT_P50\tWAIT_P90\tWAIT_P99\tWAIT_MAX\tUTIL")
 	for _, ps := range resp.GetStats() {
 		st := ps.GetStatus()
-		held, util := strconv.FormatInt(st.GetHeld(), 10), "-"
+		held := strconv.FormatInt(st.GetHeld(), 10)
+		util := strconv.FormatFloat(100*ps.GetUtilisation(), 'f', 0, 64) + "%"
 		if limit := ps.GetConcurrencyLimit(); limit != 0 {
 			eff := st.GetEffectiveConcurrencyLimit()
 			if eff <= 0 || eff > limit {
@@ -163,7 +165,6 @@ func (p *printer) stats(resp *tollgatev1.GetStatsResponse) error {
 			if eff != limit {
 				held += " (eff " + strconv.FormatInt(eff, 10) + ")"
 			}
-			util = strconv.FormatFloat(100*ps.GetUtilisation(), 'f', 0, 64) + "%"
 		}
 		if st.GetSuspended() {
 			held += " suspended"

@@ -160,12 +160,19 @@ type PoolStats struct {
 	Rate float64 `protobuf:"fixed64,4,opt,name=rate,proto3" json:"rate,omitempty"`
 	// Wait times of the leases granted over the recent window.
 	WaitTimes *WaitTimes `protobuf:"bytes,5,opt,name=wait_times,json=waitTimes,proto3" json:"wait_times,omitempty"`
-	// Held / effective concurrency limit now, 0 to 1 (above 1 while a
-	// lowered limit is still over-held). 0 for a pool without a concurrency
-	// limit: the rate use of rate-only pools is not reported here.
-	Utilisation   float64 `protobuf:"fixed64,6,opt,name=utilisation,proto3" json:"utilisation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// For a pool with a concurrency limit: held / effective concurrency
+	// limit now, 0 to 1 (above 1 while a lowered limit is still
+	// over-held). For a pool with only a rate: rate_utilisation.
+	Utilisation float64 `protobuf:"fixed64,6,opt,name=utilisation,proto3" json:"utilisation,omitempty"`
+	// Fraction of the pool's rate used over the window of wait_times: the
+	// rate tokens granted in it (by Acquire and Take) over what the bucket
+	// refills in it at its rate now (the effective rate less the rate
+	// shares, whose tokens their holders spend locally). It may pass 1 by
+	// the burst or after the rate was lowered. 0 for a pool without a
+	// rate, or whose whole rate is held as shares.
+	RateUtilisation float64 `protobuf:"fixed64,7,opt,name=rate_utilisation,json=rateUtilisation,proto3" json:"rate_utilisation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PoolStats) Reset() {
@@ -236,6 +243,13 @@ func (x *PoolStats) GetWaitTimes() *WaitTimes {
 func (x *PoolStats) GetUtilisation() float64 {
 	if x != nil {
 		return x.Utilisation
+	}
+	return 0
+}
+
+func (x *PoolStats) GetRateUtilisation() float64 {
+	if x != nil {
+		return x.RateUtilisation
 	}
 	return 0
 }
@@ -347,7 +361,7 @@ const file_tollgate_v1_stats_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"h\n" +
 	"\x10GetStatsResponse\x12,\n" +
 	"\x05stats\x18\x01 \x03(\v2\x16.tollgate.v1.PoolStatsR\x05stats\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xea\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x95\x02\n" +
 	"\tPoolStats\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12/\n" +
 	"\x06status\x18\x02 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status\x12+\n" +
@@ -355,7 +369,8 @@ const file_tollgate_v1_stats_proto_rawDesc = "" +
 	"\x04rate\x18\x04 \x01(\x01R\x04rate\x125\n" +
 	"\n" +
 	"wait_times\x18\x05 \x01(\v2\x16.tollgate.v1.WaitTimesR\twaitTimes\x12 \n" +
-	"\vutilisation\x18\x06 \x01(\x01R\vutilisation\"\x88\x02\n" +
+	"\vutilisation\x18\x06 \x01(\x01R\vutilisation\x12)\n" +
+	"\x10rate_utilisation\x18\a \x01(\x01R\x0frateUtilisation\"\x88\x02\n" +
 	"\tWaitTimes\x121\n" +
 	"\x06window\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12+\n" +
