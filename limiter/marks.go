@@ -23,7 +23,11 @@ import (
 //   - PoolLowUtilisation when the highest utilisation over a whole
 //     LowUtilisationPeriod stayed below the low-utilisation mark while the
 //     pool had capacity (it was not suspended or recovering at the end of
-//     the period, and nothing waited then); at most once per period.
+//     the period, and nothing waited then). It fires once per low spell
+//     (so at most once per period), and re-arms after a period in which
+//     utilisation reached the mark, or when the pool's configuration is
+//     updated (an operator who lowered the limit hears again if it is
+//     still too high). An idle pool so reports once, not every period.
 //
 // Overload, drained and near-full are evaluated where held or waiting
 // change, with O(1) work and no clock read unless an event fires. Low
@@ -116,6 +120,7 @@ type markState struct {
 	Marks
 	overloaded bool  // PoolOverload fired and has not re-armed
 	nearFull   bool  // PoolNearFull fired and has not re-armed
+	low        bool  // PoolLowUtilisation fired and has not re-armed
 	queued     bool  // acquires waited since the pool was last idle
 	peakHeld   int64 // most weight held since the low-utilisation period began
 
@@ -129,6 +134,7 @@ type markState struct {
 func (p *pool) applyMarksLocked() {
 	old := p.mk.Marks
 	p.mk.Marks = p.cfg.EffectiveMarks()
+	p.mk.low = false // an update re-arms low utilisation
 	if p.mk.Overload == 0 {
 		p.mk.overloaded = false
 	}
@@ -195,7 +201,8 @@ func (p *pool) marksLocked() {
 
 // onLowUtilisationTimer ends a low-utilisation period: it reports
 // PoolLowUtilisation if the highest utilisation of the period stayed below
-// the mark and the pool had capacity, and starts the next period.
+// the mark, the pool had capacity and the mark is armed, re-arms it if the
+// utilisation reached the mark, and starts the next period.
 func (p *pool) onLowUtilisationTimer() {
 	p.mu.Lock()
 	defer p.unlock()
@@ -203,8 +210,12 @@ func (p *pool) onLowUtilisationTimer() {
 	if p.deleted || !m.lowArmed {
 		return
 	}
-	if m.LowUtilisation > 0 && p.ad.limit > 0 && !p.suspended && !p.recoveryBlocksLocked() && len(p.waiters) == 0 {
-		if u := float64(m.peakHeld) / float64(p.ad.limit); u < m.LowUtilisation {
+	if m.LowUtilisation > 0 && p.ad.limit > 0 {
+		switch u := float64(m.peakHeld) / float64(p.ad.limit); {
+		case u >= m.LowUtilisation:
+			m.low = false
+		case !m.low && !p.suspended && !p.recoveryBlocksLocked() && len(p.waiters) == 0:
+			m.low = true
 			p.markEventLocked(PoolLowUtilisation, m.LowUtilisation, u)
 		}
 	}

@@ -191,18 +191,33 @@ func TestMarkLowUtilisation(t *testing.T) {
 	if evs := ee.takeEvents(); len(evs) != 0 {
 		t.Fatalf("low utilisation in a period that reached the mark: %+v", evs)
 	}
-	// The next whole period below it fires again.
+	// That re-armed it: the next whole period below it fires again.
 	ee.clk.Advance(time.Minute)
 	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 1 || evs[0].Utilisation != 0.1 {
 		t.Fatalf("low utilisation after another low period: %+v", evs)
 	}
-	// A suspended pool has no capacity: no event.
+	// Once per low spell: a further low period is no new event.
+	ee.clk.Advance(time.Minute)
+	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 0 {
+		t.Fatalf("low utilisation repeated within one low spell: %+v", evs)
+	}
+	// An update re-arms it; a suspended pool has no capacity: no event.
+	if _, err := ee.UpdatePool("db", func(c *PoolConfig) { c.ConcurrencyLimit = 20 }); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := ee.SuspendPool("db", false); err != nil {
 		t.Fatal(err)
 	}
 	ee.clk.Advance(time.Minute)
 	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 0 {
 		t.Fatalf("low utilisation while suspended: %+v", evs)
+	}
+	if _, err := ee.ResumePool("db"); err != nil {
+		t.Fatal(err)
+	}
+	ee.clk.Advance(time.Minute)
+	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 1 || evs[0].Utilisation != 0.05 || evs[0].ConcurrencyLimit != 20 {
+		t.Fatalf("low utilisation after the update and the resume: %+v", evs)
 	}
 	// Off: no timer, no event.
 	if _, err := ee.UpdatePool("db", func(c *PoolConfig) { c.LowUtilisationMark = MarkOff }); err != nil {

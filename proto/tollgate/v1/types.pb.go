@@ -253,7 +253,8 @@ type Pool struct {
 	NearFullMark float64 `protobuf:"fixed64,21,opt,name=near_full_mark,json=nearFullMark,proto3" json:"near_full_mark,omitempty"`
 	// Low-utilisation mark: a pool_low_utilisation event when held /
 	// effective concurrency limit stayed below it for a whole
-	// low_utilisation_period (at most one event per period). 0 means 0.1;
+	// low_utilisation_period; it fires again only after a period in which
+	// utilisation reached the mark, or after the pool is updated. 0 means 0.1;
 	// otherwise above 0 and at most 1, or -1 for off. Ignored without a
 	// concurrency limit.
 	LowUtilisationMark float64 `protobuf:"fixed64,22,opt,name=low_utilisation_mark,json=lowUtilisationMark,proto3" json:"low_utilisation_mark,omitempty"`
