@@ -288,14 +288,14 @@ func (p *pool) onAdaptiveTimer() {
 	p.mu.Lock()
 	p.ad.timerAt = time.Time{}
 	if p.deleted || !p.cfg.Adaptive.Enabled {
-		p.mu.Unlock()
+		p.unlock()
 		return
 	}
 	now := p.e.clock.Now()
 	p.ad.win.rotate(now, p.closeBucketLocked)
 	p.evaluateAdaptiveLocked(now)
 	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
+	p.unlock()
 	p.e.deliver(ob)
 }
 

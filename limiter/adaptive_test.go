@@ -10,7 +10,8 @@ import (
 // adaptiveConc is an adaptive pool of 10 permits with small, round
 // settings.
 var adaptiveConc = PoolConfig{Name: "db", ConcurrencyLimit: 10, Adaptive: AdaptiveConfig{Enabled: true,
-	MinSamples: 10, ErrorThreshold: 0.2, Cooldown: 2 * time.Second, Interval: time.Second, Window: 10 * time.Second, Backoff: 0.9}}
+	MinSamples: 10, ErrorThreshold: 0.2, Cooldown: 2 * time.Second, Interval: time.Second, Window: 10 * time.Second, Backoff: 0.9},
+	LowUtilisationMark: MarkOff} // its period's timer would count among the adaptive timers the tests check are stopped
 
 func TestAdaptiveOffByDefault(t *testing.T) {
 	ee := newEventEngine(t)

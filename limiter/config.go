@@ -66,6 +66,23 @@ type PoolConfig struct {
 	// first (SelectReuse, the zero value, or SelectSpread); it may change
 	// at any time.
 	Selection SelectionPolicy
+	// The pool's event marks (marks.go). For each, 0 means the default
+	// and MarkOff (-1) turns its event off; they stay 0 in the
+	// configuration (WithDefaults does not fill them), so that the
+	// overload default follows MaxWaiters. EffectiveMarks resolves them.
+	//
+	// OverloadMark is a count of waiting acquires, 1 to MaxWaitersLimit
+	// (default MaxWaiters/2, at least 1).
+	OverloadMark int64
+	// NearFullMark and LowUtilisationMark are fractions of the effective
+	// concurrency limit, above 0 and at most 1 (defaults
+	// DefaultNearFullMark, DefaultLowUtilisationMark).
+	NearFullMark       float64
+	LowUtilisationMark float64
+	// LowUtilisationPeriod is how long utilisation must stay below
+	// LowUtilisationMark, MinLowUtilisationPeriod to
+	// MaxLowUtilisationPeriod (default DefaultLowUtilisationPeriod).
+	LowUtilisationPeriod time.Duration
 }
 
 // RevocationPolicy is a pool's answer to a concurrency limit lowered under
@@ -160,6 +177,9 @@ func (c PoolConfig) Validate() error {
 		return errorf(ErrInvalidArgument, "pool %q: safe_rate %v is out of range [0, rate %v]", c.Name, c.SafeRate, c.Rate)
 	case c.RevocationPolicy > RevocationRevoke:
 		return errorf(ErrInvalidArgument, "pool %q: revocation_policy %d is not one; use wait or revoke", c.Name, c.RevocationPolicy)
+	}
+	if err := c.validateMarks(); err != nil { // marks.go
+		return err
 	}
 	return c.Adaptive.validate(c.Name, c.ConcurrencyLimit, c.Rate) // adaptive_config.go
 }

@@ -103,4 +103,13 @@
 // they give back goes at once to the shares below their fair part
 // (reported to Options.OnShareUpdate, which the server pushes to the
 // holder). See docs/adaptive.md.
+//
+// # Statistics and event marks
+//
+// PoolStats and ListPoolStats return a pool's counters, utilisation and
+// the wait-time percentiles of its grants over the last WaitWindow, which
+// every grant records in a fixed array of log-scale buckets
+// (waittimes.go). Each pool also reports, to Options.OnPoolEvent, when it
+// crosses its event marks: PoolOverload, PoolDrained, PoolNearFull and
+// PoolLowUtilisation (marks.go, PoolConfig.OverloadMark and the others).
 package limiter

@@ -27,7 +27,8 @@ type Options struct {
 	// means DefaultHorizonSlack. See persist.go.
 	HorizonSlack time.Duration
 	// OnPoolEvent, if set, is called for every change of a pool's
-	// effective limits made by adaptive control (adaptive.go); and
+	// effective limits made by adaptive control (adaptive.go) and every
+	// event mark a pool crosses (marks.go); and
 	// OnShareUpdate for every change to a rate share that its holder did
 	// not ask for (shares.go). Both are called like OnLeaseEnded: without
 	// engine locks held, from the goroutine that made the change, and must
@@ -95,7 +96,7 @@ func (e *Engine) Close() {
 			return errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 		})
 		p.stopTimersLocked()
-		p.mu.Unlock()
+		p.mu.Unlock() // no deliveries under e.mu
 	}
 }
 
@@ -121,7 +122,7 @@ func (e *Engine) lockPool(name string) (*pool, error) {
 	}
 	p.mu.Lock()
 	if p.deleted {
-		p.mu.Unlock()
+		p.unlock()
 		return nil, poolNotFound(name)
 	}
 	return p, nil
@@ -163,6 +164,7 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	now := e.clock.Now()
 	p := newPool(e, cfg, now, e.tokenFloor.Load())
 	if err := p.persistCreateLocked(); err != nil { // durable before visible: persist.go
+		p.stopTimersLocked() // the pool is never seen: marks.go armed a timer
 		return PoolInfo{}, err
 	}
 	e.pools.add(p)
@@ -175,7 +177,7 @@ func (e *Engine) GetPool(name string) (PoolInfo, error) {
 	if err != nil {
 		return PoolInfo{}, err
 	}
-	defer p.mu.Unlock()
+	defer p.unlock()
 	return p.infoLocked(e.clock.Now()), nil
 }
 
@@ -202,7 +204,7 @@ func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 		if !p.deleted {
 			infos = append(infos, p.infoLocked(now))
 		}
-		p.mu.Unlock()
+		p.unlock()
 	}
 	return infos, more
 }
@@ -241,7 +243,7 @@ func (e *Engine) UpdatePoolBy(name, actor string, update func(*PoolConfig)) (Poo
 	var ob outbox // shares shrunk by a lower rate, pushed after unlocking: poolevents.go
 	defer func() { e.deliver(ob) }()
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if p.deleted {
 		return PoolInfo{}, poolNotFound(name)
 	}
@@ -265,6 +267,7 @@ func (e *Engine) UpdatePoolBy(name, actor string, update func(*PoolConfig)) (Poo
 	p.cfg = cfg
 	p.updateTime = now
 	p.limitsChangedLocked(old, now)    // effective limits and shares follow: adaptive.go
+	p.applyMarksLocked()               // marks.go
 	p.enforceLimitByLocked(now, actor) // RevocationRevoke: revoke.go
 	p.applyRateLocked(now)
 	p.failWaitersLocked(func(w *waiter) error {
@@ -274,6 +277,7 @@ func (e *Engine) UpdatePoolBy(name, actor string, update func(*PoolConfig)) (Poo
 		return nil
 	})
 	p.dispatchLocked(now)
+	p.marksLocked() // a new limit or mark may be crossed: marks.go
 	ob = p.takeOutboxLocked()
 	return p.infoLocked(now), nil
 }
@@ -292,11 +296,11 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	}
 	if len(p.leases) > 0 && !force {
 		n, held := len(p.leases), p.held
-		p.mu.Unlock()
+		p.unlock()
 		return errorf(ErrPoolBusy, "pool %q has %d live leases holding %d permits; release them, wait for them to expire, or delete with force to end them", name, n, held)
 	}
 	if err := p.persistDeleteLocked(max(p.lastToken, e.tokenFloor.Load())); err != nil { // durable before visible: persist.go
-		p.mu.Unlock()
+		p.unlock()
 		return err
 	}
 	e.RaiseTokenFloor(p.lastToken) // before the name is free for a new pool
@@ -318,8 +322,7 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	p.providersGoneLocked()            // providers.go
 	p.stopTimersLocked()
 	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
-	e.notifyEnded(ended)
+	p.unlockNotify(ended)
 	e.deliver(ob)
 	return nil
 }
@@ -366,47 +369,48 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 		return Lease{}, err
 	}
 	if err := p.checkWeightLocked(req.Weight); err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return Lease{}, err
 	}
 	if req.TTL, err = p.resolveTTLLocked(req.TTL); err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return Lease{}, err
 	}
 	now := e.clock.Now()
 	head, queued := p.waiters.top()
 	if (!queued || req.Priority > head.req.Priority) && p.admitLocked(req.Weight, now) {
-		l, err := p.grantLocked(&req, now)
-		p.mu.Unlock()
+		l, err := p.grantLocked(&req, now, 0)
+		p.unlock()
 		return l, err
 	}
 	if req.NoWait && p.recoveryBlocksLocked() { // after a restart: recovery.go
 		p.stats.Rejected++
 		err := p.recoveringErrLocked(now)
-		p.mu.Unlock()
+		p.unlock()
 		return Lease{}, err
 	}
 	if req.NoWait {
 		p.stats.Rejected++
 		err := errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s) and no_wait is set", p.name, req.Weight, p.busyLocked(now))
-		p.mu.Unlock()
+		p.unlock()
 		return Lease{}, err
 	}
 	if int64(len(p.waiters)) >= p.cfg.MaxWaiters {
 		p.stats.Rejected++
 		err := errorf(ErrQueueFull, "pool %q has %d acquires waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, len(p.waiters))
-		p.mu.Unlock()
+		p.unlock()
 		return Lease{}, err
 	}
-	w := &waiter{req: req, seq: p.seq, ready: make(chan struct{}), index: -1}
+	w := &waiter{req: req, seq: p.seq, ready: make(chan struct{}), index: -1, enqueued: now}
 	p.seq++
 	p.waiters.push(w)
 	p.waitingWeight += req.Weight
+	p.marksLocked() // marks.go
 	if req.WaitTimeout > 0 {
 		w.timer = e.clock.AfterFunc(req.WaitTimeout, func() { p.timeOutWaiter(w) })
 	}
 	p.dispatchLocked(now) // a new head may be blocked by tokens only: arm the rate timer
-	p.mu.Unlock()
+	p.unlock()
 
 	select {
 	case <-w.ready:
@@ -418,7 +422,7 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	// The caller is gone or out of time. End the wait if it has not ended;
 	// if it ended in a grant, undo the grant: nobody will hold it.
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	now = e.clock.Now()
 	if !w.done {
 		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(ctx.Err(), &w.req))
@@ -466,7 +470,7 @@ func (p *pool) abandonErrLocked(cause error, req *AcquireRequest) error {
 // timeOutWaiter ends w's wait when its WaitTimeout passes.
 func (p *pool) timeOutWaiter(w *waiter) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if w.done {
 		return
 	}
@@ -561,12 +565,12 @@ func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (L
 		released = l.Lease
 	}
 	if out == nil || (err != nil && !errors.Is(err, ErrLeaseExpired)) {
-		p.mu.Unlock()
+		p.unlock()
 		return released, err
 	}
 	p.recordOutcomesLocked(outcomeBucketOf(out.Outcome, out.Latency), e.clock.Now())
 	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
+	p.unlock()
 	e.deliver(ob)
 	return released, err
 }
@@ -602,7 +606,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 			if nl != nil {
 				out = nl.Lease
 			}
-			p.mu.Unlock()
+			p.unlock()
 			return out, err
 		}
 	}
@@ -612,8 +616,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 			p.dispatchLocked(now)
 		}
 		err := p.missingLeaseErrLocked(token)
-		p.mu.Unlock()
-		e.notifyEnded(ended)
+		p.unlockNotify(ended)
 		return Lease{}, err
 	}
 	if ttl == 0 {
@@ -623,11 +626,11 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 		ttl = min(l.TTL, p.cfg.MaxLeaseTTL)
 	}
 	if ttl, err = p.resolveTTLLocked(ttl); err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return Lease{}, err
 	}
 	if err := p.reserveLocked(now, now.Add(ttl)); err != nil { // durable horizon first: persist.go
-		p.mu.Unlock()
+		p.unlock()
 		return Lease{}, err
 	}
 	l.TTL = ttl
@@ -638,7 +641,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 		l.owner = owner
 	}
 	out := l.Lease
-	p.mu.Unlock()
+	p.unlock()
 	return out, nil
 }
 
@@ -665,11 +668,11 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 		return TakeResult{}, err
 	}
 	if p.bucket == nil {
-		p.mu.Unlock()
+		p.unlock()
 		return TakeResult{}, errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; use Acquire, or give the pool a rate", pool)
 	}
 	if tokens > p.cfg.Burst {
-		p.mu.Unlock()
+		p.unlock()
 		return TakeResult{}, errorf(ErrInvalidArgument, "tokens %d exceeds pool %q's burst of %d; no wait could satisfy it: take fewer at a time", tokens, pool, p.cfg.Burst)
 	}
 	now := e.clock.Now()
@@ -679,18 +682,19 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 		r.CancelAt(now)
 		p.stats.Rejected++
 		err := p.noRefillErrLocked(tokens)
-		p.mu.Unlock()
+		p.unlock()
 		return TakeResult{}, err
 	}
 	if delay > maxWait {
 		r.CancelAt(now)
 		p.stats.Rejected++
-		p.mu.Unlock()
+		p.unlock()
 		return TakeResult{}, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
 			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}
 	}
 	p.stats.TokensGranted += tokens
-	p.mu.Unlock()
+	p.waits.addTokens(now, tokens) // for the rate's utilisation: waittimes.go
+	p.unlock()
 	if delay == 0 {
 		return TakeResult{Tokens: tokens}, nil
 	}
@@ -705,9 +709,11 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 	}
 	t.Stop()
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	r.CancelAt(e.clock.Now())
+	defer p.unlock()
+	now = e.clock.Now()
+	r.CancelAt(now)
 	p.stats.TokensGranted -= tokens
+	p.waits.addTokens(now, -tokens)
 	switch {
 	case ctx.Err() == nil:
 		return TakeResult{}, errorf(ErrShuttingDown, "the server is shutting down")

@@ -130,12 +130,12 @@ func (e *Engine) RecordOutcome(pool string, o Outcome, latency time.Duration) er
 func (p *pool) record(b outcomeBucket) error {
 	p.mu.Lock()
 	if p.deleted {
-		p.mu.Unlock()
+		p.unlock()
 		return poolNotFound(p.name)
 	}
 	p.recordOutcomesLocked(b, p.e.clock.Now())
 	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
+	p.unlock()
 	p.e.deliver(ob)
 	return nil
 }

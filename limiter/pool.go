@@ -62,6 +62,10 @@ type pool struct {
 	shr shareTable   // rate shares: shares.go
 	out outbox       // events for the engine's callbacks, sent after unlocking: poolevents.go
 	res *resourceSet // instances of an active or passive pool, nil in a free pool: resource_set.go
+
+	mk    markState // event marks: marks.go
+	waits waitHist  // wait times of recent grants, and rate tokens: waittimes.go
+	born  time.Time // when this engine made the pool (createTime may be older, after a restart)
 }
 
 // newPool returns a pool whose first fencing token will be above
@@ -73,6 +77,7 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		cfg:        cfg,
 		createTime: now,
 		updateTime: now,
+		born:       now,
 		leases:     make(map[uint64]*lease),
 		lastToken:  tokenFloor,
 	}
@@ -82,6 +87,7 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 	p.initAdaptiveLocked() // effective limits = configured: adaptive.go
 	p.applyRateLocked(now)
 	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL}) // persist.go
+	p.applyMarksLocked()                                                                                   // event marks: marks.go
 	return p
 }
 
@@ -155,15 +161,17 @@ func (p *pool) admitLocked(weight int64, now time.Time) bool {
 			return false
 		}
 		p.stats.TokensGranted += weight
+		p.waits.addTokens(now, weight) // for the rate's utilisation: waittimes.go
 	}
 	return true
 }
 
-// grantLocked creates a lease for req, which admitLocked has just admitted.
-// It fails only when the token or expiry reservation cannot be written
+// grantLocked creates a lease for req, which admitLocked has just admitted
+// after it waited for waited (0: granted at once; recorded in the pool's
+// wait times, waittimes.go). It fails only when the token or expiry reservation cannot be written
 // (persist.go); then nothing is granted, and the rate tokens admitLocked
 // took stay spent (erring on the side of granting less).
-func (p *pool) grantLocked(req *AcquireRequest, now time.Time) (Lease, error) {
+func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Duration) (Lease, error) {
 	ttl := min(req.TTL, p.cfg.MaxLeaseTTL) // the maximum may have been lowered while req waited
 	if err := p.reserveLocked(now, now.Add(ttl)); err != nil {
 		p.stats.Rejected++
@@ -191,7 +199,9 @@ func (p *pool) grantLocked(req *AcquireRequest, now time.Time) (Lease, error) {
 	p.expiry.push(l)
 	p.held += req.Weight
 	p.stats.Granted++
+	p.waits.record(now, waited)
 	p.armExpiryTimerLocked(l.ExpireTime, now)
+	p.marksLocked() // marks.go
 	return l.Lease, nil
 }
 
@@ -206,6 +216,7 @@ func (p *pool) removeLeaseLocked(l *lease) {
 	if p.held == 0 {
 		p.notifyDrainedLocked() // suspend.go
 	}
+	p.marksLocked() // marks.go
 }
 
 // dispatchLocked grants waiters from the head of the queue while they fit.
@@ -216,7 +227,7 @@ func (p *pool) dispatchLocked(now time.Time) {
 		if !ok || !p.admitLocked(w.req.Weight, now) {
 			return
 		}
-		l, err := p.grantLocked(&w.req, now) // on error, w fails and the next head is tried
+		l, err := p.grantLocked(&w.req, now, now.Sub(w.enqueued)) // on error, w fails and the next head is tried
 		p.finishWaiterLocked(w, l, err)
 	}
 }
@@ -230,6 +241,7 @@ func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
 	if w.index >= 0 {
 		p.waiters.remove(w)
 		p.waitingWeight -= w.req.Weight
+		p.marksLocked() // marks.go
 	}
 	if w.timer != nil {
 		w.timer.Stop()
@@ -288,7 +300,7 @@ func (p *pool) onExpiryTimer() {
 	p.mu.Lock()
 	p.expiryAt = time.Time{}
 	if p.deleted {
-		p.mu.Unlock()
+		p.unlock()
 		return
 	}
 	now := p.e.clock.Now()
@@ -299,8 +311,7 @@ func (p *pool) onExpiryTimer() {
 	if len(ended) > 0 {
 		p.dispatchLocked(now)
 	}
-	p.mu.Unlock()
-	p.e.notifyEnded(ended)
+	p.unlockNotify(ended)
 }
 
 // armRateTimerLocked arms the rate timer for when the bucket will hold
@@ -331,7 +342,7 @@ func (p *pool) armRateTimerLocked(weight int64, now time.Time) {
 
 func (p *pool) onRateTimer() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	p.rateAt = time.Time{}
 	if p.deleted || p.bucket == nil {
 		return
@@ -357,6 +368,7 @@ func (p *pool) stopTimersLocked() {
 	p.stopAdaptiveLocked()  // adaptive.go
 	p.stopSharesLocked()    // shares_ops.go
 	p.stopProvidersLocked() // providers.go
+	p.stopMarksLocked()     // marks.go
 }
 
 // statusLocked returns the live status.
@@ -372,8 +384,9 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	if p.res != nil {
 		s.Resources, s.ResourcesFree, s.Providers = int64(len(p.res.byID)), int64(p.res.free.Len()), int64(len(p.res.providers))
 	}
-	p.adaptiveStatusLocked(&s, now) // adaptive.go
-	p.sharesStatusLocked(&s)        // shares_ops.go
+	s.Utilisation = p.utilisationLocked() // marks.go
+	p.adaptiveStatusLocked(&s, now)       // adaptive.go
+	p.sharesStatusLocked(&s)              // shares_ops.go
 	if p.bucket != nil {
 		s.TokensAvailable = p.bucket.TokensAt(now)
 	}

@@ -19,10 +19,22 @@ const (
 	// ProviderLeft: a provider left a passive pool, by Leave, by missing
 	// its keep-alive, or with its pool's deletion; Message says why.
 	ProviderLeft
+	// PoolOverload: the acquires waiting rose to or above the pool's
+	// overload mark (PoolEvent.Mark). See marks.go.
+	PoolOverload
+	// PoolDrained: the pool became idle (nothing held, nothing waiting)
+	// after a spell in which acquires waited.
+	PoolDrained
+	// PoolNearFull: held / effective concurrency limit rose to or above
+	// the pool's near-full mark.
+	PoolNearFull
+	// PoolLowUtilisation: held / effective concurrency limit stayed below
+	// the pool's low-utilisation mark for a whole period.
+	PoolLowUtilisation
 )
 
-// String returns "throttled", "relieved", "provider joined" or
-// "provider left".
+// String returns "throttled", "relieved", "provider joined", "provider left",
+// "overload", "drained", "near_full" or "low_utilisation".
 func (t PoolEventType) String() string {
 	switch t {
 	case PoolThrottled:
@@ -33,6 +45,14 @@ func (t PoolEventType) String() string {
 		return "provider joined"
 	case ProviderLeft:
 		return "provider left"
+	case PoolOverload:
+		return "overload"
+	case PoolDrained:
+		return "drained"
+	case PoolNearFull:
+		return "near_full"
+	case PoolLowUtilisation:
+		return "low_utilisation"
 	}
 	return "unknown"
 }
@@ -63,10 +83,12 @@ func (r ThrottleReason) String() string {
 	return ""
 }
 
-// PoolEvent reports a change of a pool's effective limits that the engine
-// made by itself (adaptive control), or a provider joining or leaving a
-// passive pool. Operator changes are not reported here: their callers know
-// of them.
+// PoolEvent reports something that happened in a pool by itself: a change
+// of its effective limits by adaptive control (PoolThrottled,
+// PoolRelieved), a mark crossed (PoolOverload, PoolDrained, PoolNearFull,
+// PoolLowUtilisation: marks.go), or a provider joining or leaving a
+// passive pool (ProviderJoined, ProviderLeft: providers.go). Operator
+// changes are not reported here: their callers know of them.
 type PoolEvent struct {
 	Pool string
 	Type PoolEventType
@@ -95,6 +117,18 @@ type PoolEvent struct {
 	Owner           any
 	Message         string
 	ProviderExpired bool
+
+	// For mark events (for them ConcurrencyLimit is the effective limit
+	// at the time): Held and Waiting are the weight held and the acquires
+	// waiting when the mark was crossed; Utilisation is held / effective
+	// concurrency limit then (for PoolLowUtilisation, the highest over the
+	// period; 0 without a concurrency limit); Mark is the mark crossed
+	// (the overload mark as a count, the others as a fraction; 0 for
+	// PoolDrained); Period is PoolLowUtilisation's period.
+	Held, Waiting int64
+	Utilisation   float64
+	Mark          float64
+	Period        time.Duration
 }
 
 // outbox holds what a pool reports to the engine's callbacks, collected
@@ -128,4 +162,32 @@ func (e *Engine) deliver(ob outbox) {
 			e.onShareUpdate(su)
 		}
 	}
+}
+
+// empty reports whether ob holds nothing to deliver.
+func (ob *outbox) empty() bool {
+	return len(ob.events) == 0 && len(ob.shares) == 0 && len(ob.ended) == 0
+}
+
+// unlock releases p.mu and then delivers what p's outbox holds (mark
+// events, marks.go, are put there wherever held or waiting change). Use it
+// instead of p.mu.Unlock wherever no other engine lock is held.
+func (p *pool) unlock() {
+	if p.out.empty() {
+		p.mu.Unlock()
+		return
+	}
+	ob := p.takeOutboxLocked()
+	p.mu.Unlock()
+	p.e.deliver(ob)
+}
+
+// unlockNotify is unlock for a caller that ended leases under the lock:
+// it reports ended to OnLeaseEnded before the outbox, so that a lease's
+// end comes before the pool_drained it caused.
+func (p *pool) unlockNotify(ended []LeaseEnded) {
+	ob := p.takeOutboxLocked()
+	p.mu.Unlock()
+	p.e.notifyEnded(ended)
+	p.e.deliver(ob)
 }

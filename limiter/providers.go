@@ -94,20 +94,20 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 		return nil, err
 	}
 	if err := p.checkKindLocked(ResourcePassive, "its instances are declared by operators (tollgate resource add)"); err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return nil, err
 	}
 	if old := p.res.providers[spec.ID]; old != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return nil, errorf(ErrProviderExists, "pool %q has a live provider %q (registered from %s at %s); pick another id, or wait for it to leave (at the latest %s)",
 			pool, spec.ID, old.Address, old.joinTime.UTC().Format(time.RFC3339), old.expireAt.UTC().Format(time.RFC3339Nano))
 	}
 	if len(p.res.providers) >= MaxProvidersPerPool {
-		p.mu.Unlock()
+		p.unlock()
 		return nil, errorf(ErrTooManyProviders, "pool %q has %d live providers, the most it may have", pool, MaxProvidersPerPool)
 	}
 	if err := p.checkNewResourcesLocked(add); err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return nil, err
 	}
 	now := e.clock.Now()
@@ -118,9 +118,7 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 	p.out.events = append(p.out.events, PoolEvent{Pool: pool, Type: ProviderJoined, Time: now, Provider: spec.ID, Owner: spec.Owner,
 		Message: "provider " + quote(spec.ID) + " joined from " + spec.Address + " with a keep-alive TTL of " + spec.TTL.String()})
 	p.offerLocked(pr, add, now)
-	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
-	e.deliver(ob)
+	p.unlock() // delivers the outbox: poolevents.go
 	return pr.handle, nil
 }
 
@@ -155,7 +153,7 @@ func (h *Provider) liveLocked(now time.Time) (*provider, error) {
 func (h *Provider) KeepAlive() (ProviderInfo, error) {
 	p := h.p
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	pr, err := h.liveLocked(p.e.clock.Now())
 	if err != nil {
 		return ProviderInfo{}, err
@@ -174,7 +172,7 @@ func (h *Provider) Offer(rs []Resource) (ProviderInfo, error) {
 	}
 	p := h.p
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	now := p.e.clock.Now()
 	pr, err := h.liveLocked(now)
 	if err != nil {
@@ -212,18 +210,17 @@ func (h *Provider) Withdraw(ids []string, wait bool) (RemoveResult, ProviderInfo
 	now := p.e.clock.Now()
 	pr, err := h.liveLocked(now)
 	if err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return RemoveResult{}, ProviderInfo{}, err
 	}
 	ins, err := p.instancesLocked(ids, h.id)
 	if err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return RemoveResult{}, ProviderInfo{}, err
 	}
 	res, ended := p.removeAndDispatchLocked(ins, wait, "was withdrawn from pool "+quote(p.name)+" by its provider "+quote(h.id), "", now)
 	info := pr.infoLocked()
-	p.mu.Unlock()
-	p.e.notifyEnded(ended)
+	p.unlockNotify(ended) // poolevents.go
 	return res, info, nil
 }
 
@@ -237,14 +234,12 @@ func (h *Provider) Leave(reason string) error {
 	now := p.e.clock.Now()
 	if h.gone != "" || p.deleted {
 		_, err := h.liveLocked(now)
-		p.mu.Unlock()
+		p.unlock()
 		return err
 	}
 	pr := p.res.providers[h.id]
 	p.leaveLocked(pr, reason, now)
-	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
-	p.e.deliver(ob)
+	p.unlock() // delivers the outbox: poolevents.go
 	return nil
 }
 
@@ -253,7 +248,7 @@ func (h *Provider) Leave(reason string) error {
 func (h *Provider) Info() (ProviderInfo, error) {
 	p := h.p
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if h.gone != "" || p.deleted {
 		_, err := h.liveLocked(p.e.clock.Now())
 		return ProviderInfo{}, err
@@ -283,20 +278,18 @@ func (p *pool) leaveLocked(pr *provider, reason string, now time.Time) {
 func (p *pool) onProviderTimer(pr *provider) {
 	p.mu.Lock()
 	if p.deleted || p.res.providers[pr.ID] != pr {
-		p.mu.Unlock()
+		p.unlock()
 		return
 	}
 	now := p.e.clock.Now()
 	if left := pr.expireAt.Sub(now); left > 0 { // kept alive since the timer was set
 		pr.timer.Reset(left)
-		p.mu.Unlock()
+		p.unlock()
 		return
 	}
 	p.leaveLocked(pr, "it missed its keep-alive (nothing heard for its TTL of "+pr.TTL.String()+")", now)
 	p.out.events[len(p.out.events)-1].ProviderExpired = true // the ProviderLeft just reported
-	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
-	p.e.deliver(ob)
+	p.unlock() // delivers the outbox: poolevents.go
 }
 
 // stopProvidersLocked stops the providers' timers for good and marks them

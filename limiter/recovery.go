@@ -87,7 +87,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 	now := e.clock.Now()
 	p := newPool(e, cfg, now, 0) // its tokens come from saved.State below
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.mu.Unlock() // under e.mu: nothing to deliver from a new pool
 	if !saved.CreateTime.IsZero() {
 		p.createTime = saved.CreateTime
 	}
@@ -127,7 +127,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 // the restart that was not re-adopted is over, so the queue is served.
 func (p *pool) onRecoveryEnd() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if p.deleted || !p.recoveringLocked() {
 		return
 	}
@@ -227,6 +227,7 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 	p.expiry.push(l)
 	p.held += ra.Weight
 	p.stats.Readopted++
+	p.marksLocked() // marks.go
 	p.armExpiryTimerLocked(l.ExpireTime, now)
 	return l, nil
 }

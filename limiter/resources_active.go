@@ -24,7 +24,7 @@ func (e *Engine) AddResources(pool string, rs []Resource) (PoolInfo, error) {
 	if err != nil {
 		return PoolInfo{}, err
 	}
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if err := p.checkKindLocked(ResourceActive, "its instances come from providers (LimiterService.Provide), not from AddResources"); err != nil {
 		return PoolInfo{}, err
 	}
@@ -93,22 +93,21 @@ func (e *Engine) RemoveResourcesBy(pool string, ids []string, wait bool, reason,
 		return RemoveResult{}, err
 	}
 	if err := p.checkKindLocked(ResourceActive, "its instances leave with their providers, or by a withdrawal on the provider's stream"); err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return RemoveResult{}, err
 	}
 	ins, err := p.instancesLocked(ids, "")
 	if err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return RemoveResult{}, err
 	}
 	now := e.clock.Now()
 	if err := p.persistResourcesLocked(nil, ids, now); err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return RemoveResult{}, err
 	}
 	res, ended := p.removeAndDispatchLocked(ins, wait, "was removed from pool "+quote(p.name)+": "+reason, actor, now)
-	p.mu.Unlock()
-	e.notifyEnded(ended)
+	p.unlockNotify(ended) // poolevents.go
 	return res, nil
 }
 
@@ -143,7 +142,7 @@ func (e *Engine) ListResources(pool string) ([]ResourceState, []ProviderInfo, er
 	if err != nil {
 		return nil, nil, err
 	}
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if p.res == nil {
 		return nil, nil, errorf(ErrNotResourcePool, "pool %q is a free pool: its permits are counters, not instances; create an active or passive pool to have instances", p.name)
 	}

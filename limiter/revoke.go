@@ -54,14 +54,12 @@ func (e *Engine) RevokeLeaseBy(pool string, token uint64, reason, actor string) 
 			p.dispatchLocked(now)
 		}
 		err := p.missingLeaseErrLocked(token)
-		p.mu.Unlock()
-		e.notifyEnded(ended)
+		p.unlockNotify(ended)
 		return err
 	}
 	ended = append(ended, p.revokeLocked(l, reason, actor, now))
 	p.dispatchLocked(now)
-	p.mu.Unlock()
-	e.notifyEnded(ended)
+	p.unlockNotify(ended)
 	return nil
 }
 
@@ -128,7 +126,7 @@ func (e *Engine) GetLease(pool string, token uint64) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if l := p.leases[token]; l != nil {
 		return l.Lease, nil
 	}
@@ -152,7 +150,7 @@ func (e *Engine) ListLeases(pool, clientID string, after uint64, limit int) ([]L
 			out = append(out, l.Lease)
 		}
 	}
-	p.mu.Unlock()
+	p.unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].FencingToken < out[j].FencingToken })
 	more := len(out) > limit
 	if more {

@@ -62,18 +62,18 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 		return Share{}, err
 	}
 	if err := p.sharesAllowedLocked(); err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return Share{}, err
 	}
 	ttl, err := p.resolveTTLLocked(req.TTL)
 	if err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return Share{}, err
 	}
 	t := &p.shr
 	if len(t.list) >= MaxSharesPerPool {
 		p.stats.Rejected++
-		p.mu.Unlock()
+		p.unlock()
 		return Share{}, errorf(ErrTooManyShares, "pool %q has %d rate shares, the most one pool may have; release shares that are no longer used, or share one per process", p.name, MaxSharesPerPool)
 	}
 	now := e.clock.Now()
@@ -92,7 +92,7 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 	p.armShareTimerLocked(s.expire, now)
 	out := p.shareSnapshotLocked(s)
 	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
+	p.unlock()
 	e.deliver(ob)
 	return out, nil
 }
@@ -140,7 +140,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 		return Share{}, err
 	}
 	if err := p.sharesAllowedLocked(); err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return Share{}, err
 	}
 	now := e.clock.Now()
@@ -149,14 +149,14 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 		p.expireSharesLocked(now)
 		err := p.missingShareErrLocked(r.ID)
 		ob := p.takeOutboxLocked()
-		p.mu.Unlock()
+		p.unlock()
 		e.deliver(ob)
 		return Share{}, err
 	}
 	ttl := min(s.ttl, p.cfg.MaxLeaseTTL) // the maximum may have been lowered since
 	if r.TTL > 0 {
 		if ttl, err = p.resolveTTLLocked(r.TTL); err != nil {
-			p.mu.Unlock()
+			p.unlock()
 			return Share{}, err
 		}
 	}
@@ -184,7 +184,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	}
 	out := p.shareSnapshotLocked(s)
 	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
+	p.unlock()
 	e.deliver(ob)
 	return out, nil
 }
@@ -200,7 +200,7 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 	s := p.shr.byID[id]
 	if s == nil {
 		err := p.missingShareErrLocked(id)
-		p.mu.Unlock()
+		p.unlock()
 		return err
 	}
 	now := e.clock.Now()
@@ -212,7 +212,7 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 		p.dispatchLocked(now)
 	}
 	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
+	p.unlock()
 	e.deliver(ob)
 	return nil
 }
@@ -267,7 +267,7 @@ func (p *pool) onShareTimer() {
 	p.mu.Lock()
 	p.shr.timerAt = time.Time{}
 	if p.deleted {
-		p.mu.Unlock()
+		p.unlock()
 		return
 	}
 	now := p.e.clock.Now()
@@ -279,7 +279,7 @@ func (p *pool) onShareTimer() {
 		p.dispatchLocked(now)
 	}
 	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
+	p.unlock()
 	p.e.deliver(ob)
 }
 
@@ -305,7 +305,7 @@ func (e *Engine) Shares(pool string) ([]Share, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer p.mu.Unlock()
+	defer p.unlock()
 	out := make([]Share, 0, len(p.shr.list))
 	for _, s := range p.shr.list {
 		out = append(out, p.shareSnapshotLocked(s))

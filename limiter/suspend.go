@@ -33,7 +33,7 @@ func (e *Engine) SuspendPoolBy(name string, revokeHeld bool, actor string) (Pool
 	}
 	now := e.clock.Now()
 	if err := p.persistSuspendedLocked(true, now); err != nil {
-		p.mu.Unlock()
+		p.unlock()
 		return PoolInfo{}, err
 	}
 	var ended []LeaseEnded
@@ -45,8 +45,7 @@ func (e *Engine) SuspendPoolBy(name string, revokeHeld bool, actor string) (Pool
 		}
 	}
 	info := p.infoLocked(now)
-	p.mu.Unlock()
-	e.notifyEnded(ended)
+	p.unlockNotify(ended)
 	return info, nil
 }
 
@@ -59,7 +58,7 @@ func (e *Engine) ResumePool(name string) (PoolInfo, error) {
 	if err != nil {
 		return PoolInfo{}, err
 	}
-	defer p.mu.Unlock()
+	defer p.unlock()
 	now := e.clock.Now()
 	if err := p.persistSuspendedLocked(false, now); err != nil {
 		return PoolInfo{}, err
@@ -83,20 +82,20 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 	for {
 		p.mu.Lock()
 		if p.deleted {
-			p.mu.Unlock()
+			p.unlock()
 			return PoolInfo{}, errorf(ErrPoolDeleted, "pool %q was deleted while draining it", name)
 		}
 		now := e.clock.Now()
 		if p.held == 0 {
 			info := p.infoLocked(now)
-			p.mu.Unlock()
+			p.unlock()
 			return info, nil
 		}
 		if p.drained == nil {
 			p.drained = make(chan struct{})
 		}
 		ch := p.drained
-		p.mu.Unlock()
+		p.unlock()
 
 		select {
 		case <-ch:
@@ -107,7 +106,7 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 		}
 		p.mu.Lock()
 		held, n, suspended := p.held, len(p.leases), p.suspended
-		p.mu.Unlock()
+		p.unlock()
 		hint := ""
 		if !suspended {
 			hint = "; the pool is not suspended, so new grants may keep it busy (tollgate pool suspend " + name + ")"

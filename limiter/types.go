@@ -150,6 +150,11 @@ type PoolStatus struct {
 	// (including those being removed while held), ResourcesFree those free
 	// to grant now, and Providers the live providers of a passive pool.
 	Resources, ResourcesFree, Providers int64
+	// Utilisation is Held / EffectiveConcurrencyLimit now (above 1 while
+	// a lowered limit is still over-held); in an active or passive pool,
+	// Held / its instances when they are fewer (or it has no limit); 0
+	// with neither.
+	Utilisation float64
 
 	// Adaptive limits and rate shares (adaptive.go, shares.go).
 	AdaptiveStatus

@@ -1,5 +1,7 @@
 package limiter
 
+import "time"
+
 // waiter is an Acquire waiting in its pool's queue. Its fields are guarded
 // by the pool's mutex, except that once ready is closed (exactly once, when
 // the wait ends) lease and err no longer change and may be read freely.
@@ -12,6 +14,9 @@ type waiter struct {
 	done  bool
 	index int   // in the wait queue; -1 once removed
 	timer Timer // wait timeout, if any
+	// enqueued is when the acquire joined the queue, by the engine's
+	// clock: its grant records now minus this as its wait (waittimes.go).
+	enqueued time.Time
 }
 
 // Waiters live in an indexedHeap ordered by priority (higher first), then

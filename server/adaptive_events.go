@@ -10,10 +10,15 @@ import (
 
 // onPoolEvent is the engine's OnPoolEvent callback: every change adaptive
 // control makes to a pool's effective limits is recorded and logged as an
-// event (EventPoolThrottled, EventPoolRelieved). It never blocks.
+// event (EventPoolThrottled, EventPoolRelieved), and so is every mark
+// crossed (EventPoolOverload, ...: marks_convert.go). It never blocks.
 func (s *Server) onPoolEvent(ev limiter.PoolEvent) {
 	if ev.Type == limiter.ProviderJoined || ev.Type == limiter.ProviderLeft {
 		s.onProviderEvent(ev) // provide.go
+		return
+	}
+	if typ, ok := markEventTypes[ev.Type]; ok {
+		s.recordEvent(Event{Time: ev.Time, Type: typ, Pool: ev.Pool, Detail: markEventDetail(ev)})
 		return
 	}
 	typ := EventPoolRelieved

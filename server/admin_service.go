@@ -21,7 +21,8 @@ const (
 // updatablePaths are the update_mask paths UpdatePool accepts, in the order
 // they are listed to people.
 // (Pool.adaptive's fields also have paths of their own: adaptive_update.go.)
-var updatablePaths = []string{"description", "concurrency_limit", "rate", "burst", "default_lease_ttl", "max_lease_ttl", "max_waiters", "adaptive", "safe_rate", "revocation_policy", "selection_policy"}
+var updatablePaths = append([]string{"description", "concurrency_limit", "rate", "burst", "default_lease_ttl", "max_lease_ttl", "max_waiters", "adaptive", "safe_rate", "revocation_policy", "selection_policy"},
+	markPaths...) // marks_convert.go
 
 // adminService implements tollgatev1.AdminServiceServer over the engine.
 type adminService struct {
@@ -156,8 +157,10 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 				c.RevocationPolicy = src.RevocationPolicy
 			case "selection_policy":
 				c.Selection = src.Selection
-			default: // adaptive.<field>: adaptive_update.go
-				applyAdaptivePath(&c.Adaptive, src.Adaptive, path)
+			default: // a mark (marks_convert.go) or adaptive.<field> (adaptive_update.go)
+				if !applyMarkPath(c, src, path) {
+					applyAdaptivePath(&c.Adaptive, src.Adaptive, path)
+				}
 			}
 		}
 	})
@@ -195,6 +198,9 @@ func updateSource(p *tollgatev1.Pool, paths []string) (limiter.PoolConfig, error
 		return src, err
 	}
 	if src.Adaptive, err = adaptiveFromProto("pool.adaptive", p.GetAdaptive()); err != nil { // adaptive_convert.go
+		return src, err
+	}
+	if err := marksFromProto(p, &src); err != nil { // marks_convert.go
 		return src, err
 	}
 	for _, path := range paths {

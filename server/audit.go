@@ -75,6 +75,7 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 		"revocation_policy": revocationPolicyName(p.GetRevocationPolicy()),
 		"selection_policy":  selectionFromProtoName(p.GetSelectionPolicy()),
 	}
+	markFields(p, vals) // marks_convert.go
 	if paths == nil {
 		defaults := map[string]string{
 			"description":       `""`,
@@ -86,6 +87,8 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 			"max_waiters":       strconv.Itoa(limiter.DefaultMaxWaiters),
 			"revocation_policy": "wait",
 			"selection_policy":  "reuse",
+			// The marks' defaults are 0 (unset): markFields.
+			"overload_mark": "default", "near_full_mark": "default", "low_utilisation_mark": "default", "low_utilisation_period": "default",
 		}
 		if k := p.GetResourceKind(); k == tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE || k == tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE {
 			paths = append(paths, "resource_kind")

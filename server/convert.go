@@ -160,7 +160,7 @@ func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 	if err != nil {
 		return cfg, err
 	}
-	return limiter.PoolConfig{
+	cfg = limiter.PoolConfig{
 		Name:             p.GetName(),
 		Description:      p.GetDescription(),
 		ConcurrencyLimit: p.GetConcurrencyLimit(),
@@ -174,7 +174,11 @@ func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 		RevocationPolicy: policy,
 		ResourceKind:     kind,
 		Selection:        selection,
-	}, nil
+	}
+	if err := marksFromProto(p, &cfg); err != nil { // marks_convert.go
+		return cfg, err
+	}
+	return cfg, nil
 }
 
 // revocationPolicyFromProto converts a pool's revocation_policy; unset
@@ -201,7 +205,7 @@ func revocationPolicyToProto(r limiter.RevocationPolicy) tollgatev1.RevocationPo
 // engine) and times to the wire.
 func poolToProto(info limiter.PoolInfo) *tollgatev1.Pool {
 	c := info.Config
-	return &tollgatev1.Pool{
+	out := &tollgatev1.Pool{
 		Name:             c.Name,
 		Description:      c.Description,
 		ConcurrencyLimit: c.ConcurrencyLimit,
@@ -218,6 +222,8 @@ func poolToProto(info limiter.PoolInfo) *tollgatev1.Pool {
 		CreateTime:       timestamp(info.CreateTime),
 		UpdateTime:       timestamp(info.UpdateTime),
 	}
+	marksToProto(c, out) // marks_convert.go
+	return out
 }
 
 // statusToProto converts a pool's live status to the wire.
@@ -243,6 +249,7 @@ func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
 		Resources:        s.Resources,
 		ResourcesFree:    s.ResourcesFree,
 		Providers:        s.Providers,
+		Utilisation:      s.Utilisation,
 	}
 	adaptiveStatusToProto(s.AdaptiveStatus, out) // effective limits, outcomes, shares: adaptive_convert.go
 	return out

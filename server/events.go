@@ -19,6 +19,11 @@ const (
 	EventLeaseRevoked  = "lease_revoked"  // the server ended the lease (its pool was deleted with force, ...)
 	EventPoolThrottled = "pool_throttled" // adaptive control cut the pool's effective limits: adaptive_events.go
 	EventPoolRelieved  = "pool_relieved"  // adaptive control raised them toward the configured ones
+	// Mark events (limiter/marks.go, server/marks_convert.go).
+	EventPoolOverload       = "pool_overload"        // the acquires waiting rose to the pool's overload mark
+	EventPoolDrained        = "pool_drained"         // the pool became idle: nothing held, nothing waiting
+	EventPoolNearFull       = "pool_near_full"       // held / effective concurrency limit rose to the near-full mark
+	EventPoolLowUtilisation = "pool_low_utilisation" // it stayed below the low-utilisation mark for a whole period
 )
 
 // RecentEventsLen is how many events the server keeps for RecentEvents and
@@ -115,17 +120,21 @@ func (s *Server) recordEvent(ev Event) {
 
 // eventMessages are the log messages of the event types.
 var eventMessages = map[string]string{
-	EventPoolCreated:      "pool created",
-	EventPoolUpdated:      "pool updated",
-	EventPoolDeleted:      "pool deleted",
-	EventLeaseExpired:     "lease expired: its holder did not renew it; its permits are back in the pool",
-	EventLeaseRevoked:     "lease ended by the server; its permits are back in the pool",
-	EventPoolThrottled:    "pool throttled: adaptive control lowered its effective limits",
-	EventPoolRelieved:     "pool relieved: adaptive control raised its effective limits",
-	EventResourcesAdded:   "instances added to an active pool",
-	EventResourcesRemoved: "instances removed from an active pool",
-	EventProviderJoined:   "provider joined a passive pool",
-	EventProviderLeft:     "provider left a passive pool; its instances left with it",
+	EventPoolCreated:        "pool created",
+	EventPoolUpdated:        "pool updated",
+	EventPoolDeleted:        "pool deleted",
+	EventLeaseExpired:       "lease expired: its holder did not renew it; its permits are back in the pool",
+	EventLeaseRevoked:       "lease ended by the server; its permits are back in the pool",
+	EventPoolThrottled:      "pool throttled: adaptive control lowered its effective limits",
+	EventPoolRelieved:       "pool relieved: adaptive control raised its effective limits",
+	EventPoolOverload:       "pool overload: its queue reached the overload mark",
+	EventPoolDrained:        "pool drained: nothing held and nothing waiting",
+	EventPoolNearFull:       "pool near full: its utilisation reached the near-full mark",
+	EventPoolLowUtilisation: "pool low utilisation: it stayed below the low-utilisation mark for a whole period",
+	EventResourcesAdded:     "instances added to an active pool",
+	EventResourcesRemoved:   "instances removed from an active pool",
+	EventProviderJoined:     "provider joined a passive pool",
+	EventProviderLeft:       "provider left a passive pool; its instances left with it",
 }
 
 // leaseEnded handles the end of a lease that its holder did not release

@@ -2,11 +2,11 @@ package server
 
 import (
 	"crypto/hmac"
-	"errors"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"hash"
 	"strconv"
 	"strings"

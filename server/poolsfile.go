@@ -16,7 +16,8 @@ import (
 
 // poolsFileFields are the keys a pool entry of a pools file may have, in
 // the order they are listed to people.
-var poolsFileFields = []string{"name", "description", "concurrency", "rate", "burst", "default_ttl", "max_ttl", "max_waiters", "safe_rate", "adaptive", "revocation_policy"}
+var poolsFileFields = append([]string{"name", "description", "concurrency", "rate", "burst", "default_ttl", "max_ttl", "max_waiters", "safe_rate", "adaptive", "revocation_policy"},
+	markFileFields...) // poolsfile_marks.go
 
 // maxPoolsFileSize bounds the pools file LoadPoolsFile reads.
 const maxPoolsFileSize = 16 << 20
@@ -38,6 +39,8 @@ const maxPoolsFileSize = 16 << 20
 //	    adaptive:        # adaptive limits; see poolsfile_adaptive.go
 //	      enabled: true
 //	      backoff: 0.9
+//	    overload_mark: 100   # event marks; see poolsfile_marks.go
+//	    near_full_mark: off
 //
 // Every field but name is optional (0 or absent means the default, as in
 // limiter.PoolConfig); each pool needs a concurrency, a rate, or both.
@@ -162,7 +165,10 @@ func (p poolsParser) pool(n *yaml.Node) (limiter.PoolConfig, error) {
 		case "adaptive": // poolsfile_adaptive.go
 			cfg.Adaptive, err = p.adaptive(v)
 		default:
-			err = p.errorf(k, "unknown field %q; a pool has %s", truncate(k.Value, 64), strings.Join(poolsFileFields, ", "))
+			var isMark bool // poolsfile_marks.go
+			if isMark, err = p.mark(&cfg, k, v); !isMark {
+				err = p.errorf(k, "unknown field %q; a pool has %s", truncate(k.Value, 64), strings.Join(poolsFileFields, ", "))
+			}
 		}
 		if err != nil {
 			return cfg, err

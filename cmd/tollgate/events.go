@@ -25,8 +25,9 @@ func newEventsCmd(g *globals) *cobra.Command {
 		Short: "Tail the server's pool events until Ctrl-C",
 		Long: `Print the server's events as they happen, one line each (time, type, pool,
 detail), until Ctrl-C: pool changes made through the admin API, leases that
-ended without their holder's release (expired, revoked), and changes made
-by adaptive control. --recent first prints the events the server kept from
+ended without their holder's release (expired, revoked), changes made
+by adaptive control, and the pools' event marks crossed (pool_overload,
+pool_near_full, pool_low_utilisation, pool_drained). --recent first prints the events the server kept from
 before (up to 256). --pool keeps only one pool's events. With -o json each
 event is one line of JSON (a PoolEvent message).
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -97,7 +98,7 @@ func TestEventsPoolFilterJSON(t *testing.T) {
 }
 
 // Off a terminal, "tollgate stats" prints the table once; -o json prints
-// a ListPoolsResponse.
+// a GetStatsResponse.
 func TestStatsOnce(t *testing.T) {
 	ts := newCLIServer(t)
 	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 4})
@@ -110,17 +111,18 @@ func TestStatsOnce(t *testing.T) {
 	r := runCLI(t, ts.addr, "stats").mustSucceed(t)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "POOL") || !strings.Contains(lines[0], "WAIT_TIMEOUTS") ||
-		!strings.HasPrefix(lines[1], "api ") || !strings.HasSuffix(lines[1], "-") ||
+		!strings.HasPrefix(lines[1], "api ") || !strings.HasSuffix(lines[1], " 0%") ||
 		!strings.HasPrefix(lines[2], "db ") || !strings.Contains(lines[2], "2/4") || !strings.HasSuffix(lines[2], "50%") ||
 		strings.Contains(r.stdout, clearScreen) {
 		t.Fatalf("stats output:\n%s", r.stdout)
 	}
 	r = runCLI(t, ts.addr, "stats", "db", "-o", "json").mustSucceed(t)
-	var resp tollgatev1.ListPoolsResponse
+	var resp tollgatev1.GetStatsResponse
 	if err := protojson.Unmarshal([]byte(r.stdout), &resp); err != nil {
 		t.Fatalf("stats -o json: %v\n%s", err, r.stdout)
 	}
-	if len(resp.GetPools()) != 1 || resp.GetStatuses()[0].GetHeld() != 2 || resp.GetStatuses()[0].GetGranted() != 2 {
+	if len(resp.GetStats()) != 1 || resp.GetStats()[0].GetStatus().GetHeld() != 2 || resp.GetStats()[0].GetStatus().GetGranted() != 2 ||
+		resp.GetStats()[0].GetUtilisation() != 0.5 || resp.GetStats()[0].GetWaitTimes().GetCount() != 2 {
 		t.Fatalf("stats db -o json: %v", &resp)
 	}
 	runCLI(t, ts.addr, "stats", "nope").mustFail(t, 1, "(NOT_FOUND POOL_NOT_FOUND)")
@@ -132,12 +134,35 @@ func TestStatsOnce(t *testing.T) {
 func TestStatsEffectiveLimit(t *testing.T) {
 	var out strings.Builder
 	p := &printer{w: &out}
-	err := p.stats(&tollgatev1.ListPoolsResponse{
-		Pools:    []*tollgatev1.Pool{{Name: "db", ConcurrencyLimit: 10}},
-		Statuses: []*tollgatev1.PoolStatus{{Held: 3, EffectiveConcurrencyLimit: 4, Granted: 7}},
-	})
+	err := p.stats(&tollgatev1.GetStatsResponse{Stats: []*tollgatev1.PoolStats{{
+		Pool: "db", ConcurrencyLimit: 10, Utilisation: 0.75,
+		Status: &tollgatev1.PoolStatus{Held: 3, EffectiveConcurrencyLimit: 4, Granted: 7},
+	}}})
 	if err != nil || !strings.Contains(out.String(), "3/10 (eff 4)") || !strings.HasSuffix(strings.TrimSpace(out.String()), "75%") {
 		t.Fatalf("stats: %v\n%s", err, out.String())
+	}
+}
+
+// The table shows the wait-time percentiles GetStats returns, and "-"
+// when nothing was granted in the window.
+func TestStatsWaitColumns(t *testing.T) {
+	var out strings.Builder
+	p := &printer{w: &out}
+	err := p.stats(&tollgatev1.GetStatsResponse{Stats: []*tollgatev1.PoolStats{
+		{Pool: "busy", ConcurrencyLimit: 2, Utilisation: 1, Status: &tollgatev1.PoolStatus{Held: 2, EffectiveConcurrencyLimit: 2},
+			WaitTimes: &tollgatev1.WaitTimes{Count: 9, P50: durationpb.New(0), P90: durationpb.New(1234567 * time.Nanosecond),
+				P99: durationpb.New(2500 * time.Millisecond), Max: durationpb.New(3 * time.Second)}},
+		{Pool: "idle", ConcurrencyLimit: 2, Status: &tollgatev1.PoolStatus{EffectiveConcurrencyLimit: 2}, WaitTimes: &tollgatev1.WaitTimes{}},
+	}})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err != nil || len(lines) != 3 || !strings.Contains(lines[0], "WAIT_P50  WAIT_P90  WAIT_P99  WAIT_MAX  UTIL") {
+		t.Fatalf("stats: %v\n%s", err, out.String())
+	}
+	if f := strings.Fields(lines[1]); strings.Join(f[len(f)-5:], " ") != "0 1.2ms 2.5s 3s 100%" {
+		t.Fatalf("busy row %q: want waits 0 1.2ms 2.5s 3s, util 100%%", lines[1])
+	}
+	if f := strings.Fields(lines[2]); strings.Join(f[len(f)-5:], " ") != "- - - - 0%" {
+		t.Fatalf("idle row %q: want no waits, util 0%%", lines[2])
 	}
 }
 

@@ -86,6 +86,7 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 	row("revocation_policy", revocationPolicyText(pool.GetRevocationPolicy()))
 	resourceConfigRows(row, pool) // resource.go
 	adaptiveConfigRows(row, pool) // output_adaptive.go
+	markRows(row, pool)           // pool_marks.go
 	row("create_time", timestamp(pool.GetCreateTime()))
 	row("update_time", timestamp(pool.GetUpdateTime()))
 	if st != nil {
@@ -110,6 +111,9 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 		if pool.GetRate() != 0 {
 			row("tokens_granted", st.GetTokensGranted())
 			row("tokens_available", strconv.FormatFloat(st.GetTokensAvailable(), 'f', 2, 64))
+		}
+		if pool.GetConcurrencyLimit() != 0 {
+			row("utilisation", pctText(st.GetUtilisation()))
 		}
 		row("last_fencing_token", st.GetLastFencingToken())
 		if st.GetRecoveringUntil() != nil || st.GetReadopted() != 0 { // after a restart: docs/recovery.md

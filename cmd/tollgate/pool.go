@@ -27,6 +27,7 @@ type poolFlags struct {
 	kind        string // resource.go
 	selection   string
 	adaptive    adaptiveFlags // pool_adaptive.go
+	marks       markFlags     // pool_marks.go
 }
 
 // poolFlagFields maps each pool flag to the Pool field it sets (the
@@ -43,7 +44,7 @@ var poolFlagFields = append([]struct{ flag, field string }{
 	{"revocation-policy", "revocation_policy"},
 	{"kind", "resource_kind"},
 	{"selection", "selection_policy"},
-}, adaptiveFlagFields...) // pool_adaptive.go
+}, append(adaptiveFlagFields, markFlagFields...)...) // pool_adaptive.go, pool_marks.go
 
 func (p *poolFlags) register(f *pflag.FlagSet) {
 	f.Int64Var(&p.concurrency, "concurrency", 0, "concurrency limit: most permit weight held at once (0: none)")
@@ -58,6 +59,7 @@ func (p *poolFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&p.kind, "kind", "free", "what the permits are: free (a counter), active (instances an operator declares: tollgate resource add) or passive (instances providers offer: tollgate resource provide); set at creation")
 	f.StringVar(&p.selection, "selection", "reuse", "which free instance an active or passive pool grants first: reuse (the most recently released) or spread (the least recently used)")
 	p.adaptive.register(f) // pool_adaptive.go
+	p.marks.register(f)    // pool_marks.go
 }
 
 // pool returns the Pool named name with the values of the flags given on
@@ -100,7 +102,13 @@ func (p *poolFlags) pool(f *pflag.FlagSet, name string) (*tollgatev1.Pool, []str
 			if err := p.setResourceFlag(pool, ff.flag); err != nil { // resource.go
 				return nil, nil, err
 			}
-		default: // --adaptive*: pool_adaptive.go
+		default: // a mark (pool_marks.go) or --adaptive* (pool_adaptive.go)
+			if isMark, err := p.marks.set(pool, ff.flag); isMark {
+				if err != nil {
+					return nil, nil, err
+				}
+				continue
+			}
 			if err := p.adaptive.set(pool, ff.flag); err != nil {
 				return nil, nil, err
 			}
@@ -164,13 +172,19 @@ An active pool (--kind active) grants instances an operator declares: give
 them with --resources (and --attr), or later with tollgate resource add. A
 passive pool (--kind passive) grants instances that providers offer
 (tollgate resource provide). Either may leave --concurrency unset: its
-capacity is then its instances.`,
+capacity is then its instances.
+
+The event marks make the server record an event (tollgate events) when the
+queue reaches --overload-mark, when held/limit reaches --near-full-mark, and
+when it stays below --low-utilisation-mark for --low-utilisation-period;
+"off" turns one off. See docs/operations.md.`,
 		Example: `  tollgate pool create orders-db --concurrency 20 --description "primary database"
   tollgate pool create api.github.com --rate 80 --burst 100
   tollgate pool create gpu --concurrency 8 --ttl 1m --max-ttl 1h --max-waiters 100
   tollgate pool create payments-api --rate 200 --safe-rate 5 --adaptive --adaptive-target rate
   tollgate pool create orders-db --kind active --resources conn-1,conn-2,conn-3,conn-4 --attr addr=db-{id}.internal:5432
-  tollgate pool create gpu-workers --kind passive --selection spread`,
+  tollgate pool create gpu-workers --kind passive --selection spread
+  tollgate pool create gpu --concurrency 8 --overload-mark 20 --near-full-mark 0.75 --low-utilisation-mark off`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pool, _, err := pf.pool(cmd.Flags(), args[0])
@@ -276,7 +290,8 @@ off, restoring the configured limits at once.`,
 		Example: `  tollgate pool update orders-db --concurrency 30
   tollgate pool update api.github.com --rate 50 --burst 0
   tollgate pool update orders-db --adaptive-backoff 0.7 --adaptive-latency-tolerance 2
-  tollgate pool update orders-db --adaptive=false`,
+  tollgate pool update orders-db --adaptive=false
+  tollgate pool update orders-db --near-full-mark 0.8 --low-utilisation-period 30m`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pool, paths, err := pf.pool(cmd.Flags(), args[0])
@@ -284,7 +299,7 @@ off, restoring the configured limits at once.`,
 				return err
 			}
 			if len(paths) == 0 {
-				return usageErrorf("nothing to update: give at least one of --concurrency, --rate, --burst, --ttl, --max-ttl, --max-waiters, --description, --safe-rate, --revocation-policy, %s", adaptiveFlagNames())
+				return usageErrorf("nothing to update: give at least one of --concurrency, --rate, --burst, --ttl, --max-ttl, --max-waiters, --description, --safe-rate, --revocation-policy, --overload-mark, --near-full-mark, --low-utilisation-mark, --low-utilisation-period, %s", adaptiveFlagNames())
 			}
 			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
 				resp, err := adm.UpdatePool(ctx, &tollgatev1.UpdatePoolRequest{Pool: pool, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -35,14 +36,18 @@ func newStatsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stats [POOL...]",
 		Short: "Show a live table of pools' usage and counters",
-		Long: `Show a table of the named pools (all pools when none is named): held of the
-limit (with the effective limit when adaptive control lowered it), waiters,
-the lease counters (granted, released, expired, revoked, rejected, wait
-timeouts) and utilisation (held / effective limit).
+		Long: `Show a table of the named pools (all pools when none is named), from
+AdminService.GetStats: held of the limit (with the effective limit when
+adaptive control lowered it), waiters, the lease counters (granted,
+released, expired, revoked, rejected, wait timeouts), the wait-time
+percentiles of the leases granted over the last minute (p50, p90, p99 and
+the longest wait; "-" when nothing was granted in it) and utilisation (held
+/ effective concurrency limit; for a pool with only a rate, the fraction of
+its rate granted over the last minute).
 
 On a terminal the table is redrawn every --interval until Ctrl-C. When the
 output is not a terminal, or with --once, it is printed once; -o json prints
-it once as a ListPoolsResponse.`,
+it once as a GetStatsResponse.`,
 		Example: `  tollgate stats
   tollgate stats orders-db payments --interval 5s
   tollgate stats -o json --once`,
@@ -66,7 +71,7 @@ it once as a ListPoolsResponse.`,
 			adm := tollgatev1.NewAdminServiceClient(c.Conn())
 			out := cmd.OutOrStdout()
 			p := format.printer(out)
-			snapshot := func() (*tollgatev1.ListPoolsResponse, error) {
+			snapshot := func() (*tollgatev1.GetStatsResponse, error) {
 				ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 				defer cancel()
 				return fetchStats(ctx, adm, args)
@@ -108,29 +113,27 @@ it once as a ListPoolsResponse.`,
 	return cmd
 }
 
-// fetchStats gets the named pools with GetPool, or every pool with
-// ListPools, as one ListPoolsResponse.
-func fetchStats(ctx context.Context, adm tollgatev1.AdminServiceClient, names []string) (*tollgatev1.ListPoolsResponse, error) {
-	all := &tollgatev1.ListPoolsResponse{}
+// fetchStats gets the named pools' statistics, or every pool's, with
+// GetStats, as one GetStatsResponse.
+func fetchStats(ctx context.Context, adm tollgatev1.AdminServiceClient, names []string) (*tollgatev1.GetStatsResponse, error) {
+	all := &tollgatev1.GetStatsResponse{}
 	if len(names) > 0 {
 		for _, n := range names {
-			resp, err := adm.GetPool(ctx, &tollgatev1.GetPoolRequest{Name: n})
+			resp, err := adm.GetStats(ctx, &tollgatev1.GetStatsRequest{Pool: n})
 			if err != nil {
 				return nil, err
 			}
-			all.Pools = append(all.Pools, resp.GetPool())
-			all.Statuses = append(all.Statuses, resp.GetStatus())
+			all.Stats = append(all.Stats, resp.GetStats()...)
 		}
 		return all, nil
 	}
-	req := &tollgatev1.ListPoolsRequest{PageSize: 1000}
+	req := &tollgatev1.GetStatsRequest{PageSize: 1000}
 	for {
-		resp, err := adm.ListPools(ctx, req)
+		resp, err := adm.GetStats(ctx, req)
 		if err != nil {
 			return nil, err
 		}
-		all.Pools = append(all.Pools, resp.GetPools()...)
-		all.Statuses = append(all.Statuses, resp.GetStatuses()...)
+		all.Stats = append(all.Stats, resp.GetStats()...)
 		if resp.GetNextPageToken() == "" {
 			return all, nil
 		}
@@ -139,23 +142,21 @@ func fetchStats(ctx context.Context, adm tollgatev1.AdminServiceClient, names []
 }
 
 // stats prints the stats table, or with -o json, resp.
-func (p *printer) stats(resp *tollgatev1.ListPoolsResponse) error {
+func (p *printer) stats(resp *tollgatev1.GetStatsResponse) error {
 	if p.json {
 		return p.message(resp)
 	}
-	if len(resp.GetPools()) == 0 {
+	if len(resp.GetStats()) == 0 {
 		_, err := fmt.Fprintln(p.w, "no pools")
 		return err
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POOL\tHELD\tWAITING\tGRANTED\tRELEASED\tEXPIRED\tREVOKED\tREJECTED\tWAIT_TIMEOUTS\tUTIL")
-	for i, pool := range resp.GetPools() {
-		var st *tollgatev1.PoolStatus
-		if i < len(resp.GetStatuses()) {
-			st = resp.GetStatuses()[i]
-		}
-		held, util := strconv.FormatInt(st.GetHeld(), 10), "-"
-		if limit := pool.GetConcurrencyLimit(); limit != 0 {
+	fmt.Fprintln(tw, "POOL\tHELD\tWAITING\tGRANTED\tRELEASED\tEXPIRED\tREVOKED\tREJECTED\tWAIT_TIMEOUTS\tWAIT_P50\tWAIT_P90\tWAIT_P99\tWAIT_MAX\tUTIL")
+	for _, ps := range resp.GetStats() {
+		st := ps.GetStatus()
+		held := strconv.FormatInt(st.GetHeld(), 10)
+		util := strconv.FormatFloat(100*ps.GetUtilisation(), 'f', 0, 64) + "%"
+		if limit := ps.GetConcurrencyLimit(); limit != 0 {
 			eff := st.GetEffectiveConcurrencyLimit()
 			if eff <= 0 || eff > limit {
 				eff = limit
@@ -164,13 +165,35 @@ func (p *printer) stats(resp *tollgatev1.ListPoolsResponse) error {
 			if eff != limit {
 				held += " (eff " + strconv.FormatInt(eff, 10) + ")"
 			}
-			util = strconv.FormatFloat(100*float64(st.GetHeld())/float64(eff), 'f', 0, 64) + "%"
 		}
 		if st.GetSuspended() {
 			held += " suspended"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", pool.GetName(), held, st.GetWaiting(),
-			st.GetGranted(), st.GetReleased(), st.GetExpired(), st.GetRevoked(), st.GetRejected(), st.GetWaitTimeouts(), util)
+		wt := ps.GetWaitTimes()
+		p50, p90, p99, maxWait := "-", "-", "-", "-"
+		if wt.GetCount() > 0 {
+			p50, p90, p99, maxWait = waitText(wt.GetP50()), waitText(wt.GetP90()), waitText(wt.GetP99()), waitText(wt.GetMax())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", ps.GetPool(), held, st.GetWaiting(),
+			st.GetGranted(), st.GetReleased(), st.GetExpired(), st.GetRevoked(), st.GetRejected(), st.GetWaitTimeouts(),
+			p50, p90, p99, maxWait, util)
 	}
 	return tw.Flush()
+}
+
+// waitText formats a wait time with about three significant digits: "0",
+// "850µs", "12.3ms", "4.21s".
+func waitText(d *durationpb.Duration) string {
+	v := d.AsDuration()
+	switch {
+	case v <= 0:
+		return "0"
+	case v < time.Millisecond:
+		return v.Round(time.Microsecond).String()
+	case v < time.Second:
+		return v.Round(100 * time.Microsecond).String()
+	case v < time.Minute:
+		return v.Round(10 * time.Millisecond).String()
+	}
+	return v.Round(time.Second).String()
 }

@@ -97,6 +97,7 @@ type Trace struct {
 	// the adaptive defaults filled in.
 	Pool   limiter.PoolConfig
 	Points []Point
+	// Events are adaptive control's changes (PoolThrottled, PoolRelieved).
 	Events []limiter.PoolEvent
 }
 
@@ -144,7 +145,11 @@ func Run(cfg Config) (Trace, error) {
 	tr := Trace{Config: cfg}
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := fakeclock.New(start)
-	e := limiter.New(limiter.Options{Clock: clk, OnPoolEvent: func(ev limiter.PoolEvent) { tr.Events = append(tr.Events, ev) }})
+	e := limiter.New(limiter.Options{Clock: clk, OnPoolEvent: func(ev limiter.PoolEvent) {
+		if ev.Type == limiter.PoolThrottled || ev.Type == limiter.PoolRelieved { // not the marks' events
+			tr.Events = append(tr.Events, ev)
+		}
+	}})
 	defer e.Close()
 	info, err := e.CreatePool(cfg.Pool)
 	if err != nil {

@@ -32,6 +32,12 @@ type record struct {
 	RevocationPolicy string `json:"revocation_policy,omitempty"`
 	// Added with suspend/resume: the pool is suspended.
 	Suspended bool `json:"suspended,omitempty"`
+	// Added with event marks: as configured (0 or absent: the default;
+	// -1: off).
+	OverloadMark         int64   `json:"overload_mark,omitempty"`
+	NearFullMark         float64 `json:"near_full_mark,omitempty"`
+	LowUtilisationMark   float64 `json:"low_utilisation_mark,omitempty"`
+	LowUtilisationPeriod int64   `json:"low_utilisation_period_ns,omitempty"`
 	// Added with active and passive pools: "active" or "passive" (absent:
 	// free), "spread" (absent: reuse), and an active pool's instances.
 	ResourceKind string           `json:"resource_kind,omitempty"`
@@ -65,6 +71,11 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 		Suspended:        sp.Suspended,
 		SafeRate:         c.SafeRate,
 		Adaptive:         adaptiveToRecord(c.Adaptive),
+
+		OverloadMark:         c.OverloadMark,
+		NearFullMark:         c.NearFullMark,
+		LowUtilisationMark:   c.LowUtilisationMark,
+		LowUtilisationPeriod: int64(c.LowUtilisationPeriod),
 	}
 	if c.RevocationPolicy != limiter.RevocationWait {
 		r.RevocationPolicy = c.RevocationPolicy.String()
@@ -126,6 +137,11 @@ func decode(key, v []byte) (limiter.SavedPool, error) {
 			RevocationPolicy: policy,
 			ResourceKind:     kind,
 			Selection:        selection,
+
+			OverloadMark:         r.OverloadMark,
+			NearFullMark:         r.NearFullMark,
+			LowUtilisationMark:   r.LowUtilisationMark,
+			LowUtilisationPeriod: time.Duration(r.LowUtilisationPeriod),
 		},
 		Resources:  resources,
 		CreateTime: r.CreateTime,

@@ -63,6 +63,7 @@ func TestRoundTrip(t *testing.T) {
 	a, b := saved("a", 3), saved("b", 4)
 	a.State = limiter.DurableState{TokenCeiling: 4096, LeaseHorizon: t0.Add(time.Minute), TTLBound: 90 * time.Second}
 	a.UpdateTime = t0.Add(time.Second)
+	a.Config.OverloadMark, a.Config.NearFullMark, a.Config.LowUtilisationMark, a.Config.LowUtilisationPeriod = 7, limiter.MarkOff, 0.25, time.Hour
 	for _, sp := range []limiter.SavedPool{a, b} {
 		if err := s.SavePool(sp); err != nil {
 			t.Fatal(err)

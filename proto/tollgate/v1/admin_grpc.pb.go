@@ -35,6 +35,7 @@ const (
 	AdminService_RemoveResources_FullMethodName = "/tollgate.v1.AdminService/RemoveResources"
 	AdminService_ListResources_FullMethodName   = "/tollgate.v1.AdminService/ListResources"
 	AdminService_ListClients_FullMethodName     = "/tollgate.v1.AdminService/ListClients"
+	AdminService_GetStats_FullMethodName        = "/tollgate.v1.AdminService/GetStats"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -127,7 +128,8 @@ type AdminServiceClient interface {
 	// INVALID_ARGUMENT for a bad name.
 	DrainPool(ctx context.Context, in *DrainPoolRequest, opts ...grpc.CallOption) (*DrainPoolResponse, error)
 	// WatchEvents streams the server's events (pool changes, leases that
-	// ended without their holder's release, adaptive changes) as they are
+	// ended without their holder's release, adaptive changes, event marks
+	// crossed) as they are
 	// recorded: first, with include_recent, the recent events the server
 	// keeps (oldest first), then live ones, until the caller cancels.
 	//
@@ -170,6 +172,14 @@ type AdminServiceClient interface {
 	// INVALID_ARGUMENT for a negative page_size, a bad page_token, a bad
 	// pool name or a client_id over 256 bytes.
 	ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error)
+	// GetStats returns the statistics of one pool (pool set) or of every
+	// pool in name order, a page at a time: its live status and counters,
+	// the wait-time percentiles over the last minute, and its utilisation.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND) for an unknown pool;
+	// INVALID_ARGUMENT for a bad pool name, a negative page_size or a bad
+	// page_token.
+	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -349,6 +359,16 @@ func (c *adminServiceClient) ListClients(ctx context.Context, in *ListClientsReq
 	return out, nil
 }
 
+func (c *adminServiceClient) GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStatsResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -439,7 +459,8 @@ type AdminServiceServer interface {
 	// INVALID_ARGUMENT for a bad name.
 	DrainPool(context.Context, *DrainPoolRequest) (*DrainPoolResponse, error)
 	// WatchEvents streams the server's events (pool changes, leases that
-	// ended without their holder's release, adaptive changes) as they are
+	// ended without their holder's release, adaptive changes, event marks
+	// crossed) as they are
 	// recorded: first, with include_recent, the recent events the server
 	// keeps (oldest first), then live ones, until the caller cancels.
 	//
@@ -482,6 +503,14 @@ type AdminServiceServer interface {
 	// INVALID_ARGUMENT for a negative page_size, a bad page_token, a bad
 	// pool name or a client_id over 256 bytes.
 	ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error)
+	// GetStats returns the statistics of one pool (pool set) or of every
+	// pool in name order, a page at a time: its live status and counters,
+	// the wait-time percentiles over the last minute, and its utilisation.
+	//
+	// Errors: NOT_FOUND (POOL_NOT_FOUND) for an unknown pool;
+	// INVALID_ARGUMENT for a bad pool name, a negative page_size or a bad
+	// page_token.
+	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -539,6 +568,9 @@ func (UnimplementedAdminServiceServer) ListResources(context.Context, *ListResou
 }
 func (UnimplementedAdminServiceServer) ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListClients not implemented")
+}
+func (UnimplementedAdminServiceServer) GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -842,6 +874,24 @@ func _AdminService_ListClients_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetStats(ctx, req.(*GetStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -908,6 +958,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListClients",
 			Handler:    _AdminService_ListClients_Handler,
+		},
+		{
+			MethodName: "GetStats",
+			Handler:    _AdminService_GetStats_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -368,8 +368,27 @@ type Pool struct {
 	// Which free instance an active or passive pool grants first. Unset
 	// means reuse. Ignored for a free pool.
 	SelectionPolicy SelectionPolicy `protobuf:"varint,15,opt,name=selection_policy,json=selectionPolicy,proto3,enum=tollgate.v1.SelectionPolicy" json:"selection_policy,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Overload mark: a pool_overload event when the acquires waiting rise to
+	// or above it; it fires again only after the queue fell to half of it or
+	// below. 0 means half of max_waiters (at least 1); otherwise 1 to
+	// 1,000,000, or -1 for off.
+	OverloadMark int64 `protobuf:"varint,20,opt,name=overload_mark,json=overloadMark,proto3" json:"overload_mark,omitempty"`
+	// Near-full mark: a pool_near_full event when held / effective
+	// concurrency limit rises to or above it; it fires again only after the
+	// utilisation fell below the mark minus 0.1. 0 means 0.9; otherwise above
+	// 0 and at most 1, or -1 for off. Ignored without a concurrency limit.
+	NearFullMark float64 `protobuf:"fixed64,21,opt,name=near_full_mark,json=nearFullMark,proto3" json:"near_full_mark,omitempty"`
+	// Low-utilisation mark: a pool_low_utilisation event when held /
+	// effective concurrency limit stayed below it for a whole
+	// low_utilisation_period; it fires again only after a period in which
+	// utilisation reached the mark, or after the pool is updated. 0 means 0.1;
+	// otherwise above 0 and at most 1, or -1 for off. Ignored without a
+	// concurrency limit.
+	LowUtilisationMark float64 `protobuf:"fixed64,22,opt,name=low_utilisation_mark,json=lowUtilisationMark,proto3" json:"low_utilisation_mark,omitempty"`
+	// Period of the low-utilisation mark. Unset means 10m; 1s to 24h.
+	LowUtilisationPeriod *durationpb.Duration `protobuf:"bytes,23,opt,name=low_utilisation_period,json=lowUtilisationPeriod,proto3" json:"low_utilisation_period,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Pool) Reset() {
@@ -505,6 +524,34 @@ func (x *Pool) GetSelectionPolicy() SelectionPolicy {
 		return x.SelectionPolicy
 	}
 	return SelectionPolicy_SELECTION_POLICY_UNSPECIFIED
+}
+
+func (x *Pool) GetOverloadMark() int64 {
+	if x != nil {
+		return x.OverloadMark
+	}
+	return 0
+}
+
+func (x *Pool) GetNearFullMark() float64 {
+	if x != nil {
+		return x.NearFullMark
+	}
+	return 0
+}
+
+func (x *Pool) GetLowUtilisationMark() float64 {
+	if x != nil {
+		return x.LowUtilisationMark
+	}
+	return 0
+}
+
+func (x *Pool) GetLowUtilisationPeriod() *durationpb.Duration {
+	if x != nil {
+		return x.LowUtilisationPeriod
+	}
+	return nil
 }
 
 // Adaptive configures a pool's adaptive limits: the server lowers the
@@ -770,7 +817,10 @@ type PoolStatus struct {
 	// Instances free to grant now.
 	ResourcesFree int64 `protobuf:"varint,36,opt,name=resources_free,json=resourcesFree,proto3" json:"resources_free,omitempty"`
 	// Live providers of a passive pool.
-	Providers     int64 `protobuf:"varint,37,opt,name=providers,proto3" json:"providers,omitempty"`
+	Providers int64 `protobuf:"varint,37,opt,name=providers,proto3" json:"providers,omitempty"`
+	// Held / effective concurrency limit now, 0 to 1 (above 1 while a
+	// lowered limit is still over-held); 0 without a concurrency limit.
+	Utilisation   float64 `protobuf:"fixed64,40,opt,name=utilisation,proto3" json:"utilisation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1036,6 +1086,13 @@ func (x *PoolStatus) GetProviders() int64 {
 	return 0
 }
 
+func (x *PoolStatus) GetUtilisation() float64 {
+	if x != nil {
+		return x.Utilisation
+	}
+	return 0
+}
+
 // Lease is a grant of permits from a pool, held until it is released, it
 // expires, or it is revoked. A holder must renew it before expire_time and
 // must treat it as lost at expire_time minus a safety margin, by its own
@@ -1263,8 +1320,10 @@ type PoolEvent struct {
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// What happened: one of pool_created, pool_updated, pool_deleted,
 	// lease_expired, lease_revoked, pool_throttled, pool_relieved,
-	// resources_added, resources_removed, provider_joined, provider_left. New types
-	// may be added; show unknown ones as they are.
+	// resources_added, resources_removed, provider_joined, provider_left,
+	// pool_overload, pool_drained, pool_near_full, pool_low_utilisation
+	// (see docs/operations.md#event-marks).
+	// New types may be added; show unknown ones as they are.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	// The pool the event is about.
 	Pool string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -1402,7 +1461,7 @@ var File_tollgate_v1_types_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x05\n" +
+	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\a\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -1422,7 +1481,11 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\tsafe_rate\x18\f \x01(\x01R\bsafeRate\x12J\n" +
 	"\x11revocation_policy\x18\r \x01(\x0e2\x1d.tollgate.v1.RevocationPolicyR\x10revocationPolicy\x12>\n" +
 	"\rresource_kind\x18\x0e \x01(\x0e2\x19.tollgate.v1.ResourceKindR\fresourceKind\x12G\n" +
-	"\x10selection_policy\x18\x0f \x01(\x0e2\x1c.tollgate.v1.SelectionPolicyR\x0fselectionPolicy\"\xeb\x03\n" +
+	"\x10selection_policy\x18\x0f \x01(\x0e2\x1c.tollgate.v1.SelectionPolicyR\x0fselectionPolicy\x12#\n" +
+	"\roverload_mark\x18\x14 \x01(\x03R\foverloadMark\x12$\n" +
+	"\x0enear_full_mark\x18\x15 \x01(\x01R\fnearFullMark\x120\n" +
+	"\x14low_utilisation_mark\x18\x16 \x01(\x01R\x12lowUtilisationMark\x12O\n" +
+	"\x16low_utilisation_period\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\x14lowUtilisationPeriod\"\xeb\x03\n" +
 	"\bAdaptive\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x123\n" +
 	"\x06target\x18\x02 \x01(\x0e2\x1b.tollgate.v1.AdaptiveTargetR\x06target\x121\n" +
@@ -1437,7 +1500,7 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x0fmin_concurrency\x18\n" +
 	" \x01(\x03R\x0eminConcurrency\x12\x19\n" +
 	"\bmin_rate\x18\v \x01(\x01R\aminRate\x12+\n" +
-	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\"\xcf\n" +
+	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\"\xf1\n" +
 	"\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
@@ -1474,7 +1537,8 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\tsuspended\x18\" \x01(\bR\tsuspended\x12\x1c\n" +
 	"\tresources\x18# \x01(\x03R\tresources\x12%\n" +
 	"\x0eresources_free\x18$ \x01(\x03R\rresourcesFree\x12\x1c\n" +
-	"\tproviders\x18% \x01(\x03R\tproviders\"\xa1\x03\n" +
+	"\tproviders\x18% \x01(\x03R\tproviders\x12 \n" +
+	"\vutilisation\x18( \x01(\x01R\vutilisation\"\xa1\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -1574,26 +1638,27 @@ var file_tollgate_v1_types_proto_depIdxs = []int32{
 	2,  // 5: tollgate.v1.Pool.revocation_policy:type_name -> tollgate.v1.RevocationPolicy
 	0,  // 6: tollgate.v1.Pool.resource_kind:type_name -> tollgate.v1.ResourceKind
 	1,  // 7: tollgate.v1.Pool.selection_policy:type_name -> tollgate.v1.SelectionPolicy
-	3,  // 8: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
-	12, // 9: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
-	12, // 10: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
-	12, // 11: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
-	13, // 12: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
-	4,  // 13: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
-	13, // 14: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
-	12, // 15: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
-	12, // 16: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
-	13, // 17: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
-	12, // 18: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	13, // 19: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	9,  // 20: tollgate.v1.Lease.resources:type_name -> tollgate.v1.Resource
-	11, // 21: tollgate.v1.Resource.attributes:type_name -> tollgate.v1.Resource.AttributesEntry
-	13, // 22: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	12, // 8: tollgate.v1.Pool.low_utilisation_period:type_name -> google.protobuf.Duration
+	3,  // 9: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
+	12, // 10: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
+	12, // 11: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
+	12, // 12: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
+	13, // 13: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
+	4,  // 14: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
+	13, // 15: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
+	12, // 16: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
+	12, // 17: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
+	13, // 18: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
+	12, // 19: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	13, // 20: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	9,  // 21: tollgate.v1.Lease.resources:type_name -> tollgate.v1.Resource
+	11, // 22: tollgate.v1.Resource.attributes:type_name -> tollgate.v1.Resource.AttributesEntry
+	13, // 23: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_types_proto_init() }

@@ -1,0 +1,268 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// Event marks: a pool reports, as PoolEvents through its outbox
+// (poolevents.go), when its queue or its utilisation crosses a mark:
+//
+//   - PoolOverload when the acquires waiting rise to or above the
+//     overload mark; it fires once, and re-arms when the queue falls to
+//     half the mark or below;
+//   - PoolDrained when the pool becomes idle (nothing held and nothing
+//     waiting) after a spell in which acquires had to wait: once per such
+//     spell. A spell with holders but no waiter does not count: an
+//     uncontended pool goes idle after nearly every release, and an event
+//     for each would cost every release an allocation and the server a
+//     log line, and push the events that matter out of its ring;
+//   - PoolNearFull when utilisation (held / effective concurrency limit)
+//     rises to or above the near-full mark; it re-arms when utilisation
+//     falls below the mark minus NearFullHysteresis;
+//   - PoolLowUtilisation when the highest utilisation over a whole
+//     LowUtilisationPeriod stayed below the low-utilisation mark while the
+//     pool had capacity (it was not suspended or recovering at the end of
+//     the period, and nothing waited then). It fires once per low spell
+//     (so at most once per period), and re-arms after a period in which
+//     utilisation reached the mark, or when the pool's configuration is
+//     updated (an operator who lowered the limit hears again if it is
+//     still too high). An idle pool so reports once, not every period.
+//
+// Overload, drained and near-full are evaluated where held or waiting
+// change, with O(1) work and no clock read unless an event fires. Low
+// utilisation is checked by a timer of the engine's clock at the end of
+// each period. Near-full and low utilisation need a concurrency limit.
+
+// Mark defaults and bounds.
+const (
+	// MarkOff, as a mark's value, turns its event off.
+	MarkOff = -1
+	// DefaultNearFullMark is the near-full mark of a pool that sets none.
+	DefaultNearFullMark = 0.9
+	// NearFullHysteresis: a fired near-full mark re-arms once utilisation
+	// falls below the mark minus this.
+	NearFullHysteresis = 0.1
+	// DefaultLowUtilisationMark is the low-utilisation mark of a pool
+	// that sets none.
+	DefaultLowUtilisationMark = 0.1
+	// DefaultLowUtilisationPeriod is the period of a pool that sets none;
+	// MinLowUtilisationPeriod and MaxLowUtilisationPeriod bound it.
+	DefaultLowUtilisationPeriod = 10 * time.Minute
+	MinLowUtilisationPeriod     = time.Second
+	MaxLowUtilisationPeriod     = 24 * time.Hour
+)
+
+// Marks are a pool's event marks in effect, defaults resolved; a mark of 0
+// is off.
+type Marks struct {
+	// Overload is the waiting count of PoolOverload.
+	Overload int64
+	// NearFull and LowUtilisation are fractions of the effective
+	// concurrency limit.
+	NearFull, LowUtilisation float64
+	// LowUtilisationPeriod is the low-utilisation mark's period.
+	LowUtilisationPeriod time.Duration
+}
+
+// EffectiveMarks returns c's marks with defaults resolved and MarkOff as
+// 0: the overload mark defaults to half of MaxWaiters (at least 1; call it
+// on the result of WithDefaults); near-full and low utilisation are off
+// without a concurrency limit.
+func (c PoolConfig) EffectiveMarks() Marks {
+	m := Marks{Overload: c.OverloadMark, NearFull: c.NearFullMark, LowUtilisation: c.LowUtilisationMark, LowUtilisationPeriod: c.LowUtilisationPeriod}
+	switch m.Overload {
+	case 0:
+		m.Overload = max(1, c.MaxWaiters/2)
+	case MarkOff:
+		m.Overload = 0
+	}
+	switch m.NearFull {
+	case 0:
+		m.NearFull = DefaultNearFullMark
+	case MarkOff:
+		m.NearFull = 0
+	}
+	switch m.LowUtilisation {
+	case 0:
+		m.LowUtilisation = DefaultLowUtilisationMark
+	case MarkOff:
+		m.LowUtilisation = 0
+	}
+	if m.LowUtilisationPeriod == 0 {
+		m.LowUtilisationPeriod = DefaultLowUtilisationPeriod
+	}
+	if c.ConcurrencyLimit == 0 && c.ResourceKind == ResourceFree { // no capacity to be a fraction of
+		m.NearFull, m.LowUtilisation = 0, 0
+	}
+	return m
+}
+
+// validateMarks reports a mark out of range, naming its field.
+func (c PoolConfig) validateMarks() error {
+	fraction := func(v float64) bool { return v == 0 || v == MarkOff || (v > 0 && v <= 1) }
+	switch {
+	case c.OverloadMark < MarkOff || c.OverloadMark > MaxWaitersLimit:
+		return errorf(ErrInvalidArgument, "pool %q: overload_mark %d is out of range: give 1 to %d acquires waiting, 0 for half of max_waiters, or -1 for off", c.Name, c.OverloadMark, MaxWaitersLimit)
+	case math.IsNaN(c.NearFullMark) || !fraction(c.NearFullMark):
+		return errorf(ErrInvalidArgument, "pool %q: near_full_mark %v is out of range: give a fraction of the concurrency limit above 0 and at most 1, 0 for %v, or -1 for off", c.Name, c.NearFullMark, DefaultNearFullMark)
+	case math.IsNaN(c.LowUtilisationMark) || !fraction(c.LowUtilisationMark):
+		return errorf(ErrInvalidArgument, "pool %q: low_utilisation_mark %v is out of range: give a fraction of the concurrency limit above 0 and at most 1, 0 for %v, or -1 for off", c.Name, c.LowUtilisationMark, DefaultLowUtilisationMark)
+	case c.LowUtilisationPeriod != 0 && (c.LowUtilisationPeriod < MinLowUtilisationPeriod || c.LowUtilisationPeriod > MaxLowUtilisationPeriod):
+		return errorf(ErrInvalidArgument, "pool %q: low_utilisation_period %v is out of range [%v, %v] (0 means %v)", c.Name, c.LowUtilisationPeriod, MinLowUtilisationPeriod, MaxLowUtilisationPeriod, DefaultLowUtilisationPeriod)
+	}
+	return nil
+}
+
+// markState is a pool's marks and where it stands against them. Guarded
+// by the pool's mutex.
+type markState struct {
+	Marks
+	overloaded bool  // PoolOverload fired and has not re-armed
+	nearFull   bool  // PoolNearFull fired and has not re-armed
+	low        bool  // PoolLowUtilisation fired and has not re-armed
+	queued     bool  // acquires waited since the pool was last idle
+	peakHeld   int64 // most weight held since the low-utilisation period began
+
+	lowTimer Timer // ends each low-utilisation period; nil when off
+	lowArmed bool  // lowTimer is running
+}
+
+// applyMarksLocked takes the marks of p.cfg, and starts, restarts or stops
+// the low-utilisation period when its mark or period changed. Call it
+// when the pool is created and when its configuration changes.
+func (p *pool) applyMarksLocked() {
+	old := p.mk.Marks
+	p.mk.Marks = p.cfg.EffectiveMarks()
+	p.mk.low = false // an update re-arms low utilisation
+	if p.mk.Overload == 0 {
+		p.mk.overloaded = false
+	}
+	if p.mk.NearFull == 0 {
+		p.mk.nearFull = false
+	}
+	low := p.mk.LowUtilisation > 0
+	if p.mk.lowArmed && low && old.LowUtilisationPeriod == p.mk.LowUtilisationPeriod {
+		return // the period goes on; a new mark applies at its end
+	}
+	p.stopMarksLocked()
+	if !low {
+		return
+	}
+	p.mk.peakHeld = p.held
+	p.mk.lowArmed = true
+	if p.mk.lowTimer == nil {
+		p.mk.lowTimer = p.e.clock.AfterFunc(p.mk.LowUtilisationPeriod, p.onLowUtilisationTimer)
+	} else {
+		p.mk.lowTimer.Reset(p.mk.LowUtilisationPeriod)
+	}
+}
+
+// stopMarksLocked stops the low-utilisation timer.
+func (p *pool) stopMarksLocked() {
+	if p.mk.lowTimer != nil {
+		p.mk.lowTimer.Stop()
+	}
+	p.mk.lowArmed = false
+}
+
+// marksLocked checks the overload, drained and near-full marks against
+// held and waiting now, and puts an event in the outbox for each one
+// crossed. Call it after held or the waiters change.
+func (p *pool) marksLocked() {
+	m := &p.mk
+	waiting := int64(len(p.waiters))
+	if m.Overload > 0 {
+		switch {
+		case !m.overloaded && waiting >= m.Overload:
+			m.overloaded = true
+			p.markEventLocked(PoolOverload, float64(m.Overload), p.utilisationLocked())
+		case m.overloaded && waiting*2 <= m.Overload:
+			m.overloaded = false
+		}
+	}
+	if waiting > 0 {
+		m.queued = true
+	} else if m.queued && p.held == 0 {
+		m.queued = false
+		p.markEventLocked(PoolDrained, 0, 0)
+	}
+	m.peakHeld = max(m.peakHeld, p.held)
+	if m.NearFull > 0 && p.ad.limit > 0 {
+		switch u := float64(p.held) / float64(p.ad.limit); {
+		case !m.nearFull && u >= m.NearFull:
+			m.nearFull = true
+			p.markEventLocked(PoolNearFull, m.NearFull, u)
+		case m.nearFull && u < m.NearFull-NearFullHysteresis:
+			m.nearFull = false
+		}
+	}
+}
+
+// onLowUtilisationTimer ends a low-utilisation period: it reports
+// PoolLowUtilisation if the highest utilisation of the period stayed below
+// the mark, the pool had capacity and the mark is armed, re-arms it if the
+// utilisation reached the mark, and starts the next period.
+func (p *pool) onLowUtilisationTimer() {
+	p.mu.Lock()
+	defer p.unlock()
+	m := &p.mk
+	if p.deleted || !m.lowArmed {
+		return
+	}
+	if m.LowUtilisation > 0 && p.ad.limit > 0 {
+		switch u := float64(m.peakHeld) / float64(p.ad.limit); {
+		case u >= m.LowUtilisation:
+			m.low = false
+		case !m.low && !p.suspended && !p.recoveryBlocksLocked() && len(p.waiters) == 0:
+			m.low = true
+			p.markEventLocked(PoolLowUtilisation, m.LowUtilisation, u)
+		}
+	}
+	m.peakHeld = p.held
+	m.lowTimer.Reset(m.LowUtilisationPeriod)
+}
+
+// utilisationLocked returns held / capacity: the effective concurrency
+// limit, or in an active or passive pool its instances (within that
+// limit, if it has one); 0 without either.
+func (p *pool) utilisationLocked() float64 {
+	capacity := int64(0)
+	if p.cfg.ConcurrencyLimit > 0 {
+		capacity = p.ad.limit
+	}
+	if p.res != nil { // resource_set.go
+		if n := int64(len(p.res.byID)); capacity == 0 || n < capacity {
+			capacity = n
+		}
+	}
+	if capacity <= 0 {
+		return 0
+	}
+	return float64(p.held) / float64(capacity)
+}
+
+// markEventLocked puts a mark event in the outbox, unless nobody listens.
+func (p *pool) markEventLocked(t PoolEventType, mark, utilisation float64) {
+	if p.e.onPoolEvent == nil {
+		return
+	}
+	ev := PoolEvent{
+		Pool:                       p.name,
+		Type:                       t,
+		Time:                       p.e.clock.Now(),
+		ConcurrencyLimit:           p.ad.limit,
+		ConfiguredConcurrencyLimit: p.cfg.ConcurrencyLimit,
+		Held:                       p.held,
+		Waiting:                    int64(len(p.waiters)),
+		Utilisation:                utilisation,
+		Mark:                       mark,
+	}
+	if p.cfg.ConcurrencyLimit == 0 {
+		ev.ConcurrencyLimit = 0
+	}
+	if t == PoolLowUtilisation {
+		ev.Period = p.mk.LowUtilisationPeriod
+	}
+	p.out.events = append(p.out.events, ev)
+}

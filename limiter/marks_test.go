@@ -1,0 +1,278 @@
+package limiter
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// markEvents returns the recorded events of type typ, and clears them all.
+func (ee *eventEngine) markEvents(typ PoolEventType) []PoolEvent {
+	var out []PoolEvent
+	for _, ev := range ee.takeEvents() {
+		if ev.Type == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func TestMarkNearFullAndDrained(t *testing.T) {
+	ee := newEventEngine(t)
+	ee.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 10, NearFullMark: 0.5, LowUtilisationMark: MarkOff})
+	var held []Lease
+	acquire := func(n int) {
+		for i := 0; i < n; i++ {
+			held = append(held, ee.mustAcquire(t, AcquireRequest{Pool: "db"}))
+		}
+	}
+	release := func(n int) {
+		for i := 0; i < n; i++ {
+			l := held[len(held)-1]
+			held = held[:len(held)-1]
+			if err := ee.Release("db", l.FencingToken); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	acquire(4)
+	if evs := ee.takeEvents(); len(evs) != 0 {
+		t.Fatalf("events below every mark: %+v", evs)
+	}
+	acquire(1) // 5 of 10: the mark
+	evs := ee.takeEvents()
+	if len(evs) != 1 || evs[0].Type != PoolNearFull || evs[0].Held != 5 || evs[0].Utilisation != 0.5 || evs[0].Mark != 0.5 ||
+		evs[0].ConcurrencyLimit != 10 || !evs[0].Time.Equal(epoch) || evs[0].Pool != "db" {
+		t.Fatalf("near-full events at 5 of 10: %+v", evs)
+	}
+	acquire(2) // 7: still above, no repeat
+	release(3) // 4: utilisation 0.4 is not below 0.5-0.1: not re-armed
+	acquire(1) // 5 again
+	if evs := ee.takeEvents(); len(evs) != 0 {
+		t.Fatalf("near-full repeated without re-arming: %+v", evs)
+	}
+	release(2) // 3: re-armed
+	acquire(2) // 5: fires again
+	if evs := ee.markEvents(PoolNearFull); len(evs) != 1 || evs[0].Held != 5 {
+		t.Fatalf("near-full after re-arming: %+v", evs)
+	}
+
+	// Nothing waited: going idle is no event.
+	release(len(held))
+	if evs := ee.takeEvents(); len(evs) != 0 {
+		t.Fatalf("events after an uncontended spell ended: %+v", evs)
+	}
+}
+
+func TestMarkDrained(t *testing.T) {
+	ee := newEventEngine(t)
+	ee.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, NearFullMark: MarkOff, LowUtilisationMark: MarkOff})
+	l := ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	pa := ee.startAcquire(t, AcquireRequest{Pool: "db"})
+	if err := ee.Release("db", l.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := pa.result(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs := ee.markEvents(PoolDrained); len(evs) != 0 {
+		t.Fatalf("drained while the waiter's lease is held: %+v", evs)
+	}
+	ee.clk.Advance(time.Second)
+	if err := ee.Release("db", l2.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	evs := ee.takeEvents()
+	if len(evs) != 1 || evs[0].Type != PoolDrained || evs[0].Held != 0 || evs[0].Waiting != 0 || !evs[0].Time.Equal(epoch.Add(time.Second)) {
+		t.Fatalf("drained events after the queue and the pool emptied: %+v", evs)
+	}
+	// Idle stays idle, and an uncontended use after it is no new spell.
+	ee.clk.Advance(time.Hour)
+	l = ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	if err := ee.Release("db", l.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	if evs := ee.takeEvents(); len(evs) != 0 {
+		t.Fatalf("events while idle or uncontended: %+v", evs)
+	}
+	// A waiter that gives up also makes a spell with waiters.
+	l = ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	pa = ee.startAcquire(t, AcquireRequest{Pool: "db"})
+	pa.cancel()
+	if _, err := pa.result(t); err == nil {
+		t.Fatal("a cancelled acquire was granted")
+	}
+	if err := ee.Release("db", l.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	if evs := ee.markEvents(PoolDrained); len(evs) != 1 {
+		t.Fatalf("drained after a cancelled waiter's spell: %+v", evs)
+	}
+}
+
+func TestMarkOverload(t *testing.T) {
+	ee := newEventEngine(t)
+	ee.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, OverloadMark: 4, LowUtilisationMark: MarkOff, NearFullMark: MarkOff})
+	l := ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	var waiters []*pending
+	wait := func(n int) {
+		for i := 0; i < n; i++ {
+			waiters = append(waiters, ee.startAcquire(t, AcquireRequest{Pool: "db"}))
+		}
+	}
+	cancel := func(n int) {
+		for i := 0; i < n; i++ {
+			pa := waiters[len(waiters)-1]
+			waiters = waiters[:len(waiters)-1]
+			pa.cancel()
+			if _, err := pa.result(t); err == nil {
+				t.Fatal("a cancelled waiter was granted")
+			}
+		}
+	}
+	wait(3)
+	if evs := ee.markEvents(PoolOverload); len(evs) != 0 {
+		t.Fatalf("overload below the mark: %+v", evs)
+	}
+	wait(1) // 4 waiting: the mark
+	var evs []PoolEvent
+	ee.waitUntil(t, func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
+	if len(evs) != 1 || evs[0].Waiting != 4 || evs[0].Mark != 4 || evs[0].Held != 1 {
+		t.Fatalf("overload events: %+v", evs)
+	}
+	wait(1)   // 5: no repeat
+	cancel(2) // 3: above half the mark, not re-armed
+	wait(1)   // 4
+	if evs := ee.markEvents(PoolOverload); len(evs) != 0 {
+		t.Fatalf("overload repeated without re-arming: %+v", evs)
+	}
+	cancel(2) // 2: half the mark, re-armed
+	wait(2)   // 4: fires again
+	evs = nil
+	ee.waitUntil(t, func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
+	if len(evs) != 1 || evs[0].Waiting != 4 {
+		t.Fatalf("overload after re-arming: %+v", evs)
+	}
+	cancel(len(waiters))
+	if err := ee.Release("db", l.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	if evs := ee.markEvents(PoolDrained); len(evs) != 1 {
+		t.Fatalf("drained after the queue and the pool emptied: %+v", evs)
+	}
+}
+
+func TestMarkLowUtilisation(t *testing.T) {
+	ee := newEventEngine(t)
+	ee.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 10, LowUtilisationMark: 0.2, LowUtilisationPeriod: time.Minute, NearFullMark: MarkOff, MaxLeaseTTL: 24 * time.Hour, DefaultLeaseTTL: 24 * time.Hour})
+	l1 := ee.mustAcquire(t, AcquireRequest{Pool: "db"}) // 0.1
+	ee.clk.Advance(59 * time.Second)
+	if evs := ee.takeEvents(); len(evs) != 0 {
+		t.Fatalf("events before the period ended: %+v", evs)
+	}
+	ee.clk.Advance(time.Second)
+	evs := ee.takeEvents()
+	if len(evs) != 1 || evs[0].Type != PoolLowUtilisation || evs[0].Utilisation != 0.1 || evs[0].Mark != 0.2 ||
+		evs[0].Period != time.Minute || !evs[0].Time.Equal(epoch.Add(time.Minute)) {
+		t.Fatalf("low-utilisation events after a period at 0.1: %+v", evs)
+	}
+	// At most once per period.
+	ee.clk.Advance(59 * time.Second)
+	if evs := ee.takeEvents(); len(evs) != 0 {
+		t.Fatalf("low utilisation repeated within a period: %+v", evs)
+	}
+	// A moment at the mark within the next period: no event for it.
+	l2 := ee.mustAcquire(t, AcquireRequest{Pool: "db"}) // 0.2
+	if err := ee.Release("db", l2.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	ee.clk.Advance(time.Second)
+	if evs := ee.takeEvents(); len(evs) != 0 {
+		t.Fatalf("low utilisation in a period that reached the mark: %+v", evs)
+	}
+	// That re-armed it: the next whole period below it fires again.
+	ee.clk.Advance(time.Minute)
+	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 1 || evs[0].Utilisation != 0.1 {
+		t.Fatalf("low utilisation after another low period: %+v", evs)
+	}
+	// Once per low spell: a further low period is no new event.
+	ee.clk.Advance(time.Minute)
+	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 0 {
+		t.Fatalf("low utilisation repeated within one low spell: %+v", evs)
+	}
+	// An update re-arms it; a suspended pool has no capacity: no event.
+	if _, err := ee.UpdatePool("db", func(c *PoolConfig) { c.ConcurrencyLimit = 20 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ee.SuspendPool("db", false); err != nil {
+		t.Fatal(err)
+	}
+	ee.clk.Advance(time.Minute)
+	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 0 {
+		t.Fatalf("low utilisation while suspended: %+v", evs)
+	}
+	if _, err := ee.ResumePool("db"); err != nil {
+		t.Fatal(err)
+	}
+	ee.clk.Advance(time.Minute)
+	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 1 || evs[0].Utilisation != 0.05 || evs[0].ConcurrencyLimit != 20 {
+		t.Fatalf("low utilisation after the update and the resume: %+v", evs)
+	}
+	// Off: no timer, no event.
+	if _, err := ee.UpdatePool("db", func(c *PoolConfig) { c.LowUtilisationMark = MarkOff }); err != nil {
+		t.Fatal(err)
+	}
+	ee.clk.Advance(time.Hour)
+	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 0 {
+		t.Fatalf("low utilisation with the mark off: %+v", evs)
+	}
+	_ = l1
+}
+
+func TestMarksValidation(t *testing.T) {
+	te := newTestEngine(t)
+	for _, tc := range []struct {
+		cfg   PoolConfig
+		field string
+	}{
+		{PoolConfig{Name: "a", ConcurrencyLimit: 1, OverloadMark: -2}, "overload_mark"},
+		{PoolConfig{Name: "a", ConcurrencyLimit: 1, NearFullMark: 1.5}, "near_full_mark"},
+		{PoolConfig{Name: "a", ConcurrencyLimit: 1, NearFullMark: -0.5}, "near_full_mark"},
+		{PoolConfig{Name: "a", ConcurrencyLimit: 1, LowUtilisationMark: 2}, "low_utilisation_mark"},
+		{PoolConfig{Name: "a", ConcurrencyLimit: 1, LowUtilisationPeriod: time.Millisecond}, "low_utilisation_period"},
+	} {
+		_, err := te.CreatePool(tc.cfg)
+		wantReason(t, err, ErrInvalidArgument)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("CreatePool(%+v): %v; want a message naming %s", tc.cfg, err, tc.field)
+		}
+	}
+	m := (PoolConfig{ConcurrencyLimit: 4, MaxWaiters: 100}).EffectiveMarks()
+	if m != (Marks{Overload: 50, NearFull: DefaultNearFullMark, LowUtilisation: DefaultLowUtilisationMark, LowUtilisationPeriod: DefaultLowUtilisationPeriod}) {
+		t.Fatalf("default marks: %+v", m)
+	}
+	m = (PoolConfig{Rate: 4, MaxWaiters: 100, OverloadMark: MarkOff}).EffectiveMarks()
+	if m.Overload != 0 || m.NearFull != 0 || m.LowUtilisation != 0 {
+		t.Fatalf("marks of a rate-only pool with overload off: %+v", m)
+	}
+}
+
+// BenchmarkGrantBookkeeping measures what marks.go and waittimes.go add
+// to a grant and its release: a wait record and two mark checks.
+func BenchmarkGrantBookkeeping(b *testing.B) {
+	te := newTestEngine(b)
+	te.mustCreate(b, PoolConfig{Name: "db", ConcurrencyLimit: 10})
+	p := te.pools.get("db")
+	now := te.clk.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.waits.record(now, 0)
+		p.held++
+		p.marksLocked()
+		p.held--
+		p.marksLocked()
+	}
+}

@@ -1,0 +1,69 @@
+package server
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// GetStats returns one pool's statistics (pool set), or a page of every
+// pool's in name order, paged like ListPools (the same page_size rules and
+// page tokens).
+func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsRequest) (*tollgatev1.GetStatsResponse, error) {
+	if name := req.GetPool(); name != "" {
+		if err := limiter.ValidatePoolName(name); err != nil {
+			return nil, toStatus(a.srv.log, "GetStats", err, errCtx{pool: name})
+		}
+		st, err := a.srv.engine.PoolStats(name)
+		if err != nil {
+			return nil, toStatus(a.srv.log, "GetStats", err, errCtx{pool: name})
+		}
+		return &tollgatev1.GetStatsResponse{Stats: []*tollgatev1.PoolStats{poolStatsToProto(st)}}, nil
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, toStatus(a.srv.log, "GetStats", invalidArg("page_size is %d; give 1 to %d, or 0 for %d", size, MaxPageSize, DefaultPageSize), errCtx{})
+	case size == 0:
+		size = DefaultPageSize
+	case size > MaxPageSize:
+		size = MaxPageSize
+	}
+	after, err := decodePageToken(req.GetPageToken())
+	if err != nil {
+		return nil, toStatus(a.srv.log, "GetStats", err, errCtx{})
+	}
+	stats, more := a.srv.engine.ListPoolStats(after, size)
+	resp := &tollgatev1.GetStatsResponse{Stats: make([]*tollgatev1.PoolStats, 0, len(stats))}
+	for _, st := range stats {
+		resp.Stats = append(resp.Stats, poolStatsToProto(st))
+	}
+	if more && len(stats) > 0 {
+		resp.NextPageToken = encodePageToken(stats[len(stats)-1].Config.Name)
+	}
+	return resp, nil
+}
+
+// poolStatsToProto converts a pool's statistics to the wire.
+func poolStatsToProto(st limiter.PoolStats) *tollgatev1.PoolStats {
+	wt := st.WaitTimes
+	return &tollgatev1.PoolStats{
+		Pool:             st.Config.Name,
+		Status:           statusToProto(st.Status),
+		ConcurrencyLimit: st.Config.ConcurrencyLimit,
+		Rate:             st.Config.Rate,
+		Utilisation:      st.Utilisation,
+		RateUtilisation:  st.RateUtilisation,
+		WaitTimes: &tollgatev1.WaitTimes{
+			Window: durationpb.New(wt.Window),
+			Count:  wt.Count,
+			P50:    durationpb.New(wt.P50),
+			P90:    durationpb.New(wt.P90),
+			P99:    durationpb.New(wt.P99),
+			Max:    durationpb.New(wt.Max),
+		},
+	}
+}
