@@ -289,7 +289,7 @@ func (p *pool) onProviderTimer(pr *provider) {
 	}
 	p.leaveLocked(pr, "it missed its keep-alive (nothing heard for its TTL of "+pr.TTL.String()+")", now)
 	p.out.events[len(p.out.events)-1].ProviderExpired = true // the ProviderLeft just reported
-	p.unlock() // delivers the outbox: poolevents.go
+	p.unlock()                                               // delivers the outbox: poolevents.go
 }
 
 // stopProvidersLocked stops the providers' timers for good and marks them
