@@ -238,7 +238,7 @@ func (h *Provider) Leave(reason string) error {
 		return err
 	}
 	pr := p.res.providers[h.id]
-	p.leaveLocked(pr, reason, now)
+	p.leaveLocked(pr, reason, false, now)
 	p.unlock() // delivers the outbox: poolevents.go
 	return nil
 }
@@ -258,8 +258,9 @@ func (h *Provider) Info() (ProviderInfo, error) {
 
 // leaveLocked takes pr out of the pool: its instances leave, the leases on
 // them are revoked (reported through the outbox, with the ProviderLeft
-// event), and waiters the revoked leases' other instances fit are granted.
-func (p *pool) leaveLocked(pr *provider, reason string, now time.Time) {
+// event, which says whether the provider expired), and waiters the revoked
+// leases' other instances fit are granted.
+func (p *pool) leaveLocked(pr *provider, reason string, expired bool, now time.Time) {
 	pr.timer.Stop()
 	delete(p.res.providers, pr.ID)
 	pr.handle.gone = reason
@@ -270,7 +271,7 @@ func (p *pool) leaveLocked(pr *provider, reason string, now time.Time) {
 	sort.Slice(ins, func(i, j int) bool { return ins[i].ID < ins[j].ID })
 	_, ended := p.removeAndDispatchLocked(ins, false, "left pool "+quote(p.name)+" with its provider "+quote(pr.ID)+": "+reason, "", now)
 	p.out.ended = append(p.out.ended, ended...)
-	p.out.events = append(p.out.events, PoolEvent{Pool: p.name, Type: ProviderLeft, Time: now, Provider: pr.ID, Owner: pr.Owner,
+	p.out.events = append(p.out.events, PoolEvent{Pool: p.name, Type: ProviderLeft, Time: now, Provider: pr.ID, Owner: pr.Owner, ProviderExpired: expired,
 		Message: "provider " + quote(pr.ID) + " left: " + reason + "; " + itoa(int64(len(ins))) + " instances left with it, " + itoa(int64(len(ended))) + " leases ended"})
 }
 
@@ -287,9 +288,8 @@ func (p *pool) onProviderTimer(pr *provider) {
 		p.unlock()
 		return
 	}
-	p.leaveLocked(pr, "it missed its keep-alive (nothing heard for its TTL of "+pr.TTL.String()+")", now)
-	p.out.events[len(p.out.events)-1].ProviderExpired = true // the ProviderLeft just reported
-	p.unlock()                                               // delivers the outbox: poolevents.go
+	p.leaveLocked(pr, "it missed its keep-alive (nothing heard for its TTL of "+pr.TTL.String()+")", true, now)
+	p.unlock() // delivers the outbox: poolevents.go
 }
 
 // stopProvidersLocked stops the providers' timers for good and marks them
