@@ -288,3 +288,18 @@ func TestActiveResourcesSurviveRestart(t *testing.T) {
 		t.Fatalf("after re-adoption: %+v", s)
 	}
 }
+
+// TestResourcePoolUtilisation: an active pool without a concurrency limit
+// is as full as its instances are held, in its status and its stats.
+func TestResourcePoolUtilisation(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ResourceKind: ResourceActive})
+	if _, err := te.AddResources("db", res("c1", "c2", "c3", "c4")); err != nil {
+		t.Fatal(err)
+	}
+	te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 3})
+	st, err := te.PoolStats("db")
+	if err != nil || st.Status.Utilisation != 0.75 || st.Utilisation != 0.75 {
+		t.Fatalf("PoolStats = %+v, %v; want utilisation 0.75", st, err)
+	}
+}

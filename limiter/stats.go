@@ -22,8 +22,8 @@ type PoolStats struct {
 	// time since the pool was created or restored, when that is shorter).
 	RateUtilisation float64
 	// Utilisation is Status.Utilisation (held / effective concurrency
-	// limit) for a pool with a concurrency limit, and RateUtilisation for
-	// a pool with only a rate.
+	// limit, or / instances) for a pool with a concurrency limit or
+	// instances, and RateUtilisation for a pool with only a rate.
 	Utilisation float64
 	// Marks are the pool's event marks in effect (marks.go).
 	Marks Marks
@@ -82,7 +82,7 @@ func (p *pool) statsLocked() PoolStats {
 		}
 	}
 	st.Utilisation = st.Status.Utilisation
-	if p.cfg.ConcurrencyLimit == 0 {
+	if p.cfg.ConcurrencyLimit == 0 && p.res == nil { // a resource pool's capacity is its instances: marks.go
 		st.Utilisation = st.RateUtilisation
 	}
 	return st

@@ -166,6 +166,9 @@ func (p *printer) stats(resp *tollgatev1.GetStatsResponse) error {
 				held += " (eff " + strconv.FormatInt(eff, 10) + ")"
 			}
 		}
+		if st.GetResources() > 0 || st.GetProviders() > 0 { // an active or passive pool: its instances
+			held += " [" + strconv.FormatInt(st.GetResourcesFree(), 10) + " of " + strconv.FormatInt(st.GetResources(), 10) + " free]"
+		}
 		if st.GetSuspended() {
 			held += " suspended"
 		}
