@@ -16,7 +16,7 @@ import (
 
 // poolsFileFields are the keys a pool entry of a pools file may have, in
 // the order they are listed to people.
-var poolsFileFields = append([]string{"name", "description", "concurrency", "rate", "burst", "default_ttl", "max_ttl", "max_waiters", "safe_rate", "adaptive", "revocation_policy"},
+var poolsFileFields = append([]string{"name", "description", "concurrency", "rate", "burst", "default_ttl", "max_ttl", "max_waiters", "safe_rate", "adaptive", "revocation_policy", "kind", "selection"},
 	markFileFields...) // poolsfile_marks.go
 
 // maxPoolsFileSize bounds the pools file LoadPoolsFile reads.
@@ -36,6 +36,8 @@ const maxPoolsFileSize = 16 << 20
 //	    max_waiters: 1024
 //	    safe_rate: 10    # per share holder that cannot reach the server
 //	    revocation_policy: revoke  # or wait (the default): on a limit lowered under the held weight
+//	    kind: active     # or passive, or free (the default): see docs/resources.md
+//	    selection: spread  # or reuse (the default): which free instance an active or passive pool grants
 //	    adaptive:        # adaptive limits; see poolsfile_adaptive.go
 //	      enabled: true
 //	      backoff: 0.9
@@ -155,6 +157,20 @@ func (p poolsParser) pool(n *yaml.Node) (limiter.PoolConfig, error) {
 			cfg.MaxWaiters, err = p.int(k.Value, v)
 		case "safe_rate":
 			cfg.SafeRate, err = p.float(k.Value, v)
+		case "kind": // resources.go; an active pool's instances are added with tollgate resource add
+			var s string
+			if s, err = p.str(k.Value, v); err == nil {
+				if cfg.ResourceKind, err = limiter.ParseResourceKind(s); err != nil {
+					err = p.errorf(v, "kind must be free, active or passive, not %q", truncate(s, 64))
+				}
+			}
+		case "selection":
+			var s string
+			if s, err = p.str(k.Value, v); err == nil {
+				if cfg.Selection, err = limiter.ParseSelectionPolicy(s); err != nil {
+					err = p.errorf(v, "selection must be reuse or spread, not %q", truncate(s, 64))
+				}
+			}
 		case "revocation_policy":
 			var s string
 			if s, err = p.str(k.Value, v); err == nil {

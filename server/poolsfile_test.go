@@ -103,3 +103,20 @@ func TestLoadPoolsFileErrors(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// A pools file declares active and passive pools by kind and selection;
+// bad values are refused with the line.
+func TestPoolsFileResourceKinds(t *testing.T) {
+	pools, err := ParsePools("p.yaml", []byte("pools:\n  - name: db\n    kind: active\n    selection: spread\n  - name: gpu\n    kind: passive\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pools[0].ResourceKind != limiter.ResourceActive || pools[0].Selection != limiter.SelectSpread || pools[1].ResourceKind != limiter.ResourcePassive {
+		t.Fatalf("pools = %+v", pools)
+	}
+	for _, bad := range []string{"pools:\n  - name: db\n    kind: lots\n", "pools:\n  - name: db\n    kind: active\n    selection: random\n"} {
+		if _, err := ParsePools("p.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "p.yaml:3") && !strings.Contains(err.Error(), "p.yaml:4") {
+			t.Errorf("ParsePools(%q) = %v; want an error with the line", bad, err)
+		}
+	}
+}
