@@ -172,25 +172,11 @@ func reportsFromProto(req *tollgatev1.ReportRequest) ([]limiter.OutcomeReport, e
 	return out, nil
 }
 
-// shareIDHint tells people what a share id looks like.
-const shareIDHint = "pass the id field of the share that AcquireShare returned, unchanged (a decimal number)"
-
-// parseShareID parses a wire share id.
-func parseShareID(id string) (uint64, error) {
-	if id == "" {
-		return 0, invalidArg("share_id is required; %s", shareIDHint)
-	}
-	v, err := strconv.ParseUint(id, 10, 64)
-	if err != nil {
-		return 0, invalidArg("share_id %q is not a share id; %s", truncate(id, 64), shareIDHint)
-	}
-	return v, nil
-}
-
-// shareToProto converts an engine share to the wire.
-func shareToProto(s limiter.Share) *tollgatev1.RateShare {
+// shareToProto converts an engine share to the wire, with the signed id
+// its holder uses (leaseid.go).
+func (srv *Server) shareToProto(s limiter.Share) *tollgatev1.RateShare {
 	return &tollgatev1.RateShare{
-		Id:              strconv.FormatUint(s.ID, 10),
+		Id:              srv.ids.formatShare(s.Pool, s.ID),
 		Pool:            s.Pool,
 		Want:            s.Want,
 		Weight:          s.Weight,
@@ -227,12 +213,12 @@ func shareRequestFromProto(r *tollgatev1.AcquireShareRequest) (limiter.ShareRequ
 }
 
 // shareRefreshFromProto converts a RefreshShare request.
-func shareRefreshFromProto(r *tollgatev1.RefreshShareRequest) (limiter.ShareRefresh, error) {
+func (srv *Server) shareRefreshFromProto(r *tollgatev1.RefreshShareRequest) (limiter.ShareRefresh, error) {
 	var sr limiter.ShareRefresh
 	if err := checkPoolName("pool", r.GetPool()); err != nil {
 		return sr, err
 	}
-	id, err := parseShareID(r.GetShareId())
+	id, err := srv.ids.parseShare(r.GetPool(), r.GetShareId()) // leaseid.go
 	if err != nil {
 		return sr, err
 	}
@@ -250,8 +236,8 @@ func shareRefreshFromProto(r *tollgatev1.RefreshShareRequest) (limiter.ShareRefr
 }
 
 // shareEventToProto converts a share update pushed to its holder.
-func shareEventToProto(u limiter.ShareUpdate) *tollgatev1.ShareEvent {
-	ev := &tollgatev1.ShareEvent{Share: shareToProto(u.Share)}
+func (srv *Server) shareEventToProto(u limiter.ShareUpdate) *tollgatev1.ShareEvent {
+	ev := &tollgatev1.ShareEvent{Share: srv.shareToProto(u.Share)}
 	switch u.Kind {
 	case limiter.ShareChanged:
 		ev.Type = tollgatev1.ShareEventType_SHARE_EVENT_TYPE_CHANGED

@@ -25,6 +25,9 @@ import (
 // the server keeps no per-lease secret, and with the key kept in the data
 // directory, ids stay valid across restarts (so leases are re-adopted).
 //
+// Rate share ids are signed the same way, with a different kind byte in
+// the MAC, so that no lease tag is a valid share tag.
+//
 // Operators' calls (RevokeLease, GetLease) are admin-only and take the
 // bare fencing token as well; events, logs and the status page, which
 // may be seen by more people than the holder, show only the token.
@@ -56,13 +59,25 @@ func newLeaseIDs(key []byte) *leaseIDs {
 	return ids
 }
 
+// Kinds of signed ids, so that a lease's tag is never a share's.
+const (
+	kindLease byte = 'L'
+	kindShare byte = 'S'
+)
+
 // tag returns the tag of token in pool.
 func (ids *leaseIDs) tag(pool string, token uint64) string {
+	return ids.tagOf(kindLease, pool, token)
+}
+
+// tagOf returns the tag of the id n of kind in pool.
+func (ids *leaseIDs) tagOf(kind byte, pool string, n uint64) string {
 	m := ids.macs.Get().(hash.Hash)
 	defer ids.macs.Put(m)
 	m.Reset()
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], token)
+	var b [9]byte
+	b[0] = kind
+	binary.BigEndian.PutUint64(b[1:], n)
 	m.Write(b[:])
 	m.Write([]byte(pool))
 	var sum [sha256.Size]byte
@@ -125,4 +140,34 @@ func (s *Server) parseHolderLeaseID(pool, id string) (uint64, error) {
 		}
 	}
 	return tok, err
+}
+
+// shareIDHint tells people what a share id looks like.
+const shareIDHint = "pass the id field of the share that AcquireShare returned, unchanged (such as \"7.Hx3kq0Vb8mWzT1aL\")"
+
+// formatShare returns the id a holder gets for rate share id of pool:
+// signed like a lease id, so that only its holder can refresh or release
+// it.
+func (ids *leaseIDs) formatShare(pool string, id uint64) string {
+	return strconv.FormatUint(id, 10) + "." + ids.tagOf(kindShare, pool, id)
+}
+
+// parseShare checks a holder's share id for pool and returns the
+// engine's share id. A malformed id is INVALID_ARGUMENT; a missing or
+// wrong tag is NOT_FOUND (SHARE_NOT_FOUND), as for a share that does not
+// exist.
+func (ids *leaseIDs) parseShare(pool, id string) (uint64, error) {
+	if id == "" {
+		return 0, invalidArg("share_id is required; %s", shareIDHint)
+	}
+	num, tag, _ := strings.Cut(id, ".")
+	n, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || len(tag) > 64 {
+		return 0, invalidArg("share_id %q is not a share id; %s", truncate(id, 64), shareIDHint)
+	}
+	if tag == "" || !hmac.Equal([]byte(tag), []byte(ids.tagOf(kindShare, pool, n))) {
+		return 0, &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonShareNotFound,
+			Message: "no rate share of pool " + strconv.Quote(pool) + " has the id " + strconv.Quote(truncate(id, 64)) + "; " + shareIDHint}
+	}
+	return n, nil
 }

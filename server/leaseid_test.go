@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -66,4 +67,36 @@ func TestLeaseIDKeySurvivesRestart(t *testing.T) {
 	if other := New(Config{}).ids.format("db", 42); other == id {
 		t.Fatal("a server without the data directory signs with the same key")
 	}
+}
+
+// Rate share ids are signed the same way: a share cannot be refreshed or
+// released by its bare number or another kind's tag.
+func TestShareIDsCannotBeGuessed(t *testing.T) {
+	e := newEnv(t)
+	e.createPool(&tollgatev1.Pool{Name: "api", Rate: 100})
+	sh, err := e.lim.AcquireShare(e.ctx(), &tollgatev1.AcquireShareRequest{Pool: "api", Want: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sh.GetShare().GetId()
+	num := tokenOf(id)
+	for _, guess := range []string{num, e.srv.ids.format("api", mustUint(t, num)), num + ".AAAAAAAAAAAAAAAA"} {
+		_, err := e.lim.ReleaseShare(e.ctx(), &tollgatev1.ReleaseShareRequest{Pool: "api", ShareId: guess})
+		wantStatus(t, err, codes.NotFound, limiter.ReasonShareNotFound)
+	}
+	if _, err := e.lim.RefreshShare(e.ctx(), &tollgatev1.RefreshShareRequest{Pool: "api", ShareId: id}); err != nil {
+		t.Fatalf("the holder's own share id: %v", err)
+	}
+	if _, err := e.lim.ReleaseShare(e.ctx(), &tollgatev1.ReleaseShareRequest{Pool: "api", ShareId: id}); err != nil {
+		t.Fatalf("releasing with the holder's own share id: %v", err)
+	}
+}
+
+func mustUint(t *testing.T, s string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

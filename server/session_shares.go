@@ -39,7 +39,7 @@ func (s *session) acquireShare(id uint64, r *tollgatev1.AcquireShareRequest) {
 		s.answerErr(id, err, errCtx{pool: r.GetPool()})
 		return
 	}
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_AcquireShare{AcquireShare: &tollgatev1.AcquireShareResponse{Share: shareToProto(sh)}}})
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_AcquireShare{AcquireShare: &tollgatev1.AcquireShareResponse{Share: s.srv.shareToProto(sh)}}})
 }
 
 // refreshShare refreshes a share and makes this session its owner.
@@ -53,7 +53,7 @@ func (s *session) refreshShare(id uint64, r *tollgatev1.RefreshShareRequest) {
 		s.answerErr(id, err, errCtx{pool: r.GetPool()})
 		return
 	}
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_RefreshShare{RefreshShare: &tollgatev1.RefreshShareResponse{Share: shareToProto(sh)}}})
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_RefreshShare{RefreshShare: &tollgatev1.RefreshShareResponse{Share: s.srv.shareToProto(sh)}}})
 }
 
 // releaseShare gives a share back.

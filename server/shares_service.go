@@ -20,7 +20,7 @@ func (l *limiterService) AcquireShare(ctx context.Context, req *tollgatev1.Acqui
 	if err != nil {
 		return nil, toStatus(l.srv.log, "AcquireShare", err, errCtx{pool: req.GetPool()})
 	}
-	return &tollgatev1.AcquireShareResponse{Share: shareToProto(sh)}, nil
+	return &tollgatev1.AcquireShareResponse{Share: l.srv.shareToProto(sh)}, nil
 }
 
 // RefreshShare extends a share and returns its current grant. A unary
@@ -30,7 +30,7 @@ func (l *limiterService) RefreshShare(ctx context.Context, req *tollgatev1.Refre
 	if err != nil {
 		return nil, toStatus(l.srv.log, "RefreshShare", err, errCtx{pool: req.GetPool()})
 	}
-	return &tollgatev1.RefreshShareResponse{Share: shareToProto(sh)}, nil
+	return &tollgatev1.RefreshShareResponse{Share: l.srv.shareToProto(sh)}, nil
 }
 
 // ReleaseShare gives a share back.
@@ -59,7 +59,7 @@ func (s *Server) acquireShare(req *tollgatev1.AcquireShareRequest, owner any, de
 // refreshShare validates req and refreshes the share, making owner (if not
 // nil) the one pushed its changes.
 func (s *Server) refreshShare(req *tollgatev1.RefreshShareRequest, owner any) (limiter.Share, error) {
-	sr, err := shareRefreshFromProto(req)
+	sr, err := s.shareRefreshFromProto(req)
 	if err != nil {
 		return limiter.Share{}, err
 	}
@@ -72,7 +72,7 @@ func (s *Server) releaseShare(req *tollgatev1.ReleaseShareRequest) error {
 	if err := checkPoolName("pool", req.GetPool()); err != nil {
 		return err
 	}
-	id, err := parseShareID(req.GetShareId())
+	id, err := s.ids.parseShare(req.GetPool(), req.GetShareId()) // leaseid.go
 	if err != nil {
 		return err
 	}
@@ -87,6 +87,6 @@ func (s *Server) onShareUpdate(u limiter.ShareUpdate) {
 		s.log.Debug("rate share ended", "pool", u.Share.Pool, "share_id", u.Share.ID, "client_id", u.Share.ClientID, "why", u.Kind.String())
 	}
 	if sess, ok := u.Owner.(*session); ok {
-		sess.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_ShareEvent{ShareEvent: shareEventToProto(u)}})
+		sess.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_ShareEvent{ShareEvent: s.shareEventToProto(u)}})
 	}
 }

@@ -86,7 +86,8 @@ func (ShareEventType) EnumDescriptor() ([]byte, []int) {
 type RateShare struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Identifier of the share within its pool. Opaque: pass it back as
-	// given.
+	// given. Signed like Lease.id, so that only its holder can refresh or
+	// release it; a guessed id gets NOT_FOUND (SHARE_NOT_FOUND).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Pool the share is of.
 	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
