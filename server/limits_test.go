@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -242,5 +243,52 @@ func BenchmarkClientRates(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// A provider's offers count toward its caller's request rate: past it,
+// an offer is answered RESOURCE_EXHAUSTED and the stream goes on; its
+// keep-alives are exempt.
+func TestProviderOffersAreRateLimited(t *testing.T) {
+	o := startOps(t, Config{Limits: Limits{ClientRate: 1, ClientBurst: 2}}, nil)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	o.srv.rates.mu.Lock()
+	o.srv.rates.now = func() time.Time { return now }
+	o.srv.rates.mu.Unlock()
+	e := o.env()
+	if _, err := e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "gpu", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE}}); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := e.lim.Provide(e.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(m *tollgatev1.ProvideRequest) *tollgatev1.ProvideResponse {
+		t.Helper()
+		if err := ps.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		r, err := ps.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	send(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Register{Register: &tollgatev1.ProvideRegister{Pool: "gpu", ProviderId: "w"}}})
+	offer := func(id string) *tollgatev1.ProvideRequest {
+		return &tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Offer{Offer: &tollgatev1.ProvideOffer{Resources: wireRes(id)}}}
+	}
+	var refused *tollgatev1.ProvideResponse
+	for i := range 5 {
+		if r := send(offer("s" + strconv.Itoa(i))); r.GetError() != nil {
+			refused = r
+			break
+		}
+	}
+	if refused == nil || refused.GetError().GetCode() != int32(codes.ResourceExhausted) || refused.GetError().GetReason() != "CLIENT_RATE_LIMITED" {
+		t.Fatalf("offers past the rate: %v", refused)
+	}
+	if r := send(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_KeepAlive{KeepAlive: &tollgatev1.ProvideKeepAlive{}}}); r.GetError() != nil {
+		t.Fatalf("a keep-alive was refused: %v", r.GetError())
 	}
 }

@@ -73,6 +73,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		}
 	}()
 	pool := first.GetRegister().GetPool()
+	rateKey := s.auth.identify(stream.Context()).clientKey("")
 	for {
 		select {
 		case <-ctx.Done():
@@ -90,7 +91,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 			left = "its connection was lost"
 			return err
 		case m := <-msgs:
-			resp, err := s.provideMessage(h, m)
+			resp, err := s.provideMessage(h, m, rateKey)
 			if err != nil { // the provider is gone: end the stream with why
 				return toStatus(s.log, "Provide", err, errCtx{pool: pool})
 			}
@@ -135,21 +136,25 @@ func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.Provide
 // provideMessage handles one message after the registration. A failed
 // offer or withdrawal is answered with ProvideResponse.error; an error is
 // returned only when the provider is gone.
-func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideRequest) (*tollgatev1.ProvideResponse, error) {
+func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideRequest, rateKey string) (*tollgatev1.ProvideResponse, error) {
 	resp := &tollgatev1.ProvideResponse{RequestId: m.GetRequestId()}
 	var (
 		info limiter.ProviderInfo
 		err  error
 	)
 	switch k := m.GetKind().(type) {
-	case *tollgatev1.ProvideRequest_Offer:
-		info, err = h.Offer(resourcesFromProto(k.Offer.GetResources()))
-	case *tollgatev1.ProvideRequest_Withdraw:
-		var r limiter.RemoveResult
-		r, info, err = h.Withdraw(k.Withdraw.GetIds(), k.Withdraw.GetWait())
-		resp.Removed, resp.Revoked = int64(r.Removed), int64(r.Revoked)
 	case *tollgatev1.ProvideRequest_KeepAlive:
 		info, err = h.KeepAlive()
+	case *tollgatev1.ProvideRequest_Offer:
+		if err = s.provideRate(rateKey); err == nil {
+			info, err = h.Offer(resourcesFromProto(k.Offer.GetResources()))
+		}
+	case *tollgatev1.ProvideRequest_Withdraw:
+		if err = s.provideRate(rateKey); err == nil {
+			var r limiter.RemoveResult
+			r, info, err = h.Withdraw(k.Withdraw.GetIds(), k.Withdraw.GetWait())
+			resp.Removed, resp.Revoked = int64(r.Removed), int64(r.Revoked)
+		}
 	case *tollgatev1.ProvideRequest_Register:
 		err = invalidArg("this Provide stream is registered already, as provider %q; open another stream to register another provider", h.ID())
 	default:
@@ -167,6 +172,19 @@ func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideReques
 	}
 	resp.Provider = providerToProto(info)
 	return resp, nil
+}
+
+// provideRate counts an offer or withdrawal toward the caller's request
+// rate (guard.go); keep-alives are exempt, so that a provider refused for
+// its rate is not also expired.
+func (s *Server) provideRate(key string) error {
+	if s.rates == nil {
+		return nil
+	}
+	if err := s.allowRate(key); err != nil {
+		return err
+	}
+	return nil
 }
 
 // onProviderEvent records a provider joining or leaving a passive pool,
