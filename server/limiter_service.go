@@ -38,7 +38,7 @@ func (l *limiterService) Release(ctx context.Context, req *tollgatev1.ReleaseReq
 // Renew extends a lease. A unary renew does not change which session, if
 // any, is told about the lease's end.
 func (l *limiterService) Renew(ctx context.Context, req *tollgatev1.RenewRequest) (*tollgatev1.RenewResponse, error) {
-	lease, err := l.srv.renew(req, nil)
+	lease, err := l.srv.renew(ctx, req, nil)
 	if err != nil {
 		return nil, toStatus(l.srv.log, "Renew", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
 	}
@@ -107,7 +107,10 @@ func (s *Server) release(req *tollgatev1.ReleaseRequest) error {
 
 // renew validates req and extends the lease, making owner (if not nil) the
 // one told about the lease's end.
-func (s *Server) renew(req *tollgatev1.RenewRequest, owner any) (limiter.Lease, error) {
+//
+// A lease the renew re-adopted after a restart (or any lease the quotas
+// do not know) starts counting against its client's lease limit here.
+func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner any) (limiter.Lease, error) {
 	if err := checkPoolName("pool", req.GetPool()); err != nil {
 		return limiter.Lease{}, err
 	}
@@ -126,7 +129,11 @@ func (s *Server) renew(req *tollgatev1.RenewRequest, owner any) (limiter.Lease, 
 	if sess, ok := owner.(*session); ok && ra.ClientID == "" {
 		ra.ClientID = sess.clientID // renew runs on the session's reader goroutine, which owns clientID
 	}
-	return s.engine.RenewOrReadopt(req.GetPool(), tok, ttl, owner, ra)
+	lease, err := s.engine.RenewOrReadopt(req.GetPool(), tok, ttl, owner, ra)
+	if err == nil {
+		s.quotas.track(leaseRef{lease.Pool, lease.FencingToken}, func() string { return s.auth.identify(ctx).clientKey(lease.ClientID) })
+	}
+	return lease, err
 }
 
 // take validates req and takes tokens. The wait is max_wait if set, capped

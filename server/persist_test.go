@@ -26,6 +26,8 @@ type durableEnv struct {
 	dir   string
 	clock *fakeclock.Clock
 	log   *syncBuffer
+	// limits are the servers' Limits (zero: the defaults).
+	limits Limits
 
 	srv  *Server
 	adm  tollgatev1.AdminServiceClient
@@ -59,7 +61,7 @@ func newDurableEnv(t *testing.T) *durableEnv {
 func (d *durableEnv) start(seed []limiter.PoolConfig) {
 	d.t.Helper()
 	logger := slog.New(slog.NewTextHandler(d.log, nil))
-	srv, err := Open(Config{Clock: d.clock, Logger: logger, ShutdownTimeout: 2 * time.Second}, d.dir, seed)
+	srv, err := Open(Config{Clock: d.clock, Logger: logger, ShutdownTimeout: 2 * time.Second, Limits: d.limits}, d.dir, seed)
 	if err != nil {
 		d.t.Fatalf("Open(%s): %v", d.dir, err)
 	}
@@ -360,4 +362,30 @@ func TestOpenErrors(t *testing.T) {
 	if _, err := Open(Config{}, t.TempDir(), []limiter.PoolConfig{{Name: "x"}}); err == nil || !strings.Contains(err.Error(), "pools file") {
 		t.Fatalf("Open with an invalid seed: %v", err)
 	}
+}
+
+// A lease re-adopted after a restart counts toward its client's lease
+// limit, as the grant it was: a client at its limit before the restart is
+// still at it once it has renewed.
+func TestReadoptedLeasesCountTowardTheClientLimit(t *testing.T) {
+	d := newDurableEnv(t)
+	d.limits = Limits{MaxClientLeases: 1}
+	d.start(nil)
+	if _, err := d.adm.CreatePool(d.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", ConcurrencyLimit: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Ttl: dur(10 * time.Second), ClientId: "holder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.restart(time.Second, nil)
+	if _, err := d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: resp.GetLease().GetId(), Weight: i64(1), ClientId: "holder"}); err != nil {
+		t.Fatalf("re-adoption: %v", err)
+	}
+	d.clock.Advance(10 * time.Second) // the recovery window ends; the re-adopted lease was renewed to 15s
+	if _, err := d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: resp.GetLease().GetId()}); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	_, err = d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", NoWait: true, ClientId: "holder"})
+	wantStatus(t, err, codes.ResourceExhausted, ReasonClientLeaseLimit)
 }

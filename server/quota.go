@@ -131,6 +131,24 @@ func (q *quotas) endAcquire(key string, lease *limiter.Lease) {
 	q.decLocked(q.clients, key)
 }
 
+// track starts counting the live lease ref against the client key()
+// names, unless it is counted already: a lease re-adopted after a restart
+// counts toward its client's limit like a granted one. It never refuses:
+// the lease exists. key is called only when the lease is new to q.
+func (q *quotas) track(ref leaseRef, key func() string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, ok := q.leases[ref]; ok {
+		return
+	}
+	if _, gone := q.early[ref]; gone {
+		return // it ended already
+	}
+	k := key()
+	q.leases[ref] = k
+	q.clients[k]++
+}
+
 // leaseEnded stops counting a lease that was released, expired or ended
 // with its pool.
 func (q *quotas) leaseEnded(pool string, token uint64) {

@@ -301,7 +301,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Release{Release: &tollgatev1.ReleaseResponse{}}})
 	case *tollgatev1.SessionRequest_Renew:
 		r := k.Renew
-		lease, err := s.srv.renew(r, s)
+		lease, err := s.srv.renew(s.ctx, r, s)
 		if err != nil {
 			s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
 			return
