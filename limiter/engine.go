@@ -181,9 +181,9 @@ func (e *Engine) GetPool(name string) (PoolInfo, error) {
 	return p.infoLocked(e.clock.Now()), nil
 }
 
-// ListPools returns up to limit pools whose names sort after `after`, in
+// poolsAfter returns up to limit pools whose names sort after `after`, in
 // name order, and whether more follow. A limit below 1 means 1.
-func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
+func (e *Engine) poolsAfter(after string, limit int) ([]*pool, bool) {
 	limit = max(limit, 1)
 	var ps []*pool
 	for _, p := range e.pools.snapshot() {
@@ -196,6 +196,13 @@ func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 	if more {
 		ps = ps[:limit]
 	}
+	return ps, more
+}
+
+// ListPools returns up to limit pools whose names sort after `after`, in
+// name order, and whether more follow. A limit below 1 means 1.
+func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
+	ps, more := e.poolsAfter(after, limit)
 
 	now := e.clock.Now()
 	infos := make([]PoolInfo, 0, len(ps))

@@ -1,7 +1,5 @@
 package limiter
 
-import "sort"
-
 // PoolStats is one pool's statistics, as Engine.PoolStats returns them.
 type PoolStats struct {
 	// Config with defaults filled in (marks stay 0 for their defaults).
@@ -46,18 +44,7 @@ func (e *Engine) PoolStats(name string) (PoolStats, error) {
 // sort after `after`, in name order, and whether more follow. A limit
 // below 1 means 1.
 func (e *Engine) ListPoolStats(after string, limit int) ([]PoolStats, bool) {
-	limit = max(limit, 1)
-	var ps []*pool
-	for _, p := range e.pools.snapshot() {
-		if p.name > after {
-			ps = append(ps, p)
-		}
-	}
-	sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
-	more := len(ps) > limit
-	if more {
-		ps = ps[:limit]
-	}
+	ps, more := e.poolsAfter(after, limit)
 	out := make([]PoolStats, 0, len(ps))
 	for _, p := range ps {
 		p.mu.Lock()

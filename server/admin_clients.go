@@ -39,14 +39,9 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 	if n := len(clientID); n > limiter.MaxClientIDLen {
 		return nil, invalidArg("client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen)
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, invalidArg("page_size is %d; give 1 to %d, or 0 for %d", size, MaxPageSize, DefaultPageSize)
-	case size == 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	after, err := decodeClientPageToken(req.GetPageToken())
 	if err != nil {

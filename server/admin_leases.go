@@ -58,14 +58,9 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 	if n := len(req.GetClientId()); n > limiter.MaxClientIDLen {
 		return nil, invalidArg("client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen)
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, invalidArg("page_size is %d; give 1 to %d, or 0 for %d", size, MaxPageSize, DefaultPageSize)
-	case size == 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	after, err := decodeLeasePageToken(req.GetPageToken())
 	if err != nil {

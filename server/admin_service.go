@@ -54,17 +54,25 @@ func (a *adminService) GetPool(ctx context.Context, req *tollgatev1.GetPoolReque
 	return nil, toStatus(a.srv.log, "GetPool", err, errCtx{pool: req.GetName()})
 }
 
+// pageSize returns the page size a List call asked for: 0 means
+// DefaultPageSize, and above MaxPageSize means MaxPageSize. Errors:
+// INVALID_ARGUMENT for a negative one.
+func pageSize(n int32) (int, error) {
+	switch {
+	case n < 0:
+		return 0, invalidArg("page_size is %d; give 1 to %d, or 0 for %d", n, MaxPageSize, DefaultPageSize)
+	case n == 0:
+		return DefaultPageSize, nil
+	}
+	return min(int(n), MaxPageSize), nil
+}
+
 // ListPools returns a page of pools in name order. The page token is the
 // base64url encoding of the last name of the previous page.
 func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsRequest) (*tollgatev1.ListPoolsResponse, error) {
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, toStatus(a.srv.log, "ListPools", invalidArg("page_size is %d; give 1 to %d, or 0 for %d", size, MaxPageSize, DefaultPageSize), errCtx{})
-	case size == 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, toStatus(a.srv.log, "ListPools", err, errCtx{})
 	}
 	after, err := decodePageToken(req.GetPageToken())
 	if err != nil {

@@ -23,14 +23,9 @@ func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsReq
 		}
 		return &tollgatev1.GetStatsResponse{Stats: []*tollgatev1.PoolStats{poolStatsToProto(st)}}, nil
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, toStatus(a.srv.log, "GetStats", invalidArg("page_size is %d; give 1 to %d, or 0 for %d", size, MaxPageSize, DefaultPageSize), errCtx{})
-	case size == 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, toStatus(a.srv.log, "GetStats", err, errCtx{})
 	}
 	after, err := decodePageToken(req.GetPageToken())
 	if err != nil {
