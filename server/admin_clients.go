@@ -119,16 +119,5 @@ func fillSession(cs *tollgatev1.ClientSession, s *session) {
 // decodeClientPageToken reads a ListClients page token; "" is the first
 // page.
 func decodeClientPageToken(tok string) (uint64, error) {
-	if tok == "" {
-		return 0, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	var after uint64
-	if err == nil {
-		after, err = strconv.ParseUint(string(b), 10, 64)
-	}
-	if err != nil {
-		return 0, invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous ListClients response unchanged, or leave it empty for the first page", truncate(tok, 64))
-	}
-	return after, nil
+	return decodeNumberPageToken(tok, "ListClients")
 }

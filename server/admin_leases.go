@@ -91,6 +91,13 @@ func adminLeaseArgs(pool, leaseID string) (uint64, error) {
 
 // decodeLeasePageToken reads a ListLeases page token; "" is the first page.
 func decodeLeasePageToken(tok string) (uint64, error) {
+	return decodeNumberPageToken(tok, "ListLeases")
+}
+
+// decodeNumberPageToken reads a page token that is the base64url encoding
+// of a decimal number (the last of the previous page) for the call named
+// call; "" is the first page, 0.
+func decodeNumberPageToken(tok, call string) (uint64, error) {
 	if tok == "" {
 		return 0, nil
 	}
@@ -100,7 +107,7 @@ func decodeLeasePageToken(tok string) (uint64, error) {
 		after, err = strconv.ParseUint(string(b), 10, 64)
 	}
 	if err != nil {
-		return 0, invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous ListLeases response unchanged, or leave it empty for the first page", truncate(tok, 64))
+		return 0, invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous %s response unchanged, or leave it empty for the first page", truncate(tok, 64), call)
 	}
 	return after, nil
 }
