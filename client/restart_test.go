@@ -182,3 +182,57 @@ func TestActiveLeaseReattachesOnItsInstances(t *testing.T) {
 	default:
 	}
 }
+
+// TestPassiveLeaseSurvivesServerRestart: across a restart of the server,
+// a provider registers again with its instances and a holder of one of
+// them keeps its lease, whichever of the two reaches the new server
+// first.
+func TestPassiveLeaseSurvivesServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	first := startDurable(t, dir, "127.0.0.1:0")
+	if _, err := first.srv.Engine().CreatePool(limiter.PoolConfig{Name: "gpu", ResourceKind: limiter.ResourcePassive, DefaultLeaseTTL: 3 * time.Second, MaxLeaseTTL: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	worker, err := client.Dial(first.addr, client.WithClientID("worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Close()
+	holder, err := client.Dial(first.addr, client.WithClientID("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	p, err := worker.Provide(ctx, "gpu", client.ProvideOptions{ID: "w1", TTL: 5 * time.Second}, client.Resource{ID: "slot-1"}, client.Resource{ID: "slot-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	l, err := holder.Acquire(ctx, "gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	first.stop()
+	second := startDurable(t, dir, first.addr)
+	waitFor(t, "the re-adoption and the provider's return", func() bool {
+		info, err := second.srv.Engine().GetPool("gpu")
+		return err == nil && info.Status.Readopted == 1 && info.Status.Providers == 1 && info.Status.Resources == 2
+	})
+	states, _, err := second.srv.Engine().ListResources("gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range states {
+		if (s.ID == l.Resources()[0].ID) != (s.Holder == l.FencingToken()) || s.Provider != "w1" {
+			t.Fatalf("after the restart: %+v; the lease holds %s", states, l.Resources()[0].ID)
+		}
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("the lease was lost across the restart: %v", l.Err())
+	default:
+	}
+}

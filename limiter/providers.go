@@ -185,9 +185,21 @@ func (h *Provider) Offer(rs []Resource) (ProviderInfo, error) {
 	return pr.infoLocked(), nil
 }
 
-// offerLocked adds add (checked) as pr's instances and dispatches.
+// offerLocked adds add (checked) as pr's instances and dispatches. An
+// instance awaited by a lease re-adopted after a restart is handed over
+// to pr as it is, held.
 func (p *pool) offerLocked(pr *provider, add []Resource, now time.Time) {
-	for _, in := range p.res.addAll(add, now) {
+	fresh := add[:0:0]
+	for _, r := range add {
+		if in := p.res.byID[r.ID]; in != nil && in.awaited {
+			in.awaited = false
+			in.Resource = r
+			pr.res[in.ID] = in
+			continue
+		}
+		fresh = append(fresh, r)
+	}
+	for _, in := range p.res.addAll(fresh, now) {
 		pr.res[in.ID] = in
 	}
 	if len(add) > 0 {
@@ -341,4 +353,24 @@ func (p *pool) providersByIDLocked() []*provider {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// revokeAwaitedLocked revokes, at the end of the recovery window, the
+// leases re-adopted on instances whose providers did not offer them again
+// (their instances leave the pool as the leases end), and returns them.
+func (p *pool) revokeAwaitedLocked(now time.Time) []LeaseEnded {
+	if p.res == nil {
+		return nil
+	}
+	var gone []*instance
+	for _, in := range p.res.byID {
+		if in.awaited {
+			gone = append(gone, in)
+		}
+	}
+	var ended []LeaseEnded
+	for _, l := range holdersOf(gone) {
+		ended = append(ended, p.revokeLocked(l, "its instance was not offered again by its provider within the recovery window after the server restarted", "", now))
+	}
+	return ended
 }

@@ -132,7 +132,9 @@ func (p *pool) onRecoveryEnd() {
 		return
 	}
 	p.rec = recovery{}
-	p.dispatchLocked(p.e.clock.Now())
+	now := p.e.clock.Now()
+	p.out.ended = append(p.out.ended, p.revokeAwaitedLocked(now)...) // providers.go
+	p.dispatchLocked(now)
 }
 
 // stopRecoveryLocked stops the window's timer for good (pool deleted,
@@ -261,7 +263,11 @@ func (p *pool) preRestartLocked(token uint64) bool {
 
 // readoptInstancesLocked returns the instances a lease to re-adopt names,
 // in an active or passive pool (nil in a free pool): exactly ra.Weight
-// distinct ones, each in the pool and free.
+// distinct ones, each in the pool and free. In a passive pool, an instance
+// not in the pool is taken as one whose provider has not offered it again
+// since the restart: it is held for the lease, *awaited*, until its
+// provider offers it (Offer then hands it over), or revoked with the lease
+// when the recovery window ends without it.
 func (p *pool) readoptInstancesLocked(token uint64, ra *Readopt, since string) ([]*instance, error) {
 	if p.res == nil {
 		return nil, nil
@@ -270,8 +276,15 @@ func (p *pool) readoptInstancesLocked(token uint64, ra *Readopt, since string) (
 		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names %d instances for weight %d; stop the work it protects and acquire a new lease", token, p.name, since, len(ra.Resources), ra.Weight)
 	}
 	ins := make([]*instance, 0, len(ra.Resources))
+	var awaited []string
 	for _, id := range ra.Resources {
 		in := p.res.byID[id]
+		if in == nil && p.cfg.ResourceKind == ResourcePassive && validateResourceID("instance", id) == nil {
+			// Its provider has not offered it again yet: hold it for the
+			// lease until the provider does, or the window ends.
+			awaited = append(awaited, id)
+			continue
+		}
 		if in == nil || in.elem == nil {
 			why := "is held by another lease"
 			if in == nil {
@@ -284,6 +297,21 @@ func (p *pool) readoptInstancesLocked(token uint64, ra *Readopt, since string) (
 				return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, p.name, since, id)
 			}
 		}
+		ins = append(ins, in)
+	}
+	for i, id := range awaited {
+		for _, other := range awaited[:i] {
+			if other == id {
+				return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, p.name, since, id)
+			}
+		}
+	}
+	if len(p.res.byID)+len(awaited) > MaxResourcesPerPool {
+		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the pool would hold more than %d instances", token, p.name, since, MaxResourcesPerPool)
+	}
+	for _, id := range awaited {
+		in := &instance{Resource: Resource{ID: id}, awaited: true, addTime: p.e.clock.Now()}
+		p.res.byID[id] = in
 		ins = append(ins, in)
 	}
 	return ins, nil

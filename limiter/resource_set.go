@@ -13,6 +13,7 @@ type instance struct {
 	Resource
 	holder   *lease        // the live lease bound to it; nil when not held
 	removing bool          // removed or withdrawn with wait: leaves when its lease ends
+	awaited  bool          // re-adopted in a passive pool before its provider offered it again: recovery.go
 	elem     *list.Element // its place in resourceSet.free; nil unless free
 	addTime  time.Time
 	released time.Time // when a lease last let it go; zero: never
@@ -24,6 +25,9 @@ type instance struct {
 //   - an instance is free (in free, holder nil, not removing), held
 //     (holder is a live lease of the pool whose res holds it), or removing
 //     (held, and leaves byID when its holder lets it go); never two;
+//   - an awaited instance (passive pools, during the recovery window after
+//     a restart) is held, has no provider yet, and leaves byID when its
+//     holder lets it go;
 //   - the pool's held weight is the number of held instances, and every
 //     live lease holds exactly Weight instances;
 //   - free is ordered by when each instance was last released, least
@@ -131,7 +135,7 @@ func (p *pool) unbindLocked(l *lease, now time.Time) {
 	for _, in := range p.instancesOfLocked(l) {
 		in.holder = nil
 		in.released = now
-		if in.removing {
+		if in.removing || in.awaited {
 			p.res.drop(in)
 			continue
 		}

@@ -67,7 +67,10 @@ func (p *pool) checkResourcesLocked() error {
 		if p.cfg.ResourceKind == ResourceActive && in.Provider != "" {
 			return fmt.Errorf("instance %q of an active pool has provider %q", id, in.Provider)
 		}
-		if p.cfg.ResourceKind == ResourcePassive {
+		if in.awaited && (in.holder == nil || in.Provider != "" || p.cfg.ResourceKind != ResourcePassive || !p.recoveringLocked()) {
+			return fmt.Errorf("awaited instance %q: holder %v, provider %q, kind %v, recovering %v", id, in.holder != nil, in.Provider, p.cfg.ResourceKind, p.recoveringLocked())
+		}
+		if p.cfg.ResourceKind == ResourcePassive && !in.awaited {
 			pr := rs.providers[in.Provider]
 			if pr == nil || pr.res[id] != in {
 				return fmt.Errorf("instance %q of provider %q, which is not live or does not list it", id, in.Provider)

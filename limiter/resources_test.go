@@ -303,3 +303,77 @@ func TestResourcePoolUtilisation(t *testing.T) {
 		t.Fatalf("PoolStats = %+v, %v; want utilisation 0.75", st, err)
 	}
 }
+
+// TestPassiveLeaseSurvivesRestart: after a restart, a holder of a passive
+// instance that renews before the instance's provider has registered
+// again keeps its lease: the instance is held for it, and handed to the
+// provider when it offers it again. A lease whose provider never comes
+// back is revoked when the recovery window ends.
+func TestPassiveLeaseSurvivesRestart(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "gpu", ResourceKind: ResourcePassive, DefaultLeaseTTL: 10 * time.Second})
+	if _, err := te.RegisterProvider("gpu", ProviderSpec{ID: "w1"}, res("a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := te.RegisterProvider("gpu", ProviderSpec{ID: "w2"}, res("z")); err != nil {
+		t.Fatal(err)
+	}
+	la := te.mustAcquire(t, AcquireRequest{Pool: "gpu"})
+	lz := te.mustAcquire(t, AcquireRequest{Pool: "gpu", Weight: 2}) // z and one of w1's
+
+	te2 := te.restart(t, m, time.Second)
+	if _, err := te2.RenewOrReadopt("gpu", la.FencingToken, 0, nil, Readopt{Weight: 1, Resources: []string{la.Resources[0].ID}}); err != nil {
+		t.Fatalf("re-adopting a lease whose provider has not come back yet: %v", err)
+	}
+	ids := []string{lz.Resources[0].ID, lz.Resources[1].ID}
+	if _, err := te2.RenewOrReadopt("gpu", lz.FencingToken, 0, nil, Readopt{Weight: 2, Resources: ids}); err != nil {
+		t.Fatal(err)
+	}
+	if s := te2.status(t, "gpu"); s.Held != 3 || s.Resources != 3 || s.ResourcesFree != 0 {
+		t.Fatalf("after the re-adoptions: %+v", s)
+	}
+	if err := te2.checkInvariants(map[string]int64{}); err != nil {
+		t.Fatal(err)
+	}
+	// w1 comes back with a and b: the held one is handed over, held.
+	if _, err := te2.RegisterProvider("gpu", ProviderSpec{ID: "w1", TTL: time.Minute}, res("a", "b")); err != nil {
+		t.Fatalf("w1 offering its instances again: %v", err)
+	}
+	states, _, _ := te2.ListResources("gpu")
+	for _, s := range states {
+		if (s.ID == "a" || s.ID == "b") && s.Provider != "w1" {
+			t.Fatalf("instance %s not handed to w1: %+v", s.ID, states)
+		}
+	}
+	if s := te2.status(t, "gpu"); s.Held != 3 || s.Resources != 3 || s.ResourcesFree != 0 {
+		t.Fatalf("after w1 is back: %+v", s)
+	}
+	if err := te2.checkInvariants(map[string]int64{}); err != nil {
+		t.Fatal(err)
+	}
+	// w2 never comes back: lz is revoked when the window ends; la stays.
+	te2.clk.Advance(8 * time.Second)
+	if _, err := te2.Renew("gpu", la.FencingToken, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	te2.clk.Advance(8 * time.Second) // past the window (the 10s TTL in use)
+	if _, err := te2.Renew("gpu", la.FencingToken, 0, nil); err != nil {
+		t.Fatalf("the lease whose provider came back: %v", err)
+	}
+	found := false
+	for _, le := range te2.endedLeases() {
+		if le.Lease.FencingToken == lz.FencingToken && le.Reason == EndRevoked && strings.Contains(le.Message, "recovery window") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("the lease on w2's instance was not revoked at the window's end: %+v", te2.endedLeases())
+	}
+	if s := te2.status(t, "gpu"); s.Resources != 2 || s.Held != 1 || s.ResourcesFree != 1 {
+		t.Fatalf("after the window: %+v (want w1's a and b, one held)", s)
+	}
+	if err := te2.checkInvariants(map[string]int64{}); err != nil {
+		t.Fatal(err)
+	}
+}
