@@ -29,7 +29,25 @@ func TestRandomizedRestartSafety(t *testing.T) {
 		seeds, steps = seeds[:2], 1000
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runRandomizedRestart(t, seed, steps) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runRandomizedRestart(t, seed, steps, ResourceFree) })
+	}
+}
+
+// TestRandomizedRestartSafetyResources is TestRandomizedRestartSafety for
+// an active pool (instances stored with it) and a passive one (a provider
+// that registers again some time after each restart, or not before the
+// recovery window ends), checking also that no two holders that believe
+// they hold leases hold the same instance.
+func TestRandomizedRestartSafetyResources(t *testing.T) {
+	seeds := []uint64{11, 12, 13, 14}
+	steps := 2000
+	if testing.Short() {
+		seeds, steps = seeds[:1], 800
+	}
+	for _, kind := range []ResourceKind{ResourceActive, ResourcePassive} {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprint(kind, "/seed", seed), func(t *testing.T) { runRandomizedRestart(t, seed, steps, kind) })
+		}
 	}
 }
 
@@ -39,9 +57,10 @@ type holder struct {
 	weight     int64
 	validUntil time.Time // ExpireTime of the last grant or renewal it saw
 	silent     bool      // never renews
+	resources  []string  // the instances it was granted (active and passive pools)
 }
 
-func runRandomizedRestart(t *testing.T, seed uint64, steps int) {
+func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKind) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	const limit = 6
 	m := newMemPersister()
@@ -53,7 +72,32 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int) {
 		slack = time.Duration(1+rng.IntN(500)) * time.Millisecond
 	}
 	te := newPersistentTestEngine(t, m, slack)
-	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: limit, MaxLeaseTTL: maxTTL, DefaultLeaseTTL: maxTTL / 2, MaxWaiters: 50})
+	cfg := PoolConfig{Name: "db", ConcurrencyLimit: limit, MaxLeaseTTL: maxTTL, DefaultLeaseTTL: maxTTL / 2, MaxWaiters: 50, ResourceKind: kind}
+	if kind == ResourcePassive {
+		cfg.ConcurrencyLimit = 0 // its capacity is what the provider offers: limit instances
+	}
+	te.mustCreate(t, cfg)
+	instances := make([]Resource, limit)
+	for i := range instances {
+		instances[i] = Resource{ID: fmt.Sprint("i", i)}
+	}
+	var provider *Provider // the passive pool's provider in this era; nil until it registers
+	register := func() {
+		if kind != ResourcePassive || provider != nil {
+			return
+		}
+		h, err := te.RegisterProvider("db", ProviderSpec{ID: "w", TTL: MaxProviderTTL}, instances)
+		if err != nil {
+			t.Fatalf("seed %d: provider: %v", seed, err)
+		}
+		provider = h
+	}
+	if kind == ResourceActive {
+		if _, err := te.AddResources("db", instances); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register()
 
 	var (
 		holders  []*holder
@@ -70,7 +114,11 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int) {
 			t.Fatalf("seed %d era %d: token %d granted, not above %d issued before the restart", seed, era, l.FencingToken, minToken)
 		}
 		maxToken = max(maxToken, l.FencingToken)
-		holders = append(holders, &holder{token: l.FencingToken, weight: l.Weight, validUntil: l.ExpireTime, silent: rng.IntN(3) == 0})
+		h := &holder{token: l.FencingToken, weight: l.Weight, validUntil: l.ExpireTime, silent: rng.IntN(3) == 0}
+		for _, r := range l.Resources {
+			h.resources = append(h.resources, r.ID)
+		}
+		holders = append(holders, h)
 	}
 	collect := func() {
 		kept := waiting[:0]
@@ -103,6 +151,15 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int) {
 		}
 		if sum > limit {
 			t.Fatalf("seed %d era %d step %d (%s): holders that believe they hold leases hold %d > limit %d", seed, era, step, what, sum, limit)
+		}
+		owner := map[string]uint64{}
+		for _, h := range holders {
+			for _, id := range h.resources {
+				if o, dup := owner[id]; dup {
+					t.Fatalf("seed %d era %d step %d (%s): holders of leases %d and %d both believe they hold instance %s", seed, era, step, what, o, h.token, id)
+				}
+				owner[id] = h.token
+			}
 		}
 		if err := te.checkInvariants(prevHeld); err != nil {
 			t.Fatalf("seed %d era %d step %d (%s): %v", seed, era, step, what, err)
@@ -149,7 +206,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int) {
 				if h.silent {
 					break
 				}
-				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight})
+				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources})
 				if err != nil {
 					h.validUntil = time.Time{} // refused: the holder stops
 				} else {
@@ -165,7 +222,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int) {
 				i := rng.IntN(len(lost))
 				h := lost[i]
 				lost = append(lost[:i], lost[i+1:]...)
-				_, _ = te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight})
+				_, _ = te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources})
 			}
 		case op < 68:
 			what = "release"
@@ -174,6 +231,9 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int) {
 				_ = te.Release("db", hs[i].token) // the holder stops either way
 				holders = append(hs[:i], hs[i+1:]...)
 			}
+		case op < 93 && kind == ResourcePassive && provider == nil && rng.IntN(4) == 0:
+			what = "provider returns"
+			register()
 		case op < 93:
 			what = "time"
 			te.clk.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
@@ -198,6 +258,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int) {
 				down /= 8
 			}
 			te = te.restart(t, m, down)
+			provider = nil // it registers again at a later step
 			era++
 			minToken = maxToken
 			prevHeld = map[string]int64{}
