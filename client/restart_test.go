@@ -236,3 +236,36 @@ func TestPassiveLeaseSurvivesServerRestart(t *testing.T) {
 	default:
 	}
 }
+
+// TestShareReattachesAfterServerRestart: a rate share held across a
+// restart of its server is re-adopted (same id) when the client refreshes
+// it, since the refresh says the rate it was granted.
+func TestShareReattachesAfterServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	first := startDurable(t, dir, "127.0.0.1:0")
+	if _, err := first.srv.Engine().CreatePool(limiter.PoolConfig{Name: "api", Rate: 100, DefaultLeaseTTL: 3 * time.Second, MaxLeaseTTL: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(first.addr, client.WithClientID("spender"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Limiter("api", 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var before []limiter.Share
+	waitFor(t, "the share's grant", func() bool {
+		before, _ = first.srv.Engine().Shares("api")
+		return len(before) == 1 && before[0].Rate == 60 && float64(l.Limit()) == 60
+	})
+
+	first.stop()
+	second := startDurable(t, dir, first.addr)
+	waitFor(t, "the share's re-adoption", func() bool {
+		after, err := second.srv.Engine().Shares("api")
+		return err == nil && len(after) == 1 && after[0].ID == before[0].ID && after[0].Rate > 0
+	})
+}

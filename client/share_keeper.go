@@ -166,8 +166,12 @@ func (l *Limiter) refresh(ctx context.Context, g shareGrant) (time.Time, error) 
 	l.mu.Unlock()
 	a, err := l.c.roundTrip(ctx, op{resetOnDeadline: true, build: func(int) (*tollgatev1.SessionRequest, error) {
 		w := want
-		return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_RefreshShare{RefreshShare: &tollgatev1.RefreshShareRequest{
-			Pool: l.pool, ShareId: g.id, Want: &w}}}, nil
+		req := &tollgatev1.RefreshShareRequest{Pool: l.pool, ShareId: g.id, Want: &w}
+		if g.rate > 0 { // so that a restarted server re-adopts the share (docs/recovery.md)
+			r := g.rate
+			req.GrantedRate = &r
+		}
+		return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_RefreshShare{RefreshShare: req}}, nil
 	}})
 	if err != nil {
 		return time.Time{}, err

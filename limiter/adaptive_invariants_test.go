@@ -55,11 +55,17 @@ func (p *pool) checkAdaptiveLocked(now time.Time) error {
 	if sum != t.granted {
 		return fmt.Errorf("shares granted %d but the table says %d", sum, t.granted)
 	}
-	if capacity := toShareUnits(a.rate); sum > capacity {
-		return fmt.Errorf("shares granted %v/s exceed the effective rate %v/s", fromShareUnits(sum), a.rate)
+	// After a restart, the phantom rate (shares_recovery.go) is what
+	// shares from before it may still spend: it is granted to no one.
+	phantom := t.rec.phantom
+	if capacity := max(0, toShareUnits(a.rate)-phantom); sum > capacity {
+		return fmt.Errorf("shares granted %v/s exceed the effective rate %v/s less the phantom %v/s", fromShareUnits(sum), a.rate, fromShareUnits(phantom))
+	}
+	if phantom > 0 && t.rec.until.IsZero() {
+		return fmt.Errorf("phantom rate %v/s outside a share recovery window", fromShareUnits(phantom))
 	}
 	if p.bucket != nil {
-		want := math.Max(0, a.rate-fromShareUnits(sum))
+		want := math.Max(0, a.rate-fromShareUnits(sum)-fromShareUnits(phantom))
 		if got := float64(p.bucket.Limit()); math.Abs(got-want) > 1.0/shareUnits {
 			return fmt.Errorf("bucket refills at %v/s; want effective rate %v less shares %v", got, a.rate, fromShareUnits(sum))
 		}

@@ -62,6 +62,15 @@ type DurableState struct {
 	TokenCeiling uint64
 	LeaseHorizon time.Time
 	TTLBound     time.Duration
+	// ShareHorizon: no rate share granted or refreshed before a restart
+	// is live after it (the zero time: none ever was), so a restarted
+	// engine knows until when shares it does not know may still be
+	// spending the pool's rate (shares_recovery.go).
+	ShareHorizon time.Time
+	// ShareTTLBound: no rate share was granted or refreshed with a TTL
+	// above it, so none from before a restart is live after restart +
+	// ShareTTLBound either. It only grows.
+	ShareTTLBound time.Duration
 }
 
 // Tuning of the writes ahead.
@@ -115,7 +124,7 @@ func NewSavedPool(cfg PoolConfig, now time.Time) (SavedPool, error) {
 // Persister, unreachable ones without.
 func (p *pool) initDurableLocked(st DurableState) {
 	if p.e.persister == nil {
-		p.dur = durable{state: DurableState{TokenCeiling: noPersistCeiling, LeaseHorizon: noPersistHorizon, TTLBound: MaxLeaseTTLLimit}}
+		p.dur = durable{state: DurableState{TokenCeiling: noPersistCeiling, LeaseHorizon: noPersistHorizon, TTLBound: MaxLeaseTTLLimit, ShareHorizon: noPersistHorizon, ShareTTLBound: MaxLeaseTTLLimit}}
 		return
 	}
 	p.dur = durable{state: st, tokenBlock: minTokenBlock}

@@ -119,6 +119,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling, taken: make(map[uint64]struct{})}}
 		p.rec.timer = e.clock.AfterFunc(until.Sub(now), p.onRecoveryEnd)
 	}
+	p.restoreSharesLocked(st, now) // shares_recovery.go
 	e.pools.add(p)
 	return p.infoLocked(now), nil
 }

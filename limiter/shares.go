@@ -84,6 +84,11 @@ type ShareRefresh struct {
 	TTL    time.Duration
 	// Owner, if not nil, replaces the share's Owner.
 	Owner any
+	// Granted is the rate, in tokens per second, the holder was last
+	// granted. A restarted engine re-adopts a share it does not know,
+	// during the share recovery window, with at most this rate (see
+	// shares_recovery.go); 0 means unknown: not re-adopted.
+	Granted float64
 }
 
 // Share is a snapshot of a granted share of a pool's rate.
@@ -195,6 +200,8 @@ type shareTable struct {
 
 	timer   Timer
 	timerAt time.Time // zero when not armed
+
+	rec shareRecovery // after a restart: shares_recovery.go
 }
 
 // snapshotLocked returns s as its holder sees it.
@@ -215,16 +222,21 @@ func (p *pool) shareSnapshotLocked(s *share) Share {
 
 // capacityLocked is the rate shares divide, in share units: the effective
 // rate.
-func (p *pool) shareCapacityLocked() int64 { return toShareUnits(p.ad.rate) }
+// After a restart, the rate shares from before it may still be spending
+// (phantom, shares_recovery.go) is not part of it.
+func (p *pool) shareCapacityLocked() int64 {
+	return max(0, toShareUnits(p.ad.rate)-p.shr.rec.phantom)
+}
 
 // sharedRateLocked is the rate granted as shares, in tokens per second.
 func (p *pool) sharedRateLocked() float64 { return fromShareUnits(p.shr.granted) }
 
 // exactRateLocked is the rate the pool's bucket refills at: the effective
-// rate minus the rate granted as shares.
+// rate minus the rate granted as shares (and, after a restart, minus what
+// shares from before it may still be spending: shares_recovery.go).
 func (p *pool) exactRateLocked() float64 {
-	r := p.ad.rate - p.sharedRateLocked()
-	if p.shr.granted > 0 && r < 1.0/shareUnits {
+	r := p.ad.rate - p.sharedRateLocked() - fromShareUnits(p.shr.rec.phantom)
+	if p.shr.granted+p.shr.rec.phantom > 0 && r < 1.0/shareUnits {
 		return 0 // shares hold the whole rate; what is left is rounding
 	}
 	return max(0, r)

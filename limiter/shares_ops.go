@@ -77,6 +77,10 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 		return Share{}, errorf(ErrTooManyShares, "pool %q has %d rate shares, the most one pool may have; release shares that are no longer used, or share one per process", p.name, MaxSharesPerPool)
 	}
 	now := e.clock.Now()
+	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil { // durable share horizon first: shares_recovery.go
+		p.unlock()
+		return Share{}, err
+	}
 	if t.byID == nil {
 		t.byID = make(map[uint64]*share)
 	}
@@ -145,6 +149,18 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	}
 	now := e.clock.Now()
 	s := p.shr.byID[r.ID]
+	if s == nil {
+		ns, err := p.readoptShareLocked(&r, now) // a share from before a restart: shares_recovery.go
+		if err != nil {
+			p.unlock()
+			return Share{}, err
+		}
+		if ns != nil {
+			out := p.shareSnapshotLocked(ns)
+			p.unlock()
+			return out, nil
+		}
+	}
 	if s == nil || !s.expire.After(now) {
 		p.expireSharesLocked(now)
 		err := p.missingShareErrLocked(r.ID)
@@ -159,6 +175,10 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 			p.unlock()
 			return Share{}, err
 		}
+	}
+	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil { // shares_recovery.go
+		p.unlock()
+		return Share{}, err
 	}
 	if w := toShareUnits(r.Want); w > 0 && w != s.want {
 		s.want, p.shr.dirty = w, true
@@ -198,6 +218,10 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 		return err
 	}
 	s := p.shr.byID[id]
+	if s == nil && p.releasedShareLocked(id) { // from before a restart: shares_recovery.go
+		p.unlock()
+		return nil
+	}
 	if s == nil {
 		err := p.missingShareErrLocked(id)
 		p.unlock()
@@ -286,6 +310,7 @@ func (p *pool) onShareTimer() {
 // stopSharesLocked stops the share expiry timer for good (pool deleted,
 // engine closed).
 func (p *pool) stopSharesLocked() {
+	p.stopShareRecoveryLocked() // shares_recovery.go
 	if p.shr.timer != nil {
 		p.shr.timer.Stop()
 	}

@@ -226,13 +226,19 @@ func (srv *Server) shareRefreshFromProto(r *tollgatev1.RefreshShareRequest) (lim
 	if err != nil {
 		return sr, err
 	}
+	if r.GrantedRate != nil {
+		if g := r.GetGrantedRate(); !(g > 0) || g > limiter.MaxRate {
+			return sr, invalidArg("granted_rate is %v; it must be the rate the share was granted, above 0 (or leave it unset)", g)
+		}
+		sr.Granted = r.GetGrantedRate()
+	}
 	if r.Want != nil && !(r.GetWant() > 0) {
 		return sr, invalidArg("want is %v; give a rate above 0, or leave it unset to keep the share's", r.GetWant())
 	}
 	if r.Weight != nil && r.GetWeight() < 1 {
 		return sr, invalidArg("weight is %d; give 1 to %d, or leave it unset to keep the share's", r.GetWeight(), limiter.MaxShareWeight)
 	}
-	return limiter.ShareRefresh{Pool: r.GetPool(), ID: id, Want: r.GetWant(), Weight: r.GetWeight(), TTL: ttl}, nil
+	return limiter.ShareRefresh{Pool: r.GetPool(), ID: id, Want: r.GetWant(), Weight: r.GetWeight(), TTL: ttl, Granted: sr.Granted}, nil
 }
 
 // shareEventToProto converts a share update pushed to its holder.

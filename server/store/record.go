@@ -25,6 +25,9 @@ type record struct {
 	TokenCeiling     uint64    `json:"token_ceiling"`
 	LeaseHorizon     time.Time `json:"lease_horizon"`
 	TTLBound         int64     `json:"ttl_bound_ns"`
+	// Added with the recovery of rate shares: the share horizon.
+	ShareHorizon  time.Time `json:"share_horizon,omitzero"`
+	ShareTTLBound int64     `json:"share_ttl_bound_ns,omitempty"`
 	// Added with adaptive limits and rate shares (adaptive_record.go).
 	SafeRate float64         `json:"safe_rate,omitempty"`
 	Adaptive *adaptiveRecord `json:"adaptive,omitempty"`
@@ -68,6 +71,8 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 		TokenCeiling:     sp.State.TokenCeiling,
 		LeaseHorizon:     sp.State.LeaseHorizon,
 		TTLBound:         int64(sp.State.TTLBound),
+		ShareHorizon:     sp.State.ShareHorizon,
+		ShareTTLBound:    int64(sp.State.ShareTTLBound),
 		Suspended:        sp.Suspended,
 		SafeRate:         c.SafeRate,
 		Adaptive:         adaptiveToRecord(c.Adaptive),
@@ -148,9 +153,11 @@ func decode(key, v []byte) (limiter.SavedPool, error) {
 		UpdateTime: r.UpdateTime,
 		Suspended:  r.Suspended,
 		State: limiter.DurableState{
-			TokenCeiling: r.TokenCeiling,
-			LeaseHorizon: r.LeaseHorizon,
-			TTLBound:     time.Duration(r.TTLBound),
+			TokenCeiling:  r.TokenCeiling,
+			LeaseHorizon:  r.LeaseHorizon,
+			TTLBound:      time.Duration(r.TTLBound),
+			ShareHorizon:  r.ShareHorizon,
+			ShareTTLBound: time.Duration(r.ShareTTLBound),
 		},
 	}, nil
 }

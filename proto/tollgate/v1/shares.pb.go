@@ -389,7 +389,14 @@ type RefreshShareRequest struct {
 	// New weight; unset keeps the share's. 1 to 1000.
 	Weight *int64 `protobuf:"varint,4,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
 	// New TTL, counted from now; unset (or zero) keeps the share's.
-	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// The rate the holder was last granted, in tokens per second. Sent by
+	// clients so that a restarted server can re-adopt the share: after a
+	// restart, until every share from before it has expired, a refresh of
+	// a share the server does not know gives it back (same id) with at
+	// most this rate. Unset means unknown: such a share is not re-adopted
+	// (SHARE_NOT_FOUND). Ignored for a share the server knows.
+	GrantedRate   *float64 `protobuf:"fixed64,6,opt,name=granted_rate,json=grantedRate,proto3,oneof" json:"granted_rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -457,6 +464,13 @@ func (x *RefreshShareRequest) GetTtl() *durationpb.Duration {
 		return x.Ttl
 	}
 	return nil
+}
+
+func (x *RefreshShareRequest) GetGrantedRate() float64 {
+	if x != nil && x.GrantedRate != nil {
+		return *x.GrantedRate
+	}
+	return 0
 }
 
 // RefreshShareResponse carries the share with its new grant and expiry.
@@ -694,15 +708,17 @@ const file_tollgate_v1_shares_proto_rawDesc = "" +
 	"\tclient_id\x18\x05 \x01(\tR\bclientIdB\t\n" +
 	"\a_weight\"D\n" +
 	"\x14AcquireShareResponse\x12,\n" +
-	"\x05share\x18\x01 \x01(\v2\x16.tollgate.v1.RateShareR\x05share\"\xbb\x01\n" +
+	"\x05share\x18\x01 \x01(\v2\x16.tollgate.v1.RateShareR\x05share\"\xf4\x01\n" +
 	"\x13RefreshShareRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
 	"\bshare_id\x18\x02 \x01(\tR\ashareId\x12\x17\n" +
 	"\x04want\x18\x03 \x01(\x01H\x00R\x04want\x88\x01\x01\x12\x1b\n" +
 	"\x06weight\x18\x04 \x01(\x03H\x01R\x06weight\x88\x01\x01\x12+\n" +
-	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttlB\a\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12&\n" +
+	"\fgranted_rate\x18\x06 \x01(\x01H\x02R\vgrantedRate\x88\x01\x01B\a\n" +
 	"\x05_wantB\t\n" +
-	"\a_weight\"D\n" +
+	"\a_weightB\x0f\n" +
+	"\r_granted_rate\"D\n" +
 	"\x14RefreshShareResponse\x12,\n" +
 	"\x05share\x18\x01 \x01(\v2\x16.tollgate.v1.RateShareR\x05share\"D\n" +
 	"\x13ReleaseShareRequest\x12\x12\n" +

@@ -1,0 +1,166 @@
+package limiter
+
+import "time"
+
+// This file is the recovery of rate shares after a restart. Shares, like
+// leases, are soft state: a restarted engine does not know the shares its
+// predecessor granted, but their holders may still be spending them until
+// they expire. So the engine writes ahead, durably, a share horizon after
+// which no share granted or refreshed before can be live
+// (DurableState.ShareHorizon), and a pool restored before that horizon
+// treats its whole effective rate as possibly spent by those shares: the
+// *phantom* rate. Until the horizon:
+//   - the bucket (Take, Acquire with a rate) refills at the effective
+//     rate minus the shares granted and the phantom: nothing, at first;
+//   - new shares are granted from what the phantom leaves: nothing, at
+//     first (they grow when it ends);
+//   - a holder refreshing a share the engine does not know, saying the
+//     rate it was granted (ShareRefresh.Granted), gets the share back
+//     (same id) with at most that rate, which leaves the phantom for it.
+// At the horizon the phantom ends and its rate goes to the shares below
+// their fair parts and to the bucket. So granted shares and exact tokens
+// together never exceed the rate across a restart (invariant 3).
+
+// maxShareReadoptions bounds the share ids one recovery remembers as
+// re-adopted or released, as maxRecoveryEnded does for leases.
+const maxShareReadoptions = MaxSharesPerPool * 4
+
+// shareRecovery is a pool's share recovery window, guarded by the pool's
+// mutex; the zero value means none.
+type shareRecovery struct {
+	// phantom is the rate, in share units, that shares from before the
+	// restart may still be spending; 0 outside the window.
+	phantom int64
+	until   time.Time
+	timer   Timer
+	taken   map[uint64]struct{} // ids re-adopted or released since the restart
+}
+
+// restoreSharesLocked starts the share recovery window of a pool restored
+// at now from st: it lasts until the earlier of the share horizon and now
+// + the share TTL bound.
+func (p *pool) restoreSharesLocked(st DurableState, now time.Time) {
+	until := st.ShareHorizon
+	if st.ShareTTLBound > 0 && now.Add(st.ShareTTLBound).Before(until) {
+		until = now.Add(st.ShareTTLBound)
+	}
+	if p.cfg.Rate == 0 || !until.After(now) {
+		return
+	}
+	p.shr.rec = shareRecovery{phantom: toShareUnits(p.ad.rate), until: until, taken: make(map[uint64]struct{})}
+	p.shr.rec.timer = p.e.clock.AfterFunc(until.Sub(now), p.onShareRecoveryEnd)
+	p.applyRateLocked(now)
+}
+
+// onShareRecoveryEnd ends the window: the phantom rate goes to the shares
+// below their fair parts and to the bucket.
+func (p *pool) onShareRecoveryEnd() {
+	p.mu.Lock()
+	defer p.unlock()
+	if p.deleted || p.shr.rec.until.IsZero() {
+		return
+	}
+	p.shr.rec = shareRecovery{}
+	now := p.e.clock.Now()
+	p.shr.dirty = true
+	p.targetsLocked()
+	p.growSharesLocked()
+	p.applyRateLocked(now)
+	p.dispatchLocked(now)
+}
+
+// stopShareRecoveryLocked stops the window's timer for good.
+func (p *pool) stopShareRecoveryLocked() {
+	if p.shr.rec.timer != nil {
+		p.shr.rec.timer.Stop()
+	}
+}
+
+// shareRecoveringLocked reports whether id may name a share from before
+// the restart that is neither re-adopted nor released since.
+func (p *pool) shareRecoveringLocked(id uint64) bool {
+	if p.shr.rec.until.IsZero() {
+		return false
+	}
+	_, taken := p.shr.rec.taken[id]
+	return !taken && len(p.shr.rec.taken) < maxShareReadoptions
+}
+
+// readoptShareLocked re-adopts the share r names, which the engine does
+// not know, during the window: it becomes a live share again with its id,
+// its rate (at most r.Granted) taken out of the phantom. It returns nil
+// when r cannot be re-adopted (no window, no Granted, an id taken).
+func (p *pool) readoptShareLocked(r *ShareRefresh, now time.Time) (*share, error) {
+	if r.Granted <= 0 || !p.shareRecoveringLocked(r.ID) || len(p.shr.list) >= MaxSharesPerPool {
+		return nil, nil
+	}
+	if err := checkWant(r.Granted, false); err != nil {
+		return nil, err
+	}
+	ttl, err := p.resolveTTLLocked(r.TTL)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil {
+		return nil, err
+	}
+	granted := toShareUnits(r.Granted)
+	back := min(granted, p.shr.rec.phantom)
+	p.shr.rec.phantom -= back
+	p.shr.rec.taken[r.ID] = struct{}{}
+	want := granted
+	if r.Want > 0 {
+		want = toShareUnits(r.Want)
+	}
+	weight := r.Weight
+	if weight == 0 {
+		weight = 1
+	}
+	s := &share{id: r.ID, want: want, weight: weight, ttl: ttl, grantAt: now, expire: now.Add(ttl), owner: r.Owner, index: -1}
+	t := &p.shr
+	if t.byID == nil {
+		t.byID = make(map[uint64]*share)
+	}
+	t.byID[s.id] = s
+	t.list = append(t.list, s)
+	t.expiry.push(s)
+	t.dirty = true
+	p.targetsLocked()
+	p.setGrantLocked(s, min(back, p.grantableLocked(s)))
+	p.applyRateLocked(now)
+	p.armShareTimerLocked(s.expire, now)
+	return s, nil
+}
+
+// releasedShareLocked records the release of a share from before the
+// restart that was not re-adopted, so that it is not re-adopted later; it
+// reports whether id may have been one.
+func (p *pool) releasedShareLocked(id uint64) bool {
+	if !p.shareRecoveringLocked(id) {
+		return false
+	}
+	p.shr.rec.taken[id] = struct{}{}
+	return true
+}
+
+// reserveShareLocked makes sure a share granted or refreshed at now to
+// expire at expiry is within the durable share horizon and TTL bound,
+// moving the horizon to expiry + the engine's horizon slack and raising
+// the bound first if it is not. Errors: ErrStorageFailed (the caller must
+// not grant).
+func (p *pool) reserveShareLocked(now, expiry time.Time) error {
+	st := p.dur.state
+	ttl := expiry.Sub(now)
+	if (!expiry.After(st.ShareHorizon) && ttl <= st.ShareTTLBound) || p.e.persister == nil {
+		return nil
+	}
+	if expiry.After(st.ShareHorizon) {
+		st.ShareHorizon = expiry.Add(p.e.horizonSlack)
+	}
+	st.ShareTTLBound = max(st.ShareTTLBound, ttl)
+	if err := storageErr(p.e.persister.SavePool(p.savedLocked(p.cfg, st)), "reserve rate share expiries of pool "+quote(p.name)); err != nil {
+		return err
+	}
+	p.dur.state = st
+	return nil
+}
