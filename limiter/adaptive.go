@@ -27,6 +27,10 @@ type adaptive struct {
 
 	timer   Timer     // raises while lowered; nil until first needed
 	timerAt time.Time // zero when not armed
+
+	// restored is the effective concurrency limit recorded before a
+	// restart, applied when the recovery window ends: adaptive_persist.go.
+	restored int64
 }
 
 // Latency baseline smoothing, per closed bucket: it follows a lower
@@ -244,6 +248,7 @@ func (p *pool) changeEffectiveLocked(typ PoolEventType, v windowVerdict, limit i
 		p.dispatchLocked(now)
 	}
 	p.out.events = append(p.out.events, ev)
+	p.persistEffectiveLocked() // adaptive_persist.go
 }
 
 // effectiveLimitLoweredLocked is called when the effective concurrency

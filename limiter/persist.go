@@ -71,6 +71,13 @@ type DurableState struct {
 	// above it, so none from before a restart is live after restart +
 	// ShareTTLBound either. It only grows.
 	ShareTTLBound time.Duration
+	// EffectiveConcurrency and EffectiveRate are the effective limits
+	// adaptive control lowered the pool to (0: not lowered), so that a
+	// restarted engine does not hand a protected system in trouble its
+	// full configured limits at once (adaptive_persist.go). Unlike the
+	// fields above they are soft: written after the change, best effort.
+	EffectiveConcurrency int64
+	EffectiveRate        float64
 }
 
 // Tuning of the writes ahead.

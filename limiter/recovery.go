@@ -119,7 +119,8 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling, taken: make(map[uint64]struct{})}}
 		p.rec.timer = e.clock.AfterFunc(until.Sub(now), p.onRecoveryEnd)
 	}
-	p.restoreSharesLocked(st, now) // shares_recovery.go
+	p.restoreEffectiveLocked(st, now) // adaptive_persist.go
+	p.restoreSharesLocked(st, now)    // shares_recovery.go
 	e.pools.add(p)
 	return p.infoLocked(now), nil
 }
@@ -134,6 +135,7 @@ func (p *pool) onRecoveryEnd() {
 	}
 	p.rec = recovery{}
 	now := p.e.clock.Now()
+	p.applyRestoredLimitLocked(now)                                  // adaptive_persist.go
 	p.out.ended = append(p.out.ended, p.revokeAwaitedLocked(now)...) // providers.go
 	p.dispatchLocked(now)
 }

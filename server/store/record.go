@@ -28,6 +28,9 @@ type record struct {
 	// Added with the recovery of rate shares: the share horizon.
 	ShareHorizon  time.Time `json:"share_horizon,omitzero"`
 	ShareTTLBound int64     `json:"share_ttl_bound_ns,omitempty"`
+	// Added with persisted adaptive limits: the lowered effective values.
+	EffectiveConcurrency int64   `json:"effective_concurrency,omitempty"`
+	EffectiveRate        float64 `json:"effective_rate,omitempty"`
 	// Added with adaptive limits and rate shares (adaptive_record.go).
 	SafeRate float64         `json:"safe_rate,omitempty"`
 	Adaptive *adaptiveRecord `json:"adaptive,omitempty"`
@@ -58,24 +61,26 @@ type resourceRecord struct {
 func encode(sp limiter.SavedPool) ([]byte, error) {
 	c := sp.Config
 	r := record{
-		Name:             c.Name,
-		Description:      c.Description,
-		ConcurrencyLimit: c.ConcurrencyLimit,
-		Rate:             c.Rate,
-		Burst:            c.Burst,
-		DefaultLeaseTTL:  int64(c.DefaultLeaseTTL),
-		MaxLeaseTTL:      int64(c.MaxLeaseTTL),
-		MaxWaiters:       c.MaxWaiters,
-		CreateTime:       sp.CreateTime,
-		UpdateTime:       sp.UpdateTime,
-		TokenCeiling:     sp.State.TokenCeiling,
-		LeaseHorizon:     sp.State.LeaseHorizon,
-		TTLBound:         int64(sp.State.TTLBound),
-		ShareHorizon:     sp.State.ShareHorizon,
-		ShareTTLBound:    int64(sp.State.ShareTTLBound),
-		Suspended:        sp.Suspended,
-		SafeRate:         c.SafeRate,
-		Adaptive:         adaptiveToRecord(c.Adaptive),
+		Name:                 c.Name,
+		Description:          c.Description,
+		ConcurrencyLimit:     c.ConcurrencyLimit,
+		Rate:                 c.Rate,
+		Burst:                c.Burst,
+		DefaultLeaseTTL:      int64(c.DefaultLeaseTTL),
+		MaxLeaseTTL:          int64(c.MaxLeaseTTL),
+		MaxWaiters:           c.MaxWaiters,
+		CreateTime:           sp.CreateTime,
+		UpdateTime:           sp.UpdateTime,
+		TokenCeiling:         sp.State.TokenCeiling,
+		LeaseHorizon:         sp.State.LeaseHorizon,
+		TTLBound:             int64(sp.State.TTLBound),
+		ShareHorizon:         sp.State.ShareHorizon,
+		ShareTTLBound:        int64(sp.State.ShareTTLBound),
+		EffectiveConcurrency: sp.State.EffectiveConcurrency,
+		EffectiveRate:        sp.State.EffectiveRate,
+		Suspended:            sp.Suspended,
+		SafeRate:             c.SafeRate,
+		Adaptive:             adaptiveToRecord(c.Adaptive),
 
 		OverloadMark:         c.OverloadMark,
 		NearFullMark:         c.NearFullMark,
@@ -153,11 +158,13 @@ func decode(key, v []byte) (limiter.SavedPool, error) {
 		UpdateTime: r.UpdateTime,
 		Suspended:  r.Suspended,
 		State: limiter.DurableState{
-			TokenCeiling:  r.TokenCeiling,
-			LeaseHorizon:  r.LeaseHorizon,
-			TTLBound:      time.Duration(r.TTLBound),
-			ShareHorizon:  r.ShareHorizon,
-			ShareTTLBound: time.Duration(r.ShareTTLBound),
+			TokenCeiling:         r.TokenCeiling,
+			LeaseHorizon:         r.LeaseHorizon,
+			TTLBound:             time.Duration(r.TTLBound),
+			ShareHorizon:         r.ShareHorizon,
+			ShareTTLBound:        time.Duration(r.ShareTTLBound),
+			EffectiveConcurrency: r.EffectiveConcurrency,
+			EffectiveRate:        r.EffectiveRate,
 		},
 	}, nil
 }
