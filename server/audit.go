@@ -54,7 +54,7 @@ func (s *Server) auditUnary(ctx context.Context, req any, info *grpc.UnaryServer
 // revocations it makes: its authenticated name, or its address when it
 // presented no credentials.
 func (s *Server) actorOf(ctx context.Context) string {
-	id := s.auth.identify(ctx)
+	id := s.auth().identify(ctx)
 	if p := id.principal(); p != "" {
 		return p
 	}

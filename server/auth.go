@@ -75,6 +75,16 @@ func newAuthorizer(c *AuthConfig) *authorizer {
 	return a
 }
 
+// auth returns the server's current authorizer (SetAuth may replace it).
+func (s *Server) auth() *authorizer { return s.authz.Load() }
+
+// SetAuth replaces the server's admin names, admin token and policy with
+// c's, for the calls that start from now on (calls in progress finish
+// under the old ones). It is how a running server takes a renewed token
+// or an edited policy file; c.ClientCerts must say what the listeners
+// really do, as at start.
+func (s *Server) SetAuth(c *AuthConfig) { s.authz.Store(newAuthorizer(c)) }
+
 // identify returns the caller's identity.
 func (a *authorizer) identify(ctx context.Context) identity {
 	return identityOf(ctx, a.token)
@@ -217,16 +227,16 @@ func (s *Server) authorize(ctx context.Context, method string, req any) error {
 	var err error
 	switch {
 	case strings.HasPrefix(method, adminServicePrefix):
-		id := s.auth.identify(ctx)
-		if err = s.auth.checkAdmin(id); err != nil {
+		id := s.auth().identify(ctx)
+		if err = s.auth().checkAdmin(id); err != nil {
 			s.log.Warn("refused an admin call", "method", method, "peer", id.addr, "client", id.principal(), "err", err)
 		}
-	case strings.HasPrefix(method, limiterServicePrefix) && s.auth.policy != nil:
-		id := s.auth.identify(ctx)
+	case strings.HasPrefix(method, limiterServicePrefix) && s.auth().policy != nil:
+		id := s.auth().identify(ctx)
 		if pn, ok := req.(poolNamer); ok {
-			err = s.auth.checkPool(id, pn.GetPool())
+			err = s.auth().checkPool(id, pn.GetPool())
 		} else {
-			err = s.auth.checkLimiter(id)
+			err = s.auth().checkLimiter(id)
 		}
 		if err != nil {
 			s.log.Debug("refused a limiter call", "method", method, "peer", id.addr, "client", id.principal(), "err", err)

@@ -18,7 +18,7 @@ import (
 // against its client until releaseLease or the engine's OnLeaseEnded ends
 // it.
 func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
-	key := s.auth.identify(ctx).clientKey(ar.ClientID)
+	key := s.auth().identify(ctx).clientKey(ar.ClientID)
 	if err := s.quotas.beginAcquire(key); err != nil {
 		return limiter.Lease{}, err
 	}

@@ -34,7 +34,7 @@ func rateExempt(method string) bool {
 // slowed down too (by address).
 func (s *Server) rateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if s.rates != nil && !rateExempt(info.FullMethod) {
-		if err := s.allowRate(s.auth.identify(ctx).clientKey("")); err != nil {
+		if err := s.allowRate(s.auth().identify(ctx).clientKey("")); err != nil {
 			return nil, statusOf(err, errCtx{}).Err()
 		}
 	}
@@ -66,7 +66,7 @@ func (s *Server) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if info.FullMethod != sessionMethod && (s.rates == nil || rateExempt(info.FullMethod)) {
 		return handler(srv, ss)
 	}
-	key := s.auth.identify(ss.Context()).clientKey("")
+	key := s.auth().identify(ss.Context()).clientKey("")
 	if !rateExempt(info.FullMethod) {
 		if err := s.allowRate(key); err != nil {
 			return statusOf(err, errCtx{}).Err()
@@ -103,10 +103,10 @@ func (s *Server) guardSessionRequest(ctx context.Context, req *tollgatev1.Sessio
 	kind, pool := sessionKind(req)
 	s.metrics.countSessionRequest(kind)
 	givesBack := kind == skRelease || kind == skCancel
-	if kind == skCancel || ((givesBack || s.rates == nil) && s.auth.policy == nil) {
+	if kind == skCancel || ((givesBack || s.rates == nil) && s.auth().policy == nil) {
 		return nil
 	}
-	id := s.auth.identify(ctx)
+	id := s.auth().identify(ctx)
 	if !givesBack {
 		if err := s.allowRate(id.clientKey("")); err != nil {
 			return err
@@ -114,7 +114,7 @@ func (s *Server) guardSessionRequest(ctx context.Context, req *tollgatev1.Sessio
 	}
 	switch kind {
 	case skAcquire, skRelease, skRenew, skTake:
-		return s.auth.checkPool(id, pool)
+		return s.auth().checkPool(id, pool)
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func (s *Server) Serving() bool {
 // httpAuth requires a verified client certificate or the admin token when
 // the server's AuthConfig asks for credentials.
 func (s *Server) httpAuth(h http.Handler) http.Handler {
-	if !s.auth.required && !s.auth.clientCerts {
+	if !s.auth().required && !s.auth().clientCerts {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -82,12 +82,12 @@ func (s *Server) httpAuth(h http.Handler) http.Handler {
 			return
 		}
 		if scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " "); ok &&
-			strings.EqualFold(scheme, "bearer") && s.auth.token != nil && tokenMatches(strings.TrimSpace(tok), s.auth.token) {
+			strings.EqualFold(scheme, "bearer") && s.auth().token != nil && tokenMatches(strings.TrimSpace(tok), s.auth().token) {
 			h.ServeHTTP(w, r)
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
-		writeText(w, http.StatusUnauthorized, "this endpoint needs credentials: "+s.auth.httpWays()+"\n")
+		writeText(w, http.StatusUnauthorized, "this endpoint needs credentials: "+s.auth().httpWays()+"\n")
 	})
 }
 

@@ -73,7 +73,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		}
 	}()
 	pool := first.GetRegister().GetPool()
-	rateKey := s.auth.identify(stream.Context()).clientKey("")
+	rateKey := s.auth().identify(stream.Context()).clientKey("")
 	for {
 		select {
 		case <-ctx.Done():
@@ -117,9 +117,9 @@ func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.Provide
 	if err != nil {
 		return nil, err
 	}
-	id := s.auth.identify(ctx)
-	if s.auth.policy != nil {
-		if err := s.auth.checkPool(id, reg.GetPool()); err != nil {
+	id := s.auth().identify(ctx)
+	if s.auth().policy != nil {
+		if err := s.auth().checkPool(id, reg.GetPool()); err != nil {
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"sync/atomic"
 )
 
 // ServerTLS is the TLS setup of a server's two listeners, loaded by
@@ -19,22 +20,27 @@ type ServerTLS struct {
 	HTTP *tls.Config
 	// ClientCerts reports that a client CA was given.
 	ClientCerts bool
+
+	certFile, keyFile string
+	cert              atomic.Pointer[tls.Certificate] // served to new connections; Reload replaces it
 }
 
 // LoadServerTLS loads the server's certificate and key (PEM files) and, if
 // clientCAFile is not empty, the PEM bundle of CAs that sign client
-// certificates. TLS 1.2 is the oldest version accepted. The files are read
-// once: restart the server to use renewed certificates.
+// certificates. TLS 1.2 is the oldest version accepted. The certificate
+// and key can be read again while the server runs (Reload); the client
+// CAs are read once: changing them needs a restart.
 func LoadServerTLS(certFile, keyFile, clientCAFile string) (*ServerTLS, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, fmt.Errorf("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("loading the TLS certificate %s and key %s: %w", certFile, keyFile, err)
+	out := &ServerTLS{certFile: certFile, keyFile: keyFile}
+	if err := out.Reload(); err != nil {
+		return nil, err
 	}
-	base := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	out := &ServerTLS{GRPC: base.Clone(), HTTP: base.Clone()}
+	getCert := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return out.cert.Load(), nil }
+	base := &tls.Config{GetCertificate: getCert, MinVersion: tls.VersionTLS12}
+	out.GRPC, out.HTTP = base.Clone(), base.Clone()
 	if clientCAFile != "" {
 		pool, err := LoadCertPool(clientCAFile)
 		if err != nil {
@@ -45,6 +51,18 @@ func LoadServerTLS(certFile, keyFile, clientCAFile string) (*ServerTLS, error) {
 		out.ClientCerts = true
 	}
 	return out, nil
+}
+
+// Reload reads the certificate and key files again and serves the pair to
+// the connections made from now on (open connections keep theirs). On
+// error (a missing file, a key that does not match) the pair in use stays.
+func (t *ServerTLS) Reload() error {
+	cert, err := tls.LoadX509KeyPair(t.certFile, t.keyFile)
+	if err != nil {
+		return fmt.Errorf("loading the TLS certificate %s and key %s: %w", t.certFile, t.keyFile, err)
+	}
+	t.cert.Store(&cert)
+	return nil
 }
 
 // LoadCertPool reads a PEM bundle of CA certificates.

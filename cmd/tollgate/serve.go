@@ -136,6 +136,9 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	hup, stopHUP := reloadSignals()
+	defer stopHUP()
+	go sec.reloadOn(ctx, hup, srv, logger) // serve_reload.go
 	fmt.Fprintf(stderr, "tollgate: serving on %s\n", lis.Addr())
 	return sec.serve(ctx, srv, lis, httpLis, logger, stderr)
 }

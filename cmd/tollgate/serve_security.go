@@ -48,6 +48,9 @@ and /api/events, Prometheus metrics at /metrics, and /healthz and /readyz
 (503 once shutdown starts). With credentials configured, every path but
 the two probes needs a verified client certificate or the admin token.
 
+On SIGHUP, serve reads the TLS certificate and key, the admin token file
+and the policy file again (what cannot be read stays as it was).
+
 Limits keep one client from exhausting the server: each refusal is
 RESOURCE_EXHAUSTED and names the flag that raises it (-1: no limit). See
 docs/operations.md.`
@@ -103,7 +106,19 @@ func (o *securityOptions) load() (*serveSecurity, error) {
 		s.tls = st
 		s.auth.ClientCerts = st.ClientCerts
 	}
-	s.auth.AdminNames = o.adminNames
+	auth, err := o.loadAuth(s.auth.ClientCerts)
+	if err != nil {
+		return nil, err
+	}
+	s.auth = auth
+	return s, nil
+}
+
+// loadAuth reads the admin token and policy files into an AuthConfig with
+// the admin names of the flags; clientCerts says whether the listeners
+// verify client certificates. Serve calls it at start and on SIGHUP.
+func (o *securityOptions) loadAuth(clientCerts bool) (*server.AuthConfig, error) {
+	auth := &server.AuthConfig{AdminNames: o.adminNames, ClientCerts: clientCerts}
 	if o.adminTokenFile != "" {
 		b, err := os.ReadFile(o.adminTokenFile)
 		if err != nil {
@@ -113,16 +128,16 @@ func (o *securityOptions) load() (*serveSecurity, error) {
 		if len(tok) < minTokenLen || strings.ContainsAny(tok, " \t\r\n") {
 			return nil, fmt.Errorf("--admin-token-file %s must hold one token of at least %d characters without spaces (make one with: openssl rand -hex 32)", o.adminTokenFile, minTokenLen)
 		}
-		s.auth.AdminToken = tok
+		auth.AdminToken = tok
 	}
 	if o.policyFile != "" {
 		p, err := server.LoadPolicyFile(o.policyFile)
 		if err != nil {
 			return nil, err
 		}
-		s.auth.Policy = p
+		auth.Policy = p
 	}
-	return s, nil
+	return auth, nil
 }
 
 // secured reports whether remote clients would need TLS and credentials.

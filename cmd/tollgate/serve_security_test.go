@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,4 +148,42 @@ func httpGet(t *testing.T, c *http.Client, url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// On SIGHUP, serve reads its admin token file again: after a rotation the
+// new token works and the old one is refused, without a restart; a file
+// that cannot be read keeps the token in use.
+func TestServeReloadsTokenOnSIGHUP(t *testing.T) {
+	hup := make(chan os.Signal) // unbuffered: a send returns when serve took it, so after the reload before it
+	saved := reloadSignals
+	reloadSignals = func() (<-chan os.Signal, func()) { return hup, func() {} }
+	t.Cleanup(func() { reloadSignals = saved })
+
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	oldFile, newFile := filepath.Join(dir, "old"), filepath.Join(dir, "new")
+	for f, tok := range map[string]string{tokenFile: "0123456789abcdef-old-token-0000", oldFile: "0123456789abcdef-old-token-0000", newFile: "0123456789abcdef-new-token-1111"} {
+		if err := os.WriteFile(f, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr, _ := startServe(t, "--admin-token-file", tokenFile)
+	runCLI(t, addr, "--token-file", oldFile, "pool", "create", "db", "--concurrency", "2").mustSucceed(t)
+
+	b, _ := os.ReadFile(newFile)
+	if err := os.WriteFile(tokenFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup <- syscall.SIGHUP
+	waitUntil(t, "the new token to be accepted", func() bool {
+		return runCLI(t, addr, "--token-file", newFile, "pool", "get", "db").code == 0
+	})
+	runCLI(t, addr, "--token-file", oldFile, "pool", "get", "db").mustFail(t, 1, "UNAUTHENTICATED")
+
+	if err := os.WriteFile(tokenFile, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup <- syscall.SIGHUP
+	hup <- syscall.SIGHUP // taken only after the reload of the first ran
+	runCLI(t, addr, "--token-file", newFile, "pool", "get", "db").mustSucceed(t)
 }
