@@ -53,7 +53,15 @@ func startOps(t *testing.T, cfg Config, st *ServerTLS) *opsServer {
 	go func() { o.done <- srv.ServeGRPC(ctx, gs, lis) }()
 	o.http = httptest.NewUnstartedServer(srv.HTTPHandler())
 	if st != nil {
-		o.http.TLS = st.HTTP
+		// httptest puts its own certificate in a config without
+		// Certificates (the server's serves through GetCertificate).
+		cfg := st.HTTP.Clone()
+		cert, err := cfg.GetCertificate(&tls.ClientHelloInfo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{*cert}
+		o.http.TLS = cfg
 		o.http.StartTLS()
 	} else {
 		o.http.Start()
