@@ -109,10 +109,12 @@ func (p *Provider) Resources() []Resource {
 	return append([]Resource(nil), p.resources...)
 }
 
-// Offer adds instances to the pool. Errors: an *Error from the server
-// (ALREADY_EXISTS RESOURCE_EXISTS, INVALID_ARGUMENT, RESOURCE_EXHAUSTED
-// TOO_MANY_RESOURCES), ErrClosed, ctx's error, or an error saying the
-// provider is reconnecting (retry).
+// Offer adds instances to the pool. While the provider is registering
+// again after a broken stream, it waits for the new registration (as
+// long as ctx allows). Errors: an *Error from the server (ALREADY_EXISTS
+// RESOURCE_EXISTS, INVALID_ARGUMENT, RESOURCE_EXHAUSTED
+// TOO_MANY_RESOURCES, CLIENT_RATE_LIMITED), ErrClosed, ctx's error, or an
+// error saying the stream broke before the answer came (retry).
 func (p *Provider) Offer(ctx context.Context, rs ...Resource) error {
 	_, err := p.call(ctx, &tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Offer{Offer: &tollgatev1.ProvideOffer{Resources: resourcesToProto(rs)}}})
 	if err == nil {
