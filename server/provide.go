@@ -13,9 +13,11 @@ import (
 
 // This file is LimiterService.Provide: the stream of a provider of a
 // passive pool. The provider lives as long as its stream: when the stream
-// ends, however it ends, the provider leaves the pool and its instances
-// with it; when the engine expires the provider (nothing heard for its
-// TTL), the stream is ended.
+// ends, the provider leaves the pool and its instances with it; when the
+// engine expires the provider (nothing heard for its TTL), the stream is
+// ended. The exception is the server's own shutdown: the stream ends
+// with UNAVAILABLE and the provider stays, so that the leases on its
+// instances are not revoked but re-adopted after the restart.
 
 // providerStream is the Owner of a provider registered on a Provide
 // stream: the engine hands it back in the provider's events.
@@ -44,7 +46,11 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		return toStatus(s.log, "Provide", err, errCtx{pool: first.GetRegister().GetPool()})
 	}
 	left := "its Provide stream ended"
-	defer func() { _ = h.Leave(left) }() // ErrProviderNotFound: it left already
+	defer func() {
+		if left != "" {
+			_ = h.Leave(left) // ErrProviderNotFound: it left already
+		}
+	}()
 	info, err := h.Info()
 	if err != nil {
 		return toStatus(s.log, "Provide", err, errCtx{pool: first.GetRegister().GetPool()})
@@ -83,6 +89,13 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 			}
 			left = "its connection was lost"
 			return stream.Context().Err()
+		case <-s.draining:
+			// The server is shutting down, not the provider: its instances
+			// are not taken away (that would revoke their holders' leases,
+			// which a restarted server re-adopts); it registers again.
+			left = ""
+			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+				Message: "the server is shutting down; register again (on another server if there is one): the leases on your instances were not revoked"}, errCtx{}).Err()
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				left = "it closed its Provide stream"

@@ -218,3 +218,30 @@ func TestProvideStreamEnds(t *testing.T) {
 		t.Fatalf("status %v", st)
 	}
 }
+
+// A server shutting down ends Provide streams with UNAVAILABLE without
+// taking the providers' instances away: the leases on them are not
+// revoked (a restarted server re-adopts them).
+func TestProvideStreamOnShutdown(t *testing.T) {
+	e := newEnv(t)
+	e.createPool(&tollgatev1.Pool{Name: "gpu", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE})
+	ps, err := e.lim.Provide(e.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.Send(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Register{Register: &tollgatev1.ProvideRegister{Pool: "gpu", ProviderId: "w", Resources: wireRes("a")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "gpu", Ttl: dur(time.Minute)})
+	e.stop()
+	_, err = ps.Recv()
+	wantStatus(t, err, codes.Unavailable, limiter.ReasonShuttingDown)
+	for _, ev := range e.srv.RecentEvents() {
+		if ev.Type == EventLeaseRevoked || ev.Type == EventProviderLeft {
+			t.Fatalf("shutdown revoked or removed: %+v", ev)
+		}
+	}
+}
