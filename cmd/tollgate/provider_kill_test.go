@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/client"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -100,4 +101,74 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestPassivePoolAcrossServerKill9: a worker process offers its slots,
+// another client holds a lease on one, and the server is killed with
+// SIGKILL and started again on the same data directory. The worker
+// registers again by itself and the holder's lease is re-adopted on the
+// same slot: it is never lost, and the slot is held by no one else.
+func TestPassivePoolAcrossServerKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the tollgate binary and kills its server")
+	}
+	srv := &e2eServer{t: t, bin: buildTollgate(t), addr: freeLoopbackAddr(t), dir: filepath.Join(t.TempDir(), "data"), logs: t.TempDir()}
+	srv.start()
+	t.Cleanup(srv.kill)
+
+	c, err := client.Dial(srv.addr, client.WithClientID("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	adm := tollgatev1.NewAdminServiceClient(c.Conn())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := adm.CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "gpu", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE,
+		DefaultLeaseTtl: durationpb.New(4 * time.Second)}}, grpc.WaitForReady(true)); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	worker := exec.Command(srv.bin, "resource", "provide", "gpu", "--id", "worker-7", "--ttl", "3s", "--server", srv.addr, "slot-1", "slot-2")
+	worker.Stdout, worker.Stderr = &out, &out
+	worker.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = worker.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = worker.Process.Kill(); <-exited })
+	waitUntil(t, "the worker's slots", func() bool {
+		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
+		return err == nil && len(r.GetResources()) == 2
+	})
+	l, err := c.Acquire(ctx, "gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := l.Resources()[0].ID
+
+	srv.kill() // SIGKILL: nothing is released, nothing is told
+	srv.start()
+	waitUntil(t, "the worker to register again and the lease to be re-adopted", func() bool {
+		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
+		if err != nil || len(r.GetResources()) != 2 || len(r.GetProviders()) != 1 {
+			return false
+		}
+		for _, res := range r.GetResources() {
+			if res.GetResource().GetId() == slot && res.GetLeaseId() == l.ID() && res.GetResource().GetProviderId() == "worker-7" {
+				return true
+			}
+		}
+		return false
+	})
+	select {
+	case <-l.Done():
+		t.Fatalf("the lease was lost across the server's kill: %v\nworker:\n%s", l.Err(), out.String())
+	default:
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release after the restart: %v", err)
+	}
+	srv.checkLogs()
 }
