@@ -90,6 +90,13 @@ type apiPoolStatus struct {
 	Resources     int64 `json:"resources,omitempty"`
 	ResourcesFree int64 `json:"resources_free,omitempty"`
 	Providers     int64 `json:"providers,omitempty"`
+	// WaitGrants counts the grants of the last minute (limiter.WaitWindow),
+	// and WaitP50Ms and WaitP99Ms are the median and 99th percentile of
+	// their waits from the acquire to the grant, in milliseconds (bucket
+	// upper edges: at most 25% above the true value; GetStats).
+	WaitGrants int64   `json:"wait_grants"`
+	WaitP50Ms  float64 `json:"wait_p50_ms"`
+	WaitP99Ms  float64 `json:"wait_p99_ms"`
 }
 
 // apiEventsResponse is the JSON of GET /api/events.
@@ -117,7 +124,13 @@ func (s *Server) apiPools(w http.ResponseWriter, r *http.Request) {
 		Pools:   make([]apiPool, 0, len(infos)),
 	}
 	for i := range infos {
-		resp.Pools = append(resp.Pools, apiPoolOf(&infos[i]))
+		ap := apiPoolOf(&infos[i])
+		if st, err := s.engine.PoolStats(infos[i].Config.Name); err == nil { // deleted meanwhile: no waits
+			wt := st.WaitTimes
+			ap.Status.WaitGrants = wt.Count
+			ap.Status.WaitP50Ms, ap.Status.WaitP99Ms = millis(wt.P50), millis(wt.P99)
+		}
+		resp.Pools = append(resp.Pools, ap)
 	}
 	writeJSON(w, resp)
 }
@@ -170,6 +183,9 @@ func apiPoolOf(info *limiter.PoolInfo) apiPool {
 		UpdateTime: info.UpdateTime,
 	}
 }
+
+// millis is d in milliseconds, to the microsecond.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func (s *Server) apiEvents(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, apiEventsResponse{Events: s.RecentEvents()})

@@ -227,7 +227,31 @@ func TestHTTPResourcePools(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &pools); err != nil {
 		t.Fatal(err)
 	}
-	if p := pools.Pools[0]; p.ResourceKind != "active" || p.Status.Resources != 3 || p.Status.ResourcesFree != 2 || p.Status.Held != 1 {
+	if p := pools.Pools[0]; p.ResourceKind != "active" || p.Status.Resources != 3 || p.Status.ResourcesFree != 2 || p.Status.Held != 1 || p.Status.WaitGrants != 1 || p.Status.WaitP99Ms != 0 {
 		t.Fatalf("pool = %+v", p)
+	}
+}
+
+// /api/pools reports the waits of the last minute's grants: a grant that
+// waited 2s shows as the 99th percentile, within the histogram's 25%.
+func TestHTTPPoolsWaitPercentiles(t *testing.T) {
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
+	s := e.session()
+	first := s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db", Ttl: dur(time.Minute)})).GetAcquire().GetLease()
+	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db", Ttl: dur(time.Minute)}))
+	waitFor(t, "the second acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	o.clock.Advance(2 * time.Second)
+	s.send(releaseReq(3, "db", first.GetId()))
+	waitFor(t, "the waiter's grant", func() bool { return e.status("db").GetGranted() == 2 })
+	_, body := o.get(nil, "/api/pools")
+	var pools apiPoolsResponse
+	if err := json.Unmarshal([]byte(body), &pools); err != nil {
+		t.Fatal(err)
+	}
+	st := pools.Pools[0].Status
+	if st.WaitGrants != 2 || st.WaitP50Ms != 0 || st.WaitP99Ms < 2000 || st.WaitP99Ms > 2500 {
+		t.Fatalf("waits: %d grants, p50 %v ms, p99 %v ms; want 2, 0, about 2000", st.WaitGrants, st.WaitP50Ms, st.WaitP99Ms)
 	}
 }

@@ -54,6 +54,14 @@ function utilisation(p) {
     el("span", { class: "ratio" }, num(held) + " / " + num(lim)));
 }
 
+// waitText renders a wait in milliseconds for people.
+function waitText(ms) {
+  if (ms === 0) return "0";
+  if (ms < 1) return (Math.round(ms * 1000)) + " µs";
+  if (ms < 1000) return (Math.round(ms * 10) / 10) + " ms";
+  return (Math.round(ms / 100) / 10) + " s";
+}
+
 function poolRow(p) {
   const lim = limits(p);
   const st = p.status;
@@ -74,6 +82,8 @@ function poolRow(p) {
   }
   if (p.description) name.append(el("span", { class: "desc", title: p.description }, p.description));
   const waiting = el("td", { class: "num waiting" + (st.waiting > 0 ? " waiting-some" : "") }, num(st.waiting));
+  const wait = el("td", { class: "num wait", title: st.wait_grants ? "waits of the " + num(st.wait_grants) + " grants of the last minute: median " + waitText(st.wait_p50_ms) + ", 99th percentile " + waitText(st.wait_p99_ms) : "no grants in the last minute" },
+    st.wait_grants ? waitText(st.wait_p99_ms) : "—");
   const rate = el("td", { class: "num rate" }, lim.rate ? num(lim.rate) : "—");
   if (st.share_holders) {
     rate.append(el("span", { class: "sub", title: "rate granted to " + st.share_holders + " rate share holders" }, num(st.shares_granted) + " in " + num(st.share_holders) + (st.share_holders === 1 ? " share" : " shares")));
@@ -83,6 +93,7 @@ function poolRow(p) {
     name,
     el("td", { class: "util" }, utilisation(p)),
     waiting,
+    wait,
     el("td", { class: "num leases" }, num(st.leases)),
     rate,
     el("td", { class: "num tokens" }, tokens),
