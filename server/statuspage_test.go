@@ -62,7 +62,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		{"orders-db's revoked count of 1", `data-pool="orders-db">.*?<td class="num revoked">1</td>`},
 		{"api.example.com's revoked count of 0", `data-pool="api.example.com">.*?<td class="num revoked">0</td>`},
 		{"the lease revoked event naming its operator", `lease revoked</span>.*?by 127\.0\.0\.1`},
-		{"replicas' instances", `data-pool="replicas"><td class="name">replicas <span class="badge resources"[^>]*>active: 3 of 4 free</span>`},
+		{"replicas' instances", `data-pool="replicas"><td class="name">replicas<span class="desc resources"[^>]*>active: 3 of 4 instances free</span>`},
 		{"replicas' utilisation of 1 of its 4 instances", `data-pool="replicas">.*?width: 25%`},
 		{"orders-db's wait p99 of 0 (every grant at once)", `data-pool="orders-db">.*?<td class="num wait"[^>]*>0</td>`},
 		{"api.example.com's wait p99 with no grants", `data-pool="api.example.com">.*?<td class="num wait"[^>]*>—</td>`},

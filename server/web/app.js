@@ -75,12 +75,12 @@ function poolRow(p) {
   if (st.throttle_reason) {
     name.append(" ", el("span", { class: "badge throttled", title: "adaptive control lowered the effective limits because of reported " + st.throttle_reason }, "throttled: " + st.throttle_reason));
   }
-  if (p.resource_kind) {
-    const prov = p.resource_kind === "passive" ? " from " + num(st.providers) + (st.providers === 1 ? " provider" : " providers") : "";
-    name.append(" ", el("span", { class: "badge resources", title: p.resource_kind + " pool: its permits are instances (tollgate resource list " + p.name + ")" },
-      p.resource_kind + ": " + num(st.resources_free) + " of " + num(st.resources) + " free" + prov));
-  }
   if (p.description) name.append(el("span", { class: "desc", title: p.description }, p.description));
+  if (p.resource_kind) {
+    const prov = p.resource_kind === "passive" ? ", " + num(st.providers) + (st.providers === 1 ? " provider" : " providers") : "";
+    name.append(el("span", { class: "desc resources", title: p.resource_kind + " pool: its permits are instances (tollgate resource list " + p.name + ")" },
+      p.resource_kind + ": " + num(st.resources_free) + " of " + num(st.resources) + " instances free" + prov));
+  }
   const waiting = el("td", { class: "num waiting" + (st.waiting > 0 ? " waiting-some" : "") }, num(st.waiting));
   const wait = el("td", { class: "num wait", title: st.wait_grants ? "waits of the " + num(st.wait_grants) + " grants of the last minute: median " + waitText(st.wait_p50_ms) + ", 99th percentile " + waitText(st.wait_p99_ms) : "no grants in the last minute" },
     st.wait_grants ? waitText(st.wait_p99_ms) : "—");
