@@ -31,9 +31,7 @@ func (p *pool) persistEffectiveLocked() {
 		return
 	}
 	st.EffectiveConcurrency, st.EffectiveRate = conc, rate
-	if p.e.persister.SavePool(p.savedLocked(p.cfg, st)) == nil {
-		p.dur.state = st
-	}
+	_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the adaptive limits of pool "+quote(p.name)) // best effort
 }
 
 // restoreEffectiveLocked starts a restored pool with adaptive control on

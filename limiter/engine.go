@@ -26,6 +26,12 @@ type Options struct {
 	// HorizonSlack is how far ahead a pool's lease horizon is written; 0
 	// means DefaultHorizonSlack. See persist.go.
 	HorizonSlack time.Duration
+	// PreReserve makes a pool write its next block of fencing tokens and
+	// its next lease horizon in the background when it has used half of
+	// the current ones, so that grants do not wait for the disk under the
+	// pool's lock (persist_ahead.go). Off, the write is made by the grant
+	// that needs it. Only with a Persister.
+	PreReserve bool
 	// OnPoolEvent, if set, is called for every change of a pool's
 	// effective limits made by adaptive control (adaptive.go) and every
 	// event mark a pool crosses (marks.go); and
@@ -45,8 +51,10 @@ type Options struct {
 type Engine struct {
 	clock        Clock
 	onLeaseEnded func(LeaseEnded)
-	persister    Persister     // nil: in memory only
-	horizonSlack time.Duration // see persist.go
+	persister    Persister      // nil: in memory only
+	horizonSlack time.Duration  // see persist.go
+	preReserve   bool           // see persist_ahead.go
+	bg           sync.WaitGroup // background writes in flight: Close waits for them
 	// Callbacks of adaptive control and rate shares: poolevents.go.
 	onPoolEvent   func(PoolEvent)
 	onShareUpdate func(ShareUpdate)
@@ -73,7 +81,7 @@ func New(opts Options) *Engine {
 	if slack <= 0 {
 		slack = DefaultHorizonSlack
 	}
-	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, done: make(chan struct{}),
+	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, preReserve: opts.PreReserve, done: make(chan struct{}),
 		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate}
 }
 
@@ -82,7 +90,9 @@ func (e *Engine) Clock() Clock { return e.clock }
 
 // Close fails every waiting Acquire and Take with ErrShuttingDown and stops
 // the engine's timers; later calls fail with ErrShuttingDown. Leases are not
-// released and nothing expires after Close. Close is idempotent.
+// released and nothing expires after Close. It returns once no background
+// write is in flight (Options.PreReserve), so that the caller may close
+// the Persister. Close is idempotent.
 func (e *Engine) Close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -98,6 +108,7 @@ func (e *Engine) Close() {
 		p.stopTimersLocked()
 		p.mu.Unlock() // no deliveries under e.mu
 	}
+	e.bg.Wait() // background writes take no engine lock: persist_ahead.go
 }
 
 // lookup returns the named pool, or ErrPoolNotFound / ErrShuttingDown.

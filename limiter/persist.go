@@ -108,6 +108,7 @@ type durable struct {
 	state       DurableState
 	tokenBlock  uint64 // tokens the next write reserves
 	lastTokenAt int64  // when a write last had to move TokenCeiling (Unix ns; 0: never)
+	w           writer // every write of the pool goes through it: persist_ahead.go
 }
 
 // NewSavedPool returns what CreatePool would record for cfg at now: cfg
@@ -173,7 +174,7 @@ func (p *pool) persistResourcesLocked(add []Resource, remove []string, now time.
 	}
 	saved := p.savedLocked(p.cfg, p.dur.state)
 	saved.Resources = p.durableResourcesLocked(add, remove)
-	return storageErr(p.e.persister.SavePool(saved), "change the instances of pool "+quote(p.name))
+	return p.saveLocked(saved, "change the instances of pool "+quote(p.name))
 }
 
 // persistCreateLocked records the new pool p before it becomes visible.
@@ -181,7 +182,7 @@ func (p *pool) persistCreateLocked() error {
 	if p.e.persister == nil {
 		return nil
 	}
-	return storageErr(p.e.persister.SavePool(p.savedLocked(p.cfg, p.dur.state)), "create pool "+quote(p.name))
+	return p.saveLocked(p.savedLocked(p.cfg, p.dur.state), "create pool "+quote(p.name))
 }
 
 // persistConfigLocked records cfg, which UpdatePool is about to make live.
@@ -193,7 +194,7 @@ func (p *pool) persistConfigLocked(cfg PoolConfig, now time.Time) error {
 	}
 	saved := p.savedLocked(cfg, p.dur.state)
 	saved.UpdateTime = now
-	return storageErr(p.e.persister.SavePool(saved), "update pool "+quote(p.name))
+	return p.saveLocked(saved, "update pool "+quote(p.name))
 }
 
 // persistDeleteLocked forgets p on disk before it is deleted, recording
@@ -202,7 +203,7 @@ func (p *pool) persistDeleteLocked(tokenFloor uint64) error {
 	if p.e.persister == nil {
 		return nil
 	}
-	return storageErr(p.e.persister.DeletePool(p.name, tokenFloor), "delete pool "+quote(p.name))
+	return p.deleteLocked(tokenFloor) // persist_ahead.go
 }
 
 // reserveLocked makes sure that the next fencing token, and a lease granted
@@ -222,6 +223,7 @@ func (p *pool) persistDeleteLocked(tokenFloor uint64) error {
 func (p *pool) reserveLocked(now, expiry time.Time) error {
 	st := &p.dur.state
 	if p.lastToken < st.TokenCeiling && !expiry.After(st.LeaseHorizon) && expiry.Sub(now) <= st.TTLBound {
+		p.preReserveLocked(now, expiry) // the next block, in the background: persist_ahead.go
 		return nil
 	}
 	return p.writeReservationLocked(now, expiry)
@@ -256,13 +258,12 @@ func (p *pool) writeReservationLocked(now, expiry time.Time) error {
 	if horizon.After(st.LeaseHorizon) {
 		st.LeaseHorizon = horizon
 	}
-	if err := storageErr(p.e.persister.SavePool(p.savedLocked(p.cfg, st)), "reserve fencing tokens and lease expiries of pool "+quote(p.name)); err != nil {
+	if err := p.saveLocked(p.savedLocked(p.cfg, st), "reserve fencing tokens and lease expiries of pool "+quote(p.name)); err != nil {
 		return err
 	}
 	if tokens {
 		p.dur.lastTokenAt = now.UnixNano()
 	}
-	p.dur.state = st
 	p.dur.tokenBlock = block
 	return nil
 }

@@ -33,6 +33,21 @@ func TestRandomizedRestartSafety(t *testing.T) {
 	}
 }
 
+// TestRandomizedRestartSafetyPreReserve is TestRandomizedRestartSafety with
+// the next reservations written in the background (Options.PreReserve):
+// grants race with the background writes, and fencing tokens must still
+// grow across every restart and holders never exceed the limit.
+func TestRandomizedRestartSafetyPreReserve(t *testing.T) {
+	seeds := []uint64{21, 22, 23, 24}
+	steps := 3000
+	if testing.Short() {
+		seeds, steps = seeds[:1], 1000
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runRandomizedRestart(t, seed, steps, ResourceFree, true) })
+	}
+}
+
 // TestRandomizedRestartSafetyResources is TestRandomizedRestartSafety for
 // an active pool (instances stored with it) and a passive one (a provider
 // that registers again some time after each restart, or not before the
@@ -60,7 +75,7 @@ type holder struct {
 	resources  []string  // the instances it was granted (active and passive pools)
 }
 
-func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKind) {
+func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKind, preReserve ...bool) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	const limit = 6
 	m := newMemPersister()
@@ -72,6 +87,11 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 		slack = time.Duration(1+rng.IntN(500)) * time.Millisecond
 	}
 	te := newPersistentTestEngine(t, m, slack)
+	if len(preReserve) > 0 && preReserve[0] { // the next reservations written in the background: persist_ahead.go
+		te.Engine.Close()
+		te.Engine = New(Options{Clock: te.clk, Persister: m, HorizonSlack: slack, PreReserve: true, OnLeaseEnded: te.Engine.onLeaseEnded})
+		t.Cleanup(te.Engine.Close)
+	}
 	cfg := PoolConfig{Name: "db", ConcurrencyLimit: limit, MaxLeaseTTL: maxTTL, DefaultLeaseTTL: maxTTL / 2, MaxWaiters: 50, ResourceKind: kind}
 	if kind == ResourcePassive {
 		cfg.ConcurrencyLimit = 0 // its capacity is what the provider offers: limit instances

@@ -17,7 +17,7 @@ func (te *testEngine) restart(t testing.TB, m *memPersister, downtime time.Durat
 	te.Engine.Close()
 	te.clk.Advance(downtime)
 	ne := &testEngine{clk: te.clk}
-	ne.Engine = New(Options{Clock: te.clk, Persister: m, HorizonSlack: te.horizonSlack, OnLeaseEnded: func(le LeaseEnded) {
+	ne.Engine = New(Options{Clock: te.clk, Persister: m, HorizonSlack: te.horizonSlack, PreReserve: te.preReserve, OnLeaseEnded: func(le LeaseEnded) {
 		ne.mu.Lock()
 		ne.ended = append(ne.ended, le)
 		ne.mu.Unlock()

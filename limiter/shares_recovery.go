@@ -158,9 +158,5 @@ func (p *pool) reserveShareLocked(now, expiry time.Time) error {
 		st.ShareHorizon = expiry.Add(p.e.horizonSlack)
 	}
 	st.ShareTTLBound = max(st.ShareTTLBound, ttl)
-	if err := storageErr(p.e.persister.SavePool(p.savedLocked(p.cfg, st)), "reserve rate share expiries of pool "+quote(p.name)); err != nil {
-		return err
-	}
-	p.dur.state = st
-	return nil
+	return p.saveLocked(p.savedLocked(p.cfg, st), "reserve rate share expiries of pool "+quote(p.name))
 }

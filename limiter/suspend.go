@@ -128,7 +128,7 @@ func (p *pool) persistSuspendedLocked(suspended bool, now time.Time) error {
 		saved := p.savedLocked(p.cfg, p.dur.state)
 		saved.Suspended = suspended
 		saved.UpdateTime = now
-		if err := storageErr(p.e.persister.SavePool(saved), "suspend or resume pool "+quote(p.name)); err != nil {
+		if err := p.saveLocked(saved, "suspend or resume pool "+quote(p.name)); err != nil {
 			return err
 		}
 	}

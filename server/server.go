@@ -93,7 +93,7 @@ func New(cfg Config) *Server {
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
-	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister,
+	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister, PreReserve: true, // persist_ahead.go
 		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate}) // adaptive_events.go, shares_service.go
 	s.initOps(cfg)
 	s.limiterSvc = &limiterService{srv: s}
