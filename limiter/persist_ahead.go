@@ -92,9 +92,11 @@ func (p *pool) preReserveLocked(now, expiry time.Time) {
 	}
 	next := st
 	block := p.dur.tokenBlock
-	if lowTokens {
+	if lowTokens { // the block grows and shrinks as in writeReservationLocked
 		if p.dur.lastTokenAt != 0 && now.UnixNano()-p.dur.lastTokenAt < int64(tokenBlockPeriod) {
 			block = min(2*block, maxTokenBlock)
+		} else {
+			block = minTokenBlock
 		}
 		next.TokenCeiling = st.TokenCeiling + block
 	}
