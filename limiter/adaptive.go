@@ -248,6 +248,7 @@ func (p *pool) changeEffectiveLocked(typ PoolEventType, v windowVerdict, limit i
 		p.dispatchLocked(now)
 	}
 	p.out.events = append(p.out.events, ev)
+	p.marksLocked()            // the capacity moved: marks.go
 	p.persistEffectiveLocked() // adaptive_persist.go
 }
 

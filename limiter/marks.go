@@ -168,7 +168,8 @@ func (p *pool) stopMarksLocked() {
 
 // marksLocked checks the overload, drained and near-full marks against
 // held and waiting now, and puts an event in the outbox for each one
-// crossed. Call it after held or the waiters change.
+// crossed. Call it after held, the waiters or the capacity (an adaptive
+// change, instances added or removed) change.
 func (p *pool) marksLocked() {
 	m := &p.mk
 	waiting := int64(len(p.waiters))
@@ -188,8 +189,8 @@ func (p *pool) marksLocked() {
 		p.markEventLocked(PoolDrained, 0, 0)
 	}
 	m.peakHeld = max(m.peakHeld, p.held)
-	if m.NearFull > 0 && p.ad.limit > 0 {
-		switch u := float64(p.held) / float64(p.ad.limit); {
+	if m.NearFull > 0 && (p.ad.limit > 0 || p.res != nil) {
+		switch u := p.utilisationLocked(); { // against the instances too, in a resource pool
 		case !m.nearFull && u >= m.NearFull:
 			m.nearFull = true
 			p.markEventLocked(PoolNearFull, m.NearFull, u)

@@ -204,6 +204,7 @@ func (p *pool) offerLocked(pr *provider, add []Resource, now time.Time) {
 	}
 	if len(add) > 0 {
 		p.dispatchLocked(now)
+		p.marksLocked() // the capacity grew: marks.go
 	}
 }
 

@@ -41,6 +41,7 @@ func (e *Engine) AddResources(pool string, rs []Resource) (PoolInfo, error) {
 	}
 	p.res.addAll(add, now)
 	p.dispatchLocked(now)
+	p.marksLocked() // the capacity grew: marks.go
 	return p.infoLocked(now), nil
 }
 
@@ -130,6 +131,7 @@ func (p *pool) removeAndDispatchLocked(ins []*instance, wait bool, reason, actor
 		return nil
 	})
 	p.dispatchLocked(now)
+	p.marksLocked() // the capacity shrank: marks.go
 	return RemoveResult{Removed: removed, Removing: removing, Revoked: revoked}, ended
 }
 

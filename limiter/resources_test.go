@@ -377,3 +377,67 @@ func TestPassiveLeaseSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestResourcePoolNearFull: the near-full mark of an active pool without
+// a concurrency limit is a fraction of its instances, and adding
+// instances re-arms it.
+func TestResourcePoolNearFull(t *testing.T) {
+	ee := newEventEngine(t)
+	ee.mustCreate(t, PoolConfig{Name: "db", ResourceKind: ResourceActive, NearFullMark: 0.75, LowUtilisationMark: MarkOff})
+	if _, err := ee.AddResources("db", res("c1", "c2", "c3", "c4")); err != nil {
+		t.Fatal(err)
+	}
+	nearFull := func() int {
+		n := 0
+		for _, ev := range ee.takeEvents() {
+			if ev.Type == PoolNearFull {
+				n++
+			}
+		}
+		return n
+	}
+	for range 2 {
+		ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	}
+	if n := nearFull(); n != 0 {
+		t.Fatalf("%d near-full events at 2 of 4 instances", n)
+	}
+	ee.mustAcquire(t, AcquireRequest{Pool: "db"}) // 3 of 4: 75%
+	if n := nearFull(); n != 1 {
+		t.Fatalf("%d near-full events at 3 of 4 instances; want 1", n)
+	}
+	if _, err := ee.AddResources("db", res("c5", "c6", "c7", "c8")); err != nil { // 3 of 8: re-armed
+		t.Fatal(err)
+	}
+	for range 3 {
+		ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	}
+	if n := nearFull(); n != 1 {
+		t.Fatalf("%d near-full events at 6 of 8 instances; want 1 more", n)
+	}
+}
+
+// TestNearFullAfterAnAdaptiveCut: a cut of the effective limit crosses
+// the near-full mark at once, without waiting for the next grant or
+// release.
+func TestNearFullAfterAnAdaptiveCut(t *testing.T) {
+	ee := newEventEngine(t)
+	cfg := adaptiveConc
+	cfg.NearFullMark = 0.85
+	ee.mustCreate(t, cfg) // limit 10
+	for range 8 {         // 80%
+		ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	}
+	ee.takeEvents()
+	ee.report(t, "db", OutcomeError, 20)
+	if l, _ := ee.effective(t, "db"); l != 9 { // 8 of 9: 89%
+		t.Fatalf("effective limit %d after the errors; want 9", l)
+	}
+	found := false
+	for _, ev := range ee.takeEvents() {
+		found = found || ev.Type == PoolNearFull
+	}
+	if !found {
+		t.Fatal("no near-full event when the limit was cut under the mark")
+	}
+}
