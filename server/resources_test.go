@@ -31,6 +31,15 @@ func TestActivePoolOverTheWire(t *testing.T) {
 	if p.GetResourceKind() != tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE || p.GetSelectionPolicy() != tollgatev1.SelectionPolicy_SELECTION_POLICY_SPREAD {
 		t.Fatalf("created %v", p)
 	}
+	up, err := e.adm.UpdatePool(e.ctx(), &tollgatev1.UpdatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", SelectionPolicy: tollgatev1.SelectionPolicy_SELECTION_POLICY_REUSE},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"selection_policy"}}})
+	if err != nil || up.GetPool().GetSelectionPolicy() != tollgatev1.SelectionPolicy_SELECTION_POLICY_REUSE {
+		t.Fatalf("UpdatePool(selection_policy) = %v, %v", up, err)
+	}
+	if _, err := e.adm.UpdatePool(e.ctx(), &tollgatev1.UpdatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", SelectionPolicy: tollgatev1.SelectionPolicy_SELECTION_POLICY_SPREAD},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"selection_policy"}}}); err != nil {
+		t.Fatal(err)
+	}
 	resp, err := e.adm.AddResources(e.ctx(), &tollgatev1.AddResourcesRequest{Pool: "db", Resources: wireRes("conn-1", "conn-2")})
 	if err != nil || resp.GetStatus().GetResources() != 2 || resp.GetStatus().GetResourcesFree() != 2 {
 		t.Fatalf("AddResources = %v, %v", resp, err)
