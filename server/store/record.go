@@ -45,7 +45,9 @@ type record struct {
 	LowUtilisationMark   float64 `json:"low_utilisation_mark,omitempty"`
 	LowUtilisationPeriod int64   `json:"low_utilisation_period_ns,omitempty"`
 	// Added with active and passive pools: "active" or "passive" (absent:
-	// free), "spread" (absent: reuse), and an active pool's instances.
+	// free), "spread" (absent: reuse). An active pool's instances are kept
+	// apart, in the resources bucket (resources.go); Resources is only
+	// read, for records written before that.
 	ResourceKind string           `json:"resource_kind,omitempty"`
 	Selection    string           `json:"selection_policy,omitempty"`
 	Resources    []resourceRecord `json:"resources,omitempty"`
@@ -95,9 +97,6 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 	}
 	if c.Selection != limiter.SelectReuse {
 		r.Selection = c.Selection.String()
-	}
-	for _, res := range sp.Resources {
-		r.Resources = append(r.Resources, resourceRecord{ID: res.ID, Attributes: res.Attributes})
 	}
 	b, err := json.Marshal(r)
 	if err != nil {

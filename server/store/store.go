@@ -43,6 +43,7 @@ const lockTimeout = time.Second
 var (
 	metaBucket     = []byte("meta")
 	poolsBucket    = []byte("pools")
+	resBucket      = []byte("resources") // an active pool's instances, apart from its record: resources.go
 	formatKey      = []byte("format")
 	initializedKey = []byte("initialized")
 	tokenFloorKey  = []byte("token_floor")
@@ -54,6 +55,7 @@ var (
 type Store struct {
 	db   *bolt.DB
 	path string
+	res  resourceCache // what each pool's instances were last written as: resources.go
 }
 
 // Open opens the store in dir, creating dir (mode 0700) and the store
@@ -94,6 +96,9 @@ func (s *Store) init() error {
 		if _, err := tx.CreateBucketIfNotExists(poolsBucket); err != nil {
 			return err
 		}
+		if _, err := tx.CreateBucketIfNotExists(resBucket); err != nil {
+			return err
+		}
 		switch v := meta.Get(formatKey); {
 		case v == nil:
 			return meta.Put(formatKey, []byte(formatVersion))
@@ -132,6 +137,9 @@ func (s *Store) LoadOrSeed(seed []limiter.SavedPool) (pools []limiter.SavedPool,
 				if err := b.Put([]byte(sp.Config.Name), v); err != nil {
 					return err
 				}
+				if _, err := s.putResources(tx, sp); err != nil {
+					return err
+				}
 			}
 			seeded = true
 			return meta.Put(initializedKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
@@ -139,6 +147,9 @@ func (s *Store) LoadOrSeed(seed []limiter.SavedPool) (pools []limiter.SavedPool,
 		return b.ForEach(func(k, v []byte) error {
 			sp, err := decode(k, v)
 			if err != nil {
+				return err
+			}
+			if sp.Resources, err = s.loadResources(tx, sp.Config.Name, sp.Resources); err != nil {
 				return err
 			}
 			pools = append(pools, sp)
@@ -161,12 +172,19 @@ func (s *Store) SavePool(sp limiter.SavedPool) error {
 	if err != nil {
 		return err
 	}
+	var written func()
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(poolsBucket).Put([]byte(sp.Config.Name), v)
+		if err := tx.Bucket(poolsBucket).Put([]byte(sp.Config.Name), v); err != nil {
+			return err
+		}
+		var err error
+		written, err = s.putResources(tx, sp) // only when they changed: resources.go
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("writing pool %q to %s: %w", sp.Config.Name, s.path, err)
 	}
+	written()
 	return nil
 }
 
@@ -178,6 +196,10 @@ func (s *Store) DeletePool(name string, tokenFloor uint64) error {
 		if err := tx.Bucket(poolsBucket).Delete([]byte(name)); err != nil {
 			return err
 		}
+		if err := tx.Bucket(resBucket).Delete([]byte(name)); err != nil {
+			return err
+		}
+		s.res.forget(name)
 		meta := tx.Bucket(metaBucket)
 		if cur, err := readTokenFloor(meta); err != nil || tokenFloor <= cur {
 			return err

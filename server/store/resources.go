@@ -1,0 +1,111 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// An active pool's instances (up to limiter.MaxResourcesPerPool, with
+// their attributes) are stored under the pool's name in their own bucket,
+// apart from the pool's record: the engine writes the record about once a
+// second for a busy pool (its reservations), and the instances change
+// only when an operator adds or removes some, so a record write rewrites
+// them only when they changed. The store remembers, per pool, a hash of
+// what it last wrote.
+
+// resourceCache is the hash of each pool's instances as last written.
+type resourceCache struct {
+	mu     sync.Mutex
+	hashes map[string][sha256.Size]byte
+	writes int // instance writes made, for tests
+}
+
+func (c *resourceCache) get(name string) ([sha256.Size]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.hashes[name]
+	return h, ok
+}
+
+func (c *resourceCache) set(name string, h [sha256.Size]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hashes == nil {
+		c.hashes = make(map[string][sha256.Size]byte)
+	}
+	c.hashes[name] = h
+}
+
+func (c *resourceCache) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.hashes, name)
+}
+
+// encodeResources returns the stored form of rs; nil for none.
+func encodeResources(rs []limiter.Resource) ([]byte, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	out := make([]resourceRecord, len(rs))
+	for i, r := range rs {
+		out[i] = resourceRecord{ID: r.ID, Attributes: r.Attributes}
+	}
+	return json.Marshal(out)
+}
+
+// putResources writes sp's instances in tx if they differ from what was
+// last written (deleting them when there are none), and returns what to
+// do once tx has committed: remember them as written.
+func (s *Store) putResources(tx *bolt.Tx, sp limiter.SavedPool) (func(), error) {
+	v, err := encodeResources(sp.Resources)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the instances of pool %q: %w", sp.Config.Name, err)
+	}
+	h := sha256.Sum256(v)
+	name := sp.Config.Name
+	if old, ok := s.res.get(name); ok && old == h {
+		return func() {}, nil
+	}
+	b := tx.Bucket(resBucket)
+	if v == nil {
+		err = b.Delete([]byte(name))
+	} else {
+		err = b.Put([]byte(name), v)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		s.res.set(name, h)
+		s.res.mu.Lock()
+		s.res.writes++
+		s.res.mu.Unlock()
+	}, nil
+}
+
+// loadResources returns the instances stored for the named pool, or
+// legacy (those of its record) when none are, and remembers them as
+// written.
+func (s *Store) loadResources(tx *bolt.Tx, name string, legacy []limiter.Resource) ([]limiter.Resource, error) {
+	v := tx.Bucket(resBucket).Get([]byte(name))
+	rs := legacy
+	if v != nil {
+		var recs []resourceRecord
+		if err := json.Unmarshal(v, &recs); err != nil {
+			return nil, fmt.Errorf("the instances of pool %q are damaged (%v); restore the data directory from a backup", name, err)
+		}
+		rs = make([]limiter.Resource, len(recs))
+		for i, r := range recs {
+			rs[i] = limiter.Resource{ID: r.ID, Attributes: r.Attributes}
+		}
+		s.res.set(name, sha256.Sum256(v))
+	}
+	return rs, nil
+}
