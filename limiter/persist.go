@@ -168,7 +168,7 @@ func (p *pool) durableResourcesLocked(add []Resource, remove []string) []Resourc
 
 // persistResourcesLocked records an active pool's instances once add are
 // added and the ids remove removed, before the change becomes visible.
-func (p *pool) persistResourcesLocked(add []Resource, remove []string, now time.Time) error {
+func (p *pool) persistResourcesLocked(add []Resource, remove []string) error {
 	if p.e.persister == nil {
 		return nil
 	}

@@ -193,7 +193,7 @@ func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Durat
 		owner: req.Owner,
 	}
 	if p.res != nil {
-		p.bindLocked(l, now) // resource_set.go
+		p.bindLocked(l) // resource_set.go
 	}
 	p.leases[l.FencingToken] = l
 	p.expiry.push(l)

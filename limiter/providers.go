@@ -321,11 +321,11 @@ func (p *pool) providerInfosLocked() []ProviderInfo {
 	if p.res == nil || len(p.res.providers) == 0 {
 		return nil
 	}
-	out := make([]ProviderInfo, 0, len(p.res.providers))
-	for _, pr := range p.res.providers {
-		out = append(out, pr.infoLocked())
+	prs := p.providersByIDLocked()
+	out := make([]ProviderInfo, len(prs))
+	for i, pr := range prs {
+		out[i] = pr.infoLocked()
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 

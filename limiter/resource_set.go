@@ -61,20 +61,16 @@ func (rs *resourceSet) addAll(add []Resource, now time.Time) []*instance {
 	return out
 }
 
-// take removes n free instances from the free list, chosen by policy, and
-// returns them; the caller has checked that n are free.
-func (rs *resourceSet) take(n int64, policy SelectionPolicy) []*instance {
-	out := make([]*instance, 0, n)
-	for range n {
-		e := rs.free.Back() // reuse: the most recently released
-		if policy == SelectSpread {
-			e = rs.free.Front() // the least recently used
-		}
-		in := rs.free.Remove(e).(*instance)
-		in.elem = nil
-		out = append(out, in)
+// take removes a free instance from the free list, chosen by policy, and
+// returns it; the caller has checked that one is free.
+func (rs *resourceSet) take(policy SelectionPolicy) *instance {
+	e := rs.free.Back() // reuse: the most recently released
+	if policy == SelectSpread {
+		e = rs.free.Front() // the least recently used
 	}
-	return out
+	in := rs.free.Remove(e).(*instance)
+	in.elem = nil
+	return in
 }
 
 // drop removes in from the set, whatever its state.
@@ -110,12 +106,17 @@ func (rs *resourceSet) states() []ResourceState {
 // bindLocked binds l, just granted, to l.Weight free instances chosen by
 // the pool's selection policy (admitLocked checked they are free), and
 // records them in the lease.
-func (p *pool) bindLocked(l *lease, now time.Time) {
-	p.bindInstancesLocked(l, p.res.take(l.Weight, p.cfg.Selection))
+func (p *pool) bindLocked(l *lease) {
+	l.Resources = make([]Resource, l.Weight)
+	for i := range l.Resources {
+		in := p.res.take(p.cfg.Selection)
+		in.holder = l
+		l.Resources[i] = in.Resource
+	}
 }
 
-// bindInstancesLocked binds l to ins, which are free or just taken off
-// the free list, and records them in the lease.
+// bindInstancesLocked binds l to ins, free instances a re-adoption names
+// (recovery.go), and records them in the lease.
 func (p *pool) bindInstancesLocked(l *lease, ins []*instance) {
 	l.Resources = make([]Resource, len(ins))
 	for i, in := range ins {
@@ -132,7 +133,11 @@ func (p *pool) bindInstancesLocked(l *lease, ins []*instance) {
 // of the free list (most recently released), or leaves the pool if it was
 // being removed.
 func (p *pool) unbindLocked(l *lease, now time.Time) {
-	for _, in := range p.instancesOfLocked(l) {
+	for _, r := range l.Resources {
+		in := p.res.byID[r.ID] // a held instance never leaves the pool while held
+		if in == nil || in.holder != l {
+			continue
+		}
 		in.holder = nil
 		in.released = now
 		if in.removing || in.awaited {

@@ -36,7 +36,7 @@ func (e *Engine) AddResources(pool string, rs []Resource) (PoolInfo, error) {
 		return PoolInfo{}, err
 	}
 	now := e.clock.Now()
-	if err := p.persistResourcesLocked(add, nil, now); err != nil {
+	if err := p.persistResourcesLocked(add, nil); err != nil {
 		return PoolInfo{}, err
 	}
 	p.res.addAll(add, now)
@@ -103,7 +103,7 @@ func (e *Engine) RemoveResourcesBy(pool string, ids []string, wait bool, reason,
 		return RemoveResult{}, err
 	}
 	now := e.clock.Now()
-	if err := p.persistResourcesLocked(nil, ids, now); err != nil {
+	if err := p.persistResourcesLocked(nil, ids); err != nil {
 		p.unlock()
 		return RemoveResult{}, err
 	}

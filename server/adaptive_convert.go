@@ -238,7 +238,8 @@ func (srv *Server) shareRefreshFromProto(r *tollgatev1.RefreshShareRequest) (lim
 	if r.Weight != nil && r.GetWeight() < 1 {
 		return sr, invalidArg("weight is %d; give 1 to %d, or leave it unset to keep the share's", r.GetWeight(), limiter.MaxShareWeight)
 	}
-	return limiter.ShareRefresh{Pool: r.GetPool(), ID: id, Want: r.GetWant(), Weight: r.GetWeight(), TTL: ttl, Granted: sr.Granted}, nil
+	sr.Pool, sr.ID, sr.Want, sr.Weight, sr.TTL = r.GetPool(), id, r.GetWant(), r.GetWeight(), ttl
+	return sr, nil
 }
 
 // shareEventToProto converts a share update pushed to its holder.

@@ -44,16 +44,7 @@ func TestProviderKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var out strings.Builder
-	worker := exec.Command(srv.bin, "resource", "provide", "gpu", "--id", "worker-7", "--ttl", ttl.String(), "--server", srv.addr, "--attr", "host=worker-7", "slot-1", "slot-2")
-	worker.Stdout, worker.Stderr = &out, &out
-	worker.Env = append(os.Environ(), "GORACE=halt_on_error=1")
-	if err := worker.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = worker.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = worker.Process.Kill(); <-exited })
+	worker, out, exited := startProvider(t, srv, "--ttl", ttl.String(), "--attr", "host=worker-7")
 
 	waitUntil(t, "the worker's slots to join the pool", func() bool {
 		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
@@ -128,16 +119,7 @@ func TestPassivePoolAcrossServerKill9(t *testing.T) {
 		DefaultLeaseTtl: durationpb.New(4 * time.Second)}}, grpc.WaitForReady(true)); err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
-	worker := exec.Command(srv.bin, "resource", "provide", "gpu", "--id", "worker-7", "--ttl", "3s", "--server", srv.addr, "slot-1", "slot-2")
-	worker.Stdout, worker.Stderr = &out, &out
-	worker.Env = append(os.Environ(), "GORACE=halt_on_error=1")
-	if err := worker.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = worker.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = worker.Process.Kill(); <-exited })
+	_, out, _ := startProvider(t, srv, "--ttl", "3s")
 	waitUntil(t, "the worker's slots", func() bool {
 		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
 		return err == nil && len(r.GetResources()) == 2
@@ -171,4 +153,24 @@ func TestPassivePoolAcrossServerKill9(t *testing.T) {
 		t.Fatalf("release after the restart: %v", err)
 	}
 	srv.checkLogs()
+}
+
+// startProvider runs `tollgate resource provide gpu --id worker-7 ...
+// slot-1 slot-2` against srv, with the extra flags given, until the end
+// of the test. It returns the process, its output and a channel closed
+// when it has exited.
+func startProvider(t *testing.T, srv *e2eServer, flags ...string) (*exec.Cmd, *strings.Builder, chan struct{}) {
+	t.Helper()
+	out := &strings.Builder{}
+	args := append([]string{"resource", "provide", "gpu", "--id", "worker-7", "--server", srv.addr}, flags...)
+	worker := exec.Command(srv.bin, append(args, "slot-1", "slot-2")...)
+	worker.Stdout, worker.Stderr = out, out
+	worker.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = worker.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = worker.Process.Kill(); <-exited })
+	return worker, out, exited
 }
