@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
@@ -28,14 +25,11 @@ const maxPoolsFileSize = 16 << 20
 // list of the API's Pool messages: its keys are the fields' names. The
 // file is walked against the message's descriptor, so that every problem
 // is reported with its line, then converted to JSON for protojson. Besides
-// the JSON form, the walk accepts:
-//   - the short keys of fileAliases (concurrency for concurrency_limit);
-//   - an enum value by its short name, in any case (active for
-//     RESOURCE_KIND_ACTIVE);
-//   - a duration as Go writes it (15s, 5m, 1h30m; 0 is unset);
-//   - off for a mark (a number field whose name ends in _mark): -1;
-//   - for a message with an enabled field (adaptive), true or false for
-//     {enabled: ...}, and a mapping without enabled for enabled: true.
+// the JSON form, the walk accepts the short keys of fileAliases
+// (concurrency for concurrency_limit), values in the text forms people
+// write (poolconv.ParseText: "active", "15s", "off"), and, for a message
+// with an enabled field (adaptive), true or false for {enabled: ...} and a
+// mapping without enabled for enabled: true.
 
 // fileAliases are the short keys of a pools file, by message, and the
 // fields they stand for.
@@ -263,81 +257,26 @@ func (w yamlWalker) field(n *yaml.Node, fd protoreflect.FieldDescriptor, key str
 
 // singular converts the value n of a field of one value.
 func (w yamlWalker) singular(n *yaml.Node, fd protoreflect.FieldDescriptor, key string) (any, error) {
-	isMark := strings.HasSuffix(string(fd.Name()), "_mark")
-	switch fd.Kind() {
-	case protoreflect.MessageKind:
-		if fd.Message().FullName() == (&durationpb.Duration{}).ProtoReflect().Descriptor().FullName() {
-			return w.duration(n, key)
-		}
+	if !poolconv.Scalar(fd) {
 		return w.message(n, fd.Message(), key, key+".", false)
-	case protoreflect.EnumKind:
-		if n.Kind == yaml.ScalarNode {
-			if v, ok := poolconv.EnumValue(fd.Enum(), n.Value); ok {
-				return string(v.Name()), nil
-			}
-		}
-		return nil, w.errorf(n, "%s must be %s, not %q", key, orList(poolconv.EnumNames(fd.Enum(), true)), truncate(n.Value, 64))
-	case protoreflect.Int64Kind, protoreflect.Int32Kind, protoreflect.Sint64Kind, protoreflect.Sint32Kind, protoreflect.Sfixed64Kind, protoreflect.Sfixed32Kind:
-		var x int64
-		if isMark && n.Kind == yaml.ScalarNode && n.Value == "off" {
-			return limiter.MarkOff, nil
-		}
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&x) != nil {
-			return nil, w.errorf(n, "%s must be a whole number, not %q", key, truncate(n.Value, 64))
-		}
-		return x, nil
-	case protoreflect.Uint64Kind, protoreflect.Uint32Kind, protoreflect.Fixed64Kind, protoreflect.Fixed32Kind:
-		var x uint64
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&x) != nil {
-			return nil, w.errorf(n, "%s must be a whole number of 0 or more, not %q", key, truncate(n.Value, 64))
-		}
-		return x, nil
-	case protoreflect.DoubleKind, protoreflect.FloatKind:
-		var x float64
-		if isMark && n.Kind == yaml.ScalarNode && n.Value == "off" {
-			return limiter.MarkOff, nil
-		}
-		if n.Kind != yaml.ScalarNode || n.Decode(&x) != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-			return nil, w.errorf(n, "%s must be a finite number, not %q", key, truncate(n.Value, 64))
-		}
-		return x, nil
-	case protoreflect.BoolKind:
-		var x bool
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&x) != nil {
-			return nil, w.errorf(n, "%s must be true or false", key)
-		}
-		return x, nil
-	case protoreflect.StringKind:
-		if n.Kind != yaml.ScalarNode {
+	}
+	if n.Kind != yaml.ScalarNode {
+		if fd.Kind() == protoreflect.StringKind {
 			return nil, w.errorf(n, "%s must be a string", key)
 		}
-		return n.Value, nil
+		_, err := poolconv.ParseText(fd, "")
+		return nil, w.errorf(n, "%s %v", key, err)
 	}
-	return nil, w.errorf(n, "%s cannot be set in a pools file", key)
-}
-
-// duration converts a Go duration ("15s", "1h30m", or 0) to its JSON form.
-func (w yamlWalker) duration(n *yaml.Node, key string) (any, error) {
-	if n.Kind != yaml.ScalarNode {
-		return nil, w.errorf(n, "%s must be a duration such as 15s or 5m", key)
-	}
-	if n.Value == "0" {
-		return "0s", nil
-	}
-	d, err := time.ParseDuration(n.Value)
+	v, err := poolconv.ParseText(fd, n.Value)
 	if err != nil {
-		return nil, w.errorf(n, "%s must be a duration such as 15s or 5m, not %q", key, truncate(n.Value, 64))
+		return nil, w.errorf(n, "%s %v; it is %q", key, err, truncate(n.Value, 64))
 	}
-	if d < 0 {
-		return nil, w.errorf(n, "%s must not be negative (%s)", key, n.Value)
+	switch {
+	case fd.Enum() != nil:
+		return string(fd.Enum().Values().ByNumber(v.Enum()).Name()), nil
+	case fd.Message() != nil:
+		b, err := protojson.Marshal(v.Message().Interface())
+		return json.RawMessage(b), err
 	}
-	return fmt.Sprintf("%d.%09ds", d/time.Second, d%time.Second), nil
-}
-
-// orList joins names as "a, b or c".
-func orList(names []string) string {
-	if len(names) < 2 {
-		return strings.Join(names, "")
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	return v.Interface(), nil
 }
