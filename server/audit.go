@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
@@ -74,8 +73,8 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 		"default_lease_ttl": p.GetDefaultLeaseTtl().AsDuration().String(),
 		"max_lease_ttl":     p.GetMaxLeaseTtl().AsDuration().String(),
 		"max_waiters":       strconv.FormatInt(p.GetMaxWaiters(), 10),
-		"revocation_policy": enumText(p.GetRevocationPolicy()),
-		"selection_policy":  enumText(p.GetSelectionPolicy()),
+		"revocation_policy": poolconv.EnumText(p.GetRevocationPolicy()),
+		"selection_policy":  poolconv.EnumText(p.GetSelectionPolicy()),
 	}
 	markFields(p, vals) // marks_convert.go
 	if paths == nil {
@@ -94,7 +93,7 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 		}
 		if k := p.GetResourceKind(); k == tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE || k == tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE {
 			paths = append(paths, "resource_kind")
-			vals["resource_kind"] = enumText(k)
+			vals["resource_kind"] = poolconv.EnumText(k)
 		}
 		for _, f := range updatablePaths {
 			if vals[f] != defaults[f] {
@@ -109,17 +108,4 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 		}
 	}
 	return strings.Join(parts, " ")
-}
-
-// enumText names a pool's enum value for the event log as the pools file
-// does ("revoke", "spread"); unspecified is the default, the first value.
-func enumText(e protoreflect.Enum) string {
-	n := e.Number()
-	if n == 0 {
-		n = 1
-	}
-	if v := e.Descriptor().Values().ByNumber(n); v != nil {
-		return poolconv.EnumShortName(v)
-	}
-	return "unknown"
 }

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
@@ -275,6 +276,9 @@ func (w yamlWalker) singular(n *yaml.Node, fd protoreflect.FieldDescriptor, key 
 	case fd.Enum() != nil:
 		return string(fd.Enum().Values().ByNumber(v.Enum()).Name()), nil
 	case fd.Message() != nil:
+		if d, ok := v.Message().Interface().(*durationpb.Duration); ok && d.AsDuration() < 0 {
+			return nil, w.errorf(n, "%s must not be negative; it is %q", key, n.Value)
+		}
 		b, err := protojson.Marshal(v.Message().Interface())
 		return json.RawMessage(b), err
 	}

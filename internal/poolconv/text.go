@@ -37,7 +37,8 @@ func Scalar(fd protoreflect.FieldDescriptor) bool {
 // ParseText parses s as a value of fd:
 //   - an enum value by its short name in any case ("active"), or its full
 //     name ("RESOURCE_KIND_ACTIVE");
-//   - a Duration as Go writes one ("15s", "1h30m"), or "0"; not negative;
+//   - a Duration as Go writes one ("15s", "1h30m"), or "0" (a negative one
+//     is left to the conversion to refuse, as from the API);
 //   - a whole number, a finite number, true or false, or any string;
 //   - for a mark (a number field named *_mark), also "off" for -1.
 //
@@ -89,11 +90,8 @@ func ParseText(fd protoreflect.FieldDescriptor, s string) (protoreflect.Value, e
 		if s == "0" {
 			d, err = 0, nil
 		}
-		switch {
-		case err != nil:
+		if err != nil {
 			return protoreflect.Value{}, fmt.Errorf("must be a duration such as 15s or 5m")
-		case d < 0:
-			return protoreflect.Value{}, fmt.Errorf("must not be negative")
 		}
 		return protoreflect.ValueOfMessage(durationpb.New(d).ProtoReflect()), nil
 	}
@@ -136,4 +134,17 @@ func orList(names []string) string {
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// EnumText is the short name of e ("revoke"); unspecified is the default,
+// the enum's first value.
+func EnumText(e protoreflect.Enum) string {
+	n := e.Number()
+	if n == 0 {
+		n = 1
+	}
+	if v := e.Descriptor().Values().ByNumber(n); v != nil {
+		return EnumShortName(v)
+	}
+	return strconv.Itoa(int(n))
 }
