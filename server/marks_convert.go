@@ -5,29 +5,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate/limiter"
-	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
-
-// markFields adds p's marks to vals, the "field=value" texts of the
-// pool_created and pool_updated events: "default", "off", or the value.
-func markFields(p *tollgatev1.Pool, vals map[string]string) {
-	mark := func(v float64) string {
-		switch v {
-		case 0:
-			return "default"
-		case limiter.MarkOff:
-			return "off"
-		}
-		return strconv.FormatFloat(v, 'g', -1, 64)
-	}
-	vals["overload_mark"] = mark(float64(p.GetOverloadMark()))
-	vals["near_full_mark"] = mark(p.GetNearFullMark())
-	vals["low_utilisation_mark"] = mark(p.GetLowUtilisationMark())
-	vals["low_utilisation_period"] = "default"
-	if d := p.GetLowUtilisationPeriod().AsDuration(); d > 0 {
-		vals["low_utilisation_period"] = d.String()
-	}
-}
 
 // markEventTypes maps the engine's mark events to the server's.
 var markEventTypes = map[limiter.PoolEventType]string{

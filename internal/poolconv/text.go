@@ -22,9 +22,9 @@ var (
 	timestampName = (&timestamppb.Timestamp{}).ProtoReflect().Descriptor().FullName()
 )
 
-// isMark reports whether fd is an event mark: a number whose value -1
+// IsMark reports whether fd is an event mark: a number whose value -1
 // (limiter.MarkOff) is written "off".
-func isMark(fd protoreflect.FieldDescriptor) bool {
+func IsMark(fd protoreflect.FieldDescriptor) bool {
 	return strings.HasSuffix(string(fd.Name()), "_mark")
 }
 
@@ -44,14 +44,14 @@ func Scalar(fd protoreflect.FieldDescriptor) bool {
 //
 // Errors say what s must be, such as "must be a whole number".
 func ParseText(fd protoreflect.FieldDescriptor, s string) (protoreflect.Value, error) {
-	if isMark(fd) && s == "off" {
+	if IsMark(fd) && s == "off" {
 		if fd.Kind() == protoreflect.DoubleKind {
 			return protoreflect.ValueOfFloat64(limiter.MarkOff), nil
 		}
 		return protoreflect.ValueOfInt64(limiter.MarkOff), nil
 	}
 	orOff := ""
-	if isMark(fd) {
+	if IsMark(fd) {
 		orOff = ", or off"
 	}
 	switch fd.Kind() {
@@ -99,17 +99,14 @@ func ParseText(fd protoreflect.FieldDescriptor, s string) (protoreflect.Value, e
 }
 
 // FormatText is the text form of v, a value of fd, for people: enums by
-// their short names, durations and times as Go writes them (times in the
+// their short names (unspecified as the default, the first value), durations and times as Go writes them (times in the
 // local zone), marks -1 as off, a message as its fields.
 func FormatText(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
 	switch {
 	case fd.Kind() == protoreflect.EnumKind:
-		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
-			return EnumShortName(ev)
-		}
-		return strconv.Itoa(int(v.Enum()))
-	case isMark(fd) && fd.Kind() == protoreflect.Int64Kind && v.Int() == limiter.MarkOff,
-		isMark(fd) && fd.Kind() == protoreflect.DoubleKind && v.Float() == limiter.MarkOff:
+		return enumText(fd.Enum(), v.Enum())
+	case IsMark(fd) && fd.Kind() == protoreflect.Int64Kind && v.Int() == limiter.MarkOff,
+		IsMark(fd) && fd.Kind() == protoreflect.DoubleKind && v.Float() == limiter.MarkOff:
 		return "off"
 	case fd.Kind() == protoreflect.DoubleKind:
 		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
@@ -138,12 +135,13 @@ func orList(names []string) string {
 
 // EnumText is the short name of e ("revoke"); unspecified is the default,
 // the enum's first value.
-func EnumText(e protoreflect.Enum) string {
-	n := e.Number()
+func EnumText(e protoreflect.Enum) string { return enumText(e.Descriptor(), e.Number()) }
+
+func enumText(d protoreflect.EnumDescriptor, n protoreflect.EnumNumber) string {
 	if n == 0 {
 		n = 1
 	}
-	if v := e.Descriptor().Values().ByNumber(n); v != nil {
+	if v := d.Values().ByNumber(n); v != nil {
 		return EnumShortName(v)
 	}
 	return strconv.Itoa(int(n))
