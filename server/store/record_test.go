@@ -118,3 +118,36 @@ func TestRecordVersions(t *testing.T) {
 		t.Fatalf("record under another name: %v", err)
 	}
 }
+
+// TestEveryStateFieldIsStored: a durable state with every field set comes
+// back from a record the same. It fails when a field is added to
+// limiter.DurableState without a line in stateFields.
+func TestEveryStateFieldIsStored(t *testing.T) {
+	sp := fixturePool()
+	sp.Resources = nil
+	st := reflect.ValueOf(&sp.State).Elem()
+	for i := 0; i < st.NumField(); i++ {
+		switch f := st.Field(i); {
+		case f.Type() == reflect.TypeOf(time.Time{}):
+			f.Set(reflect.ValueOf(t0.Add(time.Duration(i) * time.Hour)))
+		case f.CanInt():
+			f.SetInt(int64(i + 1))
+		case f.CanUint():
+			f.SetUint(uint64(i + 1))
+		case f.CanFloat():
+			f.SetFloat(float64(i) + 0.5)
+		case f.Kind() == reflect.Bool:
+			f.SetBool(true)
+		default:
+			t.Fatalf("DurableState.%s: teach this test its type", st.Type().Field(i).Name)
+		}
+	}
+	v, err := encode(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decode([]byte(sp.Config.Name), v)
+	if err != nil || !reflect.DeepEqual(got, sp) {
+		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, sp)
+	}
+}
