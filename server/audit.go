@@ -74,7 +74,7 @@ func poolFields(p *tollgatev1.Pool, paths []string) string {
 		fields := m.Descriptor().Fields()
 		for i := 0; i < fields.Len(); i++ {
 			fd := fields.Get(i)
-			if !immutablePaths[string(fd.Name())] || fd.Name() == "resource_kind" {
+			if !poolconv.OutputOnly(fd) && fd.Name() != "name" {
 				if eventText(m, fd) != eventText(def, fd) {
 					paths = append(paths, string(fd.Name()))
 				}

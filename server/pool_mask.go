@@ -6,17 +6,23 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
 // UpdatePool's update_mask is read against the Pool message itself: a path
 // is a field of Pool ("rate"), or a field of one of its own messages
-// ("adaptive.backoff"), that is not one of immutablePaths.
-
-// immutablePaths are the Pool fields UpdatePool cannot change.
-var immutablePaths = map[string]bool{"name": true, "create_time": true, "update_time": true, "resource_kind": true}
+// ("adaptive.backoff"), that is not immutable (poolconv.Immutable: the
+// field_behavior annotations of the proto).
 
 var poolDescriptor = (&tollgatev1.Pool{}).ProtoReflect().Descriptor()
+
+// immutablePath reports whether the top-level Pool field name is one
+// UpdatePool cannot change.
+func immutablePath(name string) bool {
+	fd := poolDescriptor.Fields().ByName(protoreflect.Name(name))
+	return fd != nil && poolconv.Immutable(fd)
+}
 
 // updatablePaths are the fields of Pool that UpdatePool can change, in the
 // order they are declared.
@@ -24,8 +30,8 @@ var updatablePaths = func() []string {
 	var out []string
 	fields := poolDescriptor.Fields()
 	for i := 0; i < fields.Len(); i++ {
-		if name := string(fields.Get(i).Name()); !immutablePaths[name] {
-			out = append(out, name)
+		if fd := fields.Get(i); !poolconv.Immutable(fd) {
+			out = append(out, string(fd.Name()))
 		}
 	}
 	return out
@@ -42,7 +48,7 @@ func poolMask(paths []string) (fieldMask, error) {
 	mask := make(fieldMask, 0, len(paths))
 	for _, path := range paths {
 		top, _, _ := strings.Cut(path, ".")
-		if immutablePaths[top] {
+		if immutablePath(top) {
 			return nil, invalidArg("update_mask path %q cannot be changed; the paths that can are %s", path, strings.Join(updatablePaths, ", "))
 		}
 		fields := resolvePath(poolDescriptor, path)

@@ -39,9 +39,6 @@ var fileAliases = map[protoreflect.FullName]map[string]protoreflect.Name{
 		"kind": "resource_kind", "selection": "selection_policy"},
 }
 
-// notInFile are the output-only fields a pools file cannot set.
-var notInFile = map[protoreflect.FullName]bool{"tollgate.v1.Pool.create_time": true, "tollgate.v1.Pool.update_time": true}
-
 // LoadPoolsFile reads the pools a server declares at start from a YAML file
 // of the form
 //
@@ -161,7 +158,7 @@ func fileField(md protoreflect.MessageDescriptor, k string) protoreflect.FieldDe
 	if fd == nil {
 		fd = md.Fields().ByJSONName(k)
 	}
-	if fd == nil || notInFile[fd.FullName()] {
+	if fd == nil || poolconv.OutputOnly(fd) {
 		return nil
 	}
 	return fd
@@ -176,7 +173,7 @@ func fileKeys(md protoreflect.MessageDescriptor) string {
 	var keys []string
 	for i := 0; i < md.Fields().Len(); i++ {
 		fd := md.Fields().Get(i)
-		if notInFile[fd.FullName()] {
+		if poolconv.OutputOnly(fd) {
 			continue
 		}
 		k := string(fd.Name())

@@ -181,3 +181,16 @@ func TestText(t *testing.T) {
 		}
 	}
 }
+
+// TestFieldBehavior: the proto's field_behavior annotations are read.
+func TestFieldBehavior(t *testing.T) {
+	fields := (&tollgatev1.Pool{}).ProtoReflect().Descriptor().Fields()
+	for name, want := range map[protoreflect.Name][2]bool{ // immutable, output only
+		"name": {true, false}, "resource_kind": {true, false}, "create_time": {true, true}, "update_time": {true, true}, "rate": {false, false},
+	} {
+		fd := fields.ByName(name)
+		if got := [2]bool{Immutable(fd), OutputOnly(fd)}; got != want {
+			t.Errorf("%s: immutable, output only = %v, want %v", name, got, want)
+		}
+	}
+}

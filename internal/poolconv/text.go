@@ -3,10 +3,13 @@ package poolconv
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -91,7 +94,7 @@ func ParseText(fd protoreflect.FieldDescriptor, s string) (protoreflect.Value, e
 			d, err = 0, nil
 		}
 		if err != nil {
-			return protoreflect.Value{}, fmt.Errorf("must be a duration such as 15s or 5m")
+			return protoreflect.Value{}, fmt.Errorf("must be a duration such as 15s or 5m (%s)", strings.TrimPrefix(err.Error(), "time: "))
 		}
 		return protoreflect.ValueOfMessage(durationpb.New(d).ProtoReflect()), nil
 	}
@@ -145,4 +148,27 @@ func enumText(d protoreflect.EnumDescriptor, n protoreflect.EnumNumber) string {
 		return EnumShortName(v)
 	}
 	return strconv.Itoa(int(n))
+}
+
+// hasBehavior reports whether fd is annotated with any of bs
+// (google.api.field_behavior).
+func hasBehavior(fd protoreflect.FieldDescriptor, bs ...annotations.FieldBehavior) bool {
+	for _, b := range proto.GetExtension(fd.Options(), annotations.E_FieldBehavior).([]annotations.FieldBehavior) {
+		if slices.Contains(bs, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// OutputOnly reports whether fd is set by the server only (OUTPUT_ONLY):
+// a request or a pools file cannot set it.
+func OutputOnly(fd protoreflect.FieldDescriptor) bool {
+	return hasBehavior(fd, annotations.FieldBehavior_OUTPUT_ONLY)
+}
+
+// Immutable reports whether fd cannot change once its message is created
+// (IMMUTABLE, IDENTIFIER or OUTPUT_ONLY).
+func Immutable(fd protoreflect.FieldDescriptor) bool {
+	return hasBehavior(fd, annotations.FieldBehavior_IMMUTABLE, annotations.FieldBehavior_IDENTIFIER, annotations.FieldBehavior_OUTPUT_ONLY)
 }
