@@ -121,7 +121,7 @@ func Msg[EM comparable, PM any, PP interface {
 			if *p == nil {
 				return nil
 			}
-			return from(fields(e, *p), prefix+name+".")
+			return From(fields(e, *p), prefix+name+".")
 		}}
 }
 
@@ -134,9 +134,7 @@ func To(fs []Field) {
 
 // From copies every proto value of fs into its engine field; errors name
 // the field after prefix (such as "pool.").
-func From(fs []Field, prefix string) error { return from(fs, prefix) }
-
-func from(fs []Field, prefix string) error {
+func From(fs []Field, prefix string) error {
 	for _, f := range fs {
 		if err := f.from(prefix); err != nil {
 			return err
