@@ -88,6 +88,9 @@ func acquireFromProto(r *tollgatev1.AcquireRequest) (limiter.AcquireRequest, err
 	if err != nil {
 		return ar, err
 	}
+	if err := checkTraceContext(r.GetTraceContext()); err != nil {
+		return ar, err
+	}
 	return limiter.AcquireRequest{
 		Pool:        r.GetPool(),
 		Weight:      weight,

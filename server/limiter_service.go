@@ -70,7 +70,7 @@ func (s *Server) acquire(ctx context.Context, req *tollgatev1.AcquireRequest, ow
 		ar.ClientID = defaultClientID
 	}
 	ar.Owner = owner
-	lease, err := s.acquireCounted(ctx, ar)
+	lease, err := s.acquireTraced(ctx, ar, req.GetTraceContext())
 	if err != nil {
 		return limiter.Lease{}, err
 	}
@@ -163,5 +163,8 @@ func (s *Server) take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter
 			maxWait = left
 		}
 	}
-	return s.takeCounted(ctx, req.GetPool(), tokens, maxWait)
+	if err := checkTraceContext(req.GetTraceContext()); err != nil {
+		return limiter.TakeResult{}, err
+	}
+	return s.takeTraced(ctx, req.GetPool(), tokens, maxWait, req.GetTraceContext())
 }

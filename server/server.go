@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
@@ -41,6 +43,12 @@ type Config struct {
 	// Limits bounds what clients can make the server hold; the zero value
 	// means the defaults. See Limits.
 	Limits Limits
+	// TracerProvider, when set, receives a span for every RPC and for every
+	// acquire and take, also those on Session streams; nil records none.
+	TracerProvider trace.TracerProvider
+	// Propagator reads callers' trace context from gRPC metadata and from
+	// requests' trace_context; nil means W3C Trace Context and Baggage.
+	Propagator propagation.TextMapPropagator
 
 	// persister is set by Open (persist.go): the engine's Persister.
 	persister limiter.Persister
@@ -70,6 +78,8 @@ type Server struct {
 	// maxSessionEvents is MaxSessionEvents; tests lower it.
 	maxSessionEvents atomic.Int64
 
+	tracing *tracing // nil when Config.TracerProvider is nil
+
 	ops         // auth, limits, metrics, events: ops.go
 	persistence // the data directory, for a Server made by Open: persist.go
 }
@@ -87,6 +97,7 @@ func New(cfg Config) *Server {
 		shutdownTimeout: cfg.ShutdownTimeout,
 		health:          health.NewServer(),
 		draining:        make(chan struct{}),
+		tracing:         newTracing(cfg),
 		ids:             newLeaseIDs(nil), // Open uses the data directory's key
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)

@@ -355,7 +355,7 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	go func() {
 		defer s.workerDone()
 		defer s.recoverWorker(id, "Session.acquire")
-		lease, err := s.srv.acquireCounted(ctx, ar)
+		lease, err := s.srv.acquireTraced(ctx, ar, r.GetTraceContext())
 		s.unregister(id, cancel)
 		if err != nil {
 			s.answerErr(id, err, errCtx{pool: ar.Pool})

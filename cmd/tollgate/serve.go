@@ -26,6 +26,7 @@ type serveOptions struct {
 	shutdownTimeout time.Duration
 	logFormat       string
 	logLevel        string
+	otel            bool
 	sec             securityOptions // TLS, auth, HTTP, limits: serve_security.go
 }
 
@@ -88,6 +89,7 @@ for calls in flight.
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGINT/SIGTERM, longest wait for calls in flight before cutting them off")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.BoolVar(&o.otel, "otel", false, "export OpenTelemetry traces over OTLP/gRPC (set by default when OTEL_EXPORTER_OTLP_ENDPOINT is; the OTEL_EXPORTER_OTLP_* variables configure the exporter)")
 	o.sec.register(f)
 	return cmd
 }
@@ -126,7 +128,27 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 		lis.Close()
 		return err
 	}
-	srv, err := server.Open(sec.config(server.Config{Logger: logger, ShutdownTimeout: o.shutdownTimeout}), o.dataDir, pools)
+	cfg := server.Config{Logger: logger, ShutdownTimeout: o.shutdownTimeout}
+	if o.otel || otlpConfigured() {
+		tp, err := newTracerProvider(ctx)
+		if err != nil {
+			lis.Close()
+			if httpLis != nil {
+				httpLis.Close()
+			}
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				logger.Warn("flushing traces at shutdown", "err", err)
+			}
+		}()
+		cfg.TracerProvider = tp
+		logger.Info("exporting OpenTelemetry traces over OTLP")
+	}
+	srv, err := server.Open(sec.config(cfg), o.dataDir, pools)
 	if err != nil {
 		lis.Close()
 		if httpLis != nil {
