@@ -45,7 +45,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
@@ -124,12 +123,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	dialOpts = append(dialOpts,
 		grpc.WithTransportCredentials(transportCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: backoff.Config{
-				BaseDelay:  100 * time.Millisecond,
-				Multiplier: 1.6,
-				Jitter:     0.2,
-				MaxDelay:   2 * time.Second,
-			},
+			Backoff:           reconnectBackoff.grpcConfig(),
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`),
