@@ -4,8 +4,9 @@
 // A Client holds one gRPC connection and, once first needed, one Session
 // stream over which all its lease traffic (acquire, renew, release, take)
 // is multiplexed. When the stream breaks, the Client reconnects with
-// backoff (failing over between the addresses it was given) and renews its
-// live leases on the new stream.
+// backoff (failing over between the addresses it was given), more often as
+// the nearest local deadline of its leases comes, and renews its live
+// leases on the new stream at once.
 //
 // A Lease is renewed in the background every TTL/3. Its holder must stop
 // relying on it when its Done channel is closed: the server said it expired
