@@ -136,7 +136,8 @@ func (g *gate) refused() int {
 // due, so that the server is back only ~160ms before the lease's local
 // deadline (its last renew's send time + 1.8s). The client must try to
 // reconnect often enough near a lease's deadline; following gRPC's
-// connection backoff alone, it next tries ~0.6s after the server is back.
+// connection backoff alone (attempts 50ms doubling, so ~0.75s and ~1.55s
+// into the outage), it next tries ~0.5s after the server is back.
 func TestLeaseSurvivesOutageShorterThanTwoThirdsTTL(t *testing.T) {
 	ts := newTestServer(t) // its clock stands still: only the client's local deadline can end the lease
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
