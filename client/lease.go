@@ -344,7 +344,7 @@ func (l *Lease) keepAlive(ctx context.Context, next time.Time) {
 				l.c.log.Warn("tollgate: renew failed; retrying", "pool", l.pool, "lease_id", l.id, "err", err)
 				lastErr = err
 			}
-			next = time.Now().Add(min(retryDelay(failures), l.TTL()/10))
+			next = time.Now().Add(min(retryBackoff.delay(failures, deadline), l.TTL()/10))
 			failures++
 		}
 	}
