@@ -23,6 +23,8 @@ type adaptive struct {
 	lastCut    time.Time // zero: never
 	lastChange time.Time // last cut or raise; zero: never
 	lastRaise  time.Time // zero: never
+	raisedLast bool      // the last change was a raise
+	learned    time.Time // when ceiling and rateCeiling were set
 	// ceiling and rateCeiling are the effective values at which a raise
 	// last failed (a cut came before the next change): raises to them or
 	// above wait ProbeInterval, not Interval, and are judged against half
@@ -70,7 +72,7 @@ func (p *pool) limitsChangedLocked(old PoolConfig, now time.Time) {
 	if !c.Enabled || !old.Adaptive.Enabled || old.Adaptive != c {
 		if !c.Enabled || !old.Adaptive.Enabled {
 			a.reason = ThrottleNone
-			a.lastCut, a.lastChange, a.lastRaise = time.Time{}, time.Time{}, time.Time{}
+			a.lastCut, a.lastChange, a.lastRaise, a.raisedLast = time.Time{}, time.Time{}, time.Time{}, false
 			a.ceiling, a.rateCeiling = 0, 0
 			a.baseline = 0
 		}
@@ -192,14 +194,17 @@ func (p *pool) cutLocked(v windowVerdict, now time.Time) {
 	if c.adaptsRate() && p.cfg.Rate > 0 {
 		rate = max(rate*c.Backoff, c.MinRate)
 	}
-	// A cut within a window of a raise, with no change between, learns
-	// the level that failed; any other cut means the backend changed:
-	// what was learned is stale.
-	a.ceiling, a.rateCeiling = 0, 0
-	if !a.lastRaise.IsZero() && a.lastRaise.Equal(a.lastChange) && now.Sub(a.lastRaise) <= c.Window {
-		a.ceiling, a.rateCeiling = a.limit, a.rate
+	// A cut within ProbeInterval of a raise, with no change between,
+	// learns the level that failed. Any other cut, unless it comes within
+	// ProbeInterval of that (outcomes of the failed probe reported late),
+	// means the backend changed: what was learned is stale.
+	switch {
+	case a.raisedLast && now.Sub(a.lastRaise) <= c.ProbeInterval:
+		a.ceiling, a.rateCeiling, a.learned = a.limit, a.rate, now
+	case now.Sub(a.learned) > c.ProbeInterval:
+		a.ceiling, a.rateCeiling = 0, 0
 	}
-	a.lastCut, a.lastChange = now, now
+	a.lastCut, a.lastChange, a.raisedLast = now, now, false
 	p.restartWindowLocked()
 	if limit == a.limit && rate == a.rate {
 		return // at the floors already
@@ -257,7 +262,7 @@ func (p *pool) raiseLocked(v windowVerdict, now time.Time) {
 	if a.rateCeiling > 0 && a.rate >= a.rateCeiling {
 		a.rateCeiling = 0
 	}
-	a.lastChange, a.lastRaise = now, now
+	a.lastChange, a.lastRaise, a.raisedLast = now, now, true
 	p.restartWindowLocked()
 	if limit == p.cfg.ConcurrencyLimit && rate == p.cfg.Rate {
 		a.reason = ThrottleNone

@@ -29,8 +29,9 @@ const chartTitle = "Adaptive rate limit against a backend of changing capacity (
 //   - when the backend degrades to 120/s, the effective rate is below it
 //     within 5s and averages below it while degraded;
 //   - when it heals (500/s, above the configured rate), the effective
-//     rate is back at the configured 400/s within 40s (20 raise
-//     intervals), with errors at the backend's base rate.
+//     rate is back at the configured 400/s within 50s (20 raise
+//     intervals, and a probe interval at the level where a raise failed
+//     while degraded), with errors at the backend's base rate.
 func TestAdaptiveConvergesBelowCapacity(t *testing.T) {
 	tr, err := Run(DefaultConfig())
 	if err != nil {
@@ -57,10 +58,10 @@ func TestAdaptiveConvergesBelowCapacity(t *testing.T) {
 		t.Fatalf("while degraded to 120/s: %+v", d)
 	}
 	at, ok = tr.FirstAtOrAbove(110*s, 400)
-	if !ok || at > 150*s {
-		t.Fatalf("back at the configured 400/s at %v (found %v); want within 40s of healing", at, ok)
+	if !ok || at > 160*s {
+		t.Fatalf("back at the configured 400/s at %v (found %v); want within 50s of healing", at, ok)
 	}
-	if h := tr.Between(150*s, 180*s); h.MeanEffective != 400 || h.MeanErrorRate > 0.02 {
+	if h := tr.Between(160*s, 180*s); h.MeanEffective != 400 || h.MeanErrorRate > 0.02 {
 		t.Fatalf("healed: %+v", h)
 	}
 	if len(tr.Events) == 0 {
