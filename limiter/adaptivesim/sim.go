@@ -99,6 +99,11 @@ type Trace struct {
 	Points []Point
 	// Events are adaptive control's changes (PoolThrottled, PoolRelieved).
 	Events []limiter.PoolEvent
+	// Compare, when set, is another run of the same backend drawn with
+	// this one, named CompareName: the chart's effective rate and error
+	// rate of it, lighter.
+	Compare     []Point
+	CompareName string
 }
 
 // backend is the model of the protected system: a single queue served at

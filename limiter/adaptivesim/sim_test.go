@@ -112,12 +112,21 @@ func TestRunIsDeterministic(t *testing.T) {
 }
 
 // TestTraceChart writes docs/adaptive-trace.svg with -update; without, it
-// checks that the chart draws.
+// checks that the chart draws. The chart shows DefaultConfig next to the
+// same run probing at one pace (ProbeInterval = Interval), as before
+// gentler probing.
 func TestTraceChart(t *testing.T) {
 	tr, err := Run(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := DefaultConfig()
+	cfg.Pool.Adaptive.ProbeInterval = limiter.DefaultAdaptiveInterval
+	onePace, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Compare, tr.CompareName = onePace.Points, "probing at one pace"
 	var buf bytes.Buffer
 	if err := tr.WriteSVG(&buf, chartTitle); err != nil {
 		t.Fatal(err)
