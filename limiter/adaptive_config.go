@@ -117,8 +117,8 @@ type AdaptiveConfig struct {
 	// ProbeInterval is the least time between a change and a raise that
 	// would take an effective value to or above the level at which a
 	// raise last failed (the learned capacity: a cut came before the next
-	// change), at least Interval (default DefaultAdaptiveProbeFactor ×
-	// Interval). A raise past that level, after it held for
+	// change), at most MaxAdaptiveInterval (default
+	// DefaultAdaptiveProbeFactor × Interval; raised to Interval if below). A raise past that level, after it held for
 	// ProbeInterval, forgets it. Set it to Interval to probe at one pace.
 	ProbeInterval time.Duration
 	// Cooldown is the least time between two cuts (default
@@ -175,6 +175,9 @@ func (a AdaptiveConfig) withDefaults(limit int64, rate float64) AdaptiveConfig {
 	if a.ProbeInterval == 0 {
 		a.ProbeInterval = min(DefaultAdaptiveProbeFactor*a.Interval, MaxAdaptiveInterval)
 	}
+	if a.ProbeInterval > 0 {
+		a.ProbeInterval = max(a.ProbeInterval, a.Interval) // a kept value after the interval grew
+	}
 	if a.MinConcurrency == 0 && limit > 0 {
 		a.MinConcurrency = 1
 	}
@@ -212,8 +215,8 @@ func (a AdaptiveConfig) validate(name string, limit int64, rate float64) error {
 		return bad("increase %v is out of range: give a fraction of the configured limit above 0 and at most 1, such as 0.05", a.Increase)
 	case a.Interval < time.Millisecond || a.Interval > MaxAdaptiveInterval:
 		return bad("interval %v is out of range [1ms, %v]", a.Interval, MaxAdaptiveInterval)
-	case a.ProbeInterval < a.Interval || a.ProbeInterval > MaxAdaptiveInterval:
-		return bad("probe_interval %v is out of range [interval %v, %v]", a.ProbeInterval, a.Interval, MaxAdaptiveInterval)
+	case a.ProbeInterval < 0 || a.ProbeInterval > MaxAdaptiveInterval:
+		return bad("probe_interval %v is out of range [interval %v, %v] (0 means 5 × interval)", a.ProbeInterval, a.Interval, MaxAdaptiveInterval)
 	case a.Cooldown < time.Millisecond || a.Cooldown > MaxAdaptiveInterval:
 		return bad("cooldown %v is out of range [1ms, %v]", a.Cooldown, MaxAdaptiveInterval)
 	case limit > 0 && (a.MinConcurrency < 1 || a.MinConcurrency > limit):
