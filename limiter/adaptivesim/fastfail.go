@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
-	"github.com/tollgate/tollgate/limiter/fakeclock"
 )
 
 // FastFailConfig describes a run against a backend that refuses at once
@@ -67,7 +65,6 @@ type ffClient struct {
 	outcome limiter.Outcome
 	lat     time.Duration
 	served  bool // the backend counts it in flight
-	pending limiter.OutcomeReport
 }
 
 // RunFastFail simulates cfg and returns its trace.
@@ -76,23 +73,17 @@ func RunFastFail(cfg FastFailConfig) (Trace, error) {
 		return Trace{}, fmt.Errorf("adaptivesim: bad config %+v", cfg)
 	}
 	tr := Trace{}
-	clk := fakeclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	e := limiter.New(limiter.Options{Clock: clk, OnPoolEvent: func(ev limiter.PoolEvent) {
-		if ev.Type == limiter.PoolThrottled || ev.Type == limiter.PoolRelieved {
-			tr.Events = append(tr.Events, ev)
-		}
-	}})
-	defer e.Close()
-	info, err := e.CreatePool(cfg.Pool)
+	e, clk, err := tr.start(cfg.Pool)
 	if err != nil {
 		return Trace{}, err
 	}
-	tr.Pool = info.Config
+	defer e.Close()
 	name := cfg.Pool.Name
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	rng := newRand(cfg.Seed)
 	ctx := context.Background()
 	clients := make([]ffClient, cfg.Clients)
-	inFlight := 0 // requests the backend is serving
+	pending := make([]limiter.OutcomeReport, cfg.Clients) // counted, not yet reported
+	inFlight := 0                                         // requests the backend is serving
 	end := cfg.Phases[len(cfg.Phases)-1].Until
 	reportTicks := int(cfg.ReportEvery / cfg.Tick)
 	sampleTicks := int(cfg.Sample / cfg.Tick)
@@ -107,20 +98,7 @@ func RunFastFail(cfg FastFailConfig) (Trace, error) {
 				if c.served {
 					inFlight--
 				}
-				r := &c.pending
-				switch c.outcome {
-				case limiter.OutcomeSuccess:
-					r.Successes++
-				case limiter.OutcomeError:
-					r.Errors++
-					acc.Errors++
-				default:
-					r.Timeouts++
-					acc.Errors++
-				}
-				r.LatencyCount++
-				r.LatencySum += c.lat
-				r.LatencyMax = max(r.LatencyMax, c.lat)
+				count(&pending[i], &acc, c.outcome, c.lat)
 				if err := e.Release(name, c.lease.FencingToken); err != nil {
 					return Trace{}, err
 				}
@@ -150,15 +128,8 @@ func RunFastFail(cfg FastFailConfig) (Trace, error) {
 			}
 			c.until = now + c.lat
 		}
-		for i := range clients {
-			if (tick+i*reportTicks/cfg.Clients)%reportTicks == reportTicks-1 {
-				r := clients[i].pending
-				r.Pool = name
-				if err := e.Report([]limiter.OutcomeReport{r}); err != nil {
-					return Trace{}, err
-				}
-				clients[i].pending = limiter.OutcomeReport{}
-			}
+		if err := report(e, name, pending, tick, reportTicks); err != nil {
+			return Trace{}, err
 		}
 		clk.Advance(cfg.Tick)
 		if (tick+1)%sampleTicks == 0 {
@@ -166,12 +137,8 @@ func RunFastFail(cfg FastFailConfig) (Trace, error) {
 			if err != nil {
 				return Trace{}, err
 			}
-			secs := cfg.Sample.Seconds()
-			p := Point{T: now + cfg.Tick, Configured: float64(info.Config.ConcurrencyLimit), Effective: float64(info.Status.EffectiveConcurrencyLimit),
-				Admitted: acc.Admitted / secs, Capacity: capacity, Errors: acc.Errors / secs}
-			if acc.Admitted > 0 {
-				p.ErrorRate = acc.Errors / acc.Admitted
-			}
+			p := acc.sample(now+cfg.Tick, cfg.Sample, capacity)
+			p.Configured, p.Effective = float64(info.Config.ConcurrencyLimit), float64(info.Status.EffectiveConcurrencyLimit)
 			tr.Points = append(tr.Points, p)
 			acc = Point{}
 		}
