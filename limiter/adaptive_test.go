@@ -354,12 +354,21 @@ func TestAdaptiveProbesGentlyAtTheLearnedCapacity(t *testing.T) {
 	if l, _ := ee.effective(t, "db"); l != 9 {
 		t.Fatalf("limit %d after 15%% errors at the learned level; want 9", l)
 	}
-	// A cut that is no failed probe (no raise within a window before it)
-	// forgets the level: the next raise comes at the usual pace.
+	// A cut soon after (outcomes of the failed probe reported late) keeps
+	// what was learned: back to 9 at the usual pace, to 10 only a probe
+	// interval later.
 	ee.clk.Advance(2 * time.Second)
 	ee.report(t, "db", OutcomeError, 10) // 9 → 8
 	ee.clk.Advance(2 * time.Second)
 	if l, _ := ee.effective(t, "db"); l != 9 {
 		t.Fatalf("limit %d after a cut of a steady limit and a cooldown; want 9", l)
+	}
+	ee.clk.Advance(2 * time.Second)
+	if l, _ := ee.effective(t, "db"); l != 9 {
+		t.Fatalf("limit %d 2s after the raise to 9; want 9 until the probe interval", l)
+	}
+	ee.clk.Advance(3 * time.Second)
+	if l, _ := ee.effective(t, "db"); l != 10 {
+		t.Fatalf("limit %d a probe interval after the raise to 9; want 10", l)
 	}
 }
