@@ -41,6 +41,10 @@ type Options struct {
 	// not block for long.
 	OnPoolEvent   func(PoolEvent)
 	OnShareUpdate func(ShareUpdate)
+	// MarkEventInterval is the least time between two reported mark
+	// events of one kind from one pool (marks.go); 0 means
+	// DefaultMarkEventInterval, a negative value reports every crossing.
+	MarkEventInterval time.Duration
 }
 
 // Engine is the limiter: a set of named pools, each with a concurrency limit
@@ -58,6 +62,7 @@ type Engine struct {
 	// Callbacks of adaptive control and rate shares: poolevents.go.
 	onPoolEvent   func(PoolEvent)
 	onShareUpdate func(ShareUpdate)
+	markInterval  time.Duration // Options.MarkEventInterval, resolved
 
 	pools  poolIndex
 	closed atomic.Bool
@@ -81,8 +86,12 @@ func New(opts Options) *Engine {
 	if slack <= 0 {
 		slack = DefaultHorizonSlack
 	}
+	markInterval := opts.MarkEventInterval
+	if markInterval == 0 {
+		markInterval = DefaultMarkEventInterval
+	}
 	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, preReserve: opts.PreReserve, done: make(chan struct{}),
-		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate}
+		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate, markInterval: markInterval}
 }
 
 // Clock returns the engine's clock.

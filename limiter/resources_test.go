@@ -409,6 +409,7 @@ func TestResourcePoolNearFull(t *testing.T) {
 	if _, err := ee.AddResources("db", res("c5", "c6", "c7", "c8")); err != nil { // 3 of 8: re-armed
 		t.Fatal(err)
 	}
+	ee.clk.Advance(DefaultMarkEventInterval)
 	for range 3 {
 		ee.mustAcquire(t, AcquireRequest{Pool: "db"})
 	}

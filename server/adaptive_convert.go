@@ -41,7 +41,7 @@ func adaptiveFromProto(field string, a *tollgatev1.Adaptive) (limiter.AdaptiveCo
 		name string
 		in   *durationpb.Duration
 		out  *time.Duration
-	}{{"window", a.GetWindow(), &c.Window}, {"interval", a.GetInterval(), &c.Interval}, {"cooldown", a.GetCooldown(), &c.Cooldown}} {
+	}{{"window", a.GetWindow(), &c.Window}, {"interval", a.GetInterval(), &c.Interval}, {"cooldown", a.GetCooldown(), &c.Cooldown}, {"probe_interval", a.GetProbeInterval(), &c.ProbeInterval}} {
 		if *d.out, err = durationArg(field+"."+d.name, d.in); err != nil {
 			return c, err
 		}
@@ -93,6 +93,7 @@ func adaptiveToProto(c limiter.AdaptiveConfig) *tollgatev1.Adaptive {
 		Increase:         c.Increase,
 		Interval:         durationpb.New(c.Interval),
 		Cooldown:         durationpb.New(c.Cooldown),
+		ProbeInterval:    durationpb.New(c.ProbeInterval),
 		MinConcurrency:   c.MinConcurrency,
 		MinRate:          c.MinRate,
 		LatencyTolerance: c.LatencyTolerance,

@@ -10,7 +10,7 @@ import (
 // "adaptive" replaces the whole message, "adaptive.<field>" one field.
 var adaptivePaths = []string{"adaptive.enabled", "adaptive.target", "adaptive.window", "adaptive.error_threshold",
 	"adaptive.min_samples", "adaptive.backoff", "adaptive.increase", "adaptive.interval", "adaptive.cooldown",
-	"adaptive.min_concurrency", "adaptive.min_rate", "adaptive.latency_tolerance"}
+	"adaptive.probe_interval", "adaptive.min_concurrency", "adaptive.min_rate", "adaptive.latency_tolerance"}
 
 // isAdaptivePath reports whether path names a field of Pool.adaptive.
 func isAdaptivePath(path string) bool {
@@ -44,6 +44,8 @@ func applyAdaptivePath(dst *limiter.AdaptiveConfig, src limiter.AdaptiveConfig, 
 		dst.Interval = src.Interval
 	case "cooldown":
 		dst.Cooldown = src.Cooldown
+	case "probe_interval":
+		dst.ProbeInterval = src.ProbeInterval
 	case "min_concurrency":
 		dst.MinConcurrency = src.MinConcurrency
 	case "min_rate":

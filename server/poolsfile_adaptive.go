@@ -11,7 +11,7 @@ import (
 // adaptiveFileFields are the keys of a pool's adaptive mapping in a pools
 // file, named as in the API's Adaptive message.
 var adaptiveFileFields = []string{"enabled", "target", "window", "error_threshold", "min_samples", "backoff", "increase",
-	"interval", "cooldown", "min_concurrency", "min_rate", "latency_tolerance"}
+	"interval", "cooldown", "probe_interval", "min_concurrency", "min_rate", "latency_tolerance"}
 
 // adaptive parses a pool's adaptive settings: a mapping of
 // adaptiveFileFields, such as
@@ -70,6 +70,8 @@ func (p poolsParser) adaptive(v *yaml.Node) (limiter.AdaptiveConfig, error) {
 			a.Interval, err = p.duration(key, n)
 		case "cooldown":
 			a.Cooldown, err = p.duration(key, n)
+		case "probe_interval":
+			a.ProbeInterval, err = p.duration(key, n)
 		case "error_threshold":
 			a.ErrorThreshold, err = p.float(key, n)
 		case "backoff":

@@ -49,6 +49,12 @@ type Config struct {
 	// Propagator reads callers' trace context from gRPC metadata and from
 	// requests' trace_context; nil means W3C Trace Context and Baggage.
 	Propagator propagation.TextMapPropagator
+	// MarkEventInterval is the least time between two recorded mark
+	// events (pool_overload, pool_drained, pool_near_full,
+	// pool_low_utilisation) of one kind from one pool; those in between
+	// are counted, not recorded. 0 means limiter.DefaultMarkEventInterval;
+	// a negative value records every crossing.
+	MarkEventInterval time.Duration
 
 	// persister is set by Open (persist.go): the engine's Persister.
 	persister limiter.Persister
@@ -105,7 +111,7 @@ func New(cfg Config) *Server {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
 	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister, PreReserve: true, // persist_ahead.go
-		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate}) // adaptive_events.go, shares_service.go
+		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, MarkEventInterval: cfg.MarkEventInterval}) // adaptive_events.go, shares_service.go
 	s.initOps(cfg)
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}

@@ -23,6 +23,7 @@ type adaptiveFlags struct {
 	increase         float64
 	interval         time.Duration
 	cooldown         time.Duration
+	probeInterval    time.Duration
 	minConcurrency   int64
 	minRate          float64
 	latencyTolerance float64
@@ -39,6 +40,7 @@ var adaptiveFlagFields = []struct{ flag, field string }{
 	{"adaptive-increase", "adaptive.increase"},
 	{"adaptive-interval", "adaptive.interval"},
 	{"adaptive-cooldown", "adaptive.cooldown"},
+	{"adaptive-probe-interval", "adaptive.probe_interval"},
 	{"adaptive-min-concurrency", "adaptive.min_concurrency"},
 	{"adaptive-min-rate", "adaptive.min_rate"},
 	{"adaptive-latency-tolerance", "adaptive.latency_tolerance"},
@@ -54,6 +56,7 @@ func (a *adaptiveFlags) register(f *pflag.FlagSet) {
 	f.Float64Var(&a.increase, "adaptive-increase", 0, "step of a raise, as a fraction of the configured limit (0: 0.05)")
 	f.DurationVar(&a.interval, "adaptive-interval", 0, "least time between a change and the next raise (0: 2s)")
 	f.DurationVar(&a.cooldown, "adaptive-cooldown", 0, "least time between two cuts (0: 2s)")
+	f.DurationVar(&a.probeInterval, "adaptive-probe-interval", 0, "least time between a change and a raise to the level where one last failed (0: 5 × the interval)")
 	f.Int64Var(&a.minConcurrency, "adaptive-min-concurrency", 0, "floor of the effective concurrency limit (0: 1)")
 	f.Float64Var(&a.minRate, "adaptive-min-rate", 0, "floor of the effective rate (0: 1% of the rate)")
 	f.Float64Var(&a.latencyTolerance, "adaptive-latency-tolerance", 0, "also cut when latency exceeds this factor times its baseline, such as 2 (0: off)")
@@ -89,6 +92,8 @@ func (a *adaptiveFlags) set(pool *tollgatev1.Pool, flag string) error {
 		ad.Interval = durationpb.New(a.interval)
 	case "adaptive-cooldown":
 		ad.Cooldown = durationpb.New(a.cooldown)
+	case "adaptive-probe-interval":
+		ad.ProbeInterval = durationpb.New(a.probeInterval)
 	case "adaptive-min-concurrency":
 		ad.MinConcurrency = a.minConcurrency
 	case "adaptive-min-rate":

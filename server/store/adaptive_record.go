@@ -21,6 +21,7 @@ type adaptiveRecord struct {
 	MinConcurrency   int64   `json:"min_concurrency,omitempty"`
 	MinRate          float64 `json:"min_rate,omitempty"`
 	LatencyTolerance float64 `json:"latency_tolerance,omitempty"`
+	ProbeInterval    int64   `json:"probe_interval_ns,omitempty"` // absent in records from before it: the default
 }
 
 // adaptiveToRecord returns the record of c, or nil when it is off.
@@ -31,7 +32,7 @@ func adaptiveToRecord(c limiter.AdaptiveConfig) *adaptiveRecord {
 	return &adaptiveRecord{
 		Target: uint8(c.Target), Window: int64(c.Window), ErrorThreshold: c.ErrorThreshold, MinSamples: c.MinSamples,
 		Backoff: c.Backoff, Increase: c.Increase, Interval: int64(c.Interval), Cooldown: int64(c.Cooldown),
-		MinConcurrency: c.MinConcurrency, MinRate: c.MinRate, LatencyTolerance: c.LatencyTolerance,
+		MinConcurrency: c.MinConcurrency, MinRate: c.MinRate, LatencyTolerance: c.LatencyTolerance, ProbeInterval: int64(c.ProbeInterval),
 	}
 }
 
@@ -44,5 +45,6 @@ func (r *adaptiveRecord) config() limiter.AdaptiveConfig {
 		Enabled: true, Target: limiter.AdaptiveTarget(r.Target), Window: time.Duration(r.Window), ErrorThreshold: r.ErrorThreshold,
 		MinSamples: r.MinSamples, Backoff: r.Backoff, Increase: r.Increase, Interval: time.Duration(r.Interval),
 		Cooldown: time.Duration(r.Cooldown), MinConcurrency: r.MinConcurrency, MinRate: r.MinRate, LatencyTolerance: r.LatencyTolerance,
+		ProbeInterval: time.Duration(r.ProbeInterval),
 	}
 }
