@@ -576,6 +576,7 @@ func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (L
 		// (Renew, by contrast, refuses: extending such a lease would be
 		// wrong.)
 		p.removeLeaseLocked(l)
+		p.recordEndedLocked(l.FencingToken, l.ExpireTime, false) // not re-adopted after a restart: recovery_ended.go
 		p.stats.Released++
 		if len(p.waiters) > 0 {
 			p.dispatchLocked(e.clock.Now())

@@ -78,6 +78,23 @@ type DurableState struct {
 	// fields above they are soft: written after the change, best effort.
 	EffectiveConcurrency int64
 	EffectiveRate        float64
+	// ReadoptFloor: no lease with a fencing token at or below it is
+	// re-adopted after a restart. It starts at the token floor the pool
+	// was created above (tokens of an earlier pool of the same name), and
+	// rises past the oldest Ended when too many are recorded.
+	ReadoptFloor uint64
+	// Ended are leases released or revoked before their last granted
+	// expiry, written in the background (persist_ahead.go), so that a
+	// restarted engine does not re-adopt them. Those past their expiry are
+	// dropped: an expiry receipt refuses them already (recovery.go).
+	Ended []EndedLease
+}
+
+// EndedLease is a lease released or revoked before its expiry.
+type EndedLease struct {
+	Token   uint64
+	Expiry  time.Time
+	Revoked bool
 }
 
 // Tuning of the writes ahead.
@@ -108,6 +125,8 @@ type durable struct {
 	state       DurableState
 	tokenBlock  uint64 // tokens the next write reserves
 	lastTokenAt int64  // when a write last had to move TokenCeiling (Unix ns; 0: never)
+	endedDirty  bool   // state.Ended has leases not written yet: recovery_ended.go
+	flushing    bool   // a background write of state.Ended is running
 	w           writer // every write of the pool goes through it: persist_ahead.go
 }
 

@@ -31,9 +31,14 @@ func (te *testEngine) restart(t testing.TB, m *memPersister, downtime time.Durat
 	return ne
 }
 
+// readopt is what a holder sends to re-adopt a lease of weight w, with an
+// expiry receipt still ahead (its lease was live at the restart).
 func readopt(w int64) Readopt {
-	return Readopt{Weight: w, ClientID: "c", Description: "d", Priority: 2}
+	return Readopt{Weight: w, ClientID: "c", Description: "d", Priority: 2, Expiry: liveReceipt}
 }
+
+// liveReceipt is the expiry receipt of a lease still live at any time tests reach.
+var liveReceipt = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // TestRestartContinuesTokensAboveCeiling: tokens after a restart are above
 // every token issued before it, and the restored pool keeps its
@@ -219,7 +224,7 @@ func TestReadoptRefusals(t *testing.T) {
 	wantReason(t, err, ErrLeaseNotFound)
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, time.Hour, nil, readopt(2))
 	wantReason(t, err, ErrInvalidArgument)
-	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, ClientID: strings.Repeat("x", MaxClientIDLen+1)})
+	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, ClientID: strings.Repeat("x", MaxClientIDLen+1), Expiry: liveReceipt})
 	wantReason(t, err, ErrInvalidArgument)
 
 	// A holder that claims more than fits is refused; the others fit.
