@@ -111,6 +111,24 @@ func (e *Engine) Close() {
 	e.bg.Wait() // background writes take no engine lock: persist_ahead.go
 }
 
+// RecordCleanStop records, after Close, that each pool holding nothing
+// (no lease, no rate share, no recovery window open) stopped cleanly, so
+// that the next start restores it with no recovery window. A server calls
+// it when it shuts down gracefully; a crash never does. It does nothing
+// before Close, or without a Persister.
+func (e *Engine) RecordCleanStop() {
+	if !e.closed.Load() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.pools.snapshot() {
+		p.mu.Lock()
+		p.recordCleanStopLocked() // persist.go
+		p.mu.Unlock()
+	}
+}
+
 // lookup returns the named pool, or ErrPoolNotFound / ErrShuttingDown.
 func (e *Engine) lookup(name string) (*pool, error) {
 	if e.closed.Load() {

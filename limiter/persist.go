@@ -287,6 +287,31 @@ func (p *pool) writeReservationLocked(now, expiry time.Time) error {
 	return nil
 }
 
+// recordCleanStopLocked records, once the engine is closed, that p holds
+// nothing: no lease, no rate share, and no recovery window still open for
+// ones from before a restart. Its horizons become the zero time (none
+// granted), and its readopt floor its last token, so that the next start
+// needs no recovery window for it. The
+// next grant (or share) passes the zero horizon and so writes a new one
+// before it is made, as any grant past the horizon does: a crash after it
+// finds a horizon again. A failed write leaves the old record, which is
+// merely more cautious.
+func (p *pool) recordCleanStopLocked() {
+	if p.e.persister == nil || p.deleted || len(p.leases) > 0 || p.held > 0 || p.recoveringLocked() ||
+		len(p.shr.byID) > 0 || !p.shr.rec.until.IsZero() {
+		return
+	}
+	st := p.dur.state
+	if st.LeaseHorizon.IsZero() && st.ShareHorizon.IsZero() {
+		return
+	}
+	// Nothing issued so far is live: no lease up to the last token may be
+	// re-adopted after a later restart either.
+	st.LeaseHorizon, st.ShareHorizon, st.Ended = time.Time{}, time.Time{}, nil
+	st.ReadoptFloor = max(st.ReadoptFloor, p.lastToken)
+	_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the clean stop of pool "+quote(p.name))
+}
+
 // storageErr turns a Persister's error into ErrStorageFailed, saying what
 // was not done. A nil error stays nil; an *Error is kept.
 func storageErr(err error, what string) error {

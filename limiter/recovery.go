@@ -208,12 +208,13 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 		return nil, nil
 	}
 	since := " (the server restarted at " + p.rec.restart.UTC().Format(time.RFC3339Nano) + " and does not know it)"
+	if ra.Weight < 1 {
+		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the renew did not say its weight; stop the work it protects and acquire a new lease (clients that send weight with renew re-attach by themselves)", token, p.name, since)
+	}
 	if err := p.endedBeforeRestartLocked(token, ra, now); err != nil {
 		return nil, err
 	}
 	switch {
-	case ra.Weight < 1:
-		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the renew did not say its weight; stop the work it protects and acquire a new lease (clients that send weight with renew re-attach by themselves)", token, p.name, since)
 	case len(ra.ClientID) > MaxClientIDLen:
 		return nil, errorf(ErrInvalidArgument, "client id is %d bytes; the most is %d", len(ra.ClientID), MaxClientIDLen)
 	case len(ra.Description) > MaxDescriptionLen:

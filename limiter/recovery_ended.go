@@ -8,7 +8,15 @@ import "time"
 // was last granted (Readopt.Expiry, signed by the server), and one that has
 // passed is refused. A released or revoked lease may still show an expiry
 // ahead, so the engine records it in DurableState.Ended, written in the
-// background, a batch at a time, never on the grant or release path.
+// background, a batch at a time (at most once per endedFlushDelay), never
+// on the grant or release path. A lease released less than that before a
+// crash (plus the write's own time) may still be re-adopted: see
+// docs/recovery.md for why that is the one case a write per release would
+// be needed to close.
+
+// endedFlushDelay is how long released and revoked leases wait to be
+// written, so that one write carries many.
+const endedFlushDelay = 100 * time.Millisecond
 
 // maxEnded bounds a pool's recorded ended leases. Past it, the oldest half
 // is folded into DurableState.ReadoptFloor: refusing to re-adopt a lease
@@ -32,16 +40,22 @@ func (p *pool) recordEndedLocked(token uint64, expiry time.Time, revoked bool) {
 	}
 	st.Ended = append(st.Ended, EndedLease{Token: token, Expiry: expiry, Revoked: revoked})
 	p.dur.endedDirty = true
-	if p.dur.flushing || p.e.closed.Load() {
-		return // Close waits for writes started before it, and none may start after
+	if p.dur.flushing {
+		return
 	}
 	p.dur.flushing = true
-	p.e.bg.Add(1)
-	go p.flushEnded()
+	p.e.clock.AfterFunc(endedFlushDelay, p.flushEnded)
 }
 
 // flushEnded writes the pool's ended leases until none is left unwritten.
 func (p *pool) flushEnded() {
+	p.mu.Lock()
+	if p.e.closed.Load() {
+		p.mu.Unlock()
+		return // Close waits for writes started before it, and none may start after
+	}
+	p.e.bg.Add(1)
+	p.mu.Unlock()
 	defer p.e.bg.Done()
 	w := &p.dur.w
 	for {

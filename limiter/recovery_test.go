@@ -376,3 +376,43 @@ func TestRecoveryWindowFollowsTTLsInUse(t *testing.T) {
 		t.Fatalf("recovering until %v; want restart + 40s = %v", got, want)
 	}
 }
+
+// TestCleanStopNeedsNoWindow: after a graceful stop (Close, then
+// RecordCleanStop), a pool that held nothing restarts with no recovery
+// window, one that held a lease recovers as after a crash; the next grant
+// writes a horizon again before it is made, so a crash after it recovers;
+// and no lease from before the clean stop is re-adopted later.
+func TestCleanStopNeedsNoWindow(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "idle", ConcurrencyLimit: 2, MaxLeaseTTL: 10 * time.Second})
+	te.mustCreate(t, PoolConfig{Name: "busy", ConcurrencyLimit: 2, MaxLeaseTTL: 10 * time.Second})
+	a := te.mustAcquire(t, AcquireRequest{Pool: "idle", TTL: 10 * time.Second})
+	if err := te.Release("idle", a.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	te.mustAcquire(t, AcquireRequest{Pool: "busy", TTL: 10 * time.Second})
+	te.Engine.Close()
+	te.RecordCleanStop()
+
+	te2 := te.restart(t, m, time.Second)
+	if got := te2.status(t, "idle").RecoveringUntil; !got.IsZero() {
+		t.Fatalf("a pool that held nothing at a clean stop recovers until %v", got)
+	}
+	if got := te2.status(t, "busy").RecoveringUntil; got.IsZero() {
+		t.Fatal("a pool that held a lease at the stop does not recover")
+	}
+	b := te2.mustAcquire(t, AcquireRequest{Pool: "idle", TTL: 10 * time.Second})
+	if sp, _ := m.saved("idle"); sp.State.LeaseHorizon.Before(b.ExpireTime) {
+		t.Fatalf("granted until %v over a saved horizon of %v", b.ExpireTime, sp.State.LeaseHorizon)
+	}
+	te3 := te2.restart(t, m, time.Second) // a crash
+	if got := te3.status(t, "idle").RecoveringUntil; got.IsZero() {
+		t.Fatal("no recovery after a crash that followed a grant")
+	}
+	_, err := te3.RenewOrReadopt("idle", a.FencingToken, 0, nil, readopt(1))
+	wantReason(t, err, ErrLeaseNotReadopted)
+	if _, err := te3.RenewOrReadopt("idle", b.FencingToken, 0, nil, readopt(1)); err != nil {
+		t.Fatalf("the live lease: %v", err)
+	}
+}
