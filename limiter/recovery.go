@@ -115,10 +115,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 	if p.bucket != nil {
 		p.bucket.AllowN(now, int(cfg.Burst)) // start empty: the old bucket may have been spent
 	}
-	until := now.Add(st.TTLBound)
-	if st.LeaseHorizon.Before(until) {
-		until = st.LeaseHorizon
-	}
+	until := windowEnd(st.LeaseHorizon, st.TTLBound, now)
 	if until.After(now) {
 		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling, floor: st.ReadoptFloor,
 			ended: endedSet(st.Ended, now), taken: make(map[uint64]struct{})}}
@@ -128,6 +125,31 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 	p.restoreSharesLocked(st, now)    // shares_recovery.go
 	e.pools.add(p)
 	return p.infoLocked(now), nil
+}
+
+// ClockStepTolerance is how far the wall clock may step forward, at any
+// moment before a restart, without shortening a recovery window. Horizons
+// are written as wall time but kept in memory on the monotonic clock, so a
+// forward step of J makes a saved horizon look J earlier than the leases it
+// covers really end; a window therefore ends at the saved horizon plus this
+// tolerance, and never later than restart + the TTL bound, which bounds
+// every lease from before the restart by the time that really passes. A
+// backward step makes a horizon look later: it can only lengthen a window,
+// within that same bound.
+const ClockStepTolerance = 10 * time.Minute
+
+// windowEnd is when a recovery window after a restart at now ends, given a
+// saved horizon (the zero time: nothing to recover) and the bound on the
+// TTLs granted before it: no window when it is already over.
+func windowEnd(horizon time.Time, ttlBound time.Duration, now time.Time) time.Time {
+	if horizon.IsZero() {
+		return time.Time{}
+	}
+	until := now.Add(ttlBound)
+	if h := horizon.Add(ClockStepTolerance); h.Before(until) {
+		until = h
+	}
+	return until
 }
 
 // endedSet returns the ended leases whose expiry is after now, by token.

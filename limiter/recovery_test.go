@@ -77,8 +77,9 @@ func TestRestartContinuesTokensAboveCeiling(t *testing.T) {
 }
 
 // TestRecoveryWindowBounds: the window ends at the earlier of the saved
-// horizon and restart + the TTL bound; a pool that granted nothing, or
-// whose horizon has passed, does not recover.
+// horizon plus ClockStepTolerance and restart + the TTL bound; a pool that
+// granted nothing, or whose horizon has passed by more than the
+// tolerance, does not recover.
 func TestRecoveryWindowBounds(t *testing.T) {
 	m := newMemPersister()
 	te := newPersistentTestEngine(t, m)
@@ -93,21 +94,21 @@ func TestRecoveryWindowBounds(t *testing.T) {
 	if got, want := te2.status(t, "quick").RecoveringUntil, epoch.Add(48*time.Second); !got.Equal(want) {
 		t.Fatalf("quick recovers until %v; want restart + max TTL = %v", got, want)
 	}
-	if got, want := te2.status(t, "old").RecoveringUntil, epoch.Add(40*time.Second); !got.Equal(want) {
-		t.Fatalf("old recovers until %v; want its horizon %v", got, want)
+	if got, want := te2.status(t, "old").RecoveringUntil, epoch.Add(48*time.Second); !got.Equal(want) {
+		t.Fatalf("old recovers until %v; want restart + max TTL = %v (its horizon 40s was too recent to trust)", got, want)
 	}
 	if got := te2.status(t, "idle").RecoveringUntil; !got.IsZero() {
 		t.Fatalf("idle (never granted) recovers until %v", got)
 	}
 	te2.mustAcquire(t, AcquireRequest{Pool: "idle"})
 
-	te2.clk.Advance(2 * time.Second) // 40s: old's window is over
+	te2.clk.Advance(10 * time.Second) // 48s: old's window is over
 	if got := te2.status(t, "old").RecoveringUntil; !got.IsZero() {
-		t.Fatalf("old still recovering at its horizon: %v", got)
+		t.Fatalf("old still recovering at its window's end: %v", got)
 	}
 	te2.mustAcquire(t, AcquireRequest{Pool: "old"})
 
-	te3 := te2.restart(t, m, 10*time.Minute) // every horizon has passed
+	te3 := te2.restart(t, m, ClockStepTolerance+time.Minute) // every horizon has passed, by more than the tolerance
 	for _, name := range []string{"quick", "idle", "old"} {
 		if got := te3.status(t, name).RecoveringUntil; !got.IsZero() {
 			t.Fatalf("%s recovers until %v long after its horizon", name, got)
@@ -414,5 +415,26 @@ func TestCleanStopNeedsNoWindow(t *testing.T) {
 	wantReason(t, err, ErrLeaseNotReadopted)
 	if _, err := te3.RenewOrReadopt("idle", b.FencingToken, 0, nil, readopt(1)); err != nil {
 		t.Fatalf("the live lease: %v", err)
+	}
+}
+
+// TestWallClockStepNeverShortensTheWindow: the engine's clock stepping
+// forward by up to ClockStepTolerance just before a crash (the saved
+// horizon, in wall time, then looks that much earlier than the lease it
+// covers really ends) leaves the recovery window long enough to cover the
+// lease by the time that really passes.
+func TestWallClockStepNeverShortensTheWindow(t *testing.T) {
+	for _, step := range []time.Duration{5 * time.Second, time.Minute, ClockStepTolerance} {
+		m := newMemPersister()
+		te := newPersistentTestEngine(t, m, time.Millisecond) // the horizon hugs the lease
+		te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, MaxLeaseTTL: 10 * time.Second})
+		l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second})
+		// The wall clock steps forward by step, and the engine crashes at
+		// once: no real time passes, so the holder keeps its lease until
+		// ExpireTime + step on the stepped clock.
+		te2 := te.restart(t, m, step)
+		if got, end := te2.status(t, "db").RecoveringUntil, l.ExpireTime.Add(step); got.Before(end) {
+			t.Fatalf("after a %v step: recovering until %v, before the lease really ends at %v", step, got, end)
+		}
 	}
 }
