@@ -114,8 +114,9 @@ func (e *Engine) Close() {
 // RecordCleanStop records, after Close, that each pool holding nothing
 // (no lease, no rate share, no recovery window open) stopped cleanly, so
 // that the next start restores it with no recovery window. A server calls
-// it when it shuts down gracefully; a crash never does. It does nothing
-// before Close, or without a Persister.
+// it when it shuts down gracefully; a crash never does. For the other
+// pools it writes the leases released or revoked that the background has
+// not written yet. It does nothing before Close, or without a Persister.
 func (e *Engine) RecordCleanStop() {
 	if !e.closed.Load() {
 		return

@@ -296,12 +296,21 @@ func (p *pool) writeReservationLocked(now, expiry time.Time) error {
 // before it is made, as any grant past the horizon does: a crash after it
 // finds a horizon again. A failed write leaves the old record, which is
 // merely more cautious.
+//
+// A pool that holds something gets the leases released or revoked and not
+// written yet written now (recovery_ended.go).
 func (p *pool) recordCleanStopLocked() {
-	if p.e.persister == nil || p.deleted || len(p.leases) > 0 || p.held > 0 || p.recoveringLocked() ||
-		len(p.shr.byID) > 0 || !p.shr.rec.until.IsZero() {
+	if p.e.persister == nil || p.deleted {
 		return
 	}
 	st := p.dur.state
+	if len(p.leases) > 0 || p.held > 0 || p.recoveringLocked() || len(p.shr.byID) > 0 || !p.shr.rec.until.IsZero() {
+		if p.dur.endedDirty {
+			st.Ended = liveEnded(st.Ended, p.e.clock.Now())
+			_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the released leases of pool "+quote(p.name))
+		}
+		return
+	}
 	if st.LeaseHorizon.IsZero() && st.ShareHorizon.IsZero() {
 		return
 	}

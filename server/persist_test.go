@@ -472,3 +472,33 @@ func TestReadoptedLeasesCountTowardTheClientLimit(t *testing.T) {
 	_, err = d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", NoWait: true, ClientId: "holder"})
 	wantStatus(t, err, codes.ResourceExhausted, ReasonClientLeaseLimit)
 }
+
+// TestCleanStopNeedsNoWindow: a server stopped gracefully with every lease
+// of a pool released restarts that pool with no recovery window, while a
+// pool that still held a lease recovers.
+func TestCleanStopNeedsNoWindow(t *testing.T) {
+	d := newDurableEnv(t)
+	d.start(nil)
+	d.createPool("free")
+	d.createPool("held")
+	resp, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "free", NoWait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.lim.Release(d.ctx(), &tollgatev1.ReleaseRequest{Pool: "free", LeaseId: resp.GetLease().GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "held", NoWait: true}); err != nil {
+		t.Fatal(err)
+	}
+	d.restart(time.Second, nil)
+	if got := d.status("free").GetRecoveringUntil(); got != nil {
+		t.Fatalf("a pool that held nothing at a clean stop recovers until %v", got.AsTime())
+	}
+	if got := d.status("held").GetRecoveringUntil(); got == nil {
+		t.Fatal("a pool holding a lease at the stop does not recover")
+	}
+	if _, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "free", NoWait: true}); err != nil {
+		t.Fatalf("acquire after a clean stop: %v", err)
+	}
+}
