@@ -18,10 +18,13 @@ import (
 // crash: they keep renewing (with RenewOrReadopt, as a client does) while
 // their lease is valid, and give it up when a renew is refused. Some never
 // renew and hold until their expiry; some whose lease is over send a late
-// renew anyway (a delayed message): the engine may take such a lease back
-// during a recovery window, which costs capacity but not safety, since the
-// holder, following the rules, no longer uses it. Fencing tokens must also
-// grow across every restart.
+// renew anyway (a delayed message). Leases are also revoked, and the pool
+// deleted and created again. A lease that ended for sure before a crash
+// (expired, released or revoked more than endedFlushDelay before it, or of
+// the deleted pool) must never be re-adopted after it: it would take the
+// place of a live holder (issue #10). One whose re-adoption was refused may
+// be taken back by a late renew, which costs capacity but not safety. Fencing
+// tokens must also grow across every restart.
 func TestRandomizedRestartSafety(t *testing.T) {
 	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
 	steps := 3000
