@@ -120,6 +120,25 @@ func (e *Engine) Close() {
 	e.bg.Wait() // background writes take no engine lock: persist_ahead.go
 }
 
+// RecordCleanStop records, after Close, that each pool holding nothing
+// (no lease, no rate share, no recovery window open) stopped cleanly, so
+// that the next start restores it with no recovery window. A server calls
+// it when it shuts down gracefully; a crash never does. For the other
+// pools it writes the leases released or revoked that the background has
+// not written yet. It does nothing before Close, or without a Persister.
+func (e *Engine) RecordCleanStop() {
+	if !e.closed.Load() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.pools.snapshot() {
+		p.mu.Lock()
+		p.recordCleanStopLocked() // persist.go
+		p.mu.Unlock()
+	}
+}
+
 // lookup returns the named pool, or ErrPoolNotFound / ErrShuttingDown.
 func (e *Engine) lookup(name string) (*pool, error) {
 	if e.closed.Load() {
@@ -585,6 +604,7 @@ func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (L
 		// (Renew, by contrast, refuses: extending such a lease would be
 		// wrong.)
 		p.removeLeaseLocked(l)
+		p.recordEndedLocked(l.FencingToken, l.ExpireTime, false) // not re-adopted after a restart: recovery_ended.go
 		p.stats.Released++
 		if len(p.waiters) > 0 {
 			p.dispatchLocked(e.clock.Now())

@@ -86,8 +86,8 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 	}
 	p.initAdaptiveLocked() // effective limits = configured: adaptive.go
 	p.applyRateLocked(now)
-	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL}) // persist.go
-	p.applyMarksLocked()                                                                                   // event marks: marks.go
+	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, ReadoptFloor: tokenFloor}) // persist.go
+	p.applyMarksLocked()                                                                                                             // event marks: marks.go
 	return p
 }
 

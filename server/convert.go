@@ -118,6 +118,8 @@ func (s *Server) leaseToProto(l limiter.Lease) *tollgatev1.Lease {
 		Priority:     l.Priority,
 		AcquireTime:  timestamp(l.AcquireTime),
 		Resources:    resourcesToProto(l.Resources), // resources_convert.go
+		// What a restarted server asks to re-adopt the lease: leaseid.go
+		ExpiryReceipt: s.ids.receipt(l.Pool, l.FencingToken, l.ExpireTime),
 	}
 }
 

@@ -80,8 +80,7 @@ func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listene
 		gs.Stop()
 		<-stopped
 	}
-	s.engine.Close()
-	s.closeStore() // after the engine: persist.go
+	s.closeEngine() // persist.go
 	if err == nil {
 		// gs.Serve returns nil once stopped; an earlier failure is kept.
 		select {

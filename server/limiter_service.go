@@ -126,6 +126,9 @@ func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner 
 	if err != nil {
 		return limiter.Lease{}, err
 	}
+	if ra.Expiry, err = s.ids.parseReceipt(req.GetPool(), tok, req.GetExpiryReceipt()); err != nil { // leaseid.go
+		return limiter.Lease{}, err
+	}
 	if sess, ok := owner.(*session); ok && ra.ClientID == "" {
 		ra.ClientID = sess.clientID // renew runs on the session's reader goroutine, which owns clientID
 	}

@@ -136,8 +136,7 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 // released. Close is idempotent; Serve calls it when it stops.
 func (s *Server) Close() {
 	s.drain()
-	s.engine.Close()
-	s.closeStore() // persist.go
+	s.closeEngine() // persist.go
 }
 
 // drain tells health checkers and sessions that the server is going away.

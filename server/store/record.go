@@ -51,6 +51,17 @@ type record struct {
 	ResourceKind string           `json:"resource_kind,omitempty"`
 	Selection    string           `json:"selection_policy,omitempty"`
 	Resources    []resourceRecord `json:"resources,omitempty"`
+	// Added with the refusal of ended leases after a restart: no lease
+	// at or below readopt_floor is re-adopted, nor any in ended.
+	ReadoptFloor uint64        `json:"readopt_floor,omitempty"`
+	Ended        []endedRecord `json:"ended,omitempty"`
+}
+
+// endedRecord is a lease released or revoked before its expiry.
+type endedRecord struct {
+	Token   uint64 `json:"t"`
+	Expiry  int64  `json:"e"` // Unix ns
+	Revoked bool   `json:"r,omitempty"`
 }
 
 // resourceRecord is an active pool's instance on disk.
@@ -88,6 +99,10 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 		NearFullMark:         c.NearFullMark,
 		LowUtilisationMark:   c.LowUtilisationMark,
 		LowUtilisationPeriod: int64(c.LowUtilisationPeriod),
+	}
+	r.ReadoptFloor = sp.State.ReadoptFloor
+	for _, e := range sp.State.Ended {
+		r.Ended = append(r.Ended, endedRecord{Token: e.Token, Expiry: e.Expiry.UnixNano(), Revoked: e.Revoked})
 	}
 	if c.RevocationPolicy != limiter.RevocationWait {
 		r.RevocationPolicy = c.RevocationPolicy.String()
@@ -128,6 +143,10 @@ func decode(key, v []byte) (limiter.SavedPool, error) {
 	for _, res := range r.Resources {
 		resources = append(resources, limiter.Resource{ID: res.ID, Attributes: res.Attributes})
 	}
+	var ended []limiter.EndedLease
+	for _, e := range r.Ended {
+		ended = append(ended, limiter.EndedLease{Token: e.Token, Expiry: time.Unix(0, e.Expiry).UTC(), Revoked: e.Revoked})
+	}
 	if r.Name != string(key) {
 		return limiter.SavedPool{}, fmt.Errorf("the record stored under %q names pool %q; the store is damaged", key, r.Name)
 	}
@@ -164,6 +183,8 @@ func decode(key, v []byte) (limiter.SavedPool, error) {
 			ShareTTLBound:        time.Duration(r.ShareTTLBound),
 			EffectiveConcurrency: r.EffectiveConcurrency,
 			EffectiveRate:        r.EffectiveRate,
+			ReadoptFloor:         r.ReadoptFloor,
+			Ended:                ended,
 		},
 	}, nil
 }

@@ -387,7 +387,11 @@ type RenewRequest struct {
 	// passive pool, as granted; sent with weight so that a restarted server
 	// can re-adopt the lease on the same instances. A lease whose instances
 	// are not (or no longer) in the pool, free, is not re-adopted.
-	ResourceIds   []string `protobuf:"bytes,8,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
+	ResourceIds []string `protobuf:"bytes,8,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
+	// The expiry_receipt of the lease as last granted or renewed, sent with
+	// weight: a restarted server re-adopts a lease only if its receipt shows
+	// an expiry still ahead. Without it a lease is not re-adopted.
+	ExpiryReceipt string `protobuf:"bytes,9,opt,name=expiry_receipt,json=expiryReceipt,proto3" json:"expiry_receipt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -476,6 +480,13 @@ func (x *RenewRequest) GetResourceIds() []string {
 		return x.ResourceIds
 	}
 	return nil
+}
+
+func (x *RenewRequest) GetExpiryReceipt() string {
+	if x != nil {
+		return x.ExpiryReceipt
+	}
+	return ""
 }
 
 // RenewResponse carries the renewed lease.
@@ -1461,7 +1472,7 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12.\n" +
 	"\aoutcome\x18\x03 \x01(\v2\x14.tollgate.v1.OutcomeR\aoutcome\"\x11\n" +
-	"\x0fReleaseResponse\"\x90\x02\n" +
+	"\x0fReleaseResponse\"\xb7\x02\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12+\n" +
@@ -1470,7 +1481,8 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\tclient_id\x18\x05 \x01(\tR\bclientId\x12 \n" +
 	"\vdescription\x18\x06 \x01(\tR\vdescription\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\x05R\bpriority\x12!\n" +
-	"\fresource_ids\x18\b \x03(\tR\vresourceIdsB\t\n" +
+	"\fresource_ids\x18\b \x03(\tR\vresourceIds\x12%\n" +
+	"\x0eexpiry_receipt\x18\t \x01(\tR\rexpiryReceiptB\t\n" +
 	"\a_weight\"9\n" +
 	"\rRenewResponse\x12(\n" +
 	"\x05lease\x18\x01 \x01(\v2\x12.tollgate.v1.LeaseR\x05lease\"\x91\x02\n" +

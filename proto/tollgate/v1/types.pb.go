@@ -1141,7 +1141,12 @@ type Lease struct {
 	AcquireTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
 	// The instances the lease is bound to, in an active or passive pool:
 	// weight of them, each held by no other live lease. Empty in a free pool.
-	Resources     []*Resource `protobuf:"bytes,11,rep,name=resources,proto3" json:"resources,omitempty"`
+	Resources []*Resource `protobuf:"bytes,11,rep,name=resources,proto3" json:"resources,omitempty"`
+	// The expiry receipt: expire_time signed by the server. A holder sends
+	// the latest one it got with each renew (RenewRequest.expiry_receipt),
+	// so that a restarted server re-adopts the lease only if it was still
+	// live at the restart (docs/recovery.md). Opaque.
+	ExpiryReceipt string `protobuf:"bytes,12,opt,name=expiry_receipt,json=expiryReceipt,proto3" json:"expiry_receipt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1251,6 +1256,13 @@ func (x *Lease) GetResources() []*Resource {
 		return x.Resources
 	}
 	return nil
+}
+
+func (x *Lease) GetExpiryReceipt() string {
+	if x != nil {
+		return x.ExpiryReceipt
+	}
+	return ""
 }
 
 // Resource is one instance of an active or passive pool: a database
@@ -1552,7 +1564,7 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\tresources\x18# \x01(\x03R\tresources\x12%\n" +
 	"\x0eresources_free\x18$ \x01(\x03R\rresourcesFree\x12\x1c\n" +
 	"\tproviders\x18% \x01(\x03R\tproviders\x12 \n" +
-	"\vutilisation\x18( \x01(\x01R\vutilisation\"\xa1\x03\n" +
+	"\vutilisation\x18( \x01(\x01R\vutilisation\"\xc8\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -1566,7 +1578,8 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\bpriority\x18\t \x01(\x05R\bpriority\x12=\n" +
 	"\facquire_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime\x123\n" +
-	"\tresources\x18\v \x03(\v2\x15.tollgate.v1.ResourceR\tresources\"\xc1\x01\n" +
+	"\tresources\x18\v \x03(\v2\x15.tollgate.v1.ResourceR\tresources\x12%\n" +
+	"\x0eexpiry_receipt\x18\f \x01(\tR\rexpiryReceipt\"\xc1\x01\n" +
 	"\bResource\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12E\n" +
 	"\n" +
