@@ -43,10 +43,6 @@ const (
 	exitUsage = 2
 )
 
-// defaultServer is the server address when neither --server nor
-// TOLLGATE_SERVER is set.
-const defaultServer = "127.0.0.1:7070"
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
@@ -104,7 +100,7 @@ rate tokens per named resource pool, to many processes on many machines.
 This command runs a server (tollgate serve) and talks to one: it manages
 pools (tollgate pool ...), holds a lease (tollgate acquire) and takes rate
 tokens (tollgate take). Client commands talk to --server, which defaults to
-$TOLLGATE_SERVER or ` + defaultServer + `.`,
+$TOLLGATE_SERVER or ` + client.DefaultServer + `.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -125,7 +121,7 @@ $TOLLGATE_SERVER or ` + defaultServer + `.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 
-	server := defaultServer
+	server := client.DefaultServer
 	if env := getenv("TOLLGATE_SERVER"); env != "" {
 		server = env
 	}
