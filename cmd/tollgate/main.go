@@ -11,6 +11,7 @@
 //	tollgate events [--pool P]          tail the server's events until Ctrl-C
 //	tollgate stats [POOL...]            a table of pools' counters, live on a terminal
 //	tollgate version                    the version and build of this binary
+//	tollgate healthcheck [--url U]      GET a server's /readyz (for container health checks)
 //
 // Every client command talks to --server (default 127.0.0.1:7070, or the
 // TOLLGATE_SERVER environment variable). Errors are printed as
@@ -127,7 +128,7 @@ $TOLLGATE_SERVER or ` + client.DefaultServer + `.`,
 	}
 	root.Version = versionString()
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newServeCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newVersionCmd(), newHealthcheckCmd())
 	for _, c := range []*cobra.Command{newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newRunCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g)} {
 		g.register(c.PersistentFlags(), server)
 		root.AddCommand(c)
