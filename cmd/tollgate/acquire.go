@@ -92,15 +92,11 @@ exits with status 1.`,
 			if err != nil {
 				return err
 			}
-			c, err := g.dial()
+			c, l, err := acquireLease(cmd.Context(), g, args[0], lf.try, opts)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			l, err := acquireLease(cmd.Context(), g, c, args[0], lf.try, opts)
-			if err != nil {
-				return err
-			}
 			out := cmd.OutOrStdout()
 			if err := printAcquired(out, format.json, l); err != nil {
 				return err
@@ -124,26 +120,34 @@ exits with status 1.`,
 	return cmd
 }
 
-// acquireLease checks that pool exists (within --timeout, so that a missing
-// server or pool fails fast rather than wait for a connection forever),
-// then acquires a lease of it, waiting until ctx ends unless try.
-func acquireLease(ctx context.Context, g *globals, c *client.Client, pool string, try bool, opts []client.AcquireOption) (*client.Lease, error) {
-	pctx, cancel := context.WithTimeout(ctx, g.timeout)
-	_, err := tollgatev1.NewAdminServiceClient(c.Conn()).GetPool(pctx, &tollgatev1.GetPoolRequest{Name: pool})
-	cancel()
-	if err != nil && !adminRefused(err) { // a non-admin cannot check: let the acquire tell
-		return nil, err
+// acquireLease dials --server, checks that pool exists (within --timeout,
+// so that a missing server or pool fails fast rather than wait for a
+// connection forever), then acquires a lease of it, waiting until ctx ends
+// unless try. The caller closes the client once done with the lease.
+func acquireLease(ctx context.Context, g *globals, pool string, try bool, opts []client.AcquireOption) (*client.Client, *client.Lease, error) {
+	c, err := g.dial()
+	if err != nil {
+		return nil, nil, err
 	}
+	pctx, cancel := context.WithTimeout(ctx, g.timeout)
+	_, err = tollgatev1.NewAdminServiceClient(c.Conn()).GetPool(pctx, &tollgatev1.GetPoolRequest{Name: pool})
+	cancel()
 	var l *client.Lease
-	if try {
+	switch {
+	case err != nil && !adminRefused(err): // a non-admin cannot check: let the acquire tell
+	case try:
 		l, err = c.TryAcquire(ctx, pool, opts...)
-	} else {
+	default:
 		l, err = c.Acquire(ctx, pool, opts...)
 	}
-	if err != nil && ctx.Err() != nil {
-		return nil, fmt.Errorf("gave up waiting for a lease of pool %q: %w", pool, err)
+	if err != nil {
+		c.Close()
+		if ctx.Err() != nil {
+			err = fmt.Errorf("gave up waiting for a lease of pool %q: %w", pool, err)
+		}
+		return nil, nil, err
 	}
-	return l, err
+	return c, l, nil
 }
 
 // releaseLease releases l within --timeout, even once ctx has ended.

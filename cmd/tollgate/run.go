@@ -93,15 +93,11 @@ func runWithLease(cmd *cobra.Command, g *globals, pool string, argv []string, tr
 	defer signal.Stop(sigs)
 
 	ctx := cmd.Context()
-	c, err := g.dial()
+	c, l, err := acquireLease(ctx, g, pool, try, opts)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	l, err := acquireLease(ctx, g, c, pool, try, opts)
-	if err != nil {
-		return err
-	}
 	if ctx.Err() != nil { // interrupted as the lease was granted
 		return errors.Join(ctx.Err(), releaseLease(ctx, g, l))
 	}
