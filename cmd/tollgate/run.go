@@ -105,6 +105,7 @@ func runWithLease(cmd *cobra.Command, g *globals, pool string, argv []string, tr
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	child.Env = append(os.Environ(), leaseEnv(l)...)
+	child.WaitDelay = time.Second // a grandchild holding its output open does not hold tollgate
 	if err := child.Start(); err != nil {
 		rerr := releaseLease(ctx, g, l)
 		code := 126
