@@ -99,9 +99,10 @@ func newRootCmd(stdout, stderr io.Writer, getenv func(string) string) (*cobra.Co
 rate tokens per named resource pool, to many processes on many machines.
 
 This command runs a server (tollgate serve) and talks to one: it manages
-pools (tollgate pool ...), holds a lease (tollgate acquire) and takes rate
-tokens (tollgate take). Client commands talk to --server, which defaults to
-$TOLLGATE_SERVER or ` + client.DefaultServer + `.`,
+pools (tollgate pool ...), holds a lease (tollgate acquire), runs a command
+under one (tollgate run) and takes rate tokens (tollgate take). Client
+commands talk to --server, which defaults to $TOLLGATE_SERVER or
+` + client.DefaultServer + `.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
