@@ -206,8 +206,10 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 		p.stopTimersLocked() // the pool is never seen: marks.go armed a timer
 		return PoolInfo{}, err
 	}
+	// Read before the pool is visible: an acquire may lock it at once.
+	info := p.infoLocked(now)
 	e.pools.add(p)
-	return p.infoLocked(now), nil
+	return info, nil
 }
 
 // GetPool returns a pool's configuration and status. Errors: ErrPoolNotFound.

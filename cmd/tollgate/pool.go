@@ -46,7 +46,9 @@ var poolFlagFields = append([]struct{ flag, field string }{
 	{"selection", "selection_policy"},
 }, append(adaptiveFlagFields, markFlagFields...)...) // pool_adaptive.go, pool_marks.go
 
-func (p *poolFlags) register(f *pflag.FlagSet) {
+// register adds the flags; --kind only with create, since a pool's kind is
+// set at creation.
+func (p *poolFlags) register(f *pflag.FlagSet, create bool) {
 	f.Int64Var(&p.concurrency, "concurrency", 0, "concurrency limit: most permit weight held at once (0: none)")
 	f.Float64Var(&p.rate, "rate", 0, "rate limit in tokens per second (0: none)")
 	f.Int64Var(&p.burst, "burst", 0, "token bucket size (0: one second of tokens, at least 1)")
@@ -56,7 +58,9 @@ func (p *poolFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&p.description, "description", "", "note for operators")
 	f.Float64Var(&p.safeRate, "safe-rate", 0, "rate a holder of a rate share may use once its share expired unreachable (0: stop)")
 	f.StringVar(&p.revocation, "revocation-policy", "wait", "when the concurrency limit is lowered under the held weight: wait (held leases finish) or revoke (revoke the lowest priority, newest leases at once)")
-	f.StringVar(&p.kind, "kind", "free", "what the permits are: free (a counter), active (instances an operator declares: tollgate resource add) or passive (instances providers offer: tollgate resource provide); set at creation")
+	if create {
+		f.StringVar(&p.kind, "kind", "free", "what the permits are: free (a counter), active (instances an operator declares: tollgate resource add) or passive (instances providers offer: tollgate resource provide); set at creation")
+	}
 	f.StringVar(&p.selection, "selection", "reuse", "which free instance an active or passive pool grants first: reuse (the most recently released) or spread (the least recently used)")
 	p.adaptive.register(f) // pool_adaptive.go
 	p.marks.register(f)    // pool_marks.go
@@ -211,7 +215,7 @@ when it stays below --low-utilisation-mark for --low-utilisation-period;
 			})
 		},
 	}
-	pf.register(cmd.Flags())
+	pf.register(cmd.Flags(), true)
 	rf.register(cmd.Flags())
 	return cmd
 }
@@ -310,7 +314,7 @@ off, restoring the configured limits at once.`,
 			})
 		},
 	}
-	pf.register(cmd.Flags())
+	pf.register(cmd.Flags(), false)
 	return cmd
 }
 

@@ -28,10 +28,10 @@ var markFlagFields = []struct{ flag, field string }{
 }
 
 func (m *markFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&m.overload, "overload-mark", "0", "pool_overload event when this many acquires wait (0: half of max-waiters; off: no event)")
-	f.StringVar(&m.nearFull, "near-full-mark", "0", "pool_near_full event when held/limit reaches this fraction (0: 0.9; off: no event)")
-	f.StringVar(&m.low, "low-utilisation-mark", "0", "pool_low_utilisation event when held/limit stays below this fraction for a period (0: 0.1; off: no event)")
-	f.DurationVar(&m.period, "low-utilisation-period", 0, "period of the low-utilisation mark (0: 10m)")
+	f.StringVar(&m.overload, "overload-mark", "", "pool_overload event when this many acquires wait (default, or 0: half of --max-waiters; off: no event)")
+	f.StringVar(&m.nearFull, "near-full-mark", strconv.FormatFloat(limiter.DefaultNearFullMark, 'g', -1, 64), "pool_near_full event when held/limit reaches this fraction (0: the default; off: no event)")
+	f.StringVar(&m.low, "low-utilisation-mark", strconv.FormatFloat(limiter.DefaultLowUtilisationMark, 'g', -1, 64), "pool_low_utilisation event when held/limit stays below this fraction for a period (0: the default; off: no event)")
+	f.DurationVar(&m.period, "low-utilisation-period", limiter.DefaultLowUtilisationPeriod, "period of the low-utilisation mark (0: the default)")
 }
 
 // set copies the value of the mark flag named flag into pool, and reports

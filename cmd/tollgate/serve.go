@@ -54,8 +54,10 @@ Pools can be declared from a YAML file (--config), read on the first start:
       max_ttl: 5m
       max_waiters: 1024
 
-Every field but name is optional; each pool needs a concurrency, a rate, or
-both. More pools can be created at run time with "tollgate pool create".
+Every field but name is optional; a free pool (the default kind) needs a
+concurrency, a rate, or both, while an active or passive pool's instances
+are its capacity. More pools can be created at run time with
+"tollgate pool create".
 
 Pools are kept on disk in --data-dir (created if missing): every pool
 change is written there before it is acknowledged, and the pools are loaded
