@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/citest"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -21,7 +22,7 @@ const chromiumPath = "/usr/bin/chromium"
 // once its JavaScript has run.
 func TestStatusPageInChromium(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Skipf("%s is not installed, so the status page is not tested in a browser here (apt-get install chromium; .ci/run installs it)", chromiumPath)
+		citest.SkipOrFail(t, chromiumPath+" is not installed, so the status page is not tested in a browser here (apt-get install chromium; .ci/run installs it)")
 	}
 	o := startOps(t, Config{}, nil)
 	e := o.env()
