@@ -88,7 +88,7 @@ type apiPoolStatus struct {
 	// Instances of an active or passive pool, those free, and a passive
 	// pool's live providers.
 	Resources     int64 `json:"resources,omitempty"`
-	ResourcesFree int64 `json:"resources_free,omitempty"`
+	ResourcesFree int64 `json:"resources_free"`
 	Providers     int64 `json:"providers,omitempty"`
 	// WaitGrants counts the grants of the last minute (limiter.WaitWindow),
 	// and WaitP50Ms and WaitP99Ms are the median and 99th percentile of
