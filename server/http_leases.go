@@ -41,14 +41,9 @@ type apiLease struct {
 
 func (s *Server) apiPoolLeases(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := apiLeasesDefaultLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			writeText(w, http.StatusBadRequest, "limit must be a positive integer\n")
-			return
-		}
-		limit = min(n, apiLeasesMaxLimit)
+	limit, ok := queryLimit(w, q, apiLeasesDefaultLimit, apiLeasesMaxLimit)
+	if !ok {
+		return
 	}
 	var after uint64
 	if v := q.Get("after"); v != "" {
