@@ -132,7 +132,7 @@ func (s *Server) apiPools(w http.ResponseWriter, r *http.Request) {
 }
 
 // queryLimit reads the limit query parameter of a paged endpoint: def when
-// absent, at most most. It answers 400 and returns false when it is not a
+// absent, capped at most. It answers 400 and returns false when it is not a
 // positive integer.
 func queryLimit(w http.ResponseWriter, q url.Values, def, most int) (int, bool) {
 	v := q.Get("limit")
