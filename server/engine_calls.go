@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
@@ -27,7 +28,9 @@ func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) 
 		return limiter.Lease{}, err
 	}
 	start := s.engine.Clock().Now()
+	ctx, stop := s.untilDrain(ctx)
 	lease, err := s.engine.Acquire(ctx, ar)
+	err = stop(err)
 	s.quotas.endWait()
 	if err != nil {
 		s.quotas.endAcquire(key, nil)
@@ -45,7 +48,29 @@ func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, max
 		return limiter.TakeResult{}, err
 	}
 	defer s.quotas.endWait()
-	return s.engine.Take(ctx, pool, tokens, maxWait)
+	ctx, stop := s.untilDrain(ctx)
+	res, err := s.engine.Take(ctx, pool, tokens, maxWait)
+	return res, stop(err)
+}
+
+// untilDrain returns ctx, cut short when shutdown starts, and a function
+// to call with the wait's outcome: it turns a wait that shutdown cut short
+// into UNAVAILABLE (SHUTTING_DOWN), so that waiting callers learn at once
+// rather than after the grace period.
+func (s *Server) untilDrain(ctx context.Context) (context.Context, func(error) error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stopAfter := context.AfterFunc(s.drainCtx, cancel)
+	return ctx, func(err error) error {
+		stopAfter()
+		cancel()
+		if err != nil && s.drainCtx.Err() != nil {
+			if le := (*limiter.Error)(nil); errors.As(err, &le) && le.Reason == limiter.ReasonCanceled {
+				return &limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+					Message: "the server is shutting down; retry on another server, or after it restarts"}
+			}
+		}
+		return err
+	}
 }
 
 // releaseLease releases a lease on the engine, counting out (if not nil)

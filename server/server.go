@@ -10,6 +10,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,9 @@ type Server struct {
 	// draining is closed when shutdown starts; sessions end on it.
 	draining  chan struct{}
 	drainOnce sync.Once
+	// drainCtx is done when shutdown starts; waits end on it.
+	drainCtx  context.Context
+	drainStop context.CancelFunc
 	// ids signs and checks the lease ids holders get (leaseid.go).
 	ids *leaseIDs
 	// liveSessions counts Session streams whose handler is running.
@@ -90,6 +94,7 @@ func New(cfg Config) *Server {
 		ids:             newLeaseIDs(nil), // Open uses the data directory's key
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
+	s.drainCtx, s.drainStop = context.WithCancel(context.Background())
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
@@ -128,6 +133,7 @@ func (s *Server) drain() {
 	s.drainOnce.Do(func() {
 		s.health.Shutdown()
 		close(s.draining)
+		s.drainStop()
 	})
 }
 

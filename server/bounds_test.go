@@ -1,0 +1,60 @@
+package server
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/fakeclock"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// Shutdown fails waiting unary acquires and takes at once with
+// UNAVAILABLE (SHUTTING_DOWN), not after the shutdown timeout.
+func TestShutdownFailsWaitersAtOnce(t *testing.T) {
+	fc := fakeclock.New(testStart)
+	srv := New(Config{Clock: fc, ShutdownTimeout: time.Minute})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn := dial(t, lis.Addr().String())
+	defer conn.Close()
+	lim := tollgatev1.NewLimiterServiceClient(conn)
+	e := &env{t: t, srv: srv, clock: fc, conn: conn, lim: lim, adm: tollgatev1.NewAdminServiceClient(conn)}
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
+	e.createPool(&tollgatev1.Pool{Name: "api", Rate: 1, Burst: 1})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
+	if _, err := lim.Take(e.ctx(), &tollgatev1.TakeRequest{Pool: "api"}); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	go func() {
+		_, err := lim.Acquire(context.Background(), &tollgatev1.AcquireRequest{Pool: "db"})
+		errs <- err
+	}()
+	go func() {
+		_, err := lim.Take(context.Background(), &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(time.Hour)})
+		errs <- err
+	}()
+	waitFor(t, "the acquire and take to wait", func() bool { return srv.quotas.waiters.Load() == 2 })
+	stop()
+	for range 2 {
+		select {
+		case err := <-errs:
+			wantStatus(t, err, codes.Unavailable, limiter.ReasonShuttingDown)
+		case <-time.After(waitLimit):
+			t.Fatal("a waiting call was not failed when shutdown started")
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+}
