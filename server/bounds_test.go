@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/limiter"
@@ -57,4 +59,52 @@ func TestShutdownFailsWaitersAtOnce(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Serve = %v", err)
 	}
+}
+
+// rawCodec sends and receives frames as given bytes.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*v.(*[]byte) = append([]byte(nil), data...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// A request frame that is not protobuf, or that carries a string that is
+// not UTF-8, gets INVALID_ARGUMENT naming the method, on unary calls and
+// on the Session stream.
+func TestMalformedFramesAreInvalidArgument(t *testing.T) {
+	e := newEnv(t)
+	frames := map[string][2][]byte{ // an Acquire request, a Session request
+		"not protobuf":  {{0xff, 0xff, 0xff}, {0xff, 0xff, 0xff}},
+		"invalid UTF-8": {{0x0a, 0x01, 0xff}, {0x1a, 0x03, 0x0a, 0x01, 0xff}}, // pool, acquire.pool
+	}
+	for name, f := range frames {
+		unary, stream := f[0], f[1]
+		t.Run(name, func(t *testing.T) {
+			method := limiterServicePrefix + "Acquire"
+			var reply []byte
+			err := e.conn.Invoke(e.ctx(), method, &unary, &reply, grpc.ForceCodec(rawCodec{}))
+			st := wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+			if !strings.Contains(st.Message(), method) {
+				t.Errorf("message %q does not name %s", st.Message(), method)
+			}
+			desc := &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
+			cs, err := e.conn.NewStream(e.ctx(), desc, sessionMethod, grpc.ForceCodec(rawCodec{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cs.SendMsg(&stream); err != nil {
+				t.Fatal(err)
+			}
+			st = wantStatus(t, cs.RecvMsg(&reply), codes.InvalidArgument, limiter.ReasonInvalidArgument)
+			if !strings.Contains(st.Message(), sessionMethod) {
+				t.Errorf("message %q does not name %s", st.Message(), sessionMethod)
+			}
+		})
+	}
+	// The server still decodes good frames.
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
 }
