@@ -108,3 +108,25 @@ func TestMalformedFramesAreInvalidArgument(t *testing.T) {
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
 }
+
+// Without authentication, per-client limits key on the connection: one
+// connection that uses up its Session streams and its request rate leaves
+// another connection from the same host unaffected.
+func TestUnnamedClientsAreKeyedByConnection(t *testing.T) {
+	o := startOps(t, Config{Limits: Limits{MaxClientSessions: 1, ClientRate: 1, ClientBurst: 2}}, nil)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	o.srv.rates.mu.Lock()
+	o.srv.rates.now = func() time.Time { return now }
+	o.srv.rates.mu.Unlock()
+	greedy, honest := o.env(), o.env()
+	greedy.session()
+	wantStatus(t, greedy.session().wantEnd(), codes.ResourceExhausted, ReasonClientSessionLimit)
+	_, err := greedy.lim.Take(greedy.ctx(), &tollgatev1.TakeRequest{Pool: "none"})
+	wantStatus(t, err, codes.ResourceExhausted, ReasonClientRateLimited)
+
+	s := honest.session()
+	r := s.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "c"}}})
+	if r.GetWelcome() == nil {
+		t.Fatalf("the honest connection's hello got %v", r)
+	}
+}
