@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
@@ -128,5 +129,63 @@ func TestUnnamedClientsAreKeyedByConnection(t *testing.T) {
 	r := s.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "c"}}})
 	if r.GetWelcome() == nil {
 		t.Fatalf("the honest connection's hello got %v", r)
+	}
+}
+
+// Connections past Limits.MaxConnsPerIP are closed at once, while the
+// connections already open go on being served; a closed connection gives
+// its place back.
+func TestConnectionLimit(t *testing.T) {
+	o := startOps(t, Config{Limits: Limits{MaxConnsPerIP: 2}}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 10})
+	spare, err := net.Dial("tcp", o.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	excess, err := net.Dial("tcp", o.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer excess.Close()
+	excess.SetReadDeadline(time.Now().Add(waitLimit))
+	if n, err := excess.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("the connection past the limit read %d bytes (%v); want it closed", n, err)
+	}
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
+	spare.Close()
+	waitFor(t, "the closed connection's place to free", func() bool {
+		c, err := net.Dial("tcp", o.addr)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		_, err = c.Read(make([]byte, 1))
+		return err == nil || isTimeout(err)
+	})
+	if n := o.srv.quotas.refused[limitConnsPerIP].Load(); n < 1 {
+		t.Errorf("refused connections counted %d, want at least 1", n)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// A call with more metadata than Limits.MaxHeaderListSize is refused; one
+// within it is served.
+func TestMaxHeaderListSize(t *testing.T) {
+	o := startOps(t, Config{Limits: Limits{MaxHeaderListSize: 8 << 10}}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 10})
+	big := metadata.AppendToOutgoingContext(e.ctx(), "x-junk", strings.Repeat("a", 16<<10))
+	if _, err := e.lim.Acquire(big, &tollgatev1.AcquireRequest{Pool: "db"}); err == nil {
+		t.Fatal("a call with 16 KiB of metadata was served with an 8 KiB limit")
+	}
+	small := metadata.AppendToOutgoingContext(e.ctx(), "x-junk", strings.Repeat("a", 4<<10))
+	if _, err := e.lim.Acquire(small, &tollgatev1.AcquireRequest{Pool: "db"}); err != nil {
+		t.Fatal(err)
 	}
 }

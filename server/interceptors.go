@@ -27,7 +27,11 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 		// idle connections itself, so that a vanished client's Session
 		// stream ends and its waiting acquires are cancelled.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: idleConnTimeout}),
+		grpc.ConnectionTimeout(connectionTimeout),
+	}
+	if s.limits.MaxHeaderListSize > 0 {
+		opts = append(opts, grpc.MaxHeaderListSize(uint32(s.limits.MaxHeaderListSize)))
 	}
 	if s.limits.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(s.limits.MaxRecvMsgSize))

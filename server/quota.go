@@ -36,12 +36,15 @@ const (
 	limitClientLeases
 	limitClientSessions
 	limitClientRate
+	limitConns
+	limitConnsPerIP
+	limitTakeWait
 	numLimitKinds
 )
 
 // limitNames are the values of the "limit" label of
 // tollgate_limit_refusals_total: the serve flags' names.
-var limitNames = [numLimitKinds]string{"max-pools", "max-waiters", "max-client-leases", "max-client-sessions", "client-rate"}
+var limitNames = [numLimitKinds]string{"max-pools", "max-waiters", "max-client-leases", "max-client-sessions", "client-rate", "max-conns", "max-conns-per-ip", "max-take-wait"}
 
 // maxEarlyEnds bounds quotas.early.
 const maxEarlyEnds = 4096
