@@ -189,3 +189,40 @@ func TestMaxHeaderListSize(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Takes waiting for tokens count toward their client's limit and their
+// pool's max_waiters, and a max_wait past Limits.MaxTakeWait is refused
+// when the wait would pass that cap.
+func TestTakeWaitersAreBounded(t *testing.T) {
+	o := startOps(t, Config{Limits: Limits{MaxClientLeases: 2, MaxTakeWait: time.Hour}}, nil)
+	a, b := o.env(), o.env()
+	a.createPool(&tollgatev1.Pool{Name: "api", Rate: 1, Burst: 1, MaxWaiters: 3})
+	a.createPool(&tollgatev1.Pool{Name: "slow", Rate: 1.0 / 7200, Burst: 1})
+	take := func(e *env, pool string) <-chan error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := e.lim.Take(e.ctx(), &tollgatev1.TakeRequest{Pool: pool, MaxWait: dur(24 * time.Hour)})
+			errc <- err
+		}()
+		return errc
+	}
+	if err := <-take(a, "api"); err != nil {
+		t.Fatal(err)
+	}
+	take(a, "api")
+	take(a, "api")
+	waitFor(t, "two takes to wait", func() bool { return o.srv.quotas.waiters.Load() == 2 })
+	wantStatus(t, <-take(a, "api"), codes.ResourceExhausted, ReasonClientLeaseLimit)
+	take(b, "api")
+	waitFor(t, "the other client's take to wait", func() bool { return o.srv.quotas.waiters.Load() == 3 })
+	wantStatus(t, <-take(b, "api"), codes.ResourceExhausted, limiter.ReasonQueueFull)
+
+	if err := <-take(b, "slow"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.lim.Take(context.Background(), &tollgatev1.TakeRequest{Pool: "slow", MaxWait: dur(24 * time.Hour)})
+	st := wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonRateLimited)
+	if !strings.Contains(st.Message(), "--max-take-wait") {
+		t.Errorf("message %q does not name --max-take-wait", st.Message())
+	}
+}

@@ -41,16 +41,36 @@ func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) 
 	return lease, nil
 }
 
-// takeCounted calls the engine's Take, counted against Limits.MaxWaiters
-// while it is in progress.
+// takeCounted calls the engine's Take, counted against
+// Limits.MaxClientLeases (for the caller's client key, as an acquire is)
+// and Limits.MaxWaiters while it is in progress. A maxWait past
+// Limits.MaxTakeWait is cut to it, and a take refused only because of
+// that cut says so.
 func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
+	key := s.auth().identify(ctx).clientKey("")
+	if err := s.quotas.beginAcquire(key); err != nil {
+		return limiter.TakeResult{}, err
+	}
+	defer s.quotas.endAcquire(key, nil)
 	if err := s.quotas.beginWait(); err != nil {
 		return limiter.TakeResult{}, err
 	}
 	defer s.quotas.endWait()
+	asked, capped := maxWait, false
+	if c := s.limits.MaxTakeWait; c > 0 && maxWait > c {
+		maxWait, capped = c, true
+	}
 	ctx, stop := s.untilDrain(ctx)
 	res, err := s.engine.Take(ctx, pool, tokens, maxWait)
-	return res, stop(err)
+	err = stop(err)
+	if le := (*limiter.Error)(nil); capped && errors.As(err, &le) && le.Reason == limiter.ReasonRateLimited && le.RetryAfter <= asked {
+		ce := s.quotas.exhausted(limitTakeWait, le.Reason,
+			"pool %q would have %d tokens in %v, longer than the server lets a take wait (%v, its --max-take-wait); retry after that, or ask the operator to raise --max-take-wait",
+			pool, tokens, le.RetryAfter, s.limits.MaxTakeWait)
+		ce.RetryAfter = le.RetryAfter
+		return res, ce
+	}
+	return res, err
 }
 
 // untilDrain returns ctx, cut short when shutdown starts, and a function

@@ -100,7 +100,7 @@ func (q *quotas) beginWait() error {
 
 func (q *quotas) endWait() { q.waiters.Add(-1) }
 
-// beginAcquire counts an acquire in progress against client key, or
+// beginAcquire counts an acquire (or take) in progress against client key, or
 // refuses it past Limits.MaxClientLeases. Each successful call must be
 // matched by endAcquire.
 func (q *quotas) beginAcquire(key string) error {
@@ -110,7 +110,7 @@ func (q *quotas) beginAcquire(key string) error {
 	if max > 0 && n >= max {
 		q.mu.Unlock()
 		return q.exhausted(limitClientLeases, ReasonClientLeaseLimit,
-			"%s already holds or is acquiring %d leases, the most one client may; release some first, or ask the operator to raise --max-client-leases", describeKey(key), max)
+			"%s already holds, or is acquiring or taking, %d leases and takes, the most one client may; release some or let takes finish first, or ask the operator to raise --max-client-leases", describeKey(key), max)
 	}
 	q.clients[key] = n + 1
 	q.mu.Unlock()
