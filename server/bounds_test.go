@@ -114,13 +114,13 @@ func TestMalformedFramesAreInvalidArgument(t *testing.T) {
 // connection that uses up its Session streams and its request rate leaves
 // another connection from the same host unaffected.
 func TestUnnamedClientsAreKeyedByConnection(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{MaxClientSessions: 1, ClientRate: 1, ClientBurst: 2}}, nil)
+	o := startOps(t, Config{Limits: Limits{MaxClientSessions: 1, ClientRate: 1, ClientBurst: 3}}, nil)
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	o.srv.rates.mu.Lock()
 	o.srv.rates.now = func() time.Time { return now }
 	o.srv.rates.mu.Unlock()
 	greedy, honest := o.env(), o.env()
-	greedy.session()
+	greedy.session().call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "g"}}})
 	wantStatus(t, greedy.session().wantEnd(), codes.ResourceExhausted, ReasonClientSessionLimit)
 	_, err := greedy.lim.Take(greedy.ctx(), &tollgatev1.TakeRequest{Pool: "none"})
 	wantStatus(t, err, codes.ResourceExhausted, ReasonClientRateLimited)
@@ -225,4 +225,31 @@ func TestTakeWaitersAreBounded(t *testing.T) {
 	if !strings.Contains(st.Message(), "--max-take-wait") {
 		t.Errorf("message %q does not name --max-take-wait", st.Message())
 	}
+}
+
+// A Session client that sends without reading has its stream ended with
+// RESOURCE_EXHAUSTED (SESSION_OVERFLOW) once MaxSessionUnread answers wait
+// for it, instead of the server holding a goroutine or a blocked reader
+// per request.
+func TestSessionUnreadAnswersAreBounded(t *testing.T) {
+	// A fixed window: grpc-go's default grows it to megabytes.
+	fc := fakeclock.New(testStart)
+	srv := New(Config{Clock: fc})
+	srv.maxSessionUnread = 64
+	e := startEnv(t, srv, fc, grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
+	stream, err := e.lim.Session(e.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(2000) {
+		if err := stream.Send(releaseReq(i+1, "db", "not-a-lease-id")); err != nil {
+			break // the server ended the stream
+		}
+	}
+	for {
+		if _, err = stream.Recv(); err != nil {
+			break
+		}
+	}
+	wantStatus(t, err, codes.ResourceExhausted, ReasonSessionOverflow)
 }

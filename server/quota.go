@@ -68,6 +68,14 @@ type quotas struct {
 	leases   map[leaseRef]string // live lease -> client key
 	early    map[leaseRef]time.Time
 	sessions map[string]int64 // client key -> open Session streams
+	unread   map[string]*unreadCount
+}
+
+// unreadCount is the answers queued on the Session streams of one client,
+// shared by those streams.
+type unreadCount struct {
+	atomic.Int64
+	streams int
 }
 
 func newQuotas(l Limits) *quotas {
@@ -77,6 +85,7 @@ func newQuotas(l Limits) *quotas {
 		leases:   make(map[leaseRef]string),
 		early:    make(map[leaseRef]time.Time),
 		sessions: make(map[string]int64),
+		unread:   make(map[string]*unreadCount),
 	}
 }
 
@@ -195,6 +204,30 @@ func (q *quotas) openSession(key string) error {
 	q.sessions[key] = n + 1
 	q.mu.Unlock()
 	return nil
+}
+
+// unreadCounter returns the counter of answers queued for client key's
+// Session streams; each call must be matched by dropUnreadCounter.
+func (q *quotas) unreadCounter(key string) *atomic.Int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	c := q.unread[key]
+	if c == nil {
+		c = new(unreadCount)
+		q.unread[key] = c
+	}
+	c.streams++
+	return &c.Int64
+}
+
+func (q *quotas) dropUnreadCounter(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if c := q.unread[key]; c != nil {
+		if c.streams--; c.streams == 0 {
+			delete(q.unread, key)
+		}
+	}
 }
 
 func (q *quotas) closeSession(key string) {

@@ -73,6 +73,9 @@ type Server struct {
 	sessions sessionRegistry
 	// maxSessionEvents is MaxSessionEvents; tests lower it.
 	maxSessionEvents atomic.Int64
+	// maxSessionUnread is MaxSessionUnread (and a client may have four
+	// times that); tests lower it before serving.
+	maxSessionUnread int64
 
 	ops         // auth, limits, metrics, events: ops.go
 	persistence // the data directory, for a Server made by Open: persist.go
@@ -94,6 +97,7 @@ func New(cfg Config) *Server {
 		ids:             newLeaseIDs(nil), // Open uses the data directory's key
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
+	s.maxSessionUnread = MaxSessionUnread
 	s.drainCtx, s.drainStop = context.WithCancel(context.Background())
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
