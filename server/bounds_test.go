@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -252,4 +254,44 @@ func TestSessionUnreadAnswersAreBounded(t *testing.T) {
 		}
 	}
 	wantStatus(t, err, codes.ResourceExhausted, ReasonSessionOverflow)
+}
+
+// ListResources pages like ListLeases: every instance once, in id order,
+// the providers on the first page, and a bad token refused.
+func TestListResourcesPages(t *testing.T) {
+	e := newEnv(t)
+	e.createPool(&tollgatev1.Pool{Name: "db", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE})
+	var ids []string
+	for i := range 25 {
+		ids = append(ids, fmt.Sprintf("conn-%02d", i))
+	}
+	if _, err := e.adm.AddResources(e.ctx(), &tollgatev1.AddResourcesRequest{Pool: "db", Resources: wireRes(ids...)}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	req := &tollgatev1.ListResourcesRequest{Pool: "db", PageSize: 10}
+	for pages := 1; ; pages++ {
+		resp, err := e.adm.ListResources(e.ctx(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetResources()) > 10 {
+			t.Fatalf("page %d has %d instances, more than page_size 10", pages, len(resp.GetResources()))
+		}
+		for _, r := range resp.GetResources() {
+			got = append(got, r.GetResource().GetId())
+		}
+		if resp.GetNextPageToken() == "" {
+			if pages != 3 {
+				t.Errorf("%d pages, want 3", pages)
+			}
+			break
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("listed %v, want %v", got, ids)
+	}
+	_, err := e.adm.ListResources(e.ctx(), &tollgatev1.ListResourcesRequest{Pool: "db", PageToken: "garbage"})
+	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
 }
