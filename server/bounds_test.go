@@ -21,19 +21,8 @@ import (
 // Shutdown fails waiting unary acquires and takes at once with
 // UNAVAILABLE (SHUTTING_DOWN), not after the shutdown timeout.
 func TestShutdownFailsWaitersAtOnce(t *testing.T) {
-	fc := fakeclock.New(testStart)
-	srv := New(Config{Clock: fc, ShutdownTimeout: time.Minute})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	conn := dial(t, lis.Addr().String())
-	defer conn.Close()
-	lim := tollgatev1.NewLimiterServiceClient(conn)
-	e := &env{t: t, srv: srv, clock: fc, conn: conn, lim: lim, adm: tollgatev1.NewAdminServiceClient(conn)}
+	e, stop, done := startStoppable(t, time.Minute)
+	srv, lim := e.srv, e.lim
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	e.createPool(&tollgatev1.Pool{Name: "api", Rate: 1, Burst: 1})
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
