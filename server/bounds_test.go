@@ -284,3 +284,21 @@ func TestListResourcesPages(t *testing.T) {
 	_, err := e.adm.ListResources(e.ctx(), &tollgatev1.ListResourcesRequest{Pool: "db", PageToken: "garbage"})
 	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
 }
+
+// An unauthenticated caller that gives each acquire its own client_id
+// still cannot wait on more than Limits.MaxClientLeases acquires from one
+// connection, so it cannot fill the server's queues.
+func TestAcquireWaitsCountPerConnection(t *testing.T) {
+	o := startOps(t, Config{Limits: Limits{MaxClientLeases: 2}}, nil)
+	greedy, honest := o.env(), o.env()
+	greedy.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
+	greedy.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "held"})
+	for i := range 2 {
+		go greedy.lim.Acquire(greedy.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: fmt.Sprint("c", i)})
+	}
+	waitFor(t, "two acquires to wait", func() bool { return o.srv.quotas.waiters.Load() == 2 })
+	_, err := greedy.lim.Acquire(greedy.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "c2"})
+	wantStatus(t, err, codes.ResourceExhausted, ReasonClientLeaseLimit)
+	go honest.lim.Acquire(honest.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "h"})
+	waitFor(t, "the other connection's acquire to wait", func() bool { return o.srv.quotas.waiters.Load() == 3 })
+}

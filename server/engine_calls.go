@@ -17,11 +17,20 @@ import (
 // Limits.MaxWaiters while it is in progress, and records its wait in the
 // pool's wait-time histogram when it is granted. A granted lease counts
 // against its client until releaseLease or the engine's OnLeaseEnded ends
-// it.
+// it. An unauthenticated caller chooses its client_id, so while it waits
+// its acquire counts against its connection as well, like a take.
 func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
-	key := s.auth().identify(ctx).clientKey(ar.ClientID)
+	id := s.auth().identify(ctx)
+	key, connKey := id.clientKey(ar.ClientID), id.clientKey("")
 	if err := s.quotas.beginAcquire(key); err != nil {
 		return limiter.Lease{}, err
+	}
+	if connKey != key {
+		if err := s.quotas.beginAcquire(connKey); err != nil {
+			s.quotas.endAcquire(key, nil)
+			return limiter.Lease{}, err
+		}
+		defer s.quotas.endAcquire(connKey, nil)
 	}
 	if err := s.quotas.beginWait(); err != nil {
 		s.quotas.endAcquire(key, nil)
