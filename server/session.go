@@ -57,7 +57,9 @@ func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer)
 // calls stream.Send (writeLoop); a reader goroutine receives and dispatches
 // requests; every acquire and take runs in its own worker goroutine with a
 // context derived from the stream's, which a CancelRequest or the end of
-// the stream cancels. Release, renew and hello are answered inline by the
+// the stream cancels, and ends once its answer is queued: queuing never
+// blocks (send), the queue being bounded by MaxSessionUnread. Release,
+// renew and hello are answered inline by the
 // reader. The session is the Owner of the leases acquired or renewed on it,
 // so the engine's OnLeaseEnded reaches pushEvent.
 type session struct {
