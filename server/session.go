@@ -59,9 +59,9 @@ func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer)
 // context derived from the stream's, which a CancelRequest or the end of
 // the stream cancels, and ends once its answer is queued: queuing never
 // blocks (send), the queue being bounded by MaxSessionUnread. Release,
-// renew and hello are answered inline by the
-// reader. The session is the Owner of the leases acquired or renewed on it,
-// so the engine's OnLeaseEnded reaches pushEvent.
+// renew and hello are answered inline by the reader. The session is the
+// Owner of the leases acquired or renewed on it, so the engine's
+// OnLeaseEnded reaches pushEvent.
 type session struct {
 	srv    *Server
 	stream tollgatev1.LimiterService_SessionServer
