@@ -64,10 +64,13 @@ func TestWaiterFloodIsBounded(t *testing.T) {
 		t.Fatalf("flooder holds or waits for %d, want %d", n, perClient)
 	}
 
-	// Another client still gets its grant at once, and may queue too, up
-	// to the server-wide bound: 30 acquires in progress at most.
-	e.acquire(&tollgatev1.AcquireRequest{Pool: "shared", ClientId: "other"})
-	other := e.session()
+	// Another client (on its own connection: the flooder's connection
+	// waits as much as the flooder) still gets its grant at once, and may
+	// queue too, up to the server-wide bound: 30 acquires in progress at
+	// most.
+	oe := o.env()
+	oe.acquire(&tollgatev1.AcquireRequest{Pool: "shared", ClientId: "other"})
+	other := oe.session()
 	other.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "other"}}})
 	for i := range uint64(15) {
 		other.send(acquireReq(100+i, &tollgatev1.AcquireRequest{Pool: "busy"}))
