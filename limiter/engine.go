@@ -443,9 +443,9 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 		p.unlock()
 		return Lease{}, err
 	}
-	if int64(len(p.waiters)) >= p.cfg.MaxWaiters {
+	if n := int64(len(p.waiters)) + p.takesWaiting; n >= p.cfg.MaxWaiters {
 		p.stats.Rejected++
-		err := errorf(ErrQueueFull, "pool %q has %d acquires waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, len(p.waiters))
+		err := errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, n)
 		p.unlock()
 		return Lease{}, err
 	}
@@ -741,17 +741,28 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 		return TakeResult{}, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
 			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}
 	}
+	if n := int64(len(p.waiters)) + p.takesWaiting; delay > 0 && n >= p.cfg.MaxWaiters {
+		r.CancelAt(now)
+		p.stats.Rejected++
+		p.unlock()
+		return TakeResult{}, errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", pool, n)
+	}
 	p.stats.TokensGranted += tokens
 	p.waits.addTokens(now, tokens) // for the rate's utilisation: waittimes.go
-	p.unlock()
 	if delay == 0 {
+		p.unlock()
 		return TakeResult{Tokens: tokens}, nil
 	}
+	p.takesWaiting++
+	p.unlock()
 
 	ready := make(chan struct{})
 	t := e.clock.AfterFunc(delay, func() { close(ready) })
 	select {
 	case <-ready:
+		p.mu.Lock()
+		p.takesWaiting--
+		p.unlock()
 		return TakeResult{Tokens: tokens, Waited: delay}, nil
 	case <-ctx.Done():
 	case <-e.done:
@@ -759,6 +770,7 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 	t.Stop()
 	p.mu.Lock()
 	defer p.unlock()
+	p.takesWaiting--
 	now = e.clock.Now()
 	r.CancelAt(now)
 	p.stats.TokensGranted -= tokens

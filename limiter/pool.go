@@ -45,6 +45,7 @@ type pool struct {
 	waiters       indexedHeap[*waiter]
 	waitingWeight int64
 	seq           uint64
+	takesWaiting  int64 // takes waiting for their tokens; they count toward max_waiters
 
 	bucket *rate.Limiter // nil when the pool has no rate
 

@@ -10,6 +10,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,9 @@ type Server struct {
 	// draining is closed when shutdown starts; sessions end on it.
 	draining  chan struct{}
 	drainOnce sync.Once
+	// drainCtx is done when shutdown starts; waits end on it.
+	drainCtx  context.Context
+	drainStop context.CancelFunc
 	// ids signs and checks the lease ids holders get (leaseid.go).
 	ids *leaseIDs
 	// liveSessions counts Session streams whose handler is running.
@@ -83,6 +87,9 @@ type Server struct {
 	sessions sessionRegistry
 	// maxSessionEvents is MaxSessionEvents; tests lower it.
 	maxSessionEvents atomic.Int64
+	// maxSessionUnread is MaxSessionUnread (and a client may have four
+	// times that); tests lower it before serving.
+	maxSessionUnread int64
 
 	tracing *tracing // nil when Config.TracerProvider is nil
 
@@ -107,6 +114,8 @@ func New(cfg Config) *Server {
 		ids:             newLeaseIDs(nil), // Open uses the data directory's key
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
+	s.maxSessionUnread = MaxSessionUnread
+	s.drainCtx, s.drainStop = context.WithCancel(context.Background())
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
@@ -144,6 +153,7 @@ func (s *Server) drain() {
 	s.drainOnce.Do(func() {
 		s.health.Shutdown()
 		close(s.draining)
+		s.drainStop()
 	})
 }
 
