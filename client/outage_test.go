@@ -3,6 +3,8 @@ package client_test
 import (
 	"io"
 	"net"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -136,25 +138,40 @@ func (g *gate) refused() int {
 // due, so that the server is back only ~160ms before the lease's local
 // deadline (its last renew's send time + 1.8s). The client must try to
 // reconnect often enough near a lease's deadline; following gRPC's
-// connection backoff alone (attempts 50ms doubling, so ~0.75s and ~1.55s
-// into the outage), it next tries ~0.5s after the server is back.
+// connection backoff alone, it next tries long after the server is back.
+//
+// Every duration is multiplied by TOLLGATE_OUTAGE_SCALE, 2 unless set: at
+// scale 1 the ~160ms of slack is less than the scheduling delays of a
+// loaded 2-core machine running every package's tests with -race, which
+// would make the test fail for the machine's sake. The ratios, and so what
+// is checked, are the same at any scale; TOLLGATE_OUTAGE_SCALE=1 checks the
+// 2s/1s case exactly (docs/client.md).
 func TestLeaseSurvivesOutageShorterThanTwoThirdsTTL(t *testing.T) {
 	ts := newTestServer(t) // its clock stands still: only the client's local deadline can end the lease
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	g := newGate(t, ts.addr)
 	c := dialTarget(t, g.addr)
 
-	const (
-		ttl    = 2 * time.Second
+	scale := time.Duration(2)
+	if v := os.Getenv("TOLLGATE_OUTAGE_SCALE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TOLLGATE_OUTAGE_SCALE=%q: want a whole number, at least 1", v)
+		}
+		scale = time.Duration(n)
+	}
+	var (
+		ttl    = 2 * time.Second * scale
 		margin = ttl / 10 // the default
-		outage = time.Second
-		early  = 30 * time.Millisecond // the outage starts this long before a renew is due
+		outage = time.Second * scale
+		early  = 30 * time.Millisecond * scale // the outage starts this long before a renew is due
+		late   = 100 * time.Millisecond * scale
 	)
 	l, err := c.Acquire(ctx(t), "db", client.TTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 3 {
+	for i := range 2 {
 		// Wait for a renew, to know when the next one is due.
 		before := l.Expiry()
 		waitFor(t, "a renew", func() bool { return isDone(l) || l.Expiry().After(before) })
@@ -165,7 +182,7 @@ func TestLeaseSurvivesOutageShorterThanTwoThirdsTTL(t *testing.T) {
 		time.Sleep(time.Until(closed.Add(outage)))
 		g.reopen()
 		reopened := time.Now()
-		if left := sent.Add(ttl - margin).Sub(reopened); left < 100*time.Millisecond {
+		if left := sent.Add(ttl - margin).Sub(reopened); left < late {
 			t.Fatalf("outage %d: the test itself was late: the gate reopened %v before the local deadline", i, left)
 		}
 		waitFor(t, "a renew after the outage", func() bool {
