@@ -47,18 +47,20 @@ func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []Acqu
 		opt(&o)
 	}
 	start := time.Now()
+	tc := traceContext(ctx)
 	a, err := c.roundTrip(ctx, op{
 		cancellable:       !try,
 		acquire:           true,
 		failIfUnreachable: c.settings.unavailable.failsWhenUnreachable(),
 		build: func(n int) (*tollgatev1.SessionRequest, error) {
 			req := &tollgatev1.AcquireRequest{
-				Pool:        pool,
-				Weight:      o.weight,
-				Ttl:         o.ttl,
-				Priority:    o.priority,
-				NoWait:      try,
-				Description: o.description,
+				Pool:         pool,
+				Weight:       o.weight,
+				Ttl:          o.ttl,
+				Priority:     o.priority,
+				NoWait:       try,
+				Description:  o.description,
+				TraceContext: tc,
 			}
 			switch {
 			case try:

@@ -4,8 +4,9 @@
 // A Client holds one gRPC connection and, once first needed, one Session
 // stream over which all its lease traffic (acquire, renew, release, take)
 // is multiplexed. When the stream breaks, the Client reconnects with
-// backoff (failing over between the addresses it was given) and renews its
-// live leases on the new stream.
+// backoff (failing over between the addresses it was given), more often as
+// the nearest local deadline of its leases comes, and renews its live
+// leases on the new stream at once.
 //
 // A Lease is renewed in the background every TTL/3. Its holder must stop
 // relying on it when its Done channel is closed: the server said it expired
@@ -45,7 +46,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
@@ -124,12 +124,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	dialOpts = append(dialOpts,
 		grpc.WithTransportCredentials(transportCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: backoff.Config{
-				BaseDelay:  100 * time.Millisecond,
-				Multiplier: 1.6,
-				Jitter:     0.2,
-				MaxDelay:   2 * time.Second,
-			},
+			Backoff:           reconnectBackoff.grpcConfig(),
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`),

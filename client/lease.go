@@ -38,6 +38,7 @@ type Lease struct {
 	description string
 	priority    int32
 	resources   []Resource // the instances it is bound to (active and passive pools)
+	receipt     string     // the expiry receipt of the last grant or renewal; guarded by mu
 
 	// ctx is done when the lease has ended; its cause is the lease's Err.
 	ctx       context.Context
@@ -81,6 +82,7 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 		kick:      make(chan struct{}, 1),
 		releaseMu: make(chan struct{}, 1),
 		ttl:       ttl,
+		receipt:   g.GetExpiryReceipt(),
 	}
 	l.clientID, l.description, l.priority = g.GetClientId(), g.GetDescription(), g.GetPriority()
 	l.resources = resourcesFromProto(g.GetResources()) // resource.go
@@ -344,7 +346,7 @@ func (l *Lease) keepAlive(ctx context.Context, next time.Time) {
 				l.c.log.Warn("tollgate: renew failed; retrying", "pool", l.pool, "lease_id", l.id, "err", err)
 				lastErr = err
 			}
-			next = time.Now().Add(min(retryDelay(failures), l.TTL()/10))
+			next = time.Now().Add(min(retryBackoff.delay(failures, deadline), l.TTL()/10))
 			failures++
 		}
 	}
@@ -360,6 +362,9 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 		resetOnDeadline: true,
 		build: func(int) (*tollgatev1.SessionRequest, error) {
 			w := l.weight
+			l.mu.Lock()
+			receipt := l.receipt
+			l.mu.Unlock()
 			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Renew{Renew: &tollgatev1.RenewRequest{
 				// No ttl: the server keeps the lease's TTL, capped at the
 				// pool's current maximum (an operator may have lowered it),
@@ -368,7 +373,7 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 				// What the lease is, so that a server restarted since the
 				// grant re-adopts it (docs/recovery.md).
 				Weight: &w, ClientId: l.clientID, Description: l.description, Priority: l.priority,
-				ResourceIds: l.resourceIDs(),
+				ResourceIds: l.resourceIDs(), ExpiryReceipt: receipt,
 			}}}, nil
 		},
 	})
@@ -379,6 +384,9 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 	defer l.mu.Unlock()
 	if ttl := a.resp.GetRenew().GetLease().GetTtl().AsDuration(); ttl > 0 {
 		l.ttl = ttl
+	}
+	if r := a.resp.GetRenew().GetLease().GetExpiryReceipt(); r != "" {
+		l.receipt = r
 	}
 	// The server counts the new TTL from when it got the renew, which is
 	// after it was sent.

@@ -28,7 +28,8 @@ func WithClientID(id string) Option {
 
 // WithDialOptions adds gRPC dial options. They are applied after the
 // client's defaults (insecure transport, pick_first over the target's
-// addresses, a reconnect backoff capped at 2s), so they override them: pass
+// addresses, a reconnect backoff capped at 2s, which the client cuts short
+// while a lease's local deadline is near), so they override them: pass
 // grpc.WithTransportCredentials to use TLS, and grpc.WithKeepaliveParams to
 // detect a silently dead network sooner (the server must permit the ping
 // rate).

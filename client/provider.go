@@ -190,7 +190,7 @@ func (p *Provider) call(ctx context.Context, req *tollgatev1.ProvideRequest) (*t
 // registration's outcome goes to first.
 func (p *Provider) run(first chan<- error) {
 	defer close(p.done)
-	backoff := 100 * time.Millisecond
+	attempt := 0
 	for {
 		registered, err := p.serve(first)
 		if first != nil && !registered {
@@ -206,15 +206,14 @@ func (p *Provider) run(first chan<- error) {
 			return
 		}
 		if registered {
-			backoff = 100 * time.Millisecond
+			attempt = 0
 		}
-		p.c.log.Info("tollgate: provider stream broke; registering again", "pool", p.pool, "provider", p.opts.ID, "err", err, "in", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-p.ctx.Done():
+		delay := provideBackoff.delay(attempt, time.Time{})
+		p.c.log.Info("tollgate: provider stream broke; registering again", "pool", p.pool, "provider", p.opts.ID, "err", err, "in", delay)
+		if pause(p.ctx, p.ctx, delay) != nil {
 			return
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		attempt++
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -124,16 +123,11 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 			return a, unavailableAnswer(e)
 		}
 		c.log.Debug("tollgate: server unavailable; retrying", "err", e)
-		if err := pause(ctx, c.ctx, retryDelay(n)); err != nil {
+		deadline, _ := ctx.Deadline()
+		if err := pause(ctx, c.ctx, retryBackoff.delay(n, deadline)); err != nil {
 			return answer{}, err
 		}
 	}
-}
-
-// retryDelay is the pause before retry number n+1 of a request the server
-// answered UNAVAILABLE: 25ms doubling up to 1s.
-func retryDelay(n int) time.Duration {
-	return min(25*time.Millisecond<<min(n, 6), time.Second)
 }
 
 // pause sleeps for d unless ctx or closed ends first, returning its error
@@ -204,25 +198,70 @@ func (c *Client) run() {
 				attempt = 0
 			}
 		}
-		if pause(c.ctx, c.ctx, reconnectDelay(attempt)) != nil {
+		if pause(c.ctx, c.ctx, reconnectBackoff.delay(attempt, c.nearestDeadline())) != nil {
 			return
 		}
 		attempt++
 	}
 }
 
-// reconnectDelay is the pause before reconnect number n+1: 50ms doubling
-// up to 2s, with ±20% jitter.
-func reconnectDelay(n int) time.Duration {
-	d := min(50*time.Millisecond<<min(n, 6), 2*time.Second)
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+// nearestDeadline returns the earliest local deadline of the Client's
+// leases, or the zero time when it holds none.
+func (c *Client) nearestDeadline() time.Time {
+	c.mu.Lock()
+	leases := make([]*Lease, 0, len(c.leases))
+	for _, l := range c.leases {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+	var nearest time.Time
+	for _, l := range leases {
+		if d := l.deadline(); nearest.IsZero() || d.Before(nearest) {
+			nearest = d
+		}
+	}
+	return nearest
+}
+
+// redial makes the connection try to connect again, until stop is called,
+// as often as the Client's leases need: gRPC's own connection backoff may
+// wait up to its maximum (2s) between attempts, longer than a short lease
+// has left. It resets that backoff on reconnectBackoff's schedule, which
+// tries more often as the nearest lease deadline comes closer (at least
+// every minRetry·1.2 in the end). Without leases it leaves gRPC's backoff
+// alone.
+func (c *Client) redial() (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for n := 0; ; n++ {
+			deadline := c.nearestDeadline()
+			if deadline.IsZero() {
+				return // no lease is granted while there is no stream
+			}
+			t := time.NewTimer(reconnectBackoff.delay(n, deadline))
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			c.conn.ResetConnectBackoff()
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
 }
 
 // open opens a Session stream (waiting for a connection as long as the
-// Client lives) and exchanges Hello and Welcome.
+// Client lives, see redial) and exchanges Hello and Welcome.
 func (c *Client) open() (*stream, error) {
 	ctx, cancel := context.WithCancelCause(c.ctx)
+	stopRedial := c.redial()
 	ss, err := c.stub.Session(ctx, grpc.WaitForReady(true))
+	stopRedial()
 	if err != nil {
 		cancel(err)
 		return nil, err

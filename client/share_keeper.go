@@ -16,10 +16,6 @@ import (
 // applies the changes the server pushes (share_events.go), and falls back
 // to the safe rate when the share expires unrefreshed.
 
-// maxShareRetry bounds the pause between attempts to get a share the
-// server refused (an unknown pool may be created later).
-const maxShareRetry = 30 * time.Second
-
 // ErrShareNotFound: the server holds no such share (it expired, was
 // released, or was granted before a server restart); the Limiter acquires
 // a new one by itself.
@@ -55,7 +51,7 @@ func (l *Limiter) keep(ctx context.Context) {
 				return
 			}
 			l.refused(err)
-			if _, err := pauseFor(ctx, min(retryDelay(failures)*4, maxShareRetry), l.kick); err != nil {
+			if _, err := pauseFor(ctx, shareBackoff.delay(failures, time.Time{}), l.kick); err != nil {
 				return
 			}
 			failures++
@@ -91,7 +87,7 @@ func (l *Limiter) keep(ctx context.Context) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				l.c.log.Warn("tollgate: share refresh failed; retrying", "pool", l.pool, "share_id", g.id, "err", err)
 			}
-			next = time.Now().Add(min(retryDelay(failures), g.refresh/10))
+			next = time.Now().Add(min(retryBackoff.delay(failures, g.deadline), g.refresh/10))
 			failures++
 		}
 	}

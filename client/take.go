@@ -34,6 +34,7 @@ const MaxTakeWait = time.Hour
 // unreachable server (see UnavailablePolicy).
 func (c *Client) Take(ctx context.Context, pool string, n int64) error {
 	deadline, hasDeadline := ctx.Deadline()
+	tc := traceContext(ctx)
 	_, err := c.roundTrip(ctx, op{
 		cancellable:       true,
 		failIfUnreachable: c.settings.unavailable.failsWhenUnreachable(),
@@ -42,7 +43,7 @@ func (c *Client) Take(ctx context.Context, pool string, n int64) error {
 			if hasDeadline {
 				wait = max(time.Until(deadline), 0)
 			}
-			req := &tollgatev1.TakeRequest{Pool: pool, Tokens: &n, MaxWait: durationpb.New(wait)}
+			req := &tollgatev1.TakeRequest{Pool: pool, Tokens: &n, MaxWait: durationpb.New(wait), TraceContext: tc}
 			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Take{Take: req}}, nil
 		},
 	})

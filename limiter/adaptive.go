@@ -22,8 +22,17 @@ type adaptive struct {
 	win        outcomeWindow
 	lastCut    time.Time // zero: never
 	lastChange time.Time // last cut or raise; zero: never
-	reason     ThrottleReason
-	baseline   time.Duration // long-term mean latency; 0: unknown
+	lastRaise  time.Time // zero: never
+	raisedLast bool      // the last change was a raise
+	learned    time.Time // when ceiling and rateCeiling were set
+	// ceiling and rateCeiling are the effective values at which a raise
+	// last failed (a cut came before the next change): raises to them or
+	// above wait ProbeInterval, not Interval, and are judged against half
+	// the threshold. 0: none known.
+	ceiling     int64
+	rateCeiling float64
+	reason      ThrottleReason
+	baseline    time.Duration // long-term mean latency; 0: unknown
 
 	timer   Timer     // raises while lowered; nil until first needed
 	timerAt time.Time // zero when not armed
@@ -63,7 +72,8 @@ func (p *pool) limitsChangedLocked(old PoolConfig, now time.Time) {
 	if !c.Enabled || !old.Adaptive.Enabled || old.Adaptive != c {
 		if !c.Enabled || !old.Adaptive.Enabled {
 			a.reason = ThrottleNone
-			a.lastCut, a.lastChange = time.Time{}, time.Time{}
+			a.lastCut, a.lastChange, a.lastRaise, a.raisedLast = time.Time{}, time.Time{}, time.Time{}, false
+			a.ceiling, a.rateCeiling = 0, 0
 			a.baseline = 0
 		}
 		a.win.reset(c.Window / AdaptiveWindowBuckets)
@@ -143,8 +153,12 @@ func (p *pool) judgeLocked() windowVerdict {
 	n, bad := v.tot.total(), v.tot.errors+v.tot.timeouts
 	latHigh := c.LatencyTolerance > 0 && a.baseline > 0 && v.tot.latN > 0 &&
 		float64(v.tot.latMean()) > c.LatencyTolerance*float64(a.baseline)
+	threshold := c.ErrorThreshold
+	if p.probingLocked() { // at the level a raise last failed: stricter
+		threshold /= 2
+	}
 	switch {
-	case n >= c.MinSamples && v.tot.badRatio() > c.ErrorThreshold:
+	case n >= c.MinSamples && v.tot.badRatio() > threshold:
 		v.cut, v.reason = true, ThrottleErrors
 	case latHigh && v.tot.latN >= c.MinSamples:
 		v.cut, v.reason = true, ThrottleLatency
@@ -162,7 +176,7 @@ func (p *pool) evaluateAdaptiveLocked(now time.Time) {
 	switch {
 	case v.cut && (a.lastCut.IsZero() || now.Sub(a.lastCut) >= c.Cooldown):
 		p.cutLocked(v, now)
-	case v.healthy && p.loweredLocked() && now.Sub(a.lastChange) >= c.Interval && now.Sub(a.lastCut) >= c.Cooldown:
+	case v.healthy && p.loweredLocked() && now.Sub(a.lastChange) >= p.raiseIntervalLocked() && now.Sub(a.lastCut) >= c.Cooldown:
 		p.raiseLocked(v, now)
 	}
 	p.armAdaptiveTimerLocked(now)
@@ -180,7 +194,17 @@ func (p *pool) cutLocked(v windowVerdict, now time.Time) {
 	if c.adaptsRate() && p.cfg.Rate > 0 {
 		rate = max(rate*c.Backoff, c.MinRate)
 	}
-	a.lastCut, a.lastChange = now, now
+	// A cut within ProbeInterval of a raise, with no change between,
+	// learns the level that failed. Any other cut, unless it comes within
+	// ProbeInterval of that (outcomes of the failed probe reported late),
+	// means the backend changed: what was learned is stale.
+	switch {
+	case a.raisedLast && now.Sub(a.lastRaise) <= c.ProbeInterval:
+		a.ceiling, a.rateCeiling, a.learned = a.limit, a.rate, now
+	case now.Sub(a.learned) > c.ProbeInterval:
+		a.ceiling, a.rateCeiling = 0, 0
+	}
+	a.lastCut, a.lastChange, a.raisedLast = now, now, false
 	p.restartWindowLocked()
 	if limit == a.limit && rate == a.rate {
 		return // at the floors already
@@ -189,10 +213,10 @@ func (p *pool) cutLocked(v windowVerdict, now time.Time) {
 	p.changeEffectiveLocked(PoolThrottled, v, limit, rate, now)
 }
 
-// raiseLocked adds Increase × the configured values to the lowered
-// effective limits, not above the configured ones, and starts the window
-// over, so the next decision judges the new limits.
-func (p *pool) raiseLocked(v windowVerdict, now time.Time) {
+// raisedLocked returns the effective limits a raise would set: Increase ×
+// the configured values added to the lowered ones, not above the
+// configured ones.
+func (p *pool) raisedLocked() (int64, float64) {
 	c, a := &p.cfg.Adaptive, &p.ad
 	limit, rate := a.limit, a.rate
 	if limit < p.cfg.ConcurrencyLimit {
@@ -202,7 +226,43 @@ func (p *pool) raiseLocked(v windowVerdict, now time.Time) {
 	if rate < p.cfg.Rate {
 		rate = min(rate+c.Increase*p.cfg.Rate, p.cfg.Rate)
 	}
-	a.lastChange = now
+	return limit, rate
+}
+
+// raiseIntervalLocked returns the least time from the last change to the
+// next raise: ProbeInterval when that raise would reach the level at
+// which the last one failed (the learned capacity), Interval otherwise.
+func (p *pool) raiseIntervalLocked() time.Duration {
+	a := &p.ad
+	limit, rate := p.raisedLocked()
+	if (a.ceiling > 0 && limit >= a.ceiling) || (a.rateCeiling > 0 && rate >= a.rateCeiling) {
+		return p.cfg.Adaptive.ProbeInterval
+	}
+	return p.cfg.Adaptive.Interval
+}
+
+// probingLocked reports whether an effective value is at or above the
+// level at which a raise last failed: its window is judged against half
+// the error threshold, as a fast-failing backend shows an overshoot of one
+// permit as a few percent of errors, under the threshold.
+func (p *pool) probingLocked() bool {
+	a := &p.ad
+	return (a.ceiling > 0 && a.limit >= a.ceiling) || (a.rateCeiling > 0 && a.rate >= a.rateCeiling)
+}
+
+// raiseLocked raises the effective limits (raisedLocked) and starts the
+// window over, so the next decision judges the new limits. A raise from
+// at or above a ceiling, which held for ProbeInterval, forgets it.
+func (p *pool) raiseLocked(v windowVerdict, now time.Time) {
+	a := &p.ad
+	limit, rate := p.raisedLocked()
+	if a.ceiling > 0 && a.limit >= a.ceiling {
+		a.ceiling = 0
+	}
+	if a.rateCeiling > 0 && a.rate >= a.rateCeiling {
+		a.rateCeiling = 0
+	}
+	a.lastChange, a.lastRaise, a.raisedLast = now, now, true
 	p.restartWindowLocked()
 	if limit == p.cfg.ConcurrencyLimit && rate == p.cfg.Rate {
 		a.reason = ThrottleNone
@@ -271,7 +331,7 @@ func (p *pool) armAdaptiveTimerLocked(now time.Time) {
 		a.timerAt = time.Time{}
 		return
 	}
-	at := a.lastChange.Add(p.cfg.Adaptive.Interval)
+	at := a.lastChange.Add(p.raiseIntervalLocked())
 	if c := a.lastCut.Add(p.cfg.Adaptive.Cooldown); c.After(at) {
 		at = c // no raise within the cooldown of a cut either
 	}

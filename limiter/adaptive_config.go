@@ -41,6 +41,9 @@ const (
 	DefaultAdaptiveIncrease       = 0.05
 	DefaultAdaptiveInterval       = 2 * time.Second
 	DefaultAdaptiveCooldown       = 2 * time.Second
+	// DefaultAdaptiveProbeFactor: ProbeInterval defaults to this many
+	// Intervals.
+	DefaultAdaptiveProbeFactor = 5
 	// DefaultAdaptiveMinRateFraction is the default rate floor, as a
 	// fraction of the configured rate.
 	DefaultAdaptiveMinRateFraction = 0.01
@@ -111,6 +114,13 @@ type AdaptiveConfig struct {
 	// Interval is the least time between a change and the next raise
 	// (default DefaultAdaptiveInterval).
 	Interval time.Duration
+	// ProbeInterval is the least time between a change and a raise that
+	// would take an effective value to or above the level at which a
+	// raise last failed (the learned capacity: a cut came before the next
+	// change), at most MaxAdaptiveInterval (default
+	// DefaultAdaptiveProbeFactor × Interval; raised to Interval if below). A raise past that level, after it held for
+	// ProbeInterval, forgets it. Set it to Interval to probe at one pace.
+	ProbeInterval time.Duration
 	// Cooldown is the least time between two cuts (default
 	// DefaultAdaptiveCooldown): work started before a cut finishes after
 	// it, and its failures must not cut again at once. Set it above the
@@ -162,6 +172,12 @@ func (a AdaptiveConfig) withDefaults(limit int64, rate float64) AdaptiveConfig {
 	if a.Cooldown == 0 {
 		a.Cooldown = DefaultAdaptiveCooldown
 	}
+	if a.ProbeInterval == 0 {
+		a.ProbeInterval = min(DefaultAdaptiveProbeFactor*a.Interval, MaxAdaptiveInterval)
+	}
+	if a.ProbeInterval > 0 {
+		a.ProbeInterval = max(a.ProbeInterval, a.Interval) // a kept value after the interval grew
+	}
 	if a.MinConcurrency == 0 && limit > 0 {
 		a.MinConcurrency = 1
 	}
@@ -199,6 +215,8 @@ func (a AdaptiveConfig) validate(name string, limit int64, rate float64) error {
 		return bad("increase %v is out of range: give a fraction of the configured limit above 0 and at most 1, such as 0.05", a.Increase)
 	case a.Interval < time.Millisecond || a.Interval > MaxAdaptiveInterval:
 		return bad("interval %v is out of range [1ms, %v]", a.Interval, MaxAdaptiveInterval)
+	case a.ProbeInterval < 0 || a.ProbeInterval > MaxAdaptiveInterval:
+		return bad("probe_interval %v is out of range [interval %v, %v] (0 means 5 × interval)", a.ProbeInterval, a.Interval, MaxAdaptiveInterval)
 	case a.Cooldown < time.Millisecond || a.Cooldown > MaxAdaptiveInterval:
 		return bad("cooldown %v is out of range [1ms, %v]", a.Cooldown, MaxAdaptiveInterval)
 	case limit > 0 && (a.MinConcurrency < 1 || a.MinConcurrency > limit):

@@ -322,3 +322,53 @@ func TestReleaseWithOutcome(t *testing.T) {
 		t.Fatalf("status: %+v", s)
 	}
 }
+
+// TestAdaptiveProbesGentlyAtTheLearnedCapacity: a cut within a window of
+// a raise remembers the level that failed; the next raise to it waits
+// ProbeInterval rather than Interval, and a window at it is judged
+// against half the error threshold.
+func TestAdaptiveProbesGentlyAtTheLearnedCapacity(t *testing.T) {
+	ee := newEventEngine(t)
+	info := ee.mustCreate(t, adaptiveConc)
+	if pi := info.Config.Adaptive.ProbeInterval; pi != 5*time.Second {
+		t.Fatalf("probe interval %v; want 5 intervals of 1s", pi)
+	}
+	ee.report(t, "db", OutcomeError, 10) // 10 → 9: no raise before it, nothing learned
+	ee.clk.Advance(2 * time.Second)      // cooldown over: 9 → 10 at the usual pace
+	if l, _ := ee.effective(t, "db"); l != 10 {
+		t.Fatalf("limit %d after a cut with nothing learned and a cooldown; want 10", l)
+	}
+	ee.report(t, "db", OutcomeError, 10) // the raise to 10 failed: 10 → 9, 10 learned
+	ee.clk.Advance(2 * time.Second)
+	if l, _ := ee.effective(t, "db"); l != 9 {
+		t.Fatalf("limit %d 2s after a failed raise to 10; want 9 until the probe interval", l)
+	}
+	ee.clk.Advance(3 * time.Second)
+	if l, _ := ee.effective(t, "db"); l != 10 {
+		t.Fatalf("limit %d a probe interval after the failed raise; want 10", l)
+	}
+	// At the learned level, 15% errors (under the threshold of 20%, over
+	// half of it) cut.
+	ee.report(t, "db", OutcomeSuccess, 17)
+	ee.report(t, "db", OutcomeError, 3)
+	if l, _ := ee.effective(t, "db"); l != 9 {
+		t.Fatalf("limit %d after 15%% errors at the learned level; want 9", l)
+	}
+	// A cut soon after (outcomes of the failed probe reported late) keeps
+	// what was learned: back to 9 at the usual pace, to 10 only a probe
+	// interval later.
+	ee.clk.Advance(2 * time.Second)
+	ee.report(t, "db", OutcomeError, 10) // 9 → 8
+	ee.clk.Advance(2 * time.Second)
+	if l, _ := ee.effective(t, "db"); l != 9 {
+		t.Fatalf("limit %d after a cut of a steady limit and a cooldown; want 9", l)
+	}
+	ee.clk.Advance(2 * time.Second)
+	if l, _ := ee.effective(t, "db"); l != 9 {
+		t.Fatalf("limit %d 2s after the raise to 9; want 9 until the probe interval", l)
+	}
+	ee.clk.Advance(3 * time.Second)
+	if l, _ := ee.effective(t, "db"); l != 10 {
+		t.Fatalf("limit %d a probe interval after the raise to 9; want 10", l)
+	}
+}

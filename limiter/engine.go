@@ -41,6 +41,10 @@ type Options struct {
 	// not block for long.
 	OnPoolEvent   func(PoolEvent)
 	OnShareUpdate func(ShareUpdate)
+	// MarkEventInterval is the least time between two reported mark
+	// events of one kind from one pool (marks.go); 0 means
+	// DefaultMarkEventInterval, a negative value reports every crossing.
+	MarkEventInterval time.Duration
 }
 
 // Engine is the limiter: a set of named pools, each with a concurrency limit
@@ -58,6 +62,7 @@ type Engine struct {
 	// Callbacks of adaptive control and rate shares: poolevents.go.
 	onPoolEvent   func(PoolEvent)
 	onShareUpdate func(ShareUpdate)
+	markInterval  time.Duration // Options.MarkEventInterval, resolved
 
 	pools  poolIndex
 	closed atomic.Bool
@@ -81,8 +86,12 @@ func New(opts Options) *Engine {
 	if slack <= 0 {
 		slack = DefaultHorizonSlack
 	}
+	markInterval := opts.MarkEventInterval
+	if markInterval == 0 {
+		markInterval = DefaultMarkEventInterval
+	}
 	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, preReserve: opts.PreReserve, done: make(chan struct{}),
-		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate}
+		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate, markInterval: markInterval}
 }
 
 // Clock returns the engine's clock.
@@ -109,6 +118,25 @@ func (e *Engine) Close() {
 		p.mu.Unlock() // no deliveries under e.mu
 	}
 	e.bg.Wait() // background writes take no engine lock: persist_ahead.go
+}
+
+// RecordCleanStop records, after Close, that each pool holding nothing
+// (no lease, no rate share, no recovery window open) stopped cleanly, so
+// that the next start restores it with no recovery window. A server calls
+// it when it shuts down gracefully; a crash never does. For the other
+// pools it writes the leases released or revoked that the background has
+// not written yet. It does nothing before Close, or without a Persister.
+func (e *Engine) RecordCleanStop() {
+	if !e.closed.Load() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.pools.snapshot() {
+		p.mu.Lock()
+		p.recordCleanStopLocked() // persist.go
+		p.mu.Unlock()
+	}
 }
 
 // lookup returns the named pool, or ErrPoolNotFound / ErrShuttingDown.
@@ -178,8 +206,10 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 		p.stopTimersLocked() // the pool is never seen: marks.go armed a timer
 		return PoolInfo{}, err
 	}
+	// Read before the pool is visible: an acquire may lock it at once.
+	info := p.infoLocked(now)
 	e.pools.add(p)
-	return p.infoLocked(now), nil
+	return info, nil
 }
 
 // GetPool returns a pool's configuration and status. Errors: ErrPoolNotFound.
@@ -413,9 +443,9 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 		p.unlock()
 		return Lease{}, err
 	}
-	if int64(len(p.waiters)) >= p.cfg.MaxWaiters {
+	if n := int64(len(p.waiters)) + p.takesWaiting; n >= p.cfg.MaxWaiters {
 		p.stats.Rejected++
-		err := errorf(ErrQueueFull, "pool %q has %d acquires waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, len(p.waiters))
+		err := errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, n)
 		p.unlock()
 		return Lease{}, err
 	}
@@ -576,6 +606,7 @@ func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (L
 		// (Renew, by contrast, refuses: extending such a lease would be
 		// wrong.)
 		p.removeLeaseLocked(l)
+		p.recordEndedLocked(l.FencingToken, l.ExpireTime, false) // not re-adopted after a restart: recovery_ended.go
 		p.stats.Released++
 		if len(p.waiters) > 0 {
 			p.dispatchLocked(e.clock.Now())
@@ -710,17 +741,28 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 		return TakeResult{}, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
 			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}
 	}
+	if n := int64(len(p.waiters)) + p.takesWaiting; delay > 0 && n >= p.cfg.MaxWaiters {
+		r.CancelAt(now)
+		p.stats.Rejected++
+		p.unlock()
+		return TakeResult{}, errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", pool, n)
+	}
 	p.stats.TokensGranted += tokens
 	p.waits.addTokens(now, tokens) // for the rate's utilisation: waittimes.go
-	p.unlock()
 	if delay == 0 {
+		p.unlock()
 		return TakeResult{Tokens: tokens}, nil
 	}
+	p.takesWaiting++
+	p.unlock()
 
 	ready := make(chan struct{})
 	t := e.clock.AfterFunc(delay, func() { close(ready) })
 	select {
 	case <-ready:
+		p.mu.Lock()
+		p.takesWaiting--
+		p.unlock()
 		return TakeResult{Tokens: tokens, Waited: delay}, nil
 	case <-ctx.Done():
 	case <-e.done:
@@ -728,6 +770,7 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 	t.Stop()
 	p.mu.Lock()
 	defer p.unlock()
+	p.takesWaiting--
 	now = e.clock.Now()
 	r.CancelAt(now)
 	p.stats.TokensGranted -= tokens

@@ -19,7 +19,9 @@ import (
 //     log line, and push the events that matter out of its ring;
 //   - PoolNearFull when utilisation (held / effective concurrency limit)
 //     rises to or above the near-full mark; it re-arms when utilisation
-//     falls below the mark minus NearFullHysteresis;
+//     falls below the mark minus NearFullHysteresis or minus one permit,
+//     whichever is more (a small limit would otherwise re-arm at each
+//     release and fire again at each grant);
 //   - PoolLowUtilisation when the highest utilisation over a whole
 //     LowUtilisationPeriod stayed below the low-utilisation mark while the
 //     pool had capacity (it was not suspended or recovering at the end of
@@ -28,6 +30,14 @@ import (
 //     utilisation reached the mark, or when the pool's configuration is
 //     updated (an operator who lowered the limit hears again if it is
 //     still too high). An idle pool so reports once, not every period.
+//
+// Every mark so has a hysteresis of at least one permit (overload: one
+// waiter, as half the mark is at least one below it). On top of that, two
+// events of one kind from one pool are at least the engine's
+// MarkEventInterval apart: a crossing within it moves the mark's state as
+// usual but is not reported; it is counted in
+// PoolStatus.SuppressedMarkEvents and in the next reported event of its
+// kind (PoolEvent.Suppressed).
 //
 // Overload, drained and near-full are evaluated where held or waiting
 // change, with O(1) work and no clock read unless an event fires. Low
@@ -51,7 +61,27 @@ const (
 	DefaultLowUtilisationPeriod = 10 * time.Minute
 	MinLowUtilisationPeriod     = time.Second
 	MaxLowUtilisationPeriod     = 24 * time.Hour
+	// DefaultMarkEventInterval is the least time between two reported
+	// events of one kind from one pool when Options.MarkEventInterval is 0.
+	DefaultMarkEventInterval = 10 * time.Second
 )
+
+// markKinds is the number of mark event types, PoolOverload to
+// PoolLowUtilisation; markKind indexes them.
+const markKinds = 4
+
+func markKind(t PoolEventType) int { return int(t - PoolOverload) }
+
+// MarkEventCounts counts mark events by type.
+type MarkEventCounts [markKinds]int64
+
+// Of returns the count of mark event type t (0 for another type).
+func (c MarkEventCounts) Of(t PoolEventType) int64 {
+	if t < PoolOverload || t > PoolLowUtilisation {
+		return 0
+	}
+	return c[markKind(t)]
+}
 
 // Marks are a pool's event marks in effect, defaults resolved; a mark of 0
 // is off.
@@ -126,6 +156,9 @@ type markState struct {
 
 	lowTimer Timer // ends each low-utilisation period; nil when off
 	lowArmed bool  // lowTimer is running
+
+	reported   [markKinds]time.Time // when each kind was last reported
+	suppressed MarkEventCounts      // crossings not reported since then
 }
 
 // applyMarksLocked takes the marks of p.cfg, and starts, restarts or stops
@@ -194,7 +227,7 @@ func (p *pool) marksLocked() {
 		case !m.nearFull && u >= m.NearFull:
 			m.nearFull = true
 			p.markEventLocked(PoolNearFull, m.NearFull, u)
-		case m.nearFull && u < m.NearFull-NearFullHysteresis:
+		case m.nearFull && u < m.NearFull-NearFullHysteresis && p.utilisationWithLocked(p.held+1) < m.NearFull:
 			m.nearFull = false
 		}
 	}
@@ -213,8 +246,9 @@ func (p *pool) onLowUtilisationTimer() {
 	}
 	if m.LowUtilisation > 0 && p.ad.limit > 0 {
 		switch u := float64(m.peakHeld) / float64(p.ad.limit); {
-		case u >= m.LowUtilisation:
+		case float64(m.peakHeld-1)/float64(p.ad.limit) >= m.LowUtilisation: // a permit above the mark
 			m.low = false
+		case u >= m.LowUtilisation: // within the hysteresis: neither
 		case !m.low && !p.suspended && !p.recoveryBlocksLocked() && len(p.waiters) == 0:
 			m.low = true
 			p.markEventLocked(PoolLowUtilisation, m.LowUtilisation, u)
@@ -224,10 +258,23 @@ func (p *pool) onLowUtilisationTimer() {
 	m.lowTimer.Reset(m.LowUtilisationPeriod)
 }
 
-// utilisationLocked returns held / capacity: the effective concurrency
-// limit, or in an active or passive pool its instances (within that
-// limit, if it has one); 0 without either.
-func (p *pool) utilisationLocked() float64 {
+// utilisationLocked returns held / capacity (capacityLocked); 0 without
+// one.
+func (p *pool) utilisationLocked() float64 { return p.utilisationWithLocked(p.held) }
+
+// utilisationWithLocked returns what utilisation would be with held
+// permits: the marks' hysteresis of one permit compares held ± 1.
+func (p *pool) utilisationWithLocked(held int64) float64 {
+	if c := p.capacityLocked(); c > 0 {
+		return float64(held) / float64(c)
+	}
+	return 0
+}
+
+// capacityLocked returns what utilisation is a fraction of: the effective
+// concurrency limit, or in an active or passive pool its instances
+// (within that limit, if it has one); 0 without either.
+func (p *pool) capacityLocked() int64 {
 	capacity := int64(0)
 	if p.cfg.ConcurrencyLimit > 0 {
 		capacity = p.ad.limit
@@ -237,21 +284,28 @@ func (p *pool) utilisationLocked() float64 {
 			capacity = n
 		}
 	}
-	if capacity <= 0 {
-		return 0
-	}
-	return float64(p.held) / float64(capacity)
+	return max(capacity, 0)
 }
 
-// markEventLocked puts a mark event in the outbox, unless nobody listens.
+// markEventLocked puts a mark event in the outbox, unless nobody listens
+// or one of its kind was reported within the engine's mark event interval
+// (then it counts it as suppressed).
 func (p *pool) markEventLocked(t PoolEventType, mark, utilisation float64) {
 	if p.e.onPoolEvent == nil {
 		return
 	}
+	now, k := p.e.clock.Now(), markKind(t)
+	if last := p.mk.reported[k]; !last.IsZero() && now.Sub(last) < p.e.markInterval {
+		p.mk.suppressed[k]++
+		p.stats.SuppressedMarkEvents[k]++
+		return
+	}
+	p.mk.reported[k] = now
 	ev := PoolEvent{
 		Pool:                       p.name,
 		Type:                       t,
-		Time:                       p.e.clock.Now(),
+		Time:                       now,
+		Suppressed:                 p.mk.suppressed[k],
 		ConcurrencyLimit:           p.ad.limit,
 		ConfiguredConcurrencyLimit: p.cfg.ConcurrencyLimit,
 		Held:                       p.held,
@@ -265,5 +319,6 @@ func (p *pool) markEventLocked(t PoolEventType, mark, utilisation float64) {
 	if t == PoolLowUtilisation {
 		ev.Period = p.mk.LowUtilisationPeriod
 	}
+	p.mk.suppressed[k] = 0
 	p.out.events = append(p.out.events, ev)
 }

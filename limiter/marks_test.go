@@ -51,7 +51,8 @@ func TestMarkNearFullAndDrained(t *testing.T) {
 	if evs := ee.takeEvents(); len(evs) != 0 {
 		t.Fatalf("near-full repeated without re-arming: %+v", evs)
 	}
-	release(2) // 3: re-armed
+	release(2) // 3: below 0.5 minus 0.1 (and minus a permit): re-armed
+	ee.clk.Advance(DefaultMarkEventInterval)
 	acquire(2) // 5: fires again
 	if evs := ee.markEvents(PoolNearFull); len(evs) != 1 || evs[0].Held != 5 {
 		t.Fatalf("near-full after re-arming: %+v", evs)
@@ -148,7 +149,8 @@ func TestMarkOverload(t *testing.T) {
 		t.Fatalf("overload repeated without re-arming: %+v", evs)
 	}
 	cancel(2) // 2: half the mark, re-armed
-	wait(2)   // 4: fires again
+	ee.clk.Advance(DefaultMarkEventInterval)
+	wait(2) // 4: fires again
 	evs = nil
 	ee.waitUntil(t, func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
 	if len(evs) != 1 || evs[0].Waiting != 4 {
@@ -182,10 +184,28 @@ func TestMarkLowUtilisation(t *testing.T) {
 	if evs := ee.takeEvents(); len(evs) != 0 {
 		t.Fatalf("low utilisation repeated within a period: %+v", evs)
 	}
-	// A moment at the mark within the next period: no event for it.
+	// A moment at the mark within the next period: no event for it, but
+	// within the hysteresis of one permit it does not re-arm either.
 	l2 := ee.mustAcquire(t, AcquireRequest{Pool: "db"}) // 0.2
 	if err := ee.Release("db", l2.FencingToken); err != nil {
 		t.Fatal(err)
+	}
+	ee.clk.Advance(time.Second)
+	if evs := ee.takeEvents(); len(evs) != 0 {
+		t.Fatalf("low utilisation in a period that reached the mark: %+v", evs)
+	}
+	ee.clk.Advance(time.Minute)
+	if evs := ee.takeEvents(); len(evs) != 0 {
+		t.Fatalf("low utilisation re-armed by reaching the mark, within its hysteresis: %+v", evs)
+	}
+	// A moment at the mark plus one permit re-arms it.
+	ee.clk.Advance(59 * time.Second)
+	l2 = ee.mustAcquire(t, AcquireRequest{Pool: "db"})
+	l3 := ee.mustAcquire(t, AcquireRequest{Pool: "db"}) // 0.3
+	for _, l := range []Lease{l2, l3} {
+		if err := ee.Release("db", l.FencingToken); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ee.clk.Advance(time.Second)
 	if evs := ee.takeEvents(); len(evs) != 0 {
@@ -274,5 +294,82 @@ func BenchmarkGrantBookkeeping(b *testing.B) {
 		p.marksLocked()
 		p.held--
 		p.marksLocked()
+	}
+}
+
+// TestMarkEventsDoNotFlood: a small limit held near full by rapid
+// release-then-grant cycles for a simulated minute reports a handful of
+// events, not one per cycle: the near-full mark re-arms only a permit
+// below it, and crossings within the mark event interval are counted,
+// not reported.
+func TestMarkEventsDoNotFlood(t *testing.T) {
+	ee := newEventEngine(t)
+	ee.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 4, OverloadMark: 1, LowUtilisationMark: MarkOff, MaxLeaseTTL: time.Hour, DefaultLeaseTTL: time.Hour})
+	var held []Lease
+	cycle := func(n int) { // release n, then take n again
+		for i := 0; i < n; i++ {
+			if err := ee.Release("db", held[len(held)-1].FencingToken); err != nil {
+				t.Fatal(err)
+			}
+			held = held[:len(held)-1]
+		}
+		for i := 0; i < n; i++ {
+			held = append(held, ee.mustAcquire(t, AcquireRequest{Pool: "db"}))
+		}
+	}
+	for range 4 {
+		held = append(held, ee.mustAcquire(t, AcquireRequest{Pool: "db"}))
+	}
+	// Held at 3 to 4 every 10ms for a minute: the mark (3.6 of 4) is
+	// crossed once; 3 of 4 is within a permit of it.
+	for range 6000 {
+		ee.clk.Advance(10 * time.Millisecond)
+		cycle(1)
+	}
+	if evs := ee.markEvents(PoolNearFull); len(evs) != 1 {
+		t.Fatalf("%d near-full events for a minute at 3 to 4 of 4; want 1", len(evs))
+	}
+	if n := ee.status(t, "db").SuppressedMarkEvents.Of(PoolNearFull); n != 0 {
+		t.Fatalf("%d near-full events suppressed with none crossed again", n)
+	}
+
+	// Held at 2 to 4: re-armed and crossed 6000 times in a minute, one
+	// report per DefaultMarkEventInterval, each counting the crossings
+	// suppressed since the previous one.
+	for range 6000 {
+		ee.clk.Advance(10 * time.Millisecond)
+		cycle(2)
+	}
+	evs := ee.markEvents(PoolNearFull)
+	suppressed := ee.status(t, "db").SuppressedMarkEvents.Of(PoolNearFull)
+	if len(evs) < 5 || len(evs) > 7 || int64(len(evs))+suppressed != 6000 {
+		t.Fatalf("%d near-full events and %d suppressed for 6000 crossings in a minute; want 6 or so, and all counted", len(evs), suppressed)
+	}
+	var reported int64
+	for i, ev := range evs {
+		if i > 0 && ev.Time.Sub(evs[i-1].Time) < DefaultMarkEventInterval {
+			t.Fatalf("near-full events %v apart", ev.Time.Sub(evs[i-1].Time))
+		}
+		reported += ev.Suppressed
+	}
+	if reported == 0 || reported > suppressed {
+		t.Fatalf("events carry %d suppressed crossings of %d", reported, suppressed)
+	}
+
+	// The overload mark (1 waiting) crossed by a waiter that comes and
+	// goes every 100ms for 30s: at most one event per interval.
+	for range 300 {
+		ee.clk.Advance(100 * time.Millisecond)
+		pa := ee.startAcquire(t, AcquireRequest{Pool: "db"})
+		pa.cancel()
+		if _, err := pa.result(t); err == nil {
+			t.Fatal("a cancelled waiter was granted")
+		}
+	}
+	if evs := ee.markEvents(PoolOverload); len(evs) < 3 || len(evs) > 4 {
+		t.Fatalf("%d overload events for 300 crossings in 30s; want 3 or 4", len(evs))
+	}
+	if n := ee.status(t, "db").SuppressedMarkEvents.Of(PoolOverload); n < 296 {
+		t.Fatalf("%d overload events suppressed; want the rest of 300", n)
 	}
 }

@@ -78,6 +78,23 @@ type DurableState struct {
 	// fields above they are soft: written after the change, best effort.
 	EffectiveConcurrency int64
 	EffectiveRate        float64
+	// ReadoptFloor: no lease with a fencing token at or below it is
+	// re-adopted after a restart. It starts at the token floor the pool
+	// was created above (tokens of an earlier pool of the same name), and
+	// rises past the oldest Ended when too many are recorded.
+	ReadoptFloor uint64
+	// Ended are leases released or revoked before their last granted
+	// expiry, written in the background (persist_ahead.go), so that a
+	// restarted engine does not re-adopt them. Those past their expiry are
+	// dropped: an expiry receipt refuses them already (recovery.go).
+	Ended []EndedLease
+}
+
+// EndedLease is a lease released or revoked before its expiry.
+type EndedLease struct {
+	Token   uint64
+	Expiry  time.Time
+	Revoked bool
 }
 
 // Tuning of the writes ahead.
@@ -108,6 +125,8 @@ type durable struct {
 	state       DurableState
 	tokenBlock  uint64 // tokens the next write reserves
 	lastTokenAt int64  // when a write last had to move TokenCeiling (Unix ns; 0: never)
+	endedDirty  bool   // state.Ended has leases not written yet: recovery_ended.go
+	flushing    bool   // a background write of state.Ended is running
 	w           writer // every write of the pool goes through it: persist_ahead.go
 }
 
@@ -266,6 +285,40 @@ func (p *pool) writeReservationLocked(now, expiry time.Time) error {
 	}
 	p.dur.tokenBlock = block
 	return nil
+}
+
+// recordCleanStopLocked records, once the engine is closed, that p holds
+// nothing: no lease, no rate share, and no recovery window still open for
+// ones from before a restart. Its horizons become the zero time (none
+// granted), and its readopt floor its last token, so that the next start
+// needs no recovery window for it. The
+// next grant (or share) passes the zero horizon and so writes a new one
+// before it is made, as any grant past the horizon does: a crash after it
+// finds a horizon again. A failed write leaves the old record, which is
+// merely more cautious.
+//
+// A pool that holds something gets the leases released or revoked and not
+// written yet written now (recovery_ended.go).
+func (p *pool) recordCleanStopLocked() {
+	if p.e.persister == nil || p.deleted {
+		return
+	}
+	st := p.dur.state
+	if len(p.leases) > 0 || p.held > 0 || p.recoveringLocked() || len(p.shr.byID) > 0 || !p.shr.rec.until.IsZero() {
+		if p.dur.endedDirty {
+			st.Ended = liveEnded(st.Ended, p.e.clock.Now())
+			_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the released leases of pool "+quote(p.name))
+		}
+		return
+	}
+	if st.LeaseHorizon.IsZero() && st.ShareHorizon.IsZero() {
+		return
+	}
+	// Nothing issued so far is live: no lease up to the last token may be
+	// re-adopted after a later restart either.
+	st.LeaseHorizon, st.ShareHorizon, st.Ended = time.Time{}, time.Time{}, nil
+	st.ReadoptFloor = max(st.ReadoptFloor, p.lastToken)
+	_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the clean stop of pool "+quote(p.name))
 }
 
 // storageErr turns a Persister's error into ErrStorageFailed, saying what

@@ -45,6 +45,7 @@ func mergeReservations(a, b DurableState) DurableState {
 		a.ShareHorizon = b.ShareHorizon
 	}
 	a.ShareTTLBound = max(a.ShareTTLBound, b.ShareTTLBound)
+	a.ReadoptFloor = max(a.ReadoptFloor, b.ReadoptFloor)
 	return a
 }
 
@@ -64,6 +65,7 @@ func (p *pool) saveLocked(saved SavedPool, what string) error {
 		return err
 	}
 	p.dur.state = saved.State
+	p.dur.endedDirty = false // the write carried every ended lease: recovery_ended.go
 	return nil
 }
 

@@ -45,6 +45,7 @@ type pool struct {
 	waiters       indexedHeap[*waiter]
 	waitingWeight int64
 	seq           uint64
+	takesWaiting  int64 // takes waiting for their tokens; they count toward max_waiters
 
 	bucket *rate.Limiter // nil when the pool has no rate
 
@@ -86,8 +87,8 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 	}
 	p.initAdaptiveLocked() // effective limits = configured: adaptive.go
 	p.applyRateLocked(now)
-	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL}) // persist.go
-	p.applyMarksLocked()                                                                                   // event marks: marks.go
+	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, ReadoptFloor: tokenFloor}) // persist.go
+	p.applyMarksLocked()                                                                                                             // event marks: marks.go
 	return p
 }
 

@@ -124,11 +124,15 @@ type PoolEvent struct {
 	// concurrency limit then (for PoolLowUtilisation, the highest over the
 	// period; 0 without a concurrency limit); Mark is the mark crossed
 	// (the overload mark as a count, the others as a fraction; 0 for
-	// PoolDrained); Period is PoolLowUtilisation's period.
+	// PoolDrained); Period is PoolLowUtilisation's period. Suppressed
+	// counts the crossings of this kind that were not reported since the
+	// previous event of this kind, as they came within the engine's
+	// MarkEventInterval of it (marks.go).
 	Held, Waiting int64
 	Utilisation   float64
 	Mark          float64
 	Period        time.Duration
+	Suppressed    int64
 }
 
 // outbox holds what a pool reports to the engine's callbacks, collected

@@ -26,8 +26,12 @@ type window struct {
 	// restart is when the pool was restored.
 	restart time.Time
 	// ceiling is the highest fencing token that may have been issued
-	// before the restart: only such tokens can be re-adopted.
-	ceiling uint64
+	// before the restart, and floor the highest that cannot be re-adopted
+	// (DurableState.ReadoptFloor): only tokens between them can be.
+	ceiling, floor uint64
+	// ended are the leases released (false) or revoked (true) before the
+	// restart whose expiry had not passed: DurableState.Ended.
+	ended map[uint64]bool
 	// taken holds the pre-restart tokens re-adopted or released since the
 	// restart: none of them is re-adopted again.
 	taken map[uint64]struct{}
@@ -111,18 +115,52 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 	if p.bucket != nil {
 		p.bucket.AllowN(now, int(cfg.Burst)) // start empty: the old bucket may have been spent
 	}
-	until := now.Add(st.TTLBound)
-	if st.LeaseHorizon.Before(until) {
-		until = st.LeaseHorizon
-	}
+	until := windowEnd(st.LeaseHorizon, st.TTLBound, now)
 	if until.After(now) {
-		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling, taken: make(map[uint64]struct{})}}
+		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling, floor: st.ReadoptFloor,
+			ended: endedSet(st.Ended, now), taken: make(map[uint64]struct{})}}
 		p.rec.timer = e.clock.AfterFunc(until.Sub(now), p.onRecoveryEnd)
 	}
 	p.restoreEffectiveLocked(st, now) // adaptive_persist.go
 	p.restoreSharesLocked(st, now)    // shares_recovery.go
 	e.pools.add(p)
 	return p.infoLocked(now), nil
+}
+
+// ClockStepTolerance is how far the wall clock may step forward, at any
+// moment before a restart, without shortening a recovery window. Horizons
+// are written as wall time but kept in memory on the monotonic clock, so a
+// forward step of J makes a saved horizon look J earlier than the leases it
+// covers really end; a window therefore ends at the saved horizon plus this
+// tolerance, and never later than restart + the TTL bound, which bounds
+// every lease from before the restart by the time that really passes. A
+// backward step makes a horizon look later: it can only lengthen a window,
+// within that same bound.
+const ClockStepTolerance = 10 * time.Minute
+
+// windowEnd is when a recovery window after a restart at now ends, given a
+// saved horizon (the zero time: nothing to recover) and the bound on the
+// TTLs granted before it: no window when it is already over.
+func windowEnd(horizon time.Time, ttlBound time.Duration, now time.Time) time.Time {
+	if horizon.IsZero() {
+		return time.Time{}
+	}
+	until := now.Add(ttlBound)
+	if h := horizon.Add(ClockStepTolerance); h.Before(until) {
+		until = h
+	}
+	return until
+}
+
+// endedSet returns the ended leases whose expiry is after now, by token.
+func endedSet(ended []EndedLease, now time.Time) map[uint64]bool {
+	m := make(map[uint64]bool)
+	for _, e := range ended {
+		if e.Expiry.After(now) {
+			m[e.Token] = e.Revoked
+		}
+	}
+	return m
 }
 
 // onRecoveryEnd ends the pool's recovery window: every lease from before
@@ -160,6 +198,11 @@ type Readopt struct {
 	// active or passive pool: Weight of them, each in the pool and free,
 	// or the lease is not re-adopted.
 	Resources []string
+	// Expiry is the expiry the lease was last granted, as the holder was
+	// told it (the server signs it: an expiry receipt). A lease whose
+	// Expiry is zero, or has passed, is not re-adopted: it may have ended
+	// before the restart.
+	Expiry time.Time
 }
 
 // RenewOrReadopt is Renew, except that during the pool's recovery window
@@ -187,9 +230,13 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 		return nil, nil
 	}
 	since := " (the server restarted at " + p.rec.restart.UTC().Format(time.RFC3339Nano) + " and does not know it)"
-	switch {
-	case ra.Weight < 1:
+	if ra.Weight < 1 {
 		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the renew did not say its weight; stop the work it protects and acquire a new lease (clients that send weight with renew re-attach by themselves)", token, p.name, since)
+	}
+	if err := p.endedBeforeRestartLocked(token, ra, now); err != nil {
+		return nil, err
+	}
+	switch {
 	case len(ra.ClientID) > MaxClientIDLen:
 		return nil, errorf(ErrInvalidArgument, "client id is %d bytes; the most is %d", len(ra.ClientID), MaxClientIDLen)
 	case len(ra.Description) > MaxDescriptionLen:
@@ -249,8 +296,32 @@ func (p *pool) releasePreRestartLocked(token uint64) bool {
 	if len(p.rec.taken) < maxRecoveryEnded {
 		p.rec.taken[token] = struct{}{}
 	}
+	p.recordEndedLocked(token, p.rec.until, false) // it cannot be live after the window: recovery_ended.go
 	p.stats.Released++
 	return true
+}
+
+// endedBeforeRestartLocked refuses the re-adoption of a lease that ended
+// before the restart: one of an earlier pool of the same name, released or
+// revoked, or past the expiry its receipt shows (or without a receipt).
+func (p *pool) endedBeforeRestartLocked(token uint64, ra *Readopt, now time.Time) error {
+	if token <= p.rec.floor {
+		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it ended before the restart (it was released or revoked, or belongs to an earlier pool of that name); stop the work it protects and acquire a new lease", token, p.name)
+	}
+	if revoked, ok := p.rec.ended[token]; ok {
+		how := "released"
+		if revoked {
+			how = "revoked"
+		}
+		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it was %s before the restart; stop the work it protects and acquire a new lease", token, p.name, how)
+	}
+	if ra.Expiry.IsZero() {
+		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew did not carry the lease's expiry receipt, so the server cannot tell it from a lease that ended before the restart; stop the work it protects and acquire a new lease (clients that send expiry_receipt with renew re-attach by themselves)", token, p.name)
+	}
+	if !ra.Expiry.After(now) {
+		return errorf(ErrLeaseExpired, "lease %d of pool %q expired at %s, before the server's restart; stop the work it protects and acquire a new lease", token, p.name, ra.Expiry.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // preRestartLocked reports whether token may name a lease granted before

@@ -18,10 +18,13 @@ import (
 // crash: they keep renewing (with RenewOrReadopt, as a client does) while
 // their lease is valid, and give it up when a renew is refused. Some never
 // renew and hold until their expiry; some whose lease is over send a late
-// renew anyway (a delayed message): the engine may take such a lease back
-// during a recovery window, which costs capacity but not safety, since the
-// holder, following the rules, no longer uses it. Fencing tokens must also
-// grow across every restart.
+// renew anyway (a delayed message). Leases are also revoked, and the pool
+// deleted and created again. A lease that ended for sure before a crash
+// (expired, released or revoked more than endedFlushDelay before it, or of
+// the deleted pool) must never be re-adopted after it: it would take the
+// place of a live holder (issue #10). One whose re-adoption was refused may
+// be taken back by a late renew, which costs capacity but not safety. Fencing
+// tokens must also grow across every restart.
 func TestRandomizedRestartSafety(t *testing.T) {
 	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
 	steps := 3000
@@ -71,6 +74,9 @@ type holder struct {
 	token      uint64
 	weight     int64
 	validUntil time.Time // ExpireTime of the last grant or renewal it saw
+	receipt    time.Time // the same, kept when a renew is refused: what it sends to re-adopt
+	ended      bool      // the engine ended it for sure (expired, released, revoked, pool re-created)
+	releasedAt time.Time // when it was released or revoked: recorded durably endedFlushDelay later
 	silent     bool      // never renews
 	resources  []string  // the instances it was granted (active and passive pools)
 }
@@ -134,7 +140,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			t.Fatalf("seed %d era %d: token %d granted, not above %d issued before the restart", seed, era, l.FencingToken, minToken)
 		}
 		maxToken = max(maxToken, l.FencingToken)
-		h := &holder{token: l.FencingToken, weight: l.Weight, validUntil: l.ExpireTime, silent: rng.IntN(3) == 0}
+		h := &holder{token: l.FencingToken, weight: l.Weight, validUntil: l.ExpireTime, receipt: l.ExpireTime, silent: rng.IntN(3) == 0}
 		for _, r := range l.Resources {
 			h.resources = append(h.resources, r.ID)
 		}
@@ -158,6 +164,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			if now().Before(h.validUntil) {
 				kept = append(kept, h)
 			} else if len(lost) < 100 {
+				h.ended = !now().Before(h.receipt) // expired, not refused
 				lost = append(lost, h)
 			}
 		}
@@ -226,14 +233,14 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 				if h.silent {
 					break
 				}
-				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources})
+				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources, Expiry: h.receipt})
 				if err != nil {
 					h.validUntil = time.Time{} // refused: the holder stops
 				} else {
 					if l.FencingToken != h.token || l.Weight != h.weight {
 						t.Fatalf("seed %d: renew of %d/%d returned %+v", seed, h.token, h.weight, l)
 					}
-					h.validUntil = l.ExpireTime
+					h.validUntil, h.receipt = l.ExpireTime, l.ExpireTime
 				}
 			}
 		case op < 55:
@@ -242,15 +249,54 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 				i := rng.IntN(len(lost))
 				h := lost[i]
 				lost = append(lost[:i], lost[i+1:]...)
-				_, _ = te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources})
+				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources, Expiry: h.receipt})
+				if err == nil && h.ended { // it would take the place of a live holder: issue #10
+					t.Fatalf("seed %d era %d: lease %d ended before (expired, released, revoked or its pool re-created) and was re-adopted: %+v", seed, era, h.token, l)
+				}
 			}
 		case op < 68:
 			what = "release"
 			if hs := valid(); len(hs) > 0 {
 				i := rng.IntN(len(hs))
-				_ = te.Release("db", hs[i].token) // the holder stops either way
+				h := hs[i]
+				h.ended = te.Release("db", h.token) == nil // the holder stops either way
+				h.releasedAt = now()
 				holders = append(hs[:i], hs[i+1:]...)
+				if len(lost) < 100 {
+					lost = append(lost, h)
+				}
 			}
+		case op < 71:
+			what = "revoke"
+			if hs := valid(); len(hs) > 0 {
+				i := rng.IntN(len(hs))
+				h := hs[i]
+				if err := te.RevokeLease("db", h.token, "test"); err == nil {
+					h.ended, h.releasedAt = true, now()
+					holders = append(hs[:i], hs[i+1:]...)
+					if len(lost) < 100 {
+						lost = append(lost, h)
+					}
+				}
+			}
+		case op < 72 && kind == ResourceFree && rng.IntN(3) == 0:
+			what = "re-create"
+			if err := te.DeletePool("db", true); err != nil {
+				t.Fatalf("seed %d: delete: %v", seed, err)
+			}
+			for _, w := range waiting {
+				w.result(t)
+			}
+			collect()
+			for _, h := range valid() {
+				h.ended = true
+				if len(lost) < 100 {
+					lost = append(lost, h)
+				}
+			}
+			holders = nil
+			cfg.MaxLeaseTTL, cfg.DefaultLeaseTTL = maxTTL, maxTTL/2
+			te.mustCreate(t, cfg)
 		case op < 93 && kind == ResourcePassive && provider == nil && rng.IntN(4) == 0:
 			what = "provider returns"
 			register()
@@ -269,6 +315,11 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 				w.cancel()
 			}
 			te.Engine.Close()
+			for _, h := range lost { // released too shortly before the crash to be written: docs/recovery.md
+				if h.ended && now().Sub(h.releasedAt) < endedFlushDelay {
+					h.ended = false
+				}
+			}
 			for _, w := range waiting {
 				w.result(t)
 			}

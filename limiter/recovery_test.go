@@ -31,9 +31,14 @@ func (te *testEngine) restart(t testing.TB, m *memPersister, downtime time.Durat
 	return ne
 }
 
+// readopt is what a holder sends to re-adopt a lease of weight w, with an
+// expiry receipt still ahead (its lease was live at the restart).
 func readopt(w int64) Readopt {
-	return Readopt{Weight: w, ClientID: "c", Description: "d", Priority: 2}
+	return Readopt{Weight: w, ClientID: "c", Description: "d", Priority: 2, Expiry: liveReceipt}
 }
+
+// liveReceipt is the expiry receipt of a lease still live at any time tests reach.
+var liveReceipt = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // TestRestartContinuesTokensAboveCeiling: tokens after a restart are above
 // every token issued before it, and the restored pool keeps its
@@ -72,8 +77,9 @@ func TestRestartContinuesTokensAboveCeiling(t *testing.T) {
 }
 
 // TestRecoveryWindowBounds: the window ends at the earlier of the saved
-// horizon and restart + the TTL bound; a pool that granted nothing, or
-// whose horizon has passed, does not recover.
+// horizon plus ClockStepTolerance and restart + the TTL bound; a pool that
+// granted nothing, or whose horizon has passed by more than the
+// tolerance, does not recover.
 func TestRecoveryWindowBounds(t *testing.T) {
 	m := newMemPersister()
 	te := newPersistentTestEngine(t, m)
@@ -88,21 +94,21 @@ func TestRecoveryWindowBounds(t *testing.T) {
 	if got, want := te2.status(t, "quick").RecoveringUntil, epoch.Add(48*time.Second); !got.Equal(want) {
 		t.Fatalf("quick recovers until %v; want restart + max TTL = %v", got, want)
 	}
-	if got, want := te2.status(t, "old").RecoveringUntil, epoch.Add(40*time.Second); !got.Equal(want) {
-		t.Fatalf("old recovers until %v; want its horizon %v", got, want)
+	if got, want := te2.status(t, "old").RecoveringUntil, epoch.Add(48*time.Second); !got.Equal(want) {
+		t.Fatalf("old recovers until %v; want restart + max TTL = %v (its horizon 40s was too recent to trust)", got, want)
 	}
 	if got := te2.status(t, "idle").RecoveringUntil; !got.IsZero() {
 		t.Fatalf("idle (never granted) recovers until %v", got)
 	}
 	te2.mustAcquire(t, AcquireRequest{Pool: "idle"})
 
-	te2.clk.Advance(2 * time.Second) // 40s: old's window is over
+	te2.clk.Advance(10 * time.Second) // 48s: old's window is over
 	if got := te2.status(t, "old").RecoveringUntil; !got.IsZero() {
-		t.Fatalf("old still recovering at its horizon: %v", got)
+		t.Fatalf("old still recovering at its window's end: %v", got)
 	}
 	te2.mustAcquire(t, AcquireRequest{Pool: "old"})
 
-	te3 := te2.restart(t, m, 10*time.Minute) // every horizon has passed
+	te3 := te2.restart(t, m, ClockStepTolerance+time.Minute) // every horizon has passed, by more than the tolerance
 	for _, name := range []string{"quick", "idle", "old"} {
 		if got := te3.status(t, name).RecoveringUntil; !got.IsZero() {
 			t.Fatalf("%s recovers until %v long after its horizon", name, got)
@@ -219,7 +225,7 @@ func TestReadoptRefusals(t *testing.T) {
 	wantReason(t, err, ErrLeaseNotFound)
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, time.Hour, nil, readopt(2))
 	wantReason(t, err, ErrInvalidArgument)
-	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, ClientID: strings.Repeat("x", MaxClientIDLen+1)})
+	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, ClientID: strings.Repeat("x", MaxClientIDLen+1), Expiry: liveReceipt})
 	wantReason(t, err, ErrInvalidArgument)
 
 	// A holder that claims more than fits is refused; the others fit.
@@ -369,5 +375,66 @@ func TestRecoveryWindowFollowsTTLsInUse(t *testing.T) {
 	te3 := te2.restart(t, m, time.Second)
 	if got, want := te3.status(t, "db").RecoveringUntil, te3.clk.Now().Add(40*time.Second); !got.Equal(want) {
 		t.Fatalf("recovering until %v; want restart + 40s = %v", got, want)
+	}
+}
+
+// TestCleanStopNeedsNoWindow: after a graceful stop (Close, then
+// RecordCleanStop), a pool that held nothing restarts with no recovery
+// window, one that held a lease recovers as after a crash; the next grant
+// writes a horizon again before it is made, so a crash after it recovers;
+// and no lease from before the clean stop is re-adopted later.
+func TestCleanStopNeedsNoWindow(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "idle", ConcurrencyLimit: 2, MaxLeaseTTL: 10 * time.Second})
+	te.mustCreate(t, PoolConfig{Name: "busy", ConcurrencyLimit: 2, MaxLeaseTTL: 10 * time.Second})
+	a := te.mustAcquire(t, AcquireRequest{Pool: "idle", TTL: 10 * time.Second})
+	if err := te.Release("idle", a.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	te.mustAcquire(t, AcquireRequest{Pool: "busy", TTL: 10 * time.Second})
+	te.Engine.Close()
+	te.RecordCleanStop()
+
+	te2 := te.restart(t, m, time.Second)
+	if got := te2.status(t, "idle").RecoveringUntil; !got.IsZero() {
+		t.Fatalf("a pool that held nothing at a clean stop recovers until %v", got)
+	}
+	if got := te2.status(t, "busy").RecoveringUntil; got.IsZero() {
+		t.Fatal("a pool that held a lease at the stop does not recover")
+	}
+	b := te2.mustAcquire(t, AcquireRequest{Pool: "idle", TTL: 10 * time.Second})
+	if sp, _ := m.saved("idle"); sp.State.LeaseHorizon.Before(b.ExpireTime) {
+		t.Fatalf("granted until %v over a saved horizon of %v", b.ExpireTime, sp.State.LeaseHorizon)
+	}
+	te3 := te2.restart(t, m, time.Second) // a crash
+	if got := te3.status(t, "idle").RecoveringUntil; got.IsZero() {
+		t.Fatal("no recovery after a crash that followed a grant")
+	}
+	_, err := te3.RenewOrReadopt("idle", a.FencingToken, 0, nil, readopt(1))
+	wantReason(t, err, ErrLeaseNotReadopted)
+	if _, err := te3.RenewOrReadopt("idle", b.FencingToken, 0, nil, readopt(1)); err != nil {
+		t.Fatalf("the live lease: %v", err)
+	}
+}
+
+// TestWallClockStepNeverShortensTheWindow: the engine's clock stepping
+// forward by up to ClockStepTolerance just before a crash (the saved
+// horizon, in wall time, then looks that much earlier than the lease it
+// covers really ends) leaves the recovery window long enough to cover the
+// lease by the time that really passes.
+func TestWallClockStepNeverShortensTheWindow(t *testing.T) {
+	for _, step := range []time.Duration{5 * time.Second, time.Minute, ClockStepTolerance} {
+		m := newMemPersister()
+		te := newPersistentTestEngine(t, m, time.Millisecond) // the horizon hugs the lease
+		te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, MaxLeaseTTL: 10 * time.Second})
+		l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second})
+		// The wall clock steps forward by step, and the engine crashes at
+		// once: no real time passes, so the holder keeps its lease until
+		// ExpireTime + step on the stepped clock.
+		te2 := te.restart(t, m, step)
+		if got, end := te2.status(t, "db").RecoveringUntil, l.ExpireTime.Add(step); got.Before(end) {
+			t.Fatalf("after a %v step: recovering until %v, before the lease really ends at %v", step, got, end)
+		}
 	}
 }

@@ -40,10 +40,11 @@ type shareRecovery struct {
 // at now from st: it lasts until the earlier of the share horizon and now
 // + the share TTL bound.
 func (p *pool) restoreSharesLocked(st DurableState, now time.Time) {
-	until := st.ShareHorizon
-	if st.ShareTTLBound > 0 && now.Add(st.ShareTTLBound).Before(until) {
-		until = now.Add(st.ShareTTLBound)
+	bound := st.ShareTTLBound
+	if bound <= 0 {
+		bound = MaxLeaseTTLLimit // not recorded: assume the longest
 	}
+	until := windowEnd(st.ShareHorizon, bound, now) // a wall-clock step never shortens it: recovery.go
 	if p.cfg.Rate == 0 || !until.After(now) {
 		return
 	}

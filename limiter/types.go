@@ -155,6 +155,10 @@ type PoolStatus struct {
 	// Held / its instances when they are fewer (or it has no limit); 0
 	// with neither.
 	Utilisation float64
+	// SuppressedMarkEvents counts, by type, the mark events not reported
+	// because one of their type came within the engine's
+	// MarkEventInterval before (marks.go).
+	SuppressedMarkEvents MarkEventCounts
 
 	// Adaptive limits and rate shares (adaptive.go, shares.go).
 	AdaptiveStatus

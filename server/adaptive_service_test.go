@@ -29,7 +29,8 @@ func TestAdaptiveOverGRPC(t *testing.T) {
 	p := e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 10, Adaptive: &tollgatev1.Adaptive{Enabled: true, MinSamples: 4}})
 	a := p.GetAdaptive()
 	if !a.GetEnabled() || a.GetBackoff() != limiter.DefaultAdaptiveBackoff || a.GetWindow().AsDuration() != limiter.DefaultAdaptiveWindow ||
-		a.GetTarget() != tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_ALL || a.GetMinConcurrency() != 1 {
+		a.GetTarget() != tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_ALL || a.GetMinConcurrency() != 1 ||
+		a.GetProbeInterval().AsDuration() != 5*limiter.DefaultAdaptiveInterval {
 		t.Fatalf("adaptive settings as stored: %v", a)
 	}
 	for i := 0; i < 2; i++ {
@@ -55,11 +56,11 @@ func TestAdaptiveOverGRPC(t *testing.T) {
 	}
 	// An update of one adaptive field keeps the others.
 	resp, err := e.adm.UpdatePool(e.ctx(), &tollgatev1.UpdatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", SafeRate: 0,
-		Adaptive: &tollgatev1.Adaptive{Backoff: 0.5}}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"adaptive.backoff"}}})
+		Adaptive: &tollgatev1.Adaptive{Backoff: 0.5, ProbeInterval: dur(7 * time.Second)}}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"adaptive.backoff", "adaptive.probe_interval"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := resp.GetPool().GetAdaptive(); a.GetBackoff() != 0.5 || a.GetMinSamples() != 4 || !a.GetEnabled() {
+	if a := resp.GetPool().GetAdaptive(); a.GetBackoff() != 0.5 || a.GetMinSamples() != 4 || !a.GetEnabled() || a.GetProbeInterval().AsDuration() != 7*time.Second {
 		t.Fatalf("after updating adaptive.backoff: %v", a)
 	}
 	// Turning it off restores the configured limit.

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -47,26 +49,64 @@ func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.Remo
 	return nil, toStatus(a.srv.log, "RemoveResources", err, errCtx{pool: req.GetPool()})
 }
 
-// ListResources lists a resource pool's instances and providers.
+// ListResources lists a page of a resource pool's instances, in id order,
+// and (on the first page) its providers.
 func (a *adminService) ListResources(ctx context.Context, req *tollgatev1.ListResourcesRequest) (*tollgatev1.ListResourcesResponse, error) {
-	err := checkPoolName("pool", req.GetPool())
-	if err == nil {
-		var (
-			states    []limiter.ResourceState
-			providers []limiter.ProviderInfo
-		)
-		if states, providers, err = a.srv.engine.ListResources(req.GetPool()); err == nil {
-			resp := &tollgatev1.ListResourcesResponse{Resources: make([]*tollgatev1.ResourceState, len(states))}
-			for i, s := range states {
-				resp.Resources[i] = a.srv.resourceStateToProto(req.GetPool(), s)
-			}
-			for _, p := range providers {
-				resp.Providers = append(resp.Providers, providerToProto(p))
-			}
-			return resp, nil
+	resp, err := a.listResources(req)
+	if err != nil {
+		return nil, toStatus(a.srv.log, "ListResources", err, errCtx{pool: req.GetPool()})
+	}
+	return resp, nil
+}
+
+func (a *adminService) listResources(req *tollgatev1.ListResourcesRequest) (*tollgatev1.ListResourcesResponse, error) {
+	if err := checkPoolName("pool", req.GetPool()); err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	after, first, err := decodeResourcePageToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	states, providers, err := a.srv.engine.ListResources(req.GetPool())
+	if err != nil {
+		return nil, err
+	}
+	from := 0
+	if !first {
+		from = sort.Search(len(states), func(i int) bool { return states[i].ID > after })
+	}
+	page := states[from:min(len(states), from+size)]
+	resp := &tollgatev1.ListResourcesResponse{Resources: make([]*tollgatev1.ResourceState, len(page))}
+	for i, s := range page {
+		resp.Resources[i] = a.srv.resourceStateToProto(req.GetPool(), s)
+	}
+	if first {
+		for _, p := range providers {
+			resp.Providers = append(resp.Providers, providerToProto(p))
 		}
 	}
-	return nil, toStatus(a.srv.log, "ListResources", err, errCtx{pool: req.GetPool()})
+	if from+size < len(states) && len(page) > 0 {
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte("r" + page[len(page)-1].ID))
+	}
+	return resp, nil
+}
+
+// decodeResourcePageToken reads a ListResources page token: the base64url
+// encoding of "r" and the last id of the previous page. "" is the first
+// page.
+func decodeResourcePageToken(tok string) (after string, first bool, err error) {
+	if tok == "" {
+		return "", true, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(b) < 2 || b[0] != 'r' {
+		return "", false, invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous ListResources response unchanged, or leave it empty for the first page", truncate(tok, 64))
+	}
+	return string(b[1:]), false, nil
 }
 
 // resourcesEvent is the audit event of a successful AddResources or

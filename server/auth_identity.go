@@ -26,8 +26,11 @@ type identity struct {
 	// token is set when the call carried "authorization: Bearer <token>"
 	// metadata; tokenOK when that token is the admin token.
 	token, tokenOK bool
-	// addr is the peer's IP address, for limits on callers without names.
+	// addr is the peer's IP address, for logs.
 	addr string
+	// conn is the peer's address with its port, which names its
+	// connection: the key of limits on callers without names.
+	conn string
 }
 
 // principal names the caller for logs and limits: its first certificate
@@ -43,13 +46,19 @@ func (id identity) principal() string {
 }
 
 // clientKey is the key of the caller for per-client limits: its principal,
-// else declaredID (a client_id it chose), else its IP address.
+// else declaredID (a client_id it chose), else its connection. Keying
+// unnamed callers by connection rather than by IP address lets many
+// processes of one host each have the per-client limits, while
+// Limits.MaxConnsPerIP bounds how many connections one address may open.
 func (id identity) clientKey(declaredID string) string {
 	if p := id.principal(); p != "" {
 		return "id:" + p
 	}
 	if declaredID != "" {
 		return "client:" + declaredID
+	}
+	if id.conn != "" {
+		return "conn:" + id.conn
 	}
 	return "addr:" + id.addr
 }
@@ -62,6 +71,8 @@ func describeKey(key string) string {
 		return "client " + quoteTrunc(v)
 	case "client":
 		return "client_id " + quoteTrunc(v)
+	case "conn":
+		return "the connection from " + v
 	}
 	return "address " + v
 }
@@ -76,6 +87,7 @@ func identityOf(ctx context.Context, token *[sha256.Size]byte) identity {
 		switch a := p.Addr.(type) {
 		case *net.TCPAddr:
 			id.addr = a.IP.String()
+			id.conn = a.String()
 		case nil:
 		default:
 			id.addr = a.String()

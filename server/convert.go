@@ -72,6 +72,9 @@ func acquireFromProto(r *tollgatev1.AcquireRequest) (limiter.AcquireRequest, err
 	if err != nil {
 		return ar, err
 	}
+	if err := checkTraceContext(r.GetTraceContext()); err != nil {
+		return ar, err
+	}
 	return limiter.AcquireRequest{
 		Pool:        r.GetPool(),
 		Weight:      weight,
@@ -99,6 +102,8 @@ func (s *Server) leaseToProto(l limiter.Lease) *tollgatev1.Lease {
 		Priority:     l.Priority,
 		AcquireTime:  timestamp(l.AcquireTime),
 		Resources:    resourcesToProto(l.Resources), // resources_convert.go
+		// What a restarted server asks to re-adopt the lease: leaseid.go
+		ExpiryReceipt: s.ids.receipt(l.Pool, l.FencingToken, l.ExpireTime),
 	}
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
@@ -16,18 +17,29 @@ import (
 // Limits.MaxWaiters while it is in progress, and records its wait in the
 // pool's wait-time histogram when it is granted. A granted lease counts
 // against its client until releaseLease or the engine's OnLeaseEnded ends
-// it.
+// it. An unauthenticated caller chooses its client_id, so while it waits
+// its acquire counts against its connection as well, like a take.
 func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
-	key := s.auth().identify(ctx).clientKey(ar.ClientID)
+	id := s.auth().identify(ctx)
+	key, connKey := id.clientKey(ar.ClientID), id.clientKey("")
 	if err := s.quotas.beginAcquire(key); err != nil {
 		return limiter.Lease{}, err
+	}
+	if connKey != key {
+		if err := s.quotas.beginAcquire(connKey); err != nil {
+			s.quotas.endAcquire(key, nil)
+			return limiter.Lease{}, err
+		}
+		defer s.quotas.endAcquire(connKey, nil)
 	}
 	if err := s.quotas.beginWait(); err != nil {
 		s.quotas.endAcquire(key, nil)
 		return limiter.Lease{}, err
 	}
 	start := s.engine.Clock().Now()
+	ctx, stop := s.untilDrain(ctx)
 	lease, err := s.engine.Acquire(ctx, ar)
+	err = stop(err)
 	s.quotas.endWait()
 	if err != nil {
 		s.quotas.endAcquire(key, nil)
@@ -38,14 +50,56 @@ func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) 
 	return lease, nil
 }
 
-// takeCounted calls the engine's Take, counted against Limits.MaxWaiters
-// while it is in progress.
+// takeCounted calls the engine's Take, counted against
+// Limits.MaxClientLeases (for the caller's client key, as an acquire is)
+// and Limits.MaxWaiters while it is in progress. A maxWait past
+// Limits.MaxTakeWait is cut to it, and a take refused only because of
+// that cut says so.
 func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
+	key := s.auth().identify(ctx).clientKey("")
+	if err := s.quotas.beginAcquire(key); err != nil {
+		return limiter.TakeResult{}, err
+	}
+	defer s.quotas.endAcquire(key, nil)
 	if err := s.quotas.beginWait(); err != nil {
 		return limiter.TakeResult{}, err
 	}
 	defer s.quotas.endWait()
-	return s.engine.Take(ctx, pool, tokens, maxWait)
+	asked, capped := maxWait, false
+	if c := s.limits.MaxTakeWait; c > 0 && maxWait > c {
+		maxWait, capped = c, true
+	}
+	ctx, stop := s.untilDrain(ctx)
+	res, err := s.engine.Take(ctx, pool, tokens, maxWait)
+	err = stop(err)
+	if le := (*limiter.Error)(nil); capped && errors.As(err, &le) && le.Reason == limiter.ReasonRateLimited && le.RetryAfter <= asked {
+		ce := s.quotas.exhausted(limitTakeWait, le.Reason,
+			"pool %q would have %d tokens in %v, longer than the server lets a take wait (%v, its --max-take-wait); retry after that, or ask the operator to raise --max-take-wait",
+			pool, tokens, le.RetryAfter, s.limits.MaxTakeWait)
+		ce.RetryAfter = le.RetryAfter
+		return res, ce
+	}
+	return res, err
+}
+
+// untilDrain returns ctx, cut short when shutdown starts, and a function
+// to call with the wait's outcome: it turns a wait that shutdown cut short
+// into UNAVAILABLE (SHUTTING_DOWN), so that waiting callers learn at once
+// rather than after the grace period.
+func (s *Server) untilDrain(ctx context.Context) (context.Context, func(error) error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stopAfter := context.AfterFunc(s.drainCtx, cancel)
+	return ctx, func(err error) error {
+		stopAfter()
+		cancel()
+		if err != nil && s.drainCtx.Err() != nil {
+			if le := (*limiter.Error)(nil); errors.As(err, &le) && le.Reason == limiter.ReasonCanceled {
+				return &limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+					Message: "the server is shutting down; retry on another server, or after it restarts"}
+			}
+		}
+		return err
+	}
 }
 
 // releaseLease releases a lease on the engine, counting out (if not nil)

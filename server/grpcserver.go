@@ -45,15 +45,17 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 }
 
 // ServeGRPC serves gs (which must have this Server registered, as
-// GRPCServer does) on lis until ctx is done or serving fails. Then it shuts
-// down: health turns NOT_SERVING, Session streams end with UNAVAILABLE
-// (their leases are kept), gs stops gracefully, waiting at most
+// GRPCServer does) on lis until ctx is done or serving fails; connections
+// past Limits.MaxConns or Limits.MaxConnsPerIP are closed as they are
+// accepted. Then it shuts down: health turns NOT_SERVING, Session streams
+// end with UNAVAILABLE (their leases are kept), waiting acquires and takes
+// fail at once with UNAVAILABLE (SHUTTING_DOWN), gs stops gracefully, waiting at most
 // Config.ShutdownTimeout for calls in flight before cutting them off, and
 // the engine is closed. It returns nil after a shutdown that ctx asked for,
 // or the error that stopped serving otherwise.
 func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listener) error {
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- gs.Serve(lis) }()
+	go func() { serveErr <- gs.Serve(s.limitConns(lis)) }()
 	s.log.Info("serving", "addr", lis.Addr().String())
 
 	var err error
@@ -80,8 +82,7 @@ func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listene
 		gs.Stop()
 		<-stopped
 	}
-	s.engine.Close()
-	s.closeStore() // after the engine: persist.go
+	s.closeEngine() // persist.go
 	if err == nil {
 		// gs.Serve returns nil once stopped; an earlier failure is kept.
 		select {

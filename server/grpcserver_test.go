@@ -58,19 +58,8 @@ func TestHealthAndReflection(t *testing.T) {
 // Shutdown ends sessions with UNAVAILABLE, cuts off calls still waiting
 // after the shutdown timeout, and Serve returns nil.
 func TestServeShutdown(t *testing.T) {
-	fc := fakeclock.New(testStart)
-	srv := New(Config{Clock: fc, ShutdownTimeout: 200 * time.Millisecond})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	conn := dial(t, lis.Addr().String())
-	defer conn.Close()
-	lim := tollgatev1.NewLimiterServiceClient(conn)
-	e := &env{t: t, srv: srv, clock: fc, conn: conn, lim: lim, adm: tollgatev1.NewAdminServiceClient(conn)}
+	e, stop, done := startStoppable(t, 200*time.Millisecond)
+	srv, lim := e.srv, e.lim
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	s := e.session()
 	s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db"}))
@@ -188,4 +177,25 @@ func TestErrorMapping(t *testing.T) {
 	if got := toStatus(log, "Op", in, errCtx{}); status.Code(got) != codes.Aborted {
 		t.Fatalf("status passed through as %v", got)
 	}
+}
+
+// startStoppable serves a server with a fake clock and the given shutdown
+// timeout, for tests that stop it themselves with stop and read Serve's
+// result from done.
+func startStoppable(t *testing.T, shutdown time.Duration) (e *env, stop context.CancelFunc, done chan error) {
+	t.Helper()
+	fc := fakeclock.New(testStart)
+	srv := New(Config{Clock: fc, ShutdownTimeout: shutdown})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	done = make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	conn := dial(t, lis.Addr().String())
+	t.Cleanup(func() { conn.Close() })
+	e = &env{t: t, srv: srv, clock: fc, conn: conn, lim: tollgatev1.NewLimiterServiceClient(conn), adm: tollgatev1.NewAdminServiceClient(conn)}
+	return e, stop, done
 }

@@ -21,6 +21,7 @@ var webFiles embed.FS
 //
 //	GET /             the status page (pools, utilisation, recent events)
 //	GET /api/pools    pools with their configured limits and live status, as JSON
+//	GET /api/pools/{name}/leases  a pool's live leases (who holds what), as JSON
 //	GET /api/events   recent events, newest first, as JSON
 //	GET /metrics      Prometheus metrics
 //	GET /healthz      200 while the process runs
@@ -49,6 +50,7 @@ func (s *Server) HTTPHandler() http.Handler {
 	})
 	mux.Handle("GET /metrics", s.httpAuth(metrics))
 	mux.Handle("GET /api/pools", s.httpAuth(http.HandlerFunc(s.apiPools)))
+	mux.Handle("GET /api/pools/{name}/leases", s.httpAuth(http.HandlerFunc(s.apiPoolLeases)))
 	mux.Handle("GET /api/events", s.httpAuth(http.HandlerFunc(s.apiEvents)))
 	mux.Handle("GET /assets/{name}", s.httpAuth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// {name} is one path segment: it cannot leave web/.

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -88,7 +89,7 @@ type apiPoolStatus struct {
 	// Instances of an active or passive pool, those free, and a passive
 	// pool's live providers.
 	Resources     int64 `json:"resources,omitempty"`
-	ResourcesFree int64 `json:"resources_free,omitempty"`
+	ResourcesFree int64 `json:"resources_free"`
 	Providers     int64 `json:"providers,omitempty"`
 	// WaitGrants counts the grants of the last minute (limiter.WaitWindow),
 	// and WaitP50Ms and WaitP99Ms are the median and 99th percentile of
@@ -106,14 +107,9 @@ type apiEventsResponse struct {
 
 func (s *Server) apiPools(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := apiPoolsDefaultLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			writeText(w, http.StatusBadRequest, "limit must be a positive integer\n")
-			return
-		}
-		limit = min(n, apiPoolsMaxLimit)
+	limit, ok := queryLimit(w, q, apiPoolsDefaultLimit, apiPoolsMaxLimit)
+	if !ok {
+		return
 	}
 	infos, more := s.engine.ListPools(q.Get("after"), limit)
 	resp := apiPoolsResponse{
@@ -133,6 +129,22 @@ func (s *Server) apiPools(w http.ResponseWriter, r *http.Request) {
 		resp.Pools = append(resp.Pools, ap)
 	}
 	writeJSON(w, resp)
+}
+
+// queryLimit reads the limit query parameter of a paged endpoint: def when
+// absent, capped at most. It answers 400 and returns false when it is not a
+// positive integer.
+func queryLimit(w http.ResponseWriter, q url.Values, def, most int) (int, bool) {
+	v := q.Get("limit")
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		writeText(w, http.StatusBadRequest, "limit must be a positive integer\n")
+		return 0, false
+	}
+	return min(n, most), true
 }
 
 func apiPoolOf(info *limiter.PoolInfo) apiPool {

@@ -43,3 +43,39 @@ func TestHTTPPoolsSuspendedRevokedShares(t *testing.T) {
 		t.Errorf("feed status = %+v; want 1 share holder granted 30/s", feed)
 	}
 }
+
+// /api/pools/{name}/leases lists who holds what, a page at a time, and
+// says why it cannot.
+func TestHTTPPoolLeases(t *testing.T) {
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 4})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(2), ClientId: "a", Description: "nightly"})
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "b"})
+
+	var page apiLeasesResponse
+	code, body := o.get(nil, "/api/pools/db/leases?limit=1")
+	if code != 200 || json.Unmarshal([]byte(body), &page) != nil {
+		t.Fatalf("GET leases = %d %s", code, body)
+	}
+	if !page.More || len(page.Leases) != 1 || page.Leases[0].ID != "1" || page.Leases[0].ClientID != "a" ||
+		page.Leases[0].Weight != 2 || page.Leases[0].Description != "nightly" {
+		t.Fatalf("first page = %s", body)
+	}
+	code, body = o.get(nil, "/api/pools/db/leases?after=1")
+	page = apiLeasesResponse{}
+	if code != 200 || json.Unmarshal([]byte(body), &page) != nil || page.More || len(page.Leases) != 1 ||
+		page.Leases[0].ID != "2" || page.Leases[0].ClientID != "b" {
+		t.Fatalf("second page = %d %s", code, body)
+	}
+	for path, want := range map[string]int{
+		"/api/pools/nope/leases":        404,
+		"/api/pools/db/leases?after=x":  400,
+		"/api/pools/db/leases?limit=0":  400,
+		"/api/pools/db/leases?limit=-3": 400,
+	} {
+		if code, body := o.get(nil, path); code != want {
+			t.Errorf("GET %s = %d %s; want %d", path, code, body, want)
+		}
+	}
+}

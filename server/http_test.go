@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate/tollgate/limiter/fakeclock"
@@ -134,7 +135,14 @@ func TestHTTPReadinessFollowsDrain(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
+	draining := make(chan struct{}) // closed when DrainPool's handler runs
+	gs := srv.GRPCServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == adminServicePrefix+"DrainPool" {
+			close(draining)
+		}
+		return handler(ctx, req)
+	}))
+	go func() { done <- srv.ServeGRPC(ctx, gs, lis) }()
 	conn := dial(t, lis.Addr().String())
 	defer conn.Close()
 	e := &env{t: t, srv: srv, clock: fc, conn: conn, lim: tollgatev1.NewLimiterServiceClient(conn), adm: tollgatev1.NewAdminServiceClient(conn)}
@@ -151,14 +159,17 @@ func TestHTTPReadinessFollowsDrain(t *testing.T) {
 	}
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
+	if _, err := e.adm.SuspendPool(e.ctx(), &tollgatev1.SuspendPoolRequest{Name: "db"}); err != nil {
+		t.Fatal(err)
+	}
 	waiting := make(chan error, 1)
 	go func() {
-		_, err := e.lim.Acquire(context.Background(), &tollgatev1.AcquireRequest{Pool: "db"})
+		_, err := e.adm.DrainPool(context.Background(), &tollgatev1.DrainPoolRequest{Name: "db"})
 		waiting <- err
 	}()
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	<-draining
 
-	stop() // shutdown starts; the waiting unary call holds GracefulStop
+	stop() // shutdown starts; the waiting DrainPool call holds GracefulStop
 	waitFor(t, "readyz to turn 503", func() bool { return get("/readyz") == http.StatusServiceUnavailable })
 	hc, err := srv.health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -176,7 +187,9 @@ func TestHTTPReadinessFollowsDrain(t *testing.T) {
 		t.Fatalf("the engine closed before the drain ended: %v", err)
 	}
 	srv.Engine().Close() // end the waiting call, and so the drain
-	<-waiting
+	if err := <-waiting; err == nil {
+		t.Fatal("DrainPool returned without error while a lease was held")
+	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

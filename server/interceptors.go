@@ -18,16 +18,22 @@ import (
 // and the audit of pool changes (audit.go).
 func (s *Server) serverOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.metricsUnary, s.recoverUnary, s.rateUnary, s.authUnary, s.poolsUnary, s.auditUnary),
-		grpc.ChainStreamInterceptor(s.metricsStream, s.recoverStream, s.authStream, s.limitStream),
+		grpc.ForceServerCodecV2(s.codec),
+		grpc.ChainUnaryInterceptor(s.metricsUnary, s.wireUnary, s.recoverUnary, s.rateUnary, s.authUnary, s.poolsUnary, s.auditUnary),
+		grpc.ChainStreamInterceptor(s.metricsStream, s.wireStream, s.recoverStream, s.authStream, s.limitStream),
 		// Clients may ping to find dead connections (grpc-go's default
 		// policy sends GOAWAY to any client pinging more often than every
 		// 5 minutes, far longer than a lease TTL); and the server pings
 		// idle connections itself, so that a vanished client's Session
 		// stream ends and its waiting acquires are cancelled.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: idleConnTimeout}),
+		grpc.ConnectionTimeout(connectionTimeout),
 	}
+	if s.limits.MaxHeaderListSize > 0 {
+		opts = append(opts, grpc.MaxHeaderListSize(uint32(s.limits.MaxHeaderListSize)))
+	}
+	opts = append(opts, s.tracing.serverOptions()...)
 	if s.limits.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(s.limits.MaxRecvMsgSize))
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -61,8 +62,9 @@ func newLeaseIDs(key []byte) *leaseIDs {
 
 // Kinds of signed ids, so that a lease's tag is never a share's.
 const (
-	kindLease byte = 'L'
-	kindShare byte = 'S'
+	kindLease  byte = 'L'
+	kindShare  byte = 'S'
+	kindExpiry byte = 'E'
 )
 
 // tag returns the tag of token in pool.
@@ -72,13 +74,23 @@ func (ids *leaseIDs) tag(pool string, token uint64) string {
 
 // tagOf returns the tag of the id n of kind in pool.
 func (ids *leaseIDs) tagOf(kind byte, pool string, n uint64) string {
+	return ids.mac(kind, pool, n, 0)
+}
+
+// mac returns the tag of kind over pool, n and x.
+func (ids *leaseIDs) mac(kind byte, pool string, n uint64, x int64) string {
 	m := ids.macs.Get().(hash.Hash)
 	defer ids.macs.Put(m)
 	m.Reset()
-	var b [9]byte
+	var b [17]byte
 	b[0] = kind
 	binary.BigEndian.PutUint64(b[1:], n)
-	m.Write(b[:])
+	l := 9
+	if kind == kindExpiry {
+		binary.BigEndian.PutUint64(b[9:], uint64(x))
+		l = 17
+	}
+	m.Write(b[:l])
 	m.Write([]byte(pool))
 	var sum [sha256.Size]byte
 	return base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0])[:leaseTagLen])
@@ -170,4 +182,32 @@ func (ids *leaseIDs) parseShare(pool, id string) (uint64, error) {
 			Message: "no rate share of pool " + strconv.Quote(pool) + " has the id " + strconv.Quote(truncate(id, 64)) + "; " + shareIDHint}
 	}
 	return n, nil
+}
+
+// receipt returns the expiry receipt of lease token of pool, granted until
+// expiry: "<expiry in Unix ns>.<tag>", the tag signing pool, token and
+// expiry. A restarted server re-adopts a lease only on a receipt whose
+// expiry is still ahead (docs/recovery.md).
+func (ids *leaseIDs) receipt(pool string, token uint64, expiry time.Time) string {
+	ns := expiry.UnixNano()
+	return strconv.FormatInt(ns, 10) + "." + ids.mac(kindExpiry, pool, token, ns)
+}
+
+// parseReceipt returns the expiry an expiry receipt of lease token of
+// pool vouches for: the zero time for an empty receipt or one the server
+// did not sign (such a lease is not re-adopted, as when it has none);
+// INVALID_ARGUMENT for one that is not a receipt.
+func (ids *leaseIDs) parseReceipt(pool string, token uint64, r string) (time.Time, error) {
+	if r == "" {
+		return time.Time{}, nil
+	}
+	num, tag, _ := strings.Cut(r, ".")
+	ns, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || len(tag) > 64 {
+		return time.Time{}, invalidArg("expiry_receipt %q is not an expiry receipt; pass the expiry_receipt field of the lease's last Acquire or Renew answer, unchanged", truncate(r, 64))
+	}
+	if !hmac.Equal([]byte(tag), []byte(ids.mac(kindExpiry, pool, token, ns))) {
+		return time.Time{}, nil
+	}
+	return time.Unix(0, ns), nil
 }

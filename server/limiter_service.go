@@ -71,7 +71,7 @@ func (s *Server) acquire(ctx context.Context, req *tollgatev1.AcquireRequest, ow
 		ar.ClientID = defaultClientID
 	}
 	ar.Owner = owner
-	lease, err := s.acquireCounted(ctx, ar)
+	lease, err := s.acquireTraced(ctx, ar, req.GetTraceContext())
 	if err != nil {
 		return limiter.Lease{}, err
 	}
@@ -127,6 +127,9 @@ func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner 
 	if err != nil {
 		return limiter.Lease{}, err
 	}
+	if ra.Expiry, err = s.ids.parseReceipt(req.GetPool(), tok, req.GetExpiryReceipt()); err != nil { // leaseid.go
+		return limiter.Lease{}, err
+	}
 	if sess, ok := owner.(*session); ok && ra.ClientID == "" {
 		ra.ClientID = sess.clientID // renew runs on the session's reader goroutine, which owns clientID
 	}
@@ -164,5 +167,8 @@ func (s *Server) take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter
 			maxWait = left
 		}
 	}
-	return s.takeCounted(ctx, req.GetPool(), tokens, maxWait)
+	if err := checkTraceContext(req.GetTraceContext()); err != nil {
+		return limiter.TakeResult{}, err
+	}
+	return s.takeTraced(ctx, req.GetPool(), tokens, maxWait, req.GetTraceContext())
 }

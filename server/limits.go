@@ -1,6 +1,9 @@
 package server
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Default abuse limits; see Limits.
 const (
@@ -10,6 +13,16 @@ const (
 	DefaultMaxClientSessions = 256
 	DefaultMaxRecvMsgSize    = 1 << 20
 	DefaultClientRate        = 10_000
+	DefaultMaxConns          = 8192
+	DefaultMaxConnsPerIP     = 1024
+	DefaultMaxHeaderListSize = 64 << 10
+	DefaultMaxTakeWait       = 5 * time.Minute
+	// connectionTimeout bounds a new connection's handshake (TLS and the
+	// HTTP/2 preface); idleConnTimeout closes a connection that has had
+	// no call in progress that long (grpc clients reconnect when they
+	// next call).
+	connectionTimeout = 10 * time.Second
+	idleConnTimeout   = 5 * time.Minute
 )
 
 // Limits bounds what clients can make the server hold, so that no client,
@@ -20,12 +33,13 @@ const (
 //
 // "A client" is the caller's authenticated identity (the first name of its
 // verified client certificate, or the admin token) when it has one.
-// Otherwise, for ClientRate and MaxClientSessions it is the peer's IP
-// address, and for MaxClientLeases the client_id of the acquire (or of the
-// Session stream's hello), falling back to the IP address. Unauthenticated
-// clients choose their client_id, so on a server without authentication
-// MaxClientLeases is a guard against bugs rather than against abuse; the
-// server-wide MaxWaiters holds either way.
+// Otherwise, for ClientRate and MaxClientSessions it is the caller's
+// connection (its address and port), and for MaxClientLeases the
+// client_id of the acquire (or of the Session stream's hello), falling
+// back to the connection; MaxConnsPerIP bounds the connections of one
+// address. Unauthenticated clients choose their client_id, so on a server
+// without authentication MaxClientLeases is a guard against bugs rather
+// than against abuse; the server-wide MaxWaiters holds either way.
 type Limits struct {
 	// MaxPools bounds the pools CreatePool may bring the server to
 	// (default DefaultMaxPools; flag --max-pools). Pools declared at start
@@ -54,6 +68,18 @@ type Limits struct {
 	// ClientBurst is how many requests over ClientRate a client may make at
 	// once; 0 means twice ClientRate (flag --client-burst).
 	ClientBurst int
+	// MaxConns bounds the connections open at once (default
+	// DefaultMaxConns; flag --max-conns), and MaxConnsPerIP those from one
+	// IP address (default DefaultMaxConnsPerIP; flag --max-conns-per-ip).
+	// A connection past either is closed as soon as it is accepted.
+	MaxConns, MaxConnsPerIP int
+	// MaxHeaderListSize bounds the metadata of one call, in bytes
+	// (default DefaultMaxHeaderListSize; flag --max-header-size).
+	MaxHeaderListSize int
+	// MaxTakeWait bounds the max_wait of a Take: a take that would wait
+	// longer is refused with RESOURCE_EXHAUSTED (default
+	// DefaultMaxTakeWait; flag --max-take-wait).
+	MaxTakeWait time.Duration
 }
 
 // withDefaults returns l with zero fields set to their defaults.
@@ -76,6 +102,18 @@ func (l Limits) withDefaults() Limits {
 	if l.ClientRate == 0 {
 		l.ClientRate = DefaultClientRate
 	}
+	if l.MaxConns == 0 {
+		l.MaxConns = DefaultMaxConns
+	}
+	if l.MaxConnsPerIP == 0 {
+		l.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	if l.MaxHeaderListSize == 0 {
+		l.MaxHeaderListSize = DefaultMaxHeaderListSize
+	}
+	if l.MaxTakeWait == 0 {
+		l.MaxTakeWait = DefaultMaxTakeWait
+	}
 	if l.ClientBurst <= 0 && l.ClientRate > 0 {
 		l.ClientBurst = max(1, int(2*l.ClientRate))
 	}
@@ -90,6 +128,9 @@ func (l Limits) Validate() error {
 	}
 	if l.MaxRecvMsgSize > 0 && l.MaxRecvMsgSize < 1024 {
 		return fmt.Errorf("--max-msg-size %d is below 1024 bytes; no request would fit", l.MaxRecvMsgSize)
+	}
+	if l.MaxHeaderListSize > 0 && l.MaxHeaderListSize < 4096 {
+		return fmt.Errorf("--max-header-size %d is below 4096 bytes; ordinary calls would not fit", l.MaxHeaderListSize)
 	}
 	return nil
 }

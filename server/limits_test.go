@@ -64,10 +64,13 @@ func TestWaiterFloodIsBounded(t *testing.T) {
 		t.Fatalf("flooder holds or waits for %d, want %d", n, perClient)
 	}
 
-	// Another client still gets its grant at once, and may queue too, up
-	// to the server-wide bound: 30 acquires in progress at most.
-	e.acquire(&tollgatev1.AcquireRequest{Pool: "shared", ClientId: "other"})
-	other := e.session()
+	// Another client (on its own connection: the flooder's connection
+	// waits as much as the flooder) still gets its grant at once, and may
+	// queue too, up to the server-wide bound: 30 acquires in progress at
+	// most.
+	oe := o.env()
+	oe.acquire(&tollgatev1.AcquireRequest{Pool: "shared", ClientId: "other"})
+	other := oe.session()
 	other.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "other"}}})
 	for i := range uint64(15) {
 		other.send(acquireReq(100+i, &tollgatev1.AcquireRequest{Pool: "busy"}))
@@ -104,7 +107,10 @@ func TestMaxClientSessions(t *testing.T) {
 	waitFor(t, "the closed stream to stop counting", func() bool {
 		o.srv.quotas.mu.Lock()
 		defer o.srv.quotas.mu.Unlock()
-		return o.srv.quotas.sessions["addr:127.0.0.1"] == 1
+		for k, n := range o.srv.quotas.sessions {
+			return len(o.srv.quotas.sessions) == 1 && n == 1 && strings.HasPrefix(k, "conn:127.0.0.1:")
+		}
+		return false
 	})
 	e.session().call(hello)
 }
@@ -120,7 +126,7 @@ func TestClientRate(t *testing.T) {
 	l := e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
 	e.status("db")
 	_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db"})
-	wantRefusal(t, err, codes.ResourceExhausted, "CLIENT_RATE_LIMITED", "--client-rate", "address 127.0.0.1")
+	wantRefusal(t, err, codes.ResourceExhausted, "CLIENT_RATE_LIMITED", "--client-rate", "the connection from 127.0.0.1:")
 	if d, ok := retryDelay(err); !ok || d != time.Second {
 		t.Errorf("retry delay = %v, %v; want 1s", d, ok)
 	}

@@ -16,8 +16,19 @@ var markEventTypes = map[limiter.PoolEventType]string{
 }
 
 // markEventDetail describes a mark event for people, for example
-// "48 waiting, at or above the overload mark 40; held 10 of 10".
+// "48 waiting, at or above the overload mark 40; held 10 of 10", with
+// "; 12 repeats suppressed" when crossings of its kind came within the
+// mark event interval since the previous one.
 func markEventDetail(ev limiter.PoolEvent) string {
+	d := markCrossingDetail(ev)
+	if ev.Suppressed > 0 {
+		d += "; " + itoa(ev.Suppressed) + " repeats suppressed"
+	}
+	return d
+}
+
+// markCrossingDetail describes the crossing of a mark event.
+func markCrossingDetail(ev limiter.PoolEvent) string {
 	held := "held " + itoa(ev.Held)
 	if ev.ConcurrencyLimit > 0 {
 		held += " of " + itoa(ev.ConcurrencyLimit)

@@ -17,6 +17,7 @@ type engineCollector struct {
 	poolGauges   []poolMetric
 	poolCounters []poolMetric
 	wait, hold   *prometheus.Desc
+	suppressed   *prometheus.Desc
 
 	pools, waiters, sessions, serving, refusals *prometheus.Desc
 }
@@ -59,8 +60,9 @@ func newEngineCollector(s *Server) *engineCollector {
 			g("tollgate_pool_cancellations_total", "Waits abandoned by their callers.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.Canceled) }),
 			g("tollgate_pool_tokens_granted_total", "Rate tokens granted by Take and by Acquire in pools with a rate.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.TokensGranted) }),
 		},
-		wait: poolDesc("tollgate_pool_acquire_wait_seconds", "How long granted acquires waited in the pool's queue (0 for those granted at once)."),
-		hold: poolDesc("tollgate_pool_lease_hold_seconds", "How long released leases were held, from grant to release (leases that expired or were revoked are not counted)."),
+		suppressed: prometheus.NewDesc("tollgate_pool_events_suppressed_total", "Mark events (kind: pool_overload, pool_drained, pool_near_full, pool_low_utilisation) not recorded because one of their kind from the pool came within --mark-event-interval before.", []string{"pool", "kind"}, nil),
+		wait:       poolDesc("tollgate_pool_acquire_wait_seconds", "How long granted acquires waited in the pool's queue (0 for those granted at once)."),
+		hold:       poolDesc("tollgate_pool_lease_hold_seconds", "How long released leases were held, from grant to release (leases that expired or were revoked are not counted)."),
 
 		pools:    prometheus.NewDesc("tollgate_pools", "Pools on the server.", nil, nil),
 		waiters:  prometheus.NewDesc("tollgate_waiters", "Acquires and takes in progress across all pools (bounded by --max-waiters).", nil, nil),
@@ -78,7 +80,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.poolCounters {
 		ch <- m.desc
 	}
-	for _, d := range []*prometheus.Desc{c.wait, c.hold, c.pools, c.waiters, c.sessions, c.serving, c.refusals} {
+	for _, d := range []*prometheus.Desc{c.suppressed, c.wait, c.hold, c.pools, c.waiters, c.sessions, c.serving, c.refusals} {
 		ch <- d
 	}
 }
@@ -97,6 +99,9 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, m := range c.poolCounters {
 			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, m.get(info), name)
+		}
+		for t, kind := range markEventTypes {
+			ch <- prometheus.MustNewConstMetric(c.suppressed, prometheus.CounterValue, float64(info.Status.SuppressedMarkEvents.Of(t)), name, kind)
 		}
 		if buckets, count, sum, ok := s.metrics.waits.snapshot(name); ok {
 			ch <- prometheus.MustNewConstHistogram(c.wait, count, sum, buckets, name)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -101,5 +102,49 @@ func TestMetrics(t *testing.T) {
 	}
 	if _, ok := o.srv.metrics.holds.m.Load("db"); ok {
 		t.Error("the deleted pool's hold histogram is still kept")
+	}
+}
+
+// TestMarkEventsSuppressedMetric: a mark crossed again within the mark
+// event interval is not recorded but counted, in
+// tollgate_pool_events_suppressed_total and in the next recorded event of
+// its kind.
+func TestMarkEventsSuppressedMetric(t *testing.T) {
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 4, LowUtilisationMark: -1})
+	var held []*tollgatev1.Lease
+	cycle := func() { // 4 held, then 2, then 4 again: near-full re-armed and crossed
+		for len(held) < 4 {
+			held = append(held, e.acquire(&tollgatev1.AcquireRequest{Pool: "db"}))
+		}
+		for _, l := range held[2:] {
+			if _, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: l.GetId()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held = held[:2]
+	}
+	nearFull := func() (evs []Event) {
+		for _, ev := range o.srv.RecentEvents() {
+			if ev.Type == EventPoolNearFull {
+				evs = append(evs, ev)
+			}
+		}
+		return evs
+	}
+	for range 3 {
+		cycle()
+	}
+	if evs := nearFull(); len(evs) != 1 {
+		t.Fatalf("near-full events after 3 crossings at once: %+v; want 1", evs)
+	}
+	wantLines(t, o.scrape(), `tollgate_pool_events_suppressed_total{kind="pool_near_full",pool="db"} 2`,
+		`tollgate_pool_events_suppressed_total{kind="pool_overload",pool="db"} 0`)
+	o.clock.Advance(limiter.DefaultMarkEventInterval)
+	cycle()
+	evs := nearFull()
+	if len(evs) != 2 || !strings.HasSuffix(evs[0].Detail, "; 2 repeats suppressed") {
+		t.Fatalf("near-full events after the interval: %+v; want a second one counting 2 repeats", evs)
 	}
 }

@@ -18,6 +18,7 @@ type ops struct {
 	createPoolMu sync.Mutex
 	metrics      *metrics
 	events       eventRing
+	codec        wireCodec // refuses undecodable requests: wirecodec.go
 }
 
 // initOps sets up s.ops from cfg; New calls it once the engine exists.
@@ -27,4 +28,5 @@ func (s *Server) initOps(cfg Config) {
 	s.quotas = newQuotas(s.limits)
 	s.rates = newClientRates(s.limits.ClientRate, s.limits.ClientBurst)
 	s.metrics = newMetrics(s)
+	s.codec = newWireCodec()
 }

@@ -152,6 +152,15 @@ func seedDiff(seed []limiter.PoolConfig, stored []limiter.SavedPool) string {
 	return strings.Join(parts, "; ")
 }
 
+// closeEngine closes the engine, records which pools stopped holding
+// nothing (they need no recovery window at the next start), and then
+// closes the store.
+func (s *Server) closeEngine() {
+	s.engine.Close()
+	s.engine.RecordCleanStop()
+	s.closeStore()
+}
+
 // readoptFromProto reads what a renew says about its lease, for a server
 // restarted since the grant (limiter.Engine.RenewOrReadopt). An unset
 // weight is 0: such a lease cannot be re-adopted.

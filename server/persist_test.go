@@ -103,6 +103,14 @@ func (d *durableEnv) restart(downtime time.Duration, seed []limiter.PoolConfig) 
 	d.start(seed)
 }
 
+// createPool creates pool name with a limit of 1 and a 3s default TTL.
+func (d *durableEnv) createPool(name string) {
+	d.t.Helper()
+	if _, err := d.adm.CreatePool(d.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: name, ConcurrencyLimit: 1, DefaultLeaseTtl: dur(3 * time.Second)}}); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
 func (d *durableEnv) ctx() context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	d.t.Cleanup(cancel)
@@ -315,7 +323,7 @@ func TestRecoveryOverGRPC(t *testing.T) {
 
 	// Lease 0 is renewed with its weight: re-adopted. Lease 1 without: refused.
 	l0 := leases[0]
-	resp, err := d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: l0.GetId(), Ttl: dur(5 * time.Second), Weight: i64(1), ClientId: "holder", Description: "job", Priority: 1})
+	resp, err := d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: l0.GetId(), Ttl: dur(5 * time.Second), Weight: i64(1), ClientId: "holder", Description: "job", Priority: 1, ExpiryReceipt: l0.GetExpiryReceipt()})
 	if err != nil {
 		t.Fatalf("renew with weight after a restart: %v", err)
 	}
@@ -334,7 +342,7 @@ func TestRecoveryOverGRPC(t *testing.T) {
 	// On a Session stream, the session's client id is the default.
 	sc := (&env{t: t, lim: d.lim}).session()
 	sc.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "sess"}}})
-	r := sc.call(&tollgatev1.SessionRequest{RequestId: 2, Kind: &tollgatev1.SessionRequest_Renew{Renew: &tollgatev1.RenewRequest{Pool: "db", LeaseId: leases[1].GetId(), Weight: i64(2)}}})
+	r := sc.call(&tollgatev1.SessionRequest{RequestId: 2, Kind: &tollgatev1.SessionRequest_Renew{Renew: &tollgatev1.RenewRequest{Pool: "db", LeaseId: leases[1].GetId(), Weight: i64(2), ExpiryReceipt: leases[1].GetExpiryReceipt()}}})
 	if l := r.GetRenew().GetLease(); l.GetClientId() != "sess" || l.GetWeight() != 2 {
 		t.Fatalf("re-adopted on a session: %v", r)
 	}
@@ -349,6 +357,81 @@ func TestRecoveryOverGRPC(t *testing.T) {
 	}
 	if resp2.GetLease().GetFencingToken() <= leases[1].GetFencingToken() {
 		t.Fatalf("token %d after the restart; %d was issued before", resp2.GetLease().GetFencingToken(), leases[1].GetFencingToken())
+	}
+}
+
+// TestEndedLeasesAreNotReadopted is issue #10's scenario in its four
+// variants: a lease A that ended before a restart (expired, released,
+// revoked, or of a pool deleted and created again) and the live holder B
+// of its place; after the restart, A's renew is refused with the reason
+// it ended and B is re-adopted. A renew whose receipt is not the server's,
+// or that has none, is not re-adopted either.
+func TestEndedLeasesAreNotReadopted(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		end    func(d *durableEnv, a *tollgatev1.Lease)
+		code   codes.Code
+		reason limiter.Reason
+		says   string
+	}{
+		{"expired", func(d *durableEnv, a *tollgatev1.Lease) {
+			d.clock.Advance(4 * time.Second)
+			_, err := d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: a.GetId()})
+			wantStatus(d.t, err, codes.NotFound, limiter.ReasonLeaseExpired)
+		}, codes.NotFound, limiter.ReasonLeaseExpired, "expired at"},
+		{"released", func(d *durableEnv, a *tollgatev1.Lease) {
+			if _, err := d.lim.Release(d.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: a.GetId()}); err != nil {
+				d.t.Fatal(err)
+			}
+		}, codes.NotFound, limiter.ReasonLeaseNotReadopted, "was released before the restart"},
+		{"revoked", func(d *durableEnv, a *tollgatev1.Lease) {
+			if _, err := d.adm.RevokeLease(d.ctx(), &tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: a.GetId(), Reason: "test"}); err != nil {
+				d.t.Fatal(err)
+			}
+		}, codes.NotFound, limiter.ReasonLeaseNotReadopted, "was revoked before the restart"},
+		{"re-created pool", func(d *durableEnv, a *tollgatev1.Lease) {
+			if _, err := d.adm.DeletePool(d.ctx(), &tollgatev1.DeletePoolRequest{Name: "db", Force: true}); err != nil {
+				d.t.Fatal(err)
+			}
+			d.createPool("db")
+		}, codes.NotFound, limiter.ReasonLeaseNotReadopted, "earlier pool of that name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDurableEnv(t)
+			d.start(nil)
+			d.createPool("db")
+			acquire := func() *tollgatev1.Lease {
+				resp, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Ttl: dur(3 * time.Second), ClientId: "c1", NoWait: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.GetLease().GetExpiryReceipt() == "" {
+					t.Fatalf("grant without an expiry receipt: %v", resp.GetLease())
+				}
+				return resp.GetLease()
+			}
+			a := acquire()
+			tc.end(d, a)
+			b := acquire()
+			d.restart(time.Second, nil)
+			renew := func(l *tollgatev1.Lease, receipt string) (*tollgatev1.RenewResponse, error) {
+				return d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: l.GetId(), Weight: i64(1), ClientId: "c1", ExpiryReceipt: receipt})
+			}
+			_, err := renew(a, a.GetExpiryReceipt())
+			if st := wantStatus(t, err, tc.code, tc.reason); !strings.Contains(st.Message(), tc.says) {
+				t.Fatalf("the ended lease's renew says %q; want it to say %q", st.Message(), tc.says)
+			}
+			_, err = renew(b, "")
+			wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseNotReadopted)
+			_, err = renew(b, a.GetExpiryReceipt()) // another lease's receipt is no receipt
+			wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseNotReadopted)
+			_, err = renew(b, "junk")
+			wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+			resp, err := renew(b, b.GetExpiryReceipt())
+			if err != nil || resp.GetLease().GetFencingToken() != b.GetFencingToken() {
+				t.Fatalf("the live holder's renew: %v, %v; want it re-adopted", resp, err)
+			}
+		})
 	}
 }
 
@@ -379,7 +462,7 @@ func TestReadoptedLeasesCountTowardTheClientLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.restart(time.Second, nil)
-	if _, err := d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: resp.GetLease().GetId(), Weight: i64(1), ClientId: "holder"}); err != nil {
+	if _, err := d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: resp.GetLease().GetId(), Weight: i64(1), ClientId: "holder", ExpiryReceipt: resp.GetLease().GetExpiryReceipt()}); err != nil {
 		t.Fatalf("re-adoption: %v", err)
 	}
 	d.clock.Advance(10 * time.Second) // the recovery window ends; the re-adopted lease was renewed to 15s
@@ -388,4 +471,34 @@ func TestReadoptedLeasesCountTowardTheClientLimit(t *testing.T) {
 	}
 	_, err = d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", NoWait: true, ClientId: "holder"})
 	wantStatus(t, err, codes.ResourceExhausted, ReasonClientLeaseLimit)
+}
+
+// TestCleanStopNeedsNoWindow: a server stopped gracefully with every lease
+// of a pool released restarts that pool with no recovery window, while a
+// pool that still held a lease recovers.
+func TestCleanStopNeedsNoWindow(t *testing.T) {
+	d := newDurableEnv(t)
+	d.start(nil)
+	d.createPool("free")
+	d.createPool("held")
+	resp, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "free", NoWait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.lim.Release(d.ctx(), &tollgatev1.ReleaseRequest{Pool: "free", LeaseId: resp.GetLease().GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "held", NoWait: true}); err != nil {
+		t.Fatal(err)
+	}
+	d.restart(time.Second, nil)
+	if got := d.status("free").GetRecoveringUntil(); got != nil {
+		t.Fatalf("a pool that held nothing at a clean stop recovers until %v", got.AsTime())
+	}
+	if got := d.status("held").GetRecoveringUntil(); got == nil {
+		t.Fatal("a pool holding a lease at the stop does not recover")
+	}
+	if _, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "free", NoWait: true}); err != nil {
+		t.Fatalf("acquire after a clean stop: %v", err)
+	}
 }

@@ -20,6 +20,7 @@ pools:
       error_threshold: 0.2
       backoff: 0.8
       latency_tolerance: 3
+      probe_interval: 7s
   - name: db
     concurrency: 10
     adaptive: true
@@ -32,10 +33,10 @@ pools:
 	}
 	api := pools[0]
 	if a := api.Adaptive; !a.Enabled || a.Target != limiter.AdaptRate || a.Window != 5*time.Second || a.ErrorThreshold != 0.2 ||
-		a.Backoff != 0.8 || a.LatencyTolerance != 3 || a.MinRate != 1 || api.SafeRate != 5 {
+		a.Backoff != 0.8 || a.LatencyTolerance != 3 || a.MinRate != 1 || api.SafeRate != 5 || a.ProbeInterval != 7*time.Second {
 		t.Fatalf("api: %+v", api)
 	}
-	if a := pools[1].Adaptive; !a.Enabled || a.Backoff != limiter.DefaultAdaptiveBackoff || a.MinConcurrency != 1 {
+	if a := pools[1].Adaptive; !a.Enabled || a.Backoff != limiter.DefaultAdaptiveBackoff || a.MinConcurrency != 1 || a.ProbeInterval != 5*limiter.DefaultAdaptiveInterval {
 		t.Fatalf("db: %+v", a)
 	}
 	if pools[2].Adaptive != (limiter.AdaptiveConfig{}) {

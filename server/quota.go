@@ -36,12 +36,15 @@ const (
 	limitClientLeases
 	limitClientSessions
 	limitClientRate
+	limitConns
+	limitConnsPerIP
+	limitTakeWait
 	numLimitKinds
 )
 
 // limitNames are the values of the "limit" label of
 // tollgate_limit_refusals_total: the serve flags' names.
-var limitNames = [numLimitKinds]string{"max-pools", "max-waiters", "max-client-leases", "max-client-sessions", "client-rate"}
+var limitNames = [numLimitKinds]string{"max-pools", "max-waiters", "max-client-leases", "max-client-sessions", "client-rate", "max-conns", "max-conns-per-ip", "max-take-wait"}
 
 // maxEarlyEnds bounds quotas.early.
 const maxEarlyEnds = 4096
@@ -65,6 +68,14 @@ type quotas struct {
 	leases   map[leaseRef]string // live lease -> client key
 	early    map[leaseRef]time.Time
 	sessions map[string]int64 // client key -> open Session streams
+	unread   map[string]*unreadCount
+}
+
+// unreadCount is the answers queued on the Session streams of one client,
+// shared by those streams.
+type unreadCount struct {
+	atomic.Int64
+	streams int
 }
 
 func newQuotas(l Limits) *quotas {
@@ -74,6 +85,7 @@ func newQuotas(l Limits) *quotas {
 		leases:   make(map[leaseRef]string),
 		early:    make(map[leaseRef]time.Time),
 		sessions: make(map[string]int64),
+		unread:   make(map[string]*unreadCount),
 	}
 }
 
@@ -97,7 +109,7 @@ func (q *quotas) beginWait() error {
 
 func (q *quotas) endWait() { q.waiters.Add(-1) }
 
-// beginAcquire counts an acquire in progress against client key, or
+// beginAcquire counts an acquire (or take) in progress against client key, or
 // refuses it past Limits.MaxClientLeases. Each successful call must be
 // matched by endAcquire.
 func (q *quotas) beginAcquire(key string) error {
@@ -107,7 +119,7 @@ func (q *quotas) beginAcquire(key string) error {
 	if max > 0 && n >= max {
 		q.mu.Unlock()
 		return q.exhausted(limitClientLeases, ReasonClientLeaseLimit,
-			"%s already holds or is acquiring %d leases, the most one client may; release some first, or ask the operator to raise --max-client-leases", describeKey(key), max)
+			"%s already holds, or is acquiring or taking, %d leases and takes, the most one client may; release some or let takes finish first, or ask the operator to raise --max-client-leases", describeKey(key), max)
 	}
 	q.clients[key] = n + 1
 	q.mu.Unlock()
@@ -192,6 +204,30 @@ func (q *quotas) openSession(key string) error {
 	q.sessions[key] = n + 1
 	q.mu.Unlock()
 	return nil
+}
+
+// unreadCounter returns the counter of answers queued for client key's
+// Session streams; each call must be matched by dropUnreadCounter.
+func (q *quotas) unreadCounter(key string) *atomic.Int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	c := q.unread[key]
+	if c == nil {
+		c = new(unreadCount)
+		q.unread[key] = c
+	}
+	c.streams++
+	return &c.Int64
+}
+
+func (q *quotas) dropUnreadCounter(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if c := q.unread[key]; c != nil {
+		if c.streams--; c.streams == 0 {
+			delete(q.unread, key)
+		}
+	}
 }
 
 func (q *quotas) closeSession(key string) {

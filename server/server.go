@@ -10,11 +10,14 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
@@ -41,6 +44,18 @@ type Config struct {
 	// Limits bounds what clients can make the server hold; the zero value
 	// means the defaults. See Limits.
 	Limits Limits
+	// TracerProvider, when set, receives a span for every RPC and for every
+	// acquire and take, also those on Session streams; nil records none.
+	TracerProvider trace.TracerProvider
+	// Propagator reads callers' trace context from gRPC metadata and from
+	// requests' trace_context; nil means W3C Trace Context and Baggage.
+	Propagator propagation.TextMapPropagator
+	// MarkEventInterval is the least time between two recorded mark
+	// events (pool_overload, pool_drained, pool_near_full,
+	// pool_low_utilisation) of one kind from one pool; those in between
+	// are counted, not recorded. 0 means limiter.DefaultMarkEventInterval;
+	// a negative value records every crossing.
+	MarkEventInterval time.Duration
 
 	// persister is set by Open (persist.go): the engine's Persister.
 	persister limiter.Persister
@@ -61,6 +76,9 @@ type Server struct {
 	// draining is closed when shutdown starts; sessions end on it.
 	draining  chan struct{}
 	drainOnce sync.Once
+	// drainCtx is done when shutdown starts; waits end on it.
+	drainCtx  context.Context
+	drainStop context.CancelFunc
 	// ids signs and checks the lease ids holders get (leaseid.go).
 	ids *leaseIDs
 	// liveSessions counts Session streams whose handler is running.
@@ -69,6 +87,11 @@ type Server struct {
 	sessions sessionRegistry
 	// maxSessionEvents is MaxSessionEvents; tests lower it.
 	maxSessionEvents atomic.Int64
+	// maxSessionUnread is MaxSessionUnread (and a client may have four
+	// times that); tests lower it before serving.
+	maxSessionUnread int64
+
+	tracing *tracing // nil when Config.TracerProvider is nil
 
 	ops         // auth, limits, metrics, events: ops.go
 	persistence // the data directory, for a Server made by Open: persist.go
@@ -87,14 +110,17 @@ func New(cfg Config) *Server {
 		shutdownTimeout: cfg.ShutdownTimeout,
 		health:          health.NewServer(),
 		draining:        make(chan struct{}),
+		tracing:         newTracing(cfg),
 		ids:             newLeaseIDs(nil), // Open uses the data directory's key
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
+	s.maxSessionUnread = MaxSessionUnread
+	s.drainCtx, s.drainStop = context.WithCancel(context.Background())
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
 	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister, PreReserve: true, // persist_ahead.go
-		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate}) // adaptive_events.go, shares_service.go
+		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, MarkEventInterval: cfg.MarkEventInterval}) // adaptive_events.go, shares_service.go
 	s.initOps(cfg)
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
@@ -119,8 +145,7 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 // released. Close is idempotent; Serve calls it when it stops.
 func (s *Server) Close() {
 	s.drain()
-	s.engine.Close()
-	s.closeStore() // persist.go
+	s.closeEngine() // persist.go
 }
 
 // drain tells health checkers and sessions that the server is going away.
@@ -128,6 +153,7 @@ func (s *Server) drain() {
 	s.drainOnce.Do(func() {
 		s.health.Shutdown()
 		close(s.draining)
+		s.drainStop()
 	})
 }
 

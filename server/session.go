@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -26,9 +27,13 @@ const (
 	// with RESOURCE_EXHAUSTED (SESSION_OVERFLOW) rather than block the
 	// engine or grow memory. Its leases stay, as for any ended stream.
 	MaxSessionEvents = 4096
-	// sessionOutLen is the answer queue's length; producers block on it
-	// (at most MaxSessionPending workers and the reader).
-	sessionOutLen = 256
+	// MaxSessionUnread is the most answers queued for one Session stream
+	// whose client is not reading, and four times it the most for all the
+	// streams of one client (see Limits for who is a client); past
+	// either the stream is ended with RESOURCE_EXHAUSTED
+	// (SESSION_OVERFLOW). Queuing an answer never blocks, so a request
+	// holds no goroutine once it is answered.
+	MaxSessionUnread = 4096
 )
 
 // Session serves one bidirectional Session stream (see session): requests
@@ -38,6 +43,9 @@ const (
 // kept, to be renewed on another stream or to expire.
 func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer) error {
 	s := newSession(l.srv, stream)
+	key := l.srv.auth().identify(stream.Context()).clientKey("")
+	s.clientUnread = l.srv.quotas.unreadCounter(key)
+	defer l.srv.quotas.dropUnreadCounter(key)
 	l.srv.liveSessions.Add(1)
 	defer l.srv.liveSessions.Add(-1)
 	l.srv.sessions.add(s, l.srv.engine.Clock().Now()) // for ListClients: clients.go
@@ -49,9 +57,11 @@ func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer)
 // calls stream.Send (writeLoop); a reader goroutine receives and dispatches
 // requests; every acquire and take runs in its own worker goroutine with a
 // context derived from the stream's, which a CancelRequest or the end of
-// the stream cancels. Release, renew and hello are answered inline by the
-// reader. The session is the Owner of the leases acquired or renewed on it,
-// so the engine's OnLeaseEnded reaches pushEvent.
+// the stream cancels, and ends once its answer is queued: queuing never
+// blocks (send), the queue being bounded by MaxSessionUnread. Release,
+// renew and hello are answered inline by the reader. The session is the
+// Owner of the leases acquired or renewed on it, so the engine's
+// OnLeaseEnded reaches pushEvent.
 type session struct {
 	srv    *Server
 	stream tollgatev1.LimiterService_SessionServer
@@ -60,10 +70,14 @@ type session struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	// out carries answers to the writer.
-	out chan *tollgatev1.SessionResponse
-	// eventReady is signalled (non-blocking, capacity 1) after events grow.
-	eventReady chan struct{}
+	// ready is signalled (non-blocking, capacity 1) after answers or
+	// events grow.
+	ready chan struct{}
+	// clientUnread counts the answers queued on all the streams of this
+	// stream's client.
+	clientUnread *atomic.Int64
+	// unread counts this stream's answers queued or being sent.
+	unread atomic.Int64
 	// finished is closed once the client has half-closed and no worker
 	// is left.
 	finished chan struct{}
@@ -81,6 +95,7 @@ type session struct {
 	inflight     int                    // workers that have not yet queued their answer
 	eof          bool                   // the client half-closed
 	finishClosed bool
+	answers      []*tollgatev1.SessionResponse // queued for the writer
 	events       []*tollgatev1.SessionResponse
 	helloID      string // clientID as hello set it, for other goroutines
 }
@@ -93,14 +108,13 @@ type pendingReq struct {
 func newSession(srv *Server, stream tollgatev1.LimiterService_SessionServer) *session {
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	return &session{
-		srv:        srv,
-		stream:     stream,
-		ctx:        ctx,
-		cancel:     cancel,
-		out:        make(chan *tollgatev1.SessionResponse, sessionOutLen),
-		eventReady: make(chan struct{}, 1),
-		finished:   make(chan struct{}),
-		pending:    make(map[uint64]*pendingReq),
+		srv:      srv,
+		stream:   stream,
+		ctx:      ctx,
+		cancel:   cancel,
+		ready:    make(chan struct{}, 1),
+		finished: make(chan struct{}),
+		pending:  make(map[uint64]*pendingReq),
 	}
 }
 
@@ -117,15 +131,9 @@ func (s *session) run() error {
 func (s *session) writeLoop() error {
 	for {
 		select {
-		case r := <-s.out:
-			if err := s.sendOne(r); err != nil {
+		case <-s.ready:
+			if err := s.sendQueued(); err != nil {
 				return err
-			}
-		case <-s.eventReady:
-			for _, ev := range s.takeEvents() {
-				if err := s.stream.Send(ev); err != nil {
-					return err
-				}
 			}
 		case <-s.finished:
 			return s.flush()
@@ -138,35 +146,38 @@ func (s *session) writeLoop() error {
 	}
 }
 
-// sendOne sends an answer; if it carried a lease that cannot be delivered,
-// the lease is released.
-func (s *session) sendOne(r *tollgatev1.SessionResponse) error {
-	err := s.stream.Send(r)
-	if err != nil {
-		s.releaseUndelivered(r)
+// sendQueued sends the queued answers, then the queued events. An answer
+// carrying a lease that cannot be delivered has its lease released.
+func (s *session) sendQueued() error {
+	s.mu.Lock()
+	answers := s.answers
+	s.answers = nil
+	s.mu.Unlock()
+	for i, r := range answers {
+		err := s.stream.Send(r)
+		s.unread.Add(-1)
+		s.clientUnread.Add(-1)
+		if err != nil {
+			for _, r := range answers[i+1:] {
+				s.unread.Add(-1)
+				s.clientUnread.Add(-1)
+				s.releaseUndelivered(r)
+			}
+			s.releaseUndelivered(r)
+			return err
+		}
 	}
-	return err
+	for _, ev := range s.takeEvents() {
+		if err := s.stream.Send(ev); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // flush sends what is queued after the client half-closed and nothing is in
 // flight.
-func (s *session) flush() error {
-	for {
-		select {
-		case r := <-s.out:
-			if err := s.sendOne(r); err != nil {
-				return err
-			}
-		default:
-			for _, ev := range s.takeEvents() {
-				if err := s.stream.Send(ev); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}
-}
+func (s *session) flush() error { return s.sendQueued() }
 
 // endStatus is the status to end the stream with once ctx is done.
 func (s *session) endStatus() error {
@@ -190,13 +201,14 @@ func (s *session) close(err error) {
 	}
 	s.cancel(err)
 	s.workers.Wait()
-	for {
-		select {
-		case r := <-s.out:
-			s.releaseUndelivered(r)
-		default:
-			return
-		}
+	s.mu.Lock()
+	answers := s.answers
+	s.answers = nil
+	s.mu.Unlock()
+	s.unread.Add(-int64(len(answers)))
+	s.clientUnread.Add(-int64(len(answers)))
+	for _, r := range answers {
+		s.releaseUndelivered(r)
 	}
 }
 
@@ -355,7 +367,7 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	go func() {
 		defer s.workerDone()
 		defer s.recoverWorker(id, "Session.acquire")
-		lease, err := s.srv.acquireCounted(ctx, ar)
+		lease, err := s.srv.acquireTraced(ctx, ar, r.GetTraceContext())
 		s.unregister(id, cancel)
 		if err != nil {
 			s.answerErr(id, err, errCtx{pool: ar.Pool})
@@ -461,14 +473,42 @@ func (s *session) cancelRequest(id uint64) {
 	}
 }
 
-// send queues an answer for the writer; it reports false if the session
-// ended first.
+// send queues an answer for the writer without blocking; it reports false
+// if the session ended first, or ends it (SESSION_OVERFLOW) because its
+// client leaves too many answers unread.
 func (s *session) send(r *tollgatev1.SessionResponse) bool {
-	select {
-	case s.out <- r:
-		return true
-	case <-s.ctx.Done():
+	s.mu.Lock()
+	if s.closed || s.ctx.Err() != nil {
+		s.mu.Unlock()
 		return false
+	}
+	n, c, most := s.unread.Load(), s.clientUnread.Load(), s.srv.maxSessionUnread
+	if n >= most || c >= 4*most {
+		s.closed = true
+		s.events = nil
+		s.mu.Unlock()
+		what := fmt.Sprintf("%d answers were waiting to be read on it, the most one stream may have (%d)", n, most)
+		if n < most {
+			what = fmt.Sprintf("%d answers were waiting to be read on this client's streams, the most one client may have (%d)", c, 4*most)
+		}
+		s.srv.log.Warn("ending a session stream whose client does not read its answers", "queued", n, "client_queued", c)
+		s.cancel(statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonSessionOverflow,
+			Message: "the stream was ended because " + what + "; read the stream as fast as you send, then reconnect and renew your leases (they were not released)"}, errCtx{}).Err())
+		return false
+	}
+	s.answers = append(s.answers, r)
+	s.unread.Add(1)
+	s.clientUnread.Add(1)
+	s.mu.Unlock()
+	s.signal()
+	return true
+}
+
+// signal wakes the writer.
+func (s *session) signal() {
+	select {
+	case s.ready <- struct{}{}:
+	default:
 	}
 }
 
@@ -512,10 +552,7 @@ func (s *session) queueEvent(resp *tollgatev1.SessionResponse) {
 	}
 	s.events = append(s.events, resp)
 	s.mu.Unlock()
-	select {
-	case s.eventReady <- struct{}{}:
-	default:
-	}
+	s.signal()
 }
 
 // takeEvents returns and clears the queued events.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/citest"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -21,7 +22,7 @@ const chromiumPath = "/usr/bin/chromium"
 // once its JavaScript has run.
 func TestStatusPageInChromium(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Skipf("%s is not installed, so the status page is not tested in a browser here (apt-get install chromium; .ci/run installs it)", chromiumPath)
+		citest.SkipOrFail(t, chromiumPath+" is not installed, so the status page is not tested in a browser here (apt-get install chromium; .ci/run installs it)")
 	}
 	o := startOps(t, Config{}, nil)
 	e := o.env()
@@ -41,8 +42,23 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "replicas", ClientId: "reader"})
+	// An active pool with no instance free, and a rate-only pool with
+	// some of its burst spent.
+	e.createPool(&tollgatev1.Pool{Name: "busy", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE})
+	if _, err := e.adm.AddResources(e.ctx(), &tollgatev1.AddResourcesRequest{Pool: "busy", Resources: wireRes("b1")}); err != nil {
+		t.Fatal(err)
+	}
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "busy", ClientId: "hog"})
+	if _, err := e.lim.Take(e.ctx(), &tollgatev1.TakeRequest{Pool: "api.example.com", Tokens: i64(30)}); err != nil {
+		t.Fatal(err)
+	}
 
-	dom := dumpDOM(t, o.http.URL+"/")
+	// With #pool=orders-db (what clicking the pool sets), the page lists
+	// orders-db's leases.
+	dom := dumpDOM(t, o.http.URL+"/#pool=orders-db")
+	if text := regexp.MustCompile(`<[^>]*>`).ReplaceAllString(dom, " "); regexp.MustCompile(`NaN|undefined`).MatchString(text) {
+		t.Errorf("the page's text shows NaN or undefined:\n%s", text)
+	}
 	for _, want := range []string{
 		`data-pool="orders-db"`,
 		`data-pool="api.example.com"`,
@@ -58,20 +74,25 @@ func TestStatusPageInChromium(t *testing.T) {
 	// orders-db is suspended, and has revoked one lease; api.example.com
 	// is neither.
 	for _, c := range []struct{ what, re string }{
-		{"orders-db's suspended badge", `data-pool="orders-db"><td class="name">orders-db <span class="badge suspended"[^>]*>suspended</span>`},
-		{"orders-db's revoked count of 1", `data-pool="orders-db">.*?<td class="num revoked">1</td>`},
-		{"api.example.com's revoked count of 0", `data-pool="api.example.com">.*?<td class="num revoked">0</td>`},
+		{"orders-db's suspended badge", `data-pool="orders-db"[^>]*><td class="name">orders-db <span class="badge suspended"[^>]*>suspended</span>`},
+		{"orders-db's revoked count of 1", `data-pool="orders-db"[^>]*>.*?<td class="num revoked">1</td>`},
+		{"api.example.com's revoked count of 0", `data-pool="api.example.com"[^>]*>.*?<td class="num revoked">0</td>`},
 		{"the lease revoked event naming its operator", `lease revoked</span>.*?by 127\.0\.0\.1`},
-		{"replicas' instances", `data-pool="replicas"><td class="name">replicas<span class="desc resources"[^>]*>active: 3 of 4 instances free</span>`},
-		{"replicas' utilisation of 1 of its 4 instances", `data-pool="replicas">.*?width: 25%`},
-		{"orders-db's wait p99 of 0 (every grant at once)", `data-pool="orders-db">.*?<td class="num wait"[^>]*>0</td>`},
-		{"api.example.com's wait p99 with no grants", `data-pool="api.example.com">.*?<td class="num wait"[^>]*>—</td>`},
+		{"replicas' instances", `data-pool="replicas"[^>]*><td class="name">replicas<span class="desc resources"[^>]*>active: 3 of 4 instances free</span>`},
+		{"replicas' utilisation of 1 of its 4 instances", `data-pool="replicas"[^>]*>.*?width: 25%`},
+		{"orders-db's wait p99 of 0 (every grant at once)", `data-pool="orders-db"[^>]*>.*?<td class="num wait"[^>]*>0</td>`},
+		{"busy's instances, none free", `data-pool="busy"[^>]*><td class="name">busy<span class="desc resources"[^>]*>active: 0 of 1 instances free</span>`},
+		{"api.example.com's rate bar, 30 of its burst of 40 spent", `data-pool="api.example.com".*?width: 75%.*?>10 / 40 tokens left<`},
+		{"the leases of orders-db", `Leases of <span id="leases-pool">orders-db</span>`},
+		{"worker-1's lease of weight 2", `<tr data-lease="1"><td class="num">1</td><td>worker-1</td><td class="num">2</td>`},
+		{"worker-2's lease", `<tr data-lease="2"><td class="num">2</td><td>worker-2</td>`},
+		{"api.example.com's wait p99 with no grants", `data-pool="api.example.com"[^>]*>.*?<td class="num wait"[^>]*>—</td>`},
 	} {
 		if !regexp.MustCompile(c.re).MatchString(dom) {
 			t.Errorf("the page does not show %s; DOM:\n%s", c.what, dom)
 		}
 	}
-	if regexp.MustCompile(`data-pool="api.example.com"><td class="name">api.example.com <span class="badge suspended"`).MatchString(dom) {
+	if regexp.MustCompile(`data-pool="api.example.com"[^>]*><td class="name">api.example.com <span class="badge suspended"`).MatchString(dom) {
 		t.Errorf("api.example.com is shown suspended; DOM:\n%s", dom)
 	}
 	// The utilisation bar of orders-db is 60% full.

@@ -2,23 +2,71 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tollgate/tollgate/client"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
+// leaseFlags are the flags of the commands that acquire a lease (acquire,
+// run).
+type leaseFlags struct {
+	weight      int64
+	ttl         time.Duration
+	priority    int32
+	waitTimeout time.Duration
+	waitFlag    string // the name of the wait flag: --wait-timeout or --wait
+	try         bool
+	description string
+}
+
+func (lf *leaseFlags) register(f *pflag.FlagSet, waitFlag string) {
+	lf.waitFlag = waitFlag
+	f.Int64Var(&lf.weight, "weight", 1, "permit weight to hold")
+	f.DurationVar(&lf.ttl, "ttl", 0, "lease TTL, renewed every TTL/3 (0: the pool's default_lease_ttl)")
+	f.Int32Var(&lf.priority, "priority", 0, "place in the wait queue: higher is granted first")
+	f.DurationVar(&lf.waitTimeout, waitFlag, 0, "longest wait in the queue (0: until Ctrl-C)")
+	f.BoolVar(&lf.try, "try", false, "fail at once (NO_CAPACITY) rather than wait")
+	f.StringVar(&lf.description, "description", "", "note shown to operators with the lease")
+}
+
+// options checks the flags and returns them as acquire options.
+func (lf *leaseFlags) options(f *pflag.FlagSet) ([]client.AcquireOption, error) {
+	if lf.waitTimeout < 0 {
+		return nil, usageErrorf("--%s must not be negative, not %v", lf.waitFlag, lf.waitTimeout)
+	}
+	if lf.try && lf.waitTimeout != 0 {
+		return nil, usageErrorf("--try does not wait; drop --%s", lf.waitFlag)
+	}
+	var opts []client.AcquireOption
+	if f.Changed("weight") {
+		opts = append(opts, client.Weight(lf.weight))
+	}
+	if f.Changed("ttl") {
+		opts = append(opts, client.TTL(lf.ttl))
+	}
+	if lf.priority != 0 {
+		opts = append(opts, client.Priority(lf.priority))
+	}
+	if lf.waitTimeout != 0 {
+		opts = append(opts, client.WaitTimeout(lf.waitTimeout))
+	}
+	if lf.description != "" {
+		opts = append(opts, client.Description(lf.description))
+	}
+	return opts, nil
+}
+
 func newAcquireCmd(g *globals) *cobra.Command {
 	var (
-		weight      int64
-		ttl         time.Duration
-		priority    int32
-		waitTimeout time.Duration
-		try         bool
-		description string
+		lf     leaseFlags
+		format outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "acquire POOL [flags]",
@@ -28,97 +76,123 @@ func newAcquireCmd(g *globals) *cobra.Command {
 in the background, until Ctrl-C (or SIGTERM), and release it.
 
 It prints "acquired lease <id> fencing_token=<n> weight=<w> expires <time>"
-once granted and "released lease <id>" at the end. If the lease is lost
-while held (it expired or was revoked on the server, or could not be renewed
-in time), it says so and exits with status 1.`,
+once granted and "released lease <id>" at the end; with -o json, one JSON
+object per line for each ({"event": "acquired", "lease_id": ...} and
+{"event": "released", ...}). The API does not tell a waiting acquire its
+place in the queue, so it prints nothing while it waits ("tollgate stats
+POOL" shows how many wait). If the lease is lost while held (it expired or
+was revoked on the server, or could not be renewed in time), it says so and
+exits with status 1.`,
 		Example: `  tollgate acquire orders-db
   tollgate acquire orders-db --weight 2 --ttl 30s --wait-timeout 1m
-  tollgate acquire gpu --try --description "manual maintenance"`,
+  tollgate acquire gpu --try --description "manual maintenance" -o json`,
 		Args: exactArgs("POOL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pool := args[0]
-			if waitTimeout < 0 {
-				return usageErrorf("--wait-timeout must not be negative, not %v", waitTimeout)
+			opts, err := lf.options(cmd.Flags())
+			if err != nil {
+				return err
 			}
-			if try && waitTimeout != 0 {
-				return usageErrorf("--try does not wait; drop --wait-timeout")
+			c, l, err := acquireLease(cmd.Context(), g, args[0], lf.try, opts)
+			if err != nil {
+				return err
 			}
-			var opts []client.AcquireOption
-			if cmd.Flags().Changed("weight") {
-				opts = append(opts, client.Weight(weight))
+			defer c.Close()
+			out := cmd.OutOrStdout()
+			if err := printAcquired(out, format.json, l); err != nil {
+				return err
 			}
-			if cmd.Flags().Changed("ttl") {
-				opts = append(opts, client.TTL(ttl))
+			select {
+			case <-cmd.Context().Done():
+			case <-l.Done():
 			}
-			if priority != 0 {
-				opts = append(opts, client.Priority(priority))
+			if err := releaseLease(cmd.Context(), g, l); err != nil {
+				return err
 			}
-			if waitTimeout != 0 {
-				opts = append(opts, client.WaitTimeout(waitTimeout))
+			if format.json {
+				return json.NewEncoder(out).Encode(map[string]string{"event": "released", "pool": l.Pool(), "lease_id": l.ID()})
 			}
-			if description != "" {
-				opts = append(opts, client.Description(description))
-			}
-			return holdLease(cmd, g, pool, try, opts)
+			_, err = fmt.Fprintf(out, "released lease %s\n", l.ID())
+			return err
 		},
 	}
-	f := cmd.Flags()
-	f.Int64Var(&weight, "weight", 1, "permit weight to hold")
-	f.DurationVar(&ttl, "ttl", 0, "lease TTL, renewed every TTL/3 (default: the pool's default_lease_ttl)")
-	f.Int32Var(&priority, "priority", 0, "place in the wait queue: higher is granted first")
-	f.DurationVar(&waitTimeout, "wait-timeout", 0, "longest wait in the queue (0: until Ctrl-C)")
-	f.BoolVar(&try, "try", false, "fail at once (NO_CAPACITY) rather than wait")
-	f.StringVar(&description, "description", "", "note shown to operators with the lease")
+	lf.register(cmd.Flags(), "wait-timeout")
+	cmd.Flags().VarP(&format, "output", "o", "output format: text or json")
 	return cmd
 }
 
-// holdLease acquires a lease, holds it until cmd's context ends or it is
-// lost, and releases it.
-func holdLease(cmd *cobra.Command, g *globals, pool string, try bool, opts []client.AcquireOption) error {
-	out := cmd.OutOrStdout()
-	ctx := cmd.Context()
+// acquireLease dials --server, checks that pool exists (within --timeout,
+// so that a missing server or pool fails fast rather than wait for a
+// connection forever), then acquires a lease of it, waiting until ctx ends
+// unless try. The caller closes the client once done with the lease.
+func acquireLease(ctx context.Context, g *globals, pool string, try bool, opts []client.AcquireOption) (*client.Client, *client.Lease, error) {
 	c, err := g.dial()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer c.Close()
-
-	// Fail fast (within --timeout) if the server is not there or the pool
-	// does not exist, rather than wait for a connection forever.
 	pctx, cancel := context.WithTimeout(ctx, g.timeout)
 	_, err = tollgatev1.NewAdminServiceClient(c.Conn()).GetPool(pctx, &tollgatev1.GetPoolRequest{Name: pool})
 	cancel()
-	if err != nil && !adminRefused(err) { // a non-admin cannot check: let the acquire tell
-		return err
-	}
-
 	var l *client.Lease
-	if try {
+	switch {
+	case err != nil && !adminRefused(err): // a non-admin cannot check: let the acquire tell
+	case try:
 		l, err = c.TryAcquire(ctx, pool, opts...)
-	} else {
+	default:
 		l, err = c.Acquire(ctx, pool, opts...)
 	}
 	if err != nil {
+		c.Close()
 		if ctx.Err() != nil {
-			return fmt.Errorf("gave up waiting for a lease of pool %q: %w", pool, err)
+			err = fmt.Errorf("gave up waiting for a lease of pool %q: %w", pool, err)
 		}
-		return err
+		return nil, nil, err
+	}
+	return c, l, nil
+}
+
+// releaseLease releases l within --timeout, even once ctx has ended.
+func releaseLease(ctx context.Context, g *globals, l *client.Lease) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
+	defer cancel()
+	return l.Release(rctx)
+}
+
+// leaseJSON is a granted lease as acquire -o json prints it.
+type leaseJSON struct {
+	Event        string         `json:"event"`
+	Pool         string         `json:"pool"`
+	LeaseID      string         `json:"lease_id"`
+	FencingToken uint64         `json:"fencing_token"`
+	Weight       int64          `json:"weight"`
+	ExpireTime   time.Time      `json:"expire_time"`
+	TTL          string         `json:"ttl"`
+	Resources    []resourceJSON `json:"resources,omitempty"`
+}
+
+// resourceJSON is an instance a lease is bound to, in JSON.
+type resourceJSON struct {
+	ID         string            `json:"id"`
+	Provider   string            `json:"provider,omitempty"`
+	Attributes map[string]string `json:"attributes,omitempty"`
+}
+
+func resourcesJSON(rs []client.Resource) []resourceJSON {
+	out := make([]resourceJSON, len(rs))
+	for i, r := range rs {
+		out[i] = resourceJSON{r.ID, r.Provider, r.Attributes}
+	}
+	return out
+}
+
+// printAcquired prints that l was granted, as text or a JSON line.
+func printAcquired(out io.Writer, asJSON bool, l *client.Lease) error {
+	if asJSON {
+		return json.NewEncoder(out).Encode(leaseJSON{"acquired", l.Pool(), l.ID(), l.FencingToken(), l.Weight(), l.Expiry(), l.TTL().String(), resourcesJSON(l.Resources())})
 	}
 	fmt.Fprintf(out, "acquired lease %s fencing_token=%d weight=%d expires %s (ttl %v, renewed in the background; Ctrl-C to release)\n",
 		l.ID(), l.FencingToken(), l.Weight(), l.Expiry().Format(time.RFC3339Nano), l.TTL())
 	for _, r := range l.Resources() {
 		fmt.Fprintf(out, "  instance %s%s\n", r.ID, resourceSuffix(r.Provider, r.Attributes)) // resource.go
 	}
-
-	select {
-	case <-ctx.Done():
-	case <-l.Done():
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
-	defer cancel()
-	if err := l.Release(rctx); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "released lease %s\n", l.ID())
 	return nil
 }

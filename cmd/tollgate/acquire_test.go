@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
@@ -122,5 +123,32 @@ func TestAcquireCommandErrors(t *testing.T) {
 			t.Fatal("the waiter stayed")
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestAcquireJSON(t *testing.T) {
+	ts := newCLIServer(t)
+	runCLI(t, ts.addr, "pool", "create", "db", "--kind", "active", "--resources", "conn-1", "--attr", "addr=db-{id}:5432").mustSucceed(t)
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	out, done := startAcquire(t, ctx, ts.addr, "db", "--ttl", "1m", "-o", "json")
+	waitOutput(t, out, done, "\n")
+	var got leaseJSON
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	if got.Event != "acquired" || got.Pool != "db" || got.FencingToken != 1 || got.Weight != 1 || got.TTL != "1m0s" ||
+		len(got.Resources) != 1 || got.Resources[0].ID != "conn-1" || got.Resources[0].Attributes["addr"] != "db-conn-1:5432" {
+		t.Fatalf("acquired: %+v", got)
+	}
+	interrupt()
+	if code := <-done; code != 0 {
+		t.Fatalf("acquire exited %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var released map[string]string
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &released); err != nil || len(lines) != 2 ||
+		released["event"] != "released" || released["lease_id"] != got.LeaseID {
+		t.Fatalf("output:\n%s (%v)", out.String(), err)
 	}
 }

@@ -19,7 +19,8 @@ func newLeaseCmd(g *globals) *cobra.Command {
 		Use:   "lease",
 		Short: "List, inspect and revoke the live leases of a pool",
 		Long: `List, inspect and revoke the live leases of a pool. A lease is named by its
-pool and its id (the decimal fencing token that acquire prints).
+pool and its id: the signed id "<fencing token>.<tag>" that acquire prints,
+or the bare fencing token (the number events and lease list show).
 
 Output is readable text; -o json prints the API's messages as JSON.`,
 	}

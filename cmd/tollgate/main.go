@@ -6,9 +6,12 @@
 //	tollgate resource add|remove|list|provide ...
 //	tollgate client list [--pool P]     the connected clients and what they hold
 //	tollgate acquire POOL               hold a lease until Ctrl-C
+//	tollgate run POOL -- CMD ARGS...    run a command while holding a lease
 //	tollgate take POOL -n N             take rate tokens
 //	tollgate events [--pool P]          tail the server's events until Ctrl-C
 //	tollgate stats [POOL...]            a table of pools' counters, live on a terminal
+//	tollgate version                    the version and build of this binary
+//	tollgate healthcheck [--url U]      GET a server's /readyz (for container health checks)
 //
 // Every client command talks to --server (default 127.0.0.1:7070, or the
 // TOLLGATE_SERVER environment variable). Errors are printed as
@@ -28,6 +31,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/client"
@@ -39,10 +43,6 @@ const (
 	exitError = 1
 	exitUsage = 2
 )
-
-// defaultServer is the server address when neither --server nor
-// TOLLGATE_SERVER is set.
-const defaultServer = "127.0.0.1:7070"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -60,6 +60,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
+	}
+	var es statusError
+	if errors.As(err, &es) { // run: the command's status
+		if es.msg != "" {
+			fmt.Fprintln(stderr, es.msg)
+		}
+		return es.code
 	}
 	fmt.Fprintln(stderr, formatError(err))
 	var ue usageError
@@ -92,13 +99,17 @@ func newRootCmd(stdout, stderr io.Writer, getenv func(string) string) (*cobra.Co
 rate tokens per named resource pool, to many processes on many machines.
 
 This command runs a server (tollgate serve) and talks to one: it manages
-pools (tollgate pool ...), holds a lease (tollgate acquire) and takes rate
-tokens (tollgate take). Client commands talk to --server, which defaults to
-$TOLLGATE_SERVER or ` + defaultServer + `.`,
+pools (tollgate pool ...), holds a lease (tollgate acquire), runs a command
+under one (tollgate run) and takes rate tokens (tollgate take). Client
+commands talk to --server, which defaults to $TOLLGATE_SERVER or
+` + client.DefaultServer + `.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			*started = true
+			if cmd.Flags().Lookup("server") == nil { // serve, version: no client flags
+				return nil
+			}
 			if g.timeout <= 0 {
 				return usageErrorf("--timeout must be positive, not %v", g.timeout)
 			}
@@ -112,17 +123,26 @@ $TOLLGATE_SERVER or ` + defaultServer + `.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 
-	server := defaultServer
+	server := client.DefaultServer
 	if env := getenv("TOLLGATE_SERVER"); env != "" {
 		server = env
 	}
-	pf := root.PersistentFlags()
+	root.Version = versionString()
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.AddCommand(newServeCmd(), newVersionCmd(), newHealthcheckCmd())
+	for _, c := range []*cobra.Command{newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newRunCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g)} {
+		g.register(c.PersistentFlags(), server)
+		root.AddCommand(c)
+	}
+	return root, started
+}
+
+// register adds the client flags to a client command (and its
+// subcommands); serve has none of them.
+func (g *globals) register(pf *pflag.FlagSet, server string) {
 	pf.StringVar(&g.server, "server", server, "Tollgate server address (host:port), or a comma-separated list to fail over between; env TOLLGATE_SERVER")
 	g.sec.register(pf)
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each admin call (pool commands, and acquire's pool check and release), and added to take's --max-wait")
-
-	root.AddCommand(newServeCmd(), newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g))
-	return root, started
 }
 
 // dial returns a client of the --server address.

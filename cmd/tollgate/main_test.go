@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -212,4 +213,42 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		}
 	}
 	walk(root)
+}
+
+// Help lists only the flags a command takes, with the defaults it applies.
+func TestHelpOffersOnlyUsableFlags(t *testing.T) {
+	serve := runCLI(t, "", "serve", "--help").mustSucceed(t).stdout
+	for _, client := range []string{"--server", "--timeout", "--token-file", "--tls-ca"} {
+		if strings.Contains(serve, client) {
+			t.Errorf("serve --help offers the client flag %s", client)
+		}
+	}
+	if strings.Contains(serve, "each pool needs") {
+		t.Error("serve --help says each pool needs a concurrency or a rate")
+	}
+	runCLI(t, "", "serve", "--server", "x:1").mustFail(t, 2, "unknown flag: --server")
+	if update := runCLI(t, "", "pool", "update", "--help").mustSucceed(t).stdout; strings.Contains(update, "--kind") {
+		t.Error("pool update --help offers --kind, which the server refuses")
+	}
+	create := runCLI(t, "", "pool", "create", "--help").mustSucceed(t).stdout
+	for _, want := range []string{"--kind", "--server", `this fraction (0: the default; off: no event) (default 0.9)`, `(default 0.1)`, "(default 10m0s)"} {
+		if !strings.Contains(create, want) {
+			t.Errorf("pool create --help lacks %q:\n%s", want, create)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	v := runCLI(t, "", "version").mustSucceed(t).stdout
+	if !regexp.MustCompile(`^tollgate \S+ \(.+, go1\.\d+.* [a-z0-9]+/[a-z0-9]+\)\n$`).MatchString(v) {
+		t.Fatalf("version printed %q", v)
+	}
+	if f := runCLI(t, "", "--version").mustSucceed(t).stdout; f != v {
+		t.Fatalf("--version printed %q, version %q", f, v)
+	}
+	version = "v9.8.7"
+	defer func() { version = "" }()
+	if v := runCLI(t, "", "version").mustSucceed(t).stdout; !strings.HasPrefix(v, "tollgate v9.8.7 (") {
+		t.Fatalf("with -X main.version: %q", v)
+	}
 }

@@ -31,9 +31,9 @@ func adaptiveConfigRows(row func(string, any), pool *tollgatev1.Pool) {
 	if t := a.GetLatencyTolerance(); t > 0 {
 		latency = strconv.FormatFloat(t, 'g', -1, 64) + "× baseline"
 	}
-	row("adaptive", fmt.Sprintf("on: target %s; cut ×%g when errors+timeouts > %g%% of ≥%d outcomes in %v (at most every %v); raise +%g%% per %v; floors %s; latency %s",
+	row("adaptive", fmt.Sprintf("on: target %s; cut ×%g when errors+timeouts > %g%% of ≥%d outcomes in %v (at most every %v); raise +%g%% per %v (per %v to where one failed); floors %s; latency %s",
 		target, a.GetBackoff(), 100*a.GetErrorThreshold(), a.GetMinSamples(), duration(a.GetWindow()), duration(a.GetCooldown()),
-		100*a.GetIncrease(), duration(a.GetInterval()), strings.Join(floors, ", "), latency))
+		100*a.GetIncrease(), duration(a.GetInterval()), duration(a.GetProbeInterval()), strings.Join(floors, ", "), latency))
 }
 
 // adaptiveStatusRows prints a pool's effective limits beside its

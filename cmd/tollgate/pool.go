@@ -104,7 +104,7 @@ when it stays below --low-utilisation-mark for --low-utilisation-period;
 			})
 		},
 	}
-	pf.register(cmd.Flags())
+	pf.register(cmd.Flags(), true)
 	rf.register(cmd.Flags())
 	return cmd
 }
@@ -203,7 +203,7 @@ off, restoring the configured limits at once.`,
 			})
 		},
 	}
-	pf.register(cmd.Flags())
+	pf.register(cmd.Flags(), false)
 	return cmd
 }
 

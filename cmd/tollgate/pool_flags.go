@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -36,13 +38,22 @@ var poolFlagTable = []struct{ flag, path, usage string }{
 	{"adaptive-increase", "adaptive.increase", "step of a raise, as a fraction of the configured limit (0: 0.05)"},
 	{"adaptive-interval", "adaptive.interval", "least time between a change and the next raise (0: 2s)"},
 	{"adaptive-cooldown", "adaptive.cooldown", "least time between two cuts (0: 2s)"},
+	{"adaptive-probe-interval", "adaptive.probe_interval", "least time between a change and a raise to the level where one last failed (0: 5 × the interval)"},
 	{"adaptive-min-concurrency", "adaptive.min_concurrency", "floor of the effective concurrency limit (0: 1)"},
 	{"adaptive-min-rate", "adaptive.min_rate", "floor of the effective rate (0: 1% of the rate)"},
 	{"adaptive-latency-tolerance", "adaptive.latency_tolerance", "also cut when latency exceeds this factor times its baseline, such as 2 (0: off)"},
 	{"overload-mark", "overload_mark", "pool_overload event when this many acquires wait (0: half of max-waiters; off: no event)"},
-	{"near-full-mark", "near_full_mark", "pool_near_full event when held/limit reaches this fraction (0: 0.9; off: no event)"},
-	{"low-utilisation-mark", "low_utilisation_mark", "pool_low_utilisation event when held/limit stays below this fraction for a period (0: 0.1; off: no event)"},
-	{"low-utilisation-period", "low_utilisation_period", "period of the low-utilisation mark (0: 10m)"},
+	{"near-full-mark", "near_full_mark", "pool_near_full event when held/limit reaches this fraction (0: the default; off: no event)"},
+	{"low-utilisation-mark", "low_utilisation_mark", "pool_low_utilisation event when held/limit stays below this fraction for a period (0: the default; off: no event)"},
+	{"low-utilisation-period", "low_utilisation_period", "period of the low-utilisation mark (0: the default)"},
+}
+
+// shownDefaults are the defaults that help shows for the settings whose
+// unset value stands for a default other than zero.
+var shownDefaults = map[string]string{
+	"near-full-mark":         strconv.FormatFloat(limiter.DefaultNearFullMark, 'g', -1, 64),
+	"low-utilisation-mark":   strconv.FormatFloat(limiter.DefaultLowUtilisationMark, 'g', -1, 64),
+	"low-utilisation-period": limiter.DefaultLowUtilisationPeriod.String(),
 }
 
 // poolFlags are the values of poolFlagTable's flags on one command.
@@ -52,6 +63,7 @@ type poolFlags struct{ values []*fieldFlag }
 // of fields its path names, and the value given.
 type fieldFlag struct {
 	flag  string
+	path  string
 	chain []protoreflect.FieldDescriptor
 	val   protoreflect.Value
 	text  string
@@ -109,9 +121,14 @@ func poolPath(path string) []protoreflect.FieldDescriptor {
 	return chain
 }
 
-func (p *poolFlags) register(f *pflag.FlagSet) {
+// register adds the flags; those of fields that cannot change after
+// creation (resource_kind) only when create is set.
+func (p *poolFlags) register(f *pflag.FlagSet, create bool) {
 	for _, pf := range poolFlagTable {
-		v := &fieldFlag{flag: pf.flag, chain: poolPath(pf.path), text: "0"}
+		v := &fieldFlag{flag: pf.flag, path: pf.path, chain: poolPath(pf.path), text: "0"}
+		if !create && poolconv.Immutable(v.field()) {
+			continue
+		}
 		switch fd := v.field(); {
 		case fd.Enum() != nil:
 			v.text = poolconv.EnumShortName(fd.Enum().Values().ByNumber(1)) // unset means the first value
@@ -119,6 +136,9 @@ func (p *poolFlags) register(f *pflag.FlagSet) {
 			v.text = ""
 		case fd.Kind() == protoreflect.BoolKind:
 			v.text = "false"
+		}
+		if d, ok := shownDefaults[pf.flag]; ok {
+			v.text = d
 		}
 		flag := f.VarPF(v, pf.flag, "", pf.usage)
 		if v.field().Kind() == protoreflect.BoolKind {
@@ -136,18 +156,17 @@ func (p *poolFlags) pool(f *pflag.FlagSet, name string) (*tollgatev1.Pool, []str
 	pool := &tollgatev1.Pool{Name: name}
 	var paths []string
 	given := map[string]bool{}
-	for i, pf := range poolFlagTable {
-		if !f.Changed(pf.flag) {
+	for _, v := range p.values {
+		if !f.Changed(v.flag) {
 			continue
 		}
-		v := p.values[i]
 		m := pool.ProtoReflect()
 		for _, fd := range v.chain[:len(v.chain)-1] {
 			m = m.Mutable(fd).Message()
 		}
 		m.Set(v.field(), v.val)
-		paths = append(paths, pf.path)
-		given[pf.path] = true
+		paths = append(paths, v.path)
+		given[v.path] = true
 	}
 	for _, path := range paths {
 		parent, _, nested := strings.Cut(path, ".")

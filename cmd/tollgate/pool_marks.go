@@ -19,8 +19,9 @@ func markRows(row func(string, any), pool *tollgatev1.Pool) {
 	default:
 		row("overload_mark", strconv.FormatInt(v, 10)+" waiting")
 	}
-	if pool.GetConcurrencyLimit() == 0 {
-		row("utilisation_marks", "none: they need a concurrency limit")
+	if k := pool.GetResourceKind(); pool.GetConcurrencyLimit() == 0 &&
+		k != tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE && k != tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE {
+		row("utilisation_marks", "none: they need a concurrency limit or instances")
 		return
 	}
 	fraction := func(v, def float64) string {

@@ -9,6 +9,24 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
+// An active or passive pool's marks apply to its instances, with or
+// without a concurrency limit: pool get shows them; a rate-only pool has
+// none.
+func TestPoolMarksOfInstancePools(t *testing.T) {
+	ts := newCLIServer(t)
+	for _, kind := range []string{"active", "passive"} {
+		runCLI(t, ts.addr, "pool", "create", kind+"-pool", "--kind", kind).mustSucceed(t)
+		r := runCLI(t, ts.addr, "pool", "get", kind+"-pool").mustSucceed(t)
+		if !strings.Contains(r.stdout, "near_full_mark:") || strings.Contains(r.stdout, "none: they need") {
+			t.Errorf("pool get of a %s pool:\n%s", kind, r.stdout)
+		}
+	}
+	runCLI(t, ts.addr, "pool", "create", "feed", "--rate", "10").mustSucceed(t)
+	if r := runCLI(t, ts.addr, "pool", "get", "feed").mustSucceed(t); !strings.Contains(r.stdout, "none: they need a concurrency limit or instances") {
+		t.Errorf("pool get of a rate-only pool:\n%s", r.stdout)
+	}
+}
+
 // TestPoolMarkFlags: pool create and update set the event marks ("off"
 // turns one off), pool get shows them as they apply, and bad values are
 // refused naming the flag or field.

@@ -186,11 +186,21 @@ passive pool, its live providers.`,
 		Args: exactArgs("POOL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
-				resp, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: args[0]})
-				if err != nil {
-					return err
+				// Follow the pages and print them as one list.
+				all := &tollgatev1.ListResourcesResponse{}
+				req := &tollgatev1.ListResourcesRequest{Pool: args[0], PageSize: 1000}
+				for {
+					resp, err := adm.ListResources(ctx, req)
+					if err != nil {
+						return err
+					}
+					all.Resources = append(all.Resources, resp.GetResources()...)
+					all.Providers = append(all.Providers, resp.GetProviders()...)
+					if resp.GetNextPageToken() == "" {
+						return out(cmd).resources(all)
+					}
+					req.PageToken = resp.GetNextPageToken()
 				}
-				return out(cmd).resources(resp)
 			})
 		},
 	}

@@ -54,7 +54,7 @@ func TestResourceCommands(t *testing.T) {
 	runCLI(t, ts.addr, "resource", "add", "db").mustFail(t, 2, "missing ID")
 	runCLI(t, ts.addr, "resource", "add", "db", "x", "--attr", "novalue").mustFail(t, 2, "not key=value")
 	runCLI(t, ts.addr, "pool", "create", "p", "--kind", "lots").mustFail(t, 2, "not a kind")
-	runCLI(t, ts.addr, "pool", "update", "db", "--kind", "free").mustFail(t, 1, "(INVALID_ARGUMENT)")
+	runCLI(t, ts.addr, "pool", "update", "db", "--kind", "free").mustFail(t, 2, "unknown flag: --kind")
 	runCLI(t, ts.addr, "resource", "provide", "db", "x").mustFail(t, 2, "--id is required")
 	runCLI(t, ts.addr, "resource", "provide", "db", "x", "--id", "w").mustFail(t, 1, "(FAILED_PRECONDITION NOT_PASSIVE)")
 }

@@ -20,13 +20,15 @@ import (
 
 // serveOptions are the flags of tollgate serve.
 type serveOptions struct {
-	listen          string
-	configPath      string
-	dataDir         string
-	shutdownTimeout time.Duration
-	logFormat       string
-	logLevel        string
-	sec             securityOptions // TLS, auth, HTTP, limits: serve_security.go
+	listen            string
+	configPath        string
+	dataDir           string
+	shutdownTimeout   time.Duration
+	markEventInterval time.Duration
+	logFormat         string
+	logLevel          string
+	otel              bool
+	sec               securityOptions // TLS, auth, HTTP, limits: serve_security.go
 }
 
 // newServeCmd returns the "serve" command: it runs a Tollgate server on
@@ -52,8 +54,10 @@ Pools can be declared from a YAML file (--config), read on the first start:
       max_ttl: 5m
       max_waiters: 1024
 
-Every field but name is optional; each pool needs a concurrency, a rate, or
-both. More pools can be created at run time with "tollgate pool create".
+Every field but name is optional; a free pool (the default kind) needs a
+concurrency, a rate, or both, while an active or passive pool's instances
+are its capacity. More pools can be created at run time with
+"tollgate pool create".
 
 Pools are kept on disk in --data-dir (created if missing): every pool
 change is written there before it is acknowledged, and the pools are loaded
@@ -86,8 +90,10 @@ for calls in flight.
 	f.StringVar(&o.configPath, "config", "", "YAML file of pools to declare on the data directory's first start (see above)")
 	f.StringVar(&o.dataDir, "data-dir", "tollgate-data", "directory where the server keeps its pools (created if missing; one server at a time)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGINT/SIGTERM, longest wait for calls in flight before cutting them off")
+	f.DurationVar(&o.markEventInterval, "mark-event-interval", limiter.DefaultMarkEventInterval, "least time between two recorded mark events (pool_near_full, ...) of one kind from one pool; those in between are counted in tollgate_pool_events_suppressed_total (0: record every one)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.BoolVar(&o.otel, "otel", false, "export OpenTelemetry traces over OTLP/gRPC (set by default when OTEL_EXPORTER_OTLP_ENDPOINT is; the OTEL_EXPORTER_OTLP_* variables configure the exporter)")
 	o.sec.register(f)
 	return cmd
 }
@@ -103,6 +109,13 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 	}
 	if o.shutdownTimeout <= 0 {
 		return fmt.Errorf("--shutdown-timeout must be positive, not %v", o.shutdownTimeout)
+	}
+	markInterval := o.markEventInterval
+	switch {
+	case markInterval < 0:
+		return fmt.Errorf("--mark-event-interval must be 0 (record every mark event) or positive, not %v", markInterval)
+	case markInterval == 0:
+		markInterval = -1 // the server's "every one"
 	}
 	if o.dataDir == "" {
 		return fmt.Errorf("--data-dir must name a directory: the server always keeps its pools on disk")
@@ -126,7 +139,27 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 		lis.Close()
 		return err
 	}
-	srv, err := server.Open(sec.config(server.Config{Logger: logger, ShutdownTimeout: o.shutdownTimeout}), o.dataDir, pools)
+	cfg := server.Config{Logger: logger, ShutdownTimeout: o.shutdownTimeout, MarkEventInterval: markInterval}
+	if o.otel || otlpConfigured() {
+		tp, err := newTracerProvider(ctx)
+		if err != nil {
+			lis.Close()
+			if httpLis != nil {
+				httpLis.Close()
+			}
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				logger.Warn("flushing traces at shutdown", "err", err)
+			}
+		}()
+		cfg.TracerProvider = tp
+		logger.Info("exporting OpenTelemetry traces over OTLP")
+	}
+	srv, err := server.Open(sec.config(cfg), o.dataDir, pools)
 	if err != nil {
 		lis.Close()
 		if httpLis != nil {

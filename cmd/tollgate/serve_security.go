@@ -72,6 +72,10 @@ func (o *securityOptions) register(f *pflag.FlagSet) {
 	f.IntVar(&o.limits.MaxRecvMsgSize, "max-msg-size", server.DefaultMaxRecvMsgSize, "largest gRPC message the server receives, in bytes")
 	f.Float64Var(&o.limits.ClientRate, "client-rate", server.DefaultClientRate, "requests per second one client may make, releases excepted (-1: no limit)")
 	f.IntVar(&o.limits.ClientBurst, "client-burst", 0, "requests one client may make at once above --client-rate (0: twice --client-rate)")
+	f.IntVar(&o.limits.MaxConns, "max-conns", server.DefaultMaxConns, "most gRPC connections open at once; more are closed when accepted (-1: no limit)")
+	f.IntVar(&o.limits.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most gRPC connections open at once from one IP address (-1: no limit)")
+	f.IntVar(&o.limits.MaxHeaderListSize, "max-header-size", server.DefaultMaxHeaderListSize, "largest metadata (headers) of one gRPC call, in bytes")
+	f.DurationVar(&o.limits.MaxTakeWait, "max-take-wait", server.DefaultMaxTakeWait, "longest max_wait a take may wait for its tokens; longer waits are refused (-1ns: no limit)")
 }
 
 // serveSecurity is what the flags load to: the server's TLS setup and

@@ -74,6 +74,7 @@ func TestServeSecurityFlags(t *testing.T) {
 		{[]string{"--policy", "p.yaml"}, []string{"--policy", "--client-ca"}},
 		{[]string{"--admin-token-file", tokenFile}, []string{"at least 16 characters"}},
 		{[]string{"--client-burst", "-2"}, []string{"--client-burst"}},
+		{[]string{"--mark-event-interval", "-1s"}, []string{"--mark-event-interval must be 0", "or positive"}},
 	} {
 		r := runCLI(t, "", append(base, c.args...)...)
 		r.mustFail(t, 1, c.want...)

@@ -101,7 +101,10 @@ function keepAlive(stub, lease, onLost) {
   const everyMs = (seconds(lease.ttl) * 1000) / 3;
   const timer = setInterval(async () => {
     try {
-      const r = await call(stub, 'Renew', {pool: lease.pool, lease_id: lease.id, weight: lease.weight});
+      // weight and the latest expiry_receipt let a restarted server
+      // re-adopt the lease (docs/recovery.md).
+      const r = await call(stub, 'Renew', {pool: lease.pool, lease_id: lease.id, weight: lease.weight, expiry_receipt: lease.expiry_receipt});
+      lease.expiry_receipt = r.lease.expiry_receipt;
       console.log(`renewed lease ${r.lease.id} (background) expire_time=${r.lease.expire_time.seconds}s`);
     } catch (err) {
       if (err.code === grpc.status.NOT_FOUND) {

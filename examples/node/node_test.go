@@ -16,27 +16,18 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/internal/citest"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/server"
 )
 
-// skipOrFail skips the test with msg, or fails it when the CI environment
-// variable is set (CI must run every example).
-func skipOrFail(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s (CI is set, so this example must run)", msg)
-	}
-	t.Skip(msg)
-}
-
 func TestNodeClient(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		skipOrFail(t, "node is not installed; install Node.js 18 or later to run the Node.js example")
+		citest.SkipOrFail(t, "node is not installed; install Node.js 18 or later to run the Node.js example")
 	}
 	if _, err := os.Stat("node_modules/@grpc/grpc-js"); err != nil {
-		skipOrFail(t, "examples/node/node_modules is missing: run `npm ci` in examples/node")
+		citest.SkipOrFail(t, "examples/node/node_modules is missing: run `npm ci` in examples/node")
 	}
 
 	// Count the calls the server answered, by method and code.

@@ -1,10 +1,12 @@
 // Command quickstart starts five jobs at once against the pool "orders-db".
 // However many copies of it run, on however many machines, no more jobs run
-// at once than the pool's concurrency limit.
+// at once than the pool's concurrency limit. It talks to the server at
+// -tollgate (default: $TOLLGATE_SERVER, or 127.0.0.1:7070).
 package main
 
 import (
 	"context"
+	"flag"
 	"log"
 	"sync"
 	"time"
@@ -13,7 +15,9 @@ import (
 )
 
 func main() {
-	c, err := client.Dial("127.0.0.1:7070")
+	addr := flag.String("tollgate", client.ServerFromEnv(), "Tollgate server address; default $TOLLGATE_SERVER or "+client.DefaultServer)
+	flag.Parse()
+	c, err := client.Dial(*addr)
 	if err != nil {
 		log.Fatal(err)
 	}

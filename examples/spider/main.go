@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("spider", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		tollgate = fs.String("tollgate", "127.0.0.1:7070", "Tollgate server address (or a comma-separated list)")
+		tollgate = fs.String("tollgate", client.ServerFromEnv(), "Tollgate server address (or a comma-separated list); default $TOLLGATE_SERVER or "+client.DefaultServer)
 		pool     = fs.String("pool", "site", "Tollgate pool whose concurrency limit bounds the downloads of every crawler")
 		start    = fs.String("start", "", "URL to start from; only URLs of its host are crawled")
 		stateDir = fs.String("state-dir", "", "directory shared by the crawler processes (on one host)")

@@ -21,6 +21,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/tollgate/tollgate/client"
 )
 
 func main() {
@@ -36,7 +38,7 @@ func main() {
 // done (submit).
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("workers", flag.ContinueOnError)
-	addr := fs.String("tollgate", "127.0.0.1:7070", "Tollgate server address")
+	addr := fs.String("tollgate", client.ServerFromEnv(), "Tollgate server address; default $TOLLGATE_SERVER or "+client.DefaultServer)
 	pool := fs.String("pool", "render", "the passive pool of job slots")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -53,6 +53,7 @@ func adaptiveFields(c *limiter.AdaptiveConfig, p *tollgatev1.Adaptive) []Field {
 		Same("increase", &c.Increase, &p.Increase),
 		Dur("interval", &c.Interval, &p.Interval),
 		Dur("cooldown", &c.Cooldown, &p.Cooldown),
+		Dur("probe_interval", &c.ProbeInterval, &p.ProbeInterval),
 		Same("min_concurrency", &c.MinConcurrency, &p.MinConcurrency),
 		Same("min_rate", &c.MinRate, &p.MinRate),
 		Same("latency_tolerance", &c.LatencyTolerance, &p.LatencyTolerance),

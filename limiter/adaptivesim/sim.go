@@ -99,6 +99,11 @@ type Trace struct {
 	Points []Point
 	// Events are adaptive control's changes (PoolThrottled, PoolRelieved).
 	Events []limiter.PoolEvent
+	// Compare, when set, is another run of the same backend drawn with
+	// this one, named CompareName: the chart's effective rate and error
+	// rate of it, lighter.
+	Compare     []Point
+	CompareName string
 }
 
 // backend is the model of the protected system: a single queue served at
@@ -143,21 +148,13 @@ func Run(cfg Config) (Trace, error) {
 		return Trace{}, fmt.Errorf("adaptivesim: bad config %+v", cfg)
 	}
 	tr := Trace{Config: cfg}
-	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := fakeclock.New(start)
-	e := limiter.New(limiter.Options{Clock: clk, OnPoolEvent: func(ev limiter.PoolEvent) {
-		if ev.Type == limiter.PoolThrottled || ev.Type == limiter.PoolRelieved { // not the marks' events
-			tr.Events = append(tr.Events, ev)
-		}
-	}})
-	defer e.Close()
-	info, err := e.CreatePool(cfg.Pool)
+	e, clk, err := tr.start(cfg.Pool)
 	if err != nil {
 		return Trace{}, err
 	}
-	tr.Pool = info.Config
+	defer e.Close()
 	name := cfg.Pool.Name
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	rng := newRand(cfg.Seed)
 	be := backend{timeout: cfg.Timeout.Seconds(), base: cfg.BaseErrors}
 	ctx := context.Background()
 
@@ -199,34 +196,14 @@ func Run(cfg Config) (Trace, error) {
 		load += (float64(len(admitted))/cfg.Tick.Seconds() - load) * (1 - math.Exp(-cfg.Tick.Seconds()/loadMemory.Seconds()))
 		for _, c := range admitted {
 			o, lat := be.outcome(rng, load, capacity)
-			r := &pending[c]
-			switch o {
-			case limiter.OutcomeSuccess:
-				r.Successes++
-			case limiter.OutcomeError:
-				r.Errors++
-				acc.Errors++
-			default:
-				r.Timeouts++
-				acc.Errors++
-			}
-			r.LatencyCount++
-			r.LatencySum += lat
-			r.LatencyMax = max(r.LatencyMax, lat)
+			count(&pending[c], &acc, o, lat)
 			latSum += lat
 			latN++
 		}
 		acc.Admitted += float64(len(admitted))
 		// Clients report every ReportEvery, each at its own phase.
-		for c := range pending {
-			if (tick+c*reportTicks/cfg.Clients)%reportTicks == reportTicks-1 {
-				r := pending[c]
-				r.Pool = name
-				if err := e.Report([]limiter.OutcomeReport{r}); err != nil {
-					return Trace{}, err
-				}
-				pending[c] = limiter.OutcomeReport{}
-			}
+		if err := report(e, name, pending, tick, reportTicks); err != nil {
+			return Trace{}, err
 		}
 		clk.Advance(cfg.Tick)
 		if (tick+1)%sampleTicks == 0 {
@@ -234,12 +211,8 @@ func Run(cfg Config) (Trace, error) {
 			if err != nil {
 				return Trace{}, err
 			}
-			secs := cfg.Sample.Seconds()
-			p := Point{T: now + cfg.Tick, Configured: info.Config.Rate, Effective: info.Status.EffectiveRate,
-				Offered: acc.Offered / secs, Admitted: acc.Admitted / secs, Capacity: capacity, Errors: acc.Errors / secs}
-			if acc.Admitted > 0 {
-				p.ErrorRate = acc.Errors / acc.Admitted
-			}
+			p := acc.sample(now+cfg.Tick, cfg.Sample, capacity)
+			p.Configured, p.Effective = info.Config.Rate, info.Status.EffectiveRate
 			if latN > 0 {
 				p.Latency = latSum / time.Duration(latN)
 			}
@@ -248,6 +221,72 @@ func Run(cfg Config) (Trace, error) {
 		}
 	}
 	return tr, nil
+}
+
+// sample turns acc, the counts of a sample of length d, into the point
+// at t: rates per second, the error rate, and the capacity.
+func (acc Point) sample(t, d time.Duration, capacity float64) Point {
+	secs := d.Seconds()
+	p := Point{T: t, Offered: acc.Offered / secs, Admitted: acc.Admitted / secs, Capacity: capacity, Errors: acc.Errors / secs}
+	if acc.Admitted > 0 {
+		p.ErrorRate = acc.Errors / acc.Admitted
+	}
+	return p
+}
+
+// start creates the engine of a run on a fake clock, with cfg's pool, and
+// records adaptive control's events (not the marks') in tr.
+func (tr *Trace) start(cfg limiter.PoolConfig) (*limiter.Engine, *fakeclock.Clock, error) {
+	clk := fakeclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	e := limiter.New(limiter.Options{Clock: clk, OnPoolEvent: func(ev limiter.PoolEvent) {
+		if ev.Type == limiter.PoolThrottled || ev.Type == limiter.PoolRelieved {
+			tr.Events = append(tr.Events, ev)
+		}
+	}})
+	info, err := e.CreatePool(cfg)
+	if err != nil {
+		e.Close()
+		return nil, nil, err
+	}
+	tr.Pool = info.Config
+	return e, clk, nil
+}
+
+// newRand returns the run's seeded source of randomness.
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
+
+// count adds an outcome to a client's pending report, and an error or
+// timeout to acc.
+func count(r *limiter.OutcomeReport, acc *Point, o limiter.Outcome, lat time.Duration) {
+	switch o {
+	case limiter.OutcomeSuccess:
+		r.Successes++
+	case limiter.OutcomeError:
+		r.Errors++
+		acc.Errors++
+	default:
+		r.Timeouts++
+		acc.Errors++
+	}
+	r.LatencyCount++
+	r.LatencySum += lat
+	r.LatencyMax = max(r.LatencyMax, lat)
+}
+
+// report sends the pending reports of the clients whose turn it is at
+// tick: each reports every reportTicks, at its own phase.
+func report(e *limiter.Engine, pool string, pending []limiter.OutcomeReport, tick, reportTicks int) error {
+	for c := range pending {
+		if (tick+c*reportTicks/len(pending))%reportTicks == reportTicks-1 {
+			r := pending[c]
+			r.Pool = pool
+			if err := e.Report([]limiter.OutcomeReport{r}); err != nil {
+				return err
+			}
+			pending[c] = limiter.OutcomeReport{}
+		}
+	}
+	return nil
 }
 
 // capacityAt is the backend's capacity at t.

@@ -55,8 +55,8 @@ func (tr Trace) WriteSVG(w io.Writer, title string) error {
 	fmt.Fprintf(&b, `<text x="%d" y="24" font-size="16" font-weight="bold">%s</text>`+"\n", chartLeft, esc(title))
 	a := tr.Pool.Adaptive
 	fmt.Fprintf(&b, `<text x="%d" y="42" fill="#555">%s</text>`+"\n", chartLeft, esc(fmt.Sprintf(
-		"%d clients offering %g req/s each; adaptive: threshold %g%%, backoff %g, +%g%% of configured per %v, cooldown %v%s",
-		tr.Config.Clients, tr.Config.OfferedPerClient, 100*a.ErrorThreshold, a.Backoff, 100*a.Increase, a.Interval, a.Cooldown, latencyNote(a.LatencyTolerance))))
+		"%d clients offering %g req/s each; adaptive: threshold %g%%, backoff %g, +%g%% of configured per %v (%v at a level that failed), cooldown %v%s",
+		tr.Config.Clients, tr.Config.OfferedPerClient, 100*a.ErrorThreshold, a.Backoff, 100*a.Increase, a.Interval, a.ProbeInterval, a.Cooldown, latencyNote(a.LatencyTolerance))))
 
 	// Phases: shaded bands and labels.
 	from := time.Duration(0)
@@ -98,8 +98,18 @@ func (tr Trace) WriteSVG(w io.Writer, title string) error {
 		{name: "admitted load", color: "#009e73", width: 1.2, value: func(p Point) float64 { return p.Admitted }},
 		{name: "effective rate", color: "#0072b2", width: 2.5, value: func(p Point) float64 { return p.Effective }, step: true},
 	}
+	var cmpRate, cmpErr series
+	if tr.Compare != nil {
+		cmpRate = series{name: "effective rate, " + tr.CompareName, color: "#56b4e9", dash: "5,2", width: 2, value: func(p Point) float64 { return p.Effective }, step: true}
+		cmpErr = series{name: "error rate, " + tr.CompareName, color: "#e8a27c", dash: "5,2", width: 1.2, value: func(p Point) float64 { return p.ErrorRate }}
+		b.WriteString(polyline(tr.Compare, cmpRate, x, yRate))
+		b.WriteString(polyline(tr.Compare, cmpErr, x, yErr))
+		rates = append(rates[:len(rates):len(rates)], cmpRate)
+	}
 	for _, s := range rates {
-		b.WriteString(polyline(tr.Points, s, x, yRate))
+		if s.name != cmpRate.name {
+			b.WriteString(polyline(tr.Points, s, x, yRate))
+		}
 	}
 	// The error panel, with the threshold.
 	thr := tr.Pool.Adaptive.ErrorThreshold
@@ -109,7 +119,11 @@ func (tr Trace) WriteSVG(w io.Writer, title string) error {
 
 	// Legend.
 	lx, ly := chartLeft+int(plotW)+16, rateTop+10
-	for i, s := range append(rates, errS, series{name: "error threshold", color: "#d55e00", dash: "4,3", width: 1}) {
+	errs := []series{errS, {name: "error threshold", color: "#d55e00", dash: "4,3", width: 1}}
+	if tr.Compare != nil {
+		errs = append(errs, cmpErr)
+	}
+	for i, s := range append(rates, errs...) {
 		y := ly + 22*i
 		if i >= len(rates) {
 			y = errTop + 10 + 22*(i-len(rates))

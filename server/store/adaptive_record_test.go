@@ -15,7 +15,7 @@ func TestAdaptiveRecordRoundTrip(t *testing.T) {
 		{Name: "plain", ConcurrencyLimit: 3},
 		{Name: "revoking", ConcurrencyLimit: 3, RevocationPolicy: limiter.RevocationRevoke},
 		{Name: "api", Rate: 50, SafeRate: 5, ConcurrencyLimit: 8, Adaptive: limiter.AdaptiveConfig{Enabled: true, Target: limiter.AdaptRate,
-			Window: 5 * time.Second, MinSamples: 7, LatencyTolerance: 2.5, MinRate: 3}},
+			Window: 5 * time.Second, MinSamples: 7, LatencyTolerance: 2.5, MinRate: 3, ProbeInterval: 7 * time.Second}},
 	} {
 		sp, err := limiter.NewSavedPool(cfg, now)
 		if err != nil {

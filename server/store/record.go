@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
@@ -31,6 +32,7 @@ func stateFields(s *limiter.DurableState, r *storev1.DurableState) []poolconv.Fi
 		poolconv.Dur("share_ttl_bound", &s.ShareTTLBound, &r.ShareTtlBound),
 		poolconv.Same("effective_concurrency", &s.EffectiveConcurrency, &r.EffectiveConcurrency),
 		poolconv.Same("effective_rate", &s.EffectiveRate, &r.EffectiveRate),
+		poolconv.Same("readopt_floor", &s.ReadoptFloor, &r.ReadoptFloor),
 	}
 }
 
@@ -44,6 +46,9 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 		Suspended: sp.Suspended,
 	}
 	poolconv.To(stateFields(&sp.State, r.State))
+	for _, e := range sp.State.Ended {
+		r.State.Ended = append(r.State.Ended, &storev1.EndedLease{Token: e.Token, Expiry: timestamppb.New(e.Expiry), Revoked: e.Revoked})
+	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encoding pool %q: %w", sp.Config.Name, err)
@@ -89,6 +94,12 @@ func decodeProto(key, v []byte) (limiter.SavedPool, error) {
 		poolconv.Time("update_time", &sp.UpdateTime, &pool.UpdateTime)), "")
 	if err != nil {
 		return limiter.SavedPool{}, damaged(key, err)
+	}
+	for _, e := range r.State.GetEnded() {
+		if err := e.GetExpiry().CheckValid(); err != nil {
+			return limiter.SavedPool{}, damaged(key, fmt.Errorf("state.ended: %w", err))
+		}
+		sp.State.Ended = append(sp.State.Ended, limiter.EndedLease{Token: e.GetToken(), Expiry: e.GetExpiry().AsTime(), Revoked: e.GetRevoked()})
 	}
 	return sp, nil
 }

@@ -138,6 +138,8 @@ func TestEveryStateFieldIsStored(t *testing.T) {
 			f.SetFloat(float64(i) + 0.5)
 		case f.Kind() == reflect.Bool:
 			f.SetBool(true)
+		case f.Type() == reflect.TypeOf([]limiter.EndedLease{}):
+			f.Set(reflect.ValueOf([]limiter.EndedLease{{Token: 7, Expiry: t0.Add(time.Minute), Revoked: true}, {Token: 9, Expiry: t0.Add(2 * time.Minute)}}))
 		default:
 			t.Fatalf("DurableState.%s: teach this test its type", st.Type().Field(i).Name)
 		}

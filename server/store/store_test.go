@@ -61,7 +61,8 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := saved("a", 3), saved("b", 4)
-	a.State = limiter.DurableState{TokenCeiling: 4096, LeaseHorizon: t0.Add(time.Minute), TTLBound: 90 * time.Second}
+	a.State = limiter.DurableState{TokenCeiling: 4096, LeaseHorizon: t0.Add(time.Minute), TTLBound: 90 * time.Second, ReadoptFloor: 70,
+		Ended: []limiter.EndedLease{{Token: 71, Expiry: t0.Add(time.Second)}, {Token: 99, Expiry: t0.Add(2 * time.Second), Revoked: true}}}
 	a.UpdateTime = t0.Add(time.Second)
 	a.Config.OverloadMark, a.Config.NearFullMark, a.Config.LowUtilisationMark, a.Config.LowUtilisationPeriod = 7, limiter.MarkOff, 0.25, time.Hour
 	for _, sp := range []limiter.SavedPool{a, b} {

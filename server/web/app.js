@@ -39,19 +39,30 @@ function utilisation(p) {
   if (p.resource_kind && !lim) {
     return el("div", { class: "bar" }, el("span", { class: "muted" }, num(held) + " held, no instances"));
   }
+  if (!lim && limits(p).rate && limits(p).burst) {
+    // A rate-only pool: the bar shows how much of its burst is spent.
+    const burst = limits(p).burst;
+    const avail = Math.max(0, Math.min(burst, p.status.tokens_available || 0));
+    return bar((burst - avail) / burst, "% of the burst spent (" + num(limits(p).rate) + " tokens/s refill it)",
+      num(Math.floor(avail)) + " / " + num(burst) + " tokens left");
+  }
   if (!lim) {
     return el("div", { class: "bar" }, el("span", { class: "muted" }, num(held) + " held, no concurrency limit"));
   }
-  const frac = held / lim;
+  return bar(held / lim, "% of the concurrency limit in use", num(held) + " / " + num(lim));
+}
+
+// bar draws a utilisation bar filled to frac, with its title and text.
+function bar(frac, title, text) {
   const pct = Math.min(100, Math.round(frac * 100));
   let cls = "fill";
   if (frac >= 0.9) cls += " full";
   else if (frac >= 0.7) cls += " warn";
   const fill = el("div", { class: cls });
   fill.style.width = pct + "%";
-  return el("div", { class: "bar", title: pct + "% of the concurrency limit in use" },
+  return el("div", { class: "bar", title: pct + title },
     el("div", { class: "track" }, fill),
-    el("span", { class: "ratio" }, num(held) + " / " + num(lim)));
+    el("span", { class: "ratio" }, text));
 }
 
 // waitText renders a wait in milliseconds for people.
@@ -77,9 +88,9 @@ function poolRow(p) {
   }
   if (p.description) name.append(el("span", { class: "desc", title: p.description }, p.description));
   if (p.resource_kind) {
-    const prov = p.resource_kind === "passive" ? ", " + num(st.providers) + (st.providers === 1 ? " provider" : " providers") : "";
+    const prov = p.resource_kind === "passive" ? ", " + num(st.providers || 0) + (st.providers === 1 ? " provider" : " providers") : "";
     name.append(el("span", { class: "desc resources", title: p.resource_kind + " pool: its permits are instances (tollgate resource list " + p.name + ")" },
-      p.resource_kind + ": " + num(st.resources_free) + " of " + num(st.resources) + " instances free" + prov));
+      p.resource_kind + ": " + num(st.resources_free || 0) + " of " + num(st.resources || 0) + " instances free" + prov));
   }
   const waiting = el("td", { class: "num waiting" + (st.waiting > 0 ? " waiting-some" : "") }, num(st.waiting));
   const wait = el("td", { class: "num wait", title: st.wait_grants ? "waits of the " + num(st.wait_grants) + " grants of the last minute: median " + waitText(st.wait_p50_ms) + ", 99th percentile " + waitText(st.wait_p99_ms) : "no grants in the last minute" },
@@ -89,7 +100,9 @@ function poolRow(p) {
     rate.append(el("span", { class: "sub", title: "rate granted to " + st.share_holders + " rate share holders" }, num(st.shares_granted) + " in " + num(st.share_holders) + (st.share_holders === 1 ? " share" : " shares")));
   }
   const tokens = lim.rate ? (Math.floor(st.tokens_available * 10) / 10) + " / " + num(lim.burst) : "—";
-  return el("tr", { "data-pool": p.name },
+  const row = el("tr", { "data-pool": p.name, class: "pool" + (p.name === selectedPool() ? " selected" : ""), title: "show who holds " + p.name });
+  row.addEventListener("click", () => { location.hash = "pool=" + encodeURIComponent(p.name); });
+  row.append(
     name,
     el("td", { class: "util" }, utilisation(p)),
     waiting,
@@ -102,6 +115,40 @@ function poolRow(p) {
     el("td", { class: "num revoked" }, num(st.revoked)),
     el("td", { class: "num rejected" }, num(st.rejected)),
     el("td", { class: "num timeouts" }, num(st.wait_timeouts)));
+  return row;
+}
+
+// selectedPool is the pool whose leases are shown: "#pool=NAME" in the
+// address, set by clicking a pool.
+function selectedPool() {
+  const m = /^#pool=(.+)$/.exec(location.hash);
+  return m ? decodeURIComponent(m[1]) : "";
+}
+
+function leaseRow(l) {
+  const exp = new Date(l.expire_time);
+  return el("tr", { "data-lease": l.id },
+    el("td", { class: "num" }, l.id),
+    el("td", {}, l.client_id || "—"),
+    el("td", { class: "num" }, num(l.weight)),
+    el("td", { class: "num" }, num(l.priority)),
+    el("td", {}, l.ttl),
+    el("td", { class: "muted", title: l.expire_time }, isNaN(exp) ? l.expire_time : exp.toLocaleTimeString("en-GB", { hour12: false })),
+    el("td", {}, (l.resources || []).join(", ")),
+    el("td", { class: "detail" }, l.description || ""));
+}
+
+function renderLeases(pool, data) {
+  const sec = document.getElementById("leases");
+  sec.hidden = !pool;
+  if (!pool) return;
+  document.getElementById("leases-pool").textContent = pool;
+  document.getElementById("lease-rows").replaceChildren(...(data ? data.leases.map(leaseRow) : []));
+  let note = "";
+  if (!data) note = "No pool named " + pool + ".";
+  else if (data.leases.length === 0) note = "No live leases.";
+  else if (data.more) note = "Showing the first " + num(data.leases.length) + " leases (tollgate lease list " + pool + " lists them all).";
+  document.getElementById("leases-note").textContent = note;
 }
 
 function eventRow(ev) {
@@ -119,6 +166,7 @@ function eventRow(ev) {
 }
 
 let lastPools = null;
+let timer = 0;
 
 function renderPools(data) {
   lastPools = data;
@@ -155,9 +203,12 @@ async function getJSON(path) {
 
 async function refresh() {
   try {
-    const [pools, events] = await Promise.all([getJSON("/api/pools"), getJSON("/api/events")]);
+    const pool = selectedPool();
+    const [pools, events, leases] = await Promise.all([getJSON("/api/pools"), getJSON("/api/events"),
+      pool ? getJSON("/api/pools/" + encodeURIComponent(pool) + "/leases").catch(() => null) : null]);
     renderPools(pools);
     renderEvents(events);
+    renderLeases(pool, leases);
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString("en-GB", { hour12: false });
   } catch (e) {
     const state = document.getElementById("state");
@@ -165,9 +216,11 @@ async function refresh() {
     state.className = "badge down";
     document.getElementById("updated").textContent = String(e.message || e);
   } finally {
-    setTimeout(refresh, POLL_MS);
+    clearTimeout(timer);
+    timer = setTimeout(refresh, POLL_MS);
   }
 }
 
 document.getElementById("filter").addEventListener("input", () => { if (lastPools) renderPools(lastPools); });
+window.addEventListener("hashchange", refresh);
 refresh();

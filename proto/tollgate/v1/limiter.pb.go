@@ -103,7 +103,13 @@ type AcquireRequest struct {
 	// 256 bytes. On a Session stream, unset means the session's client id.
 	ClientId string `protobuf:"bytes,7,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// Free text shown to operators with the lease. At most 1024 bytes.
-	Description   string `protobuf:"bytes,8,opt,name=description,proto3" json:"description,omitempty"`
+	Description string `protobuf:"bytes,8,opt,name=description,proto3" json:"description,omitempty"`
+	// The caller's trace context as W3C Trace Context fields ("traceparent",
+	// "tracestate"), so that a server with tracing on records the acquire's
+	// span under the caller's trace, also on a Session stream, whose gRPC
+	// metadata belongs to the stream and not to each request. At most 8
+	// entries and 1024 bytes of keys and values in all.
+	TraceContext  map[string]string `protobuf:"bytes,15,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -192,6 +198,13 @@ func (x *AcquireRequest) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *AcquireRequest) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // AcquireResponse carries the granted lease.
@@ -374,7 +387,11 @@ type RenewRequest struct {
 	// passive pool, as granted; sent with weight so that a restarted server
 	// can re-adopt the lease on the same instances. A lease whose instances
 	// are not (or no longer) in the pool, free, is not re-adopted.
-	ResourceIds   []string `protobuf:"bytes,8,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
+	ResourceIds []string `protobuf:"bytes,8,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
+	// The expiry_receipt of the lease as last granted or renewed, sent with
+	// weight: a restarted server re-adopts a lease only if its receipt shows
+	// an expiry still ahead. Without it a lease is not re-adopted.
+	ExpiryReceipt string `protobuf:"bytes,9,opt,name=expiry_receipt,json=expiryReceipt,proto3" json:"expiry_receipt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -465,6 +482,13 @@ func (x *RenewRequest) GetResourceIds() []string {
 	return nil
 }
 
+func (x *RenewRequest) GetExpiryReceipt() string {
+	if x != nil {
+		return x.ExpiryReceipt
+	}
+	return ""
+}
+
 // RenewResponse carries the renewed lease.
 type RenewResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -521,7 +545,9 @@ type TakeRequest struct {
 	// Longest time to wait for the tokens. Unset (or zero) means until the
 	// call's deadline (on a Session stream: the stream's deadline); with
 	// neither, the tokens must be available at once.
-	MaxWait       *durationpb.Duration `protobuf:"bytes,3,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
+	MaxWait *durationpb.Duration `protobuf:"bytes,3,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
+	// The caller's trace context, as in AcquireRequest.trace_context.
+	TraceContext  map[string]string `protobuf:"bytes,15,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -573,6 +599,13 @@ func (x *TakeRequest) GetTokens() int64 {
 func (x *TakeRequest) GetMaxWait() *durationpb.Duration {
 	if x != nil {
 		return x.MaxWait
+	}
+	return nil
+}
+
+func (x *TakeRequest) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -1418,7 +1451,7 @@ var File_tollgate_v1_limiter_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\n" +
-	"\x19tollgate/v1/limiter.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19tollgate/v1/outcome.proto\x1a\x1btollgate/v1/resources.proto\x1a\x18tollgate/v1/shares.proto\x1a\x17tollgate/v1/types.proto\"\xab\x02\n" +
+	"\x19tollgate/v1/limiter.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19tollgate/v1/outcome.proto\x1a\x1btollgate/v1/resources.proto\x1a\x18tollgate/v1/shares.proto\x1a\x17tollgate/v1/types.proto\"\xc0\x03\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\x03H\x00R\x06weight\x88\x01\x01\x12+\n" +
@@ -1427,7 +1460,11 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\fwait_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vwaitTimeout\x12\x17\n" +
 	"\ano_wait\x18\x06 \x01(\bR\x06noWait\x12\x1b\n" +
 	"\tclient_id\x18\a \x01(\tR\bclientId\x12 \n" +
-	"\vdescription\x18\b \x01(\tR\vdescriptionB\t\n" +
+	"\vdescription\x18\b \x01(\tR\vdescription\x12R\n" +
+	"\rtrace_context\x18\x0f \x03(\v2-.tollgate.v1.AcquireRequest.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\t\n" +
 	"\a_weight\";\n" +
 	"\x0fAcquireResponse\x12(\n" +
 	"\x05lease\x18\x01 \x01(\v2\x12.tollgate.v1.LeaseR\x05lease\"o\n" +
@@ -1435,7 +1472,7 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12.\n" +
 	"\aoutcome\x18\x03 \x01(\v2\x14.tollgate.v1.OutcomeR\aoutcome\"\x11\n" +
-	"\x0fReleaseResponse\"\x90\x02\n" +
+	"\x0fReleaseResponse\"\xb7\x02\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12+\n" +
@@ -1444,14 +1481,19 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\tclient_id\x18\x05 \x01(\tR\bclientId\x12 \n" +
 	"\vdescription\x18\x06 \x01(\tR\vdescription\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\x05R\bpriority\x12!\n" +
-	"\fresource_ids\x18\b \x03(\tR\vresourceIdsB\t\n" +
+	"\fresource_ids\x18\b \x03(\tR\vresourceIds\x12%\n" +
+	"\x0eexpiry_receipt\x18\t \x01(\tR\rexpiryReceiptB\t\n" +
 	"\a_weight\"9\n" +
 	"\rRenewResponse\x12(\n" +
-	"\x05lease\x18\x01 \x01(\v2\x12.tollgate.v1.LeaseR\x05lease\"\x7f\n" +
+	"\x05lease\x18\x01 \x01(\v2\x12.tollgate.v1.LeaseR\x05lease\"\x91\x02\n" +
 	"\vTakeRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\x06tokens\x18\x02 \x01(\x03H\x00R\x06tokens\x88\x01\x01\x124\n" +
-	"\bmax_wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\amaxWaitB\t\n" +
+	"\bmax_wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\x12O\n" +
+	"\rtrace_context\x18\x0f \x03(\v2*.tollgate.v1.TakeRequest.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\t\n" +
 	"\a_tokens\"Y\n" +
 	"\fTakeResponse\x12\x16\n" +
 	"\x06tokens\x18\x01 \x01(\x03R\x06tokens\x121\n" +
@@ -1536,7 +1578,7 @@ func file_tollgate_v1_limiter_proto_rawDescGZIP() []byte {
 }
 
 var file_tollgate_v1_limiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tollgate_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_tollgate_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_tollgate_v1_limiter_proto_goTypes = []any{
 	(LeaseEventType)(0),          // 0: tollgate.v1.LeaseEventType
 	(*AcquireRequest)(nil),       // 1: tollgate.v1.AcquireRequest
@@ -1554,80 +1596,84 @@ var file_tollgate_v1_limiter_proto_goTypes = []any{
 	(*Welcome)(nil),              // 13: tollgate.v1.Welcome
 	(*SessionError)(nil),         // 14: tollgate.v1.SessionError
 	(*LeaseEvent)(nil),           // 15: tollgate.v1.LeaseEvent
-	(*durationpb.Duration)(nil),  // 16: google.protobuf.Duration
-	(*Lease)(nil),                // 17: tollgate.v1.Lease
-	(*Outcome)(nil),              // 18: tollgate.v1.Outcome
-	(*ReportRequest)(nil),        // 19: tollgate.v1.ReportRequest
-	(*AcquireShareRequest)(nil),  // 20: tollgate.v1.AcquireShareRequest
-	(*RefreshShareRequest)(nil),  // 21: tollgate.v1.RefreshShareRequest
-	(*ReleaseShareRequest)(nil),  // 22: tollgate.v1.ReleaseShareRequest
-	(*ReportResponse)(nil),       // 23: tollgate.v1.ReportResponse
-	(*AcquireShareResponse)(nil), // 24: tollgate.v1.AcquireShareResponse
-	(*RefreshShareResponse)(nil), // 25: tollgate.v1.RefreshShareResponse
-	(*ReleaseShareResponse)(nil), // 26: tollgate.v1.ReleaseShareResponse
-	(*ShareEvent)(nil),           // 27: tollgate.v1.ShareEvent
-	(*ProvideRequest)(nil),       // 28: tollgate.v1.ProvideRequest
-	(*ProvideResponse)(nil),      // 29: tollgate.v1.ProvideResponse
+	nil,                          // 16: tollgate.v1.AcquireRequest.TraceContextEntry
+	nil,                          // 17: tollgate.v1.TakeRequest.TraceContextEntry
+	(*durationpb.Duration)(nil),  // 18: google.protobuf.Duration
+	(*Lease)(nil),                // 19: tollgate.v1.Lease
+	(*Outcome)(nil),              // 20: tollgate.v1.Outcome
+	(*ReportRequest)(nil),        // 21: tollgate.v1.ReportRequest
+	(*AcquireShareRequest)(nil),  // 22: tollgate.v1.AcquireShareRequest
+	(*RefreshShareRequest)(nil),  // 23: tollgate.v1.RefreshShareRequest
+	(*ReleaseShareRequest)(nil),  // 24: tollgate.v1.ReleaseShareRequest
+	(*ReportResponse)(nil),       // 25: tollgate.v1.ReportResponse
+	(*AcquireShareResponse)(nil), // 26: tollgate.v1.AcquireShareResponse
+	(*RefreshShareResponse)(nil), // 27: tollgate.v1.RefreshShareResponse
+	(*ReleaseShareResponse)(nil), // 28: tollgate.v1.ReleaseShareResponse
+	(*ShareEvent)(nil),           // 29: tollgate.v1.ShareEvent
+	(*ProvideRequest)(nil),       // 30: tollgate.v1.ProvideRequest
+	(*ProvideResponse)(nil),      // 31: tollgate.v1.ProvideResponse
 }
 var file_tollgate_v1_limiter_proto_depIdxs = []int32{
-	16, // 0: tollgate.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	16, // 1: tollgate.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
-	17, // 2: tollgate.v1.AcquireResponse.lease:type_name -> tollgate.v1.Lease
-	18, // 3: tollgate.v1.ReleaseRequest.outcome:type_name -> tollgate.v1.Outcome
-	16, // 4: tollgate.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	17, // 5: tollgate.v1.RenewResponse.lease:type_name -> tollgate.v1.Lease
-	16, // 6: tollgate.v1.TakeRequest.max_wait:type_name -> google.protobuf.Duration
-	16, // 7: tollgate.v1.TakeResponse.waited:type_name -> google.protobuf.Duration
-	10, // 8: tollgate.v1.SessionRequest.hello:type_name -> tollgate.v1.Hello
-	1,  // 9: tollgate.v1.SessionRequest.acquire:type_name -> tollgate.v1.AcquireRequest
-	3,  // 10: tollgate.v1.SessionRequest.release:type_name -> tollgate.v1.ReleaseRequest
-	5,  // 11: tollgate.v1.SessionRequest.renew:type_name -> tollgate.v1.RenewRequest
-	7,  // 12: tollgate.v1.SessionRequest.take:type_name -> tollgate.v1.TakeRequest
-	11, // 13: tollgate.v1.SessionRequest.cancel:type_name -> tollgate.v1.CancelRequest
-	19, // 14: tollgate.v1.SessionRequest.report:type_name -> tollgate.v1.ReportRequest
-	20, // 15: tollgate.v1.SessionRequest.acquire_share:type_name -> tollgate.v1.AcquireShareRequest
-	21, // 16: tollgate.v1.SessionRequest.refresh_share:type_name -> tollgate.v1.RefreshShareRequest
-	22, // 17: tollgate.v1.SessionRequest.release_share:type_name -> tollgate.v1.ReleaseShareRequest
-	13, // 18: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
-	2,  // 19: tollgate.v1.SessionResponse.acquire:type_name -> tollgate.v1.AcquireResponse
-	4,  // 20: tollgate.v1.SessionResponse.release:type_name -> tollgate.v1.ReleaseResponse
-	6,  // 21: tollgate.v1.SessionResponse.renew:type_name -> tollgate.v1.RenewResponse
-	8,  // 22: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
-	14, // 23: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
-	15, // 24: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
-	23, // 25: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
-	24, // 26: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
-	25, // 27: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
-	26, // 28: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
-	27, // 29: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
-	16, // 30: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
-	0,  // 31: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
-	17, // 32: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
-	1,  // 33: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
-	3,  // 34: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
-	5,  // 35: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
-	7,  // 36: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
-	19, // 37: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
-	20, // 38: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
-	21, // 39: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
-	22, // 40: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
-	9,  // 41: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
-	28, // 42: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
-	2,  // 43: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
-	4,  // 44: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
-	6,  // 45: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
-	8,  // 46: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
-	23, // 47: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
-	24, // 48: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
-	25, // 49: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
-	26, // 50: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
-	12, // 51: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
-	29, // 52: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
-	43, // [43:53] is the sub-list for method output_type
-	33, // [33:43] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	18, // 0: tollgate.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	18, // 1: tollgate.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	16, // 2: tollgate.v1.AcquireRequest.trace_context:type_name -> tollgate.v1.AcquireRequest.TraceContextEntry
+	19, // 3: tollgate.v1.AcquireResponse.lease:type_name -> tollgate.v1.Lease
+	20, // 4: tollgate.v1.ReleaseRequest.outcome:type_name -> tollgate.v1.Outcome
+	18, // 5: tollgate.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	19, // 6: tollgate.v1.RenewResponse.lease:type_name -> tollgate.v1.Lease
+	18, // 7: tollgate.v1.TakeRequest.max_wait:type_name -> google.protobuf.Duration
+	17, // 8: tollgate.v1.TakeRequest.trace_context:type_name -> tollgate.v1.TakeRequest.TraceContextEntry
+	18, // 9: tollgate.v1.TakeResponse.waited:type_name -> google.protobuf.Duration
+	10, // 10: tollgate.v1.SessionRequest.hello:type_name -> tollgate.v1.Hello
+	1,  // 11: tollgate.v1.SessionRequest.acquire:type_name -> tollgate.v1.AcquireRequest
+	3,  // 12: tollgate.v1.SessionRequest.release:type_name -> tollgate.v1.ReleaseRequest
+	5,  // 13: tollgate.v1.SessionRequest.renew:type_name -> tollgate.v1.RenewRequest
+	7,  // 14: tollgate.v1.SessionRequest.take:type_name -> tollgate.v1.TakeRequest
+	11, // 15: tollgate.v1.SessionRequest.cancel:type_name -> tollgate.v1.CancelRequest
+	21, // 16: tollgate.v1.SessionRequest.report:type_name -> tollgate.v1.ReportRequest
+	22, // 17: tollgate.v1.SessionRequest.acquire_share:type_name -> tollgate.v1.AcquireShareRequest
+	23, // 18: tollgate.v1.SessionRequest.refresh_share:type_name -> tollgate.v1.RefreshShareRequest
+	24, // 19: tollgate.v1.SessionRequest.release_share:type_name -> tollgate.v1.ReleaseShareRequest
+	13, // 20: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
+	2,  // 21: tollgate.v1.SessionResponse.acquire:type_name -> tollgate.v1.AcquireResponse
+	4,  // 22: tollgate.v1.SessionResponse.release:type_name -> tollgate.v1.ReleaseResponse
+	6,  // 23: tollgate.v1.SessionResponse.renew:type_name -> tollgate.v1.RenewResponse
+	8,  // 24: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
+	14, // 25: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
+	15, // 26: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
+	25, // 27: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
+	26, // 28: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
+	27, // 29: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
+	28, // 30: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
+	29, // 31: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
+	18, // 32: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
+	0,  // 33: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
+	19, // 34: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
+	1,  // 35: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
+	3,  // 36: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
+	5,  // 37: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
+	7,  // 38: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
+	21, // 39: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
+	22, // 40: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
+	23, // 41: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
+	24, // 42: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
+	9,  // 43: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
+	30, // 44: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
+	2,  // 45: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
+	4,  // 46: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
+	6,  // 47: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
+	8,  // 48: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
+	25, // 49: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
+	26, // 50: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
+	27, // 51: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
+	28, // 52: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
+	12, // 53: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
+	31, // 54: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
+	45, // [45:55] is the sub-list for method output_type
+	35, // [35:45] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_limiter_proto_init() }
@@ -1674,7 +1720,7 @@ func file_tollgate_v1_limiter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_limiter_proto_rawDesc), len(file_tollgate_v1_limiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

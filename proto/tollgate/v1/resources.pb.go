@@ -464,7 +464,12 @@ func (x *RemoveResourcesResponse) GetRevoked() int64 {
 type ListResourcesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The pool. Required; it must be active or passive.
-	Pool          string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Most instances to return. 0 means 100; values above 1000 are treated
+	// as 1000.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token from the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -506,13 +511,30 @@ func (x *ListResourcesRequest) GetPool() string {
 	return ""
 }
 
-// ListResourcesResponse lists a pool's instances and providers.
+func (x *ListResourcesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListResourcesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListResourcesResponse is a page of a pool's instances, and its providers.
 type ListResourcesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Every instance, in id order (at most 4096).
+	// A page of the instances, in id order (a pool has at most 4096).
 	Resources []*ResourceState `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
-	// The live providers of a passive pool, in id order.
-	Providers     []*Provider `protobuf:"bytes,2,rep,name=providers,proto3" json:"providers,omitempty"`
+	// The live providers of a passive pool, in id order; on the first page
+	// only.
+	Providers []*Provider `protobuf:"bytes,2,rep,name=providers,proto3" json:"providers,omitempty"`
+	// Token for the next page; empty when this is the last page.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -559,6 +581,13 @@ func (x *ListResourcesResponse) GetProviders() []*Provider {
 		return x.Providers
 	}
 	return nil
+}
+
+func (x *ListResourcesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // ProvideRequest is one message of a provider's Provide stream. The first
@@ -1090,12 +1119,16 @@ const file_tollgate_v1_resources_proto_rawDesc = "" +
 	"\x17RemoveResourcesResponse\x12\x18\n" +
 	"\aremoved\x18\x01 \x01(\x03R\aremoved\x12\x1a\n" +
 	"\bremoving\x18\x02 \x01(\x03R\bremoving\x12\x18\n" +
-	"\arevoked\x18\x03 \x01(\x03R\arevoked\"*\n" +
+	"\arevoked\x18\x03 \x01(\x03R\arevoked\"f\n" +
 	"\x14ListResourcesRequest\x12\x12\n" +
-	"\x04pool\x18\x01 \x01(\tR\x04pool\"\x86\x01\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xae\x01\n" +
 	"\x15ListResourcesResponse\x128\n" +
 	"\tresources\x18\x01 \x03(\v2\x1a.tollgate.v1.ResourceStateR\tresources\x123\n" +
-	"\tproviders\x18\x02 \x03(\v2\x15.tollgate.v1.ProviderR\tproviders\"\xa2\x02\n" +
+	"\tproviders\x18\x02 \x03(\v2\x15.tollgate.v1.ProviderR\tproviders\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xa2\x02\n" +
 	"\x0eProvideRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12:\n" +

@@ -613,8 +613,14 @@ type Adaptive struct {
 	// times the long-term baseline, to catch overload before errors appear.
 	// 0 (default) is off; otherwise above 1 and at most 100.
 	LatencyTolerance float64 `protobuf:"fixed64,12,opt,name=latency_tolerance,json=latencyTolerance,proto3" json:"latency_tolerance,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Least time between a change and a raise that would take an effective
+	// limit to or above the level at which a raise last failed (a cut came
+	// within probe_interval of it); a window at that level is judged against
+	// half of error_threshold. Default 5 times interval; at most 1h, and
+	// raised to interval if below it. See docs/adaptive.md.
+	ProbeInterval *durationpb.Duration `protobuf:"bytes,13,opt,name=probe_interval,json=probeInterval,proto3" json:"probe_interval,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Adaptive) Reset() {
@@ -729,6 +735,13 @@ func (x *Adaptive) GetLatencyTolerance() float64 {
 		return x.LatencyTolerance
 	}
 	return 0
+}
+
+func (x *Adaptive) GetProbeInterval() *durationpb.Duration {
+	if x != nil {
+		return x.ProbeInterval
+	}
+	return nil
 }
 
 // PoolStatus is the live state of a pool. All counters count since the pool
@@ -1129,7 +1142,12 @@ type Lease struct {
 	AcquireTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
 	// The instances the lease is bound to, in an active or passive pool:
 	// weight of them, each held by no other live lease. Empty in a free pool.
-	Resources     []*Resource `protobuf:"bytes,11,rep,name=resources,proto3" json:"resources,omitempty"`
+	Resources []*Resource `protobuf:"bytes,11,rep,name=resources,proto3" json:"resources,omitempty"`
+	// The expiry receipt: expire_time signed by the server. A holder sends
+	// the latest one it got with each renew (RenewRequest.expiry_receipt),
+	// so that a restarted server re-adopts the lease only if it was still
+	// live at the restart (docs/recovery.md). Opaque.
+	ExpiryReceipt string `protobuf:"bytes,12,opt,name=expiry_receipt,json=expiryReceipt,proto3" json:"expiry_receipt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1239,6 +1257,13 @@ func (x *Lease) GetResources() []*Resource {
 		return x.Resources
 	}
 	return nil
+}
+
+func (x *Lease) GetExpiryReceipt() string {
+	if x != nil {
+		return x.ExpiryReceipt
+	}
+	return ""
 }
 
 // Resource is one instance of an active or passive pool: a database
@@ -1486,7 +1511,7 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\roverload_mark\x18\x14 \x01(\x03R\foverloadMark\x12$\n" +
 	"\x0enear_full_mark\x18\x15 \x01(\x01R\fnearFullMark\x120\n" +
 	"\x14low_utilisation_mark\x18\x16 \x01(\x01R\x12lowUtilisationMark\x12O\n" +
-	"\x16low_utilisation_period\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\x14lowUtilisationPeriod\"\xeb\x03\n" +
+	"\x16low_utilisation_period\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\x14lowUtilisationPeriod\"\xad\x04\n" +
 	"\bAdaptive\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x123\n" +
 	"\x06target\x18\x02 \x01(\x0e2\x1b.tollgate.v1.AdaptiveTargetR\x06target\x121\n" +
@@ -1501,7 +1526,8 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x0fmin_concurrency\x18\n" +
 	" \x01(\x03R\x0eminConcurrency\x12\x19\n" +
 	"\bmin_rate\x18\v \x01(\x01R\aminRate\x12+\n" +
-	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\"\xf1\n" +
+	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\x12@\n" +
+	"\x0eprobe_interval\x18\r \x01(\v2\x19.google.protobuf.DurationR\rprobeInterval\"\xf1\n" +
 	"\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
@@ -1539,7 +1565,7 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\tresources\x18# \x01(\x03R\tresources\x12%\n" +
 	"\x0eresources_free\x18$ \x01(\x03R\rresourcesFree\x12\x1c\n" +
 	"\tproviders\x18% \x01(\x03R\tproviders\x12 \n" +
-	"\vutilisation\x18( \x01(\x01R\vutilisation\"\xa1\x03\n" +
+	"\vutilisation\x18( \x01(\x01R\vutilisation\"\xc8\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -1553,7 +1579,8 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\bpriority\x18\t \x01(\x05R\bpriority\x12=\n" +
 	"\facquire_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime\x123\n" +
-	"\tresources\x18\v \x03(\v2\x15.tollgate.v1.ResourceR\tresources\"\xc1\x01\n" +
+	"\tresources\x18\v \x03(\v2\x15.tollgate.v1.ResourceR\tresources\x12%\n" +
+	"\x0eexpiry_receipt\x18\f \x01(\tR\rexpiryReceipt\"\xc1\x01\n" +
 	"\bResource\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12E\n" +
 	"\n" +
@@ -1644,22 +1671,23 @@ var file_tollgate_v1_types_proto_depIdxs = []int32{
 	12, // 10: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
 	12, // 11: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
 	12, // 12: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
-	13, // 13: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
-	4,  // 14: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
-	13, // 15: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
-	12, // 16: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
-	12, // 17: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
-	13, // 18: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
-	12, // 19: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	13, // 20: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	9,  // 21: tollgate.v1.Lease.resources:type_name -> tollgate.v1.Resource
-	11, // 22: tollgate.v1.Resource.attributes:type_name -> tollgate.v1.Resource.AttributesEntry
-	13, // 23: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	12, // 13: tollgate.v1.Adaptive.probe_interval:type_name -> google.protobuf.Duration
+	13, // 14: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
+	4,  // 15: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
+	13, // 16: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
+	12, // 17: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
+	12, // 18: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
+	13, // 19: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
+	12, // 20: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	13, // 21: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	9,  // 22: tollgate.v1.Lease.resources:type_name -> tollgate.v1.Resource
+	11, // 23: tollgate.v1.Resource.attributes:type_name -> tollgate.v1.Resource.AttributesEntry
+	13, // 24: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_types_proto_init() }

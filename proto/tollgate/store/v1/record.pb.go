@@ -122,6 +122,12 @@ type DurableState struct {
 	// Effective rate adaptive control lowered the pool to; 0 when not
 	// lowered.
 	EffectiveRate float64 `protobuf:"fixed64,7,opt,name=effective_rate,json=effectiveRate,proto3" json:"effective_rate,omitempty"`
+	// No lease with a fencing token at or below it is re-adopted after a
+	// restart.
+	ReadoptFloor uint64 `protobuf:"varint,8,opt,name=readopt_floor,json=readoptFloor,proto3" json:"readopt_floor,omitempty"`
+	// Leases released or revoked before their expiry, kept until that
+	// expiry: none of them is re-adopted after a restart.
+	Ended         []*EndedLease `protobuf:"bytes,9,rep,name=ended,proto3" json:"ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +211,84 @@ func (x *DurableState) GetEffectiveRate() float64 {
 	return 0
 }
 
+func (x *DurableState) GetReadoptFloor() uint64 {
+	if x != nil {
+		return x.ReadoptFloor
+	}
+	return 0
+}
+
+func (x *DurableState) GetEnded() []*EndedLease {
+	if x != nil {
+		return x.Ended
+	}
+	return nil
+}
+
+// EndedLease is a lease released or revoked before its expiry.
+type EndedLease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease's fencing token.
+	Token uint64 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	// The expiry it was last granted.
+	Expiry *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expiry,proto3" json:"expiry,omitempty"`
+	// It was revoked, not released.
+	Revoked       bool `protobuf:"varint,3,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndedLease) Reset() {
+	*x = EndedLease{}
+	mi := &file_tollgate_store_v1_record_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndedLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndedLease) ProtoMessage() {}
+
+func (x *EndedLease) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_store_v1_record_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndedLease.ProtoReflect.Descriptor instead.
+func (*EndedLease) Descriptor() ([]byte, []int) {
+	return file_tollgate_store_v1_record_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EndedLease) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *EndedLease) GetExpiry() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expiry
+	}
+	return nil
+}
+
+func (x *EndedLease) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
 var File_tollgate_store_v1_record_proto protoreflect.FileDescriptor
 
 const file_tollgate_store_v1_record_proto_rawDesc = "" +
@@ -215,7 +299,7 @@ const file_tollgate_store_v1_record_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12%\n" +
 	"\x04pool\x18\x02 \x01(\v2\x11.tollgate.v1.PoolR\x04pool\x125\n" +
 	"\x05state\x18\x03 \x01(\v2\x1f.tollgate.store.v1.DurableStateR\x05state\x12\x1c\n" +
-	"\tsuspended\x18\x04 \x01(\bR\tsuspended\"\x8c\x03\n" +
+	"\tsuspended\x18\x04 \x01(\bR\tsuspended\"\xe6\x03\n" +
 	"\fDurableState\x12#\n" +
 	"\rtoken_ceiling\x18\x01 \x01(\x04R\ftokenCeiling\x12?\n" +
 	"\rlease_horizon\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fleaseHorizon\x126\n" +
@@ -223,7 +307,14 @@ const file_tollgate_store_v1_record_proto_rawDesc = "" +
 	"\rshare_horizon\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fshareHorizon\x12A\n" +
 	"\x0fshare_ttl_bound\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rshareTtlBound\x123\n" +
 	"\x15effective_concurrency\x18\x06 \x01(\x03R\x14effectiveConcurrency\x12%\n" +
-	"\x0eeffective_rate\x18\a \x01(\x01R\reffectiveRateB>Z<github.com/tollgate/tollgate/proto/tollgate/store/v1;storev1b\x06proto3"
+	"\x0eeffective_rate\x18\a \x01(\x01R\reffectiveRate\x12#\n" +
+	"\rreadopt_floor\x18\b \x01(\x04R\freadoptFloor\x123\n" +
+	"\x05ended\x18\t \x03(\v2\x1d.tollgate.store.v1.EndedLeaseR\x05ended\"p\n" +
+	"\n" +
+	"EndedLease\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x122\n" +
+	"\x06expiry\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12\x18\n" +
+	"\arevoked\x18\x03 \x01(\bR\arevokedB>Z<github.com/tollgate/tollgate/proto/tollgate/store/v1;storev1b\x06proto3"
 
 var (
 	file_tollgate_store_v1_record_proto_rawDescOnce sync.Once
@@ -237,26 +328,29 @@ func file_tollgate_store_v1_record_proto_rawDescGZIP() []byte {
 	return file_tollgate_store_v1_record_proto_rawDescData
 }
 
-var file_tollgate_store_v1_record_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_tollgate_store_v1_record_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_tollgate_store_v1_record_proto_goTypes = []any{
 	(*PoolRecord)(nil),            // 0: tollgate.store.v1.PoolRecord
 	(*DurableState)(nil),          // 1: tollgate.store.v1.DurableState
-	(*v1.Pool)(nil),               // 2: tollgate.v1.Pool
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 4: google.protobuf.Duration
+	(*EndedLease)(nil),            // 2: tollgate.store.v1.EndedLease
+	(*v1.Pool)(nil),               // 3: tollgate.v1.Pool
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
 }
 var file_tollgate_store_v1_record_proto_depIdxs = []int32{
-	2, // 0: tollgate.store.v1.PoolRecord.pool:type_name -> tollgate.v1.Pool
+	3, // 0: tollgate.store.v1.PoolRecord.pool:type_name -> tollgate.v1.Pool
 	1, // 1: tollgate.store.v1.PoolRecord.state:type_name -> tollgate.store.v1.DurableState
-	3, // 2: tollgate.store.v1.DurableState.lease_horizon:type_name -> google.protobuf.Timestamp
-	4, // 3: tollgate.store.v1.DurableState.ttl_bound:type_name -> google.protobuf.Duration
-	3, // 4: tollgate.store.v1.DurableState.share_horizon:type_name -> google.protobuf.Timestamp
-	4, // 5: tollgate.store.v1.DurableState.share_ttl_bound:type_name -> google.protobuf.Duration
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	4, // 2: tollgate.store.v1.DurableState.lease_horizon:type_name -> google.protobuf.Timestamp
+	5, // 3: tollgate.store.v1.DurableState.ttl_bound:type_name -> google.protobuf.Duration
+	4, // 4: tollgate.store.v1.DurableState.share_horizon:type_name -> google.protobuf.Timestamp
+	5, // 5: tollgate.store.v1.DurableState.share_ttl_bound:type_name -> google.protobuf.Duration
+	2, // 6: tollgate.store.v1.DurableState.ended:type_name -> tollgate.store.v1.EndedLease
+	4, // 7: tollgate.store.v1.EndedLease.expiry:type_name -> google.protobuf.Timestamp
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_store_v1_record_proto_init() }
@@ -270,7 +364,7 @@ func file_tollgate_store_v1_record_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_store_v1_record_proto_rawDesc), len(file_tollgate_store_v1_record_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,61 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// Takes waiting for tokens count toward the pool's max_waiters, with the
+// acquires waiting there, and stop counting once they have their tokens.
+func TestTakeWaitersCountTowardMaxWaiters(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "api", Rate: 1, Burst: 1, MaxWaiters: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := te.Take(ctx, "api", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, 3)
+	wait := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for te.clk.Pending() != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d timers pending, want %d", te.clk.Pending(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for range 2 {
+		go func() {
+			_, err := te.Take(ctx, "api", 1, time.Hour)
+			results <- err
+		}()
+	}
+	wait(2)
+	short, stop := context.WithTimeout(ctx, 5*time.Second) // without the bound it would wait
+	defer stop()
+	if _, err := te.Take(short, "api", 1, time.Hour); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("third waiting take: %v, want QUEUE_FULL", err)
+	}
+	if _, err := te.Acquire(short, AcquireRequest{Pool: "api", ClientID: "c", Weight: 1, TTL: time.Minute}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("acquire behind two waiting takes: %v, want QUEUE_FULL", err)
+	}
+	te.clk.Advance(2 * time.Second)
+	for range 2 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		_, err := te.Take(ctx, "api", 1, time.Hour)
+		results <- err
+	}()
+	wait(1)
+	cancel()
+	if err := <-results; !errors.Is(err, ErrCanceled) {
+		t.Fatalf("cancelled take: %v", err)
+	}
+}

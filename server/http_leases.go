@@ -1,0 +1,80 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Paging of /api/pools/{name}/leases.
+const (
+	apiLeasesDefaultLimit = 100
+	apiLeasesMaxLimit     = 1000
+)
+
+// apiLeasesResponse is the JSON of GET
+// /api/pools/{name}/leases[?after=TOKEN&limit=N]: the pool's live leases
+// in fencing token order after TOKEN, at most N (default 100, at most
+// 1,000). More says that leases follow the last one returned.
+type apiLeasesResponse struct {
+	Pool   string     `json:"pool"`
+	More   bool       `json:"more"`
+	Leases []apiLease `json:"leases"`
+}
+
+// apiLease is one live lease. ID is its fencing token, the bare id admin
+// calls (and events) use; the holder's signed id is not shown.
+type apiLease struct {
+	ID          string    `json:"id"`
+	Weight      int64     `json:"weight"`
+	Priority    int32     `json:"priority"`
+	ClientID    string    `json:"client_id"`
+	Description string    `json:"description,omitempty"`
+	TTL         string    `json:"ttl"`
+	AcquireTime time.Time `json:"acquire_time"`
+	ExpireTime  time.Time `json:"expire_time"`
+	Resources   []string  `json:"resources,omitempty"`
+}
+
+func (s *Server) apiPoolLeases(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, ok := queryLimit(w, q, apiLeasesDefaultLimit, apiLeasesMaxLimit)
+	if !ok {
+		return
+	}
+	var after uint64
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeText(w, http.StatusBadRequest, "after must be a lease's fencing token (a decimal number)\n")
+			return
+		}
+		after = n
+	}
+	name := r.PathValue("name")
+	leases, more, err := s.engine.ListLeases(name, "", after, limit)
+	if errors.Is(err, limiter.ErrPoolNotFound) {
+		writeText(w, http.StatusNotFound, "pool "+strconv.Quote(name)+" not found\n")
+		return
+	}
+	if err != nil {
+		writeText(w, http.StatusBadRequest, err.Error()+"\n")
+		return
+	}
+	resp := apiLeasesResponse{Pool: name, More: more, Leases: make([]apiLease, 0, len(leases))}
+	for _, l := range leases {
+		al := apiLease{
+			ID: strconv.FormatUint(l.FencingToken, 10), Weight: l.Weight, Priority: l.Priority,
+			ClientID: l.ClientID, Description: l.Description, TTL: l.TTL.String(),
+			AcquireTime: l.AcquireTime, ExpireTime: l.ExpireTime,
+		}
+		for _, res := range l.Resources {
+			al.Resources = append(al.Resources, res.ID)
+		}
+		resp.Leases = append(resp.Leases, al)
+	}
+	writeJSON(w, resp)
+}

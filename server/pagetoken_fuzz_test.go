@@ -1,0 +1,34 @@
+package server
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// FuzzPageTokens: a page token of ListPools or GetStats (a pool name) or of
+// ListLeases or ListClients (a number) either decodes to what it encodes,
+// or is refused as INVALID_ARGUMENT.
+func FuzzPageTokens(f *testing.F) {
+	f.Fuzz(func(t *testing.T, tok string) {
+		if name, err := decodePageToken(tok); err != nil {
+			wantCodes(t, err, limiter.CodeInvalidArgument)
+		} else if tok != "" {
+			if limiter.ValidatePoolName(name) != nil {
+				t.Fatalf("page token %q decoded to %q, not a pool name", tok, name)
+			}
+			if back, err := decodePageToken(encodePageToken(name)); err != nil || back != name {
+				t.Fatalf("page token of %q decoded to %q, %v", name, back, err)
+			}
+		}
+		if n, err := decodeLeasePageToken(tok); err != nil {
+			wantCodes(t, err, limiter.CodeInvalidArgument)
+		} else if tok != "" {
+			again := encodePageToken(strconv.FormatUint(n, 10))
+			if back, err := decodeClientPageToken(again); err != nil || back != n {
+				t.Fatalf("page token of %d decoded to %d, %v", n, back, err)
+			}
+		}
+	})
+}

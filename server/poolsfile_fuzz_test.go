@@ -1,0 +1,36 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// FuzzParsePools: a pools file either fails with an error that names the
+// file, or declares pools that each validate, have distinct names, and can
+// be seeded into a data directory (as the server does on its first start).
+func FuzzParsePools(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		pools, err := ParsePools("pools.yaml", data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "pools.yaml") {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			return
+		}
+		names := make(map[string]bool, len(pools))
+		for _, c := range pools {
+			if err := c.Validate(); err != nil {
+				t.Fatalf("pool %q loaded but does not validate: %v", c.Name, err)
+			}
+			if names[c.Name] {
+				t.Fatalf("pool %q loaded twice", c.Name)
+			}
+			names[c.Name] = true
+			if _, err := limiter.NewSavedPool(c, testStart); err != nil {
+				t.Fatalf("pool %q loaded but cannot be seeded: %v", c.Name, err)
+			}
+		}
+	})
+}
