@@ -9,6 +9,11 @@
 // local protoc-gen-go and protoc-gen-go-grpc plugins at the versions pinned in
 // buf.gen.yaml. Everything is fetched from the Go module proxy; no protoc and
 // no network plugin is needed.
+//
+// proto/google/api/field_behavior.proto declares the google.api.field_behavior
+// option the API's fields are annotated with, so that buf compiles offline; it
+// is neither linted nor generated (its Go code is the published package
+// google.golang.org/genproto/googleapis/api/annotations).
 package proto
 
 //go:generate sh -c "cd .. && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 lint && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 generate"

@@ -1,12 +1,11 @@
 package server
 
 import (
-	"math"
 	"strconv"
-	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -14,91 +13,6 @@ import (
 // This file converts the wire types of adaptive limits, outcomes and rate
 // shares to and from the engine's. As in convert.go, range checks are the
 // engine's; what is checked here is only what the wire can get wrong.
-
-// adaptiveFromProto converts a pool's Adaptive settings; nil means off.
-// field prefixes the field names in messages ("pool.adaptive").
-func adaptiveFromProto(field string, a *tollgatev1.Adaptive) (limiter.AdaptiveConfig, error) {
-	var c limiter.AdaptiveConfig
-	if a == nil {
-		return c, nil
-	}
-	target, err := adaptiveTargetFromProto(field+".target", a.GetTarget())
-	if err != nil {
-		return c, err
-	}
-	c = limiter.AdaptiveConfig{
-		Enabled:          a.GetEnabled(),
-		Target:           target,
-		ErrorThreshold:   a.GetErrorThreshold(),
-		MinSamples:       a.GetMinSamples(),
-		Backoff:          a.GetBackoff(),
-		Increase:         a.GetIncrease(),
-		MinConcurrency:   a.GetMinConcurrency(),
-		MinRate:          a.GetMinRate(),
-		LatencyTolerance: a.GetLatencyTolerance(),
-	}
-	for _, d := range []struct {
-		name string
-		in   *durationpb.Duration
-		out  *time.Duration
-	}{{"window", a.GetWindow(), &c.Window}, {"interval", a.GetInterval(), &c.Interval}, {"cooldown", a.GetCooldown(), &c.Cooldown}, {"probe_interval", a.GetProbeInterval(), &c.ProbeInterval}} {
-		if *d.out, err = durationArg(field+"."+d.name, d.in); err != nil {
-			return c, err
-		}
-	}
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"error_threshold", c.ErrorThreshold}, {"backoff", c.Backoff}, {"increase", c.Increase}, {"min_rate", c.MinRate}, {"latency_tolerance", c.LatencyTolerance}} {
-		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
-			return c, invalidArg("%s.%s is %v; give a finite number", field, f.name, f.v)
-		}
-	}
-	return c, nil
-}
-
-// adaptiveTargetFromProto converts the target enum; unspecified is ALL.
-func adaptiveTargetFromProto(field string, t tollgatev1.AdaptiveTarget) (limiter.AdaptiveTarget, error) {
-	switch t {
-	case tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_UNSPECIFIED, tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_ALL:
-		return limiter.AdaptAll, nil
-	case tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_CONCURRENCY:
-		return limiter.AdaptConcurrency, nil
-	case tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_RATE:
-		return limiter.AdaptRate, nil
-	}
-	return 0, invalidArg("%s %d is not an AdaptiveTarget; use ADAPTIVE_TARGET_ALL, ADAPTIVE_TARGET_CONCURRENCY or ADAPTIVE_TARGET_RATE", field, int32(t))
-}
-
-// adaptiveToProto converts a pool's adaptive settings (defaults filled in);
-// nil when off.
-func adaptiveToProto(c limiter.AdaptiveConfig) *tollgatev1.Adaptive {
-	if !c.Enabled {
-		return nil
-	}
-	target := tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_ALL
-	switch c.Target {
-	case limiter.AdaptConcurrency:
-		target = tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_CONCURRENCY
-	case limiter.AdaptRate:
-		target = tollgatev1.AdaptiveTarget_ADAPTIVE_TARGET_RATE
-	}
-	return &tollgatev1.Adaptive{
-		Enabled:          true,
-		Target:           target,
-		Window:           durationpb.New(c.Window),
-		ErrorThreshold:   c.ErrorThreshold,
-		MinSamples:       c.MinSamples,
-		Backoff:          c.Backoff,
-		Increase:         c.Increase,
-		Interval:         durationpb.New(c.Interval),
-		Cooldown:         durationpb.New(c.Cooldown),
-		ProbeInterval:    durationpb.New(c.ProbeInterval),
-		MinConcurrency:   c.MinConcurrency,
-		MinRate:          c.MinRate,
-		LatencyTolerance: c.LatencyTolerance,
-	}
-}
 
 // adaptiveStatusToProto fills in the adaptive part of a wire status.
 func adaptiveStatusToProto(s limiter.AdaptiveStatus, out *tollgatev1.PoolStatus) {
@@ -138,7 +52,7 @@ func outcomeFromProto(o *tollgatev1.Outcome) (*limiter.ReleaseOutcome, error) {
 	default:
 		return nil, invalidArg("outcome.result %s (%d) is not a result; use OUTCOME_RESULT_SUCCESS, OUTCOME_RESULT_ERROR or OUTCOME_RESULT_TIMEOUT, or leave outcome unset to report nothing", o.GetResult(), int32(o.GetResult()))
 	}
-	lat, err := durationArg("outcome.latency", o.GetLatency())
+	lat, err := poolconv.Duration("outcome.latency", o.GetLatency())
 	if err != nil {
 		return nil, err
 	}
@@ -157,11 +71,11 @@ func reportsFromProto(req *tollgatev1.ReportRequest) ([]limiter.OutcomeReport, e
 		if err := checkPoolName(field+".pool", r.GetPool()); err != nil {
 			return nil, err
 		}
-		sum, err := durationArg(field+".latency.sum", r.GetLatency().GetSum())
+		sum, err := poolconv.Duration(field+".latency.sum", r.GetLatency().GetSum())
 		if err != nil {
 			return nil, err
 		}
-		mx, err := durationArg(field+".latency.max", r.GetLatency().GetMax())
+		mx, err := poolconv.Duration(field+".latency.max", r.GetLatency().GetMax())
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +114,7 @@ func shareRequestFromProto(r *tollgatev1.AcquireShareRequest) (limiter.ShareRequ
 	if err := checkPoolName("pool", r.GetPool()); err != nil {
 		return sr, err
 	}
-	ttl, err := durationArg("ttl", r.GetTtl())
+	ttl, err := poolconv.Duration("ttl", r.GetTtl())
 	if err != nil {
 		return sr, err
 	}
@@ -223,7 +137,7 @@ func (srv *Server) shareRefreshFromProto(r *tollgatev1.RefreshShareRequest) (lim
 	if err != nil {
 		return sr, err
 	}
-	ttl, err := durationArg("ttl", r.GetTtl())
+	ttl, err := poolconv.Duration("ttl", r.GetTtl())
 	if err != nil {
 		return sr, err
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -29,7 +30,7 @@ func (a *adminService) AddResources(ctx context.Context, req *tollgatev1.AddReso
 	if err == nil {
 		var info limiter.PoolInfo
 		if info, err = a.srv.engine.AddResources(req.GetPool(), resourcesFromProto(req.GetResources())); err == nil {
-			return &tollgatev1.AddResourcesResponse{Pool: poolToProto(info), Status: statusToProto(info.Status)}, nil
+			return &tollgatev1.AddResourcesResponse{Pool: poolconv.InfoToProto(info), Status: statusToProto(info.Status)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "AddResources", err, errCtx{pool: req.GetPool()})

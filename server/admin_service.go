@@ -3,8 +3,9 @@ package server
 import (
 	"context"
 	"encoding/base64"
-	"strings"
+	"time"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -18,12 +19,6 @@ const (
 	MaxPageSize = 1000
 )
 
-// updatablePaths are the update_mask paths UpdatePool accepts, in the order
-// they are listed to people.
-// (Pool.adaptive's fields also have paths of their own: adaptive_update.go.)
-var updatablePaths = append([]string{"description", "concurrency_limit", "rate", "burst", "default_lease_ttl", "max_lease_ttl", "max_waiters", "adaptive", "safe_rate", "revocation_policy", "selection_policy"},
-	markPaths...) // marks_convert.go
-
 // adminService implements tollgatev1.AdminServiceServer over the engine.
 type adminService struct {
 	tollgatev1.UnimplementedAdminServiceServer
@@ -32,14 +27,25 @@ type adminService struct {
 
 // CreatePool declares a pool; output-only fields of the request are ignored.
 func (a *adminService) CreatePool(ctx context.Context, req *tollgatev1.CreatePoolRequest) (*tollgatev1.CreatePoolResponse, error) {
-	cfg, err := poolConfigFromProto(req.GetPool())
+	cfg, err := createConfig(req.GetPool())
 	if err == nil {
 		var info limiter.PoolInfo
 		if info, err = a.srv.engine.CreatePool(cfg); err == nil {
-			return &tollgatev1.CreatePoolResponse{Pool: poolToProto(info)}, nil
+			return &tollgatev1.CreatePoolResponse{Pool: poolconv.InfoToProto(info)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "CreatePool", err, errCtx{pool: req.GetPool().GetName()})
+}
+
+// createConfig converts the pool of a CreatePool request.
+func createConfig(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
+	if p == nil {
+		return limiter.PoolConfig{}, invalidArg("pool is required: give at least its name and a concurrency_limit or rate")
+	}
+	if err := checkPoolName("pool.name", p.GetName()); err != nil {
+		return limiter.PoolConfig{}, err
+	}
+	return poolconv.FromProto(p)
 }
 
 // GetPool returns a pool's configuration and live status.
@@ -48,7 +54,7 @@ func (a *adminService) GetPool(ctx context.Context, req *tollgatev1.GetPoolReque
 	if err == nil {
 		var info limiter.PoolInfo
 		if info, err = a.srv.engine.GetPool(req.GetName()); err == nil {
-			return &tollgatev1.GetPoolResponse{Pool: poolToProto(info), Status: statusToProto(info.Status)}, nil
+			return &tollgatev1.GetPoolResponse{Pool: poolconv.InfoToProto(info), Status: statusToProto(info.Status)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "GetPool", err, errCtx{pool: req.GetName()})
@@ -84,7 +90,7 @@ func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsR
 		Statuses: make([]*tollgatev1.PoolStatus, 0, len(infos)),
 	}
 	for _, info := range infos {
-		resp.Pools = append(resp.Pools, poolToProto(info))
+		resp.Pools = append(resp.Pools, poolconv.InfoToProto(info))
 		resp.Statuses = append(resp.Statuses, statusToProto(info.Status))
 	}
 	if more && len(infos) > 0 {
@@ -119,7 +125,7 @@ func (a *adminService) UpdatePool(ctx context.Context, req *tollgatev1.UpdatePoo
 	if err != nil {
 		return nil, toStatus(a.srv.log, "UpdatePool", err, errCtx{pool: name})
 	}
-	return &tollgatev1.UpdatePoolResponse{Pool: poolToProto(info)}, nil
+	return &tollgatev1.UpdatePoolResponse{Pool: poolconv.InfoToProto(info)}, nil
 }
 
 func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor string) (limiter.PoolInfo, error) {
@@ -130,99 +136,28 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 	if err := checkPoolName("pool.name", p.GetName()); err != nil {
 		return limiter.PoolInfo{}, err
 	}
-	paths := req.GetUpdateMask().GetPaths()
-	if len(paths) == 0 {
-		return limiter.PoolInfo{}, invalidArg("update_mask is required: name the fields to change, any of %s", strings.Join(updatablePaths, ", "))
-	}
-	// Check the paths and convert the named fields before touching the
-	// pool, so that a bad request changes nothing.
-	src, err := updateSource(p, paths)
+	mask, err := poolMask(req.GetUpdateMask().GetPaths())
 	if err != nil {
 		return limiter.PoolInfo{}, err
 	}
-	return a.srv.engine.UpdatePoolBy(p.GetName(), actor, func(c *limiter.PoolConfig) {
-		for _, path := range paths {
-			switch path {
-			case "description":
-				c.Description = src.Description
-			case "concurrency_limit":
-				c.ConcurrencyLimit = src.ConcurrencyLimit
-			case "rate":
-				c.Rate = src.Rate
-			case "burst":
-				c.Burst = src.Burst
-			case "default_lease_ttl":
-				c.DefaultLeaseTTL = src.DefaultLeaseTTL
-			case "max_lease_ttl":
-				c.MaxLeaseTTL = src.MaxLeaseTTL
-			case "max_waiters":
-				c.MaxWaiters = src.MaxWaiters
-			case "adaptive":
-				c.Adaptive = src.Adaptive
-			case "safe_rate":
-				c.SafeRate = src.SafeRate
-			case "revocation_policy":
-				c.RevocationPolicy = src.RevocationPolicy
-			case "selection_policy":
-				c.Selection = src.Selection
-			default: // a mark (marks_convert.go) or adaptive.<field> (adaptive_update.go)
-				if !applyMarkPath(c, src, path) {
-					applyAdaptivePath(&c.Adaptive, src.Adaptive, path)
-				}
-			}
-		}
-	})
-}
-
-// updateSource checks the mask's paths and converts the named fields of p.
-func updateSource(p *tollgatev1.Pool, paths []string) (limiter.PoolConfig, error) {
-	var src limiter.PoolConfig
-	for _, path := range paths {
-		known := false
-		for _, v := range updatablePaths {
-			if path == v {
-				known = true
-				break
-			}
-		}
-		if !known && !isAdaptivePath(path) {
-			if path == "name" || path == "create_time" || path == "update_time" || path == "resource_kind" {
-				return src, invalidArg("update_mask path %q cannot be changed; the paths that can are %s", path, strings.Join(updatablePaths, ", "))
-			}
-			return src, invalidArg("update_mask path %q is not a pool field that can be changed; use any of %s, or adaptive.<field> (such as adaptive.backoff)", truncate(path, 64), strings.Join(updatablePaths, ", "))
-		}
+	// Convert the named fields before touching the pool, so that a bad
+	// value changes nothing; then the merge below cannot fail.
+	if _, err := poolconv.FromProto(mask.merge(&tollgatev1.Pool{}, p)); err != nil {
+		return limiter.PoolInfo{}, err
 	}
-	var err error
-	src.Description = p.GetDescription()
-	src.ConcurrencyLimit = p.GetConcurrencyLimit()
-	src.Rate = p.GetRate()
-	src.Burst = p.GetBurst()
-	src.MaxWaiters = p.GetMaxWaiters()
-	src.SafeRate = p.GetSafeRate()
-	if src.RevocationPolicy, err = revocationPolicyFromProto(p.GetRevocationPolicy()); err != nil {
-		return src, err
-	}
-	if src.Selection, err = selectionFromProto(p.GetSelectionPolicy()); err != nil {
-		return src, err
-	}
-	if src.Adaptive, err = adaptiveFromProto("pool.adaptive", p.GetAdaptive()); err != nil { // adaptive_convert.go
-		return src, err
-	}
-	if err := marksFromProto(p, &src); err != nil { // marks_convert.go
-		return src, err
-	}
-	for _, path := range paths {
-		switch path {
-		case "default_lease_ttl":
-			src.DefaultLeaseTTL, err = durationArg("pool.default_lease_ttl", p.GetDefaultLeaseTtl())
-		case "max_lease_ttl":
-			src.MaxLeaseTTL, err = durationArg("pool.max_lease_ttl", p.GetMaxLeaseTtl())
-		}
+	var mergeErr error
+	info, err := a.srv.engine.UpdatePoolBy(p.GetName(), actor, func(c *limiter.PoolConfig) {
+		cfg, err := poolconv.FromProto(mask.merge(poolconv.ToProto(*c, time.Time{}, time.Time{}), p))
 		if err != nil {
-			return src, err
+			mergeErr = err // unreachable: the fields of both sides convert
+			return
 		}
+		*c = cfg
+	})
+	if err == nil {
+		err = mergeErr
 	}
-	return src, nil
+	return info, err
 }
 
 // DeletePool removes a pool; with force, its leases end and its waiters fail.

@@ -4,9 +4,12 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -61,58 +64,45 @@ func (s *Server) actorOf(ctx context.Context) string {
 	return id.addr
 }
 
-// poolFields renders a pool's limits as "field=value ...": the fields named
-// in paths, or (paths nil) every field that is set and not at its default.
+// poolFields renders a pool's limits as "field=value ...": the fields of
+// one value named in paths, or (paths nil) every such field that is not at
+// its default, in their declared order.
 func poolFields(p *tollgatev1.Pool, paths []string) string {
-	vals := map[string]string{
-		"description":       strconv.Quote(truncate(p.GetDescription(), 64)),
-		"concurrency_limit": strconv.FormatInt(p.GetConcurrencyLimit(), 10),
-		"rate":              strconv.FormatFloat(p.GetRate(), 'g', -1, 64),
-		"burst":             strconv.FormatInt(p.GetBurst(), 10),
-		"default_lease_ttl": p.GetDefaultLeaseTtl().AsDuration().String(),
-		"max_lease_ttl":     p.GetMaxLeaseTtl().AsDuration().String(),
-		"max_waiters":       strconv.FormatInt(p.GetMaxWaiters(), 10),
-		"revocation_policy": revocationPolicyName(p.GetRevocationPolicy()),
-		"selection_policy":  selectionFromProtoName(p.GetSelectionPolicy()),
-	}
-	markFields(p, vals) // marks_convert.go
+	m := p.ProtoReflect()
 	if paths == nil {
-		defaults := map[string]string{
-			"description":       `""`,
-			"concurrency_limit": "0",
-			"rate":              "0",
-			"burst":             "0",
-			"default_lease_ttl": limiter.DefaultLeaseTTL.String(),
-			"max_lease_ttl":     limiter.DefaultMaxLeaseTTL.String(),
-			"max_waiters":       strconv.Itoa(limiter.DefaultMaxWaiters),
-			"revocation_policy": "wait",
-			"selection_policy":  "reuse",
-			// The marks' defaults are 0 (unset): markFields.
-			"overload_mark": "default", "near_full_mark": "default", "low_utilisation_mark": "default", "low_utilisation_period": "default",
-		}
-		if k := p.GetResourceKind(); k == tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE || k == tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE {
-			paths = append(paths, "resource_kind")
-			vals["resource_kind"] = resourceKindName(k)
-		}
-		for _, f := range updatablePaths {
-			if vals[f] != defaults[f] {
-				paths = append(paths, f)
+		def := defaultPool.ProtoReflect()
+		fields := m.Descriptor().Fields()
+		for i := 0; i < fields.Len(); i++ {
+			fd := fields.Get(i)
+			if !poolconv.OutputOnly(fd) && fd.Name() != "name" {
+				if eventText(m, fd) != eventText(def, fd) {
+					paths = append(paths, string(fd.Name()))
+				}
 			}
 		}
 	}
 	parts := make([]string, 0, len(paths))
-	for _, f := range paths {
-		if v, ok := vals[f]; ok {
-			parts = append(parts, f+"="+v)
+	for _, path := range paths {
+		if fd := m.Descriptor().Fields().ByName(protoreflect.Name(path)); fd != nil && poolconv.Scalar(fd) {
+			parts = append(parts, path+"="+eventText(m, fd))
 		}
 	}
 	return strings.Join(parts, " ")
 }
 
-// revocationPolicyName is "wait" or "revoke" for the event log.
-func revocationPolicyName(r tollgatev1.RevocationPolicy) string {
-	if r == tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE {
-		return limiter.RevocationRevoke.String()
+// defaultPool is a pool with every field at its default.
+var defaultPool = poolconv.ToProto(limiter.PoolConfig{}.WithDefaults(), time.Time{}, time.Time{})
+
+// eventText is the value of the field fd of m in an event: as people
+// write it (poolconv.FormatText), a string quoted, and "default" for a
+// duration or mark left at its default.
+func eventText(m protoreflect.Message, fd protoreflect.FieldDescriptor) string {
+	v := m.Get(fd)
+	switch {
+	case !m.Has(fd) && (fd.Message() != nil || poolconv.IsMark(fd)):
+		return "default"
+	case fd.Kind() == protoreflect.StringKind:
+		return strconv.Quote(truncate(v.String(), 64))
 	}
-	return limiter.RevocationWait.String()
+	return poolconv.FormatText(fd, v)
 }

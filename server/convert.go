@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -37,23 +38,6 @@ func checkPoolName(field, name string) error {
 	return limiter.ValidatePoolName(name)
 }
 
-// durationArg converts an optional wire duration: unset (and zero) gives
-// 0, which the engine reads as "the default"; a malformed or negative one is
-// INVALID_ARGUMENT naming field.
-func durationArg(field string, d *durationpb.Duration) (time.Duration, error) {
-	if d == nil {
-		return 0, nil
-	}
-	if err := d.CheckValid(); err != nil {
-		return 0, invalidArg("%s is not a valid duration (seconds %d, nanos %d): %v; give a non-negative duration such as 1.5s", field, d.GetSeconds(), d.GetNanos(), err)
-	}
-	v := d.AsDuration()
-	if v < 0 {
-		return 0, invalidArg("%s is negative (%v); give a non-negative duration, or leave it unset for the default", field, v)
-	}
-	return v, nil
-}
-
 // countArg converts an optional count (weight, tokens): unset means 1; set
 // values must be at least 1.
 func countArg(field string, v *int64) (int64, error) {
@@ -80,11 +64,11 @@ func acquireFromProto(r *tollgatev1.AcquireRequest) (limiter.AcquireRequest, err
 	if err != nil {
 		return ar, err
 	}
-	ttl, err := durationArg("ttl", r.GetTtl())
+	ttl, err := poolconv.Duration("ttl", r.GetTtl())
 	if err != nil {
 		return ar, err
 	}
-	wait, err := durationArg("wait_timeout", r.GetWaitTimeout())
+	wait, err := poolconv.Duration("wait_timeout", r.GetWaitTimeout())
 	if err != nil {
 		return ar, err
 	}
@@ -129,106 +113,6 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 		return nil
 	}
 	return timestamppb.New(t)
-}
-
-// poolConfigFromProto converts a wire pool to an engine configuration,
-// ignoring output-only fields. Unset durations become 0 (the default).
-func poolConfigFromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
-	var cfg limiter.PoolConfig
-	if p == nil {
-		return cfg, invalidArg("pool is required: give at least its name and a concurrency_limit or rate")
-	}
-	if err := checkPoolName("pool.name", p.GetName()); err != nil {
-		return cfg, err
-	}
-	defTTL, err := durationArg("pool.default_lease_ttl", p.GetDefaultLeaseTtl())
-	if err != nil {
-		return cfg, err
-	}
-	maxTTL, err := durationArg("pool.max_lease_ttl", p.GetMaxLeaseTtl())
-	if err != nil {
-		return cfg, err
-	}
-	adaptive, err := adaptiveFromProto("pool.adaptive", p.GetAdaptive()) // adaptive_convert.go
-	if err != nil {
-		return cfg, err
-	}
-	policy, err := revocationPolicyFromProto(p.GetRevocationPolicy())
-	if err != nil {
-		return cfg, err
-	}
-	kind, err := resourceKindFromProto(p.GetResourceKind()) // resources_convert.go
-	if err != nil {
-		return cfg, err
-	}
-	selection, err := selectionFromProto(p.GetSelectionPolicy())
-	if err != nil {
-		return cfg, err
-	}
-	cfg = limiter.PoolConfig{
-		Name:             p.GetName(),
-		Description:      p.GetDescription(),
-		ConcurrencyLimit: p.GetConcurrencyLimit(),
-		Rate:             p.GetRate(),
-		Burst:            p.GetBurst(),
-		DefaultLeaseTTL:  defTTL,
-		MaxLeaseTTL:      maxTTL,
-		MaxWaiters:       p.GetMaxWaiters(),
-		Adaptive:         adaptive,
-		SafeRate:         p.GetSafeRate(),
-		RevocationPolicy: policy,
-		ResourceKind:     kind,
-		Selection:        selection,
-	}
-	if err := marksFromProto(p, &cfg); err != nil { // marks_convert.go
-		return cfg, err
-	}
-	return cfg, nil
-}
-
-// revocationPolicyFromProto converts a pool's revocation_policy; unset
-// means WAIT.
-func revocationPolicyFromProto(r tollgatev1.RevocationPolicy) (limiter.RevocationPolicy, error) {
-	switch r {
-	case tollgatev1.RevocationPolicy_REVOCATION_POLICY_UNSPECIFIED, tollgatev1.RevocationPolicy_REVOCATION_POLICY_WAIT:
-		return limiter.RevocationWait, nil
-	case tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE:
-		return limiter.RevocationRevoke, nil
-	}
-	return 0, invalidArg("pool.revocation_policy %d is not a revocation policy; use REVOCATION_POLICY_WAIT or REVOCATION_POLICY_REVOKE", int32(r))
-}
-
-// revocationPolicyToProto converts a pool's revocation policy to the wire.
-func revocationPolicyToProto(r limiter.RevocationPolicy) tollgatev1.RevocationPolicy {
-	if r == limiter.RevocationRevoke {
-		return tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE
-	}
-	return tollgatev1.RevocationPolicy_REVOCATION_POLICY_WAIT
-}
-
-// poolToProto converts a pool's configuration (defaults filled in by the
-// engine) and times to the wire.
-func poolToProto(info limiter.PoolInfo) *tollgatev1.Pool {
-	c := info.Config
-	out := &tollgatev1.Pool{
-		Name:             c.Name,
-		Description:      c.Description,
-		ConcurrencyLimit: c.ConcurrencyLimit,
-		Rate:             c.Rate,
-		Burst:            c.Burst,
-		DefaultLeaseTtl:  durationpb.New(c.DefaultLeaseTTL),
-		MaxLeaseTtl:      durationpb.New(c.MaxLeaseTTL),
-		MaxWaiters:       c.MaxWaiters,
-		Adaptive:         adaptiveToProto(c.Adaptive), // adaptive_convert.go
-		SafeRate:         c.SafeRate,
-		RevocationPolicy: revocationPolicyToProto(c.RevocationPolicy),
-		ResourceKind:     resourceKindToProto(c.ResourceKind), // resources_convert.go
-		SelectionPolicy:  selectionToProto(c.Selection),
-		CreateTime:       timestamp(info.CreateTime),
-		UpdateTime:       timestamp(info.UpdateTime),
-	}
-	marksToProto(c, out) // marks_convert.go
-	return out
 }
 
 // statusToProto converts a pool's live status to the wire.

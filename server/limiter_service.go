@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -118,7 +119,7 @@ func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner 
 	if err != nil {
 		return limiter.Lease{}, err
 	}
-	ttl, err := durationArg("ttl", req.GetTtl())
+	ttl, err := poolconv.Duration("ttl", req.GetTtl())
 	if err != nil {
 		return limiter.Lease{}, err
 	}
@@ -153,7 +154,7 @@ func (s *Server) take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter
 	if err != nil {
 		return limiter.TakeResult{}, err
 	}
-	maxWait, err := durationArg("max_wait", req.GetMaxWait())
+	maxWait, err := poolconv.Duration("max_wait", req.GetMaxWait())
 	if err != nil {
 		return limiter.TakeResult{}, err
 	}

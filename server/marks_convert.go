@@ -4,79 +4,8 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"github.com/tollgate/tollgate/limiter"
-	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
-
-// markPaths are the update_mask paths of a pool's event marks
-// (limiter/marks.go).
-var markPaths = []string{"overload_mark", "near_full_mark", "low_utilisation_mark", "low_utilisation_period"}
-
-// marksFromProto copies p's event marks into cfg. Range checks are the
-// engine's; a malformed or negative period is INVALID_ARGUMENT here.
-func marksFromProto(p *tollgatev1.Pool, cfg *limiter.PoolConfig) error {
-	period, err := durationArg("pool.low_utilisation_period", p.GetLowUtilisationPeriod())
-	if err != nil {
-		return err
-	}
-	cfg.OverloadMark = p.GetOverloadMark()
-	cfg.NearFullMark = p.GetNearFullMark()
-	cfg.LowUtilisationMark = p.GetLowUtilisationMark()
-	cfg.LowUtilisationPeriod = period
-	return nil
-}
-
-// marksToProto sets out's event marks from c: 0 for a default, -1 for off,
-// as configured; the period is unset when it is the default.
-func marksToProto(c limiter.PoolConfig, out *tollgatev1.Pool) {
-	out.OverloadMark = c.OverloadMark
-	out.NearFullMark = c.NearFullMark
-	out.LowUtilisationMark = c.LowUtilisationMark
-	if c.LowUtilisationPeriod > 0 {
-		out.LowUtilisationPeriod = durationpb.New(c.LowUtilisationPeriod)
-	}
-}
-
-// applyMarkPath copies the mark that path names from src into dst and
-// reports whether path is a mark's.
-func applyMarkPath(dst *limiter.PoolConfig, src limiter.PoolConfig, path string) bool {
-	switch path {
-	case "overload_mark":
-		dst.OverloadMark = src.OverloadMark
-	case "near_full_mark":
-		dst.NearFullMark = src.NearFullMark
-	case "low_utilisation_mark":
-		dst.LowUtilisationMark = src.LowUtilisationMark
-	case "low_utilisation_period":
-		dst.LowUtilisationPeriod = src.LowUtilisationPeriod
-	default:
-		return false
-	}
-	return true
-}
-
-// markFields adds p's marks to vals, the "field=value" texts of the
-// pool_created and pool_updated events: "default", "off", or the value.
-func markFields(p *tollgatev1.Pool, vals map[string]string) {
-	mark := func(v float64) string {
-		switch v {
-		case 0:
-			return "default"
-		case limiter.MarkOff:
-			return "off"
-		}
-		return strconv.FormatFloat(v, 'g', -1, 64)
-	}
-	vals["overload_mark"] = mark(float64(p.GetOverloadMark()))
-	vals["near_full_mark"] = mark(p.GetNearFullMark())
-	vals["low_utilisation_mark"] = mark(p.GetLowUtilisationMark())
-	vals["low_utilisation_period"] = "default"
-	if d := p.GetLowUtilisationPeriod().AsDuration(); d > 0 {
-		vals["low_utilisation_period"] = d.String()
-	}
-}
 
 // markEventTypes maps the engine's mark events to the server's.
 var markEventTypes = map[limiter.PoolEventType]string{

@@ -1,26 +1,43 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
+	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
+	configv1 "github.com/tollgate/tollgate/proto/tollgate/config/v1"
 )
-
-// poolsFileFields are the keys a pool entry of a pools file may have, in
-// the order they are listed to people.
-var poolsFileFields = append([]string{"name", "description", "concurrency", "rate", "burst", "default_ttl", "max_ttl", "max_waiters", "safe_rate", "adaptive", "revocation_policy", "kind", "selection"},
-	markFileFields...) // poolsfile_marks.go
 
 // maxPoolsFileSize bounds the pools file LoadPoolsFile reads.
 const maxPoolsFileSize = 16 << 20
+
+// The pools file is YAML read as the JSON form of a PoolsFile message, a
+// list of the API's Pool messages: its keys are the fields' names. The
+// file is walked against the message's descriptor, so that every problem
+// is reported with its line, then converted to JSON for protojson. Besides
+// the JSON form, the walk accepts the short keys of fileAliases
+// (concurrency for concurrency_limit), values in the text forms people
+// write (poolconv.ParseText: "active", "15s", "off"), and, for a message
+// with an enabled field (adaptive), true or false for {enabled: ...} and a
+// mapping without enabled for enabled: true.
+
+// fileAliases are the short keys of a pools file, by message, and the
+// fields they stand for.
+var fileAliases = map[protoreflect.FullName]map[string]protoreflect.Name{
+	"tollgate.v1.Pool": {"concurrency": "concurrency_limit", "default_ttl": "default_lease_ttl", "max_ttl": "max_lease_ttl",
+		"kind": "resource_kind", "selection": "selection_policy"},
+}
 
 // LoadPoolsFile reads the pools a server declares at start from a YAML file
 // of the form
@@ -28,28 +45,19 @@ const maxPoolsFileSize = 16 << 20
 //	pools:
 //	  - name: orders-db
 //	    description: primary database
-//	    concurrency: 20
-//	    rate: 100        # tokens per second
-//	    burst: 200
-//	    default_ttl: 15s
-//	    max_ttl: 5m
-//	    max_waiters: 1024
-//	    safe_rate: 10    # per share holder that cannot reach the server
-//	    revocation_policy: revoke  # or wait (the default): on a limit lowered under the held weight
-//	    kind: active     # or passive, or free (the default): see docs/resources.md
-//	    selection: spread  # or reuse (the default): which free instance an active or passive pool grants
-//	    adaptive:        # adaptive limits; see poolsfile_adaptive.go
-//	      enabled: true
-//	      backoff: 0.9
-//	    overload_mark: 100   # event marks; see poolsfile_marks.go
+//	    concurrency_limit: 20   # or concurrency
+//	    rate: 100               # tokens per second
+//	    default_lease_ttl: 15s  # or default_ttl
+//	    resource_kind: active   # or kind; RESOURCE_KIND_ACTIVE also works
+//	    adaptive: {backoff: 0.9}
 //	    near_full_mark: off
 //
 // Every field but name is optional (0 or absent means the default, as in
-// limiter.PoolConfig); each pool needs a concurrency, a rate, or both.
-// It returns the pools in file order, each validated with defaults filled
-// in. An empty file declares no pools. Errors name the file and line: an
-// unknown or repeated key, a value of the wrong type, a bad duration, a
-// pool that fails validation, or a name declared twice.
+// the API); each pool needs a concurrency limit, a rate, or both. It
+// returns the pools in file order, each validated with defaults filled in.
+// An empty file declares no pools. Errors name the file and line: an
+// unknown or repeated key, a value of the wrong type, a bad duration or
+// enum value, a pool that fails validation, or a name declared twice.
 func LoadPoolsFile(path string) ([]limiter.PoolConfig, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -69,47 +77,50 @@ func LoadPoolsFile(path string) ([]limiter.PoolConfig, error) {
 // ParsePools parses the contents of a pools file as LoadPoolsFile does;
 // name is used in error messages.
 func ParsePools(name string, data []byte) ([]limiter.PoolConfig, error) {
-	p := poolsParser{file: name}
+	w := yamlWalker{file: name}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
+	if doc.Kind == 0 || len(doc.Content) == 0 || isNull(doc.Content[0]) {
 		return nil, nil // empty file
 	}
 	root := doc.Content[0]
-	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-		return nil, nil
-	}
+	var file configv1.PoolsFile
 	if root.Kind != yaml.MappingNode {
-		return nil, p.errorf(root, "the file must be a mapping with a pools key (pools: [{name: ..., concurrency: ...}])")
+		return nil, w.errorf(root, "the file must be a mapping with the key pools (pools: [{name: ..., concurrency_limit: ...}])")
 	}
-	var pools *yaml.Node
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
-		if k.Value != "pools" {
-			return nil, p.errorf(k, "unknown key %q; the only top-level key is pools", k.Value)
+	js, err := w.message(root, file.ProtoReflect().Descriptor(), "the file", "", true)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(js)
+	if err == nil {
+		err = protojson.Unmarshal(b, &file)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", name, err)
+	}
+	entries := mappingValue(root, "pools")
+	out := make([]limiter.PoolConfig, 0, len(file.GetPools()))
+	lines := make(map[string]int, len(file.GetPools()))
+	for i, p := range file.GetPools() {
+		n := entries.Content[i]
+		if p.GetName() == "" {
+			return nil, w.errorf(n, "this pool has no name; add name: <1 to %d characters of [A-Za-z0-9._:/-]>", limiter.MaxPoolNameLen)
 		}
-		if pools != nil {
-			return nil, p.errorf(k, "pools is given twice")
+		cfg, err := poolconv.FromProto(p)
+		if err == nil {
+			cfg = cfg.WithDefaults()
+			err = cfg.Validate()
 		}
-		pools = v
-	}
-	if pools == nil || (pools.Kind == yaml.ScalarNode && pools.Tag == "!!null") {
-		return nil, nil
-	}
-	if pools.Kind != yaml.SequenceNode {
-		return nil, p.errorf(pools, "pools must be a list of pools (- name: ...)")
-	}
-	out := make([]limiter.PoolConfig, 0, len(pools.Content))
-	lines := make(map[string]int, len(pools.Content))
-	for _, n := range pools.Content {
-		cfg, err := p.pool(n)
-		if err != nil {
-			return nil, err
+		if le := (*limiter.Error)(nil); errors.As(err, &le) {
+			return nil, w.errorf(n, "%s", le.Message)
+		} else if err != nil {
+			return nil, w.errorf(n, "%v", err)
 		}
 		if prev, dup := lines[cfg.Name]; dup {
-			return nil, p.errorf(n, "pool %q is declared twice (first at line %d)", cfg.Name, prev)
+			return nil, w.errorf(n, "pool %q is declared twice (first at line %d)", cfg.Name, prev)
 		}
 		lines[cfg.Name] = n.Line
 		out = append(out, cfg)
@@ -117,142 +128,156 @@ func ParsePools(name string, data []byte) ([]limiter.PoolConfig, error) {
 	return out, nil
 }
 
-// poolsParser carries the file name for error messages.
-type poolsParser struct{ file string }
+// yamlWalker turns a YAML tree into the JSON form of a message, checking
+// it against the message's descriptor.
+type yamlWalker struct{ file string }
 
-func (p poolsParser) errorf(n *yaml.Node, format string, args ...any) error {
-	return fmt.Errorf("%s:%d: %s", p.file, n.Line, fmt.Sprintf(format, args...))
+func (w yamlWalker) errorf(n *yaml.Node, format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s", w.file, n.Line, fmt.Sprintf(format, args...))
 }
 
-// pool parses one entry of the pools list.
-func (p poolsParser) pool(n *yaml.Node) (limiter.PoolConfig, error) {
-	var cfg limiter.PoolConfig
-	if n.Kind != yaml.MappingNode {
-		return cfg, p.errorf(n, "each pool must be a mapping with keys %s", strings.Join(poolsFileFields, ", "))
-	}
-	seen := make(map[string]bool, len(n.Content)/2)
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+// mappingValue returns the value of key in the mapping n, or nil.
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if seen[k.Value] {
-			return cfg, p.errorf(k, "key %q is given twice in this pool", k.Value)
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
 		}
-		seen[k.Value] = true
-		var err error
-		switch k.Value {
-		case "name":
-			cfg.Name, err = p.str(k.Value, v)
-		case "description":
-			cfg.Description, err = p.str(k.Value, v)
-		case "concurrency":
-			cfg.ConcurrencyLimit, err = p.int(k.Value, v)
-		case "rate":
-			cfg.Rate, err = p.float(k.Value, v)
-		case "burst":
-			cfg.Burst, err = p.int(k.Value, v)
-		case "default_ttl":
-			cfg.DefaultLeaseTTL, err = p.duration(k.Value, v)
-		case "max_ttl":
-			cfg.MaxLeaseTTL, err = p.duration(k.Value, v)
-		case "max_waiters":
-			cfg.MaxWaiters, err = p.int(k.Value, v)
-		case "safe_rate":
-			cfg.SafeRate, err = p.float(k.Value, v)
-		case "kind": // resources.go; an active pool's instances are added with tollgate resource add
-			var s string
-			if s, err = p.str(k.Value, v); err == nil {
-				if cfg.ResourceKind, err = limiter.ParseResourceKind(s); err != nil {
-					err = p.errorf(v, "kind must be free, active or passive, not %q", truncate(s, 64))
-				}
-			}
-		case "selection":
-			var s string
-			if s, err = p.str(k.Value, v); err == nil {
-				if cfg.Selection, err = limiter.ParseSelectionPolicy(s); err != nil {
-					err = p.errorf(v, "selection must be reuse or spread, not %q", truncate(s, 64))
-				}
-			}
-		case "revocation_policy":
-			var s string
-			if s, err = p.str(k.Value, v); err == nil {
-				if cfg.RevocationPolicy, err = limiter.ParseRevocationPolicy(s); err != nil {
-					err = p.errorf(v, "revocation_policy must be wait or revoke, not %q", truncate(s, 64))
-				}
-			}
-		case "adaptive": // poolsfile_adaptive.go
-			cfg.Adaptive, err = p.adaptive(v)
-		default:
-			var isMark bool // poolsfile_marks.go
-			if isMark, err = p.mark(&cfg, k, v); !isMark {
-				err = p.errorf(k, "unknown field %q; a pool has %s", truncate(k.Value, 64), strings.Join(poolsFileFields, ", "))
-			}
-		}
-		if err != nil {
-			return cfg, err
-		}
-	}
-	if !seen["name"] {
-		return cfg, p.errorf(n, "this pool has no name; add name: <1 to %d characters of [A-Za-z0-9._:/-]>", limiter.MaxPoolNameLen)
-	}
-	full := cfg.WithDefaults()
-	if err := full.Validate(); err != nil {
-		var le *limiter.Error
-		if errors.As(err, &le) {
-			err = errors.New(le.Message)
-		}
-		return cfg, p.errorf(n, "%v", err)
-	}
-	return full, nil
-}
-
-func (p poolsParser) scalar(key string, v *yaml.Node, want string) error {
-	if v.Kind != yaml.ScalarNode {
-		return p.errorf(v, "%s must be %s", key, want)
 	}
 	return nil
 }
 
-func (p poolsParser) str(key string, v *yaml.Node) (string, error) {
-	if err := p.scalar(key, v, "a string"); err != nil {
-		return "", err
+// fileField returns the field of md that the pools file key k names: its
+// name, its JSON name, or a short key of fileAliases.
+func fileField(md protoreflect.MessageDescriptor, k string) protoreflect.FieldDescriptor {
+	if alias, ok := fileAliases[md.FullName()][k]; ok {
+		k = string(alias)
 	}
-	return v.Value, nil
+	fd := md.Fields().ByName(protoreflect.Name(k))
+	if fd == nil {
+		fd = md.Fields().ByJSONName(k)
+	}
+	if fd == nil || poolconv.OutputOnly(fd) {
+		return nil
+	}
+	return fd
 }
 
-func (p poolsParser) int(key string, v *yaml.Node) (int64, error) {
-	var x int64
-	if err := p.scalar(key, v, "a whole number"); err != nil {
-		return 0, err
+// fileKeys lists the keys md has in a pools file, with their short forms.
+func fileKeys(md protoreflect.MessageDescriptor) string {
+	short := map[protoreflect.Name]string{}
+	for k, name := range fileAliases[md.FullName()] {
+		short[name] = k
 	}
-	if v.ShortTag() != "!!int" || v.Decode(&x) != nil {
-		return 0, p.errorf(v, "%s must be a whole number, not %q", key, truncate(v.Value, 64))
+	var keys []string
+	for i := 0; i < md.Fields().Len(); i++ {
+		fd := md.Fields().Get(i)
+		if poolconv.OutputOnly(fd) {
+			continue
+		}
+		k := string(fd.Name())
+		if s, ok := short[fd.Name()]; ok {
+			k += " (or " + s + ")"
+		}
+		keys = append(keys, k)
 	}
-	return x, nil
+	return strings.Join(keys, ", ")
 }
 
-func (p poolsParser) float(key string, v *yaml.Node) (float64, error) {
-	var x float64
-	if err := p.scalar(key, v, "a number"); err != nil {
-		return 0, err
+// message converts the mapping n, written as name, to the JSON object of
+// md. prefix is the path of n's keys for messages ("adaptive."); root says
+// n is the file.
+func (w yamlWalker) message(n *yaml.Node, md protoreflect.MessageDescriptor, name, prefix string, root bool) (map[string]any, error) {
+	enabled := md.Fields().ByName("enabled")
+	if enabled != nil && enabled.Kind() == protoreflect.BoolKind && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
+		return map[string]any{"enabled": n.Value == "true"}, nil
 	}
-	if err := v.Decode(&x); err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
-		return 0, p.errorf(v, "%s must be a finite number, not %q", key, truncate(v.Value, 64))
+	if n.Kind != yaml.MappingNode {
+		what := name + " must be"
+		if enabled != nil {
+			what += " true, false, or"
+		}
+		return nil, w.errorf(n, "%s a mapping with keys %s", what, fileKeys(md))
 	}
-	return x, nil
+	out := make(map[string]any, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		fd := fileField(md, k.Value)
+		switch {
+		case fd == nil && root:
+			return nil, w.errorf(k, "unknown key %q; the top level has %s", truncate(k.Value, 64), fileKeys(md))
+		case fd == nil && prefix == "":
+			return nil, w.errorf(k, "unknown field %q; a %s has %s", truncate(k.Value, 64), strings.ToLower(string(md.Name())), fileKeys(md))
+		case fd == nil:
+			return nil, w.errorf(k, "unknown field %q in %s; it has %s", truncate(k.Value, 64), strings.TrimSuffix(prefix, "."), fileKeys(md))
+		}
+		if _, dup := out[string(fd.Name())]; dup {
+			return nil, w.errorf(k, "key %q is given twice (as %s)", k.Value, fd.Name())
+		}
+		val, err := w.field(v, fd, prefix+k.Value)
+		if err != nil {
+			return nil, err
+		}
+		out[string(fd.Name())] = val
+	}
+	if _, set := out["enabled"]; enabled != nil && !set {
+		out["enabled"] = true
+	}
+	return out, nil
 }
 
-func (p poolsParser) duration(key string, v *yaml.Node) (time.Duration, error) {
-	if err := p.scalar(key, v, "a duration such as 15s or 5m"); err != nil {
-		return 0, err
+// field converts the value n of the field fd, written as key.
+func (w yamlWalker) field(n *yaml.Node, fd protoreflect.FieldDescriptor, key string) (any, error) {
+	if !fd.IsList() {
+		return w.singular(n, fd, key)
 	}
-	if v.Value == "0" {
-		return 0, nil
+	if isNull(n) {
+		return []any{}, nil
 	}
-	d, err := time.ParseDuration(v.Value)
+	if n.Kind != yaml.SequenceNode {
+		return nil, w.errorf(n, "%s must be a list (- ...)", key)
+	}
+	out := make([]any, len(n.Content))
+	for i, e := range n.Content {
+		var err error
+		if fd.Message() != nil {
+			out[i], err = w.message(e, fd.Message(), "each of "+key, "", false)
+		} else {
+			out[i], err = w.singular(e, fd, key+"["+strconv.Itoa(i)+"]")
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// singular converts the value n of a field of one value.
+func (w yamlWalker) singular(n *yaml.Node, fd protoreflect.FieldDescriptor, key string) (any, error) {
+	if !poolconv.Scalar(fd) {
+		return w.message(n, fd.Message(), key, key+".", false)
+	}
+	if n.Kind != yaml.ScalarNode {
+		if fd.Kind() == protoreflect.StringKind {
+			return nil, w.errorf(n, "%s must be a string", key)
+		}
+		_, err := poolconv.ParseText(fd, "")
+		return nil, w.errorf(n, "%s %v", key, err)
+	}
+	v, err := poolconv.ParseText(fd, n.Value)
 	if err != nil {
-		return 0, p.errorf(v, "%s must be a duration such as 15s or 5m, not %q", key, truncate(v.Value, 64))
+		return nil, w.errorf(n, "%s %v; it is %q", key, err, truncate(n.Value, 64))
 	}
-	if d < 0 {
-		return 0, p.errorf(v, "%s must not be negative (%s)", key, v.Value)
+	switch {
+	case fd.Enum() != nil:
+		return string(fd.Enum().Values().ByNumber(v.Enum()).Name()), nil
+	case fd.Message() != nil:
+		if d, ok := v.Message().Interface().(*durationpb.Duration); ok && d.AsDuration() < 0 {
+			return nil, w.errorf(n, "%s must not be negative; it is %q", key, n.Value)
+		}
+		b, err := protojson.Marshal(v.Message().Interface())
+		return json.RawMessage(b), err
 	}
-	return d, nil
+	return v.Interface(), nil
 }

@@ -120,3 +120,46 @@ func TestPoolsFileResourceKinds(t *testing.T) {
 		}
 	}
 }
+
+// The pools file takes the API's field names and enum values as well as
+// the short ones, and reports a key it does not know with its line, at
+// any depth.
+func TestPoolsFileCanonicalNames(t *testing.T) {
+	short, err := ParsePools("p.yaml", []byte("pools:\n  - name: db\n    concurrency: 3\n    default_ttl: 1.5s\n    max_ttl: 90m\n    kind: active\n    selection: spread\n    revocation_policy: revoke\n    adaptive: {target: concurrency}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := ParsePools("p.yaml", []byte(`pools:
+  - name: db
+    concurrency_limit: 3
+    default_lease_ttl: 1.5s
+    maxLeaseTtl: 90m
+    resource_kind: RESOURCE_KIND_ACTIVE
+    selection_policy: SPREAD
+    revocation_policy: REVOCATION_POLICY_REVOKE
+    adaptive:
+      enabled: true
+      target: ADAPTIVE_TARGET_CONCURRENCY
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(short) != 1 || len(long) != 1 || short[0] != long[0] {
+		t.Fatalf("short keys gave %+v, API names %+v", short, long)
+	}
+	if c := long[0]; c.ConcurrencyLimit != 3 || c.DefaultLeaseTTL != 1500*time.Millisecond || c.MaxLeaseTTL != 90*time.Minute ||
+		c.ResourceKind != limiter.ResourceActive || c.Selection != limiter.SelectSpread || c.RevocationPolicy != limiter.RevocationRevoke ||
+		!c.Adaptive.Enabled || c.Adaptive.Target != limiter.AdaptConcurrency {
+		t.Fatalf("pool = %+v", c)
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"pools:\n  - name: db\n    concurrency: 1\n    adaptive:\n      enabled: true\n      windw: 5s\n", `p.yaml:6: unknown field "windw" in adaptive`},
+		{"pools:\n  - name: db\n    concurrency: 1\n    create_time: 2024-01-01T00:00:00Z\n", `p.yaml:4: unknown field "create_time"`},
+		{"pools:\n  - name: db\n    concurrency: 1\n    concurrency_limit: 2\n", `p.yaml:4: key "concurrency_limit" is given twice`},
+		{"pools:\n  - name: db\n    concurrency: 1\n    resource_kind: RESOURCE_KIND_NONE\n", "p.yaml:4: resource_kind must be free, active or passive"},
+	} {
+		if _, err := ParsePools("p.yaml", []byte(bad.yaml)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: error %v; want %q", bad.yaml, err, bad.want)
+		}
+	}
+}

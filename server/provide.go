@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/peer"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -126,7 +127,7 @@ func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.Provide
 	if err := checkPoolName("register.pool", reg.GetPool()); err != nil {
 		return nil, err
 	}
-	ttl, err := durationArg("register.ttl", reg.GetTtl())
+	ttl, err := poolconv.Duration("register.ttl", reg.GetTtl())
 	if err != nil {
 		return nil, err
 	}

@@ -231,7 +231,7 @@ func TestHelpOffersOnlyUsableFlags(t *testing.T) {
 		t.Error("pool update --help offers --kind, which the server refuses")
 	}
 	create := runCLI(t, "", "pool", "create", "--help").mustSucceed(t).stdout
-	for _, want := range []string{"--kind", "--server", `this fraction (0: the default; off: no event) (default "0.9")`, `(default "0.1")`, "(default 10m0s)"} {
+	for _, want := range []string{"--kind", "--server", `this fraction (0: the default; off: no event) (default 0.9)`, `(default 0.1)`, "(default 10m0s)"} {
 		if !strings.Contains(create, want) {
 			t.Errorf("pool create --help lacks %q:\n%s", want, create)
 		}

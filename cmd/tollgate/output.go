@@ -9,9 +9,11 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -83,10 +85,11 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 	row("default_lease_ttl", duration(pool.GetDefaultLeaseTtl()))
 	row("max_lease_ttl", duration(pool.GetMaxLeaseTtl()))
 	row("max_waiters", pool.GetMaxWaiters())
-	row("revocation_policy", revocationPolicyText(pool.GetRevocationPolicy()))
+	row("revocation_policy", poolconv.EnumText(pool.GetRevocationPolicy()))
 	resourceConfigRows(row, pool) // resource.go
 	adaptiveConfigRows(row, pool) // output_adaptive.go
 	markRows(row, pool)           // pool_marks.go
+	otherPoolRows(row, pool)
 	row("create_time", timestamp(pool.GetCreateTime()))
 	row("update_time", timestamp(pool.GetUpdateTime()))
 	if st != nil {
@@ -177,10 +180,24 @@ func timestamp(t *timestamppb.Timestamp) string {
 	return t.AsTime().Local().Format(time.RFC3339)
 }
 
-// revocationPolicyText is "wait" or "revoke".
-func revocationPolicyText(r tollgatev1.RevocationPolicy) string {
-	if r == tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE {
-		return "revoke"
+// formattedPoolFields are the Pool fields pool prints in rows of their
+// own. Any other field that is set is printed by otherPoolRows as it is,
+// so that a new field shows without code here.
+var formattedPoolFields = map[protoreflect.Name]bool{
+	"name": true, "description": true, "concurrency_limit": true, "rate": true, "burst": true, "default_lease_ttl": true,
+	"max_lease_ttl": true, "max_waiters": true, "revocation_policy": true, "resource_kind": true, "selection_policy": true,
+	"safe_rate": true, "adaptive": true, "overload_mark": true, "near_full_mark": true, "low_utilisation_mark": true,
+	"low_utilisation_period": true, "create_time": true, "update_time": true,
+}
+
+// otherPoolRows prints the fields of pool that are set and not in
+// formattedPoolFields, in their declared order.
+func otherPoolRows(row func(string, any), pool *tollgatev1.Pool) {
+	m := pool.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := 0; i < fields.Len(); i++ {
+		if fd := fields.Get(i); !formattedPoolFields[fd.Name()] && m.Has(fd) {
+			row(string(fd.Name()), poolconv.FormatText(fd, m.Get(fd)))
+		}
 	}
-	return "wait"
 }

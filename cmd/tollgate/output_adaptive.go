@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -18,7 +19,7 @@ func adaptiveConfigRows(row func(string, any), pool *tollgatev1.Pool) {
 		row("adaptive", "off")
 		return
 	}
-	target := strings.ToLower(strings.TrimPrefix(a.GetTarget().String(), "ADAPTIVE_TARGET_"))
+	target := poolconv.EnumText(a.GetTarget())
 	var floors []string
 	if pool.GetConcurrencyLimit() != 0 {
 		floors = append(floors, "concurrency "+strconv.FormatInt(a.GetMinConcurrency(), 10))

@@ -3,123 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
-
-// poolFlags are the pool settings of pool create and pool update.
-type poolFlags struct {
-	concurrency int64
-	rate        float64
-	burst       int64
-	ttl         time.Duration
-	maxTTL      time.Duration
-	maxWaiters  int64
-	description string
-	safeRate    float64
-	revocation  string
-	kind        string // resource.go
-	selection   string
-	adaptive    adaptiveFlags // pool_adaptive.go
-	marks       markFlags     // pool_marks.go
-}
-
-// poolFlagFields maps each pool flag to the Pool field it sets (the
-// update_mask path).
-var poolFlagFields = append([]struct{ flag, field string }{
-	{"description", "description"},
-	{"concurrency", "concurrency_limit"},
-	{"rate", "rate"},
-	{"burst", "burst"},
-	{"ttl", "default_lease_ttl"},
-	{"max-ttl", "max_lease_ttl"},
-	{"max-waiters", "max_waiters"},
-	{"safe-rate", "safe_rate"},
-	{"revocation-policy", "revocation_policy"},
-	{"kind", "resource_kind"},
-	{"selection", "selection_policy"},
-}, append(adaptiveFlagFields, markFlagFields...)...) // pool_adaptive.go, pool_marks.go
-
-// register adds the flags; --kind only with create, since a pool's kind is
-// set at creation.
-func (p *poolFlags) register(f *pflag.FlagSet, create bool) {
-	f.Int64Var(&p.concurrency, "concurrency", 0, "concurrency limit: most permit weight held at once (0: none)")
-	f.Float64Var(&p.rate, "rate", 0, "rate limit in tokens per second (0: none)")
-	f.Int64Var(&p.burst, "burst", 0, "token bucket size (0: one second of tokens, at least 1)")
-	f.DurationVar(&p.ttl, "ttl", 0, "default lease TTL, such as 15s (0: 15s)")
-	f.DurationVar(&p.maxTTL, "max-ttl", 0, "longest TTL an acquire or renew may ask for (0: 5m)")
-	f.Int64Var(&p.maxWaiters, "max-waiters", 0, "most acquires waiting in the queue (0: 1024)")
-	f.StringVar(&p.description, "description", "", "note for operators")
-	f.Float64Var(&p.safeRate, "safe-rate", 0, "rate a holder of a rate share may use once its share expired unreachable (0: stop)")
-	f.StringVar(&p.revocation, "revocation-policy", "wait", "when the concurrency limit is lowered under the held weight: wait (held leases finish) or revoke (revoke the lowest priority, newest leases at once)")
-	if create {
-		f.StringVar(&p.kind, "kind", "free", "what the permits are: free (a counter), active (instances an operator declares: tollgate resource add) or passive (instances providers offer: tollgate resource provide); set at creation")
-	}
-	f.StringVar(&p.selection, "selection", "reuse", "which free instance an active or passive pool grants first: reuse (the most recently released) or spread (the least recently used)")
-	p.adaptive.register(f) // pool_adaptive.go
-	p.marks.register(f)    // pool_marks.go
-}
-
-// pool returns the Pool named name with the values of the flags given on
-// the command line, and the update_mask paths of those flags.
-func (p *poolFlags) pool(f *pflag.FlagSet, name string) (*tollgatev1.Pool, []string, error) {
-	pool := &tollgatev1.Pool{Name: name}
-	var paths []string
-	for _, ff := range poolFlagFields {
-		if !f.Changed(ff.flag) {
-			continue
-		}
-		paths = append(paths, ff.field)
-		switch ff.flag {
-		case "description":
-			pool.Description = p.description
-		case "concurrency":
-			pool.ConcurrencyLimit = p.concurrency
-		case "rate":
-			pool.Rate = p.rate
-		case "burst":
-			pool.Burst = p.burst
-		case "ttl":
-			pool.DefaultLeaseTtl = durationpb.New(p.ttl)
-		case "max-ttl":
-			pool.MaxLeaseTtl = durationpb.New(p.maxTTL)
-		case "max-waiters":
-			pool.MaxWaiters = p.maxWaiters
-		case "safe-rate":
-			pool.SafeRate = p.safeRate
-		case "revocation-policy":
-			switch p.revocation {
-			case "wait":
-				pool.RevocationPolicy = tollgatev1.RevocationPolicy_REVOCATION_POLICY_WAIT
-			case "revoke":
-				pool.RevocationPolicy = tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE
-			default:
-				return nil, nil, usageErrorf("--revocation-policy %q is not a policy; use wait or revoke", p.revocation)
-			}
-		case "kind", "selection":
-			if err := p.setResourceFlag(pool, ff.flag); err != nil { // resource.go
-				return nil, nil, err
-			}
-		default: // a mark (pool_marks.go) or --adaptive* (pool_adaptive.go)
-			if isMark, err := p.marks.set(pool, ff.flag); isMark {
-				if err != nil {
-					return nil, nil, err
-				}
-				continue
-			}
-			if err := p.adaptive.set(pool, ff.flag); err != nil {
-				return nil, nil, err
-			}
-		}
-	}
-	return pool, p.adaptive.implicitEnable(f, pool, paths), nil
-}
 
 // adminCall dials --server and runs f with an AdminService client and a
 // context bounded by --timeout.
@@ -303,7 +192,7 @@ off, restoring the configured limits at once.`,
 				return err
 			}
 			if len(paths) == 0 {
-				return usageErrorf("nothing to update: give at least one of --concurrency, --rate, --burst, --ttl, --max-ttl, --max-waiters, --description, --safe-rate, --revocation-policy, --overload-mark, --near-full-mark, --low-utilisation-mark, --low-utilisation-period, %s", adaptiveFlagNames())
+				return usageErrorf("nothing to update: give at least one of %s", poolFlagNames())
 			}
 			return g.adminCall(cmd, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
 				resp, err := adm.UpdatePool(ctx, &tollgatev1.UpdatePoolRequest{Pool: pool, UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}})

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/poolconv"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -101,33 +102,6 @@ func (f *initialResourceFlags) resources() ([]*tollgatev1.Resource, error) {
 		return nil, nil
 	}
 	return f.attr.resources(f.ids)
-}
-
-// setResourceFlag sets --kind or --selection on pool.
-func (p *poolFlags) setResourceFlag(pool *tollgatev1.Pool, flag string) error {
-	switch flag {
-	case "kind":
-		switch p.kind {
-		case "free":
-			pool.ResourceKind = tollgatev1.ResourceKind_RESOURCE_KIND_FREE
-		case "active":
-			pool.ResourceKind = tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE
-		case "passive":
-			pool.ResourceKind = tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE
-		default:
-			return usageErrorf("--kind %q is not a kind; use free, active or passive", p.kind)
-		}
-	case "selection":
-		switch p.selection {
-		case "reuse":
-			pool.SelectionPolicy = tollgatev1.SelectionPolicy_SELECTION_POLICY_REUSE
-		case "spread":
-			pool.SelectionPolicy = tollgatev1.SelectionPolicy_SELECTION_POLICY_SPREAD
-		default:
-			return usageErrorf("--selection %q is not a policy; use reuse or spread", p.selection)
-		}
-	}
-	return nil
 }
 
 func newResourceAddCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Command {
@@ -323,16 +297,8 @@ registers again by itself.`,
 func resourceConfigRows(row func(string, any), pool *tollgatev1.Pool) {
 	switch pool.GetResourceKind() {
 	case tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE, tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE:
-		kind := "active"
-		if pool.GetResourceKind() == tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE {
-			kind = "passive"
-		}
-		row("resource_kind", kind)
-		sel := "reuse"
-		if pool.GetSelectionPolicy() == tollgatev1.SelectionPolicy_SELECTION_POLICY_SPREAD {
-			sel = "spread"
-		}
-		row("selection_policy", sel)
+		row("resource_kind", poolconv.EnumText(pool.GetResourceKind()))
+		row("selection_policy", poolconv.EnumText(pool.GetSelectionPolicy()))
 	}
 }
 

@@ -32,7 +32,10 @@ TTL = 0.5
 
 
 def generate_stubs(out):
+    # The API and the one option it imports (google.api.field_behavior),
+    # whose module joins the installed google namespace package.
     protos = sorted(glob.glob(os.path.join(ROOT, "proto", "tollgate", "v1", "*.proto")))
+    protos.append(os.path.join(ROOT, "proto", "google", "api", "field_behavior.proto"))
     subprocess.run(["protoc", "-I", os.path.join(ROOT, "proto"),
                     "--python_out=" + out, "--grpc_out=" + out,
                     "--plugin=protoc-gen-grpc=" + subprocess.run(

@@ -1,190 +1,109 @@
 package store
 
 import (
-	"encoding/json"
 	"fmt"
-	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
+	storev1 "github.com/tollgate/tollgate/proto/tollgate/store/v1"
 )
 
-// record is the on-disk form of a limiter.SavedPool: JSON with explicit
-// field names and durations in nanoseconds, so that renaming Go fields never
-// changes the file. Fields are only ever added; a reader ignores unknown ones.
-type record struct {
-	Name             string    `json:"name"`
-	Description      string    `json:"description,omitempty"`
-	ConcurrencyLimit int64     `json:"concurrency_limit,omitempty"`
-	Rate             float64   `json:"rate,omitempty"`
-	Burst            int64     `json:"burst,omitempty"`
-	DefaultLeaseTTL  int64     `json:"default_lease_ttl_ns"`
-	MaxLeaseTTL      int64     `json:"max_lease_ttl_ns"`
-	MaxWaiters       int64     `json:"max_waiters"`
-	CreateTime       time.Time `json:"create_time"`
-	UpdateTime       time.Time `json:"update_time"`
-	TokenCeiling     uint64    `json:"token_ceiling"`
-	LeaseHorizon     time.Time `json:"lease_horizon"`
-	TTLBound         int64     `json:"ttl_bound_ns"`
-	// Added with the recovery of rate shares: the share horizon.
-	ShareHorizon  time.Time `json:"share_horizon,omitzero"`
-	ShareTTLBound int64     `json:"share_ttl_bound_ns,omitempty"`
-	// Added with persisted adaptive limits: the lowered effective values.
-	EffectiveConcurrency int64   `json:"effective_concurrency,omitempty"`
-	EffectiveRate        float64 `json:"effective_rate,omitempty"`
-	// Added with adaptive limits and rate shares (adaptive_record.go).
-	SafeRate float64         `json:"safe_rate,omitempty"`
-	Adaptive *adaptiveRecord `json:"adaptive,omitempty"`
-	// Added with revocation: "revoke", or absent for wait.
-	RevocationPolicy string `json:"revocation_policy,omitempty"`
-	// Added with suspend/resume: the pool is suspended.
-	Suspended bool `json:"suspended,omitempty"`
-	// Added with event marks: as configured (0 or absent: the default;
-	// -1: off).
-	OverloadMark         int64   `json:"overload_mark,omitempty"`
-	NearFullMark         float64 `json:"near_full_mark,omitempty"`
-	LowUtilisationMark   float64 `json:"low_utilisation_mark,omitempty"`
-	LowUtilisationPeriod int64   `json:"low_utilisation_period_ns,omitempty"`
-	// Added with active and passive pools: "active" or "passive" (absent:
-	// free), "spread" (absent: reuse). An active pool's instances are kept
-	// apart, in the resources bucket (resources.go); Resources is only
-	// read, for records written before that.
-	ResourceKind string           `json:"resource_kind,omitempty"`
-	Selection    string           `json:"selection_policy,omitempty"`
-	Resources    []resourceRecord `json:"resources,omitempty"`
-	// Added with the refusal of ended leases after a restart: no lease
-	// at or below readopt_floor is re-adopted, nor any in ended.
-	ReadoptFloor uint64        `json:"readopt_floor,omitempty"`
-	Ended        []endedRecord `json:"ended,omitempty"`
+// A pool's record is a storev1.PoolRecord in protobuf's binary form: a
+// version, the API's Pool message (so that a field added to a pool is
+// stored without a change here), the engine's durable state and the
+// suspension. Records of version 1 were JSON (record_json.go); they are
+// told apart by their first byte, '{', which no PoolRecord starts with
+// (it would be field 15 as a group).
+
+// recordVersion is the version of the records this code writes.
+const recordVersion = 2
+
+// stateFields binds each field of the engine's durable state to its
+// stored field.
+func stateFields(s *limiter.DurableState, r *storev1.DurableState) []poolconv.Field {
+	return []poolconv.Field{
+		poolconv.Same("token_ceiling", &s.TokenCeiling, &r.TokenCeiling),
+		poolconv.Time("lease_horizon", &s.LeaseHorizon, &r.LeaseHorizon),
+		poolconv.Dur("ttl_bound", &s.TTLBound, &r.TtlBound),
+		poolconv.Time("share_horizon", &s.ShareHorizon, &r.ShareHorizon),
+		poolconv.Dur("share_ttl_bound", &s.ShareTTLBound, &r.ShareTtlBound),
+		poolconv.Same("effective_concurrency", &s.EffectiveConcurrency, &r.EffectiveConcurrency),
+		poolconv.Same("effective_rate", &s.EffectiveRate, &r.EffectiveRate),
+		poolconv.Same("readopt_floor", &s.ReadoptFloor, &r.ReadoptFloor),
+	}
 }
 
-// endedRecord is a lease released or revoked before its expiry.
-type endedRecord struct {
-	Token   uint64 `json:"t"`
-	Expiry  int64  `json:"e"` // Unix ns
-	Revoked bool   `json:"r,omitempty"`
-}
-
-// resourceRecord is an active pool's instance on disk.
-type resourceRecord struct {
-	ID         string            `json:"id"`
-	Attributes map[string]string `json:"attributes,omitempty"`
-}
-
-// encode returns the stored bytes of sp.
+// encode returns the stored bytes of sp (its instances are stored apart:
+// resources.go).
 func encode(sp limiter.SavedPool) ([]byte, error) {
-	c := sp.Config
-	r := record{
-		Name:                 c.Name,
-		Description:          c.Description,
-		ConcurrencyLimit:     c.ConcurrencyLimit,
-		Rate:                 c.Rate,
-		Burst:                c.Burst,
-		DefaultLeaseTTL:      int64(c.DefaultLeaseTTL),
-		MaxLeaseTTL:          int64(c.MaxLeaseTTL),
-		MaxWaiters:           c.MaxWaiters,
-		CreateTime:           sp.CreateTime,
-		UpdateTime:           sp.UpdateTime,
-		TokenCeiling:         sp.State.TokenCeiling,
-		LeaseHorizon:         sp.State.LeaseHorizon,
-		TTLBound:             int64(sp.State.TTLBound),
-		ShareHorizon:         sp.State.ShareHorizon,
-		ShareTTLBound:        int64(sp.State.ShareTTLBound),
-		EffectiveConcurrency: sp.State.EffectiveConcurrency,
-		EffectiveRate:        sp.State.EffectiveRate,
-		Suspended:            sp.Suspended,
-		SafeRate:             c.SafeRate,
-		Adaptive:             adaptiveToRecord(c.Adaptive),
-
-		OverloadMark:         c.OverloadMark,
-		NearFullMark:         c.NearFullMark,
-		LowUtilisationMark:   c.LowUtilisationMark,
-		LowUtilisationPeriod: int64(c.LowUtilisationPeriod),
+	r := &storev1.PoolRecord{
+		Version:   recordVersion,
+		Pool:      poolconv.ToProto(sp.Config, sp.CreateTime, sp.UpdateTime),
+		State:     &storev1.DurableState{},
+		Suspended: sp.Suspended,
 	}
-	r.ReadoptFloor = sp.State.ReadoptFloor
+	poolconv.To(stateFields(&sp.State, r.State))
 	for _, e := range sp.State.Ended {
-		r.Ended = append(r.Ended, endedRecord{Token: e.Token, Expiry: e.Expiry.UnixNano(), Revoked: e.Revoked})
+		r.State.Ended = append(r.State.Ended, &storev1.EndedLease{Token: e.Token, Expiry: timestamppb.New(e.Expiry), Revoked: e.Revoked})
 	}
-	if c.RevocationPolicy != limiter.RevocationWait {
-		r.RevocationPolicy = c.RevocationPolicy.String()
-	}
-	if c.ResourceKind != limiter.ResourceFree {
-		r.ResourceKind = c.ResourceKind.String()
-	}
-	if c.Selection != limiter.SelectReuse {
-		r.Selection = c.Selection.String()
-	}
-	b, err := json.Marshal(r)
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
 	if err != nil {
-		return nil, fmt.Errorf("encoding pool %q: %w", c.Name, err)
+		return nil, fmt.Errorf("encoding pool %q: %w", sp.Config.Name, err)
 	}
 	return b, nil
 }
 
-// decode reads the record stored under key. The times come back in UTC
-// without a monotonic reading, as written.
+// decode reads the record stored under key, of either version. The times
+// come back in UTC without a monotonic reading.
 func decode(key, v []byte) (limiter.SavedPool, error) {
-	var r record
-	if err := json.Unmarshal(v, &r); err != nil {
-		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
+	var sp limiter.SavedPool
+	var err error
+	if len(v) > 0 && v[0] == '{' {
+		sp, err = decodeJSON(key, v)
+	} else {
+		sp, err = decodeProto(key, v)
 	}
-	policy, err := limiter.ParseRevocationPolicy(r.RevocationPolicy)
-	if err != nil {
-		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
+	if err == nil && sp.Config.Name != string(key) {
+		return limiter.SavedPool{}, fmt.Errorf("the record stored under %q names pool %q; the store is damaged", key, sp.Config.Name)
 	}
-	kind, err := limiter.ParseResourceKind(r.ResourceKind)
-	if err != nil {
-		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
-	}
-	selection, err := limiter.ParseSelectionPolicy(r.Selection)
-	if err != nil {
-		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
-	}
-	var resources []limiter.Resource
-	for _, res := range r.Resources {
-		resources = append(resources, limiter.Resource{ID: res.ID, Attributes: res.Attributes})
-	}
-	var ended []limiter.EndedLease
-	for _, e := range r.Ended {
-		ended = append(ended, limiter.EndedLease{Token: e.Token, Expiry: time.Unix(0, e.Expiry).UTC(), Revoked: e.Revoked})
-	}
-	if r.Name != string(key) {
-		return limiter.SavedPool{}, fmt.Errorf("the record stored under %q names pool %q; the store is damaged", key, r.Name)
-	}
-	return limiter.SavedPool{
-		Config: limiter.PoolConfig{
-			Name:             r.Name,
-			Description:      r.Description,
-			ConcurrencyLimit: r.ConcurrencyLimit,
-			Rate:             r.Rate,
-			Burst:            r.Burst,
-			DefaultLeaseTTL:  time.Duration(r.DefaultLeaseTTL),
-			MaxLeaseTTL:      time.Duration(r.MaxLeaseTTL),
-			MaxWaiters:       r.MaxWaiters,
-			SafeRate:         r.SafeRate,
-			Adaptive:         r.Adaptive.config(),
-			RevocationPolicy: policy,
-			ResourceKind:     kind,
-			Selection:        selection,
+	return sp, err
+}
 
-			OverloadMark:         r.OverloadMark,
-			NearFullMark:         r.NearFullMark,
-			LowUtilisationMark:   r.LowUtilisationMark,
-			LowUtilisationPeriod: time.Duration(r.LowUtilisationPeriod),
-		},
-		Resources:  resources,
-		CreateTime: r.CreateTime,
-		UpdateTime: r.UpdateTime,
-		Suspended:  r.Suspended,
-		State: limiter.DurableState{
-			TokenCeiling:         r.TokenCeiling,
-			LeaseHorizon:         r.LeaseHorizon,
-			TTLBound:             time.Duration(r.TTLBound),
-			ShareHorizon:         r.ShareHorizon,
-			ShareTTLBound:        time.Duration(r.ShareTTLBound),
-			EffectiveConcurrency: r.EffectiveConcurrency,
-			EffectiveRate:        r.EffectiveRate,
-			ReadoptFloor:         r.ReadoptFloor,
-			Ended:                ended,
-		},
-	}, nil
+func decodeProto(key, v []byte) (limiter.SavedPool, error) {
+	var r storev1.PoolRecord
+	if err := proto.Unmarshal(v, &r); err != nil {
+		return limiter.SavedPool{}, damaged(key, err)
+	}
+	if r.GetVersion() != recordVersion {
+		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q has version %d, but this server reads versions 1 and %d; run the tollgate version that wrote it", key, r.GetVersion(), recordVersion)
+	}
+	pool := r.GetPool()
+	if pool == nil || r.GetState() == nil {
+		return limiter.SavedPool{}, damaged(key, fmt.Errorf("it has no pool or no state"))
+	}
+	sp := limiter.SavedPool{Suspended: r.GetSuspended()}
+	var err error
+	if sp.Config, err = poolconv.FromProto(pool); err != nil {
+		return limiter.SavedPool{}, damaged(key, err)
+	}
+	err = poolconv.From(append(stateFields(&sp.State, r.State),
+		poolconv.Time("create_time", &sp.CreateTime, &pool.CreateTime),
+		poolconv.Time("update_time", &sp.UpdateTime, &pool.UpdateTime)), "")
+	if err != nil {
+		return limiter.SavedPool{}, damaged(key, err)
+	}
+	for _, e := range r.State.GetEnded() {
+		if err := e.GetExpiry().CheckValid(); err != nil {
+			return limiter.SavedPool{}, damaged(key, fmt.Errorf("state.ended: %w", err))
+		}
+		sp.State.Ended = append(sp.State.Ended, limiter.EndedLease{Token: e.GetToken(), Expiry: e.GetExpiry().AsTime(), Revoked: e.GetRevoked()})
+	}
+	return sp, nil
+}
+
+func damaged(key []byte, err error) error {
+	return fmt.Errorf("the record of pool %q is damaged (%v); restore the data directory from a backup, or delete the pool's record", key, err)
 }

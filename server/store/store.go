@@ -11,9 +11,13 @@
 //
 // On disk, in DIR/tollgate.db:
 //
-//	bucket "meta":  "format" -> "1", "initialized" -> RFC 3339 time of the first start,
+//	bucket "meta":  "format" -> "2", "initialized" -> RFC 3339 time of the first start,
 //	                "token_floor" -> decimal: the highest fencing token of any deleted pool
-//	bucket "pools": pool name -> JSON record (see record.go)
+//	bucket "pools": pool name -> the pool's record (see record.go)
+//	bucket "resources": pool name -> an active pool's instances (resources.go)
+//
+// Format 1 differs only in that its records were JSON; a file of format 1
+// is marked 2 when opened, and its records are read until rewritten.
 package store
 
 import (
@@ -34,8 +38,12 @@ import (
 // FileName is the name of the store's file in its data directory.
 const FileName = "tollgate.db"
 
-// formatVersion is the on-disk format this code reads and writes.
-const formatVersion = "1"
+// formatVersion is the on-disk format this code writes; it also reads
+// oldFormatVersion.
+const (
+	formatVersion    = "2"
+	oldFormatVersion = "1"
+)
 
 // lockTimeout bounds the wait for another process's lock on the file.
 const lockTimeout = time.Second
@@ -100,10 +108,10 @@ func (s *Store) init() error {
 			return err
 		}
 		switch v := meta.Get(formatKey); {
-		case v == nil:
+		case v == nil, string(v) == oldFormatVersion:
 			return meta.Put(formatKey, []byte(formatVersion))
 		case string(v) != formatVersion:
-			return fmt.Errorf("%s has format %q, but this server reads format %s; run the tollgate version that wrote it", s.path, v, formatVersion)
+			return fmt.Errorf("%s has format %q, but this server reads formats %s and %s; run the tollgate version that wrote it", s.path, v, oldFormatVersion, formatVersion)
 		}
 		return nil
 	})

@@ -442,12 +442,11 @@ type UpdatePoolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The pool with its new values; name selects the pool.
 	Pool *Pool `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	// Fields of pool to change: any of description, concurrency_limit, rate,
-	// burst, default_lease_ttl, max_lease_ttl, max_waiters, safe_rate,
-	// revocation_policy,
-	// adaptive (the whole message) and adaptive.<field> (one of its fields,
-	// such as adaptive.backoff). Required. Fields not named keep their value;
-	// a named field left unset is reset to its default.
+	// Fields of pool to change: any field of Pool that is not IMMUTABLE or
+	// OUTPUT_ONLY (so not name, resource_kind, create_time or update_time),
+	// by its name; adaptive names the whole message and adaptive.<field> one
+	// of its fields (such as adaptive.backoff). Required. Fields not named
+	// keep their value; a named field left unset is reset to its default.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -7,6 +7,7 @@
 package tollgatev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -1486,9 +1487,9 @@ var File_tollgate_v1_types_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\a\n" +
-	"\x04Pool\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\a\n" +
+	"\x04Pool\x12\x1a\n" +
+	"\x04name\x18\x01 \x01(\tB\x06\xe0A\x02\xe0A\x05R\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
 	"\x11concurrency_limit\x18\x03 \x01(\x03R\x10concurrencyLimit\x12\x12\n" +
 	"\x04rate\x18\x04 \x01(\x01R\x04rate\x12\x14\n" +
@@ -1496,16 +1497,16 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x11default_lease_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0fdefaultLeaseTtl\x12=\n" +
 	"\rmax_lease_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\vmaxLeaseTtl\x12\x1f\n" +
 	"\vmax_waiters\x18\b \x01(\x03R\n" +
-	"maxWaiters\x12;\n" +
-	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
+	"maxWaiters\x12@\n" +
+	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12@\n" +
 	"\vupdate_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"updateTime\x121\n" +
 	"\badaptive\x18\v \x01(\v2\x15.tollgate.v1.AdaptiveR\badaptive\x12\x1b\n" +
 	"\tsafe_rate\x18\f \x01(\x01R\bsafeRate\x12J\n" +
-	"\x11revocation_policy\x18\r \x01(\x0e2\x1d.tollgate.v1.RevocationPolicyR\x10revocationPolicy\x12>\n" +
-	"\rresource_kind\x18\x0e \x01(\x0e2\x19.tollgate.v1.ResourceKindR\fresourceKind\x12G\n" +
+	"\x11revocation_policy\x18\r \x01(\x0e2\x1d.tollgate.v1.RevocationPolicyR\x10revocationPolicy\x12C\n" +
+	"\rresource_kind\x18\x0e \x01(\x0e2\x19.tollgate.v1.ResourceKindB\x03\xe0A\x05R\fresourceKind\x12G\n" +
 	"\x10selection_policy\x18\x0f \x01(\x0e2\x1c.tollgate.v1.SelectionPolicyR\x0fselectionPolicy\x12#\n" +
 	"\roverload_mark\x18\x14 \x01(\x03R\foverloadMark\x12$\n" +
 	"\x0enear_full_mark\x18\x15 \x01(\x01R\fnearFullMark\x120\n" +
