@@ -93,6 +93,27 @@ func TestLimiterSafeRate(t *testing.T) {
 	waitForLimit(t, l, 40)
 }
 
+// TestLimiterKeepsAShareItCouldNotRefresh: a Limiter whose share passed its
+// local deadline unrefreshed, while the server still holds it (the server
+// was unreachable, or its answers late, for less than the TTL by the
+// server's clock), gets that share back when the server answers again,
+// instead of acquiring a second share that gets only what the first, now
+// spent by no one, leaves free.
+func TestLimiterKeepsAShareItCouldNotRefresh(t *testing.T) {
+	ts := newTestServer(t)
+	ts.pool(limiter.PoolConfig{Name: "api", Rate: 100, SafeRate: 3})
+	c := ts.dial()
+	l := newLimiter(t, c, "api", 100, client.ShareTTL(300*time.Millisecond))
+	waitForLimit(t, l, 100)
+	ts.stop()
+	waitForLimit(t, l, 3) // the local deadline passed; the server's clock did not move
+	ts.start()
+	waitForLimit(t, l, 100)
+	if s := ts.status("api"); s.ShareHolders != 1 || s.SharesGranted != 100 {
+		t.Fatalf("status: %+v; want the one share, refreshed", s.AdaptiveStatus)
+	}
+}
+
 // TestLimiterRefused: the server's refusal comes from Wait.
 func TestLimiterRefused(t *testing.T) {
 	ts := newTestServer(t)
