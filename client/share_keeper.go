@@ -38,7 +38,7 @@ func (l *Limiter) keep(ctx context.Context) {
 	var next time.Time // when the live share is to be refreshed
 	for ctx.Err() == nil {
 		l.mu.Lock()
-		g := l.share
+		g, st := l.share, l.state
 		l.mu.Unlock()
 		if g.id == "" {
 			sent, err := l.acquire(ctx)
@@ -58,12 +58,16 @@ func (l *Limiter) keep(ctx context.Context) {
 			continue
 		}
 		now := time.Now()
-		if !now.Before(g.deadline) {
+		expired := !now.Before(g.deadline)
+		if expired && st == stateShare {
 			l.expireLocally()
-			continue
 		}
 		if now.Before(next) {
-			kicked, err := pauseFor(ctx, min(next.Sub(now), g.deadline.Sub(now)), l.kick)
+			d := next.Sub(now)
+			if !expired {
+				d = min(d, g.deadline.Sub(now))
+			}
+			kicked, err := pauseFor(ctx, d, l.kick)
 			if err != nil {
 				return
 			}
@@ -152,11 +156,15 @@ func (l *Limiter) acquire(ctx context.Context) (time.Time, error) {
 	return a.sentAt, nil
 }
 
-// refresh refreshes g, waiting for the server until g's local deadline,
-// and applies the answer. It returns when the request was sent.
+// refresh refreshes g, waiting for the server until g's local deadline
+// (once it has passed, as long as ctx allows, like acquire), and applies
+// the answer. It returns when the request was sent.
 func (l *Limiter) refresh(ctx context.Context, g shareGrant) (time.Time, error) {
-	ctx, cancel := context.WithDeadline(ctx, g.deadline)
-	defer cancel()
+	if time.Now().Before(g.deadline) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, g.deadline)
+		defer cancel()
+	}
 	l.mu.Lock()
 	want := l.want
 	l.mu.Unlock()
@@ -204,24 +212,29 @@ func (l *Limiter) applyLocked(sh *tollgatev1.RateShare, sent time.Time) {
 	l.setLocked(stateShare, nil)
 }
 
-// expireLocally ends a share whose local deadline passed without a
-// refresh: the server may have given its rate to others, so the Limiter
-// spends the pool's safe rate until it gets a share again.
+// expireLocally stops spending a share whose local deadline passed
+// without a refresh: the server may have given its rate to others, so the
+// Limiter spends the pool's safe rate until it gets a share again. It
+// keeps trying to refresh the share: the server may still hold it (its
+// clock counts the TTL from a later refresh, or the answers were only
+// late), and a new share would get only what the old one, spent by no one
+// until it expires, leaves free.
 func (l *Limiter) expireLocally() {
 	l.mu.Lock()
-	id := l.share.id
-	l.share.id = ""
 	l.setLocked(stateSafe, nil)
 	safe := l.share.safeRate
 	l.mu.Unlock()
-	l.c.forgetShare(l.pool, id)
 	l.c.log.Warn("tollgate: rate share expired without a refresh (server unreachable); using the pool's safe rate", "pool", l.pool, "safe_rate", safe)
 }
 
 // dropShare forgets share id (the server no longer holds it) and moves to
-// st, which spends nothing.
+// st, which spends nothing; a Limiter spending the safe rate keeps it
+// when st is stateWaiting, until it gets a share again.
 func (l *Limiter) dropShare(id string, st limiterState, err error) {
 	l.mu.Lock()
+	if st == stateWaiting && l.state == stateSafe {
+		st = stateSafe
+	}
 	if l.share.id == id {
 		l.share.id = ""
 		l.setLocked(st, err)

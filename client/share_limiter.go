@@ -21,8 +21,10 @@ import (
 // When the server cannot be reached, the Limiter keeps spending its share
 // until the share's expiry (minus a safety margin, by the local clock),
 // then the pool's safe rate (its safe_rate; 0 means it stops) until it
-// gets a share again. Before the first grant it grants nothing: Wait
-// waits, Allow refuses. Close gives the share back.
+// gets a share again: it keeps refreshing the same share, which the server
+// gives back if it still holds it, and acquires a new one once the server
+// says it does not. Before the first grant it grants nothing: Wait waits,
+// Allow refuses. Close gives the share back.
 //
 // Its methods are safe for concurrent use.
 type Limiter struct {

@@ -75,22 +75,49 @@ func TestLimiterSpendsAShare(t *testing.T) {
 
 // TestLimiterSafeRate: when the server cannot be reached, a Limiter keeps
 // its share until the share's local deadline, then spends the safe rate;
-// once the server is back it gets a share again.
+// once the server is back it gets its share back if the server still holds
+// it (the outage was shorter than the TTL by the server's clock), rather
+// than a second share that would get only what the first, spent by no one,
+// leaves free; or a new share if the old one expired.
 func TestLimiterSafeRate(t *testing.T) {
-	ts := newTestServer(t)
-	ts.pool(limiter.PoolConfig{Name: "api", Rate: 100, SafeRate: 3})
-	c := ts.dial()
-	l := newLimiter(t, c, "api", 40, client.ShareTTL(600*time.Millisecond))
-	waitForLimit(t, l, 40)
-	ts.stop()
-	stopped := time.Now()
-	waitForLimit(t, l, 3)
-	if d := time.Since(stopped); d < 300*time.Millisecond {
-		t.Fatalf("the share was given up %v after the server went away; it should last until its deadline", d)
+	for _, expired := range []bool{false, true} {
+		t.Run(fmt.Sprintf("expired=%v", expired), func(t *testing.T) {
+			ts := newTestServer(t)
+			ts.pool(limiter.PoolConfig{Name: "api", Rate: 100, SafeRate: 3})
+			c := ts.dial()
+			l := newLimiter(t, c, "api", 100, client.ShareTTL(600*time.Millisecond))
+			waitForLimit(t, l, 100)
+			before := shareIDs(t, ts, "api")
+			ts.stop()
+			stopped := time.Now()
+			waitForLimit(t, l, 3)
+			if d := time.Since(stopped); d < 300*time.Millisecond {
+				t.Fatalf("the share was given up %v after the server went away; it should last until its deadline", d)
+			}
+			if expired {
+				ts.clock.Advance(time.Second) // the server expires the old share
+			}
+			ts.start()
+			waitForLimit(t, l, 100)
+			if after := shareIDs(t, ts, "api"); len(after) != 1 || (after[0] == before[0]) == expired {
+				t.Fatalf("shares %v after the outage, %v before; want one, the same unless it expired", after, before)
+			}
+		})
 	}
-	ts.clock.Advance(time.Second) // the server expires the old share
-	ts.start()
-	waitForLimit(t, l, 40)
+}
+
+// shareIDs returns the ids of pool's live shares.
+func shareIDs(t *testing.T, ts *testServer, pool string) []uint64 {
+	t.Helper()
+	shs, err := ts.srv.Engine().Shares(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uint64, len(shs))
+	for i, sh := range shs {
+		ids[i] = sh.ID
+	}
+	return ids
 }
 
 // TestLimiterRefused: the server's refusal comes from Wait.
