@@ -142,7 +142,11 @@ func ExampleClient_TryAcquire() {
 	case err != nil:
 		log.Fatal(err)
 	}
-	defer l.Release(context.Background())
+	defer func() {
+		if err := l.Release(context.Background()); err != nil {
+			log.Printf("release: %v", err) // the lease ends at its TTL anyway
+		}
+	}()
 	// ... write the report while l.Done() is open ...
 }
 

@@ -38,7 +38,12 @@ func TestWithTLS(t *testing.T) {
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeGRPC(sctx, srv.GRPCServer(grpc.Creds(credentials.NewTLS(st.GRPC))), lis) }()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("ServeGRPC: %v", err)
+		}
+	})
 
 	dial := func(cn string) *client.Client {
 		cfg := &tls.Config{RootCAs: ca.Pool()}

@@ -31,7 +31,7 @@ func TestTraceContextPropagated(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs := srv.GRPCServer()
-	go gs.Serve(lis)
+	go func() { _ = gs.Serve(lis) }() // it returns when Stop is called
 	t.Cleanup(func() { gs.Stop(); srv.Close() })
 	c := dialTarget(t, lis.Addr().String())
 
@@ -41,7 +41,11 @@ func TestTraceContextPropagated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Release(context.Background())
+	defer func() {
+		if err := l.Release(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
 	if err := c.Take(tctx, "db", 2); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -421,7 +420,7 @@ func buildTollgate(t *testing.T) string {
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("go is not on PATH: %v", err)
 	}
 	cmd := exec.Command(goBin, append(args, ".")...)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -53,7 +53,7 @@ func TestServeExportsTraces(t *testing.T) {
 	}
 	gs := grpc.NewServer()
 	collectortrace.RegisterTraceServiceServer(gs, col)
-	go gs.Serve(lis)
+	go func() { _ = gs.Serve(lis) }() // it returns when Stop is called
 	t.Cleanup(gs.Stop)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+lis.Addr().String())
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20") // milliseconds between exports

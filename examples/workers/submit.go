@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"strings"
 	"sync"
@@ -90,7 +91,11 @@ func runJob(ctx context.Context, c *client.Client, pool string, job int) (string
 	if err != nil {
 		return "", err
 	}
-	defer l.Release(context.WithoutCancel(ctx))
+	defer func() {
+		if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+			log.Printf("job %d: release: %v (the lease ends at its TTL)", job, err)
+		}
+	}()
 	slot := l.Resources()[0]
 	lctx, stop := l.Context(ctx) // ends if the lease is lost: the worker left
 	defer stop()
