@@ -8,7 +8,10 @@
 // It lints the API with buf's STANDARD rules, then runs buf generate with the
 // local protoc-gen-go and protoc-gen-go-grpc plugins at the versions pinned in
 // buf.gen.yaml. Everything is fetched from the Go module proxy; no protoc and
-// no network plugin is needed.
+// no network plugin is needed. Last, it writes the Go lists of error reasons
+// (the engine's Reason constants and the client's Err* sentinels) from the
+// ErrorReason enum.
 package proto
 
 //go:generate sh -c "cd .. && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 lint && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 generate"
+//go:generate go run ./internal/genreasons
