@@ -160,11 +160,14 @@ func writeDoc(b *bytes.Buffer, name string, r reason) {
 
 func limiterFile(rs []reason) []byte {
 	var b bytes.Buffer
-	b.WriteString(header + "package limiter\n\n")
-	b.WriteString("// Reasons: every value of the API's tollgate.v1.ErrorReason, as the string\n")
-	b.WriteString("// sent (its name without ERROR_REASON_). The engine gives most of them; the\n")
-	b.WriteString("// server gives the rest (authentication, quotas, streams), with the same type.\n")
-	b.WriteString("// The gRPC code in parentheses is the one sent with the reason.\nconst (\n")
+	b.WriteString(header + `package limiter
+
+// Reasons: every value of the API's tollgate.v1.ErrorReason, as the string
+// sent (its name without ERROR_REASON_). The engine gives most of them; the
+// server gives the rest (authentication, quotas, streams), with the same type.
+// The gRPC code in parentheses is the one sent with the reason.
+const (
+`)
 	writeList(&b, rs, "Reason", "\t%s Reason = %[3]q\n")
 	b.WriteString(")\n")
 	return b.Bytes()
@@ -172,10 +175,15 @@ func limiterFile(rs []reason) []byte {
 
 func clientFile(rs []reason) []byte {
 	var b bytes.Buffer
-	b.WriteString(header + "package client\n\nimport \"google.golang.org/grpc/codes\"\n\n")
-	b.WriteString("// Errors of the server, to match with errors.Is: one for every value of\n")
-	b.WriteString("// tollgate.v1.ErrorReason. Their Code is the one the server sends with\n")
-	b.WriteString("// that reason.\nvar (\n")
+	b.WriteString(header + `package client
+
+import "google.golang.org/grpc/codes"
+
+// Errors of the server, to match with errors.Is: one for every value of
+// tollgate.v1.ErrorReason. Their Code is the one the server sends with
+// that reason.
+var (
+`)
 	writeList(&b, rs, "Err", "\t%s = &Error{Code: codes.%s, Reason: %q}\n")
 	b.WriteString(")\n\n// serverErrors are the errors above, in the enum's order.\nvar serverErrors = []*Error{\n")
 	for _, r := range rs {
