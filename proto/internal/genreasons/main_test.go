@@ -93,10 +93,10 @@ func forEachGoFile(t *testing.T, fn func(fset *token.FileSet, path string, f *as
 }
 
 // TestNoReasonOutsideTheList scans the module (the engine, the server, the
-// client, the command) for
-// a reason spelled by hand (a string literal of type Reason, or an Error with
-// a literal Reason): every reason must come from the generated list, so
-// that a reason the server sends always has a client sentinel.
+// client, the command) for a reason spelled by hand (a string literal of
+// type Reason, or an Error with a literal Reason): every reason must come
+// from the generated list, so that a reason the server sends always has a
+// client sentinel.
 func TestNoReasonOutsideTheList(t *testing.T) {
 	inProto(t)
 	forEachGoFile(t, func(fset *token.FileSet, path string, f *ast.File) {
