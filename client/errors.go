@@ -73,57 +73,6 @@ func (e *Error) GRPCStatus() *status.Status {
 	return st
 }
 
-// Errors of the server, to match with errors.Is. Their Code is the one the
-// server uses with that reason.
-var (
-	// ErrInvalidArgument: a request field is out of range or malformed.
-	ErrInvalidArgument = &Error{Code: codes.InvalidArgument, Reason: "INVALID_ARGUMENT"}
-	// ErrPoolNotFound: no pool has that name.
-	ErrPoolNotFound = &Error{Code: codes.NotFound, Reason: "POOL_NOT_FOUND"}
-	// ErrPoolExists: CreatePool of a name that is taken.
-	ErrPoolExists = &Error{Code: codes.AlreadyExists, Reason: "POOL_EXISTS"}
-	// ErrPoolBusy: DeletePool without force while leases are held.
-	ErrPoolBusy = &Error{Code: codes.FailedPrecondition, Reason: "POOL_BUSY"}
-	// ErrPoolDeleted: the pool was deleted while the caller waited.
-	ErrPoolDeleted = &Error{Code: codes.NotFound, Reason: "POOL_DELETED"}
-	// ErrLeaseNotFound: the server has no live lease with that id.
-	ErrLeaseNotFound = &Error{Code: codes.NotFound, Reason: "LEASE_NOT_FOUND"}
-	// ErrLeaseExpired: the lease was not renewed in time.
-	ErrLeaseExpired = &Error{Code: codes.NotFound, Reason: "LEASE_EXPIRED"}
-	// ErrLeaseRevoked: the server took the lease back (operator, forced pool
-	// deletion, pool change).
-	ErrLeaseRevoked = &Error{Code: codes.NotFound, Reason: "LEASE_REVOKED"}
-	// ErrNoCapacity: TryAcquire could not be granted at once.
-	ErrNoCapacity = &Error{Code: codes.ResourceExhausted, Reason: "NO_CAPACITY"}
-	// ErrQueueFull: the pool's wait queue is at its max_waiters.
-	ErrQueueFull = &Error{Code: codes.ResourceExhausted, Reason: "QUEUE_FULL"}
-	// ErrWaitTimeout: the acquire's WaitTimeout passed before a grant.
-	ErrWaitTimeout = &Error{Code: codes.DeadlineExceeded, Reason: "WAIT_TIMEOUT"}
-	// ErrLimitBelowWeight: the pool's limit was lowered below the weight
-	// of a waiting acquire.
-	ErrLimitBelowWeight = &Error{Code: codes.FailedPrecondition, Reason: "LIMIT_BELOW_WEIGHT"}
-	// ErrNoRateLimit: Take on a pool that has no rate.
-	ErrNoRateLimit = &Error{Code: codes.FailedPrecondition, Reason: "NO_RATE_LIMIT"}
-	// ErrRateLimited: Take's tokens would not be available before the
-	// caller's deadline.
-	ErrRateLimited = &Error{Code: codes.ResourceExhausted, Reason: "RATE_LIMITED"}
-	// ErrShuttingDown: the server is shutting down.
-	ErrShuttingDown = &Error{Code: codes.Unavailable, Reason: "SHUTTING_DOWN"}
-	// ErrRecovering: TryAcquire on a pool in its recovery window after a
-	// server restart, when grants wait until the window ends; RetryAfter
-	// says how long that is.
-	ErrRecovering = &Error{Code: codes.Unavailable, Reason: "RECOVERING"}
-	// ErrStorageFailed: the server could not make a change durable, so it
-	// did not make it.
-	ErrStorageFailed = &Error{Code: codes.Unavailable, Reason: "STORAGE_FAILED"}
-	// ErrLeaseNotReadopted: after a server restart, a lease from before it
-	// could not be taken back (the pool no longer had room for it).
-	ErrLeaseNotReadopted = &Error{Code: codes.NotFound, Reason: "LEASE_NOT_READOPTED"}
-	// ErrTooManyRequests: the Session stream has too many unanswered
-	// requests (for example, too many acquires waiting on one Client).
-	ErrTooManyRequests = &Error{Code: codes.ResourceExhausted, Reason: "TOO_MANY_REQUESTS"}
-)
-
 // Errors of the client itself.
 var (
 	// ErrLeaseLost matches every error that says a lease ended without its

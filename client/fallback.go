@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// doLocalOnly runs fn for Do under LocalLimitOnly's local semaphore, after
+// doLocalOnly runs fn for Do under LocalLimitOnly's local limit, after
 // the acquire failed with unreachable (an error matching ErrUnavailable).
 // The run is NOT globally limited, and says so loudly.
 func (c *Client) doLocalOnly(ctx context.Context, pool string, fn func(ctx context.Context) error, opts []AcquireOption, start time.Time, unreachable error) error {
@@ -20,28 +20,33 @@ func (c *Client) doLocalOnly(ctx context.Context, pool string, fn func(ctx conte
 	if o.weight != nil {
 		weight = *o.weight
 	}
-	sem := c.settings.local
-	if weight < 1 || weight > sem.size {
+	local := c.settings.local
+	if weight < 1 || weight > local.size {
 		return &Error{Code: codes.InvalidArgument, Reason: ErrInvalidArgument.Reason,
-			Message: fmt.Sprintf("the server is unreachable (%v) and weight %d does not fit the local fallback limit %d", unreachable, weight, sem.size)}
+			Message: fmt.Sprintf("the server is unreachable (%v) and weight %d does not fit the local fallback limit %d", unreachable, weight, local.size)}
 	}
-	if err := sem.acquire(ctx, weight); err != nil {
+	if err := local.sem.Acquire(ctx, weight); err != nil {
 		return err
 	}
+	inUse := local.inUse.Add(weight)
 	held := true
+	release := func() {
+		local.inUse.Add(-weight)
+		local.sem.Release(weight)
+	}
 	defer func() {
 		if held { // fn panicked or called runtime.Goexit
-			sem.release(weight)
+			release()
 		}
 	}()
 	c.log.Warn("tollgate: server unreachable; running under the LOCAL limit only, NOT the global one",
-		"pool", pool, "weight", weight, "local_limit", sem.size, "local_in_use", sem.inUse(),
+		"pool", pool, "weight", weight, "local_limit", local.size, "local_in_use", inUse,
 		"description", o.description, "err", unreachable)
 
 	granted := time.Now()
 	ev := WorkEvent{Pool: pool, Wait: granted.Sub(start), LocalOnly: true}
 	ev.Err = fn(withLease(ctx, nil))
-	sem.release(weight)
+	release()
 	held = false
 	ev.Hold = time.Since(granted)
 	c.workDone(ev)

@@ -12,6 +12,34 @@ import (
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
+// leaseState is where a lease is in its life. Its transitions:
+//
+//	held ──Release──▶ releasing ──server confirms──────────────▶ released
+//	  │                   │  └──────no word from the server────▶ unconfirmed
+//	  │                   └──server: NOT_FOUND (expired, ...)──▶ lost
+//	  └──renew refused, local deadline, server event, Close────▶ lost
+//	unconfirmed ──Release again, server confirms (or says
+//	               LEASE_NOT_FOUND: the first one got there)────▶ released
+//
+// held: renewed in the background. releasing: a Release is running on the
+// live lease; renewals pause, the local deadline is still watched (a loss
+// then wins). unconfirmed, released and lost are ended: Done is closed and
+// Err says ErrReleased (the first two) or why it was lost. unconfirmed means
+// a release may have reached the server without its answer reaching us;
+// Release may be called again to retry. released and lost are final.
+type leaseState uint8
+
+const (
+	leaseHeld leaseState = iota
+	leaseReleasing
+	leaseUnconfirmed
+	leaseReleased
+	leaseLost
+)
+
+// ended reports whether st is past the lease's end (Done is closed).
+func (st leaseState) ended() bool { return st >= leaseUnconfirmed }
+
 // releaseTimeout bounds the releases the client makes on its own (leases
 // granted after their caller went away, and Do's release when the caller's
 // context is already done).
@@ -46,13 +74,11 @@ type Lease struct {
 	kick      chan struct{} // renew now (a new stream is up)
 	releaseMu chan struct{} // held (filled) by a running Release
 
-	mu               sync.Mutex
-	ttl              time.Duration
-	expiry           time.Time // local estimate: when the server will expire it
-	err              error     // set once the lease ends
-	releasing        bool      // Release was called: renewals stop
-	releaseConfirmed bool      // the server confirmed the release
-	releaseSent      bool      // a release may have reached the server
+	mu     sync.Mutex
+	ttl    time.Duration
+	expiry time.Time  // local estimate: when the server will expire it
+	state  leaseState // see leaseState for the transitions
+	err    error      // set once the lease ends: ErrReleased, or why it was lost
 }
 
 // newLease builds the lease of a grant, registers it for events and starts
@@ -198,17 +224,18 @@ func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
 		return ctx.Err()
 	}
 	l.mu.Lock()
-	switch {
-	case l.err != nil && l.err != ErrReleased:
+	switch l.state {
+	case leaseLost:
 		err := l.err
 		l.mu.Unlock()
 		return err
-	case l.err == ErrReleased && l.releaseConfirmed:
+	case leaseReleased:
 		l.mu.Unlock()
 		return nil
+	case leaseHeld:
+		l.state = leaseReleasing
 	}
-	l.releasing = true
-	retry := l.releaseSent
+	retry := l.state == leaseUnconfirmed
 	l.mu.Unlock()
 
 	o := releaseOp(l.pool, l.id)
@@ -230,10 +257,7 @@ func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
 	case errors.As(err, &e) && e.Code == codes.NotFound:
 		l.end(lostError(l, err))
 	default:
-		l.mu.Lock()
-		l.releaseSent = true
-		l.mu.Unlock()
-		l.end(ErrReleased)
+		l.finish(leaseUnconfirmed, ErrReleased)
 	}
 	if lerr := l.Err(); lerr != ErrReleased {
 		return lerr
@@ -241,25 +265,32 @@ func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
 	return err
 }
 
-// confirmRelease ends the lease as released by the server's word.
+// confirmRelease ends the lease as released by the server's word; an
+// unconfirmed release becomes a confirmed one.
 func (l *Lease) confirmRelease() {
 	l.mu.Lock()
-	l.releaseConfirmed = true
+	if l.state == leaseUnconfirmed {
+		l.state = leaseReleased
+		l.mu.Unlock()
+		return
+	}
 	l.mu.Unlock()
-	l.end(ErrReleased)
+	l.finish(leaseReleased, ErrReleased)
 }
 
-// end ends the lease with err unless it has already ended; it reports
-// whether it did.
-func (l *Lease) end(err error) bool {
+// end ends the lease as lost, with err, unless it has already ended; it
+// reports whether it did.
+func (l *Lease) end(err error) bool { return l.finish(leaseLost, err) }
+
+// finish moves a lease that has not ended to the ended state st with err,
+// closes Done and forgets the lease; it reports whether it did.
+func (l *Lease) finish(st leaseState, err error) bool {
 	l.mu.Lock()
-	if l.err != nil {
-		// Ended already; a confirmed release of an unconfirmed one still
-		// counts (confirmRelease set the flag).
+	if l.state.ended() {
 		l.mu.Unlock()
 		return false
 	}
-	l.err = err
+	l.state, l.err = st, err
 	l.mu.Unlock()
 	l.cancelCtx(err)
 	l.c.mu.Lock()
@@ -268,6 +299,13 @@ func (l *Lease) end(err error) bool {
 	}
 	l.c.mu.Unlock()
 	return true
+}
+
+// releasing reports whether a Release is running on the live lease.
+func (l *Lease) releasing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == leaseReleasing
 }
 
 // kickRenew asks the keep-alive loop to renew at once.
@@ -317,10 +355,7 @@ func (l *Lease) keepAlive(ctx context.Context, next time.Time) {
 		if time.Now().Before(next) || time.Now().After(deadline) {
 			continue // the deadline check at the top decides
 		}
-		l.mu.Lock()
-		releasing := l.releasing
-		l.mu.Unlock()
-		if releasing {
+		if l.releasing() {
 			// Keep watching the deadline while Release runs.
 			next = deadline
 			continue
@@ -334,10 +369,7 @@ func (l *Lease) keepAlive(ctx context.Context, next time.Time) {
 		case ctx.Err() != nil:
 			return
 		case errors.As(err, &e) && e.Code == codes.NotFound:
-			l.mu.Lock()
-			releasing := l.releasing
-			l.mu.Unlock()
-			if !releasing { // else Release decides how the lease ended
+			if !l.releasing() { // else Release decides how the lease ended
 				l.end(lostError(l, err))
 				return
 			}

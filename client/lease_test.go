@@ -525,3 +525,37 @@ func TestLeaseContext(t *testing.T) {
 		t.Fatal("context of a released lease is not done")
 	}
 }
+
+// TestReleaseRetriedAfterNoAnswer walks the unconfirmed state: a Release
+// that gets no answer ends the lease (Done, ErrReleased) but returns its
+// error; a second Release, once the server is back, frees the permits and
+// returns nil; a third is a no-op.
+func TestReleaseRetriedAfterNoAnswer(t *testing.T) {
+	ts := newTestServer(t)
+	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	c := ts.dial()
+	l, err := c.Acquire(ctx(t), "db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.stop()
+	short, cancel := context.WithTimeout(ctx(t), 100*time.Millisecond)
+	defer cancel()
+	mustIs(t, l.Release(short), context.DeadlineExceeded)
+	if !isDone(l) || l.Err() != client.ErrReleased {
+		t.Fatalf("after an unanswered Release: done %v, Err %v; want done, ErrReleased", isDone(l), l.Err())
+	}
+	if held := ts.status("db").Leases; held != 1 {
+		t.Fatalf("live leases %d before the retry; want 1", held)
+	}
+	ts.start()
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("retried Release: %v", err)
+	}
+	if held := ts.status("db").Leases; held != 0 {
+		t.Fatalf("live leases %d after the retry; want 0", held)
+	}
+	if err := l.Release(ctx(t)); err != nil || l.Err() != client.ErrReleased {
+		t.Fatalf("Release of a released lease: %v, Err %v; want nil, ErrReleased", err, l.Err())
+	}
+}

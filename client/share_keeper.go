@@ -16,14 +16,6 @@ import (
 // applies the changes the server pushes (share_events.go), and falls back
 // to the safe rate when the share expires unrefreshed.
 
-// ErrShareNotFound: the server holds no such share (it expired, was
-// released, or was granted before a server restart); the Limiter acquires
-// a new one by itself.
-var ErrShareNotFound = &Error{Code: codes.NotFound, Reason: "SHARE_NOT_FOUND"}
-
-// ErrTooManyShares: the pool has the most shares it may have.
-var ErrTooManyShares = &Error{Code: codes.ResourceExhausted, Reason: "TOO_MANY_SHARES"}
-
 // keep runs until ctx ends (Close, or the Client's Close).
 func (l *Limiter) keep(ctx context.Context) {
 	defer close(l.done)

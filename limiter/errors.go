@@ -22,42 +22,10 @@ const (
 )
 
 // Reason is a stable, machine-readable name for why a call failed. Programs
-// switch on reasons; people read Error.Message.
+// switch on reasons; people read Error.Message. The values are generated
+// from the API's tollgate.v1.ErrorReason enum (go generate ./proto), which
+// defines them once for the engine, the server and the clients.
 type Reason string
-
-// Reasons.
-const (
-	ReasonInvalidArgument  Reason = "INVALID_ARGUMENT"   // a request field is out of range
-	ReasonPoolNotFound     Reason = "POOL_NOT_FOUND"     // no pool has that name
-	ReasonPoolExists       Reason = "POOL_EXISTS"        // CreatePool of a taken name
-	ReasonPoolBusy         Reason = "POOL_BUSY"          // DeletePool without force while leases are held
-	ReasonPoolDeleted      Reason = "POOL_DELETED"       // the pool was deleted while the caller waited
-	ReasonLeaseNotFound    Reason = "LEASE_NOT_FOUND"    // no live lease has that id (released, or never granted)
-	ReasonLeaseExpired     Reason = "LEASE_EXPIRED"      // the lease was not renewed in time
-	ReasonLeaseRevoked     Reason = "LEASE_REVOKED"      // the server took the lease back
-	ReasonNoCapacity       Reason = "NO_CAPACITY"        // try mode, and the grant was not possible at once
-	ReasonQueueFull        Reason = "QUEUE_FULL"         // the pool's wait queue is at max_waiters
-	ReasonWaitTimeout      Reason = "WAIT_TIMEOUT"       // the wait ended ungranted at its timeout or deadline
-	ReasonCanceled         Reason = "CANCELED"           // the caller went away while waiting
-	ReasonLimitBelowWeight Reason = "LIMIT_BELOW_WEIGHT" // the limit was lowered below a waiter's weight
-	ReasonNoRateLimit      Reason = "NO_RATE_LIMIT"      // Take on a pool that has no rate
-	ReasonRateLimited      Reason = "RATE_LIMITED"       // Take's tokens would not come within the wait limit
-	ReasonShuttingDown     Reason = "SHUTTING_DOWN"      // the engine is closed
-	// Reasons of persistence and the recovery window (persist.go, recovery.go).
-	ReasonStorageFailed     Reason = "STORAGE_FAILED"      // a change could not be made durable, so it was not made
-	ReasonRecovering        Reason = "RECOVERING"          // the pool is in its recovery window after a restart
-	ReasonLeaseNotReadopted Reason = "LEASE_NOT_READOPTED" // a lease from before a restart could not be re-adopted
-	// Reasons of active and passive pools (resources.go, providers.go).
-	ReasonNotActive        Reason = "NOT_ACTIVE"         // an operator's instance call on a pool that is not active
-	ReasonNotPassive       Reason = "NOT_PASSIVE"        // a provider registering with a pool that is not passive
-	ReasonNotResourcePool  Reason = "NOT_RESOURCE_POOL"  // an instance call on a free pool
-	ReasonResourceExists   Reason = "RESOURCE_EXISTS"    // an instance id already in the pool
-	ReasonResourceNotFound Reason = "RESOURCE_NOT_FOUND" // no instance has that id (or the provider does not offer it)
-	ReasonTooManyResources Reason = "TOO_MANY_RESOURCES" // the pool would hold more than MaxResourcesPerPool
-	ReasonProviderExists   Reason = "PROVIDER_EXISTS"    // a live provider of the pool has that id
-	ReasonProviderNotFound Reason = "PROVIDER_NOT_FOUND" // no live provider has that id (it left or expired)
-	ReasonTooManyProviders Reason = "TOO_MANY_PROVIDERS" // the pool has MaxProvidersPerPool live providers
-)
 
 // Error is the error every engine call returns. Match a kind of failure with
 // errors.Is against the Err* values below, which compare by Reason.

@@ -36,12 +36,7 @@ const (
 	MaxShareWeight = 1000
 )
 
-// Reasons and errors of rate shares.
-const (
-	ReasonShareNotFound Reason = "SHARE_NOT_FOUND" // no live share has that id (released, expired, or never granted)
-	ReasonTooManyShares Reason = "TOO_MANY_SHARES" // the pool has MaxSharesPerPool shares
-)
-
+// Errors of rate shares.
 var (
 	// ErrShareNotFound: RefreshShare or ReleaseShare of a share the pool
 	// does not hold (released, expired, or from before a restart); the

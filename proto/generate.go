@@ -14,6 +14,10 @@
 // option the API's fields are annotated with, so that buf compiles offline; it
 // is neither linted nor generated (its Go code is the published package
 // google.golang.org/genproto/googleapis/api/annotations).
+//
+// Last, it writes the Go lists of error reasons (the engine's Reason
+// constants and the client's Err* sentinels) from the ErrorReason enum.
 package proto
 
 //go:generate sh -c "cd .. && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 lint && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 generate"
+//go:generate go run ./internal/genreasons

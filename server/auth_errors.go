@@ -10,16 +10,6 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
-// Reasons of the server's authentication and authorization refusals.
-const (
-	// ReasonUnauthenticated: the call needs credentials it did not present,
-	// or presented ones the server does not accept (UNAUTHENTICATED).
-	ReasonUnauthenticated limiter.Reason = "UNAUTHENTICATED"
-	// ReasonPermissionDenied: the caller is known but not allowed to do
-	// this (PERMISSION_DENIED).
-	ReasonPermissionDenied limiter.Reason = "PERMISSION_DENIED"
-)
-
 // refusal is an error with a gRPC code the engine has no Code for
 // (UNAUTHENTICATED, PERMISSION_DENIED). It converts to a status with an
 // ErrorInfo detail like every other Tollgate error.

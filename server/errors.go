@@ -18,30 +18,27 @@ import (
 // Tollgate error status carries.
 const ErrorDomain = "tollgate.dev"
 
-// Reasons the server itself gives, beside the engine's limiter.Reason values.
-// They appear in ErrorInfo.reason and SessionError.reason.
+// Reasons the server itself gives, beside the engine's: short names for the
+// generated limiter.Reason values (one list, the API's ErrorReason enum).
+// They appear in ErrorInfo.reason, SessionError.reason and
+// ProvideError.reason.
 const (
-	// ReasonRequestIDInUse: a Session request reused the request_id of a
-	// request of the same stream that is still unanswered (INVALID_ARGUMENT).
-	ReasonRequestIDInUse limiter.Reason = "REQUEST_ID_IN_USE"
-	// ReasonTooManyRequests: a Session stream has too many unanswered
-	// requests (RESOURCE_EXHAUSTED).
-	ReasonTooManyRequests limiter.Reason = "TOO_MANY_REQUESTS"
-	// ReasonSessionOverflow: a Session stream was ended because its client
-	// did not read server events fast enough (RESOURCE_EXHAUSTED).
-	ReasonSessionOverflow limiter.Reason = "SESSION_OVERFLOW"
-	// ReasonWatchOverflow: a WatchEvents stream was ended because its
-	// client did not read events fast enough (RESOURCE_EXHAUSTED).
-	ReasonWatchOverflow limiter.Reason = "WATCH_OVERFLOW"
-	// ReasonDeadlineExceeded: the call's deadline passed (DEADLINE_EXCEEDED).
-	ReasonDeadlineExceeded limiter.Reason = "DEADLINE_EXCEEDED"
-	// ReasonInternal: a bug on the server (INTERNAL); the details are in
-	// the server's log.
-	ReasonInternal limiter.Reason = "INTERNAL"
-	// ReasonProviderExpired: a Provide stream was ended because the
-	// server heard nothing on it for the provider's keep-alive TTL
-	// (DEADLINE_EXCEEDED); its instances have left the pool.
-	ReasonProviderExpired limiter.Reason = "PROVIDER_EXPIRED"
+	ReasonRequestIDInUse   = limiter.ReasonRequestIDInUse
+	ReasonTooManyRequests  = limiter.ReasonTooManyRequests
+	ReasonSessionOverflow  = limiter.ReasonSessionOverflow
+	ReasonWatchOverflow    = limiter.ReasonWatchOverflow
+	ReasonDeadlineExceeded = limiter.ReasonDeadlineExceeded
+	ReasonInternal         = limiter.ReasonInternal
+	ReasonProviderExpired  = limiter.ReasonProviderExpired
+	// Authentication and authorization refusals.
+	ReasonUnauthenticated  = limiter.ReasonUnauthenticated
+	ReasonPermissionDenied = limiter.ReasonPermissionDenied
+	// Refusals for Limits, all RESOURCE_EXHAUSTED.
+	ReasonTooManyPools       = limiter.ReasonTooManyPools
+	ReasonTooManyWaiters     = limiter.ReasonTooManyWaiters
+	ReasonClientLeaseLimit   = limiter.ReasonClientLeaseLimit
+	ReasonClientSessionLimit = limiter.ReasonClientSessionLimit
+	ReasonClientRateLimited  = limiter.ReasonClientRateLimited
 )
 
 // errCtx says what an error is about, for ErrorInfo metadata: the pool and

@@ -11,13 +11,15 @@ import (
 // engineCollector is a prometheus.Collector that reads, at scrape time,
 // every pool's configuration and status from the engine (one ListPools:
 // each pool's lock is taken once, briefly) and the server's own counters.
+// It also collects the wait- and hold-time histograms, after dropping the
+// series of pools that are gone.
 type engineCollector struct {
 	s *Server
 
 	poolGauges   []poolMetric
 	poolCounters []poolMetric
-	wait, hold   *prometheus.Desc
 	suppressed   *prometheus.Desc
+	waits, holds *poolHistograms
 
 	pools, waiters, sessions, serving, refusals *prometheus.Desc
 }
@@ -32,12 +34,12 @@ func poolDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, []string{"pool"}, nil)
 }
 
-func newEngineCollector(s *Server) *engineCollector {
+func newEngineCollector(s *Server, waits, holds *poolHistograms) *engineCollector {
 	g := func(name, help string, get func(*limiter.PoolInfo) float64) poolMetric {
 		return poolMetric{poolDesc(name, help), get}
 	}
 	return &engineCollector{
-		s: s,
+		s: s, waits: waits, holds: holds,
 		poolGauges: []poolMetric{
 			g("tollgate_pool_held", "Permit weight held by the pool's live leases.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.Held) }),
 			g("tollgate_pool_leases", "Live leases of the pool.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.Leases) }),
@@ -61,8 +63,6 @@ func newEngineCollector(s *Server) *engineCollector {
 			g("tollgate_pool_tokens_granted_total", "Rate tokens granted by Take and by Acquire in pools with a rate.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.TokensGranted) }),
 		},
 		suppressed: prometheus.NewDesc("tollgate_pool_events_suppressed_total", "Mark events (kind: pool_overload, pool_drained, pool_near_full, pool_low_utilisation) not recorded because one of their kind from the pool came within --mark-event-interval before.", []string{"pool", "kind"}, nil),
-		wait:       poolDesc("tollgate_pool_acquire_wait_seconds", "How long granted acquires waited in the pool's queue (0 for those granted at once)."),
-		hold:       poolDesc("tollgate_pool_lease_hold_seconds", "How long released leases were held, from grant to release (leases that expired or were revoked are not counted)."),
 
 		pools:    prometheus.NewDesc("tollgate_pools", "Pools on the server.", nil, nil),
 		waiters:  prometheus.NewDesc("tollgate_waiters", "Acquires and takes in progress across all pools (bounded by --max-waiters).", nil, nil),
@@ -80,7 +80,9 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.poolCounters {
 		ch <- m.desc
 	}
-	for _, d := range []*prometheus.Desc{c.suppressed, c.wait, c.hold, c.pools, c.waiters, c.sessions, c.serving, c.refusals} {
+	c.waits.vec.Describe(ch)
+	c.holds.vec.Describe(ch)
+	for _, d := range []*prometheus.Desc{c.suppressed, c.pools, c.waiters, c.sessions, c.serving, c.refusals} {
 		ch <- d
 	}
 }
@@ -103,19 +105,15 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		for t, kind := range markEventTypes {
 			ch <- prometheus.MustNewConstMetric(c.suppressed, prometheus.CounterValue, float64(info.Status.SuppressedMarkEvents.Of(t)), name, kind)
 		}
-		if buckets, count, sum, ok := s.metrics.waits.snapshot(name); ok {
-			ch <- prometheus.MustNewConstHistogram(c.wait, count, sum, buckets, name)
-		}
-		if buckets, count, sum, ok := s.metrics.holds.snapshot(name); ok {
-			ch <- prometheus.MustNewConstHistogram(c.hold, count, sum, buckets, name)
-		}
 	}
 	exists := func(name string) bool {
 		_, err := s.engine.GetPool(name)
 		return err == nil
 	}
-	s.metrics.waits.prune(live, exists)
-	s.metrics.holds.prune(live, exists)
+	for _, h := range []*poolHistograms{c.waits, c.holds} {
+		h.prune(live, exists)
+		h.vec.Collect(ch)
+	}
 
 	ch <- prometheus.MustNewConstMetric(c.pools, prometheus.GaugeValue, float64(len(infos)))
 	ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(s.quotas.waiters.Load()))

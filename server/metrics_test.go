@@ -63,6 +63,16 @@ func TestMetrics(t *testing.T) {
 	if !strings.Contains(m, `tollgate_grpc_server_handling_seconds_count{method="/tollgate.v1.LimiterService/Acquire"} 2`) {
 		t.Error("no unary latency histogram for Acquire")
 	}
+	// The standard gRPC server metrics (the tollgate_grpc_server_* above
+	// are their deprecated forerunners, kept for one release).
+	wantLines(t, m,
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="Acquire",grpc_service="tollgate.v1.LimiterService",grpc_type="unary"} 2`,
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="CreatePool",grpc_service="tollgate.v1.AdminService",grpc_type="unary"} 1`,
+		`grpc_server_started_total{grpc_method="Acquire",grpc_service="tollgate.v1.LimiterService",grpc_type="unary"} 3`,
+		`grpc_server_msg_received_total{grpc_method="Acquire",grpc_service="tollgate.v1.LimiterService",grpc_type="unary"} 3`,
+		`grpc_server_msg_sent_total{grpc_method="Acquire",grpc_service="tollgate.v1.LimiterService",grpc_type="unary"} 2`,
+		`grpc_server_handling_seconds_count{grpc_method="Acquire",grpc_service="tollgate.v1.LimiterService",grpc_type="unary"} 2`,
+	)
 
 	o.clock.Advance(2 * time.Second)
 	if _, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: l.GetId()}); err != nil {
@@ -86,7 +96,13 @@ func TestMetrics(t *testing.T) {
 		`tollgate_pool_lease_hold_seconds_sum{pool="db"} 2`,
 		`tollgate_grpc_session_requests_total{kind="acquire"} 1`,
 		`tollgate_session_streams 1`,
+		`grpc_server_started_total{grpc_method="Session",grpc_service="tollgate.v1.LimiterService",grpc_type="bidi_stream"} 1`,
+		`grpc_server_msg_received_total{grpc_method="Session",grpc_service="tollgate.v1.LimiterService",grpc_type="bidi_stream"} 1`,
+		`grpc_server_msg_sent_total{grpc_method="Session",grpc_service="tollgate.v1.LimiterService",grpc_type="bidi_stream"} 1`,
 	)
+	if strings.Contains(m, `tollgate_grpc_server_handling_seconds_count{method="/tollgate.v1.LimiterService/Session"}`) {
+		t.Error("the deprecated unary latency histogram has a stream")
+	}
 
 	// A deleted pool's series go, histogram included.
 	if _, err := e.adm.DeletePool(e.ctx(), &tollgatev1.DeletePoolRequest{Name: "db", Force: true}); err != nil {
@@ -97,10 +113,10 @@ func TestMetrics(t *testing.T) {
 		t.Error("metrics still have series of the deleted pool")
 	}
 	o.scrape()
-	if _, ok := o.srv.metrics.waits.m.Load("db"); ok {
+	if _, ok := o.srv.metrics.waits.series.Load("db"); ok {
 		t.Error("the deleted pool's wait histogram is still kept")
 	}
-	if _, ok := o.srv.metrics.holds.m.Load("db"); ok {
+	if _, ok := o.srv.metrics.holds.series.Load("db"); ok {
 		t.Error("the deleted pool's hold histogram is still kept")
 	}
 }

@@ -9,23 +9,6 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
-// Reasons of the refusals for Limits, all RESOURCE_EXHAUSTED.
-const (
-	// ReasonTooManyPools: CreatePool would pass Limits.MaxPools.
-	ReasonTooManyPools limiter.Reason = "TOO_MANY_POOLS"
-	// ReasonTooManyWaiters: the server has Limits.MaxWaiters acquires and
-	// takes in progress.
-	ReasonTooManyWaiters limiter.Reason = "TOO_MANY_WAITERS"
-	// ReasonClientLeaseLimit: the client holds or is acquiring
-	// Limits.MaxClientLeases leases.
-	ReasonClientLeaseLimit limiter.Reason = "CLIENT_LEASE_LIMIT"
-	// ReasonClientSessionLimit: the client has Limits.MaxClientSessions
-	// Session streams open.
-	ReasonClientSessionLimit limiter.Reason = "CLIENT_SESSION_LIMIT"
-	// ReasonClientRateLimited: the client is over Limits.ClientRate.
-	ReasonClientRateLimited limiter.Reason = "CLIENT_RATE_LIMITED"
-)
-
 // limitKind indexes the refusal counters of quotas, in the order of
 // limitNames.
 type limitKind int
