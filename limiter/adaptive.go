@@ -360,9 +360,7 @@ func (p *pool) onAdaptiveTimer() {
 	now := p.e.clock.Now()
 	p.ad.win.rotate(now, p.closeBucketLocked)
 	p.evaluateAdaptiveLocked(now)
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	p.e.deliver(ob)
 }
 
 // stopAdaptiveLocked stops the timer for good (pool deleted, engine

@@ -88,7 +88,7 @@
 //
 // # Adaptive limits and rate shares
 //
-// Clients report outcomes of their work (ReleaseWithOutcome,
+// Clients report outcomes of their work (Release with WithOutcome,
 // RecordOutcome, Report: outcome.go). A pool with PoolConfig.Adaptive on
 // keeps a sliding window of them and moves its effective concurrency
 // limit and rate, which every grant is checked against, by AIMD: cut by a

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Options configures an Engine.
@@ -273,23 +275,15 @@ func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 //
 // update runs under the pool's lock and must not call the engine. The name
 // cannot change. With a Persister, the new configuration is written before
-// it becomes live. Errors: ErrPoolNotFound, ErrInvalidArgument,
-// ErrStorageFailed (nothing was changed).
-func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, error) {
-	return e.UpdatePoolBy(name, "", update)
-}
-
-// UpdatePoolBy is UpdatePool on behalf of actor, who is named in the
-// revocations a lowered concurrency limit makes under RevocationRevoke
-// (LeaseEnded.Actor, and RevokeReasonBy in later Renew and Release
-// errors). An empty actor means unknown.
-func (e *Engine) UpdatePoolBy(name, actor string, update func(*PoolConfig)) (PoolInfo, error) {
+// it becomes live. ByActor names who made the change in the revocations a
+// lowered concurrency limit makes. Errors: ErrPoolNotFound,
+// ErrInvalidArgument, ErrStorageFailed (nothing was changed).
+func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallOption) (PoolInfo, error) {
+	actor := callOptionsOf(opts).actor
 	p, err := e.lookup(name)
 	if err != nil {
 		return PoolInfo{}, err
 	}
-	var ob outbox // shares shrunk by a lower rate, pushed after unlocking: poolevents.go
-	defer func() { e.deliver(ob) }()
 	p.mu.Lock()
 	defer p.unlock()
 	if p.deleted {
@@ -326,7 +320,6 @@ func (e *Engine) UpdatePoolBy(name, actor string, update func(*PoolConfig)) (Poo
 	})
 	p.dispatchLocked(now)
 	p.marksLocked() // a new limit or mark may be crossed: marks.go
-	ob = p.takeOutboxLocked()
 	return p.infoLocked(now), nil
 }
 
@@ -369,9 +362,8 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	p.endAllSharesLocked(ShareRevoked) // shares.go
 	p.providersGoneLocked()            // providers.go
 	p.stopTimersLocked()
-	ob := p.takeOutboxLocked()
-	p.unlockNotify(ended)
-	e.deliver(ob)
+	p.endedLocked(ended)
+	p.unlock()
 	return nil
 }
 
@@ -412,54 +404,69 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	if err := checkAcquireRequest(&req); err != nil {
 		return Lease{}, err
 	}
+	p, w, l, err := e.grantOrEnqueue(&req)
+	if w == nil {
+		return l, err
+	}
+	return p.await(ctx, w)
+}
+
+// grantOrEnqueue grants req at once when it can and no waiter of the same
+// or higher priority is ahead of it, or else queues a waiter for it and
+// returns the pool and that waiter to await. With no waiter, it returns
+// the lease or the error.
+func (e *Engine) grantOrEnqueue(req *AcquireRequest) (*pool, *waiter, Lease, error) {
 	p, err := e.lockPool(req.Pool)
 	if err != nil {
-		return Lease{}, err
+		return nil, nil, Lease{}, err
 	}
+	defer p.unlock()
 	if err := p.checkWeightLocked(req.Weight); err != nil {
-		p.unlock()
-		return Lease{}, err
+		return nil, nil, Lease{}, err
 	}
 	if req.TTL, err = p.resolveTTLLocked(req.TTL); err != nil {
-		p.unlock()
-		return Lease{}, err
+		return nil, nil, Lease{}, err
 	}
 	now := e.clock.Now()
 	head, queued := p.waiters.top()
 	if (!queued || req.Priority > head.req.Priority) && p.admitLocked(req.Weight, now) {
-		l, err := p.grantLocked(&req, now, 0)
-		p.unlock()
-		return l, err
+		l, err := p.grantLocked(req, now, 0)
+		return nil, nil, l, err
 	}
-	if req.NoWait && p.recoveryBlocksLocked() { // after a restart: recovery.go
+	if err := p.refuseWaitLocked(req, now); err != nil {
 		p.stats.Rejected++
-		err := p.recoveringErrLocked(now)
-		p.unlock()
-		return Lease{}, err
+		return nil, nil, Lease{}, err
 	}
-	if req.NoWait {
-		p.stats.Rejected++
-		err := errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s) and no_wait is set", p.name, req.Weight, p.busyLocked(now))
-		p.unlock()
-		return Lease{}, err
-	}
-	if int64(len(p.waiters)) >= p.cfg.MaxWaiters {
-		p.stats.Rejected++
-		err := errorf(ErrQueueFull, "pool %q has %d acquires waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, len(p.waiters))
-		p.unlock()
-		return Lease{}, err
-	}
-	w := &waiter{req: req, seq: p.seq, ready: make(chan struct{}), index: -1, enqueued: now}
+	w := &waiter{req: *req, seq: p.seq, ready: make(chan struct{}), index: -1, enqueued: now}
 	p.seq++
 	p.waiters.push(w)
 	p.waitingWeight += req.Weight
-	p.marksLocked() // marks.go
+	p.marksLocked()
 	if req.WaitTimeout > 0 {
 		w.timer = e.clock.AfterFunc(req.WaitTimeout, func() { p.timeOutWaiter(w) })
 	}
 	p.dispatchLocked(now) // a new head may be blocked by tokens only: arm the rate timer
-	p.unlock()
+	return p, w, Lease{}, nil
+}
 
+// refuseWaitLocked returns why req may not wait for capacity, or nil if
+// it may: it asked not to, or the queue is full.
+func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
+	switch {
+	case req.NoWait && p.recoveryBlocksLocked(): // after a restart
+		return p.recoveringErrLocked(now)
+	case req.NoWait:
+		return errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s) and no_wait is set", p.name, req.Weight, p.busyLocked(now))
+	case int64(len(p.waiters)) >= p.cfg.MaxWaiters:
+		return errorf(ErrQueueFull, "pool %q has %d acquires waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, len(p.waiters))
+	}
+	return nil
+}
+
+// await waits for w's grant until ctx is done. If ctx ends first, it
+// ends the wait if it has not ended; if it ended in a grant, it undoes the
+// grant: nobody will hold it.
+func (p *pool) await(ctx context.Context, w *waiter) (Lease, error) {
 	select {
 	case <-w.ready:
 	case <-ctx.Done():
@@ -467,11 +474,9 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	if ctx.Err() == nil {
 		return w.lease, w.err
 	}
-	// The caller is gone or out of time. End the wait if it has not ended;
-	// if it ended in a grant, undo the grant: nobody will hold it.
 	p.mu.Lock()
 	defer p.unlock()
-	now = e.clock.Now()
+	now := p.e.clock.Now()
 	if !w.done {
 		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(ctx.Err(), &w.req))
 		p.dispatchLocked(now) // w may have been the head
@@ -555,37 +560,26 @@ func (p *pool) busyLocked(now time.Time) string {
 	return s + ", " + itoa(int64(len(p.waiters))) + " waiting"
 }
 
-// Release ends a live lease and returns its permits to the pool at once,
-// granting waiters they now fit. Errors: ErrPoolNotFound; ErrLeaseExpired
-// (it expired before the release, so the work ran unprotected at the end;
-// reported once the expiry has been processed); ErrLeaseNotFound (released
-// already, or never issued). During the pool's recovery window after a
-// restart, releasing a lease from before the restart that was not
-// re-adopted succeeds (see RestorePool).
-func (e *Engine) Release(pool string, token uint64) error {
-	_, err := e.ReleaseLease(pool, token, nil)
-	return err
-}
-
-// ReleaseOutcome is how the work done under a released lease ended, as
-// RecordOutcome takes it: an Outcome and its latency (0: not measured).
-type ReleaseOutcome struct {
-	Outcome Outcome
-	Latency time.Duration
-}
-
-// ReleaseLease is Release that also returns the lease as it was when
+// Release ends a live lease, returns its permits to the pool at once,
+// granting waiters they now fit, and returns the lease as it was when
 // released (the zero Lease when it returns an error, and for a lease from
 // before a restart that was never re-adopted, which the engine does not
-// know), and counts out, if not nil, as RecordOutcome would, under the same
-// lock. The outcome is counted when the release succeeds or the lease had
-// expired (the work ran either way, and how it went tells about the
-// protected system), not for a lease the pool does not know, so a retried
-// release counts once. Errors: those of Release, and ErrInvalidArgument for
-// a bad outcome (then nothing is released).
-func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (Lease, error) {
-	if out != nil {
-		if err := checkOutcome(out.Outcome, out.Latency); err != nil {
+// know). During the pool's recovery window after a restart, releasing a
+// lease from before the restart that was not re-adopted succeeds (see
+// RestorePool). See WithOutcome for reporting how the work went.
+//
+// Errors: ErrPoolNotFound; ErrLeaseExpired (it expired before the
+// release, so the work ran unprotected at the end; reported once the
+// expiry has been processed); ErrLeaseNotFound (released already, or never
+// issued); ErrInvalidArgument for a bad outcome (then nothing is
+// released).
+func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Lease, error) {
+	var o releaseOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.outcome != nil {
+		if err := checkOutcome(o.outcome.Outcome, o.outcome.Latency); err != nil {
 			return Lease{}, err
 		}
 	}
@@ -593,10 +587,11 @@ func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (L
 	if err != nil {
 		return Lease{}, err
 	}
+	defer p.unlock()
 	var released Lease
 	l := p.leases[token]
 	switch {
-	case l == nil && p.releasePreRestartLocked(token): // a lease from before a restart: recovery.go
+	case l == nil && p.releasePreRestartLocked(token): // a lease from before a restart
 	case l == nil:
 		err = p.missingLeaseErrLocked(token)
 	default:
@@ -606,22 +601,41 @@ func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (L
 		// (Renew, by contrast, refuses: extending such a lease would be
 		// wrong.)
 		p.removeLeaseLocked(l)
-		p.recordEndedLocked(l.FencingToken, l.ExpireTime, false) // not re-adopted after a restart: recovery_ended.go
+		p.recordEndedLocked(l.FencingToken, l.ExpireTime, false) // not re-adopted after a restart
 		p.stats.Released++
 		if len(p.waiters) > 0 {
 			p.dispatchLocked(e.clock.Now())
 		}
 		released = l.Lease
 	}
-	if out == nil || (err != nil && !errors.Is(err, ErrLeaseExpired)) {
-		p.unlock()
-		return released, err
+	if o.outcome != nil && (err == nil || errors.Is(err, ErrLeaseExpired)) {
+		p.recordOutcomesLocked(outcomeBucketOf(o.outcome.Outcome, o.outcome.Latency), e.clock.Now())
 	}
-	p.recordOutcomesLocked(outcomeBucketOf(out.Outcome, out.Latency), e.clock.Now())
-	ob := p.takeOutboxLocked()
-	p.unlock()
-	e.deliver(ob)
 	return released, err
+}
+
+// ReleaseOption qualifies a Release.
+type ReleaseOption func(*releaseOptions)
+
+type releaseOptions struct {
+	outcome *ReleaseOutcome
+}
+
+// WithOutcome makes a Release count how the work done under the lease
+// ended (latency 0: not measured), as RecordOutcome would, under the same
+// lock. The outcome is counted when the release succeeds or the lease had
+// expired (the work ran either way, and how it went tells about the
+// protected system), not for a lease the pool does not know, so a retried
+// release counts once.
+func WithOutcome(o Outcome, latency time.Duration) ReleaseOption {
+	return func(ro *releaseOptions) { ro.outcome = &ReleaseOutcome{Outcome: o, Latency: latency} }
+}
+
+// ReleaseOutcome is how the work done under a released lease ended, as
+// RecordOutcome takes it: an Outcome and its latency (0: not measured).
+type ReleaseOutcome struct {
+	Outcome Outcome
+	Latency time.Duration
 }
 
 // Renew extends a live lease to ttl from now (0: the TTL it has, capped at
@@ -646,6 +660,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	if err != nil {
 		return Lease{}, err
 	}
+	defer p.unlock()
 	now := e.clock.Now()
 	l := p.leases[token]
 	if l == nil && ra != nil { // a lease from before a restart is re-adopted: recovery.go
@@ -655,7 +670,6 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 			if nl != nil {
 				out = nl.Lease
 			}
-			p.unlock()
 			return out, err
 		}
 	}
@@ -665,7 +679,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 			p.dispatchLocked(now)
 		}
 		err := p.missingLeaseErrLocked(token)
-		p.unlockNotify(ended)
+		p.endedLocked(ended)
 		return Lease{}, err
 	}
 	if ttl == 0 {
@@ -675,11 +689,9 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 		ttl = min(l.TTL, p.cfg.MaxLeaseTTL)
 	}
 	if ttl, err = p.resolveTTLLocked(ttl); err != nil {
-		p.unlock()
 		return Lease{}, err
 	}
 	if err := p.reserveLocked(now, now.Add(ttl)); err != nil { // durable horizon first: persist.go
-		p.unlock()
 		return Lease{}, err
 	}
 	l.TTL = ttl
@@ -689,9 +701,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	if owner != nil {
 		l.owner = owner
 	}
-	out := l.Lease
-	p.unlock()
-	return out, nil
+	return l.Lease, nil
 }
 
 // Take takes tokens from a pool's bucket. If they are not available now,
@@ -712,54 +722,64 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 	if maxWait < 0 {
 		return TakeResult{}, errorf(ErrInvalidArgument, "max wait %v is negative", maxWait)
 	}
+	p, r, delay, err := e.takeOrReserve(pool, tokens, maxWait)
+	switch {
+	case err != nil:
+		return TakeResult{}, err
+	case delay == 0:
+		return TakeResult{Tokens: tokens}, nil
+	}
+	return p.awaitTokens(ctx, r, tokens, delay)
+}
+
+// takeOrReserve takes tokens from pool's bucket, reserving them if they
+// are not there yet, and returns the pool, the reservation and how long
+// until its tokens are there (0: taken now). It reserves nothing, and
+// fails, if that is beyond maxWait.
+func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration) (*pool, *rate.Reservation, time.Duration, error) {
 	p, err := e.lockPool(pool)
 	if err != nil {
-		return TakeResult{}, err
+		return nil, nil, 0, err
 	}
+	defer p.unlock()
 	if p.bucket == nil {
-		p.unlock()
-		return TakeResult{}, errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; use Acquire, or give the pool a rate", pool)
+		return nil, nil, 0, errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; use Acquire, or give the pool a rate", pool)
 	}
 	if tokens > p.cfg.Burst {
-		p.unlock()
-		return TakeResult{}, errorf(ErrInvalidArgument, "tokens %d exceeds pool %q's burst of %d; no wait could satisfy it: take fewer at a time", tokens, pool, p.cfg.Burst)
+		return nil, nil, 0, errorf(ErrInvalidArgument, "tokens %d exceeds pool %q's burst of %d; no wait could satisfy it: take fewer at a time", tokens, pool, p.cfg.Burst)
 	}
 	now := e.clock.Now()
 	r := p.bucket.ReserveN(now, int(tokens))
 	delay := r.DelayFrom(now)
-	if delay > maxWait && p.noRefillLocked() { // rate shares hold the whole rate: shares_ops.go
-		r.CancelAt(now)
-		p.stats.Rejected++
-		err := p.noRefillErrLocked(tokens)
-		p.unlock()
-		return TakeResult{}, err
-	}
 	if delay > maxWait {
 		r.CancelAt(now)
 		p.stats.Rejected++
-		p.unlock()
-		return TakeResult{}, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
+		if p.noRefillLocked() { // rate shares hold the whole rate
+			return nil, nil, 0, p.noRefillErrLocked(tokens)
+		}
+		return nil, nil, 0, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
 			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}
 	}
 	p.stats.TokensGranted += tokens
-	p.waits.addTokens(now, tokens) // for the rate's utilisation: waittimes.go
-	p.unlock()
-	if delay == 0 {
-		return TakeResult{Tokens: tokens}, nil
-	}
+	p.waits.addTokens(now, tokens) // for the rate's utilisation
+	return p, r, delay, nil
+}
 
+// awaitTokens waits delay for the tokens r reserved. If ctx ends or the
+// engine closes first, it cancels r and fails.
+func (p *pool) awaitTokens(ctx context.Context, r *rate.Reservation, tokens int64, delay time.Duration) (TakeResult, error) {
 	ready := make(chan struct{})
-	t := e.clock.AfterFunc(delay, func() { close(ready) })
+	t := p.e.clock.AfterFunc(delay, func() { close(ready) })
 	select {
 	case <-ready:
 		return TakeResult{Tokens: tokens, Waited: delay}, nil
 	case <-ctx.Done():
-	case <-e.done:
+	case <-p.e.done:
 	}
 	t.Stop()
 	p.mu.Lock()
 	defer p.unlock()
-	now = e.clock.Now()
+	now := p.e.clock.Now()
 	r.CancelAt(now)
 	p.stats.TokensGranted -= tokens
 	p.waits.addTokens(now, -tokens)
@@ -768,9 +788,9 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 		return TakeResult{}, errorf(ErrShuttingDown, "the server is shutting down")
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		p.stats.WaitTimeouts++
-		return TakeResult{}, errorf(ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", tokens, pool)
+		return TakeResult{}, errorf(ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", tokens, p.name)
 	default:
 		p.stats.Canceled++
-		return TakeResult{}, errorf(ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", tokens, pool)
+		return TakeResult{}, errorf(ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", tokens, p.name)
 	}
 }

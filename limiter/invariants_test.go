@@ -204,7 +204,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 			}
 		case op < 68: // release
 			if h, ok := takeHeld(); ok {
-				err := te.Release(h.pool, h.token) // may have expired: that is fine
+				_, err := te.Release(h.pool, h.token) // may have expired: that is fine
 				if rng.IntN(2) == 0 && (err == nil || errors.Is(err, ErrLeaseExpired)) {
 					// ReleaseWithOutcome, in two steps: a waiter granted by the
 					// release must be checked before the outcome may cut the
@@ -285,7 +285,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		if !ok {
 			break
 		}
-		_ = te.Release(h.pool, h.token)
+		_, _ = te.Release(h.pool, h.token)
 	}
 	for _, c := range configs {
 		if s := te.status(t, c.Name); s.Held != 0 || s.Leases != 0 || s.Waiting != 0 {

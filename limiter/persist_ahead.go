@@ -122,7 +122,7 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint6
 		w.mu.Unlock()
 		p.mu.Lock()
 		w.pending = nil
-		p.mu.Unlock()
+		p.unlock()
 		return
 	}
 	err := p.e.persister.SavePool(saved)
@@ -130,7 +130,7 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint6
 	w.mu.Unlock()
 
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	w.pending = nil
 	if err != nil {
 		return // reserveLocked writes in the foreground when it must, and reports its error

@@ -311,7 +311,8 @@ func (p *pool) onExpiryTimer() {
 	if len(ended) > 0 {
 		p.dispatchLocked(now)
 	}
-	p.unlockNotify(ended)
+	p.endedLocked(ended)
+	p.unlock()
 }
 
 // armRateTimerLocked arms the rate timer for when the bucket will hold

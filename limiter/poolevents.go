@@ -145,13 +145,6 @@ type outbox struct {
 	ended  []LeaseEnded // leases revoked by a revocation policy: revoke.go
 }
 
-// takeOutboxLocked returns and clears p's outbox.
-func (p *pool) takeOutboxLocked() outbox {
-	ob := p.out
-	p.out = outbox{}
-	return ob
-}
-
 // deliver calls the engine's callbacks with what ob holds. Call it without
 // pool locks held.
 func (e *Engine) deliver(ob outbox) {
@@ -174,24 +167,25 @@ func (ob *outbox) empty() bool {
 }
 
 // unlock releases p.mu and then delivers what p's outbox holds (mark
-// events, marks.go, are put there wherever held or waiting change). Use it
-// instead of p.mu.Unlock wherever no other engine lock is held.
+// events are put there wherever held or waiting change, and leases ended
+// under the lock by endedLocked). It is the one way to release a pool's
+// lock where no other engine lock is held.
 func (p *pool) unlock() {
 	if p.out.empty() {
 		p.mu.Unlock()
 		return
 	}
-	ob := p.takeOutboxLocked()
+	ob := p.out
+	p.out = outbox{}
 	p.mu.Unlock()
 	p.e.deliver(ob)
 }
 
-// unlockNotify is unlock for a caller that ended leases under the lock:
-// it reports ended to OnLeaseEnded before the outbox, so that a lease's
-// end comes before the pool_drained it caused.
-func (p *pool) unlockNotify(ended []LeaseEnded) {
-	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
-	p.e.notifyEnded(ended)
-	p.e.deliver(ob)
+// endedLocked puts leases ended under the lock in the outbox, ahead of
+// those already there, so that unlock reports a lease's end before the
+// pool_drained it caused.
+func (p *pool) endedLocked(ended []LeaseEnded) {
+	if len(ended) > 0 {
+		p.out.ended = append(ended, p.out.ended...)
+	}
 }

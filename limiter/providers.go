@@ -233,7 +233,8 @@ func (h *Provider) Withdraw(ids []string, wait bool) (RemoveResult, ProviderInfo
 	}
 	res, ended := p.removeAndDispatchLocked(ins, wait, "was withdrawn from pool "+quote(p.name)+" by its provider "+quote(h.id), "", now)
 	info := pr.infoLocked()
-	p.unlockNotify(ended) // poolevents.go
+	p.endedLocked(ended)
+	p.unlock()
 	return res, info, nil
 }
 

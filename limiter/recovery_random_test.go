@@ -259,7 +259,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			if hs := valid(); len(hs) > 0 {
 				i := rng.IntN(len(hs))
 				h := hs[i]
-				h.ended = te.Release("db", h.token) == nil // the holder stops either way
+				h.ended = errOf(te.Release("db", h.token)) == nil // the holder stops either way
 				h.releasedAt = now()
 				holders = append(hs[:i], hs[i+1:]...)
 				if len(lost) < 100 {

@@ -72,14 +72,8 @@ type RemoveResult struct {
 // many, an id twice, reason longer than MaxRevokeReasonLen);
 // ErrResourceNotFound (an id is not in the pool; nothing is removed);
 // ErrStorageFailed (nothing was removed); ErrShuttingDown.
-func (e *Engine) RemoveResources(pool string, ids []string, wait bool, reason string) (RemoveResult, error) {
-	return e.RemoveResourcesBy(pool, ids, wait, reason, "")
-}
-
-// RemoveResourcesBy is RemoveResources by the operator actor, who is
-// named to the holders of revoked leases and in LeaseEnded.Actor, as in
-// RevokeLeaseBy.
-func (e *Engine) RemoveResourcesBy(pool string, ids []string, wait bool, reason, actor string) (RemoveResult, error) {
+func (e *Engine) RemoveResources(pool string, ids []string, wait bool, reason string, opts ...CallOption) (RemoveResult, error) {
+	actor := callOptionsOf(opts).actor
 	if err := checkResourceIDs(ids); err != nil {
 		return RemoveResult{}, err
 	}
@@ -108,7 +102,8 @@ func (e *Engine) RemoveResourcesBy(pool string, ids []string, wait bool, reason,
 		return RemoveResult{}, err
 	}
 	res, ended := p.removeAndDispatchLocked(ins, wait, "was removed from pool "+quote(p.name)+": "+reason, actor, now)
-	p.unlockNotify(ended) // poolevents.go
+	p.endedLocked(ended)
+	p.unlock()
 	return res, nil
 }
 

@@ -49,7 +49,7 @@ func TestActiveGrantBindsDistinctInstances(t *testing.T) {
 		t.Errorf("no-capacity message %q does not say the instances are taken", err)
 	}
 	w := te.startAcquire(t, AcquireRequest{Pool: "db"})
-	if err := te.Release("db", b.FencingToken); err != nil {
+	if _, err := te.Release("db", b.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	l, err := w.result(t)
@@ -76,7 +76,7 @@ func TestSelectionPolicies(t *testing.T) {
 	}
 	for _, l := range ls {
 		te.clk.Advance(time.Second)
-		if err := te.Release("db", l.FencingToken); err != nil {
+		if _, err := te.Release("db", l.FencingToken); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -85,7 +85,7 @@ func TestSelectionPolicies(t *testing.T) {
 	if ids(reuse) != last {
 		t.Fatalf("reuse granted %s; want the most recently released %s", ids(reuse), last)
 	}
-	if err := te.Release("db", reuse.FencingToken); err != nil {
+	if _, err := te.Release("db", reuse.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := te.UpdatePool("db", func(c *PoolConfig) { c.Selection = SelectSpread }); err != nil {
@@ -140,7 +140,7 @@ func TestRemoveResources(t *testing.T) {
 	}
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 3})
 	wantReason(t, err, ErrInvalidArgument) // 2 usable instances
-	if err := te.Release("db", b.FencingToken); err != nil {
+	if _, err := te.Release("db", b.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	states, _, err := te.ListResources("db")

@@ -95,9 +95,7 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 	p.applyRateLocked(now)
 	p.armShareTimerLocked(s.expire, now)
 	out := p.shareSnapshotLocked(s)
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	e.deliver(ob)
 	return out, nil
 }
 
@@ -164,9 +162,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	if s == nil || !s.expire.After(now) {
 		p.expireSharesLocked(now)
 		err := p.missingShareErrLocked(r.ID)
-		ob := p.takeOutboxLocked()
 		p.unlock()
-		e.deliver(ob)
 		return Share{}, err
 	}
 	ttl := min(s.ttl, p.cfg.MaxLeaseTTL) // the maximum may have been lowered since
@@ -203,9 +199,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 		p.dispatchLocked(now) // the bucket may refill faster now
 	}
 	out := p.shareSnapshotLocked(s)
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	e.deliver(ob)
 	return out, nil
 }
 
@@ -235,9 +229,7 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 	if len(p.waiters) > 0 {
 		p.dispatchLocked(now)
 	}
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	e.deliver(ob)
 	return nil
 }
 
@@ -302,9 +294,7 @@ func (p *pool) onShareTimer() {
 	if len(p.waiters) > 0 {
 		p.dispatchLocked(now)
 	}
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	p.e.deliver(ob)
 }
 
 // stopSharesLocked stops the share expiry timer for good (pool deleted,

@@ -19,14 +19,8 @@ import (
 // restored pool stays suspended. Suspending a suspended pool changes
 // nothing but may revoke. Errors: ErrPoolNotFound; ErrStorageFailed
 // (nothing was changed); ErrShuttingDown.
-func (e *Engine) SuspendPool(name string, revokeHeld bool) (PoolInfo, error) {
-	return e.SuspendPoolBy(name, revokeHeld, "")
-}
-
-// SuspendPoolBy is SuspendPool on behalf of actor, who is named in the
-// revocations it makes (LeaseEnded.Actor, and RevokeReasonBy in later
-// Renew and Release errors). An empty actor means unknown.
-func (e *Engine) SuspendPoolBy(name string, revokeHeld bool, actor string) (PoolInfo, error) {
+func (e *Engine) SuspendPool(name string, revokeHeld bool, opts ...CallOption) (PoolInfo, error) {
+	actor := callOptionsOf(opts).actor
 	p, err := e.lockPool(name)
 	if err != nil {
 		return PoolInfo{}, err
@@ -45,7 +39,8 @@ func (e *Engine) SuspendPoolBy(name string, revokeHeld bool, actor string) (Pool
 		}
 	}
 	info := p.infoLocked(now)
-	p.unlockNotify(ended)
+	p.endedLocked(ended)
+	p.unlock()
 	return info, nil
 }
 

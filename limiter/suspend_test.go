@@ -27,7 +27,7 @@ func TestSuspendResume(t *testing.T) {
 	if _, err := te.Renew("db", a.FencingToken, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := te.Release("db", a.FencingToken); err != nil {
+	if _, err := te.Release("db", a.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if w.finished() {
@@ -64,7 +64,7 @@ func TestSuspendRevokeHeld(t *testing.T) {
 		ended[0].Reason != EndRevoked || !strings.Contains(ended[0].Message, "suspended") {
 		t.Fatalf("ended = %+v", ended)
 	}
-	wantReason(t, te.Release("db", a.FencingToken), ErrLeaseRevoked)
+	wantReason(t, errOf(te.Release("db", a.FencingToken)), ErrLeaseRevoked)
 }
 
 func TestDrainPool(t *testing.T) {
@@ -81,7 +81,7 @@ func TestDrainPool(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { _, err := te.DrainPool(context.Background(), "db"); done <- err }()
-	_ = te.Release("db", a.FencingToken)
+	_, _ = te.Release("db", a.FencingToken)
 	select {
 	case err := <-done:
 		t.Fatalf("drain returned with a lease held: %v", err)

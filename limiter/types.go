@@ -92,8 +92,9 @@ type LeaseEnded struct {
 	// Message says why, for people: the reason given to RevokeLease for
 	// EndRevoked; empty for the other reasons.
 	Message string
-	// Actor is who revoked the lease, as the caller of RevokeLeaseBy,
-	// SuspendPoolBy or UpdatePoolBy named it; empty when unknown, for
+	// Actor is who revoked the lease, as the caller of RevokeLease,
+	// SuspendPool, UpdatePool or RemoveResources named it with ByActor;
+	// empty when unknown, for
 	// revocations by adaptive control, and for the other reasons.
 	Actor string
 }

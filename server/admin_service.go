@@ -140,7 +140,7 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 	if err != nil {
 		return limiter.PoolInfo{}, err
 	}
-	return a.srv.engine.UpdatePoolBy(p.GetName(), actor, func(c *limiter.PoolConfig) {
+	return a.srv.engine.UpdatePool(p.GetName(), func(c *limiter.PoolConfig) {
 		for _, path := range paths {
 			switch path {
 			case "description":
@@ -171,7 +171,7 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 				}
 			}
 		}
-	})
+	}, limiter.ByActor(actor))
 }
 
 // updateSource checks the mask's paths and converts the named fields of p.
