@@ -173,7 +173,7 @@ func poolNotFound(name string) error {
 	if err := ValidatePoolName(name); err != nil {
 		return err
 	}
-	return errorf(ErrPoolNotFound, "pool %q not found; create it first (tollgate pool create %s --concurrency N)", name, name)
+	return errorf(ErrPoolNotFound, "pool %q not found; create it first", name)
 }
 
 func (e *Engine) notifyEnded(ended []LeaseEnded) {
@@ -200,7 +200,7 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 		return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
 	}
 	if e.pools.get(cfg.Name) != nil { // e.mu serializes every pool creation
-		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; change it with UpdatePool (tollgate pool update %s) or pick another name", cfg.Name, cfg.Name)
+		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; update it, or pick another name", cfg.Name)
 	}
 	now := e.clock.Now()
 	p := newPool(e, cfg, now, e.tokenFloor.Load())
@@ -552,7 +552,7 @@ func (p *pool) busyLocked(now time.Time) string {
 		s += ", recovering from a restart until " + p.rec.until.UTC().Format(time.RFC3339Nano)
 	}
 	if p.suspended { // suspend.go
-		s += ", suspended by an operator (tollgate pool resume " + p.name + ")"
+		s += ", suspended by an operator until it is resumed"
 	}
 	if p.res != nil { // resource_set.go
 		s += ", " + itoa(int64(p.res.free.Len())) + " of " + itoa(int64(len(p.res.byID))) + " instances free"

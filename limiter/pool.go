@@ -117,7 +117,7 @@ func (p *pool) checkWeightLocked(weight int64) error {
 		return errorf(ErrInvalidArgument, "weight %d exceeds the %d instances any pool may hold; it could never be granted", weight, MaxResourcesPerPool)
 	}
 	if p.cfg.ResourceKind == ResourceActive && weight > int64(p.res.usable()) {
-		return errorf(ErrInvalidArgument, "weight %d exceeds active pool %q's %d instances; it could never be granted until more are added (tollgate resource add %s ...)", weight, p.name, p.res.usable(), p.name)
+		return errorf(ErrInvalidArgument, "weight %d exceeds active pool %q's %d instances; it could never be granted until an operator adds more", weight, p.name, p.res.usable())
 	}
 	if p.cfg.ConcurrencyLimit > 0 && weight > p.cfg.ConcurrencyLimit {
 		return errorf(ErrInvalidArgument, "weight %d exceeds pool %q's concurrency limit %d; it could never be granted", weight, p.name, p.cfg.ConcurrencyLimit)

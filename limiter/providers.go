@@ -93,7 +93,7 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 	if err != nil {
 		return nil, err
 	}
-	if err := p.checkKindLocked(ResourcePassive, "its instances are declared by operators (tollgate resource add)"); err != nil {
+	if err := p.checkKindLocked(ResourcePassive, "its instances are declared by operators"); err != nil {
 		p.unlock()
 		return nil, err
 	}

@@ -189,7 +189,7 @@ func (p *pool) instancesLocked(ids []string, provider string) ([]*instance, erro
 			if provider != "" {
 				return nil, errorf(ErrResourceNotFound, "provider %q offers no instance %q in pool %q; nothing was withdrawn", provider, id, p.name)
 			}
-			return nil, errorf(ErrResourceNotFound, "pool %q has no instance %q; nothing was removed (tollgate resource list %s)", p.name, id, p.name)
+			return nil, errorf(ErrResourceNotFound, "pool %q has no instance %q; nothing was removed", p.name, id)
 		}
 		ins = append(ins, in)
 	}

@@ -104,10 +104,10 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 		p.unlock()
 		hint := ""
 		if !suspended {
-			hint = "; the pool is not suspended, so new grants may keep it busy (tollgate pool suspend " + name + ")"
+			hint = "; the pool is not suspended, so new grants may keep it busy"
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return PoolInfo{}, errorf(ErrWaitTimeout, "pool %q still holds %d permits in %d leases at the call's deadline%s; wait longer, or revoke them (tollgate pool suspend %s --revoke-held)", name, held, n, hint, name)
+			return PoolInfo{}, errorf(ErrWaitTimeout, "pool %q still holds %d permits in %d leases at the call's deadline%s; wait longer, or suspend it revoking its held leases", name, held, n, hint)
 		}
 		return PoolInfo{}, errorf(ErrCanceled, "the drain of pool %q was cancelled with %d permits held in %d leases", name, held, n)
 	}
