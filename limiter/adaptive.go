@@ -363,26 +363,31 @@ func (p *pool) onAdaptiveTimer() {
 	p.unlock()
 }
 
-// stopAdaptiveLocked stops the timer for good (pool deleted, engine
-// closed).
-func (p *pool) stopAdaptiveLocked() {
-	if p.ad.timer != nil {
-		p.ad.timer.Stop()
-	}
-	p.ad.timerAt = time.Time{}
+// admits lets weight be granted if the held weight stays within the
+// effective concurrency limit, in a pool with a concurrency limit.
+func (a *adaptive) admits(p *pool, weight int64, _ time.Time) bool {
+	return p.cfg.ConcurrencyLimit == 0 || p.held+weight <= a.limit
 }
 
-// adaptiveStatusLocked fills in the adaptive part of a status.
-func (p *pool) adaptiveStatusLocked(s *PoolStatus, now time.Time) {
-	s.EffectiveConcurrencyLimit = p.ad.limit
-	s.EffectiveRate = p.ad.rate
+// stop stops the timer for good (pool deleted, engine closed).
+func (a *adaptive) stop() {
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.timerAt = time.Time{}
+}
+
+// status fills in the effective limits and the adaptive window.
+func (a *adaptive) status(p *pool, s *PoolStatus, now time.Time) {
+	s.EffectiveConcurrencyLimit = a.limit
+	s.EffectiveRate = a.rate
 	if !p.cfg.Adaptive.Enabled {
 		return
 	}
-	s.ThrottleReason = p.ad.reason
-	s.LastAdaptiveChange = p.ad.lastChange
-	s.LatencyBaseline = p.ad.baseline
-	w := p.ad.win // a copy: reading the status does not move the window
+	s.ThrottleReason = a.reason
+	s.LastAdaptiveChange = a.lastChange
+	s.LatencyBaseline = a.baseline
+	w := a.win // a copy: reading the status does not move the window
 	w.rotate(now, func(outcomeBucket) {})
 	t := w.totals()
 	s.WindowSamples, s.WindowErrorRatio, s.WindowLatency = t.total(), t.badRatio(), t.latMean()

@@ -551,7 +551,7 @@ func (p *pool) busyLocked(now time.Time) string {
 	if p.recoveryBlocksLocked() { // recovery.go
 		s += ", recovering from a restart until " + p.rec.until.UTC().Format(time.RFC3339Nano)
 	}
-	if p.suspended { // suspend.go
+	if p.susp.on { // suspend.go
 		s += ", suspended by an operator until it is resumed"
 	}
 	if p.res != nil { // resource_set.go
@@ -574,10 +574,7 @@ func (p *pool) busyLocked(now time.Time) string {
 // issued); ErrInvalidArgument for a bad outcome (then nothing is
 // released).
 func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Lease, error) {
-	var o releaseOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := releaseOptionsOf(opts)
 	if o.outcome != nil {
 		if err := checkOutcome(o.outcome.Outcome, o.outcome.Latency); err != nil {
 			return Lease{}, err
@@ -619,6 +616,17 @@ type ReleaseOption func(*releaseOptions)
 
 type releaseOptions struct {
 	outcome *ReleaseOutcome
+}
+
+func releaseOptionsOf(opts []ReleaseOption) releaseOptions {
+	if len(opts) == 0 {
+		return releaseOptions{} // no allocation on the common path
+	}
+	var o releaseOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
 }
 
 // WithOutcome makes a Release count how the work done under the lease

@@ -178,7 +178,7 @@ func (p *pool) applyMarksLocked() {
 	if p.mk.lowArmed && low && old.LowUtilisationPeriod == p.mk.LowUtilisationPeriod {
 		return // the period goes on; a new mark applies at its end
 	}
-	p.stopMarksLocked()
+	p.mk.stop()
 	if !low {
 		return
 	}
@@ -191,12 +191,17 @@ func (p *pool) applyMarksLocked() {
 	}
 }
 
-// stopMarksLocked stops the low-utilisation timer.
-func (p *pool) stopMarksLocked() {
-	if p.mk.lowTimer != nil {
-		p.mk.lowTimer.Stop()
+// stop stops the low-utilisation timer.
+func (m *markState) stop() {
+	if m.lowTimer != nil {
+		m.lowTimer.Stop()
 	}
-	p.mk.lowArmed = false
+	m.lowArmed = false
+}
+
+// status fills in the utilisation the marks are checked against.
+func (m *markState) status(p *pool, s *PoolStatus, _ time.Time) {
+	s.Utilisation = p.utilisationLocked()
 }
 
 // marksLocked checks the overload, drained and near-full marks against
@@ -249,7 +254,7 @@ func (p *pool) onLowUtilisationTimer() {
 		case float64(m.peakHeld-1)/float64(p.ad.limit) >= m.LowUtilisation: // a permit above the mark
 			m.low = false
 		case u >= m.LowUtilisation: // within the hysteresis: neither
-		case !m.low && !p.suspended && !p.recoveryBlocksLocked() && len(p.waiters) == 0:
+		case !m.low && !p.susp.on && !p.recoveryBlocksLocked() && len(p.waiters) == 0:
 			m.low = true
 			p.markEventLocked(PoolLowUtilisation, m.LowUtilisation, u)
 		}

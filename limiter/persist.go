@@ -159,7 +159,7 @@ func (p *pool) initDurableLocked(st DurableState) {
 
 // savedLocked returns p as the Persister records it, with state st.
 func (p *pool) savedLocked(cfg PoolConfig, st DurableState) SavedPool {
-	return SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, State: st, Suspended: p.suspended,
+	return SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, State: st, Suspended: p.susp.on,
 		Resources: p.durableResourcesLocked(nil, nil)}
 }
 

@@ -33,8 +33,7 @@ type pool struct {
 	createTime time.Time
 	updateTime time.Time
 	deleted    bool
-	suspended  bool          // no new grants: suspend.go
-	drained    chan struct{} // closed when held reaches 0; nil until a DrainPool waits: suspend.go
+	susp       suspension // an operator's suspension, and DrainPool's waiters
 
 	held      int64
 	lastToken uint64
@@ -66,6 +65,29 @@ type pool struct {
 	mk    markState // event marks: marks.go
 	waits waitHist  // wait times of recent grants, and rate tokens: waittimes.go
 	born  time.Time // when this engine made the pool (createTime may be older, after a restart)
+
+	parts []part // the features above that take part in status and stop
+	gates []gate // those of parts that also decide grants, in order
+}
+
+// A part is one feature of a pool with state of its own (adaptive limits,
+// the recovery window, suspension, instances, rate shares, event marks).
+// The pool calls every part, under its lock, when it reports its status
+// and when it stops for good, rather than naming each feature there.
+type part interface {
+	// stop stops the part's timers for good (pool deleted, engine closed).
+	stop()
+	// status fills in the part's fields of s.
+	status(p *pool, s *PoolStatus, now time.Time)
+}
+
+// A gate is a part that may hold back a grant: admitLocked asks every gate
+// before it takes tokens from the bucket.
+type gate interface {
+	part
+	// admits reports whether weight more permits may be granted at now.
+	// It must not change anything: a later gate or the bucket may refuse.
+	admits(p *pool, weight int64, now time.Time) bool
 }
 
 // newPool returns a pool whose first fencing token will be above
@@ -81,8 +103,16 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		leases:     make(map[uint64]*lease),
 		lastToken:  tokenFloor,
 	}
-	if cfg.ResourceKind != ResourceFree {
+	// The gates in the order a grant is checked: the effective
+	// concurrency limit, the recovery window, a suspension, the instances.
+	p.gates = []gate{&p.ad, &p.rec, &p.susp}
+	if cfg.ResourceKind != ResourceFree { // the kind never changes
 		p.res = newResourceSet()
+		p.gates = append(p.gates, p.res)
+	}
+	p.parts = []part{&p.shr, &p.mk}
+	for _, g := range p.gates {
+		p.parts = append(p.parts, g)
 	}
 	p.initAdaptiveLocked() // effective limits = configured: adaptive.go
 	p.applyRateLocked(now)
@@ -143,19 +173,12 @@ func (p *pool) resolveTTLLocked(ttl time.Duration) (time.Duration, error) {
 // admitLocked reports whether weight can be granted at now and, if so,
 // takes its tokens from the bucket. It does not look at the wait queue.
 func (p *pool) admitLocked(weight int64, now time.Time) bool {
-	if p.cfg.ConcurrencyLimit > 0 && p.held+weight > p.ad.limit { // the effective limit: adaptive.go
-		return false
+	for _, g := range p.gates {
+		if !g.admits(p, weight, now) {
+			return false
+		}
 	}
-	if p.recoveryBlocksLocked() { // after a restart, wait out the recovery window: recovery.go
-		return false
-	}
-	if p.suspended { // an operator suspended the pool: suspend.go
-		return false
-	}
-	if p.res != nil && int64(p.res.free.Len()) < weight { // instances: resource_set.go
-		return false
-	}
-	if p.bucket != nil {
+	if p.bucket != nil { // last: it takes the tokens
 		if !p.bucket.AllowN(now, int(weight)) {
 			p.armRateTimerLocked(weight, now)
 			return false
@@ -365,11 +388,9 @@ func (p *pool) stopTimersLocked() {
 	}
 	p.expiryAt = time.Time{}
 	p.stopRateTimerLocked()
-	p.stopRecoveryLocked()  // recovery.go
-	p.stopAdaptiveLocked()  // adaptive.go
-	p.stopSharesLocked()    // shares_ops.go
-	p.stopProvidersLocked() // providers.go
-	p.stopMarksLocked()     // marks.go
+	for _, pt := range p.parts {
+		pt.stop()
+	}
 }
 
 // statusLocked returns the live status.
@@ -380,14 +401,9 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	s.Waiting = int64(len(p.waiters))
 	s.WaitingWeight = p.waitingWeight
 	s.LastFencingToken = p.lastToken
-	s.RecoveringUntil = p.rec.until
-	s.Suspended = p.suspended
-	if p.res != nil {
-		s.Resources, s.ResourcesFree, s.Providers = int64(len(p.res.byID)), int64(p.res.free.Len()), int64(len(p.res.providers))
+	for _, pt := range p.parts {
+		pt.status(p, &s, now)
 	}
-	s.Utilisation = p.utilisationLocked() // marks.go
-	p.adaptiveStatusLocked(&s, now)       // adaptive.go
-	p.sharesStatusLocked(&s)              // shares_ops.go
 	if p.bucket != nil {
 		s.TokensAvailable = p.bucket.TokensAt(now)
 	}

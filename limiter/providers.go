@@ -306,13 +306,10 @@ func (p *pool) onProviderTimer(pr *provider) {
 	p.unlock() // delivers the outbox: poolevents.go
 }
 
-// stopProvidersLocked stops the providers' timers for good and marks them
-// gone (pool deleted, engine closed).
-func (p *pool) stopProvidersLocked() {
-	if p.res == nil {
-		return
-	}
-	for _, pr := range p.res.providers {
+// stop stops the providers' timers for good (pool deleted, engine
+// closed).
+func (rs *resourceSet) stop() {
+	for _, pr := range rs.providers {
 		pr.timer.Stop()
 	}
 }

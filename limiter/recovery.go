@@ -103,7 +103,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		st.TTLBound = cfg.MaxLeaseTTL // not recorded: assume the longest
 	}
 	p.initDurableLocked(st)
-	p.suspended = saved.Suspended                 // suspend.go
+	p.susp.on = saved.Suspended                   // suspend.go
 	if p.res != nil && len(saved.Resources) > 0 { // an active pool's instances: resources_active.go
 		rs, err := checkSavedResources(saved.Resources)
 		if err != nil {
@@ -178,13 +178,19 @@ func (p *pool) onRecoveryEnd() {
 	p.dispatchLocked(now)
 }
 
-// stopRecoveryLocked stops the window's timer for good (pool deleted,
-// engine closed).
-func (p *pool) stopRecoveryLocked() {
-	if p.rec.window != nil && p.rec.timer != nil {
-		p.rec.timer.Stop()
+// admits holds back grants while the window does
+// (recoveryBlocksLocked).
+func (r *recovery) admits(p *pool, _ int64, _ time.Time) bool { return !p.recoveryBlocksLocked() }
+
+// stop stops the window's timer for good (pool deleted, engine closed).
+func (r *recovery) stop() {
+	if r.window != nil && r.timer != nil {
+		r.timer.Stop()
 	}
 }
+
+// status fills in when the window ends.
+func (r *recovery) status(_ *pool, s *PoolStatus, _ time.Time) { s.RecoveringUntil = r.until }
 
 // Readopt describes a lease the holder believes it holds, as sent with a
 // renew, so that an engine restarted since the grant can take the lease

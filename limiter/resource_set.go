@@ -43,6 +43,16 @@ func newResourceSet() *resourceSet {
 	return &resourceSet{byID: make(map[string]*instance), providers: make(map[string]*provider)}
 }
 
+// admits lets weight be granted if as many instances are free.
+func (rs *resourceSet) admits(_ *pool, weight int64, _ time.Time) bool {
+	return int64(rs.free.Len()) >= weight
+}
+
+// status fills in the instances, those free, and the providers.
+func (rs *resourceSet) status(_ *pool, s *PoolStatus, _ time.Time) {
+	s.Resources, s.ResourcesFree, s.Providers = int64(len(rs.byID)), int64(rs.free.Len()), int64(len(rs.providers))
+}
+
 // usable is the number of instances that can be granted once free: all
 // but those being removed.
 func (rs *resourceSet) usable() int { return len(rs.byID) - rs.removing }

@@ -297,19 +297,21 @@ func (p *pool) onShareTimer() {
 	p.unlock()
 }
 
-// stopSharesLocked stops the share expiry timer for good (pool deleted,
-// engine closed).
-func (p *pool) stopSharesLocked() {
-	p.stopShareRecoveryLocked() // shares_recovery.go
-	if p.shr.timer != nil {
-		p.shr.timer.Stop()
+// stop stops the share expiry timer and the shares' recovery window's
+// for good (pool deleted, engine closed).
+func (t *shareTable) stop() {
+	if t.rec.timer != nil {
+		t.rec.timer.Stop()
 	}
-	p.shr.timerAt = time.Time{}
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	t.timerAt = time.Time{}
 }
 
-// sharesStatusLocked fills in the shares part of a status.
-func (p *pool) sharesStatusLocked(s *PoolStatus) {
-	s.ShareHolders = int64(len(p.shr.list))
+// status fills in the share holders and the rate they hold.
+func (t *shareTable) status(p *pool, s *PoolStatus, _ time.Time) {
+	s.ShareHolders = int64(len(t.list))
 	s.SharesGranted = p.sharedRateLocked()
 }
 

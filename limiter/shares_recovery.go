@@ -70,13 +70,6 @@ func (p *pool) onShareRecoveryEnd() {
 	p.dispatchLocked(now)
 }
 
-// stopShareRecoveryLocked stops the window's timer for good.
-func (p *pool) stopShareRecoveryLocked() {
-	if p.shr.rec.timer != nil {
-		p.shr.rec.timer.Stop()
-	}
-}
-
 // shareRecoveringLocked reports whether id may name a share from before
 // the restart that is neither re-adopted nor released since.
 func (p *pool) shareRecoveringLocked(id uint64) bool {

@@ -86,10 +86,10 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 			p.unlock()
 			return info, nil
 		}
-		if p.drained == nil {
-			p.drained = make(chan struct{})
+		if p.susp.drained == nil {
+			p.susp.drained = make(chan struct{})
 		}
-		ch := p.drained
+		ch := p.susp.drained
 		p.unlock()
 
 		select {
@@ -100,7 +100,7 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 		case <-ctx.Done():
 		}
 		p.mu.Lock()
-		held, n, suspended := p.held, len(p.leases), p.suspended
+		held, n, suspended := p.held, len(p.leases), p.susp.on
 		p.unlock()
 		hint := ""
 		if !suspended {
@@ -116,7 +116,7 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 // persistSuspendedLocked writes the pool with suspended set as given (when
 // it changes) and then makes it so.
 func (p *pool) persistSuspendedLocked(suspended bool, now time.Time) error {
-	if p.suspended == suspended {
+	if p.susp.on == suspended {
 		return nil
 	}
 	if p.e.persister != nil {
@@ -127,16 +127,32 @@ func (p *pool) persistSuspendedLocked(suspended bool, now time.Time) error {
 			return err
 		}
 	}
-	p.suspended = suspended
+	p.susp.on = suspended
 	p.updateTime = now
 	return nil
 }
 
+// suspension is whether an operator suspended a pool, and who waits for
+// it to drain.
+type suspension struct {
+	on      bool          // no new grants
+	drained chan struct{} // closed when held reaches 0; nil until a DrainPool waits
+}
+
+// admits holds back every grant while the pool is suspended.
+func (su *suspension) admits(*pool, int64, time.Time) bool { return !su.on }
+
+// stop does nothing: a suspension has no timer.
+func (su *suspension) stop() {}
+
+// status fills in whether the pool is suspended.
+func (su *suspension) status(_ *pool, s *PoolStatus, _ time.Time) { s.Suspended = su.on }
+
 // notifyDrainedLocked wakes the DrainPool callers of p, if any.
 func (p *pool) notifyDrainedLocked() {
-	if p.drained != nil {
-		close(p.drained)
-		p.drained = nil
+	if p.susp.drained != nil {
+		close(p.susp.drained)
+		p.susp.drained = nil
 	}
 }
 

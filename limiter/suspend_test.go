@@ -113,13 +113,13 @@ func TestDrainPool(t *testing.T) {
 	// Deleted while draining.
 	p, _ := te.lookup("db")
 	p.mu.Lock()
-	p.drained = nil // left by the timed-out drain above, which no one waits on now
+	p.susp.drained = nil // left by the timed-out drain above, which no one waits on now
 	p.mu.Unlock()
 	go func() { _, err := te.DrainPool(context.Background(), "db"); done <- err }()
 	te.waitUntil(t, func() bool { // this drain is waiting for held to reach 0
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.drained != nil
+		return p.susp.drained != nil
 	})
 	if err := te.DeletePool("db", true); err != nil {
 		t.Fatal(err)
