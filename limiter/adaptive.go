@@ -38,7 +38,7 @@ type adaptive struct {
 	timerAt time.Time // zero when not armed
 
 	// restored is the effective concurrency limit recorded before a
-	// restart, applied when the recovery window ends: adaptive_persist.go.
+	// restart, applied when the recovery window ends.
 	restored int64
 }
 
@@ -88,7 +88,7 @@ func (p *pool) limitsChangedLocked(old PoolConfig, now time.Time) {
 	a.limit = limit
 	if rate != a.rate {
 		a.rate = rate
-		p.rebalanceSharesLocked(now) // shares.go
+		p.rebalanceSharesLocked(now)
 	}
 	if !p.loweredLocked() {
 		a.reason = ThrottleNone
@@ -298,7 +298,7 @@ func (p *pool) changeEffectiveLocked(typ PoolEventType, v windowVerdict, limit i
 	a.limit = limit
 	if rate != a.rate {
 		a.rate = rate
-		p.rebalanceSharesLocked(now) // shares.go: shrunk shares are pushed to their holders
+		p.rebalanceSharesLocked(now) // shrunk shares are pushed to their holders
 		p.applyRateLocked(now)       // exact tokens: at once
 	}
 	if lowered {
@@ -308,15 +308,15 @@ func (p *pool) changeEffectiveLocked(typ PoolEventType, v windowVerdict, limit i
 		p.dispatchLocked(now)
 	}
 	p.out.events = append(p.out.events, ev)
-	p.marksLocked()            // the capacity moved: marks.go
-	p.persistEffectiveLocked() // adaptive_persist.go
+	p.marksLocked() // the capacity moved
+	p.persistEffectiveLocked()
 }
 
 // effectiveLimitLoweredLocked is called when the effective concurrency
 // limit was lowered, possibly under the weight held. With RevocationWait,
 // held leases continue and nothing is granted until the held weight is
 // under the new limit (admitLocked); with RevocationRevoke, leases are
-// revoked until it is within it (enforceLimitLocked: revoke.go).
+// revoked until it is within it (enforceLimitLocked).
 func (p *pool) effectiveLimitLoweredLocked(now time.Time) { p.enforceLimitLocked(now) }
 
 // armAdaptiveTimerLocked keeps a timer armed while an effective limit is

@@ -23,28 +23,28 @@ type Options struct {
 	OnLeaseEnded func(LeaseEnded)
 	// Persister, if set, makes pool definitions and each pool's
 	// DurableState durable; a change becomes visible only once it is
-	// written (see persist.go). Nil keeps everything in memory.
+	// written (see DurableState). Nil keeps everything in memory.
 	Persister Persister
 	// HorizonSlack is how far ahead a pool's lease horizon is written; 0
-	// means DefaultHorizonSlack. See persist.go.
+	// means DefaultHorizonSlack. See DurableState.
 	HorizonSlack time.Duration
 	// PreReserve makes a pool write its next block of fencing tokens and
 	// its next lease horizon in the background when it has used half of
 	// the current ones, so that grants do not wait for the disk under the
-	// pool's lock (persist_ahead.go). Off, the write is made by the grant
+	// pool's lock. Off, the write is made by the grant
 	// that needs it. Only with a Persister.
 	PreReserve bool
 	// OnPoolEvent, if set, is called for every change of a pool's
-	// effective limits made by adaptive control (adaptive.go) and every
-	// event mark a pool crosses (marks.go); and
+	// effective limits made by adaptive control and every
+	// event mark a pool crosses; and
 	// OnShareUpdate for every change to a rate share that its holder did
-	// not ask for (shares.go). Both are called like OnLeaseEnded: without
+	// not ask for. Both are called like OnLeaseEnded: without
 	// engine locks held, from the goroutine that made the change, and must
 	// not block for long.
 	OnPoolEvent   func(PoolEvent)
 	OnShareUpdate func(ShareUpdate)
 	// MarkEventInterval is the least time between two reported mark
-	// events of one kind from one pool (marks.go); 0 means
+	// events of one kind from one pool; 0 means
 	// DefaultMarkEventInterval, a negative value reports every crossing.
 	MarkEventInterval time.Duration
 }
@@ -58,10 +58,10 @@ type Engine struct {
 	clock        Clock
 	onLeaseEnded func(LeaseEnded)
 	persister    Persister      // nil: in memory only
-	horizonSlack time.Duration  // see persist.go
-	preReserve   bool           // see persist_ahead.go
+	horizonSlack time.Duration  // Options.HorizonSlack, resolved
+	preReserve   bool           // Options.PreReserve
 	bg           sync.WaitGroup // background writes in flight: Close waits for them
-	// Callbacks of adaptive control and rate shares: poolevents.go.
+	// Callbacks of adaptive control and rate shares.
 	onPoolEvent   func(PoolEvent)
 	onShareUpdate func(ShareUpdate)
 	markInterval  time.Duration // Options.MarkEventInterval, resolved
@@ -119,7 +119,7 @@ func (e *Engine) Close() {
 		p.stopTimersLocked()
 		p.mu.Unlock() // no deliveries under e.mu
 	}
-	e.bg.Wait() // background writes take no engine lock: persist_ahead.go
+	e.bg.Wait() // background writes take no engine lock
 }
 
 // RecordCleanStop records, after Close, that each pool holding nothing
@@ -136,7 +136,7 @@ func (e *Engine) RecordCleanStop() {
 	defer e.mu.Unlock()
 	for _, p := range e.pools.snapshot() {
 		p.mu.Lock()
-		p.recordCleanStopLocked() // persist.go
+		p.recordCleanStopLocked()
 		p.mu.Unlock()
 	}
 }
@@ -204,8 +204,8 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	}
 	now := e.clock.Now()
 	p := newPool(e, cfg, now, e.tokenFloor.Load())
-	if err := p.persistCreateLocked(); err != nil { // durable before visible: persist.go
-		p.stopTimersLocked() // the pool is never seen: marks.go armed a timer
+	if err := p.persistCreateLocked(); err != nil { // durable before visible
+		p.stopTimersLocked() // the pool is never seen: its event marks armed a timer
 		return PoolInfo{}, err
 	}
 	// Read before the pool is visible: an acquire may lock it at once.
@@ -271,7 +271,7 @@ func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 //   - with adaptive control, an effective limit that was lowered stays
 //     lowered (within its new floor and configured value), and a change of
 //     the rate rebalances the rate shares (shrunk ones are pushed to
-//     OnShareUpdate; with no rate left, they are revoked): adaptive.go.
+//     OnShareUpdate; with no rate left, they are revoked).
 //
 // update runs under the pool's lock and must not call the engine. The name
 // cannot change. With a Persister, the new configuration is written before
@@ -302,15 +302,15 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallO
 		return PoolInfo{}, errorf(ErrInvalidArgument, "pool %q is %s and cannot become %s; create a new pool instead", p.name, p.cfg.ResourceKind, cfg.ResourceKind)
 	}
 	now := e.clock.Now()
-	if err := p.persistConfigLocked(cfg, now); err != nil { // durable before visible: persist.go
+	if err := p.persistConfigLocked(cfg, now); err != nil { // durable before visible
 		return PoolInfo{}, err
 	}
 	old := p.cfg
 	p.cfg = cfg
 	p.updateTime = now
-	p.limitsChangedLocked(old, now)    // effective limits and shares follow: adaptive.go
-	p.applyMarksLocked()               // marks.go
-	p.enforceLimitByLocked(now, actor) // RevocationRevoke: revoke.go
+	p.limitsChangedLocked(old, now) // effective limits and shares follow
+	p.applyMarksLocked()
+	p.enforceLimitByLocked(now, actor) // RevocationRevoke
 	p.applyRateLocked(now)
 	p.failWaitersLocked(func(w *waiter) error {
 		if err := p.checkWeightLocked(w.req.Weight); err != nil {
@@ -319,7 +319,7 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallO
 		return nil
 	})
 	p.dispatchLocked(now)
-	p.marksLocked() // a new limit or mark may be crossed: marks.go
+	p.marksLocked() // a new limit or mark may be crossed
 	return p.infoLocked(now), nil
 }
 
@@ -340,7 +340,7 @@ func (e *Engine) DeletePool(name string, force bool) error {
 		p.unlock()
 		return errorf(ErrPoolBusy, "pool %q has %d live leases holding %d permits; release them, wait for them to expire, or delete with force to end them", name, n, held)
 	}
-	if err := p.persistDeleteLocked(max(p.lastToken, e.tokenFloor.Load())); err != nil { // durable before visible: persist.go
+	if err := p.persistDeleteLocked(max(p.lastToken, e.tokenFloor.Load())); err != nil { // durable before visible
 		p.unlock()
 		return err
 	}
@@ -358,9 +358,9 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	clear(p.leases)
 	p.expiry = nil
 	p.held = 0
-	p.notifyDrainedLocked()            // DrainPool callers return: suspend.go
-	p.endAllSharesLocked(ShareRevoked) // shares.go
-	p.providersGoneLocked()            // providers.go
+	p.notifyDrainedLocked() // DrainPool callers return
+	p.endAllSharesLocked(ShareRevoked)
+	p.providersGoneLocked()
 	p.stopTimersLocked()
 	p.endedLocked(ended)
 	p.unlock()
@@ -538,7 +538,7 @@ func (p *pool) busyLocked(now time.Time) string {
 	s := ""
 	if p.cfg.ConcurrencyLimit > 0 {
 		s = "held " + itoa(p.held) + " of limit " + itoa(p.ad.limit)
-		if p.ad.limit < p.cfg.ConcurrencyLimit { // adaptive.go
+		if p.ad.limit < p.cfg.ConcurrencyLimit {
 			s += " (lowered from " + itoa(p.cfg.ConcurrencyLimit) + " by adaptive control)"
 		}
 	}
@@ -548,13 +548,13 @@ func (p *pool) busyLocked(now time.Time) string {
 		}
 		s += "tokens " + ftoa(p.bucket.TokensAt(now)) + " of burst " + itoa(p.cfg.Burst)
 	}
-	if p.recoveryBlocksLocked() { // recovery.go
+	if p.recoveryBlocksLocked() {
 		s += ", recovering from a restart until " + p.rec.until.UTC().Format(time.RFC3339Nano)
 	}
-	if p.susp.on { // suspend.go
+	if p.susp.on {
 		s += ", suspended by an operator until it is resumed"
 	}
-	if p.res != nil { // resource_set.go
+	if p.res != nil {
 		s += ", " + itoa(int64(p.res.free.Len())) + " of " + itoa(int64(len(p.res.byID))) + " instances free"
 	}
 	return s + ", " + itoa(int64(len(p.waiters))) + " waiting"
@@ -659,7 +659,7 @@ func (e *Engine) Renew(pool string, token uint64, ttl time.Duration, owner any) 
 	return e.renew(pool, token, ttl, owner, nil)
 }
 
-// renew is Renew and, with a non-nil ra, RenewOrReadopt (recovery.go).
+// renew is Renew and, with a non-nil ra, RenewOrReadopt.
 func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, ra *Readopt) (Lease, error) {
 	if ttl < 0 {
 		return Lease{}, errorf(ErrInvalidArgument, "ttl %v is negative", ttl)
@@ -671,7 +671,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	defer p.unlock()
 	now := e.clock.Now()
 	l := p.leases[token]
-	if l == nil && ra != nil { // a lease from before a restart is re-adopted: recovery.go
+	if l == nil && ra != nil { // a lease from before a restart is re-adopted
 		nl, err := p.readoptLocked(token, ttl, ra, owner, now)
 		if err != nil || nl != nil {
 			var out Lease
@@ -699,7 +699,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	if ttl, err = p.resolveTTLLocked(ttl); err != nil {
 		return Lease{}, err
 	}
-	if err := p.reserveLocked(now, now.Add(ttl)); err != nil { // durable horizon first: persist.go
+	if err := p.reserveLocked(now, now.Add(ttl)); err != nil { // durable horizon first
 		return Lease{}, err
 	}
 	l.TTL = ttl

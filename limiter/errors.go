@@ -43,11 +43,11 @@ const (
 	ReasonNoRateLimit      Reason = "NO_RATE_LIMIT"      // Take on a pool that has no rate
 	ReasonRateLimited      Reason = "RATE_LIMITED"       // Take's tokens would not come within the wait limit
 	ReasonShuttingDown     Reason = "SHUTTING_DOWN"      // the engine is closed
-	// Reasons of persistence and the recovery window (persist.go, recovery.go).
+	// Reasons of persistence and the recovery window.
 	ReasonStorageFailed     Reason = "STORAGE_FAILED"      // a change could not be made durable, so it was not made
 	ReasonRecovering        Reason = "RECOVERING"          // the pool is in its recovery window after a restart
 	ReasonLeaseNotReadopted Reason = "LEASE_NOT_READOPTED" // a lease from before a restart could not be re-adopted
-	// Reasons of active and passive pools (resources.go, providers.go).
+	// Reasons of active and passive pools.
 	ReasonNotActive        Reason = "NOT_ACTIVE"         // an operator's instance call on a pool that is not active
 	ReasonNotPassive       Reason = "NOT_PASSIVE"        // a provider registering with a pool that is not passive
 	ReasonNotResourcePool  Reason = "NOT_RESOURCE_POOL"  // an instance call on a free pool

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Event marks: a pool reports, as PoolEvents through its outbox
-// (poolevents.go), when its queue or its utilisation crosses a mark:
+// Event marks: a pool reports, as PoolEvents through its outbox, when
+// its queue or its utilisation crosses a mark:
 //
 //   - PoolOverload when the acquires waiting rise to or above the
 //     overload mark; it fires once, and re-arms when the queue falls to
@@ -284,7 +284,7 @@ func (p *pool) capacityLocked() int64 {
 	if p.cfg.ConcurrencyLimit > 0 {
 		capacity = p.ad.limit
 	}
-	if p.res != nil { // resource_set.go
+	if p.res != nil {
 		if n := int64(len(p.res.byID)); capacity == 0 || n < capacity {
 			capacity = n
 		}

@@ -278,7 +278,7 @@ func TestMarksValidation(t *testing.T) {
 	}
 }
 
-// BenchmarkGrantBookkeeping measures what marks.go and waittimes.go add
+// BenchmarkGrantBookkeeping measures what event marks and wait times add
 // to a grant and its release: a wait record and two mark checks.
 func BenchmarkGrantBookkeeping(b *testing.B) {
 	te := newTestEngine(b)

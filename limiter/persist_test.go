@@ -198,7 +198,7 @@ func TestHorizonWrittenAhead(t *testing.T) {
 		t.Fatalf("a new pool has horizon %v; want none until a grant", sp.State.LeaseHorizon)
 	}
 	l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second})
-	w := 0 // writes that move the horizon (releases are written too: recovery_ended.go)
+	w := 0 // writes that move the horizon (releases are written too)
 	m.setFail(func(old, new SavedPool, _ bool) error {
 		if !new.State.LeaseHorizon.Equal(old.State.LeaseHorizon) {
 			w++

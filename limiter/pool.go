@@ -14,7 +14,7 @@ import (
 //   - held is the sum of the weights of the leases in leases, and every
 //     lease in leases is in expiry and vice versa;
 //   - a grant is made only if held+weight <= the effective concurrency
-//     limit ad.limit (when the pool has a limit; adaptive.go) and the bucket
+//     limit ad.limit (when the pool has a limit) and the bucket
 //     had the tokens at that instant (when there is a rate); held may
 //     exceed the limit only because it was lowered under it;
 //   - every waiter in waiters is not done; a done waiter's ready is closed;
@@ -54,16 +54,16 @@ type pool struct {
 
 	stats PoolStatus // counters only; the gauges are computed by statusLocked
 
-	dur durable  // durable reservations of tokens and expiries: persist.go
-	rec recovery // recovery window after a restart: recovery.go
+	dur durable  // durable reservations of tokens and expiries
+	rec recovery // recovery window after a restart
 
-	ad  adaptive     // effective limits and adaptive control: adaptive.go
-	shr shareTable   // rate shares: shares.go
-	out outbox       // events for the engine's callbacks, sent after unlocking: poolevents.go
-	res *resourceSet // instances of an active or passive pool, nil in a free pool: resource_set.go
+	ad  adaptive     // effective limits and adaptive control
+	shr shareTable   // rate shares
+	out outbox       // events for the engine's callbacks, sent after unlocking
+	res *resourceSet // instances of an active or passive pool, nil in a free pool
 
-	mk    markState // event marks: marks.go
-	waits waitHist  // wait times of recent grants, and rate tokens: waittimes.go
+	mk    markState // event marks
+	waits waitHist  // wait times of recent grants, and rate tokens
 	born  time.Time // when this engine made the pool (createTime may be older, after a restart)
 
 	parts []part // the features above that take part in status and stop
@@ -114,15 +114,15 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 	for _, g := range p.gates {
 		p.parts = append(p.parts, g)
 	}
-	p.initAdaptiveLocked() // effective limits = configured: adaptive.go
+	p.initAdaptiveLocked() // effective limits = configured
 	p.applyRateLocked(now)
-	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, ReadoptFloor: tokenFloor}) // persist.go
-	p.applyMarksLocked()                                                                                                             // event marks: marks.go
+	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, ReadoptFloor: tokenFloor})
+	p.applyMarksLocked() // event marks
 	return p
 }
 
 // applyRateLocked makes the bucket match the effective rate, less the rate
-// granted as shares (exactRateLocked: shares.go), and cfg.Burst.
+// granted as shares (exactRateLocked), and cfg.Burst.
 func (p *pool) applyRateLocked(now time.Time) {
 	switch r := rate.Limit(p.exactRateLocked()); {
 	case p.cfg.Rate == 0:
@@ -184,15 +184,15 @@ func (p *pool) admitLocked(weight int64, now time.Time) bool {
 			return false
 		}
 		p.stats.TokensGranted += weight
-		p.waits.addTokens(now, weight) // for the rate's utilisation: waittimes.go
+		p.waits.addTokens(now, weight) // for the rate's utilisation
 	}
 	return true
 }
 
 // grantLocked creates a lease for req, which admitLocked has just admitted
 // after it waited for waited (0: granted at once; recorded in the pool's
-// wait times, waittimes.go). It fails only when the token or expiry reservation cannot be written
-// (persist.go); then nothing is granted, and the rate tokens admitLocked
+// wait times). It fails only when the token or expiry reservation cannot
+// be written; then nothing is granted, and the rate tokens admitLocked
 // took stay spent (erring on the side of granting less).
 func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Duration) (Lease, error) {
 	ttl := min(req.TTL, p.cfg.MaxLeaseTTL) // the maximum may have been lowered while req waited
@@ -216,7 +216,7 @@ func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Durat
 		owner: req.Owner,
 	}
 	if p.res != nil {
-		p.bindLocked(l) // resource_set.go
+		p.bindLocked(l)
 	}
 	p.leases[l.FencingToken] = l
 	p.expiry.push(l)
@@ -224,7 +224,7 @@ func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Durat
 	p.stats.Granted++
 	p.waits.record(now, waited)
 	p.armExpiryTimerLocked(l.ExpireTime, now)
-	p.marksLocked() // marks.go
+	p.marksLocked()
 	return l.Lease, nil
 }
 
@@ -234,12 +234,12 @@ func (p *pool) removeLeaseLocked(l *lease) {
 	p.expiry.remove(l)
 	p.held -= l.Weight
 	if p.res != nil {
-		p.unbindLocked(l, p.e.clock.Now()) // resource_set.go
+		p.unbindLocked(l, p.e.clock.Now())
 	}
 	if p.held == 0 {
-		p.notifyDrainedLocked() // suspend.go
+		p.notifyDrainedLocked()
 	}
-	p.marksLocked() // marks.go
+	p.marksLocked()
 }
 
 // dispatchLocked grants waiters from the head of the queue while they fit.
@@ -264,7 +264,7 @@ func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
 	if w.index >= 0 {
 		p.waiters.remove(w)
 		p.waitingWeight -= w.req.Weight
-		p.marksLocked() // marks.go
+		p.marksLocked()
 	}
 	if w.timer != nil {
 		w.timer.Stop()

@@ -20,7 +20,7 @@ const (
 	// its keep-alive, or with its pool's deletion; Message says why.
 	ProviderLeft
 	// PoolOverload: the acquires waiting rose to or above the pool's
-	// overload mark (PoolEvent.Mark). See marks.go.
+	// overload mark (PoolEvent.Mark; PoolConfig.OverloadMark).
 	PoolOverload
 	// PoolDrained: the pool became idle (nothing held, nothing waiting)
 	// after a spell in which acquires waited.
@@ -86,8 +86,8 @@ func (r ThrottleReason) String() string {
 // PoolEvent reports something that happened in a pool by itself: a change
 // of its effective limits by adaptive control (PoolThrottled,
 // PoolRelieved), a mark crossed (PoolOverload, PoolDrained, PoolNearFull,
-// PoolLowUtilisation: marks.go), or a provider joining or leaving a
-// passive pool (ProviderJoined, ProviderLeft: providers.go). Operator
+// PoolLowUtilisation), or a provider joining or leaving a
+// passive pool (ProviderJoined, ProviderLeft). Operator
 // changes are not reported here: their callers know of them.
 type PoolEvent struct {
 	Pool string
@@ -127,7 +127,7 @@ type PoolEvent struct {
 	// PoolDrained); Period is PoolLowUtilisation's period. Suppressed
 	// counts the crossings of this kind that were not reported since the
 	// previous event of this kind, as they came within the engine's
-	// MarkEventInterval of it (marks.go).
+	// MarkEventInterval of it.
 	Held, Waiting int64
 	Utilisation   float64
 	Mark          float64
@@ -142,7 +142,7 @@ type PoolEvent struct {
 type outbox struct {
 	events []PoolEvent
 	shares []ShareUpdate
-	ended  []LeaseEnded // leases revoked by a revocation policy: revoke.go
+	ended  []LeaseEnded // leases revoked by a revocation policy
 }
 
 // deliver calls the engine's callbacks with what ob holds. Call it without

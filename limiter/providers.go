@@ -118,7 +118,7 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 	p.out.events = append(p.out.events, PoolEvent{Pool: pool, Type: ProviderJoined, Time: now, Provider: spec.ID, Owner: spec.Owner,
 		Message: "provider " + quote(spec.ID) + " joined from " + spec.Address + " with a keep-alive TTL of " + spec.TTL.String()})
 	p.offerLocked(pr, add, now)
-	p.unlock() // delivers the outbox: poolevents.go
+	p.unlock() // delivers the outbox
 	return pr.handle, nil
 }
 
@@ -204,7 +204,7 @@ func (p *pool) offerLocked(pr *provider, add []Resource, now time.Time) {
 	}
 	if len(add) > 0 {
 		p.dispatchLocked(now)
-		p.marksLocked() // the capacity grew: marks.go
+		p.marksLocked() // the capacity grew
 	}
 }
 
@@ -253,7 +253,7 @@ func (h *Provider) Leave(reason string) error {
 	}
 	pr := p.res.providers[h.id]
 	p.leaveLocked(pr, reason, false, now)
-	p.unlock() // delivers the outbox: poolevents.go
+	p.unlock() // delivers the outbox
 	return nil
 }
 
@@ -303,7 +303,7 @@ func (p *pool) onProviderTimer(pr *provider) {
 		return
 	}
 	p.leaveLocked(pr, "it missed its keep-alive (nothing heard for its TTL of "+pr.TTL.String()+")", true, now)
-	p.unlock() // delivers the outbox: poolevents.go
+	p.unlock() // delivers the outbox
 }
 
 // stop stops the providers' timers for good (pool deleted, engine

@@ -13,7 +13,7 @@ type instance struct {
 	Resource
 	holder   *lease        // the live lease bound to it; nil when not held
 	removing bool          // removed or withdrawn with wait: leaves when its lease ends
-	awaited  bool          // re-adopted in a passive pool before its provider offered it again: recovery.go
+	awaited  bool          // re-adopted in a passive pool before its provider offered it again
 	elem     *list.Element // its place in resourceSet.free; nil unless free
 	addTime  time.Time
 	released time.Time // when a lease last let it go; zero: never
@@ -36,7 +36,7 @@ type resourceSet struct {
 	byID      map[string]*instance
 	free      list.List            // of *instance
 	removing  int                  // instances with removing set
-	providers map[string]*provider // live providers of a passive pool: providers.go
+	providers map[string]*provider // live providers of a passive pool
 }
 
 func newResourceSet() *resourceSet {
@@ -125,8 +125,8 @@ func (p *pool) bindLocked(l *lease) {
 	}
 }
 
-// bindInstancesLocked binds l to ins, free instances a re-adoption names
-// (recovery.go), and records them in the lease.
+// bindInstancesLocked binds l to ins, free instances a re-adoption names,
+// and records them in the lease.
 func (p *pool) bindInstancesLocked(l *lease, ins []*instance) {
 	l.Resources = make([]Resource, len(ins))
 	for i, in := range ins {

@@ -41,7 +41,7 @@ func (e *Engine) AddResources(pool string, rs []Resource) (PoolInfo, error) {
 	}
 	p.res.addAll(add, now)
 	p.dispatchLocked(now)
-	p.marksLocked() // the capacity grew: marks.go
+	p.marksLocked() // the capacity grew
 	return p.infoLocked(now), nil
 }
 
@@ -126,7 +126,7 @@ func (p *pool) removeAndDispatchLocked(ins []*instance, wait bool, reason, actor
 		return nil
 	})
 	p.dispatchLocked(now)
-	p.marksLocked() // the capacity shrank: marks.go
+	p.marksLocked() // the capacity shrank
 	return RemoveResult{Removed: removed, Removing: removing, Revoked: revoked}, ended
 }
 

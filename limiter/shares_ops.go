@@ -77,7 +77,7 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 		return Share{}, errorf(ErrTooManyShares, "pool %q has %d rate shares, the most one pool may have; release shares that are no longer used, or share one per process", p.name, MaxSharesPerPool)
 	}
 	now := e.clock.Now()
-	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil { // durable share horizon first: shares_recovery.go
+	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil { // durable share horizon first
 		p.unlock()
 		return Share{}, err
 	}
@@ -148,7 +148,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	now := e.clock.Now()
 	s := p.shr.byID[r.ID]
 	if s == nil {
-		ns, err := p.readoptShareLocked(&r, now) // a share from before a restart: shares_recovery.go
+		ns, err := p.readoptShareLocked(&r, now) // a share from before a restart
 		if err != nil {
 			p.unlock()
 			return Share{}, err
@@ -172,7 +172,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 			return Share{}, err
 		}
 	}
-	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil { // shares_recovery.go
+	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil {
 		p.unlock()
 		return Share{}, err
 	}
@@ -212,7 +212,7 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 		return err
 	}
 	s := p.shr.byID[id]
-	if s == nil && p.releasedShareLocked(id) { // from before a restart: shares_recovery.go
+	if s == nil && p.releasedShareLocked(id) { // from before a restart
 		p.unlock()
 		return nil
 	}

@@ -44,7 +44,7 @@ func (p *pool) restoreSharesLocked(st DurableState, now time.Time) {
 	if bound <= 0 {
 		bound = MaxLeaseTTLLimit // not recorded: assume the longest
 	}
-	until := windowEnd(st.ShareHorizon, bound, now) // a wall-clock step never shortens it: recovery.go
+	until := windowEnd(st.ShareHorizon, bound, now) // a wall-clock step never shortens it
 	if p.cfg.Rate == 0 || !until.After(now) {
 		return
 	}

@@ -23,7 +23,7 @@ type Lease struct {
 	AcquireTime time.Time
 	ExpireTime  time.Time
 	// Resources are the instances the lease is bound to, in an active or
-	// passive pool (Weight of them; see resources.go); nil in a free pool.
+	// passive pool (Weight of them); nil in a free pool.
 	// The slice and the attribute maps are shared: do not change them.
 	Resources []Resource
 }
@@ -158,10 +158,10 @@ type PoolStatus struct {
 	Utilisation float64
 	// SuppressedMarkEvents counts, by type, the mark events not reported
 	// because one of their type came within the engine's
-	// MarkEventInterval before (marks.go).
+	// MarkEventInterval before.
 	SuppressedMarkEvents MarkEventCounts
 
-	// Adaptive limits and rate shares (adaptive.go, shares.go).
+	// Adaptive limits and rate shares.
 	AdaptiveStatus
 }
 
