@@ -369,6 +369,18 @@ func (a *adaptive) admits(p *pool, weight int64, _ time.Time) bool {
 	return p.cfg.ConcurrencyLimit == 0 || p.held+weight <= a.limit
 }
 
+// describe gives the held weight against the effective limit.
+func (a *adaptive) describe(p *pool, _ time.Time) string {
+	if p.cfg.ConcurrencyLimit == 0 {
+		return ""
+	}
+	s := "held " + itoa(p.held) + " of limit " + itoa(a.limit)
+	if a.limit < p.cfg.ConcurrencyLimit {
+		s += " (lowered from " + itoa(p.cfg.ConcurrencyLimit) + " by adaptive control)"
+	}
+	return s
+}
+
 // stop stops the timer for good (pool deleted, engine closed).
 func (a *adaptive) stop() {
 	if a.timer != nil {

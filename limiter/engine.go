@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -533,31 +534,19 @@ func (p *pool) timeOutWaiter(w *waiter) {
 	p.dispatchLocked(now)
 }
 
-// busyLocked describes why the pool cannot grant now, for messages.
+// busyLocked describes why the pool cannot grant now, for messages: what
+// each gate says, the bucket's tokens, and the queue.
 func (p *pool) busyLocked(now time.Time) string {
-	s := ""
-	if p.cfg.ConcurrencyLimit > 0 {
-		s = "held " + itoa(p.held) + " of limit " + itoa(p.ad.limit)
-		if p.ad.limit < p.cfg.ConcurrencyLimit {
-			s += " (lowered from " + itoa(p.cfg.ConcurrencyLimit) + " by adaptive control)"
+	var parts []string
+	for _, g := range p.gates {
+		if d := g.describe(p, now); d != "" {
+			parts = append(parts, d)
 		}
 	}
 	if p.bucket != nil {
-		if s != "" {
-			s += ", "
-		}
-		s += "tokens " + ftoa(p.bucket.TokensAt(now)) + " of burst " + itoa(p.cfg.Burst)
+		parts = append(parts, "tokens "+ftoa(p.bucket.TokensAt(now))+" of burst "+itoa(p.cfg.Burst))
 	}
-	if p.recoveryBlocksLocked() {
-		s += ", recovering from a restart until " + p.rec.until.UTC().Format(time.RFC3339Nano)
-	}
-	if p.susp.on {
-		s += ", suspended by an operator until it is resumed"
-	}
-	if p.res != nil {
-		s += ", " + itoa(int64(p.res.free.Len())) + " of " + itoa(int64(len(p.res.byID))) + " instances free"
-	}
-	return s + ", " + itoa(int64(len(p.waiters))) + " waiting"
+	return strings.Join(append(parts, itoa(int64(len(p.waiters)))+" waiting"), ", ")
 }
 
 // Release ends a live lease, returns its permits to the pool at once,

@@ -88,6 +88,10 @@ type gate interface {
 	// admits reports whether weight more permits may be granted at now.
 	// It must not change anything: a later gate or the bucket may refuse.
 	admits(p *pool, weight int64, now time.Time) bool
+	// describe says where the pool stands against the gate, for the
+	// messages of acquires it cannot grant; empty when there is nothing
+	// to say.
+	describe(p *pool, now time.Time) string
 }
 
 // newPool returns a pool whose first fencing token will be above

@@ -182,6 +182,14 @@ func (p *pool) onRecoveryEnd() {
 // (recoveryBlocksLocked).
 func (r *recovery) admits(p *pool, _ int64, _ time.Time) bool { return !p.recoveryBlocksLocked() }
 
+// describe says until when the window holds back grants.
+func (r *recovery) describe(p *pool, _ time.Time) string {
+	if !p.recoveryBlocksLocked() {
+		return ""
+	}
+	return "recovering from a restart until " + r.until.UTC().Format(time.RFC3339Nano)
+}
+
 // stop stops the window's timer for good (pool deleted, engine closed).
 func (r *recovery) stop() {
 	if r.window != nil && r.timer != nil {

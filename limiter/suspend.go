@@ -142,6 +142,14 @@ type suspension struct {
 // admits holds back every grant while the pool is suspended.
 func (su *suspension) admits(*pool, int64, time.Time) bool { return !su.on }
 
+// describe says that the pool is suspended.
+func (su *suspension) describe(*pool, time.Time) string {
+	if !su.on {
+		return ""
+	}
+	return "suspended by an operator until it is resumed"
+}
+
 // stop does nothing: a suspension has no timer.
 func (su *suspension) stop() {}
 
