@@ -45,8 +45,8 @@ func TestActiveGrantBindsDistinctInstances(t *testing.T) {
 	wantReason(t, err, ErrInvalidArgument)
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
 	wantReason(t, err, ErrNoCapacity)
-	if !strings.Contains(err.Error(), "0 of 3 instances free") {
-		t.Errorf("no-capacity message %q does not say the instances are taken", err)
+	if !strings.Contains(err.Error(), "now (0 of 3 instances free, 0 waiting)") {
+		t.Errorf("no-capacity message %q does not say the instances are taken, in a clean list", err)
 	}
 	w := te.startAcquire(t, AcquireRequest{Pool: "db"})
 	if _, err := te.Release("db", b.FencingToken); err != nil {
