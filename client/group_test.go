@@ -402,7 +402,7 @@ func TestGroupTaskPriority(t *testing.T) {
 	waitFor(t, "one waiter", func() bool { return ts.status("db").Waiting == 1 })
 	g.Go(func(context.Context) error { order = append(order, "high"); return nil }, client.Priority(5))
 	waitFor(t, "two waiters", func() bool { return ts.status("db").Waiting == 2 })
-	if err := ts.srv.Engine().Release("db", held.FencingToken); err != nil {
+	if _, err := ts.srv.Engine().Release("db", held.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.Wait(); err != nil {

@@ -461,7 +461,7 @@ func TestWaitingAcquireSurvivesReconnect(t *testing.T) {
 	ts.start()
 	// ... and the client sends the acquire again on the new one.
 	waitFor(t, "the acquire to wait again", func() bool { return ts.status("db").Waiting == 1 })
-	if err := ts.srv.Engine().Release("db", held.FencingToken); err != nil {
+	if _, err := ts.srv.Engine().Release("db", held.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
@@ -483,7 +483,7 @@ func TestDoneWhenRenewRefused(t *testing.T) {
 	}
 	// Someone else releases it behind the holder's back; the next renew
 	// (within TTL/3) is refused.
-	if err := ts.srv.Engine().Release("db", l.FencingToken()); err != nil {
+	if _, err := ts.srv.Engine().Release("db", l.FencingToken()); err != nil {
 		t.Fatal(err)
 	}
 	err = waitDone(t, l)

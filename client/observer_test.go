@@ -116,7 +116,7 @@ func TestObserverSeesLeaseLost(t *testing.T) {
 	obs := &observer{}
 	c := ts.dial(client.WithObserver(obs))
 	err := c.Do(ctx(t), "db", func(ctx context.Context) error {
-		if err := ts.srv.Engine().Release("db", client.LeaseFromContext(ctx).FencingToken()); err != nil {
+		if _, err := ts.srv.Engine().Release("db", client.LeaseFromContext(ctx).FencingToken()); err != nil {
 			t.Error(err)
 		}
 		<-ctx.Done() // the next renew (within TTL/3) is refused

@@ -38,7 +38,7 @@ type adaptive struct {
 	timerAt time.Time // zero when not armed
 
 	// restored is the effective concurrency limit recorded before a
-	// restart, applied when the recovery window ends: adaptive_persist.go.
+	// restart, applied when the recovery window ends.
 	restored int64
 }
 
@@ -88,7 +88,7 @@ func (p *pool) limitsChangedLocked(old PoolConfig, now time.Time) {
 	a.limit = limit
 	if rate != a.rate {
 		a.rate = rate
-		p.rebalanceSharesLocked(now) // shares.go
+		p.rebalanceSharesLocked(now)
 	}
 	if !p.loweredLocked() {
 		a.reason = ThrottleNone
@@ -298,7 +298,7 @@ func (p *pool) changeEffectiveLocked(typ PoolEventType, v windowVerdict, limit i
 	a.limit = limit
 	if rate != a.rate {
 		a.rate = rate
-		p.rebalanceSharesLocked(now) // shares.go: shrunk shares are pushed to their holders
+		p.rebalanceSharesLocked(now) // shrunk shares are pushed to their holders
 		p.applyRateLocked(now)       // exact tokens: at once
 	}
 	if lowered {
@@ -308,15 +308,15 @@ func (p *pool) changeEffectiveLocked(typ PoolEventType, v windowVerdict, limit i
 		p.dispatchLocked(now)
 	}
 	p.out.events = append(p.out.events, ev)
-	p.marksLocked()            // the capacity moved: marks.go
-	p.persistEffectiveLocked() // adaptive_persist.go
+	p.marksLocked() // the capacity moved
+	p.persistEffectiveLocked()
 }
 
 // effectiveLimitLoweredLocked is called when the effective concurrency
 // limit was lowered, possibly under the weight held. With RevocationWait,
 // held leases continue and nothing is granted until the held weight is
 // under the new limit (admitLocked); with RevocationRevoke, leases are
-// revoked until it is within it (enforceLimitLocked: revoke.go).
+// revoked until it is within it (enforceLimitLocked).
 func (p *pool) effectiveLimitLoweredLocked(now time.Time) { p.enforceLimitLocked(now) }
 
 // armAdaptiveTimerLocked keeps a timer armed while an effective limit is
@@ -360,31 +360,46 @@ func (p *pool) onAdaptiveTimer() {
 	now := p.e.clock.Now()
 	p.ad.win.rotate(now, p.closeBucketLocked)
 	p.evaluateAdaptiveLocked(now)
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	p.e.deliver(ob)
 }
 
-// stopAdaptiveLocked stops the timer for good (pool deleted, engine
-// closed).
-func (p *pool) stopAdaptiveLocked() {
-	if p.ad.timer != nil {
-		p.ad.timer.Stop()
+// admits lets weight be granted if the held weight stays within the
+// effective concurrency limit, in a pool with a concurrency limit.
+func (a *adaptive) admits(p *pool, weight int64, _ time.Time) bool {
+	return p.cfg.ConcurrencyLimit == 0 || p.held+weight <= a.limit
+}
+
+// describe gives the held weight against the effective limit.
+func (a *adaptive) describe(p *pool, _ time.Time) string {
+	if p.cfg.ConcurrencyLimit == 0 {
+		return ""
 	}
-	p.ad.timerAt = time.Time{}
+	s := "held " + itoa(p.held) + " of limit " + itoa(a.limit)
+	if a.limit < p.cfg.ConcurrencyLimit {
+		s += " (lowered from " + itoa(p.cfg.ConcurrencyLimit) + " by adaptive control)"
+	}
+	return s
 }
 
-// adaptiveStatusLocked fills in the adaptive part of a status.
-func (p *pool) adaptiveStatusLocked(s *PoolStatus, now time.Time) {
-	s.EffectiveConcurrencyLimit = p.ad.limit
-	s.EffectiveRate = p.ad.rate
+// stop stops the timer for good (pool deleted, engine closed).
+func (a *adaptive) stop() {
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.timerAt = time.Time{}
+}
+
+// status fills in the effective limits and the adaptive window.
+func (a *adaptive) status(p *pool, s *PoolStatus, now time.Time) {
+	s.EffectiveConcurrencyLimit = a.limit
+	s.EffectiveRate = a.rate
 	if !p.cfg.Adaptive.Enabled {
 		return
 	}
-	s.ThrottleReason = p.ad.reason
-	s.LastAdaptiveChange = p.ad.lastChange
-	s.LatencyBaseline = p.ad.baseline
-	w := p.ad.win // a copy: reading the status does not move the window
+	s.ThrottleReason = a.reason
+	s.LastAdaptiveChange = a.lastChange
+	s.LatencyBaseline = a.baseline
+	w := a.win // a copy: reading the status does not move the window
 	w.rotate(now, func(outcomeBucket) {})
 	t := w.totals()
 	s.WindowSamples, s.WindowErrorRatio, s.WindowLatency = t.total(), t.badRatio(), t.latMean()

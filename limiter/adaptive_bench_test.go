@@ -32,9 +32,9 @@ func BenchmarkAdaptiveHotPath(b *testing.B) {
 					b.Fatal(err)
 				}
 				if bc.outcome {
-					err = e.ReleaseWithOutcome("p", l.FencingToken, OutcomeSuccess, time.Millisecond)
+					_, err = e.Release("p", l.FencingToken, WithOutcome(OutcomeSuccess, time.Millisecond))
 				} else {
-					err = e.Release("p", l.FencingToken)
+					_, err = e.Release("p", l.FencingToken)
 				}
 				if err != nil {
 					b.Fatal(err)

@@ -55,7 +55,7 @@ func (p *pool) checkAdaptiveLocked(now time.Time) error {
 	if sum != t.granted {
 		return fmt.Errorf("shares granted %d but the table says %d", sum, t.granted)
 	}
-	// After a restart, the phantom rate (shares_recovery.go) is what
+	// After a restart, the phantom rate is what
 	// shares from before it may still spend: it is granted to no one.
 	phantom := t.rec.phantom
 	if capacity := max(0, toShareUnits(a.rate)-phantom); sum > capacity {

@@ -74,6 +74,6 @@ func (p *pool) applyRestoredLimitLocked(now time.Time) {
 	}
 	p.ad.limit = r
 	p.ad.lastChange = now
-	p.enforceLimitLocked(now) // RevocationRevoke: revoke.go
+	p.enforceLimitLocked(now) // RevocationRevoke
 	p.armAdaptiveTimerLocked(now)
 }

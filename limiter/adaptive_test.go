@@ -120,7 +120,7 @@ func TestAdaptiveLoweredLimitHoldsGrants(t *testing.T) {
 		t.Fatalf("message does not explain the lowered limit: %v", err)
 	}
 	for i := 0; i < 3; i++ { // held 10 → 7: below 8, the waiter is granted (8)
-		if err := ee.Release("db", leases[i].FencingToken); err != nil {
+		if _, err := ee.Release("db", leases[i].FencingToken); err != nil {
 			t.Fatal(err)
 		}
 		ee.checkAll(t, prev)
@@ -305,19 +305,19 @@ func TestReleaseWithOutcome(t *testing.T) {
 	ee := newEventEngine(t)
 	ee.mustCreate(t, PoolConfig{Name: "a", ConcurrencyLimit: 5})
 	l := ee.mustAcquire(t, AcquireRequest{Pool: "a"})
-	wantReason(t, ee.ReleaseWithOutcome("a", l.FencingToken, 9, 0), ErrInvalidArgument)
+	wantReason(t, errOf(ee.Release("a", l.FencingToken, WithOutcome(9, 0))), ErrInvalidArgument)
 	if s := ee.status(t, "a"); s.Held != 1 {
 		t.Fatal("a release with a bad outcome released the lease")
 	}
-	if err := ee.ReleaseWithOutcome("a", l.FencingToken, OutcomeTimeout, time.Second); err != nil {
+	if _, err := ee.Release("a", l.FencingToken, WithOutcome(OutcomeTimeout, time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// A retried release counts nothing more.
-	wantReason(t, ee.ReleaseWithOutcome("a", l.FencingToken, OutcomeTimeout, time.Second), ErrLeaseNotFound)
+	wantReason(t, errOf(ee.Release("a", l.FencingToken, WithOutcome(OutcomeTimeout, time.Second))), ErrLeaseNotFound)
 	// An expired lease's outcome still counts.
 	l2 := ee.mustAcquire(t, AcquireRequest{Pool: "a", TTL: time.Second})
 	ee.clk.Advance(time.Second)
-	wantReason(t, ee.ReleaseWithOutcome("a", l2.FencingToken, OutcomeError, 0), ErrLeaseExpired)
+	wantReason(t, errOf(ee.Release("a", l2.FencingToken, WithOutcome(OutcomeError, 0))), ErrLeaseExpired)
 	if s := ee.status(t, "a"); s.TimeoutsReported != 1 || s.ErrorsReported != 1 || s.Held != 0 || s.Released != 1 {
 		t.Fatalf("status: %+v", s)
 	}

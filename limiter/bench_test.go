@@ -48,7 +48,7 @@ func benchAcquireRelease(b *testing.B, pools, outstanding int, parallel bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := e.Release(pool, l.FencingToken); err != nil {
+		if _, err := e.Release(pool, l.FencingToken); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -86,7 +86,7 @@ func BenchmarkAcquireWaitHandoff(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := e.Release("one", l.FencingToken); err != nil {
+			if _, err := e.Release("one", l.FencingToken); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -44,21 +44,21 @@ type PoolConfig struct {
 	// MaxWaiters bounds the wait queue; 0 means DefaultMaxWaiters.
 	MaxWaiters int64
 	// Adaptive configures adaptive limits from client feedback; off by
-	// default. See AdaptiveConfig (adaptive_config.go).
+	// default. See AdaptiveConfig.
 	Adaptive AdaptiveConfig
 	// SafeRate is the rate, in tokens per second, that a holder of a rate
 	// share may use once its share has expired because it could not reach
-	// the server; 0 means stop. At most Rate. See shares.go.
+	// the server; 0 means stop. At most Rate. See AcquireShare.
 	SafeRate float64
 	// RevocationPolicy says what happens when the effective concurrency
 	// limit is lowered under the weight held (by UpdatePool or adaptive
 	// control): RevocationWait (the zero value) lets held leases finish;
 	// RevocationRevoke revokes leases at once until the held weight is
-	// within the new limit. See revoke.go.
+	// within the new limit, as RevokeLease does.
 	RevocationPolicy RevocationPolicy
 	// ResourceKind says what the pool's permits are: ResourceFree (the
-	// zero value: a counter), ResourceActive or ResourcePassive (instances;
-	// see resources.go). It is set at creation and cannot change. An active
+	// zero value: a counter), ResourceActive or ResourcePassive (instances:
+	// see AddResources and Provide). It is set at creation and cannot change. An active
 	// or passive pool may have neither a ConcurrencyLimit nor a Rate: its
 	// capacity is its instances.
 	ResourceKind ResourceKind
@@ -66,7 +66,7 @@ type PoolConfig struct {
 	// first (SelectReuse, the zero value, or SelectSpread); it may change
 	// at any time.
 	Selection SelectionPolicy
-	// The pool's event marks (marks.go). For each, 0 means the default
+	// The pool's event marks. For each, 0 means the default
 	// and MarkOff (-1) turns its event off; they stay 0 in the
 	// configuration (WithDefaults does not fill them), so that the
 	// overload default follows MaxWaiters. EffectiveMarks resolves them.
@@ -141,7 +141,7 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 	if c.MaxWaiters == 0 {
 		c.MaxWaiters = DefaultMaxWaiters
 	}
-	c.Adaptive = c.Adaptive.withDefaults(c.ConcurrencyLimit, c.Rate) // adaptive_config.go
+	c.Adaptive = c.Adaptive.withDefaults(c.ConcurrencyLimit, c.Rate)
 	return c
 }
 
@@ -178,10 +178,10 @@ func (c PoolConfig) Validate() error {
 	case c.RevocationPolicy > RevocationRevoke:
 		return errorf(ErrInvalidArgument, "pool %q: revocation_policy %d is not one; use wait or revoke", c.Name, c.RevocationPolicy)
 	}
-	if err := c.validateMarks(); err != nil { // marks.go
+	if err := c.validateMarks(); err != nil {
 		return err
 	}
-	return c.Adaptive.validate(c.Name, c.ConcurrencyLimit, c.Rate) // adaptive_config.go
+	return c.Adaptive.validate(c.Name, c.ConcurrencyLimit, c.Rate)
 }
 
 // ValidatePoolName returns an *Error with CodeInvalidArgument unless name is

@@ -25,7 +25,7 @@ func TestCreatePoolRacesNoAcquire(t *testing.T) {
 			}
 			name := fmt.Sprintf("p%d", next.Load())
 			if l, err := te.Acquire(context.Background(), AcquireRequest{Pool: name, Weight: 1, NoWait: true}); err == nil {
-				_ = te.Release(name, l.FencingToken)
+				_, _ = te.Release(name, l.FencingToken)
 			}
 		}
 	}()

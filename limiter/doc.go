@@ -12,7 +12,7 @@
 // also names the lease within its pool), and an expiry. The holder renews it
 // before expiry and releases it when done; a lease that is not renewed
 // expires and its permits return to the pool. RevokeLease ends a live lease
-// at once (revoke.go): its permits return, OnLeaseEnded reports it with
+// at once: its permits return, OnLeaseEnded reports it with
 // EndRevoked and the reason, and a later Renew or Release of it fails with
 // ErrLeaseRevoked. Take takes exact tokens from the bucket.
 //
@@ -54,7 +54,7 @@
 // lock, before the change becomes visible, and a failed write changes
 // nothing (ErrStorageFailed). Leases are not written. Instead each pool
 // keeps a small DurableState, written ahead of need so that grants cost no
-// disk write (persist.go):
+// disk write:
 //   - a fencing token ceiling: a block of tokens is reserved before the
 //     first of them is issued, the block growing while grants are fast, so
 //     a busy pool writes about once a second;
@@ -69,7 +69,7 @@
 // tokens continue above the ceiling, so every token is above every token
 // issued before the crash. Until the earlier of its horizon and restart +
 // TTL bound, the latest moment a lease granted before the crash can still
-// be live, the pool is in its recovery window (recovery.go):
+// be live, the pool is in its recovery window:
 //   - RenewOrReadopt of a lease the engine does not know, with a token up
 //     to the old ceiling, re-adopts it (same token, the weight the renew
 //     says) if it fits under the concurrency limit, and fails with
@@ -88,16 +88,16 @@
 //
 // # Adaptive limits and rate shares
 //
-// Clients report outcomes of their work (ReleaseWithOutcome,
-// RecordOutcome, Report: outcome.go). A pool with PoolConfig.Adaptive on
+// Clients report outcomes of their work (Release with WithOutcome,
+// RecordOutcome, Report). A pool with PoolConfig.Adaptive on
 // keeps a sliding window of them and moves its effective concurrency
 // limit and rate, which every grant is checked against, by AIMD: cut by a
 // factor when errors and timeouts (or latency) pass a threshold, raised
-// by a step toward the configured values while healthy (adaptive.go,
+// by a step toward the configured values while healthy (see
 // AdaptiveConfig). Each change is reported to Options.OnPoolEvent.
 //
 // A client may instead take a share of a pool's effective rate and spend
-// it locally (AcquireShare, RefreshShare, ReleaseShare: shares.go). The
+// it locally (AcquireShare, RefreshShare, ReleaseShare). The
 // engine divides the rate by weighted max-min fairness; a new share gets
 // only what no one holds, others give back at their refresh, and what
 // they give back goes at once to the shares below their fair part
@@ -108,8 +108,7 @@
 //
 // PoolStats and ListPoolStats return a pool's counters, utilisation and
 // the wait-time percentiles of its grants over the last WaitWindow, which
-// every grant records in a fixed array of log-scale buckets
-// (waittimes.go). Each pool also reports, to Options.OnPoolEvent, when it
+// every grant records in a fixed array of log-scale buckets. Each pool also reports, to Options.OnPoolEvent, when it
 // crosses its event marks: PoolOverload, PoolDrained, PoolNearFull and
-// PoolLowUtilisation (marks.go, PoolConfig.OverloadMark and the others).
+// PoolLowUtilisation (PoolConfig.OverloadMark and the others).
 package limiter

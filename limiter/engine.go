@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Options configures an Engine.
@@ -21,28 +24,28 @@ type Options struct {
 	OnLeaseEnded func(LeaseEnded)
 	// Persister, if set, makes pool definitions and each pool's
 	// DurableState durable; a change becomes visible only once it is
-	// written (see persist.go). Nil keeps everything in memory.
+	// written (see DurableState). Nil keeps everything in memory.
 	Persister Persister
 	// HorizonSlack is how far ahead a pool's lease horizon is written; 0
-	// means DefaultHorizonSlack. See persist.go.
+	// means DefaultHorizonSlack. See DurableState.
 	HorizonSlack time.Duration
 	// PreReserve makes a pool write its next block of fencing tokens and
 	// its next lease horizon in the background when it has used half of
 	// the current ones, so that grants do not wait for the disk under the
-	// pool's lock (persist_ahead.go). Off, the write is made by the grant
+	// pool's lock. Off, the write is made by the grant
 	// that needs it. Only with a Persister.
 	PreReserve bool
 	// OnPoolEvent, if set, is called for every change of a pool's
-	// effective limits made by adaptive control (adaptive.go) and every
-	// event mark a pool crosses (marks.go); and
+	// effective limits made by adaptive control and every
+	// event mark a pool crosses; and
 	// OnShareUpdate for every change to a rate share that its holder did
-	// not ask for (shares.go). Both are called like OnLeaseEnded: without
+	// not ask for. Both are called like OnLeaseEnded: without
 	// engine locks held, from the goroutine that made the change, and must
 	// not block for long.
 	OnPoolEvent   func(PoolEvent)
 	OnShareUpdate func(ShareUpdate)
 	// MarkEventInterval is the least time between two reported mark
-	// events of one kind from one pool (marks.go); 0 means
+	// events of one kind from one pool; 0 means
 	// DefaultMarkEventInterval, a negative value reports every crossing.
 	MarkEventInterval time.Duration
 }
@@ -56,10 +59,10 @@ type Engine struct {
 	clock        Clock
 	onLeaseEnded func(LeaseEnded)
 	persister    Persister      // nil: in memory only
-	horizonSlack time.Duration  // see persist.go
-	preReserve   bool           // see persist_ahead.go
+	horizonSlack time.Duration  // Options.HorizonSlack, resolved
+	preReserve   bool           // Options.PreReserve
 	bg           sync.WaitGroup // background writes in flight: Close waits for them
-	// Callbacks of adaptive control and rate shares: poolevents.go.
+	// Callbacks of adaptive control and rate shares.
 	onPoolEvent   func(PoolEvent)
 	onShareUpdate func(ShareUpdate)
 	markInterval  time.Duration // Options.MarkEventInterval, resolved
@@ -117,7 +120,7 @@ func (e *Engine) Close() {
 		p.stopTimersLocked()
 		p.mu.Unlock() // no deliveries under e.mu
 	}
-	e.bg.Wait() // background writes take no engine lock: persist_ahead.go
+	e.bg.Wait() // background writes take no engine lock
 }
 
 // RecordCleanStop records, after Close, that each pool holding nothing
@@ -134,7 +137,7 @@ func (e *Engine) RecordCleanStop() {
 	defer e.mu.Unlock()
 	for _, p := range e.pools.snapshot() {
 		p.mu.Lock()
-		p.recordCleanStopLocked() // persist.go
+		p.recordCleanStopLocked()
 		p.mu.Unlock()
 	}
 }
@@ -171,7 +174,7 @@ func poolNotFound(name string) error {
 	if err := ValidatePoolName(name); err != nil {
 		return err
 	}
-	return errorf(ErrPoolNotFound, "pool %q not found; create it first (tollgate pool create %s --concurrency N)", name, name)
+	return errorf(ErrPoolNotFound, "pool %q not found; create it first", name)
 }
 
 func (e *Engine) notifyEnded(ended []LeaseEnded) {
@@ -198,12 +201,12 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 		return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
 	}
 	if e.pools.get(cfg.Name) != nil { // e.mu serializes every pool creation
-		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; change it with UpdatePool (tollgate pool update %s) or pick another name", cfg.Name, cfg.Name)
+		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; update it, or pick another name", cfg.Name)
 	}
 	now := e.clock.Now()
 	p := newPool(e, cfg, now, e.tokenFloor.Load())
-	if err := p.persistCreateLocked(); err != nil { // durable before visible: persist.go
-		p.stopTimersLocked() // the pool is never seen: marks.go armed a timer
+	if err := p.persistCreateLocked(); err != nil { // durable before visible
+		p.stopTimersLocked() // the pool is never seen: its event marks armed a timer
 		return PoolInfo{}, err
 	}
 	// Read before the pool is visible: an acquire may lock it at once.
@@ -269,27 +272,19 @@ func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 //   - with adaptive control, an effective limit that was lowered stays
 //     lowered (within its new floor and configured value), and a change of
 //     the rate rebalances the rate shares (shrunk ones are pushed to
-//     OnShareUpdate; with no rate left, they are revoked): adaptive.go.
+//     OnShareUpdate; with no rate left, they are revoked).
 //
 // update runs under the pool's lock and must not call the engine. The name
 // cannot change. With a Persister, the new configuration is written before
-// it becomes live. Errors: ErrPoolNotFound, ErrInvalidArgument,
-// ErrStorageFailed (nothing was changed).
-func (e *Engine) UpdatePool(name string, update func(*PoolConfig)) (PoolInfo, error) {
-	return e.UpdatePoolBy(name, "", update)
-}
-
-// UpdatePoolBy is UpdatePool on behalf of actor, who is named in the
-// revocations a lowered concurrency limit makes under RevocationRevoke
-// (LeaseEnded.Actor, and RevokeReasonBy in later Renew and Release
-// errors). An empty actor means unknown.
-func (e *Engine) UpdatePoolBy(name, actor string, update func(*PoolConfig)) (PoolInfo, error) {
+// it becomes live. ByActor names who made the change in the revocations a
+// lowered concurrency limit makes. Errors: ErrPoolNotFound,
+// ErrInvalidArgument, ErrStorageFailed (nothing was changed).
+func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallOption) (PoolInfo, error) {
+	actor := callOptionsOf(opts).actor
 	p, err := e.lookup(name)
 	if err != nil {
 		return PoolInfo{}, err
 	}
-	var ob outbox // shares shrunk by a lower rate, pushed after unlocking: poolevents.go
-	defer func() { e.deliver(ob) }()
 	p.mu.Lock()
 	defer p.unlock()
 	if p.deleted {
@@ -308,15 +303,15 @@ func (e *Engine) UpdatePoolBy(name, actor string, update func(*PoolConfig)) (Poo
 		return PoolInfo{}, errorf(ErrInvalidArgument, "pool %q is %s and cannot become %s; create a new pool instead", p.name, p.cfg.ResourceKind, cfg.ResourceKind)
 	}
 	now := e.clock.Now()
-	if err := p.persistConfigLocked(cfg, now); err != nil { // durable before visible: persist.go
+	if err := p.persistConfigLocked(cfg, now); err != nil { // durable before visible
 		return PoolInfo{}, err
 	}
 	old := p.cfg
 	p.cfg = cfg
 	p.updateTime = now
-	p.limitsChangedLocked(old, now)    // effective limits and shares follow: adaptive.go
-	p.applyMarksLocked()               // marks.go
-	p.enforceLimitByLocked(now, actor) // RevocationRevoke: revoke.go
+	p.limitsChangedLocked(old, now) // effective limits and shares follow
+	p.applyMarksLocked()
+	p.enforceLimitByLocked(now, actor) // RevocationRevoke
 	p.applyRateLocked(now)
 	p.failWaitersLocked(func(w *waiter) error {
 		if err := p.checkWeightLocked(w.req.Weight); err != nil {
@@ -325,8 +320,7 @@ func (e *Engine) UpdatePoolBy(name, actor string, update func(*PoolConfig)) (Poo
 		return nil
 	})
 	p.dispatchLocked(now)
-	p.marksLocked() // a new limit or mark may be crossed: marks.go
-	ob = p.takeOutboxLocked()
+	p.marksLocked() // a new limit or mark may be crossed
 	return p.infoLocked(now), nil
 }
 
@@ -347,7 +341,7 @@ func (e *Engine) DeletePool(name string, force bool) error {
 		p.unlock()
 		return errorf(ErrPoolBusy, "pool %q has %d live leases holding %d permits; release them, wait for them to expire, or delete with force to end them", name, n, held)
 	}
-	if err := p.persistDeleteLocked(max(p.lastToken, e.tokenFloor.Load())); err != nil { // durable before visible: persist.go
+	if err := p.persistDeleteLocked(max(p.lastToken, e.tokenFloor.Load())); err != nil { // durable before visible
 		p.unlock()
 		return err
 	}
@@ -365,13 +359,12 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	clear(p.leases)
 	p.expiry = nil
 	p.held = 0
-	p.notifyDrainedLocked()            // DrainPool callers return: suspend.go
-	p.endAllSharesLocked(ShareRevoked) // shares.go
-	p.providersGoneLocked()            // providers.go
+	p.notifyDrainedLocked() // DrainPool callers return
+	p.endAllSharesLocked(ShareRevoked)
+	p.providersGoneLocked()
 	p.stopTimersLocked()
-	ob := p.takeOutboxLocked()
-	p.unlockNotify(ended)
-	e.deliver(ob)
+	p.endedLocked(ended)
+	p.unlock()
 	return nil
 }
 
@@ -412,54 +405,69 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	if err := checkAcquireRequest(&req); err != nil {
 		return Lease{}, err
 	}
+	p, w, l, err := e.grantOrEnqueue(&req)
+	if w == nil {
+		return l, err
+	}
+	return p.await(ctx, w)
+}
+
+// grantOrEnqueue grants req at once when it can and no waiter of the same
+// or higher priority is ahead of it, or else queues a waiter for it and
+// returns the pool and that waiter to await. With no waiter, it returns
+// the lease or the error.
+func (e *Engine) grantOrEnqueue(req *AcquireRequest) (*pool, *waiter, Lease, error) {
 	p, err := e.lockPool(req.Pool)
 	if err != nil {
-		return Lease{}, err
+		return nil, nil, Lease{}, err
 	}
+	defer p.unlock()
 	if err := p.checkWeightLocked(req.Weight); err != nil {
-		p.unlock()
-		return Lease{}, err
+		return nil, nil, Lease{}, err
 	}
 	if req.TTL, err = p.resolveTTLLocked(req.TTL); err != nil {
-		p.unlock()
-		return Lease{}, err
+		return nil, nil, Lease{}, err
 	}
 	now := e.clock.Now()
 	head, queued := p.waiters.top()
 	if (!queued || req.Priority > head.req.Priority) && p.admitLocked(req.Weight, now) {
-		l, err := p.grantLocked(&req, now, 0)
-		p.unlock()
-		return l, err
+		l, err := p.grantLocked(req, now, 0)
+		return nil, nil, l, err
 	}
-	if req.NoWait && p.recoveryBlocksLocked() { // after a restart: recovery.go
+	if err := p.refuseWaitLocked(req, now); err != nil {
 		p.stats.Rejected++
-		err := p.recoveringErrLocked(now)
-		p.unlock()
-		return Lease{}, err
+		return nil, nil, Lease{}, err
 	}
-	if req.NoWait {
-		p.stats.Rejected++
-		err := errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s) and no_wait is set", p.name, req.Weight, p.busyLocked(now))
-		p.unlock()
-		return Lease{}, err
-	}
-	if n := int64(len(p.waiters)) + p.takesWaiting; n >= p.cfg.MaxWaiters {
-		p.stats.Rejected++
-		err := errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, n)
-		p.unlock()
-		return Lease{}, err
-	}
-	w := &waiter{req: req, seq: p.seq, ready: make(chan struct{}), index: -1, enqueued: now}
+	w := &waiter{req: *req, seq: p.seq, ready: make(chan struct{}), index: -1, enqueued: now}
 	p.seq++
 	p.waiters.push(w)
 	p.waitingWeight += req.Weight
-	p.marksLocked() // marks.go
+	p.marksLocked()
 	if req.WaitTimeout > 0 {
 		w.timer = e.clock.AfterFunc(req.WaitTimeout, func() { p.timeOutWaiter(w) })
 	}
 	p.dispatchLocked(now) // a new head may be blocked by tokens only: arm the rate timer
-	p.unlock()
+	return p, w, Lease{}, nil
+}
 
+// refuseWaitLocked returns why req may not wait for capacity, or nil if
+// it may: it asked not to, or the queue is full.
+func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
+	switch {
+	case req.NoWait && p.recoveryBlocksLocked(): // after a restart
+		return p.recoveringErrLocked(now)
+	case req.NoWait:
+		return errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s) and no_wait is set", p.name, req.Weight, p.busyLocked(now))
+	case int64(len(p.waiters))+p.takesWaiting >= p.cfg.MaxWaiters:
+		return errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, int64(len(p.waiters))+p.takesWaiting)
+	}
+	return nil
+}
+
+// await waits for w's grant until ctx is done. If ctx ends first, it
+// ends the wait if it has not ended; if it ended in a grant, it undoes the
+// grant: nobody will hold it.
+func (p *pool) await(ctx context.Context, w *waiter) (Lease, error) {
 	select {
 	case <-w.ready:
 	case <-ctx.Done():
@@ -467,11 +475,9 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	if ctx.Err() == nil {
 		return w.lease, w.err
 	}
-	// The caller is gone or out of time. End the wait if it has not ended;
-	// if it ended in a grant, undo the grant: nobody will hold it.
 	p.mu.Lock()
 	defer p.unlock()
-	now = e.clock.Now()
+	now := p.e.clock.Now()
 	if !w.done {
 		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(ctx.Err(), &w.req))
 		p.dispatchLocked(now) // w may have been the head
@@ -528,64 +534,38 @@ func (p *pool) timeOutWaiter(w *waiter) {
 	p.dispatchLocked(now)
 }
 
-// busyLocked describes why the pool cannot grant now, for messages.
+// busyLocked describes why the pool cannot grant now, for messages: what
+// each gate says, the bucket's tokens, and the queue.
 func (p *pool) busyLocked(now time.Time) string {
-	s := ""
-	if p.cfg.ConcurrencyLimit > 0 {
-		s = "held " + itoa(p.held) + " of limit " + itoa(p.ad.limit)
-		if p.ad.limit < p.cfg.ConcurrencyLimit { // adaptive.go
-			s += " (lowered from " + itoa(p.cfg.ConcurrencyLimit) + " by adaptive control)"
+	var parts []string
+	for _, g := range p.gates {
+		if d := g.describe(p, now); d != "" {
+			parts = append(parts, d)
 		}
 	}
 	if p.bucket != nil {
-		if s != "" {
-			s += ", "
-		}
-		s += "tokens " + ftoa(p.bucket.TokensAt(now)) + " of burst " + itoa(p.cfg.Burst)
+		parts = append(parts, "tokens "+ftoa(p.bucket.TokensAt(now))+" of burst "+itoa(p.cfg.Burst))
 	}
-	if p.recoveryBlocksLocked() { // recovery.go
-		s += ", recovering from a restart until " + p.rec.until.UTC().Format(time.RFC3339Nano)
-	}
-	if p.suspended { // suspend.go
-		s += ", suspended by an operator (tollgate pool resume " + p.name + ")"
-	}
-	if p.res != nil { // resource_set.go
-		s += ", " + itoa(int64(p.res.free.Len())) + " of " + itoa(int64(len(p.res.byID))) + " instances free"
-	}
-	return s + ", " + itoa(int64(len(p.waiters))) + " waiting"
+	return strings.Join(append(parts, itoa(int64(len(p.waiters)))+" waiting"), ", ")
 }
 
-// Release ends a live lease and returns its permits to the pool at once,
-// granting waiters they now fit. Errors: ErrPoolNotFound; ErrLeaseExpired
-// (it expired before the release, so the work ran unprotected at the end;
-// reported once the expiry has been processed); ErrLeaseNotFound (released
-// already, or never issued). During the pool's recovery window after a
-// restart, releasing a lease from before the restart that was not
-// re-adopted succeeds (see RestorePool).
-func (e *Engine) Release(pool string, token uint64) error {
-	_, err := e.ReleaseLease(pool, token, nil)
-	return err
-}
-
-// ReleaseOutcome is how the work done under a released lease ended, as
-// RecordOutcome takes it: an Outcome and its latency (0: not measured).
-type ReleaseOutcome struct {
-	Outcome Outcome
-	Latency time.Duration
-}
-
-// ReleaseLease is Release that also returns the lease as it was when
+// Release ends a live lease, returns its permits to the pool at once,
+// granting waiters they now fit, and returns the lease as it was when
 // released (the zero Lease when it returns an error, and for a lease from
 // before a restart that was never re-adopted, which the engine does not
-// know), and counts out, if not nil, as RecordOutcome would, under the same
-// lock. The outcome is counted when the release succeeds or the lease had
-// expired (the work ran either way, and how it went tells about the
-// protected system), not for a lease the pool does not know, so a retried
-// release counts once. Errors: those of Release, and ErrInvalidArgument for
-// a bad outcome (then nothing is released).
-func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (Lease, error) {
-	if out != nil {
-		if err := checkOutcome(out.Outcome, out.Latency); err != nil {
+// know). During the pool's recovery window after a restart, releasing a
+// lease from before the restart that was not re-adopted succeeds (see
+// RestorePool). See WithOutcome for reporting how the work went.
+//
+// Errors: ErrPoolNotFound; ErrLeaseExpired (it expired before the
+// release, so the work ran unprotected at the end; reported once the
+// expiry has been processed); ErrLeaseNotFound (released already, or never
+// issued); ErrInvalidArgument for a bad outcome (then nothing is
+// released).
+func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Lease, error) {
+	o := releaseOptionsOf(opts)
+	if o.outcome != nil {
+		if err := checkOutcome(o.outcome.Outcome, o.outcome.Latency); err != nil {
 			return Lease{}, err
 		}
 	}
@@ -593,10 +573,11 @@ func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (L
 	if err != nil {
 		return Lease{}, err
 	}
+	defer p.unlock()
 	var released Lease
 	l := p.leases[token]
 	switch {
-	case l == nil && p.releasePreRestartLocked(token): // a lease from before a restart: recovery.go
+	case l == nil && p.releasePreRestartLocked(token): // a lease from before a restart
 	case l == nil:
 		err = p.missingLeaseErrLocked(token)
 	default:
@@ -606,22 +587,52 @@ func (e *Engine) ReleaseLease(pool string, token uint64, out *ReleaseOutcome) (L
 		// (Renew, by contrast, refuses: extending such a lease would be
 		// wrong.)
 		p.removeLeaseLocked(l)
-		p.recordEndedLocked(l.FencingToken, l.ExpireTime, false) // not re-adopted after a restart: recovery_ended.go
+		p.recordEndedLocked(l.FencingToken, l.ExpireTime, false) // not re-adopted after a restart
 		p.stats.Released++
 		if len(p.waiters) > 0 {
 			p.dispatchLocked(e.clock.Now())
 		}
 		released = l.Lease
 	}
-	if out == nil || (err != nil && !errors.Is(err, ErrLeaseExpired)) {
-		p.unlock()
-		return released, err
+	if o.outcome != nil && (err == nil || errors.Is(err, ErrLeaseExpired)) {
+		p.recordOutcomesLocked(outcomeBucketOf(o.outcome.Outcome, o.outcome.Latency), e.clock.Now())
 	}
-	p.recordOutcomesLocked(outcomeBucketOf(out.Outcome, out.Latency), e.clock.Now())
-	ob := p.takeOutboxLocked()
-	p.unlock()
-	e.deliver(ob)
 	return released, err
+}
+
+// ReleaseOption qualifies a Release.
+type ReleaseOption func(*releaseOptions)
+
+type releaseOptions struct {
+	outcome *ReleaseOutcome
+}
+
+func releaseOptionsOf(opts []ReleaseOption) releaseOptions {
+	if len(opts) == 0 {
+		return releaseOptions{} // no allocation on the common path
+	}
+	var o releaseOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithOutcome makes a Release count how the work done under the lease
+// ended (latency 0: not measured), as RecordOutcome would, under the same
+// lock. The outcome is counted when the release succeeds or the lease had
+// expired (the work ran either way, and how it went tells about the
+// protected system), not for a lease the pool does not know, so a retried
+// release counts once.
+func WithOutcome(o Outcome, latency time.Duration) ReleaseOption {
+	return func(ro *releaseOptions) { ro.outcome = &ReleaseOutcome{Outcome: o, Latency: latency} }
+}
+
+// ReleaseOutcome is how the work done under a released lease ended, as
+// RecordOutcome takes it: an Outcome and its latency (0: not measured).
+type ReleaseOutcome struct {
+	Outcome Outcome
+	Latency time.Duration
 }
 
 // Renew extends a live lease to ttl from now (0: the TTL it has, capped at
@@ -637,7 +648,7 @@ func (e *Engine) Renew(pool string, token uint64, ttl time.Duration, owner any) 
 	return e.renew(pool, token, ttl, owner, nil)
 }
 
-// renew is Renew and, with a non-nil ra, RenewOrReadopt (recovery.go).
+// renew is Renew and, with a non-nil ra, RenewOrReadopt.
 func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, ra *Readopt) (Lease, error) {
 	if ttl < 0 {
 		return Lease{}, errorf(ErrInvalidArgument, "ttl %v is negative", ttl)
@@ -646,16 +657,16 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	if err != nil {
 		return Lease{}, err
 	}
+	defer p.unlock()
 	now := e.clock.Now()
 	l := p.leases[token]
-	if l == nil && ra != nil { // a lease from before a restart is re-adopted: recovery.go
+	if l == nil && ra != nil { // a lease from before a restart is re-adopted
 		nl, err := p.readoptLocked(token, ttl, ra, owner, now)
 		if err != nil || nl != nil {
 			var out Lease
 			if nl != nil {
 				out = nl.Lease
 			}
-			p.unlock()
 			return out, err
 		}
 	}
@@ -665,7 +676,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 			p.dispatchLocked(now)
 		}
 		err := p.missingLeaseErrLocked(token)
-		p.unlockNotify(ended)
+		p.endedLocked(ended)
 		return Lease{}, err
 	}
 	if ttl == 0 {
@@ -675,11 +686,9 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 		ttl = min(l.TTL, p.cfg.MaxLeaseTTL)
 	}
 	if ttl, err = p.resolveTTLLocked(ttl); err != nil {
-		p.unlock()
 		return Lease{}, err
 	}
-	if err := p.reserveLocked(now, now.Add(ttl)); err != nil { // durable horizon first: persist.go
-		p.unlock()
+	if err := p.reserveLocked(now, now.Add(ttl)); err != nil { // durable horizon first
 		return Lease{}, err
 	}
 	l.TTL = ttl
@@ -689,9 +698,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	if owner != nil {
 		l.owner = owner
 	}
-	out := l.Lease
-	p.unlock()
-	return out, nil
+	return l.Lease, nil
 }
 
 // Take takes tokens from a pool's bucket. If they are not available now,
@@ -712,52 +719,62 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 	if maxWait < 0 {
 		return TakeResult{}, errorf(ErrInvalidArgument, "max wait %v is negative", maxWait)
 	}
+	p, r, delay, err := e.takeOrReserve(pool, tokens, maxWait)
+	switch {
+	case err != nil:
+		return TakeResult{}, err
+	case delay == 0:
+		return TakeResult{Tokens: tokens}, nil
+	}
+	return p.awaitTokens(ctx, r, tokens, delay)
+}
+
+// takeOrReserve takes tokens from pool's bucket, reserving them if they
+// are not there yet, and returns the pool, the reservation and how long
+// until its tokens are there (0: taken now). It reserves nothing, and
+// fails, if that is beyond maxWait.
+func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration) (*pool, *rate.Reservation, time.Duration, error) {
 	p, err := e.lockPool(pool)
 	if err != nil {
-		return TakeResult{}, err
+		return nil, nil, 0, err
 	}
+	defer p.unlock()
 	if p.bucket == nil {
-		p.unlock()
-		return TakeResult{}, errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; use Acquire, or give the pool a rate", pool)
+		return nil, nil, 0, errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; use Acquire, or give the pool a rate", pool)
 	}
 	if tokens > p.cfg.Burst {
-		p.unlock()
-		return TakeResult{}, errorf(ErrInvalidArgument, "tokens %d exceeds pool %q's burst of %d; no wait could satisfy it: take fewer at a time", tokens, pool, p.cfg.Burst)
+		return nil, nil, 0, errorf(ErrInvalidArgument, "tokens %d exceeds pool %q's burst of %d; no wait could satisfy it: take fewer at a time", tokens, pool, p.cfg.Burst)
 	}
 	now := e.clock.Now()
 	r := p.bucket.ReserveN(now, int(tokens))
 	delay := r.DelayFrom(now)
-	if delay > maxWait && p.noRefillLocked() { // rate shares hold the whole rate: shares_ops.go
-		r.CancelAt(now)
-		p.stats.Rejected++
-		err := p.noRefillErrLocked(tokens)
-		p.unlock()
-		return TakeResult{}, err
-	}
 	if delay > maxWait {
 		r.CancelAt(now)
 		p.stats.Rejected++
-		p.unlock()
-		return TakeResult{}, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
+		if p.noRefillLocked() { // rate shares hold the whole rate
+			return nil, nil, 0, p.noRefillErrLocked(tokens)
+		}
+		return nil, nil, 0, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
 			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}
 	}
 	if n := int64(len(p.waiters)) + p.takesWaiting; delay > 0 && n >= p.cfg.MaxWaiters {
 		r.CancelAt(now)
 		p.stats.Rejected++
-		p.unlock()
-		return TakeResult{}, errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", pool, n)
+		return nil, nil, 0, errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", pool, n)
 	}
 	p.stats.TokensGranted += tokens
-	p.waits.addTokens(now, tokens) // for the rate's utilisation: waittimes.go
-	if delay == 0 {
-		p.unlock()
-		return TakeResult{Tokens: tokens}, nil
+	p.waits.addTokens(now, tokens) // for the rate's utilisation
+	if delay > 0 {
+		p.takesWaiting++
 	}
-	p.takesWaiting++
-	p.unlock()
+	return p, r, delay, nil
+}
 
+// awaitTokens waits delay for the tokens r reserved. If ctx ends or the
+// engine closes first, it cancels r and fails.
+func (p *pool) awaitTokens(ctx context.Context, r *rate.Reservation, tokens int64, delay time.Duration) (TakeResult, error) {
 	ready := make(chan struct{})
-	t := e.clock.AfterFunc(delay, func() { close(ready) })
+	t := p.e.clock.AfterFunc(delay, func() { close(ready) })
 	select {
 	case <-ready:
 		p.mu.Lock()
@@ -765,13 +782,13 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 		p.unlock()
 		return TakeResult{Tokens: tokens, Waited: delay}, nil
 	case <-ctx.Done():
-	case <-e.done:
+	case <-p.e.done:
 	}
 	t.Stop()
 	p.mu.Lock()
 	defer p.unlock()
 	p.takesWaiting--
-	now = e.clock.Now()
+	now := p.e.clock.Now()
 	r.CancelAt(now)
 	p.stats.TokensGranted -= tokens
 	p.waits.addTokens(now, -tokens)
@@ -780,9 +797,9 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 		return TakeResult{}, errorf(ErrShuttingDown, "the server is shutting down")
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		p.stats.WaitTimeouts++
-		return TakeResult{}, errorf(ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", tokens, pool)
+		return TakeResult{}, errorf(ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", tokens, p.name)
 	default:
 		p.stats.Canceled++
-		return TakeResult{}, errorf(ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", tokens, pool)
+		return TakeResult{}, errorf(ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", tokens, p.name)
 	}
 }

@@ -71,10 +71,10 @@ func TestAcquireReleaseConcurrencyLimit(t *testing.T) {
 	if s := te.status(t, "db"); s.Held != 3 || s.Leases != 2 || s.Rejected != 1 || s.Granted != 2 {
 		t.Fatalf("status = %+v", s)
 	}
-	if err := te.Release("db", a.FencingToken); err != nil {
+	if _, err := te.Release("db", a.FencingToken); err != nil {
 		t.Fatal(err)
 	}
-	wantReason(t, te.Release("db", a.FencingToken), ErrLeaseNotFound)
+	wantReason(t, errOf(te.Release("db", a.FencingToken)), ErrLeaseNotFound)
 	if s := te.status(t, "db"); s.Held != 1 || s.Released != 1 {
 		t.Fatalf("status after release = %+v", s)
 	}
@@ -154,7 +154,7 @@ func TestDeletePool(t *testing.T) {
 	if len(ended) != 1 || ended[0].Reason != EndPoolDeleted || ended[0].Lease.FencingToken != l.FencingToken || ended[0].Owner != "session-1" {
 		t.Fatalf("ended = %+v", ended)
 	}
-	wantReason(t, te.Release("db", l.FencingToken), ErrPoolNotFound)
+	wantReason(t, errOf(te.Release("db", l.FencingToken)), ErrPoolNotFound)
 	wantReason(t, te.DeletePool("db", false), ErrPoolNotFound)
 	// The name is free again, and the old pool's timers do nothing.
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})

@@ -7,7 +7,7 @@ type lease struct {
 	owner any
 	index int // in the pool's expiry heap; -1 once removed
 	// In an active or passive pool, Lease.Resources names the instances
-	// the lease is bound to; the instances point back (resource_set.go).
+	// the lease is bound to; the instances point back.
 	// No slice of them is kept here, so that a lease record stays in a
 	// small allocation size class for free pools.
 }

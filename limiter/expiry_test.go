@@ -34,7 +34,7 @@ func TestExpiryReturnsPermitsAndGrantsWaiters(t *testing.T) {
 	// The expired holder learns it at its next renew or release.
 	_, err = te.Renew("db", l.FencingToken, 0, nil)
 	wantReason(t, err, ErrLeaseExpired)
-	wantReason(t, te.Release("db", l.FencingToken), ErrLeaseExpired)
+	wantReason(t, errOf(te.Release("db", l.FencingToken)), ErrLeaseExpired)
 }
 
 func TestRenewExtendsAndChangesTTL(t *testing.T) {

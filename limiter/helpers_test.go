@@ -149,3 +149,7 @@ func wantReason(t testing.TB, err error, kind *Error) {
 		t.Fatalf("error = %#v; want code %d with a message", err, kind.Code)
 	}
 }
+
+// errOf returns the error of a call that also returns a value, such as
+// Release.
+func errOf[T any](_ T, err error) error { return err }

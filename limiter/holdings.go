@@ -62,14 +62,14 @@ func (e *Engine) Holdings(poolName string) ([]Holding, error) {
 	for _, p := range ps {
 		p.mu.Lock()
 		if p.deleted {
-			p.mu.Unlock()
+			p.unlock()
 			if poolName != "" {
 				return nil, poolNotFound(poolName)
 			}
 			continue
 		}
 		out = p.appendHoldingsLocked(out)
-		p.mu.Unlock()
+		p.unlock()
 	}
 	return out, nil
 }

@@ -54,7 +54,7 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 	if sum != p.held {
 		return fmt.Errorf("held %d but leases weigh %d", p.held, sum)
 	}
-	// The effective limit (adaptive.go) is what grants are checked against.
+	// The effective limit is what grants are checked against.
 	// Under RevocationRevoke, any lowering revokes at once: never over.
 	if p.cfg.RevocationPolicy == RevocationRevoke && p.cfg.ConcurrencyLimit > 0 && p.held > p.ad.limit {
 		return fmt.Errorf("held %d over effective limit %d (configured %d) in a pool whose revocation policy is revoke", p.held, p.ad.limit, p.cfg.ConcurrencyLimit)
@@ -80,14 +80,14 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 	if ww != p.waitingWeight {
 		return fmt.Errorf("waiting weight %d, counted %d", p.waitingWeight, ww)
 	}
-	if head, ok := p.waiters.top(); ok && (p.cfg.ConcurrencyLimit > 0 || p.res != nil) && p.bucket == nil && !p.recoveryBlocksLocked() && !p.suspended &&
+	if head, ok := p.waiters.top(); ok && (p.cfg.ConcurrencyLimit > 0 || p.res != nil) && p.bucket == nil && !p.recoveryBlocksLocked() && !p.susp.on &&
 		(p.cfg.ConcurrencyLimit == 0 || p.held+head.req.Weight <= p.ad.limit) && (p.res == nil || int64(p.res.free.Len()) >= head.req.Weight) {
 		return fmt.Errorf("head waiter of weight %d fits (held %d, effective limit %d) but waits", head.req.Weight, p.held, p.ad.limit)
 	}
-	if err := p.checkResourcesLocked(); err != nil { // resources_invariants_test.go
+	if err := p.checkResourcesLocked(); err != nil {
 		return err
 	}
-	return p.checkAdaptiveLocked(now) // effective limits and shares: adaptive_invariants_test.go
+	return p.checkAdaptiveLocked(now) // effective limits and shares
 }
 
 // TestRandomizedInvariants drives pools of every shape through thousands of
@@ -121,13 +121,13 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		{Name: "conc", ConcurrencyLimit: 5, MaxWaiters: 20},
 		{Name: "rate", Rate: 20, Burst: 4, MaxWaiters: 20},
 		{Name: "both", ConcurrencyLimit: 3, Rate: 10, Burst: 3, MaxWaiters: 20},
-		// Adaptive pools, fed random outcomes (adaptive_invariants_test.go).
+		// Adaptive pools, fed random outcomes.
 		{Name: "adapt", ConcurrencyLimit: 6, Rate: 40, Burst: 4, MaxWaiters: 20, Adaptive: AdaptiveConfig{Enabled: true,
 			Window: 2 * time.Second, MinSamples: 3, Cooldown: 300 * time.Millisecond, Interval: 200 * time.Millisecond, Increase: 0.2, LatencyTolerance: 2}},
 		{Name: "adapt-conc", ConcurrencyLimit: 8, MaxWaiters: 20, Adaptive: AdaptiveConfig{Enabled: true, Target: AdaptConcurrency,
 			Window: time.Second, MinSamples: 2, Cooldown: 100 * time.Millisecond, Interval: 100 * time.Millisecond}},
-		// Pools that revoke when their limit is lowered under what is held
-		// (revoke.go): by UpdatePool, and by adaptive cuts.
+		// Pools that revoke when their limit is lowered under what is held:
+		// by UpdatePool, and by adaptive cuts.
 		{Name: "revoke", ConcurrencyLimit: 5, MaxWaiters: 20, RevocationPolicy: RevocationRevoke},
 		{Name: "adapt-revoke", ConcurrencyLimit: 8, MaxWaiters: 20, RevocationPolicy: RevocationRevoke, Adaptive: AdaptiveConfig{Enabled: true, Target: AdaptConcurrency,
 			Window: time.Second, MinSamples: 2, Cooldown: 100 * time.Millisecond, Interval: 100 * time.Millisecond}},
@@ -145,7 +145,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		held    []heldLease
 		tokens  = map[string][]uint64{}
 		waiting []*pending
-		shares  []Share // rate shares the test holds (adaptive_invariants_test.go)
+		shares  []Share // rate shares the test holds
 	)
 	record := func(l Lease) {
 		held = append(held, heldLease{l.Pool, l.FencingToken})
@@ -204,7 +204,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 			}
 		case op < 68: // release
 			if h, ok := takeHeld(); ok {
-				err := te.Release(h.pool, h.token) // may have expired: that is fine
+				_, err := te.Release(h.pool, h.token) // may have expired: that is fine
 				if rng.IntN(2) == 0 && (err == nil || errors.Is(err, ErrLeaseExpired)) {
 					// ReleaseWithOutcome, in two steps: a waiter granted by the
 					// release must be checked before the outcome may cut the
@@ -259,7 +259,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 			_ = ok // a held lease may have expired, been revoked, or (past the tombstones) be forgotten
 		case op < 135: // rate shares
 			shares = randomShareOp(te, rng, cfg, shares)
-		case op < 138: // suspend, sometimes revoking what is held (suspend.go)
+		case op < 138: // suspend, sometimes revoking what is held
 			if _, err := te.SuspendPool(cfg.Name, rng.IntN(3) == 0); err != nil {
 				t.Fatalf("seed %d step %d: SuspendPool: %v", seed, step, err)
 			}
@@ -285,7 +285,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		if !ok {
 			break
 		}
-		_ = te.Release(h.pool, h.token)
+		_, _ = te.Release(h.pool, h.token)
 	}
 	for _, c := range configs {
 		if s := te.status(t, c.Name); s.Held != 0 || s.Leases != 0 || s.Waiting != 0 {

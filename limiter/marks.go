@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Event marks: a pool reports, as PoolEvents through its outbox
-// (poolevents.go), when its queue or its utilisation crosses a mark:
+// Event marks: a pool reports, as PoolEvents through its outbox, when
+// its queue or its utilisation crosses a mark:
 //
 //   - PoolOverload when the acquires waiting rise to or above the
 //     overload mark; it fires once, and re-arms when the queue falls to
@@ -178,7 +178,7 @@ func (p *pool) applyMarksLocked() {
 	if p.mk.lowArmed && low && old.LowUtilisationPeriod == p.mk.LowUtilisationPeriod {
 		return // the period goes on; a new mark applies at its end
 	}
-	p.stopMarksLocked()
+	p.mk.stop()
 	if !low {
 		return
 	}
@@ -191,12 +191,17 @@ func (p *pool) applyMarksLocked() {
 	}
 }
 
-// stopMarksLocked stops the low-utilisation timer.
-func (p *pool) stopMarksLocked() {
-	if p.mk.lowTimer != nil {
-		p.mk.lowTimer.Stop()
+// stop stops the low-utilisation timer.
+func (m *markState) stop() {
+	if m.lowTimer != nil {
+		m.lowTimer.Stop()
 	}
-	p.mk.lowArmed = false
+	m.lowArmed = false
+}
+
+// status fills in the utilisation the marks are checked against.
+func (m *markState) status(p *pool, s *PoolStatus, _ time.Time) {
+	s.Utilisation = p.utilisationLocked()
 }
 
 // marksLocked checks the overload, drained and near-full marks against
@@ -249,7 +254,7 @@ func (p *pool) onLowUtilisationTimer() {
 		case float64(m.peakHeld-1)/float64(p.ad.limit) >= m.LowUtilisation: // a permit above the mark
 			m.low = false
 		case u >= m.LowUtilisation: // within the hysteresis: neither
-		case !m.low && !p.suspended && !p.recoveryBlocksLocked() && len(p.waiters) == 0:
+		case !m.low && !p.susp.on && !p.recoveryBlocksLocked() && len(p.waiters) == 0:
 			m.low = true
 			p.markEventLocked(PoolLowUtilisation, m.LowUtilisation, u)
 		}
@@ -279,7 +284,7 @@ func (p *pool) capacityLocked() int64 {
 	if p.cfg.ConcurrencyLimit > 0 {
 		capacity = p.ad.limit
 	}
-	if p.res != nil { // resource_set.go
+	if p.res != nil {
 		if n := int64(len(p.res.byID)); capacity == 0 || n < capacity {
 			capacity = n
 		}

@@ -30,7 +30,7 @@ func TestMarkNearFullAndDrained(t *testing.T) {
 		for i := 0; i < n; i++ {
 			l := held[len(held)-1]
 			held = held[:len(held)-1]
-			if err := ee.Release("db", l.FencingToken); err != nil {
+			if _, err := ee.Release("db", l.FencingToken); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -70,7 +70,7 @@ func TestMarkDrained(t *testing.T) {
 	ee.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, NearFullMark: MarkOff, LowUtilisationMark: MarkOff})
 	l := ee.mustAcquire(t, AcquireRequest{Pool: "db"})
 	pa := ee.startAcquire(t, AcquireRequest{Pool: "db"})
-	if err := ee.Release("db", l.FencingToken); err != nil {
+	if _, err := ee.Release("db", l.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	l2, err := pa.result(t)
@@ -81,7 +81,7 @@ func TestMarkDrained(t *testing.T) {
 		t.Fatalf("drained while the waiter's lease is held: %+v", evs)
 	}
 	ee.clk.Advance(time.Second)
-	if err := ee.Release("db", l2.FencingToken); err != nil {
+	if _, err := ee.Release("db", l2.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	evs := ee.takeEvents()
@@ -91,7 +91,7 @@ func TestMarkDrained(t *testing.T) {
 	// Idle stays idle, and an uncontended use after it is no new spell.
 	ee.clk.Advance(time.Hour)
 	l = ee.mustAcquire(t, AcquireRequest{Pool: "db"})
-	if err := ee.Release("db", l.FencingToken); err != nil {
+	if _, err := ee.Release("db", l.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if evs := ee.takeEvents(); len(evs) != 0 {
@@ -104,7 +104,7 @@ func TestMarkDrained(t *testing.T) {
 	if _, err := pa.result(t); err == nil {
 		t.Fatal("a cancelled acquire was granted")
 	}
-	if err := ee.Release("db", l.FencingToken); err != nil {
+	if _, err := ee.Release("db", l.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if evs := ee.markEvents(PoolDrained); len(evs) != 1 {
@@ -157,7 +157,7 @@ func TestMarkOverload(t *testing.T) {
 		t.Fatalf("overload after re-arming: %+v", evs)
 	}
 	cancel(len(waiters))
-	if err := ee.Release("db", l.FencingToken); err != nil {
+	if _, err := ee.Release("db", l.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if evs := ee.markEvents(PoolDrained); len(evs) != 1 {
@@ -187,7 +187,7 @@ func TestMarkLowUtilisation(t *testing.T) {
 	// A moment at the mark within the next period: no event for it, but
 	// within the hysteresis of one permit it does not re-arm either.
 	l2 := ee.mustAcquire(t, AcquireRequest{Pool: "db"}) // 0.2
-	if err := ee.Release("db", l2.FencingToken); err != nil {
+	if _, err := ee.Release("db", l2.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	ee.clk.Advance(time.Second)
@@ -203,7 +203,7 @@ func TestMarkLowUtilisation(t *testing.T) {
 	l2 = ee.mustAcquire(t, AcquireRequest{Pool: "db"})
 	l3 := ee.mustAcquire(t, AcquireRequest{Pool: "db"}) // 0.3
 	for _, l := range []Lease{l2, l3} {
-		if err := ee.Release("db", l.FencingToken); err != nil {
+		if _, err := ee.Release("db", l.FencingToken); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -278,7 +278,7 @@ func TestMarksValidation(t *testing.T) {
 	}
 }
 
-// BenchmarkGrantBookkeeping measures what marks.go and waittimes.go add
+// BenchmarkGrantBookkeeping measures what event marks and wait times add
 // to a grant and its release: a wait record and two mark checks.
 func BenchmarkGrantBookkeeping(b *testing.B) {
 	te := newTestEngine(b)
@@ -308,7 +308,7 @@ func TestMarkEventsDoNotFlood(t *testing.T) {
 	var held []Lease
 	cycle := func(n int) { // release n, then take n again
 		for i := 0; i < n; i++ {
-			if err := ee.Release("db", held[len(held)-1].FencingToken); err != nil {
+			if _, err := ee.Release("db", held[len(held)-1].FencingToken); err != nil {
 				t.Fatal(err)
 			}
 			held = held[:len(held)-1]

@@ -134,19 +134,8 @@ func (p *pool) record(b outcomeBucket) error {
 		return poolNotFound(p.name)
 	}
 	p.recordOutcomesLocked(b, p.e.clock.Now())
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	p.e.deliver(ob)
 	return nil
-}
-
-// ReleaseWithOutcome is Release, reporting how the work under the lease
-// ended (latency 0: not measured); see ReleaseLease for when the outcome
-// is counted. Errors: those of Release, and ErrInvalidArgument for a bad
-// outcome (then nothing is released).
-func (e *Engine) ReleaseWithOutcome(pool string, token uint64, o Outcome, latency time.Duration) error {
-	_, err := e.ReleaseLease(pool, token, &ReleaseOutcome{Outcome: o, Latency: latency})
-	return err
 }
 
 // Report counts batches of outcomes, each for one pool, as RecordOutcome

@@ -65,7 +65,7 @@ type DurableState struct {
 	// ShareHorizon: no rate share granted or refreshed before a restart
 	// is live after it (the zero time: none ever was), so a restarted
 	// engine knows until when shares it does not know may still be
-	// spending the pool's rate (shares_recovery.go).
+	// spending the pool's rate.
 	ShareHorizon time.Time
 	// ShareTTLBound: no rate share was granted or refreshed with a TTL
 	// above it, so none from before a restart is live after restart +
@@ -74,7 +74,7 @@ type DurableState struct {
 	// EffectiveConcurrency and EffectiveRate are the effective limits
 	// adaptive control lowered the pool to (0: not lowered), so that a
 	// restarted engine does not hand a protected system in trouble its
-	// full configured limits at once (adaptive_persist.go). Unlike the
+	// full configured limits at once. Unlike the
 	// fields above they are soft: written after the change, best effort.
 	EffectiveConcurrency int64
 	EffectiveRate        float64
@@ -84,9 +84,9 @@ type DurableState struct {
 	// rises past the oldest Ended when too many are recorded.
 	ReadoptFloor uint64
 	// Ended are leases released or revoked before their last granted
-	// expiry, written in the background (persist_ahead.go), so that a
+	// expiry, written in the background, so that a
 	// restarted engine does not re-adopt them. Those past their expiry are
-	// dropped: an expiry receipt refuses them already (recovery.go).
+	// dropped: an expiry receipt refuses them already.
 	Ended []EndedLease
 }
 
@@ -125,9 +125,9 @@ type durable struct {
 	state       DurableState
 	tokenBlock  uint64 // tokens the next write reserves
 	lastTokenAt int64  // when a write last had to move TokenCeiling (Unix ns; 0: never)
-	endedDirty  bool   // state.Ended has leases not written yet: recovery_ended.go
+	endedDirty  bool   // state.Ended has leases not written yet
 	flushing    bool   // a background write of state.Ended is running
-	w           writer // every write of the pool goes through it: persist_ahead.go
+	w           writer // every write of the pool goes through it
 }
 
 // NewSavedPool returns what CreatePool would record for cfg at now: cfg
@@ -159,7 +159,7 @@ func (p *pool) initDurableLocked(st DurableState) {
 
 // savedLocked returns p as the Persister records it, with state st.
 func (p *pool) savedLocked(cfg PoolConfig, st DurableState) SavedPool {
-	return SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, State: st, Suspended: p.suspended,
+	return SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, State: st, Suspended: p.susp.on,
 		Resources: p.durableResourcesLocked(nil, nil)}
 }
 
@@ -222,7 +222,7 @@ func (p *pool) persistDeleteLocked(tokenFloor uint64) error {
 	if p.e.persister == nil {
 		return nil
 	}
-	return p.deleteLocked(tokenFloor) // persist_ahead.go
+	return p.deleteLocked(tokenFloor)
 }
 
 // reserveLocked makes sure that the next fencing token, and a lease granted
@@ -242,7 +242,7 @@ func (p *pool) persistDeleteLocked(tokenFloor uint64) error {
 func (p *pool) reserveLocked(now, expiry time.Time) error {
 	st := &p.dur.state
 	if p.lastToken < st.TokenCeiling && !expiry.After(st.LeaseHorizon) && expiry.Sub(now) <= st.TTLBound {
-		p.preReserveLocked(now, expiry) // the next block, in the background: persist_ahead.go
+		p.preReserveLocked(now, expiry) // the next block, in the background
 		return nil
 	}
 	return p.writeReservationLocked(now, expiry)
@@ -298,7 +298,7 @@ func (p *pool) writeReservationLocked(now, expiry time.Time) error {
 // merely more cautious.
 //
 // A pool that holds something gets the leases released or revoked and not
-// written yet written now (recovery_ended.go).
+// written yet written now.
 func (p *pool) recordCleanStopLocked() {
 	if p.e.persister == nil || p.deleted {
 		return

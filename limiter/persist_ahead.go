@@ -8,7 +8,7 @@ import (
 
 // This file keeps the fsync of reservations off the grant path. A busy
 // pool moves its fencing-token ceiling and lease horizon forward about
-// once a second (persist.go); with Options.PreReserve the engine writes
+// once a second; with Options.PreReserve the engine writes
 // the next block in the background when a pool has used half of the
 // current one, so grants find it written and never wait for the disk
 // while holding the pool's lock. When the background write is late (or
@@ -65,7 +65,7 @@ func (p *pool) saveLocked(saved SavedPool, what string) error {
 		return err
 	}
 	p.dur.state = saved.State
-	p.dur.endedDirty = false // the write carried every ended lease: recovery_ended.go
+	p.dur.endedDirty = false // the write carried every ended lease
 	return nil
 }
 
@@ -122,7 +122,7 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint6
 		w.mu.Unlock()
 		p.mu.Lock()
 		w.pending = nil
-		p.mu.Unlock()
+		p.unlock()
 		return
 	}
 	err := p.e.persister.SavePool(saved)
@@ -130,7 +130,7 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint6
 	w.mu.Unlock()
 
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	w.pending = nil
 	if err != nil {
 		return // reserveLocked writes in the foreground when it must, and reports its error

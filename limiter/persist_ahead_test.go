@@ -45,7 +45,7 @@ func (te *testEngine) grantOnce(t *testing.T, pool string) Lease {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := te.Release(pool, l.FencingToken); err != nil {
+	if _, err := te.Release(pool, l.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	return l

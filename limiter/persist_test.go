@@ -127,7 +127,7 @@ func TestPersistBeforeVisible(t *testing.T) {
 	if s := te.status(t, "db"); s.Held != 1 {
 		t.Fatalf("after a failed delete: %+v", s)
 	}
-	if err := te.Release("db", l.FencingToken); err != nil {
+	if _, err := te.Release("db", l.FencingToken); err != nil {
 		t.Fatalf("release after a failed delete: %v", err)
 	}
 
@@ -161,7 +161,7 @@ func TestTokensReservedInBlocks(t *testing.T) {
 		if sp, _ := m.saved("db"); l.FencingToken > sp.State.TokenCeiling {
 			t.Fatalf("token %d issued above the saved ceiling %d", l.FencingToken, sp.State.TokenCeiling)
 		}
-		if err := te.Release("db", l.FencingToken); err != nil {
+		if _, err := te.Release("db", l.FencingToken); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -176,7 +176,7 @@ func TestTokensReservedInBlocks(t *testing.T) {
 	sp, _ := m.saved("db")
 	for i := uint64(0); ; i++ {
 		l := te.mustAcquire(t, AcquireRequest{Pool: "db"})
-		_ = te.Release("db", l.FencingToken)
+		_, _ = te.Release("db", l.FencingToken)
 		if l.FencingToken > sp.State.TokenCeiling {
 			break
 		}
@@ -198,7 +198,7 @@ func TestHorizonWrittenAhead(t *testing.T) {
 		t.Fatalf("a new pool has horizon %v; want none until a grant", sp.State.LeaseHorizon)
 	}
 	l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second})
-	w := 0 // writes that move the horizon (releases are written too: recovery_ended.go)
+	w := 0 // writes that move the horizon (releases are written too)
 	m.setFail(func(old, new SavedPool, _ bool) error {
 		if !new.State.LeaseHorizon.Equal(old.State.LeaseHorizon) {
 			w++
@@ -219,7 +219,7 @@ func TestHorizonWrittenAhead(t *testing.T) {
 		if sp.State.TTLBound < 10*time.Second {
 			t.Fatalf("TTL bound %v below the pool's max TTL", sp.State.TTLBound)
 		}
-		_ = te.Release("db", l2.FencingToken)
+		_, _ = te.Release("db", l2.FencingToken)
 	}
 	// One write per DefaultHorizonSlack (30s) of time: 10, give or take one.
 	if w < 9 || w > 11 {
@@ -274,7 +274,7 @@ func TestReservationFailureGrantsNothing(t *testing.T) {
 	// The waiter is granted by the release, but its grant cannot be
 	// reserved if it needs a write: give it one that does.
 	te.clk.Advance(500 * time.Millisecond) // now 36.5s: the waiter's default TTL (10s) passes the horizon
-	if err := te.Release("db", l.FencingToken); err != nil {
+	if _, err := te.Release("db", l.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	_, err = w.result(t)
@@ -297,7 +297,7 @@ func TestNoPersisterNeverWrites(t *testing.T) {
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, MaxLeaseTTL: 24 * time.Hour})
 	for i := 0; i < 3000; i++ {
 		l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 24 * time.Hour})
-		if err := te.Release("db", l.FencingToken); err != nil {
+		if _, err := te.Release("db", l.FencingToken); err != nil {
 			t.Fatal(err)
 		}
 		te.clk.Advance(time.Hour)

@@ -14,7 +14,7 @@ import (
 //   - held is the sum of the weights of the leases in leases, and every
 //     lease in leases is in expiry and vice versa;
 //   - a grant is made only if held+weight <= the effective concurrency
-//     limit ad.limit (when the pool has a limit; adaptive.go) and the bucket
+//     limit ad.limit (when the pool has a limit) and the bucket
 //     had the tokens at that instant (when there is a rate); held may
 //     exceed the limit only because it was lowered under it;
 //   - every waiter in waiters is not done; a done waiter's ready is closed;
@@ -33,8 +33,7 @@ type pool struct {
 	createTime time.Time
 	updateTime time.Time
 	deleted    bool
-	suspended  bool          // no new grants: suspend.go
-	drained    chan struct{} // closed when held reaches 0; nil until a DrainPool waits: suspend.go
+	susp       suspension // an operator's suspension, and DrainPool's waiters
 
 	held      int64
 	lastToken uint64
@@ -56,17 +55,44 @@ type pool struct {
 
 	stats PoolStatus // counters only; the gauges are computed by statusLocked
 
-	dur durable  // durable reservations of tokens and expiries: persist.go
-	rec recovery // recovery window after a restart: recovery.go
+	dur durable  // durable reservations of tokens and expiries
+	rec recovery // recovery window after a restart
 
-	ad  adaptive     // effective limits and adaptive control: adaptive.go
-	shr shareTable   // rate shares: shares.go
-	out outbox       // events for the engine's callbacks, sent after unlocking: poolevents.go
-	res *resourceSet // instances of an active or passive pool, nil in a free pool: resource_set.go
+	ad  adaptive     // effective limits and adaptive control
+	shr shareTable   // rate shares
+	out outbox       // events for the engine's callbacks, sent after unlocking
+	res *resourceSet // instances of an active or passive pool, nil in a free pool
 
-	mk    markState // event marks: marks.go
-	waits waitHist  // wait times of recent grants, and rate tokens: waittimes.go
+	mk    markState // event marks
+	waits waitHist  // wait times of recent grants, and rate tokens
 	born  time.Time // when this engine made the pool (createTime may be older, after a restart)
+
+	parts []part // the features above that take part in status and stop
+	gates []gate // those of parts that also decide grants, in order
+}
+
+// A part is one feature of a pool with state of its own (adaptive limits,
+// the recovery window, suspension, instances, rate shares, event marks).
+// The pool calls every part, under its lock, when it reports its status
+// and when it stops for good, rather than naming each feature there.
+type part interface {
+	// stop stops the part's timers for good (pool deleted, engine closed).
+	stop()
+	// status fills in the part's fields of s.
+	status(p *pool, s *PoolStatus, now time.Time)
+}
+
+// A gate is a part that may hold back a grant: admitLocked asks every gate
+// before it takes tokens from the bucket.
+type gate interface {
+	part
+	// admits reports whether weight more permits may be granted at now.
+	// It must not change anything: a later gate or the bucket may refuse.
+	admits(p *pool, weight int64, now time.Time) bool
+	// describe says where the pool stands against the gate, for the
+	// messages of acquires it cannot grant; empty when there is nothing
+	// to say.
+	describe(p *pool, now time.Time) string
 }
 
 // newPool returns a pool whose first fencing token will be above
@@ -82,18 +108,26 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		leases:     make(map[uint64]*lease),
 		lastToken:  tokenFloor,
 	}
-	if cfg.ResourceKind != ResourceFree {
+	// The gates in the order a grant is checked: the effective
+	// concurrency limit, the recovery window, a suspension, the instances.
+	p.gates = []gate{&p.ad, &p.rec, &p.susp}
+	if cfg.ResourceKind != ResourceFree { // the kind never changes
 		p.res = newResourceSet()
+		p.gates = append(p.gates, p.res)
 	}
-	p.initAdaptiveLocked() // effective limits = configured: adaptive.go
+	p.parts = []part{&p.shr, &p.mk}
+	for _, g := range p.gates {
+		p.parts = append(p.parts, g)
+	}
+	p.initAdaptiveLocked() // effective limits = configured
 	p.applyRateLocked(now)
-	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, ReadoptFloor: tokenFloor}) // persist.go
-	p.applyMarksLocked()                                                                                                             // event marks: marks.go
+	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, ReadoptFloor: tokenFloor})
+	p.applyMarksLocked() // event marks
 	return p
 }
 
 // applyRateLocked makes the bucket match the effective rate, less the rate
-// granted as shares (exactRateLocked: shares.go), and cfg.Burst.
+// granted as shares (exactRateLocked), and cfg.Burst.
 func (p *pool) applyRateLocked(now time.Time) {
 	switch r := rate.Limit(p.exactRateLocked()); {
 	case p.cfg.Rate == 0:
@@ -118,7 +152,7 @@ func (p *pool) checkWeightLocked(weight int64) error {
 		return errorf(ErrInvalidArgument, "weight %d exceeds the %d instances any pool may hold; it could never be granted", weight, MaxResourcesPerPool)
 	}
 	if p.cfg.ResourceKind == ResourceActive && weight > int64(p.res.usable()) {
-		return errorf(ErrInvalidArgument, "weight %d exceeds active pool %q's %d instances; it could never be granted until more are added (tollgate resource add %s ...)", weight, p.name, p.res.usable(), p.name)
+		return errorf(ErrInvalidArgument, "weight %d exceeds active pool %q's %d instances; it could never be granted until an operator adds more", weight, p.name, p.res.usable())
 	}
 	if p.cfg.ConcurrencyLimit > 0 && weight > p.cfg.ConcurrencyLimit {
 		return errorf(ErrInvalidArgument, "weight %d exceeds pool %q's concurrency limit %d; it could never be granted", weight, p.name, p.cfg.ConcurrencyLimit)
@@ -144,33 +178,26 @@ func (p *pool) resolveTTLLocked(ttl time.Duration) (time.Duration, error) {
 // admitLocked reports whether weight can be granted at now and, if so,
 // takes its tokens from the bucket. It does not look at the wait queue.
 func (p *pool) admitLocked(weight int64, now time.Time) bool {
-	if p.cfg.ConcurrencyLimit > 0 && p.held+weight > p.ad.limit { // the effective limit: adaptive.go
-		return false
+	for _, g := range p.gates {
+		if !g.admits(p, weight, now) {
+			return false
+		}
 	}
-	if p.recoveryBlocksLocked() { // after a restart, wait out the recovery window: recovery.go
-		return false
-	}
-	if p.suspended { // an operator suspended the pool: suspend.go
-		return false
-	}
-	if p.res != nil && int64(p.res.free.Len()) < weight { // instances: resource_set.go
-		return false
-	}
-	if p.bucket != nil {
+	if p.bucket != nil { // last: it takes the tokens
 		if !p.bucket.AllowN(now, int(weight)) {
 			p.armRateTimerLocked(weight, now)
 			return false
 		}
 		p.stats.TokensGranted += weight
-		p.waits.addTokens(now, weight) // for the rate's utilisation: waittimes.go
+		p.waits.addTokens(now, weight) // for the rate's utilisation
 	}
 	return true
 }
 
 // grantLocked creates a lease for req, which admitLocked has just admitted
 // after it waited for waited (0: granted at once; recorded in the pool's
-// wait times, waittimes.go). It fails only when the token or expiry reservation cannot be written
-// (persist.go); then nothing is granted, and the rate tokens admitLocked
+// wait times). It fails only when the token or expiry reservation cannot
+// be written; then nothing is granted, and the rate tokens admitLocked
 // took stay spent (erring on the side of granting less).
 func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Duration) (Lease, error) {
 	ttl := min(req.TTL, p.cfg.MaxLeaseTTL) // the maximum may have been lowered while req waited
@@ -194,7 +221,7 @@ func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Durat
 		owner: req.Owner,
 	}
 	if p.res != nil {
-		p.bindLocked(l) // resource_set.go
+		p.bindLocked(l)
 	}
 	p.leases[l.FencingToken] = l
 	p.expiry.push(l)
@@ -202,7 +229,7 @@ func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Durat
 	p.stats.Granted++
 	p.waits.record(now, waited)
 	p.armExpiryTimerLocked(l.ExpireTime, now)
-	p.marksLocked() // marks.go
+	p.marksLocked()
 	return l.Lease, nil
 }
 
@@ -212,12 +239,12 @@ func (p *pool) removeLeaseLocked(l *lease) {
 	p.expiry.remove(l)
 	p.held -= l.Weight
 	if p.res != nil {
-		p.unbindLocked(l, p.e.clock.Now()) // resource_set.go
+		p.unbindLocked(l, p.e.clock.Now())
 	}
 	if p.held == 0 {
-		p.notifyDrainedLocked() // suspend.go
+		p.notifyDrainedLocked()
 	}
-	p.marksLocked() // marks.go
+	p.marksLocked()
 }
 
 // dispatchLocked grants waiters from the head of the queue while they fit.
@@ -242,7 +269,7 @@ func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
 	if w.index >= 0 {
 		p.waiters.remove(w)
 		p.waitingWeight -= w.req.Weight
-		p.marksLocked() // marks.go
+		p.marksLocked()
 	}
 	if w.timer != nil {
 		w.timer.Stop()
@@ -312,7 +339,8 @@ func (p *pool) onExpiryTimer() {
 	if len(ended) > 0 {
 		p.dispatchLocked(now)
 	}
-	p.unlockNotify(ended)
+	p.endedLocked(ended)
+	p.unlock()
 }
 
 // armRateTimerLocked arms the rate timer for when the bucket will hold
@@ -365,11 +393,9 @@ func (p *pool) stopTimersLocked() {
 	}
 	p.expiryAt = time.Time{}
 	p.stopRateTimerLocked()
-	p.stopRecoveryLocked()  // recovery.go
-	p.stopAdaptiveLocked()  // adaptive.go
-	p.stopSharesLocked()    // shares_ops.go
-	p.stopProvidersLocked() // providers.go
-	p.stopMarksLocked()     // marks.go
+	for _, pt := range p.parts {
+		pt.stop()
+	}
 }
 
 // statusLocked returns the live status.
@@ -380,14 +406,9 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	s.Waiting = int64(len(p.waiters))
 	s.WaitingWeight = p.waitingWeight
 	s.LastFencingToken = p.lastToken
-	s.RecoveringUntil = p.rec.until
-	s.Suspended = p.suspended
-	if p.res != nil {
-		s.Resources, s.ResourcesFree, s.Providers = int64(len(p.res.byID)), int64(p.res.free.Len()), int64(len(p.res.providers))
+	for _, pt := range p.parts {
+		pt.status(p, &s, now)
 	}
-	s.Utilisation = p.utilisationLocked() // marks.go
-	p.adaptiveStatusLocked(&s, now)       // adaptive.go
-	p.sharesStatusLocked(&s)              // shares_ops.go
 	if p.bucket != nil {
 		s.TokensAvailable = p.bucket.TokensAt(now)
 	}

@@ -20,7 +20,7 @@ const (
 	// its keep-alive, or with its pool's deletion; Message says why.
 	ProviderLeft
 	// PoolOverload: the acquires waiting rose to or above the pool's
-	// overload mark (PoolEvent.Mark). See marks.go.
+	// overload mark (PoolEvent.Mark; PoolConfig.OverloadMark).
 	PoolOverload
 	// PoolDrained: the pool became idle (nothing held, nothing waiting)
 	// after a spell in which acquires waited.
@@ -86,8 +86,8 @@ func (r ThrottleReason) String() string {
 // PoolEvent reports something that happened in a pool by itself: a change
 // of its effective limits by adaptive control (PoolThrottled,
 // PoolRelieved), a mark crossed (PoolOverload, PoolDrained, PoolNearFull,
-// PoolLowUtilisation: marks.go), or a provider joining or leaving a
-// passive pool (ProviderJoined, ProviderLeft: providers.go). Operator
+// PoolLowUtilisation), or a provider joining or leaving a
+// passive pool (ProviderJoined, ProviderLeft). Operator
 // changes are not reported here: their callers know of them.
 type PoolEvent struct {
 	Pool string
@@ -127,7 +127,7 @@ type PoolEvent struct {
 	// PoolDrained); Period is PoolLowUtilisation's period. Suppressed
 	// counts the crossings of this kind that were not reported since the
 	// previous event of this kind, as they came within the engine's
-	// MarkEventInterval of it (marks.go).
+	// MarkEventInterval of it.
 	Held, Waiting int64
 	Utilisation   float64
 	Mark          float64
@@ -142,14 +142,7 @@ type PoolEvent struct {
 type outbox struct {
 	events []PoolEvent
 	shares []ShareUpdate
-	ended  []LeaseEnded // leases revoked by a revocation policy: revoke.go
-}
-
-// takeOutboxLocked returns and clears p's outbox.
-func (p *pool) takeOutboxLocked() outbox {
-	ob := p.out
-	p.out = outbox{}
-	return ob
+	ended  []LeaseEnded // leases revoked by a revocation policy
 }
 
 // deliver calls the engine's callbacks with what ob holds. Call it without
@@ -174,24 +167,25 @@ func (ob *outbox) empty() bool {
 }
 
 // unlock releases p.mu and then delivers what p's outbox holds (mark
-// events, marks.go, are put there wherever held or waiting change). Use it
-// instead of p.mu.Unlock wherever no other engine lock is held.
+// events are put there wherever held or waiting change, and leases ended
+// under the lock by endedLocked). It is the one way to release a pool's
+// lock where no other engine lock is held.
 func (p *pool) unlock() {
 	if p.out.empty() {
 		p.mu.Unlock()
 		return
 	}
-	ob := p.takeOutboxLocked()
+	ob := p.out
+	p.out = outbox{}
 	p.mu.Unlock()
 	p.e.deliver(ob)
 }
 
-// unlockNotify is unlock for a caller that ended leases under the lock:
-// it reports ended to OnLeaseEnded before the outbox, so that a lease's
-// end comes before the pool_drained it caused.
-func (p *pool) unlockNotify(ended []LeaseEnded) {
-	ob := p.takeOutboxLocked()
-	p.mu.Unlock()
-	p.e.notifyEnded(ended)
-	p.e.deliver(ob)
+// endedLocked puts leases ended under the lock in the outbox, ahead of
+// those already there, so that unlock reports a lease's end before the
+// pool_drained it caused.
+func (p *pool) endedLocked(ended []LeaseEnded) {
+	if len(ended) > 0 {
+		p.out.ended = append(ended, p.out.ended...)
+	}
 }

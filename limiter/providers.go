@@ -93,7 +93,7 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 	if err != nil {
 		return nil, err
 	}
-	if err := p.checkKindLocked(ResourcePassive, "its instances are declared by operators (tollgate resource add)"); err != nil {
+	if err := p.checkKindLocked(ResourcePassive, "its instances are declared by operators"); err != nil {
 		p.unlock()
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 	p.out.events = append(p.out.events, PoolEvent{Pool: pool, Type: ProviderJoined, Time: now, Provider: spec.ID, Owner: spec.Owner,
 		Message: "provider " + quote(spec.ID) + " joined from " + spec.Address + " with a keep-alive TTL of " + spec.TTL.String()})
 	p.offerLocked(pr, add, now)
-	p.unlock() // delivers the outbox: poolevents.go
+	p.unlock() // delivers the outbox
 	return pr.handle, nil
 }
 
@@ -204,7 +204,7 @@ func (p *pool) offerLocked(pr *provider, add []Resource, now time.Time) {
 	}
 	if len(add) > 0 {
 		p.dispatchLocked(now)
-		p.marksLocked() // the capacity grew: marks.go
+		p.marksLocked() // the capacity grew
 	}
 }
 
@@ -233,7 +233,8 @@ func (h *Provider) Withdraw(ids []string, wait bool) (RemoveResult, ProviderInfo
 	}
 	res, ended := p.removeAndDispatchLocked(ins, wait, "was withdrawn from pool "+quote(p.name)+" by its provider "+quote(h.id), "", now)
 	info := pr.infoLocked()
-	p.unlockNotify(ended) // poolevents.go
+	p.endedLocked(ended)
+	p.unlock()
 	return res, info, nil
 }
 
@@ -252,7 +253,7 @@ func (h *Provider) Leave(reason string) error {
 	}
 	pr := p.res.providers[h.id]
 	p.leaveLocked(pr, reason, false, now)
-	p.unlock() // delivers the outbox: poolevents.go
+	p.unlock() // delivers the outbox
 	return nil
 }
 
@@ -302,16 +303,13 @@ func (p *pool) onProviderTimer(pr *provider) {
 		return
 	}
 	p.leaveLocked(pr, "it missed its keep-alive (nothing heard for its TTL of "+pr.TTL.String()+")", true, now)
-	p.unlock() // delivers the outbox: poolevents.go
+	p.unlock() // delivers the outbox
 }
 
-// stopProvidersLocked stops the providers' timers for good and marks them
-// gone (pool deleted, engine closed).
-func (p *pool) stopProvidersLocked() {
-	if p.res == nil {
-		return
-	}
-	for _, pr := range p.res.providers {
+// stop stops the providers' timers for good (pool deleted, engine
+// closed).
+func (rs *resourceSet) stop() {
+	for _, pr := range rs.providers {
 		pr.timer.Stop()
 	}
 }

@@ -10,8 +10,8 @@ import (
 // grow the engine's memory without bound.
 const maxRecoveryEnded = 1 << 16
 
-// recovery is a pool's recovery window after a restart (see doc.go and
-// docs/recovery.md). It is guarded by the pool's mutex; the zero value
+// recovery is a pool's recovery window after a restart (see the package
+// documentation and docs/recovery.md). It is guarded by the pool's mutex; the zero value
 // means "not recovering". Only until, which the hot path reads, is kept in
 // every pool; the rest exists during a window only.
 type recovery struct {
@@ -103,8 +103,8 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		st.TTLBound = cfg.MaxLeaseTTL // not recorded: assume the longest
 	}
 	p.initDurableLocked(st)
-	p.suspended = saved.Suspended                 // suspend.go
-	if p.res != nil && len(saved.Resources) > 0 { // an active pool's instances: resources_active.go
+	p.susp.on = saved.Suspended
+	if p.res != nil && len(saved.Resources) > 0 { // an active pool's instances
 		rs, err := checkSavedResources(saved.Resources)
 		if err != nil {
 			return PoolInfo{}, err
@@ -121,8 +121,8 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 			ended: endedSet(st.Ended, now), taken: make(map[uint64]struct{})}}
 		p.rec.timer = e.clock.AfterFunc(until.Sub(now), p.onRecoveryEnd)
 	}
-	p.restoreEffectiveLocked(st, now) // adaptive_persist.go
-	p.restoreSharesLocked(st, now)    // shares_recovery.go
+	p.restoreEffectiveLocked(st, now)
+	p.restoreSharesLocked(st, now)
 	e.pools.add(p)
 	return p.infoLocked(now), nil
 }
@@ -173,18 +173,32 @@ func (p *pool) onRecoveryEnd() {
 	}
 	p.rec = recovery{}
 	now := p.e.clock.Now()
-	p.applyRestoredLimitLocked(now)                                  // adaptive_persist.go
-	p.out.ended = append(p.out.ended, p.revokeAwaitedLocked(now)...) // providers.go
+	p.applyRestoredLimitLocked(now)
+	p.out.ended = append(p.out.ended, p.revokeAwaitedLocked(now)...)
 	p.dispatchLocked(now)
 }
 
-// stopRecoveryLocked stops the window's timer for good (pool deleted,
-// engine closed).
-func (p *pool) stopRecoveryLocked() {
-	if p.rec.window != nil && p.rec.timer != nil {
-		p.rec.timer.Stop()
+// admits holds back grants while the window does
+// (recoveryBlocksLocked).
+func (r *recovery) admits(p *pool, _ int64, _ time.Time) bool { return !p.recoveryBlocksLocked() }
+
+// describe says until when the window holds back grants.
+func (r *recovery) describe(p *pool, _ time.Time) string {
+	if !p.recoveryBlocksLocked() {
+		return ""
+	}
+	return "recovering from a restart until " + r.until.UTC().Format(time.RFC3339Nano)
+}
+
+// stop stops the window's timer for good (pool deleted, engine closed).
+func (r *recovery) stop() {
+	if r.window != nil && r.timer != nil {
+		r.timer.Stop()
 	}
 }
+
+// status fills in when the window ends.
+func (r *recovery) status(_ *pool, s *PoolStatus, _ time.Time) { s.RecoveringUntil = r.until }
 
 // Readopt describes a lease the holder believes it holds, as sent with a
 // renew, so that an engine restarted since the grant can take the lease
@@ -241,7 +255,7 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 		return nil, errorf(ErrInvalidArgument, "client id is %d bytes; the most is %d", len(ra.ClientID), MaxClientIDLen)
 	case len(ra.Description) > MaxDescriptionLen:
 		return nil, errorf(ErrInvalidArgument, "description is %d bytes; the most is %d", len(ra.Description), MaxDescriptionLen)
-	case p.cfg.ConcurrencyLimit > 0 && p.held+ra.Weight > p.ad.limit: // the effective limit: adaptive.go
+	case p.cfg.ConcurrencyLimit > 0 && p.held+ra.Weight > p.ad.limit: // the effective limit
 		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its weight %d does not fit (held %d of limit %d); stop the work it protects and acquire a new lease", token, p.name, since, ra.Weight, p.held, p.ad.limit)
 	case len(p.rec.taken) >= maxRecoveryEnded:
 		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: %d leases were re-adopted already, the most one recovery allows; acquire a new lease", token, p.name, since, maxRecoveryEnded)
@@ -272,14 +286,14 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 		owner: owner,
 	}
 	if ins != nil {
-		p.bindInstancesLocked(l, ins) // resource_set.go
+		p.bindInstancesLocked(l, ins)
 	}
 	p.rec.taken[token] = struct{}{}
 	p.leases[token] = l
 	p.expiry.push(l)
 	p.held += ra.Weight
 	p.stats.Readopted++
-	p.marksLocked() // marks.go
+	p.marksLocked()
 	p.armExpiryTimerLocked(l.ExpireTime, now)
 	return l, nil
 }
@@ -296,7 +310,7 @@ func (p *pool) releasePreRestartLocked(token uint64) bool {
 	if len(p.rec.taken) < maxRecoveryEnded {
 		p.rec.taken[token] = struct{}{}
 	}
-	p.recordEndedLocked(token, p.rec.until, false) // it cannot be live after the window: recovery_ended.go
+	p.recordEndedLocked(token, p.rec.until, false) // it cannot be live after the window
 	p.stats.Released++
 	return true
 }

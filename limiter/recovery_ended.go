@@ -51,18 +51,18 @@ func (p *pool) recordEndedLocked(token uint64, expiry time.Time, revoked bool) {
 func (p *pool) flushEnded() {
 	p.mu.Lock()
 	if p.e.closed.Load() {
-		p.mu.Unlock()
+		p.unlock()
 		return // Close waits for writes started before it, and none may start after
 	}
 	p.e.bg.Add(1)
-	p.mu.Unlock()
+	p.unlock()
 	defer p.e.bg.Done()
 	w := &p.dur.w
 	for {
 		p.mu.Lock()
 		if !p.dur.endedDirty || p.deleted {
 			p.dur.flushing = false
-			p.mu.Unlock()
+			p.unlock()
 			return
 		}
 		st := p.dur.state
@@ -74,7 +74,7 @@ func (p *pool) flushEnded() {
 		saved := p.savedLocked(p.cfg, st)
 		p.dur.endedDirty = false
 		seen := w.writes.Load()
-		p.mu.Unlock()
+		p.unlock()
 
 		w.mu.Lock()
 		stale := w.writes.Load() != seen // written meanwhile, maybe from an older snapshot: take a new one
@@ -89,10 +89,10 @@ func (p *pool) flushEnded() {
 			p.dur.endedDirty = true
 			if err != nil { // the next release, or any foreground write, tries again
 				p.dur.flushing = false
-				p.mu.Unlock()
+				p.unlock()
 				return
 			}
-			p.mu.Unlock()
+			p.unlock()
 		}
 	}
 }

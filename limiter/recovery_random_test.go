@@ -93,7 +93,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 		slack = time.Duration(1+rng.IntN(500)) * time.Millisecond
 	}
 	te := newPersistentTestEngine(t, m, slack)
-	if len(preReserve) > 0 && preReserve[0] { // the next reservations written in the background: persist_ahead.go
+	if len(preReserve) > 0 && preReserve[0] { // the next reservations written in the background
 		te.Engine.Close()
 		te.Engine = New(Options{Clock: te.clk, Persister: m, HorizonSlack: slack, PreReserve: true, OnLeaseEnded: te.Engine.onLeaseEnded})
 		t.Cleanup(te.Engine.Close)
@@ -259,7 +259,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			if hs := valid(); len(hs) > 0 {
 				i := rng.IntN(len(hs))
 				h := hs[i]
-				h.ended = te.Release("db", h.token) == nil // the holder stops either way
+				h.ended = errOf(te.Release("db", h.token)) == nil // the holder stops either way
 				h.releasedAt = now()
 				holders = append(hs[:i], hs[i+1:]...)
 				if len(lost) < 100 {

@@ -51,7 +51,7 @@ func TestRestartContinuesTokensAboveCeiling(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		l := te.mustAcquire(t, AcquireRequest{Pool: "db"})
 		last = l.FencingToken
-		_ = te.Release("db", l.FencingToken)
+		_, _ = te.Release("db", l.FencingToken)
 	}
 	te2 := te.restart(t, m, time.Hour)
 	info, err := te2.GetPool("db")
@@ -177,14 +177,14 @@ func TestReadopt(t *testing.T) {
 	if l, err = te2.RenewOrReadopt("db", a.FencingToken, 8*time.Second, nil, readopt(2)); err != nil || l.TTL != 8*time.Second {
 		t.Fatalf("renew of the re-adopted lease: %+v, %v", l, err)
 	}
-	if err := te2.Release("db", a.FencingToken); err != nil {
+	if _, err := te2.Release("db", a.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, readopt(2))
 	wantReason(t, err, ErrLeaseNotFound)
 
 	// b's holder releases without renewing first: that is fine.
-	if err := te2.Release("db", b.FencingToken); err != nil {
+	if _, err := te2.Release("db", b.FencingToken); err != nil {
 		t.Fatalf("release of a lease from before the restart: %v", err)
 	}
 	_, err = te2.RenewOrReadopt("db", b.FencingToken, 0, nil, readopt(3))
@@ -245,10 +245,10 @@ func TestReadoptRefusals(t *testing.T) {
 
 	// After the window nothing is re-adopted.
 	te2.clk.Advance(10 * time.Second)
-	_ = te2.Release("db", b.FencingToken)
+	_, _ = te2.Release("db", b.FencingToken)
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, readopt(2))
 	wantReason(t, err, ErrLeaseNotFound)
-	err = te2.Release("db", a.FencingToken)
+	_, err = te2.Release("db", a.FencingToken)
 	wantReason(t, err, ErrLeaseNotFound)
 }
 
@@ -302,7 +302,7 @@ func TestTTLBoundCoversLoweredMaxTTL(t *testing.T) {
 	// is live: that write must keep the bound.
 	for i := 0; i < 2*minTokenBlock; i++ {
 		l := te.mustAcquire(t, AcquireRequest{Pool: "db"})
-		_ = te.Release("db", l.FencingToken)
+		_, _ = te.Release("db", l.FencingToken)
 	}
 	te2 := te.restart(t, m, 5*time.Second)
 	if got, want := te2.status(t, "db").RecoveringUntil, epoch.Add(65*time.Second); !got.Equal(want) {
@@ -389,7 +389,7 @@ func TestCleanStopNeedsNoWindow(t *testing.T) {
 	te.mustCreate(t, PoolConfig{Name: "idle", ConcurrencyLimit: 2, MaxLeaseTTL: 10 * time.Second})
 	te.mustCreate(t, PoolConfig{Name: "busy", ConcurrencyLimit: 2, MaxLeaseTTL: 10 * time.Second})
 	a := te.mustAcquire(t, AcquireRequest{Pool: "idle", TTL: 10 * time.Second})
-	if err := te.Release("idle", a.FencingToken); err != nil {
+	if _, err := te.Release("idle", a.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	te.mustAcquire(t, AcquireRequest{Pool: "busy", TTL: 10 * time.Second})

@@ -13,7 +13,7 @@ type instance struct {
 	Resource
 	holder   *lease        // the live lease bound to it; nil when not held
 	removing bool          // removed or withdrawn with wait: leaves when its lease ends
-	awaited  bool          // re-adopted in a passive pool before its provider offered it again: recovery.go
+	awaited  bool          // re-adopted in a passive pool before its provider offered it again
 	elem     *list.Element // its place in resourceSet.free; nil unless free
 	addTime  time.Time
 	released time.Time // when a lease last let it go; zero: never
@@ -36,11 +36,26 @@ type resourceSet struct {
 	byID      map[string]*instance
 	free      list.List            // of *instance
 	removing  int                  // instances with removing set
-	providers map[string]*provider // live providers of a passive pool: providers.go
+	providers map[string]*provider // live providers of a passive pool
 }
 
 func newResourceSet() *resourceSet {
 	return &resourceSet{byID: make(map[string]*instance), providers: make(map[string]*provider)}
+}
+
+// admits lets weight be granted if as many instances are free.
+func (rs *resourceSet) admits(_ *pool, weight int64, _ time.Time) bool {
+	return int64(rs.free.Len()) >= weight
+}
+
+// describe gives the instances free of all.
+func (rs *resourceSet) describe(*pool, time.Time) string {
+	return itoa(int64(rs.free.Len())) + " of " + itoa(int64(len(rs.byID))) + " instances free"
+}
+
+// status fills in the instances, those free, and the providers.
+func (rs *resourceSet) status(_ *pool, s *PoolStatus, _ time.Time) {
+	s.Resources, s.ResourcesFree, s.Providers = int64(len(rs.byID)), int64(rs.free.Len()), int64(len(rs.providers))
 }
 
 // usable is the number of instances that can be granted once free: all
@@ -115,8 +130,8 @@ func (p *pool) bindLocked(l *lease) {
 	}
 }
 
-// bindInstancesLocked binds l to ins, free instances a re-adoption names
-// (recovery.go), and records them in the lease.
+// bindInstancesLocked binds l to ins, free instances a re-adoption names,
+// and records them in the lease.
 func (p *pool) bindInstancesLocked(l *lease, ins []*instance) {
 	l.Resources = make([]Resource, len(ins))
 	for i, in := range ins {

@@ -4,9 +4,7 @@ import "time"
 
 // This file declares what active and passive pools are made of: resource
 // instances, the kinds of pool, how a free instance is chosen, and the
-// limits on them. The instance set is in resource_set.go, the operator's
-// calls on active pools in resources_active.go, and providers of passive
-// pools in providers.go.
+// limits on them.
 
 // Limits on resource instances and providers.
 const (

@@ -41,7 +41,7 @@ func (e *Engine) AddResources(pool string, rs []Resource) (PoolInfo, error) {
 	}
 	p.res.addAll(add, now)
 	p.dispatchLocked(now)
-	p.marksLocked() // the capacity grew: marks.go
+	p.marksLocked() // the capacity grew
 	return p.infoLocked(now), nil
 }
 
@@ -72,14 +72,8 @@ type RemoveResult struct {
 // many, an id twice, reason longer than MaxRevokeReasonLen);
 // ErrResourceNotFound (an id is not in the pool; nothing is removed);
 // ErrStorageFailed (nothing was removed); ErrShuttingDown.
-func (e *Engine) RemoveResources(pool string, ids []string, wait bool, reason string) (RemoveResult, error) {
-	return e.RemoveResourcesBy(pool, ids, wait, reason, "")
-}
-
-// RemoveResourcesBy is RemoveResources by the operator actor, who is
-// named to the holders of revoked leases and in LeaseEnded.Actor, as in
-// RevokeLeaseBy.
-func (e *Engine) RemoveResourcesBy(pool string, ids []string, wait bool, reason, actor string) (RemoveResult, error) {
+func (e *Engine) RemoveResources(pool string, ids []string, wait bool, reason string, opts ...CallOption) (RemoveResult, error) {
+	actor := callOptionsOf(opts).actor
 	if err := checkResourceIDs(ids); err != nil {
 		return RemoveResult{}, err
 	}
@@ -108,7 +102,8 @@ func (e *Engine) RemoveResourcesBy(pool string, ids []string, wait bool, reason,
 		return RemoveResult{}, err
 	}
 	res, ended := p.removeAndDispatchLocked(ins, wait, "was removed from pool "+quote(p.name)+": "+reason, actor, now)
-	p.unlockNotify(ended) // poolevents.go
+	p.endedLocked(ended)
+	p.unlock()
 	return res, nil
 }
 
@@ -131,7 +126,7 @@ func (p *pool) removeAndDispatchLocked(ins []*instance, wait bool, reason, actor
 		return nil
 	})
 	p.dispatchLocked(now)
-	p.marksLocked() // the capacity shrank: marks.go
+	p.marksLocked() // the capacity shrank
 	return RemoveResult{Removed: removed, Removing: removing, Revoked: revoked}, ended
 }
 
@@ -194,7 +189,7 @@ func (p *pool) instancesLocked(ids []string, provider string) ([]*instance, erro
 			if provider != "" {
 				return nil, errorf(ErrResourceNotFound, "provider %q offers no instance %q in pool %q; nothing was withdrawn", provider, id, p.name)
 			}
-			return nil, errorf(ErrResourceNotFound, "pool %q has no instance %q; nothing was removed (tollgate resource list %s)", p.name, id, p.name)
+			return nil, errorf(ErrResourceNotFound, "pool %q has no instance %q; nothing was removed", p.name, id)
 		}
 		ins = append(ins, in)
 	}

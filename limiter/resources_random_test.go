@@ -151,7 +151,7 @@ func runRandomizedResources(t *testing.T, seed uint64, steps int) {
 			}
 		case op < 44:
 			if h, ok := pick(true); ok {
-				_ = te.Release(h.pool, h.token)
+				_, _ = te.Release(h.pool, h.token)
 			}
 		case op < 50:
 			if h, ok := pick(false); ok {
@@ -229,7 +229,7 @@ func runRandomizedResources(t *testing.T, seed uint64, steps int) {
 	}
 	collect()
 	for _, h := range held {
-		_ = te.Release(h.pool, h.token)
+		_, _ = te.Release(h.pool, h.token)
 	}
 	for _, c := range configs {
 		s := te.status(t, c.Name)

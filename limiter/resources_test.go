@@ -45,11 +45,11 @@ func TestActiveGrantBindsDistinctInstances(t *testing.T) {
 	wantReason(t, err, ErrInvalidArgument)
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
 	wantReason(t, err, ErrNoCapacity)
-	if !strings.Contains(err.Error(), "0 of 3 instances free") {
-		t.Errorf("no-capacity message %q does not say the instances are taken", err)
+	if !strings.Contains(err.Error(), "now (0 of 3 instances free, 0 waiting)") {
+		t.Errorf("no-capacity message %q does not say the instances are taken, in a clean list", err)
 	}
 	w := te.startAcquire(t, AcquireRequest{Pool: "db"})
-	if err := te.Release("db", b.FencingToken); err != nil {
+	if _, err := te.Release("db", b.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	l, err := w.result(t)
@@ -76,7 +76,7 @@ func TestSelectionPolicies(t *testing.T) {
 	}
 	for _, l := range ls {
 		te.clk.Advance(time.Second)
-		if err := te.Release("db", l.FencingToken); err != nil {
+		if _, err := te.Release("db", l.FencingToken); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -85,7 +85,7 @@ func TestSelectionPolicies(t *testing.T) {
 	if ids(reuse) != last {
 		t.Fatalf("reuse granted %s; want the most recently released %s", ids(reuse), last)
 	}
-	if err := te.Release("db", reuse.FencingToken); err != nil {
+	if _, err := te.Release("db", reuse.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := te.UpdatePool("db", func(c *PoolConfig) { c.Selection = SelectSpread }); err != nil {
@@ -140,7 +140,7 @@ func TestRemoveResources(t *testing.T) {
 	}
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 3})
 	wantReason(t, err, ErrInvalidArgument) // 2 usable instances
-	if err := te.Release("db", b.FencingToken); err != nil {
+	if _, err := te.Release("db", b.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	states, _, err := te.ListResources("db")

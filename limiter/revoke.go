@@ -27,15 +27,8 @@ const DefaultRevokeReason = "revoked by an operator"
 // MaxRevokeReasonLen); ErrLeaseNotFound (never issued, released, or ended
 // long ago), ErrLeaseExpired and ErrLeaseRevoked (it ended already);
 // ErrShuttingDown.
-func (e *Engine) RevokeLease(pool string, token uint64, reason string) error {
-	return e.RevokeLeaseBy(pool, token, reason, "")
-}
-
-// RevokeLeaseBy is RevokeLease on behalf of actor, who is named in
-// LeaseEnded.Actor and, through RevokeReasonBy, in the message of a later
-// Renew or Release of the lease. An empty actor means unknown, as in
-// RevokeLease.
-func (e *Engine) RevokeLeaseBy(pool string, token uint64, reason, actor string) error {
+func (e *Engine) RevokeLease(pool string, token uint64, reason string, opts ...CallOption) error {
+	actor := callOptionsOf(opts).actor
 	if len(reason) > MaxRevokeReasonLen {
 		return errorf(ErrInvalidArgument, "reason is %d bytes; the most is %d", len(reason), MaxRevokeReasonLen)
 	}
@@ -54,12 +47,14 @@ func (e *Engine) RevokeLeaseBy(pool string, token uint64, reason, actor string) 
 			p.dispatchLocked(now)
 		}
 		err := p.missingLeaseErrLocked(token)
-		p.unlockNotify(ended)
+		p.endedLocked(ended)
+		p.unlock()
 		return err
 	}
 	ended = append(ended, p.revokeLocked(l, reason, actor, now))
 	p.dispatchLocked(now)
-	p.unlockNotify(ended)
+	p.endedLocked(ended)
+	p.unlock()
 	return nil
 }
 
@@ -67,7 +62,7 @@ func (e *Engine) RevokeLeaseBy(pool string, token uint64, reason, actor string) 
 // returns its report. It does not dispatch.
 func (p *pool) revokeLocked(l *lease, reason, actor string, now time.Time) LeaseEnded {
 	p.removeLeaseLocked(l)
-	p.recordEndedLocked(l.FencingToken, l.ExpireTime, true) // not re-adopted after a restart: recovery_ended.go
+	p.recordEndedLocked(l.FencingToken, l.ExpireTime, true) // not re-adopted after a restart
 	p.stats.Revoked++
 	p.ended.addMsg(l.FencingToken, EndRevoked, now, RevokeReasonBy(reason, actor))
 	return LeaseEnded{Lease: l.Lease, Reason: EndRevoked, Owner: l.owner, Message: reason, Actor: actor}
@@ -163,4 +158,28 @@ func (e *Engine) ListLeases(pool, clientID string, after uint64, limit int) ([]L
 // sortLeasesByToken sorts ls by fencing token, oldest grant first.
 func sortLeasesByToken(ls []*lease) {
 	sort.Slice(ls, func(i, j int) bool { return ls[i].FencingToken < ls[j].FencingToken })
+}
+
+// CallOption qualifies an operator's call that may revoke leases
+// (RevokeLease, SuspendPool, UpdatePool, RemoveResources).
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	actor string
+}
+
+// ByActor names who makes the call. The revocations it makes name them
+// in LeaseEnded.Actor and, through RevokeReasonBy, in the message of a
+// later Renew or Release of a revoked lease. Without it, or with an empty
+// actor, the actor is unknown.
+func ByActor(actor string) CallOption {
+	return func(o *callOptions) { o.actor = actor }
+}
+
+func callOptionsOf(opts []CallOption) callOptions {
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
 }

@@ -13,7 +13,7 @@ func TestRevokeLeaseByNamesActor(t *testing.T) {
 	te := newTestEngine(t)
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 2})
 	l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: time.Minute})
-	if err := te.RevokeLeaseBy("db", l.FencingToken, "stuck job", "alice"); err != nil {
+	if err := te.RevokeLease("db", l.FencingToken, "stuck job", ByActor("alice")); err != nil {
 		t.Fatal(err)
 	}
 	ended := te.endedLeases()

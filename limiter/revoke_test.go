@@ -34,7 +34,7 @@ func TestRevokeLeaseFreesPermitsAndTombstones(t *testing.T) {
 	}
 
 	for _, err := range []error{
-		te.Release("db", a.FencingToken),
+		errOf(te.Release("db", a.FencingToken)),
 		func() error { _, err := te.Renew("db", a.FencingToken, 0, nil); return err }(),
 		func() error { _, err := te.GetLease("db", a.FencingToken); return err }(),
 		te.RevokeLease("db", a.FencingToken, "again"),

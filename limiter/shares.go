@@ -81,8 +81,7 @@ type ShareRefresh struct {
 	Owner any
 	// Granted is the rate, in tokens per second, the holder was last
 	// granted. A restarted engine re-adopts a share it does not know,
-	// during the share recovery window, with at most this rate (see
-	// shares_recovery.go); 0 means unknown: not re-adopted.
+	// during the share recovery window, with at most this rate; 0 means unknown: not re-adopted.
 	Granted float64
 }
 
@@ -161,7 +160,7 @@ type ShareUpdate struct {
 }
 
 // share is the engine's record of a live share, guarded by its pool's
-// mutex. Rates are in share units (shares_alloc.go).
+// mutex. Rates are in share units.
 type share struct {
 	id       uint64
 	clientID string
@@ -196,7 +195,7 @@ type shareTable struct {
 	timer   Timer
 	timerAt time.Time // zero when not armed
 
-	rec shareRecovery // after a restart: shares_recovery.go
+	rec shareRecovery // after a restart
 }
 
 // snapshotLocked returns s as its holder sees it.
@@ -218,7 +217,7 @@ func (p *pool) shareSnapshotLocked(s *share) Share {
 // capacityLocked is the rate shares divide, in share units: the effective
 // rate.
 // After a restart, the rate shares from before it may still be spending
-// (phantom, shares_recovery.go) is not part of it.
+// (phantom) is not part of it.
 func (p *pool) shareCapacityLocked() int64 {
 	return max(0, toShareUnits(p.ad.rate)-p.shr.rec.phantom)
 }
@@ -228,7 +227,7 @@ func (p *pool) sharedRateLocked() float64 { return fromShareUnits(p.shr.granted)
 
 // exactRateLocked is the rate the pool's bucket refills at: the effective
 // rate minus the rate granted as shares (and, after a restart, minus what
-// shares from before it may still be spending: shares_recovery.go).
+// shares from before it may still be spending).
 func (p *pool) exactRateLocked() float64 {
 	r := p.ad.rate - p.sharedRateLocked() - fromShareUnits(p.shr.rec.phantom)
 	if p.shr.granted+p.shr.rec.phantom > 0 && r < 1.0/shareUnits {

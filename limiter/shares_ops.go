@@ -77,7 +77,7 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 		return Share{}, errorf(ErrTooManyShares, "pool %q has %d rate shares, the most one pool may have; release shares that are no longer used, or share one per process", p.name, MaxSharesPerPool)
 	}
 	now := e.clock.Now()
-	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil { // durable share horizon first: shares_recovery.go
+	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil { // durable share horizon first
 		p.unlock()
 		return Share{}, err
 	}
@@ -95,9 +95,7 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 	p.applyRateLocked(now)
 	p.armShareTimerLocked(s.expire, now)
 	out := p.shareSnapshotLocked(s)
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	e.deliver(ob)
 	return out, nil
 }
 
@@ -150,7 +148,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	now := e.clock.Now()
 	s := p.shr.byID[r.ID]
 	if s == nil {
-		ns, err := p.readoptShareLocked(&r, now) // a share from before a restart: shares_recovery.go
+		ns, err := p.readoptShareLocked(&r, now) // a share from before a restart
 		if err != nil {
 			p.unlock()
 			return Share{}, err
@@ -164,9 +162,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	if s == nil || !s.expire.After(now) {
 		p.expireSharesLocked(now)
 		err := p.missingShareErrLocked(r.ID)
-		ob := p.takeOutboxLocked()
 		p.unlock()
-		e.deliver(ob)
 		return Share{}, err
 	}
 	ttl := min(s.ttl, p.cfg.MaxLeaseTTL) // the maximum may have been lowered since
@@ -176,7 +172,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 			return Share{}, err
 		}
 	}
-	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil { // shares_recovery.go
+	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil {
 		p.unlock()
 		return Share{}, err
 	}
@@ -203,9 +199,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 		p.dispatchLocked(now) // the bucket may refill faster now
 	}
 	out := p.shareSnapshotLocked(s)
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	e.deliver(ob)
 	return out, nil
 }
 
@@ -218,7 +212,7 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 		return err
 	}
 	s := p.shr.byID[id]
-	if s == nil && p.releasedShareLocked(id) { // from before a restart: shares_recovery.go
+	if s == nil && p.releasedShareLocked(id) { // from before a restart
 		p.unlock()
 		return nil
 	}
@@ -235,9 +229,7 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 	if len(p.waiters) > 0 {
 		p.dispatchLocked(now)
 	}
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	e.deliver(ob)
 	return nil
 }
 
@@ -302,24 +294,24 @@ func (p *pool) onShareTimer() {
 	if len(p.waiters) > 0 {
 		p.dispatchLocked(now)
 	}
-	ob := p.takeOutboxLocked()
 	p.unlock()
-	p.e.deliver(ob)
 }
 
-// stopSharesLocked stops the share expiry timer for good (pool deleted,
-// engine closed).
-func (p *pool) stopSharesLocked() {
-	p.stopShareRecoveryLocked() // shares_recovery.go
-	if p.shr.timer != nil {
-		p.shr.timer.Stop()
+// stop stops the share expiry timer and the shares' recovery window's
+// for good (pool deleted, engine closed).
+func (t *shareTable) stop() {
+	if t.rec.timer != nil {
+		t.rec.timer.Stop()
 	}
-	p.shr.timerAt = time.Time{}
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	t.timerAt = time.Time{}
 }
 
-// sharesStatusLocked fills in the shares part of a status.
-func (p *pool) sharesStatusLocked(s *PoolStatus) {
-	s.ShareHolders = int64(len(p.shr.list))
+// status fills in the share holders and the rate they hold.
+func (t *shareTable) status(p *pool, s *PoolStatus, _ time.Time) {
+	s.ShareHolders = int64(len(t.list))
 	s.SharesGranted = p.sharedRateLocked()
 }
 

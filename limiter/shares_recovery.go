@@ -44,7 +44,7 @@ func (p *pool) restoreSharesLocked(st DurableState, now time.Time) {
 	if bound <= 0 {
 		bound = MaxLeaseTTLLimit // not recorded: assume the longest
 	}
-	until := windowEnd(st.ShareHorizon, bound, now) // a wall-clock step never shortens it: recovery.go
+	until := windowEnd(st.ShareHorizon, bound, now) // a wall-clock step never shortens it
 	if p.cfg.Rate == 0 || !until.After(now) {
 		return
 	}
@@ -68,13 +68,6 @@ func (p *pool) onShareRecoveryEnd() {
 	p.growSharesLocked()
 	p.applyRateLocked(now)
 	p.dispatchLocked(now)
-}
-
-// stopShareRecoveryLocked stops the window's timer for good.
-func (p *pool) stopShareRecoveryLocked() {
-	if p.shr.rec.timer != nil {
-		p.shr.rec.timer.Stop()
-	}
 }
 
 // shareRecoveringLocked reports whether id may name a share from before

@@ -8,7 +8,7 @@ type PoolStats struct {
 	// this engine, effective limits and Utilisation.
 	Status PoolStatus
 	// WaitTimes summarizes the waits of the grants over the last
-	// WaitWindow (waittimes.go).
+	// WaitWindow.
 	WaitTimes WaitTimes
 	// RateUtilisation is the fraction of the pool's rate used over the
 	// wait-time window: the rate tokens granted in it (by Acquire and
@@ -23,7 +23,7 @@ type PoolStats struct {
 	// limit, or / instances) for a pool with a concurrency limit or
 	// instances, and RateUtilisation for a pool with only a rate.
 	Utilisation float64
-	// Marks are the pool's event marks in effect (marks.go).
+	// Marks are the pool's event marks in effect.
 	Marks Marks
 }
 
@@ -69,7 +69,7 @@ func (p *pool) statsLocked() PoolStats {
 		}
 	}
 	st.Utilisation = st.Status.Utilisation
-	if p.cfg.ConcurrencyLimit == 0 && p.res == nil { // a resource pool's capacity is its instances: marks.go
+	if p.cfg.ConcurrencyLimit == 0 && p.res == nil { // a resource pool's capacity is its instances
 		st.Utilisation = st.RateUtilisation
 	}
 	return st

@@ -19,14 +19,8 @@ import (
 // restored pool stays suspended. Suspending a suspended pool changes
 // nothing but may revoke. Errors: ErrPoolNotFound; ErrStorageFailed
 // (nothing was changed); ErrShuttingDown.
-func (e *Engine) SuspendPool(name string, revokeHeld bool) (PoolInfo, error) {
-	return e.SuspendPoolBy(name, revokeHeld, "")
-}
-
-// SuspendPoolBy is SuspendPool on behalf of actor, who is named in the
-// revocations it makes (LeaseEnded.Actor, and RevokeReasonBy in later
-// Renew and Release errors). An empty actor means unknown.
-func (e *Engine) SuspendPoolBy(name string, revokeHeld bool, actor string) (PoolInfo, error) {
+func (e *Engine) SuspendPool(name string, revokeHeld bool, opts ...CallOption) (PoolInfo, error) {
+	actor := callOptionsOf(opts).actor
 	p, err := e.lockPool(name)
 	if err != nil {
 		return PoolInfo{}, err
@@ -45,7 +39,8 @@ func (e *Engine) SuspendPoolBy(name string, revokeHeld bool, actor string) (Pool
 		}
 	}
 	info := p.infoLocked(now)
-	p.unlockNotify(ended)
+	p.endedLocked(ended)
+	p.unlock()
 	return info, nil
 }
 
@@ -91,10 +86,10 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 			p.unlock()
 			return info, nil
 		}
-		if p.drained == nil {
-			p.drained = make(chan struct{})
+		if p.susp.drained == nil {
+			p.susp.drained = make(chan struct{})
 		}
-		ch := p.drained
+		ch := p.susp.drained
 		p.unlock()
 
 		select {
@@ -105,14 +100,14 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 		case <-ctx.Done():
 		}
 		p.mu.Lock()
-		held, n, suspended := p.held, len(p.leases), p.suspended
+		held, n, suspended := p.held, len(p.leases), p.susp.on
 		p.unlock()
 		hint := ""
 		if !suspended {
-			hint = "; the pool is not suspended, so new grants may keep it busy (tollgate pool suspend " + name + ")"
+			hint = "; the pool is not suspended, so new grants may keep it busy"
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return PoolInfo{}, errorf(ErrWaitTimeout, "pool %q still holds %d permits in %d leases at the call's deadline%s; wait longer, or revoke them (tollgate pool suspend %s --revoke-held)", name, held, n, hint, name)
+			return PoolInfo{}, errorf(ErrWaitTimeout, "pool %q still holds %d permits in %d leases at the call's deadline%s; wait longer, or suspend it revoking its held leases", name, held, n, hint)
 		}
 		return PoolInfo{}, errorf(ErrCanceled, "the drain of pool %q was cancelled with %d permits held in %d leases", name, held, n)
 	}
@@ -121,7 +116,7 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 // persistSuspendedLocked writes the pool with suspended set as given (when
 // it changes) and then makes it so.
 func (p *pool) persistSuspendedLocked(suspended bool, now time.Time) error {
-	if p.suspended == suspended {
+	if p.susp.on == suspended {
 		return nil
 	}
 	if p.e.persister != nil {
@@ -132,16 +127,40 @@ func (p *pool) persistSuspendedLocked(suspended bool, now time.Time) error {
 			return err
 		}
 	}
-	p.suspended = suspended
+	p.susp.on = suspended
 	p.updateTime = now
 	return nil
 }
 
+// suspension is whether an operator suspended a pool, and who waits for
+// it to drain.
+type suspension struct {
+	on      bool          // no new grants
+	drained chan struct{} // closed when held reaches 0; nil until a DrainPool waits
+}
+
+// admits holds back every grant while the pool is suspended.
+func (su *suspension) admits(*pool, int64, time.Time) bool { return !su.on }
+
+// describe says that the pool is suspended.
+func (su *suspension) describe(*pool, time.Time) string {
+	if !su.on {
+		return ""
+	}
+	return "suspended by an operator until it is resumed"
+}
+
+// stop does nothing: a suspension has no timer.
+func (su *suspension) stop() {}
+
+// status fills in whether the pool is suspended.
+func (su *suspension) status(_ *pool, s *PoolStatus, _ time.Time) { s.Suspended = su.on }
+
 // notifyDrainedLocked wakes the DrainPool callers of p, if any.
 func (p *pool) notifyDrainedLocked() {
-	if p.drained != nil {
-		close(p.drained)
-		p.drained = nil
+	if p.susp.drained != nil {
+		close(p.susp.drained)
+		p.susp.drained = nil
 	}
 }
 

@@ -27,7 +27,7 @@ func TestSuspendResume(t *testing.T) {
 	if _, err := te.Renew("db", a.FencingToken, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := te.Release("db", a.FencingToken); err != nil {
+	if _, err := te.Release("db", a.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if w.finished() {
@@ -64,7 +64,7 @@ func TestSuspendRevokeHeld(t *testing.T) {
 		ended[0].Reason != EndRevoked || !strings.Contains(ended[0].Message, "suspended") {
 		t.Fatalf("ended = %+v", ended)
 	}
-	wantReason(t, te.Release("db", a.FencingToken), ErrLeaseRevoked)
+	wantReason(t, errOf(te.Release("db", a.FencingToken)), ErrLeaseRevoked)
 }
 
 func TestDrainPool(t *testing.T) {
@@ -81,7 +81,7 @@ func TestDrainPool(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { _, err := te.DrainPool(context.Background(), "db"); done <- err }()
-	_ = te.Release("db", a.FencingToken)
+	_, _ = te.Release("db", a.FencingToken)
 	select {
 	case err := <-done:
 		t.Fatalf("drain returned with a lease held: %v", err)
@@ -113,13 +113,13 @@ func TestDrainPool(t *testing.T) {
 	// Deleted while draining.
 	p, _ := te.lookup("db")
 	p.mu.Lock()
-	p.drained = nil // left by the timed-out drain above, which no one waits on now
+	p.susp.drained = nil // left by the timed-out drain above, which no one waits on now
 	p.mu.Unlock()
 	go func() { _, err := te.DrainPool(context.Background(), "db"); done <- err }()
 	te.waitUntil(t, func() bool { // this drain is waiting for held to reach 0
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.drained != nil
+		return p.susp.drained != nil
 	})
 	if err := te.DeletePool("db", true); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ type Lease struct {
 	AcquireTime time.Time
 	ExpireTime  time.Time
 	// Resources are the instances the lease is bound to, in an active or
-	// passive pool (Weight of them; see resources.go); nil in a free pool.
+	// passive pool (Weight of them); nil in a free pool.
 	// The slice and the attribute maps are shared: do not change them.
 	Resources []Resource
 }
@@ -92,8 +92,9 @@ type LeaseEnded struct {
 	// Message says why, for people: the reason given to RevokeLease for
 	// EndRevoked; empty for the other reasons.
 	Message string
-	// Actor is who revoked the lease, as the caller of RevokeLeaseBy,
-	// SuspendPoolBy or UpdatePoolBy named it; empty when unknown, for
+	// Actor is who revoked the lease, as the caller of RevokeLease,
+	// SuspendPool, UpdatePool or RemoveResources named it with ByActor;
+	// empty when unknown, for
 	// revocations by adaptive control, and for the other reasons.
 	Actor string
 }
@@ -157,10 +158,10 @@ type PoolStatus struct {
 	Utilisation float64
 	// SuppressedMarkEvents counts, by type, the mark events not reported
 	// because one of their type came within the engine's
-	// MarkEventInterval before (marks.go).
+	// MarkEventInterval before.
 	SuppressedMarkEvents MarkEventCounts
 
-	// Adaptive limits and rate shares (adaptive.go, shares.go).
+	// Adaptive limits and rate shares.
 	AdaptiveStatus
 }
 

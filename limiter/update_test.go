@@ -35,14 +35,14 @@ func TestLoweringLimitBlocksUntilHeldIsUnder(t *testing.T) {
 	w := te.startAcquire(t, AcquireRequest{Pool: "db"})
 	// Held leases continue; releases bring held to 3, then 2: still no room.
 	for i := 0; i < 2; i++ {
-		if err := te.Release("db", ls[i].FencingToken); err != nil {
+		if _, err := te.Release("db", ls[i].FencingToken); err != nil {
 			t.Fatal(err)
 		}
 		if w.finished() {
 			t.Fatalf("granted with held %d over the new limit 2", te.status(t, "db").Held)
 		}
 	}
-	if err := te.Release("db", ls[2].FencingToken); err != nil {
+	if _, err := te.Release("db", ls[2].FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.result(t); err != nil {
@@ -95,7 +95,7 @@ func TestLoweringMaxTTLCapsWaitersGrant(t *testing.T) {
 	if _, err := te.UpdatePool("db", func(c *PoolConfig) { c.MaxLeaseTTL = time.Minute; c.DefaultLeaseTTL = 0 }); err != nil {
 		t.Fatal(err)
 	}
-	_ = te.Release("db", h.FencingToken)
+	_, _ = te.Release("db", h.FencingToken)
 	l, err := w.result(t)
 	if err != nil || l.TTL != time.Minute {
 		t.Fatalf("lease = %+v, %v", l, err)

@@ -17,7 +17,7 @@ func TestWaitersGrantedByPriorityThenFIFO(t *testing.T) {
 
 	prev := holder
 	for _, want := range []*pending{high, mid, low1, low2} {
-		if err := te.Release("db", prev.FencingToken); err != nil {
+		if _, err := te.Release("db", prev.FencingToken); err != nil {
 			t.Fatal(err)
 		}
 		l, err := want.result(t)
@@ -44,7 +44,7 @@ func TestLargeHeadIsNotStarvedBySmallRequests(t *testing.T) {
 	big := te.startAcquire(t, AcquireRequest{Pool: "db", Weight: 4})
 	// Capacity frees up bit by bit; a small request behind the big one must
 	// not take it, even though it would fit.
-	if err := te.Release("db", a.FencingToken); err != nil {
+	if _, err := te.Release("db", a.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	small := te.startAcquire(t, AcquireRequest{Pool: "db", Weight: 1})
@@ -53,7 +53,7 @@ func TestLargeHeadIsNotStarvedBySmallRequests(t *testing.T) {
 	if small.finished() || big.finished() {
 		t.Fatal("a request was granted ahead of the big head")
 	}
-	if err := te.Release("db", b.FencingToken); err != nil {
+	if _, err := te.Release("db", b.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	bl, err := big.result(t)
@@ -63,7 +63,7 @@ func TestLargeHeadIsNotStarvedBySmallRequests(t *testing.T) {
 	if small.finished() {
 		t.Fatal("small granted while big holds everything")
 	}
-	if err := te.Release("db", bl.FencingToken); err != nil {
+	if _, err := te.Release("db", bl.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := small.result(t); err != nil {
@@ -115,7 +115,7 @@ func TestCancelledWaiterNeverConsumesAPermit(t *testing.T) {
 	w1.cancel()
 	_, err := w1.result(t)
 	wantReason(t, err, ErrCanceled)
-	if err := te.Release("db", holder.FencingToken); err != nil {
+	if _, err := te.Release("db", holder.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	l2, err := w2.result(t)
@@ -125,7 +125,7 @@ func TestCancelledWaiterNeverConsumesAPermit(t *testing.T) {
 	if s := te.status(t, "db"); s.Held != 1 || s.Waiting != 0 || s.Canceled != 1 {
 		t.Fatalf("status = %+v", s)
 	}
-	_ = te.Release("db", l2.FencingToken)
+	_, _ = te.Release("db", l2.FencingToken)
 }
 
 // A grant that races with the caller going away is undone: the permit is
@@ -137,7 +137,7 @@ func TestGrantRacingCancellationIsUndone(t *testing.T) {
 		holder := te.mustAcquire(t, AcquireRequest{Pool: "db"})
 		w := te.startAcquire(t, AcquireRequest{Pool: "db"})
 		go w.cancel()
-		if err := te.Release("db", holder.FencingToken); err != nil {
+		if _, err := te.Release("db", holder.FencingToken); err != nil {
 			t.Fatal(err)
 		}
 		l, err := w.result(t)
@@ -146,7 +146,7 @@ func TestGrantRacingCancellationIsUndone(t *testing.T) {
 			if s.Held != 1 {
 				t.Fatalf("granted but held = %d", s.Held)
 			}
-			if err := te.Release("db", l.FencingToken); err != nil {
+			if _, err := te.Release("db", l.FencingToken); err != nil {
 				t.Fatal(err)
 			}
 		} else if s.Held != 0 {

@@ -15,7 +15,7 @@ type waiter struct {
 	index int   // in the wait queue; -1 once removed
 	timer Timer // wait timeout, if any
 	// enqueued is when the acquire joined the queue, by the engine's
-	// clock: its grant records now minus this as its wait (waittimes.go).
+	// clock: its grant records now minus this as its wait.
 	enqueued time.Time
 }
 

@@ -67,14 +67,14 @@ func TestPoolStatsWaitTimes(t *testing.T) {
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	for i := 0; i < 3; i++ { // three immediate grants
 		l := te.mustAcquire(t, AcquireRequest{Pool: "db"})
-		if err := te.Release("db", l.FencingToken); err != nil {
+		if _, err := te.Release("db", l.FencingToken); err != nil {
 			t.Fatal(err)
 		}
 	}
 	held := te.mustAcquire(t, AcquireRequest{Pool: "db"})
 	pa := te.startAcquire(t, AcquireRequest{Pool: "db"})
 	te.clk.Advance(3 * time.Second)
-	if err := te.Release("db", held.FencingToken); err != nil {
+	if _, err := te.Release("db", held.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pa.result(t); err != nil {

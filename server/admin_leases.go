@@ -21,7 +21,7 @@ func (a *adminService) RevokeLease(ctx context.Context, req *tollgatev1.RevokeLe
 		err = invalidArg("reason is %d bytes; the most is %d", len(req.GetReason()), limiter.MaxRevokeReasonLen)
 	}
 	if err == nil {
-		if err = a.srv.engine.RevokeLeaseBy(req.GetPool(), tok, req.GetReason(), a.srv.actorOf(ctx)); err == nil {
+		if err = a.srv.engine.RevokeLease(req.GetPool(), tok, req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.RevokeLeaseResponse{}, nil
 		}
 	}

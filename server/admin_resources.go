@@ -42,7 +42,7 @@ func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.Remo
 	err := checkPoolName("pool", req.GetPool())
 	if err == nil {
 		var r limiter.RemoveResult
-		if r, err = a.srv.engine.RemoveResourcesBy(req.GetPool(), req.GetIds(), req.GetWait(), req.GetReason(), a.srv.actorOf(ctx)); err == nil {
+		if r, err = a.srv.engine.RemoveResources(req.GetPool(), req.GetIds(), req.GetWait(), req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.RemoveResourcesResponse{Removed: int64(r.Removed), Removing: int64(r.Removing), Revoked: int64(r.Revoked)}, nil
 		}
 	}

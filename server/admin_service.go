@@ -146,14 +146,14 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 		return limiter.PoolInfo{}, err
 	}
 	var mergeErr error
-	info, err := a.srv.engine.UpdatePoolBy(p.GetName(), actor, func(c *limiter.PoolConfig) {
+	info, err := a.srv.engine.UpdatePool(p.GetName(), func(c *limiter.PoolConfig) {
 		cfg, err := poolconv.FromProto(mask.merge(poolconv.ToProto(*c, time.Time{}, time.Time{}), p))
 		if err != nil {
 			mergeErr = err // unreachable: the fields of both sides convert
 			return
 		}
 		*c = cfg
-	})
+	}, limiter.ByActor(actor))
 	if err == nil {
 		err = mergeErr
 	}

@@ -20,7 +20,7 @@ func (a *adminService) SuspendPool(ctx context.Context, req *tollgatev1.SuspendP
 	err := checkPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.engine.SuspendPoolBy(req.GetName(), req.GetRevokeHeld(), a.srv.actorOf(ctx)); err == nil {
+		if info, err = a.srv.engine.SuspendPool(req.GetName(), req.GetRevokeHeld(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.SuspendPoolResponse{Status: statusToProto(info.Status)}, nil
 		}
 	}

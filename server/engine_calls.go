@@ -103,10 +103,14 @@ func (s *Server) untilDrain(ctx context.Context) (context.Context, func(error) e
 }
 
 // releaseLease releases a lease on the engine, counting out (if not nil)
-// as the engine's ReleaseLease does, stops counting the lease against its
+// as the engine's WithOutcome does, stops counting the lease against its
 // client, and records how long it was held.
 func (s *Server) releaseLease(pool string, token uint64, out *limiter.ReleaseOutcome) error {
-	lease, err := s.engine.ReleaseLease(pool, token, out)
+	var opts []limiter.ReleaseOption
+	if out != nil {
+		opts = append(opts, limiter.WithOutcome(out.Outcome, out.Latency))
+	}
+	lease, err := s.engine.Release(pool, token, opts...)
 	if err == nil {
 		s.quotas.leaseEnded(pool, token)
 		if !lease.AcquireTime.IsZero() { // zero: a pre-restart lease never re-adopted

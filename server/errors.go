@@ -88,7 +88,7 @@ func classify(log *slog.Logger, op string, err error, ec errCtx) *limiter.Error 
 		if grpcCode(le.Code) == codes.Internal {
 			log.Error("engine returned an error with an unknown code", "op", op, "code", le.Code, "reason", le.Reason, "err", le.Message, "pool", ec.pool)
 		}
-		return le
+		return withHint(le, ec)
 	case errors.Is(err, context.Canceled):
 		return &limiter.Error{Code: limiter.CodeCanceled, Reason: limiter.ReasonCanceled,
 			Message: "the call was cancelled by the client before it finished; nothing was granted"}
@@ -99,6 +99,27 @@ func classify(log *slog.Logger, op string, err error, ec errCtx) *limiter.Error 
 	log.Error("internal error", "op", op, "err", err, "pool", ec.pool, "lease_id", ec.leaseID)
 	return &limiter.Error{Code: 0, Reason: ReasonInternal,
 		Message: fmt.Sprintf("internal server error in %s; it has been logged on the server; retry, and report it if it persists", op)}
+}
+
+// hints say how to fix an engine error with the tollgate command, by
+// reason; %[1]s is the pool. The engine says what is wrong, in its own
+// terms; the server, which knows its command line, adds how to fix it.
+var hints = map[limiter.Reason]string{
+	limiter.ReasonPoolNotFound:     " (tollgate pool create %[1]s --concurrency N)",
+	limiter.ReasonPoolExists:       " (tollgate pool update %[1]s)",
+	limiter.ReasonResourceNotFound: " (tollgate resource list %[1]s)",
+}
+
+// withHint returns le with the hint for its reason added to its message,
+// when it has one and the pool is known; otherwise le itself.
+func withHint(le *limiter.Error, ec errCtx) *limiter.Error {
+	h, ok := hints[le.Reason]
+	if !ok || ec.pool == "" {
+		return le
+	}
+	out := *le
+	out.Message += fmt.Sprintf(h, ec.pool)
+	return &out
 }
 
 // toStatus converts a handler error into the gRPC status error returned to

@@ -96,7 +96,7 @@ func TestAcquireReportsLoss(t *testing.T) {
 func TestAcquireCommandErrors(t *testing.T) {
 	ts := newCLIServer(t)
 	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
-	runCLI(t, ts.addr, "acquire", "nope").mustFail(t, 1, "(NOT_FOUND POOL_NOT_FOUND)")
+	runCLI(t, ts.addr, "acquire", "nope").mustFail(t, 1, `pool "nope" not found; create it first (tollgate pool create nope --concurrency N) (NOT_FOUND POOL_NOT_FOUND)`)
 	runCLI(t, ts.addr, "acquire", "db", "--weight", "2").mustFail(t, 1, "INVALID_ARGUMENT")
 	runCLI(t, ts.addr, "acquire", "db", "--ttl", "1ms").mustFail(t, 1, "INVALID_ARGUMENT")
 

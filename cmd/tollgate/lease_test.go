@@ -102,7 +102,7 @@ func TestPoolSuspendResumeDrain(t *testing.T) {
 		t.Fatalf("get output lacks suspended:\n%s", r.stdout)
 	}
 	runCLI(t, ts.addr, "pool", "drain", "db", "--timeout", "1s").mustFail(t, 1, "holds 1 permits in 1 leases", "(DEADLINE_EXCEEDED WAIT_TIMEOUT)")
-	if err := ts.srv.Engine().Release("db", l.FencingToken); err != nil {
+	if _, err := ts.srv.Engine().Release("db", l.FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	r = runCLI(t, ts.addr, "pool", "drain", "db", "-o", "json").mustSucceed(t)

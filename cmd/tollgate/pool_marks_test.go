@@ -81,10 +81,10 @@ func TestEventsShowMarks(t *testing.T) {
 		granted <- l2
 	}()
 	waitOutput(t, out, done, "pool_overload  q")
-	if err := eng.Release("q", l.FencingToken); err != nil {
+	if _, err := eng.Release("q", l.FencingToken); err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Release("q", (<-granted).FencingToken); err != nil {
+	if _, err := eng.Release("q", (<-granted).FencingToken); err != nil {
 		t.Fatal(err)
 	}
 	waitOutput(t, out, done, "pool_drained  q")

@@ -99,7 +99,7 @@ func RunFastFail(cfg FastFailConfig) (Trace, error) {
 					inFlight--
 				}
 				count(&pending[i], &acc, c.outcome, c.lat)
-				if err := e.Release(name, c.lease.FencingToken); err != nil {
+				if _, err := e.Release(name, c.lease.FencingToken); err != nil {
 					return Trace{}, err
 				}
 			}

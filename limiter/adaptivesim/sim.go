@@ -6,7 +6,7 @@
 // the randomness is seeded. The tests of this package check that the
 // effective rate converges below the backend's capacity, that errors fall,
 // and that the limit recovers when the backend heals; the trace is drawn
-// as docs/adaptive-trace.svg (see svg.go).
+// as docs/adaptive-trace.svg (see Trace.WriteSVG).
 package adaptivesim
 
 import (

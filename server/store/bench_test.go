@@ -62,7 +62,7 @@ func benchPersisted(b *testing.B, preReserve bool, pace time.Duration) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := e.Release("db", l.FencingToken); err != nil {
+		if _, err := e.Release("db", l.FencingToken); err != nil {
 			b.Fatal(err)
 		}
 		d := time.Since(start)
