@@ -127,7 +127,9 @@ type durable struct {
 	lastTokenAt int64  // when a write last had to move TokenCeiling (Unix ns; 0: never)
 	endedDirty  bool   // state.Ended has leases not written yet
 	flushing    bool   // a background write of state.Ended is running
-	w           writer // every write of the pool goes through it
+	// endedFlushed is when the last background write of state.Ended began.
+	endedFlushed time.Time
+	w            writer // every write of the pool goes through it
 }
 
 // NewSavedPool returns what CreatePool would record for cfg at now: cfg

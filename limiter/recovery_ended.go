@@ -8,14 +8,15 @@ import "time"
 // was last granted (Readopt.Expiry, signed by the server), and one that has
 // passed is refused. A released or revoked lease may still show an expiry
 // ahead, so the engine records it in DurableState.Ended, written in the
-// background, a batch at a time (at most once per endedFlushDelay), never
-// on the grant or release path. A lease released less than that before a
-// crash (plus the write's own time) may still be re-adopted: see
+// background, never on the grant or release path: at once when the pool
+// wrote none in the last endedFlushDelay, else a batch at the end of it. A
+// lease released less than one write (or, in a busy pool, endedFlushDelay
+// plus one write) before a crash may still be re-adopted: see
 // docs/recovery.md for why that is the one case a write per release would
 // be needed to close.
 
-// endedFlushDelay is how long released and revoked leases wait to be
-// written, so that one write carries many.
+// endedFlushDelay is the least time between two background writes of a
+// pool's ended leases, so that in a busy pool one write carries many.
 const endedFlushDelay = 100 * time.Millisecond
 
 // maxEnded bounds a pool's recorded ended leases. Past it, the oldest half
@@ -44,7 +45,7 @@ func (p *pool) recordEndedLocked(token uint64, expiry time.Time, revoked bool) {
 		return
 	}
 	p.dur.flushing = true
-	p.e.clock.AfterFunc(endedFlushDelay, p.flushEnded)
+	p.e.clock.AfterFunc(max(0, endedFlushDelay-p.e.clock.Now().Sub(p.dur.endedFlushed)), p.flushEnded)
 }
 
 // flushEnded writes the pool's ended leases until none is left unwritten.
@@ -73,6 +74,7 @@ func (p *pool) flushEnded() {
 		}
 		saved := p.savedLocked(p.cfg, st)
 		p.dur.endedDirty = false
+		p.dur.endedFlushed = p.e.clock.Now()
 		seen := w.writes.Load()
 		p.unlock()
 
