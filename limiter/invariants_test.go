@@ -200,7 +200,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 			if len(waiting) > 0 {
 				w := waiting[rng.IntN(len(waiting))]
 				w.cancel()
-				w.result(t)
+				_, _ = w.result(t)
 			}
 		case op < 68: // release
 			if h, ok := takeHeld(); ok {
@@ -277,7 +277,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 	// Stop all waiting, then release what the test holds: nothing may remain.
 	for _, w := range waiting {
 		w.cancel()
-		w.result(t)
+		_, _ = w.result(t)
 	}
 	collect()
 	for {

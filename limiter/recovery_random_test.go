@@ -224,7 +224,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			if len(waiting) > 0 {
 				w := waiting[rng.IntN(len(waiting))]
 				w.cancel()
-				w.result(t)
+				_, _ = w.result(t)
 			}
 		case op < 50:
 			what = "renew"
@@ -285,7 +285,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 				t.Fatalf("seed %d: delete: %v", seed, err)
 			}
 			for _, w := range waiting {
-				w.result(t)
+				_, _ = w.result(t)
 			}
 			collect()
 			for _, h := range valid() {
@@ -321,7 +321,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 				}
 			}
 			for _, w := range waiting {
-				w.result(t)
+				_, _ = w.result(t)
 			}
 			collect()
 			down := time.Duration(rng.IntN(int(2*maxTTL/time.Millisecond))) * time.Millisecond
@@ -339,7 +339,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 	}
 	for _, w := range waiting {
 		w.cancel()
-		w.result(t)
+		_, _ = w.result(t)
 	}
 	if era == 0 {
 		t.Fatalf("seed %d: no restart happened", seed)

@@ -166,7 +166,7 @@ func (p *pool) checkKindLocked(kind ResourceKind, why string) error {
 // would take the pool over MaxResourcesPerPool.
 func (p *pool) checkNewResourcesLocked(add []Resource) error {
 	for _, r := range add {
-		if in := p.res.byID[r.ID]; in != nil && !(in.awaited && r.Provider != "") {
+		if in := p.res.byID[r.ID]; in != nil && (!in.awaited || r.Provider == "") {
 			if in.Provider != "" {
 				return errorf(ErrResourceExists, "pool %q already has an instance %q, offered by provider %q; pick another id", p.name, r.ID, in.Provider)
 			}

@@ -147,7 +147,7 @@ func runRandomizedResources(t *testing.T, seed uint64, steps int) {
 			if len(waiting) > 0 {
 				w := waiting[rng.IntN(len(waiting))]
 				w.cancel()
-				w.result(t)
+				_, _ = w.result(t)
 			}
 		case op < 44:
 			if h, ok := pick(true); ok {
@@ -225,7 +225,7 @@ func runRandomizedResources(t *testing.T, seed uint64, steps int) {
 
 	for _, w := range waiting {
 		w.cancel()
-		w.result(t)
+		_, _ = w.result(t)
 	}
 	collect()
 	for _, h := range held {

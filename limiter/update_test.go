@@ -68,7 +68,7 @@ func TestLoweringLimitBelowWaiterWeightFailsIt(t *testing.T) {
 		t.Fatal("small granted while held 2 = limit 2")
 	}
 	small.cancel()
-	small.result(t)
+	_, _ = small.result(t)
 }
 
 func TestUpdateValidatesAndKeepsName(t *testing.T) {

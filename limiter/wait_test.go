@@ -178,8 +178,8 @@ func TestQueueBound(t *testing.T) {
 	wantReason(t, err, ErrQueueFull)
 	w1.cancel()
 	w2.cancel()
-	w1.result(t)
-	w2.result(t)
+	_, _ = w1.result(t)
+	_, _ = w2.result(t)
 	if s := te.status(t, "db"); s.Waiting != 0 || s.Rejected != 1 {
 		t.Fatalf("status = %+v", s)
 	}
