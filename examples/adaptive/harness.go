@@ -68,13 +68,17 @@ type Sample struct {
 // Result is what a run saw.
 type Result struct {
 	Scenario Scenario
+	// Start is when the run started (the backend's time 0).
+	Start time.Time
 	// Samples of the effective limit, every SampleEvery.
 	Samples []Sample
 	// Seconds are the backend's counts, one per second of the run.
 	Seconds []Second
 	// Events counts the pool's events recorded by the server, by type;
-	// Suppressed the mark events it counted but did not record.
+	// Suppressed the mark events it counted but did not record. Log has
+	// the events, oldest first.
 	Events     map[string]int
+	Log        []server.Event
 	Suppressed map[string]int64
 	// Clients sums the client processes' outcomes; Reported is what the
 	// pool counted from their releases.
@@ -133,7 +137,7 @@ func Run(ctx context.Context, sc Scenario, command func(args []string) *exec.Cmd
 		wg.Go(func() { waitErrs[i] = p.cmd.Wait() })
 	}
 
-	res := Result{Scenario: sc, Events: map[string]int{}, Suppressed: map[string]int64{}}
+	res := Result{Scenario: sc, Start: start, Events: map[string]int{}, Suppressed: map[string]int64{}}
 	var lastSeq uint64
 	tick := time.NewTicker(SampleEvery)
 	for now := time.Since(start); now < end; now = time.Since(start) {
@@ -152,7 +156,7 @@ func Run(ctx context.Context, sc Scenario, command func(args []string) *exec.Cmd
 		}
 		t := time.Since(start)
 		res.Samples = append(res.Samples, Sample{T: t, Effective: info.Status.EffectiveConcurrencyLimit})
-		lastSeq = countEvents(tg.RecentEvents(), lastSeq, sc.Pool.Name, res.Events)
+		lastSeq = res.addEvents(tg.RecentEvents(), lastSeq)
 		if len(res.Samples)%int(time.Second/SampleEvery) == 0 && log != nil {
 			s := be.Seconds()[int(t/time.Second)-1]
 			fmt.Fprintf(log, "%5.1fs effective %2d  requests %4d  503 %4d  hung %3d  held %2d waiting %2d\n",
@@ -179,7 +183,7 @@ func Run(ctx context.Context, sc Scenario, command func(args []string) *exec.Cmd
 	if err != nil {
 		return res, err
 	}
-	countEvents(tg.RecentEvents(), lastSeq, sc.Pool.Name, res.Events)
+	res.addEvents(tg.RecentEvents(), lastSeq)
 	st := info.Status
 	res.Reported = Outcomes{Success: st.SuccessesReported, Error: st.ErrorsReported, Timeout: st.TimeoutsReported}
 	for _, t := range []limiter.PoolEventType{limiter.PoolOverload, limiter.PoolDrained, limiter.PoolNearFull, limiter.PoolLowUtilisation} {
@@ -188,17 +192,19 @@ func Run(ctx context.Context, sc Scenario, command func(args []string) *exec.Cmd
 	return res, nil
 }
 
-// countEvents counts into byType the events of pool in evs (newest first)
-// after seq, and returns the newest seq.
-func countEvents(evs []server.Event, seq uint64, pool string, byType map[string]int) uint64 {
+// addEvents adds the events of the pool in evs (newest first) after seq,
+// and returns the newest seq.
+func (r *Result) addEvents(evs []server.Event, seq uint64) uint64 {
 	newest := seq
-	for _, ev := range evs {
+	for i := len(evs) - 1; i >= 0; i-- {
+		ev := evs[i]
 		if ev.Seq <= seq {
-			break
+			continue
 		}
 		newest = max(newest, ev.Seq)
-		if ev.Pool == pool {
-			byType[ev.Type]++
+		if ev.Pool == r.Scenario.Pool.Name {
+			r.Events[ev.Type]++
+			r.Log = append(r.Log, ev)
 		}
 	}
 	return newest

@@ -44,6 +44,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("adaptive", flag.ContinueOnError)
 	short := fs.Bool("short", false, "run only the first 16s (capacity 4)")
 	probe := fs.Duration("probe-interval", 0, "the pool's probe_interval; 0 is the default (5 × interval)")
+	events := fs.Bool("events", false, "list the pool's events")
 	marks := fs.Duration("mark-event-interval", 0, "the server's MarkEventInterval; 0 is the default, negative records every crossing")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -61,6 +62,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	res, err := Run(ctx, sc, func(args []string) *exec.Cmd { return exec.CommandContext(ctx, self, args...) }, out)
 	if err != nil {
 		return err
+	}
+	if *events {
+		for _, ev := range res.Log {
+			fmt.Fprintf(out, "%6.1fs %s %s\n", ev.Time.Sub(res.Start).Seconds(), ev.Type, ev.Detail)
+		}
 	}
 	res.Print(out)
 	return nil
