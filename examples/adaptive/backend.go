@@ -1,0 +1,96 @@
+package main
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Phase is a spell of the backend: until Until (since the start of the
+// run) it serves Capacity requests at once and answers 503 at once to
+// every request beyond them; a Capacity of 0 hangs every request until
+// its client gives up.
+type Phase struct {
+	Until    time.Duration
+	Capacity int64
+	Name     string
+}
+
+// Second counts what the backend saw in one second of the run.
+type Second struct {
+	Served, Refused, Hung int64
+}
+
+// Requests returns every request of the second.
+func (s Second) Requests() int64 { return s.Served + s.Refused + s.Hung }
+
+// backend is an HTTP handler with the phases' capacities.
+type backend struct {
+	start    time.Time
+	phases   []Phase
+	service  time.Duration // mean service time (exponential)
+	hang     time.Duration // the longest a hung request is held
+	inFlight atomic.Int64
+
+	mu      sync.Mutex
+	seconds []Second
+}
+
+func newBackend(start time.Time, phases []Phase, service, hang time.Duration) *backend {
+	n := int(phases[len(phases)-1].Until/time.Second) + 1
+	return &backend{start: start, phases: phases, service: service, hang: hang, seconds: make([]Second, n)}
+}
+
+// capacity returns the capacity of the phase at since, and -1 after the
+// last phase (the backend serves everything then).
+func (b *backend) capacity(since time.Duration) int64 {
+	for _, p := range b.phases {
+		if since < p.Until {
+			return p.Capacity
+		}
+	}
+	return -1
+}
+
+func (b *backend) count(since time.Duration, f func(*Second)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i := int(since / time.Second); i >= 0 && i < len(b.seconds) {
+		f(&b.seconds[i])
+	}
+}
+
+// Seconds returns a copy of the counts so far.
+func (b *backend) Seconds() []Second {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Second(nil), b.seconds...)
+}
+
+func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	since := time.Since(b.start)
+	c := b.capacity(since)
+	if c == 0 {
+		t := time.NewTimer(b.hang)
+		defer t.Stop()
+		select {
+		case <-r.Context().Done():
+		case <-t.C:
+		}
+		b.count(since, func(s *Second) { s.Hung++ })
+		w.WriteHeader(http.StatusGatewayTimeout)
+		return
+	}
+	if n := b.inFlight.Add(1); c > 0 && n > c {
+		b.inFlight.Add(-1)
+		b.count(since, func(s *Second) { s.Refused++ })
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	time.Sleep(time.Duration(rand.ExpFloat64() * float64(b.service)))
+	b.inFlight.Add(-1)
+	b.count(since, func(s *Second) { s.Served++ })
+	w.WriteHeader(http.StatusOK)
+}
