@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -79,8 +80,8 @@ type Server struct {
 	// drainCtx is done when shutdown starts; waits end on it.
 	drainCtx  context.Context
 	drainStop context.CancelFunc
-	// ids signs and checks the lease ids holders get (leaseid.go).
-	ids *leaseIDs
+	// ids signs and checks the lease ids holders get.
+	ids *leaseid.IDs
 	// liveSessions counts Session streams whose handler is running.
 	liveSessions atomic.Int64
 	// sessions are those streams, for ListClients: clients.go.
@@ -111,7 +112,7 @@ func New(cfg Config) *Server {
 		health:          health.NewServer(),
 		draining:        make(chan struct{}),
 		tracing:         newTracing(cfg),
-		ids:             newLeaseIDs(nil), // Open uses the data directory's key
+		ids:             leaseid.New(nil), // Open uses the data directory's key
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
 	s.maxSessionUnread = MaxSessionUnread

@@ -72,7 +72,7 @@ func (s *Server) releaseShare(req *tollgatev1.ReleaseShareRequest) error {
 	if err := checkPoolName("pool", req.GetPool()); err != nil {
 		return err
 	}
-	id, err := s.ids.parseShare(req.GetPool(), req.GetShareId()) // leaseid.go
+	id, err := s.ids.ParseShare(req.GetPool(), req.GetShareId())
 	if err != nil {
 		return err
 	}
