@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tollgate/tollgate/internal/poolsfile"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/server"
 )
@@ -126,7 +127,7 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 	}
 	var pools []limiter.PoolConfig
 	if o.configPath != "" {
-		if pools, err = server.LoadPoolsFile(o.configPath); err != nil {
+		if pools, err = poolsfile.Load(o.configPath); err != nil {
 			return err
 		}
 	}
