@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -214,8 +215,8 @@ func TestSharesOverGRPC(t *testing.T) {
 // so throttle) a pool it may not use, nor take a share of it.
 func TestReportNeedsPoolAccess(t *testing.T) {
 	pki := newPKI(t, true)
-	pol := &Policy{Rules: []PolicyRule{{Clients: []string{"worker-*"}, Pools: []string{"orders-*"}}}}
-	o := startOps(t, Config{Auth: &AuthConfig{AdminNames: []string{"ops-admin"}, Policy: pol, ClientCerts: true}}, pki.server)
+	pol := &auth.Policy{Rules: []auth.PolicyRule{{Clients: []string{"worker-*"}, Pools: []string{"orders-*"}}}}
+	o := startOps(t, Config{Auth: &auth.Config{AdminNames: []string{"ops-admin"}, Policy: pol, ClientCerts: true}}, pki.server)
 	admin := o.env(pki.creds(t, "ops-admin"))
 	worker := o.env(pki.creds(t, "worker-1"))
 	admin.createPool(&tollgatev1.Pool{Name: "orders-db", ConcurrencyLimit: 5, Rate: 10})

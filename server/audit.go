@@ -57,11 +57,11 @@ func (s *Server) auditUnary(ctx context.Context, req any, info *grpc.UnaryServer
 // revocations it makes: its authenticated name, or its address when it
 // presented no credentials.
 func (s *Server) actorOf(ctx context.Context) string {
-	id := s.auth().identify(ctx)
-	if p := id.principal(); p != "" {
+	id := s.auth().Identify(ctx)
+	if p := id.Principal(); p != "" {
 		return p
 	}
-	return id.addr
+	return id.Addr
 }
 
 // poolFields renders a pool's limits as "field=value ...": the fields of

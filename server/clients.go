@@ -30,7 +30,7 @@ func (r *sessionRegistry) add(s *session, now time.Time) {
 	if p, ok := peer.FromContext(s.stream.Context()); ok && p.Addr != nil {
 		s.peerAddr = p.Addr.String()
 	}
-	s.identity = s.srv.auth().identify(s.stream.Context()).principal()
+	s.identity = s.srv.auth().Identify(s.stream.Context()).Principal()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.last++

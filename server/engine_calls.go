@@ -20,8 +20,8 @@ import (
 // it. An unauthenticated caller chooses its client_id, so while it waits
 // its acquire counts against its connection as well, like a take.
 func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
-	id := s.auth().identify(ctx)
-	key, connKey := id.clientKey(ar.ClientID), id.clientKey("")
+	id := s.auth().Identify(ctx)
+	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
 	if err := s.quotas.beginAcquire(key); err != nil {
 		return limiter.Lease{}, err
 	}
@@ -56,7 +56,7 @@ func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) 
 // Limits.MaxTakeWait is cut to it, and a take refused only because of
 // that cut says so.
 func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
-	key := s.auth().identify(ctx).clientKey("")
+	key := s.auth().Identify(ctx).ClientKey("")
 	if err := s.quotas.beginAcquire(key); err != nil {
 		return limiter.TakeResult{}, err
 	}

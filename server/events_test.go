@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -48,7 +49,7 @@ func (l *logBuffer) records(t *testing.T, msg string) []map[string]any {
 // client id, the description and who made the change.
 func TestEventLogs(t *testing.T) {
 	logs := &logBuffer{}
-	o := startOps(t, Config{Logger: slog.New(slog.NewJSONHandler(logs, nil)), Auth: &AuthConfig{AdminToken: "tok-0123456789abcdef"}}, nil)
+	o := startOps(t, Config{Logger: slog.New(slog.NewJSONHandler(logs, nil)), Auth: &auth.Config{AdminToken: "tok-0123456789abcdef"}}, nil)
 	e := o.env(withToken("tok-0123456789abcdef"))
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 3})
 	if _, err := e.adm.UpdatePool(e.ctx(), &tollgatev1.UpdatePoolRequest{

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -145,7 +146,7 @@ func TestWatchEventsShutdown(t *testing.T) {
 // WatchEvents is an admin call: without the admin token it is refused.
 func TestWatchEventsNeedsAdmin(t *testing.T) {
 	const tok = "0123456789abcdef-admin-token"
-	o := startOps(t, Config{Auth: &AuthConfig{AdminToken: tok}}, nil)
+	o := startOps(t, Config{Auth: &auth.Config{AdminToken: tok}}, nil)
 	anon := o.env()
 	st, err := anon.adm.WatchEvents(anon.ctx(), &tollgatev1.WatchEventsRequest{})
 	if err == nil {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -200,7 +201,7 @@ func TestHTTPReadinessFollowsDrain(t *testing.T) {
 func TestHTTPAuth(t *testing.T) {
 	const tok = "http-admin-token-0123456789"
 	pki := newPKI(t, true)
-	o := startOps(t, Config{Auth: &AuthConfig{AdminNames: []string{"ops"}, AdminToken: tok, ClientCerts: true}}, pki.server)
+	o := startOps(t, Config{Auth: &auth.Config{AdminNames: []string{"ops"}, AdminToken: tok, ClientCerts: true}}, pki.server)
 	anon := pki.httpClient(t, "")
 	viewer := pki.httpClient(t, "prometheus")
 	for _, path := range []string{"/healthz", "/readyz"} {

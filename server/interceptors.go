@@ -14,8 +14,9 @@ import (
 // Interceptors run outermost first: metrics (so that refusals are counted
 // too), panic recovery, for unary calls the per-client rate (before
 // authentication, so that it slows down callers with bad credentials too),
-// authentication and authorization (auth.go), the other limits (guard.go),
-// and the audit of pool changes (audit.go).
+// authentication and authorization (authUnary, asking internal/auth), the
+// other limits (poolsUnary, limitStream), and the audit of pool changes
+// (auditUnary).
 func (s *Server) serverOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(s.codec),

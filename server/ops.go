@@ -3,14 +3,16 @@ package server
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/tollgate/tollgate/internal/auth"
 )
 
 // ops is the server's operational state: who may call what (auth), what
 // clients may hold (limits, quotas, rates), what operators see (metrics,
 // events). It is embedded in Server.
 type ops struct {
-	authz  atomic.Pointer[authorizer] // swapped by SetAuth: auth.go
-	limits Limits                     // with defaults filled in
+	authz  atomic.Pointer[auth.Authorizer] // swapped by SetAuth
+	limits Limits                          // with defaults filled in
 	quotas *quotas
 	rates  *clientRates // nil: no rate limit
 	// createPoolMu serializes CreatePool calls while Limits.MaxPools is
@@ -23,7 +25,7 @@ type ops struct {
 
 // initOps sets up s.ops from cfg; New calls it once the engine exists.
 func (s *Server) initOps(cfg Config) {
-	s.authz.Store(newAuthorizer(cfg.Auth))
+	s.authz.Store(auth.New(cfg.Auth))
 	s.limits = cfg.Limits.withDefaults()
 	s.quotas = newQuotas(s.limits)
 	s.rates = newClientRates(s.limits.ClientRate, s.limits.ClientBurst)

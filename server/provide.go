@@ -80,7 +80,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		}
 	}()
 	pool := first.GetRegister().GetPool()
-	rateKey := s.auth().identify(stream.Context()).clientKey("")
+	rateKey := s.auth().Identify(stream.Context()).ClientKey("")
 	for {
 		select {
 		case <-ctx.Done():
@@ -131,13 +131,13 @@ func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.Provide
 	if err != nil {
 		return nil, err
 	}
-	id := s.auth().identify(ctx)
-	if s.auth().policy != nil {
-		if err := s.auth().checkPool(id, reg.GetPool()); err != nil {
+	id := s.auth().Identify(ctx)
+	if s.auth().HasPolicy() {
+		if err := s.auth().CheckPool(id, reg.GetPool()); err != nil {
 			return nil, err
 		}
 	}
-	spec := limiter.ProviderSpec{ID: reg.GetProviderId(), Identity: id.principal(), Address: id.addr, TTL: ttl, Owner: owner}
+	spec := limiter.ProviderSpec{ID: reg.GetProviderId(), Identity: id.Principal(), Address: id.Addr, TTL: ttl, Owner: owner}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		spec.Address = p.Addr.String()
 	}

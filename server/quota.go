@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -119,7 +120,7 @@ func (q *quotas) beginAcquire(key string) error {
 	if max > 0 && n >= max {
 		q.mu.Unlock()
 		return q.exhausted(limitClientLeases, ReasonClientLeaseLimit,
-			"%s already holds, or is acquiring or taking, %d leases and takes, the most one client may; release some or let takes finish first, or ask the operator to raise --max-client-leases", describeKey(key), max)
+			"%s already holds, or is acquiring or taking, %d leases and takes, the most one client may; release some or let takes finish first, or ask the operator to raise --max-client-leases", auth.DescribeKey(key), max)
 	}
 	q.clients[key] = n + 1
 	q.mu.Unlock()
@@ -199,7 +200,7 @@ func (q *quotas) openSession(key string) error {
 	if max > 0 && n >= max {
 		q.mu.Unlock()
 		return q.exhausted(limitClientSessions, ReasonClientSessionLimit,
-			"%s already has %d Session streams open, the most one client may; use one stream per process (the Go client does) and close the others, or ask the operator to raise --max-client-sessions", describeKey(key), max)
+			"%s already has %d Session streams open, the most one client may; use one stream per process (the Go client does) and close the others, or ask the operator to raise --max-client-sessions", auth.DescribeKey(key), max)
 	}
 	q.sessions[key] = n + 1
 	q.mu.Unlock()

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -40,8 +41,8 @@ type Config struct {
 	// still running after it are cut off. 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// Auth says who may call what; nil lets every caller do everything
-	// (for a server on loopback only). See AuthConfig.
-	Auth *AuthConfig
+	// (for a server on loopback only). See auth.Config.
+	Auth *auth.Config
 	// Limits bounds what clients can make the server hold; the zero value
 	// means the defaults. See Limits.
 	Limits Limits

@@ -43,7 +43,7 @@ const (
 // kept, to be renewed on another stream or to expire.
 func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer) error {
 	s := newSession(l.srv, stream)
-	key := l.srv.auth().identify(stream.Context()).clientKey("")
+	key := l.srv.auth().Identify(stream.Context()).ClientKey("")
 	s.clientUnread = l.srv.quotas.unreadCounter(key)
 	defer l.srv.quotas.dropUnreadCounter(key)
 	l.srv.liveSessions.Add(1)

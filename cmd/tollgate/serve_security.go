@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -79,16 +80,16 @@ func (o *securityOptions) register(f *pflag.FlagSet) {
 }
 
 // serveSecurity is what the flags load to: the server's TLS setup and
-// AuthConfig.
+// auth.Config.
 type serveSecurity struct {
 	opts *securityOptions
-	tls  *server.ServerTLS // nil: plaintext
-	auth *server.AuthConfig
+	tls  *auth.TLS // nil: plaintext
+	auth *auth.Config
 }
 
 // load reads the files the flags name and checks that they fit together.
 func (o *securityOptions) load() (*serveSecurity, error) {
-	s := &serveSecurity{opts: o, auth: &server.AuthConfig{}}
+	s := &serveSecurity{opts: o, auth: &auth.Config{}}
 	if err := o.limits.Validate(); err != nil {
 		return nil, err
 	}
@@ -103,26 +104,26 @@ func (o *securityOptions) load() (*serveSecurity, error) {
 		return nil, fmt.Errorf("--policy names client certificates, which only --client-ca lets the server verify: set --client-ca")
 	}
 	if o.tlsCert != "" {
-		st, err := server.LoadServerTLS(o.tlsCert, o.tlsKey, o.clientCA)
+		st, err := auth.LoadTLS(o.tlsCert, o.tlsKey, o.clientCA)
 		if err != nil {
 			return nil, err
 		}
 		s.tls = st
 		s.auth.ClientCerts = st.ClientCerts
 	}
-	auth, err := o.loadAuth(s.auth.ClientCerts)
+	cfg, err := o.loadAuth(s.auth.ClientCerts)
 	if err != nil {
 		return nil, err
 	}
-	s.auth = auth
+	s.auth = cfg
 	return s, nil
 }
 
-// loadAuth reads the admin token and policy files into an AuthConfig with
+// loadAuth reads the admin token and policy files into an auth.Config with
 // the admin names of the flags; clientCerts says whether the listeners
 // verify client certificates. Serve calls it at start and on SIGHUP.
-func (o *securityOptions) loadAuth(clientCerts bool) (*server.AuthConfig, error) {
-	auth := &server.AuthConfig{AdminNames: o.adminNames, ClientCerts: clientCerts}
+func (o *securityOptions) loadAuth(clientCerts bool) (*auth.Config, error) {
+	cfg := &auth.Config{AdminNames: o.adminNames, ClientCerts: clientCerts}
 	if o.adminTokenFile != "" {
 		b, err := os.ReadFile(o.adminTokenFile)
 		if err != nil {
@@ -132,16 +133,16 @@ func (o *securityOptions) loadAuth(clientCerts bool) (*server.AuthConfig, error)
 		if len(tok) < minTokenLen || strings.ContainsAny(tok, " \t\r\n") {
 			return nil, fmt.Errorf("--admin-token-file %s must hold one token of at least %d characters without spaces (make one with: openssl rand -hex 32)", o.adminTokenFile, minTokenLen)
 		}
-		auth.AdminToken = tok
+		cfg.AdminToken = tok
 	}
 	if o.policyFile != "" {
-		p, err := server.LoadPolicyFile(o.policyFile)
+		p, err := auth.LoadPolicyFile(o.policyFile)
 		if err != nil {
 			return nil, err
 		}
-		auth.Policy = p
+		cfg.Policy = p
 	}
-	return auth, nil
+	return cfg, nil
 }
 
 // secured reports whether remote clients would need TLS and credentials.

@@ -57,6 +57,12 @@ func Newf(code codes.Code, reason limiter.Reason, format string, args ...any) *R
 // Error returns the message for people.
 func (r *Refusal) Error() string { return r.msg }
 
+// Code returns the gRPC code of the refusal.
+func (r *Refusal) Code() codes.Code { return r.code }
+
+// Reason returns the reason of the refusal.
+func (r *Refusal) Reason() limiter.Reason { return r.reason }
+
 // GRPCStatus returns the status the client gets.
 func (r *Refusal) GRPCStatus() *status.Status {
 	st := status.New(r.code, r.msg)
