@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -22,30 +23,30 @@ import (
 func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
 	id := s.auth().Identify(ctx)
 	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
-	if err := s.quotas.beginAcquire(key); err != nil {
+	if err := s.quotas.BeginAcquire(key); err != nil {
 		return limiter.Lease{}, err
 	}
 	if connKey != key {
-		if err := s.quotas.beginAcquire(connKey); err != nil {
-			s.quotas.endAcquire(key, nil)
+		if err := s.quotas.BeginAcquire(connKey); err != nil {
+			s.quotas.EndAcquire(key, nil)
 			return limiter.Lease{}, err
 		}
-		defer s.quotas.endAcquire(connKey, nil)
+		defer s.quotas.EndAcquire(connKey, nil)
 	}
-	if err := s.quotas.beginWait(); err != nil {
-		s.quotas.endAcquire(key, nil)
+	if err := s.quotas.BeginWait(); err != nil {
+		s.quotas.EndAcquire(key, nil)
 		return limiter.Lease{}, err
 	}
 	start := s.engine.Clock().Now()
 	ctx, stop := s.untilDrain(ctx)
 	lease, err := s.engine.Acquire(ctx, ar)
 	err = stop(err)
-	s.quotas.endWait()
+	s.quotas.EndWait()
 	if err != nil {
-		s.quotas.endAcquire(key, nil)
+		s.quotas.EndAcquire(key, nil)
 		return limiter.Lease{}, err
 	}
-	s.quotas.endAcquire(key, &lease)
+	s.quotas.EndAcquire(key, &lease)
 	s.metrics.waits.observe(lease.Pool, lease.AcquireTime.Sub(start))
 	return lease, nil
 }
@@ -57,14 +58,14 @@ func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) 
 // that cut says so.
 func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
 	key := s.auth().Identify(ctx).ClientKey("")
-	if err := s.quotas.beginAcquire(key); err != nil {
+	if err := s.quotas.BeginAcquire(key); err != nil {
 		return limiter.TakeResult{}, err
 	}
-	defer s.quotas.endAcquire(key, nil)
-	if err := s.quotas.beginWait(); err != nil {
+	defer s.quotas.EndAcquire(key, nil)
+	if err := s.quotas.BeginWait(); err != nil {
 		return limiter.TakeResult{}, err
 	}
-	defer s.quotas.endWait()
+	defer s.quotas.EndWait()
 	asked, capped := maxWait, false
 	if c := s.limits.MaxTakeWait; c > 0 && maxWait > c {
 		maxWait, capped = c, true
@@ -73,7 +74,7 @@ func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, max
 	res, err := s.engine.Take(ctx, pool, tokens, maxWait)
 	err = stop(err)
 	if le := (*limiter.Error)(nil); capped && errors.As(err, &le) && le.Reason == limiter.ReasonRateLimited && le.RetryAfter <= asked {
-		ce := s.quotas.exhausted(limitTakeWait, le.Reason,
+		ce := s.quotas.Exhausted(limits.KindTakeWait, le.Reason,
 			"pool %q would have %d tokens in %v, longer than the server lets a take wait (%v, its --max-take-wait); retry after that, or ask the operator to raise --max-take-wait",
 			pool, tokens, le.RetryAfter, s.limits.MaxTakeWait)
 		ce.RetryAfter = le.RetryAfter
@@ -108,7 +109,7 @@ func (s *Server) untilDrain(ctx context.Context) (context.Context, func(error) e
 func (s *Server) releaseLease(pool string, token uint64, out *limiter.ReleaseOutcome) error {
 	lease, err := s.engine.ReleaseLease(pool, token, out)
 	if err == nil {
-		s.quotas.leaseEnded(pool, token)
+		s.quotas.LeaseEnded(pool, token)
 		if !lease.AcquireTime.IsZero() { // zero: a pre-restart lease never re-adopted
 			s.metrics.holds.observe(pool, s.engine.Clock().Now().Sub(lease.AcquireTime))
 		}

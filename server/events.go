@@ -142,7 +142,7 @@ var eventMessages = map[string]string{
 // and records and logs the event.
 func (s *Server) leaseEnded(ev limiter.LeaseEnded) {
 	l := ev.Lease
-	s.quotas.leaseEnded(l.Pool, l.FencingToken)
+	s.quotas.LeaseEnded(l.Pool, l.FencingToken)
 	typ, at, detail := EventLeaseExpired, l.ExpireTime, ""
 	if ev.Reason != limiter.EndExpired {
 		typ, at, detail = EventLeaseRevoked, time.Time{}, ev.Reason.String()+"; "

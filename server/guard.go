@@ -8,14 +8,16 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// This file enforces the per-call parts of Limits as interceptors: the
+// The interceptors below enforce the per-call parts of limits.Limits: the
 // request rate per client, Session streams per client and the number of
-// pools; and checks each request of a Session stream as it arrives.
+// pools; guardSessionRequest checks each request of a Session stream as it
+// arrives.
 
 // Methods with limits of their own.
 var (
@@ -52,7 +54,7 @@ func (s *Server) poolsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		s.createPoolMu.Lock()
 		defer s.createPoolMu.Unlock()
 		if n := s.engine.NumPools(); n >= s.limits.MaxPools {
-			err := s.quotas.exhausted(limitPools, ReasonTooManyPools,
+			err := s.quotas.Exhausted(limits.KindPools, limits.ReasonTooManyPools,
 				"the server has %d pools, its limit of %d; delete pools that are no longer used, or ask the operator to raise --max-pools", n, s.limits.MaxPools)
 			return nil, statusOf(err, errCtx{}).Err()
 		}
@@ -77,20 +79,20 @@ func (s *Server) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if info.FullMethod != sessionMethod {
 		return handler(srv, ss)
 	}
-	if err := s.quotas.openSession(key); err != nil {
+	if err := s.quotas.OpenSession(key); err != nil {
 		return toStatus(s.log, "Session", err, errCtx{})
 	}
-	defer s.quotas.closeSession(key)
+	defer s.quotas.CloseSession(key)
 	return handler(srv, ss)
 }
 
 // allowRate takes a request from key's rate budget, or returns the
 // refusal.
 func (s *Server) allowRate(key string) *limiter.Error {
-	if s.rates.allow(key) {
+	if s.rates.Allow(key) {
 		return nil
 	}
-	err := s.quotas.exhausted(limitClientRate, ReasonClientRateLimited,
+	err := s.quotas.Exhausted(limits.KindClientRate, limits.ReasonClientRateLimited,
 		"%s is over its request rate of %g per second (burst %d); slow down and retry with backoff, or ask the operator to raise --client-rate",
 		auth.DescribeKey(key), s.limits.ClientRate, s.limits.ClientBurst)
 	err.RetryAfter = max(time.Millisecond, time.Duration(float64(time.Second)/s.limits.ClientRate))

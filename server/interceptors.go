@@ -7,6 +7,15 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
+// connectionTimeout bounds a new connection's handshake (TLS and the
+// HTTP/2 preface); idleConnTimeout closes a connection that has had no
+// call in progress that long (grpc clients reconnect when they next
+// call).
+const (
+	connectionTimeout = 10 * time.Second
+	idleConnTimeout   = 5 * time.Minute
+)
+
 // serverOptions are the options GRPCServer builds every *grpc.Server with,
 // before the caller's: the interceptor chains, the keepalive policy and the
 // largest message the server receives (Limits.MaxRecvMsgSize).

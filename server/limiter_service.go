@@ -135,7 +135,7 @@ func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner 
 	}
 	lease, err := s.engine.RenewOrReadopt(req.GetPool(), tok, ttl, owner, ra)
 	if err == nil {
-		s.quotas.track(leaseRef{lease.Pool, lease.FencingToken}, func() string { return s.auth().Identify(ctx).ClientKey(lease.ClientID) })
+		s.quotas.Track(lease.Pool, lease.FencingToken, func() string { return s.auth().Identify(ctx).ClientKey(lease.ClientID) })
 	}
 	return lease, err
 }

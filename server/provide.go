@@ -189,7 +189,7 @@ func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideReques
 }
 
 // provideRate counts an offer or withdrawal toward the caller's request
-// rate (guard.go); keep-alives are exempt, so that a provider refused for
+// rate (allowRate); keep-alives are exempt, so that a provider refused for
 // its rate is not also expired.
 func (s *Server) provideRate(key string) error {
 	if s.rates == nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/leaseid"
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -44,8 +45,8 @@ type Config struct {
 	// (for a server on loopback only). See auth.Config.
 	Auth *auth.Config
 	// Limits bounds what clients can make the server hold; the zero value
-	// means the defaults. See Limits.
-	Limits Limits
+	// means the defaults. See limits.Limits.
+	Limits limits.Limits
 	// TracerProvider, when set, receives a span for every RPC and for every
 	// acquire and take, also those on Session streams; nil records none.
 	TracerProvider trace.TracerProvider

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -25,7 +26,7 @@ type securityOptions struct {
 	adminTokenFile      string
 	policyFile          string
 	insecureAllowRemote bool
-	limits              server.Limits
+	limits              limits.Limits
 }
 
 // securityHelp is the part of serve's help about security.
@@ -66,17 +67,17 @@ func (o *securityOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", `file holding a bearer token allowed to call AdminService ("authorization: Bearer <token>"); at least 16 characters`)
 	f.StringVar(&o.policyFile, "policy", "", "YAML file of which client certificates may use which pools (needs --client-ca; see above)")
 	f.BoolVar(&o.insecureAllowRemote, "insecure-allow-remote", false, "allow listening on non-loopback addresses without TLS and authentication (trusted networks only)")
-	f.IntVar(&o.limits.MaxPools, "max-pools", server.DefaultMaxPools, "most pools CreatePool may bring the server to (-1: no limit)")
-	f.Int64Var(&o.limits.MaxWaiters, "max-waiters", server.DefaultMaxWaiters, "most acquires and takes in progress across all pools (-1: no limit)")
-	f.Int64Var(&o.limits.MaxClientLeases, "max-client-leases", server.DefaultMaxClientLeases, "most leases one client may hold or be acquiring (-1: no limit)")
-	f.Int64Var(&o.limits.MaxClientSessions, "max-client-sessions", server.DefaultMaxClientSessions, "most Session streams one client may have open (-1: no limit)")
-	f.IntVar(&o.limits.MaxRecvMsgSize, "max-msg-size", server.DefaultMaxRecvMsgSize, "largest gRPC message the server receives, in bytes")
-	f.Float64Var(&o.limits.ClientRate, "client-rate", server.DefaultClientRate, "requests per second one client may make, releases excepted (-1: no limit)")
+	f.IntVar(&o.limits.MaxPools, "max-pools", limits.DefaultMaxPools, "most pools CreatePool may bring the server to (-1: no limit)")
+	f.Int64Var(&o.limits.MaxWaiters, "max-waiters", limits.DefaultMaxWaiters, "most acquires and takes in progress across all pools (-1: no limit)")
+	f.Int64Var(&o.limits.MaxClientLeases, "max-client-leases", limits.DefaultMaxClientLeases, "most leases one client may hold or be acquiring (-1: no limit)")
+	f.Int64Var(&o.limits.MaxClientSessions, "max-client-sessions", limits.DefaultMaxClientSessions, "most Session streams one client may have open (-1: no limit)")
+	f.IntVar(&o.limits.MaxRecvMsgSize, "max-msg-size", limits.DefaultMaxRecvMsgSize, "largest gRPC message the server receives, in bytes")
+	f.Float64Var(&o.limits.ClientRate, "client-rate", limits.DefaultClientRate, "requests per second one client may make, releases excepted (-1: no limit)")
 	f.IntVar(&o.limits.ClientBurst, "client-burst", 0, "requests one client may make at once above --client-rate (0: twice --client-rate)")
-	f.IntVar(&o.limits.MaxConns, "max-conns", server.DefaultMaxConns, "most gRPC connections open at once; more are closed when accepted (-1: no limit)")
-	f.IntVar(&o.limits.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most gRPC connections open at once from one IP address (-1: no limit)")
-	f.IntVar(&o.limits.MaxHeaderListSize, "max-header-size", server.DefaultMaxHeaderListSize, "largest metadata (headers) of one gRPC call, in bytes")
-	f.DurationVar(&o.limits.MaxTakeWait, "max-take-wait", server.DefaultMaxTakeWait, "longest max_wait a take may wait for its tokens; longer waits are refused (-1ns: no limit)")
+	f.IntVar(&o.limits.MaxConns, "max-conns", limits.DefaultMaxConns, "most gRPC connections open at once; more are closed when accepted (-1: no limit)")
+	f.IntVar(&o.limits.MaxConnsPerIP, "max-conns-per-ip", limits.DefaultMaxConnsPerIP, "most gRPC connections open at once from one IP address (-1: no limit)")
+	f.IntVar(&o.limits.MaxHeaderListSize, "max-header-size", limits.DefaultMaxHeaderListSize, "largest metadata (headers) of one gRPC call, in bytes")
+	f.DurationVar(&o.limits.MaxTakeWait, "max-take-wait", limits.DefaultMaxTakeWait, "longest max_wait a take may wait for its tokens; longer waits are refused (-1ns: no limit)")
 }
 
 // serveSecurity is what the flags load to: the server's TLS setup and

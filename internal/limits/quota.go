@@ -1,7 +1,9 @@
-package server
+package limits
 
 import (
 	"fmt"
+	"maps"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,27 +29,27 @@ const (
 	ReasonClientRateLimited limiter.Reason = "CLIENT_RATE_LIMITED"
 )
 
-// limitKind indexes the refusal counters of quotas, in the order of
-// limitNames.
-type limitKind int
+// Kind names a limit, to count its refusals; Names gives each its
+// label.
+type Kind int
 
 const (
-	limitPools limitKind = iota
-	limitWaiters
-	limitClientLeases
-	limitClientSessions
-	limitClientRate
-	limitConns
-	limitConnsPerIP
-	limitTakeWait
-	numLimitKinds
+	KindPools Kind = iota
+	KindWaiters
+	KindClientLeases
+	KindClientSessions
+	KindClientRate
+	KindConns
+	KindConnsPerIP
+	KindTakeWait
+	numKinds
 )
 
-// limitNames are the values of the "limit" label of
+// Names are the values of the "limit" label of
 // tollgate_limit_refusals_total: the serve flags' names.
-var limitNames = [numLimitKinds]string{"max-pools", "max-waiters", "max-client-leases", "max-client-sessions", "client-rate", "max-conns", "max-conns-per-ip", "max-take-wait"}
+var Names = [numKinds]string{"max-pools", "max-waiters", "max-client-leases", "max-client-sessions", "client-rate", "max-conns", "max-conns-per-ip", "max-take-wait"}
 
-// maxEarlyEnds bounds quotas.early.
+// maxEarlyEnds bounds Quotas.early.
 const maxEarlyEnds = 4096
 
 // leaseRef names a lease on the server.
@@ -56,13 +58,13 @@ type leaseRef struct {
 	token uint64
 }
 
-// quotas counts what clients hold, for Limits: acquires and takes in
+// Quotas counts what clients hold, for Limits: acquires and takes in
 // progress server-wide (an atomic counter), leases and acquires in
 // progress per client, and Session streams per client.
-type quotas struct {
+type Quotas struct {
 	limits  Limits
 	waiters atomic.Int64
-	refused [numLimitKinds]atomic.Int64
+	refused [numKinds]atomic.Int64
 
 	mu       sync.Mutex
 	clients  map[string]int64    // client key -> leases held + acquires in progress
@@ -79,8 +81,9 @@ type unreadCount struct {
 	streams int
 }
 
-func newQuotas(l Limits) *quotas {
-	return &quotas{
+// New returns the quotas that enforce l.
+func New(l Limits) *Quotas {
+	return &Quotas{
 		limits:   l,
 		clients:  make(map[string]int64),
 		leases:   make(map[leaseRef]string),
@@ -90,36 +93,37 @@ func newQuotas(l Limits) *quotas {
 	}
 }
 
-// exhausted returns a RESOURCE_EXHAUSTED error of reason and counts it.
-func (q *quotas) exhausted(kind limitKind, reason limiter.Reason, format string, args ...any) *limiter.Error {
+// Exhausted returns a RESOURCE_EXHAUSTED error of reason and counts it.
+func (q *Quotas) Exhausted(kind Kind, reason limiter.Reason, format string, args ...any) *limiter.Error {
 	q.refused[kind].Add(1)
 	return &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
-// beginWait counts an acquire or take in progress, or refuses it past
-// Limits.MaxWaiters. Each successful call must be matched by endWait.
-func (q *quotas) beginWait() error {
+// BeginWait counts an acquire or take in progress, or refuses it past
+// Limits.MaxWaiters. Each successful call must be matched by EndWait.
+func (q *Quotas) BeginWait() error {
 	n := q.waiters.Add(1)
 	if max := q.limits.MaxWaiters; max > 0 && n > max {
 		q.waiters.Add(-1)
-		return q.exhausted(limitWaiters, ReasonTooManyWaiters,
+		return q.Exhausted(KindWaiters, ReasonTooManyWaiters,
 			"the server has %d acquires and takes in progress, its limit; retry later with backoff, or ask the operator to raise --max-waiters", max)
 	}
 	return nil
 }
 
-func (q *quotas) endWait() { q.waiters.Add(-1) }
+// EndWait ends a wait counted by BeginWait.
+func (q *Quotas) EndWait() { q.waiters.Add(-1) }
 
-// beginAcquire counts an acquire (or take) in progress against client key, or
+// BeginAcquire counts an acquire (or take) in progress against client key, or
 // refuses it past Limits.MaxClientLeases. Each successful call must be
-// matched by endAcquire.
-func (q *quotas) beginAcquire(key string) error {
+// matched by EndAcquire.
+func (q *Quotas) BeginAcquire(key string) error {
 	max := q.limits.MaxClientLeases
 	q.mu.Lock()
 	n := q.clients[key]
 	if max > 0 && n >= max {
 		q.mu.Unlock()
-		return q.exhausted(limitClientLeases, ReasonClientLeaseLimit,
+		return q.Exhausted(KindClientLeases, ReasonClientLeaseLimit,
 			"%s already holds, or is acquiring or taking, %d leases and takes, the most one client may; release some or let takes finish first, or ask the operator to raise --max-client-leases", auth.DescribeKey(key), max)
 	}
 	q.clients[key] = n + 1
@@ -127,10 +131,10 @@ func (q *quotas) beginAcquire(key string) error {
 	return nil
 }
 
-// endAcquire ends an acquire counted by beginAcquire: a granted lease keeps
-// counting until it ends (leaseEnded); an acquire that failed stops
+// EndAcquire ends an acquire counted by BeginAcquire: a granted lease keeps
+// counting until it ends (LeaseEnded); an acquire that failed stops
 // counting.
-func (q *quotas) endAcquire(key string, lease *limiter.Lease) {
+func (q *Quotas) EndAcquire(key string, lease *limiter.Lease) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if lease != nil {
@@ -144,11 +148,12 @@ func (q *quotas) endAcquire(key string, lease *limiter.Lease) {
 	q.decLocked(q.clients, key)
 }
 
-// track starts counting the live lease ref against the client key()
+// Track starts counting the live lease token of pool against the client key()
 // names, unless it is counted already: a lease re-adopted after a restart
 // counts toward its client's limit like a granted one. It never refuses:
 // the lease exists. key is called only when the lease is new to q.
-func (q *quotas) track(ref leaseRef, key func() string) {
+func (q *Quotas) Track(pool string, token uint64, key func() string) {
+	ref := leaseRef{pool, token}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, ok := q.leases[ref]; ok {
@@ -162,9 +167,9 @@ func (q *quotas) track(ref leaseRef, key func() string) {
 	q.clients[k]++
 }
 
-// leaseEnded stops counting a lease that was released, expired or ended
+// LeaseEnded stops counting a lease that was released, expired or ended
 // with its pool.
-func (q *quotas) leaseEnded(pool string, token uint64) {
+func (q *Quotas) LeaseEnded(pool string, token uint64) {
 	ref := leaseRef{pool, token}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -173,7 +178,7 @@ func (q *quotas) leaseEnded(pool string, token uint64) {
 		q.decLocked(q.clients, key)
 		return
 	}
-	// Either a lease granted but not yet recorded by endAcquire, or one
+	// Either a lease granted but not yet recorded by EndAcquire, or one
 	// not counted at all (created without the server's acquire path).
 	// Remember it briefly, within a bound.
 	now := time.Now()
@@ -190,16 +195,16 @@ func (q *quotas) leaseEnded(pool string, token uint64) {
 	q.early[ref] = now
 }
 
-// openSession counts a Session stream of client key, or refuses it past
+// OpenSession counts a Session stream of client key, or refuses it past
 // Limits.MaxClientSessions. Each successful call must be matched by
-// closeSession.
-func (q *quotas) openSession(key string) error {
+// CloseSession.
+func (q *Quotas) OpenSession(key string) error {
 	max := q.limits.MaxClientSessions
 	q.mu.Lock()
 	n := q.sessions[key]
 	if max > 0 && n >= max {
 		q.mu.Unlock()
-		return q.exhausted(limitClientSessions, ReasonClientSessionLimit,
+		return q.Exhausted(KindClientSessions, ReasonClientSessionLimit,
 			"%s already has %d Session streams open, the most one client may; use one stream per process (the Go client does) and close the others, or ask the operator to raise --max-client-sessions", auth.DescribeKey(key), max)
 	}
 	q.sessions[key] = n + 1
@@ -207,9 +212,9 @@ func (q *quotas) openSession(key string) error {
 	return nil
 }
 
-// unreadCounter returns the counter of answers queued for client key's
-// Session streams; each call must be matched by dropUnreadCounter.
-func (q *quotas) unreadCounter(key string) *atomic.Int64 {
+// UnreadCounter returns the counter of answers queued for client key's
+// Session streams; each call must be matched by DropUnreadCounter.
+func (q *Quotas) UnreadCounter(key string) *atomic.Int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	c := q.unread[key]
@@ -221,7 +226,8 @@ func (q *quotas) unreadCounter(key string) *atomic.Int64 {
 	return &c.Int64
 }
 
-func (q *quotas) dropUnreadCounter(key string) {
+// DropUnreadCounter lets go of a counter UnreadCounter returned.
+func (q *Quotas) DropUnreadCounter(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if c := q.unread[key]; c != nil {
@@ -231,7 +237,8 @@ func (q *quotas) dropUnreadCounter(key string) {
 	}
 }
 
-func (q *quotas) closeSession(key string) {
+// CloseSession ends a stream counted by OpenSession.
+func (q *Quotas) CloseSession(key string) {
 	q.mu.Lock()
 	q.decLocked(q.sessions, key)
 	q.mu.Unlock()
@@ -239,7 +246,7 @@ func (q *quotas) closeSession(key string) {
 
 // decLocked decrements m[key], deleting it at zero so that memory follows
 // the clients that hold something.
-func (q *quotas) decLocked(m map[string]int64, key string) {
+func (q *Quotas) decLocked(m map[string]int64, key string) {
 	if n := m[key] - 1; n > 0 {
 		m[key] = n
 	} else {
@@ -247,9 +254,34 @@ func (q *quotas) decLocked(m map[string]int64, key string) {
 	}
 }
 
-// clientLeases returns what client key holds and is acquiring, for tests.
-func (q *quotas) clientLeases(key string) int64 {
+// ClientLeases returns what client key holds and is acquiring, for tests.
+func (q *Quotas) ClientLeases(key string) int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.clients[key]
+}
+
+// Waiters returns the acquires and takes in progress server-wide.
+func (q *Quotas) Waiters() int64 { return q.waiters.Load() }
+
+// Refused returns how many calls or connections limit kind has refused.
+func (q *Quotas) Refused(kind Kind) int64 { return q.refused[kind].Load() }
+
+// Sessions returns the open Session streams by client key, for tests.
+func (q *Quotas) Sessions() map[string]int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return maps.Clone(q.sessions)
+}
+
+// Counted returns the leases and acquires counted by client key and the
+// clients of the live leases counted, for tests.
+func (q *Quotas) Counted() (clients map[string]int64, leases map[string]string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	leases = make(map[string]string, len(q.leases))
+	for r, k := range q.leases {
+		leases[r.pool+"/"+strconv.FormatUint(r.token, 10)] = k
+	}
+	return maps.Clone(q.clients), leases
 }
