@@ -11,7 +11,7 @@ import (
 )
 
 // This file converts the wire types of adaptive limits, outcomes and rate
-// shares to and from the engine's. As in convert.go, range checks are the
+// shares to and from the engine's. As for pools, range checks are the
 // engine's; what is checked here is only what the wire can get wrong.
 
 // adaptiveStatusToProto fills in the adaptive part of a wire status.

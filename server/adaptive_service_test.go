@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -51,7 +52,7 @@ func TestAdaptiveOverGRPC(t *testing.T) {
 		t.Fatalf("status after errors: %v", st)
 	}
 	evs := e.srv.RecentEvents()
-	if len(evs) == 0 || evs[0].Type != EventPoolThrottled || !strings.Contains(evs[0].Detail, "concurrency 10 → 8 (configured 10)") ||
+	if len(evs) == 0 || evs[0].Type != events.PoolThrottled || !strings.Contains(evs[0].Detail, "concurrency 10 → 8 (configured 10)") ||
 		!strings.Contains(evs[0].Detail, "100.0% of 4 outcomes") {
 		t.Fatalf("events: %+v", evs)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // This file is the registry of connected client sessions that
-// AdminService.ListClients reads (admin_clients.go). A session joins it
+// AdminService.ListClients reads. A session joins it
 // when its Session stream's handler starts and leaves it when the handler
 // returns, so it holds exactly the open streams, which the guard bounds
 // per client (Limits.MaxClientSessions).

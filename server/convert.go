@@ -96,7 +96,7 @@ func (s *Server) leaseToProto(l limiter.Lease) *tollgatev1.Lease {
 		Ttl:          durationpb.New(l.TTL),
 		Priority:     l.Priority,
 		AcquireTime:  timestamp(l.AcquireTime),
-		Resources:    resourcesToProto(l.Resources), // resources_convert.go
+		Resources:    resourcesToProto(l.Resources),
 		// What a restarted server asks to re-adopt the lease
 		ExpiryReceipt: s.ids.Receipt(l.Pool, l.FencingToken, l.ExpireTime),
 	}
@@ -135,7 +135,7 @@ func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
 		Providers:        s.Providers,
 		Utilisation:      s.Utilisation,
 	}
-	adaptiveStatusToProto(s.AdaptiveStatus, out) // effective limits, outcomes, shares: adaptive_convert.go
+	adaptiveStatusToProto(s.AdaptiveStatus, out) // effective limits, outcomes, shares
 	return out
 }
 

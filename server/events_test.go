@@ -93,17 +93,3 @@ func TestEventLogs(t *testing.T) {
 		t.Fatalf("events newest first = %s", got)
 	}
 }
-
-func TestEventRingIsBounded(t *testing.T) {
-	var r eventRing
-	for i := range RecentEventsLen + 10 {
-		r.add(Event{Type: EventPoolCreated, Pool: "p", Detail: string(rune('a' + i%26))})
-	}
-	evs := r.newestFirst()
-	if len(evs) != RecentEventsLen {
-		t.Fatalf("kept %d events, want %d", len(evs), RecentEventsLen)
-	}
-	if evs[0].Seq != RecentEventsLen+10 || evs[len(evs)-1].Seq != 11 {
-		t.Fatalf("kept seq %d..%d, want %d..11", evs[0].Seq, evs[len(evs)-1].Seq, RecentEventsLen+10)
-	}
-}

@@ -82,7 +82,7 @@ func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listene
 		gs.Stop()
 		<-stopped
 	}
-	s.closeEngine() // persist.go
+	s.closeEngine()
 	if err == nil {
 		// gs.Serve returns nil once stopped; an earlier failure is kept.
 		select {

@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -58,10 +59,10 @@ func TestHTTPPoolsAndEvents(t *testing.T) {
 		t.Fatalf("events = %+v", evs)
 	}
 	exp, created := evs.Events[0], evs.Events[1]
-	if exp.Type != EventLeaseExpired || exp.Pool != "orders-db" || exp.LeaseID != "1" || exp.ClientID != "w1" || exp.Description != "nightly job" {
+	if exp.Type != events.LeaseExpired || exp.Pool != "orders-db" || exp.LeaseID != "1" || exp.ClientID != "w1" || exp.Description != "nightly job" {
 		t.Errorf("newest event = %+v, want w1's lease expiry", exp)
 	}
-	if created.Type != EventPoolCreated || created.Actor != "127.0.0.1" || !strings.Contains(created.Detail, "concurrency_limit=4") {
+	if created.Type != events.PoolCreated || created.Actor != "127.0.0.1" || !strings.Contains(created.Detail, "concurrency_limit=4") {
 		t.Errorf("oldest event = %+v, want the pool's creation", created)
 	}
 

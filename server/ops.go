@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limits"
 )
 
@@ -20,8 +21,8 @@ type ops struct {
 	// checked.
 	createPoolMu sync.Mutex
 	metrics      *metrics
-	events       eventRing
-	codec        wireCodec // refuses undecodable requests: wirecodec.go
+	events       events.Ring
+	codec        wireCodec // refuses undecodable requests
 }
 
 // initOps sets up s.ops from cfg; New calls it once the engine exists.

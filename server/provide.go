@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/peer"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -204,11 +205,11 @@ func (s *Server) provideRate(key string) error {
 // onProviderEvent records a provider joining or leaving a passive pool,
 // and ends the stream of a provider the engine expired.
 func (s *Server) onProviderEvent(ev limiter.PoolEvent) {
-	typ := EventProviderJoined
+	typ := events.ProviderJoined
 	if ev.Type == limiter.ProviderLeft {
-		typ = EventProviderLeft
+		typ = events.ProviderLeft
 	}
-	s.recordEvent(Event{Time: ev.Time, Type: typ, Pool: ev.Pool, ProviderID: ev.Provider, Detail: ev.Message})
+	s.recordEvent(events.Event{Time: ev.Time, Type: typ, Pool: ev.Pool, ProviderID: ev.Provider, Detail: ev.Message})
 	if ps, ok := ev.Owner.(*providerStream); ok && ev.Type == limiter.ProviderLeft {
 		code, reason := limiter.CodeNotFound, limiter.ReasonProviderNotFound
 		if ev.ProviderExpired {

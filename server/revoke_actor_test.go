@@ -8,20 +8,21 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
 // revokedEvent returns the lease_revoked event of leaseID in pool, failing
 // the test if there is none.
-func revokedEvent(t *testing.T, srv *Server, pool, leaseID string) Event {
+func revokedEvent(t *testing.T, srv *Server, pool, leaseID string) events.Event {
 	t.Helper()
 	for _, ev := range srv.RecentEvents() {
-		if ev.Type == EventLeaseRevoked && ev.Pool == pool && ev.LeaseID == tokenOf(leaseID) {
+		if ev.Type == events.LeaseRevoked && ev.Pool == pool && ev.LeaseID == tokenOf(leaseID) {
 			return ev
 		}
 	}
 	t.Fatalf("no lease_revoked event for lease %s of pool %s in %+v", leaseID, pool, srv.RecentEvents())
-	return Event{}
+	return events.Event{}
 }
 
 // nextLeaseEvent returns the next message of s, which must be a lease
@@ -110,7 +111,7 @@ func TestRevocationActorWithoutCredentials(t *testing.T) {
 	}
 	e.clock.Advance(2 * time.Second) // runs the expiry before it returns
 	for _, ev := range e.srv.RecentEvents() {
-		if ev.Type == EventLeaseExpired && ev.LeaseID == tokenOf(expiring.GetId()) {
+		if ev.Type == events.LeaseExpired && ev.LeaseID == tokenOf(expiring.GetId()) {
 			if ev.Actor != "" {
 				t.Errorf("lease_expired actor = %q, want none", ev.Actor)
 			}

@@ -60,7 +60,7 @@ type Config struct {
 	// a negative value records every crossing.
 	MarkEventInterval time.Duration
 
-	// persister is set by Open (persist.go): the engine's Persister.
+	// persister is set by Open: the engine's Persister.
 	persister limiter.Persister
 }
 
@@ -86,7 +86,7 @@ type Server struct {
 	ids *leaseid.IDs
 	// liveSessions counts Session streams whose handler is running.
 	liveSessions atomic.Int64
-	// sessions are those streams, for ListClients: clients.go.
+	// sessions are those streams, for ListClients.
 	sessions sessionRegistry
 	// maxSessionEvents is MaxSessionEvents; tests lower it.
 	maxSessionEvents atomic.Int64
@@ -96,8 +96,8 @@ type Server struct {
 
 	tracing *tracing // nil when Config.TracerProvider is nil
 
-	ops         // auth, limits, metrics, events: ops.go
-	persistence // the data directory, for a Server made by Open: persist.go
+	ops         // auth, limits, metrics, events
+	persistence // the data directory, for a Server made by Open
 }
 
 // New returns a Server around a new engine built with cfg's clock. The
@@ -122,8 +122,8 @@ func New(cfg Config) *Server {
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
-	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister, PreReserve: true, // persist_ahead.go
-		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, MarkEventInterval: cfg.MarkEventInterval}) // adaptive_events.go, shares_service.go
+	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister, PreReserve: true,
+		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, MarkEventInterval: cfg.MarkEventInterval})
 	s.initOps(cfg)
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
@@ -148,7 +148,7 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 // released. Close is idempotent; Serve calls it when it stops.
 func (s *Server) Close() {
 	s.drain()
-	s.closeEngine() // persist.go
+	s.closeEngine()
 }
 
 // drain tells health checkers and sessions that the server is going away.
@@ -161,7 +161,7 @@ func (s *Server) drain() {
 }
 
 // onLeaseEnded is the engine's OnLeaseEnded callback: it records and logs
-// the end of the lease (events.go) and forwards it to the session that
+// the end of the lease as an event and forwards it to the session that
 // owns it, if that session is still live. It never blocks.
 func (s *Server) onLeaseEnded(ev limiter.LeaseEnded) {
 	s.leaseEnded(ev)

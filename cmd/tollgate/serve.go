@@ -29,7 +29,7 @@ type serveOptions struct {
 	logFormat         string
 	logLevel          string
 	otel              bool
-	sec               securityOptions // TLS, auth, HTTP, limits: serve_security.go
+	sec               securityOptions // TLS, auth, HTTP, limits
 }
 
 // newServeCmd returns the "serve" command: it runs a Tollgate server on
@@ -172,7 +172,7 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 	defer stop()
 	hup, stopHUP := reloadSignals()
 	defer stopHUP()
-	go sec.reloadOn(ctx, hup, srv, logger) // serve_reload.go
+	go sec.reloadOn(ctx, hup, srv, logger)
 	fmt.Fprintf(stderr, "tollgate: serving on %s\n", lis.Addr())
 	return sec.serve(ctx, srv, lis, httpLis, logger, stderr)
 }
