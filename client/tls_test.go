@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/server"
@@ -23,11 +24,11 @@ import (
 func TestWithTLS(t *testing.T) {
 	ca := tlstest.NewCA(t, "test CA")
 	files := ca.WriteFiles(t, t.TempDir(), "server")
-	st, err := server.LoadServerTLS(files.Cert, files.Key, files.CA)
+	st, err := auth.LoadTLS(files.Cert, files.Key, files.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Config{Auth: &server.AuthConfig{AdminNames: []string{"ops"}, ClientCerts: true}})
+	srv := server.New(server.Config{Auth: &auth.Config{AdminNames: []string{"ops"}, ClientCerts: true}})
 	if _, err := srv.Engine().CreatePool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1}); err != nil {
 		t.Fatal(err)
 	}

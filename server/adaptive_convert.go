@@ -11,7 +11,7 @@ import (
 )
 
 // This file converts the wire types of adaptive limits, outcomes and rate
-// shares to and from the engine's. As in convert.go, range checks are the
+// shares to and from the engine's. As for pools, range checks are the
 // engine's; what is checked here is only what the wire can get wrong.
 
 // adaptiveStatusToProto fills in the adaptive part of a wire status.
@@ -88,10 +88,10 @@ func reportsFromProto(req *tollgatev1.ReportRequest) ([]limiter.OutcomeReport, e
 }
 
 // shareToProto converts an engine share to the wire, with the signed id
-// its holder uses (leaseid.go).
+// its holder uses (signed by internal/leaseid).
 func (srv *Server) shareToProto(s limiter.Share) *tollgatev1.RateShare {
 	return &tollgatev1.RateShare{
-		Id:              srv.ids.formatShare(s.Pool, s.ID),
+		Id:              srv.ids.FormatShare(s.Pool, s.ID),
 		Pool:            s.Pool,
 		Want:            s.Want,
 		Weight:          s.Weight,
@@ -133,7 +133,7 @@ func (srv *Server) shareRefreshFromProto(r *tollgatev1.RefreshShareRequest) (lim
 	if err := checkPoolName("pool", r.GetPool()); err != nil {
 		return sr, err
 	}
-	id, err := srv.ids.parseShare(r.GetPool(), r.GetShareId()) // leaseid.go
+	id, err := srv.ids.ParseShare(r.GetPool(), r.GetShareId())
 	if err != nil {
 		return sr, err
 	}

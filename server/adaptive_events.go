@@ -5,27 +5,28 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 )
 
 // onPoolEvent is the engine's OnPoolEvent callback: every change adaptive
 // control makes to a pool's effective limits is recorded and logged as an
-// event (EventPoolThrottled, EventPoolRelieved), and so is every mark
-// crossed (EventPoolOverload, ...: marks_convert.go). It never blocks.
+// event (events.PoolThrottled, events.PoolRelieved), and so is every mark
+// crossed (events.PoolOverload, ...). It never blocks.
 func (s *Server) onPoolEvent(ev limiter.PoolEvent) {
 	if ev.Type == limiter.ProviderJoined || ev.Type == limiter.ProviderLeft {
-		s.onProviderEvent(ev) // provide.go
+		s.onProviderEvent(ev)
 		return
 	}
 	if typ, ok := markEventTypes[ev.Type]; ok {
-		s.recordEvent(Event{Time: ev.Time, Type: typ, Pool: ev.Pool, Detail: markEventDetail(ev)})
+		s.recordEvent(events.Event{Time: ev.Time, Type: typ, Pool: ev.Pool, Detail: markEventDetail(ev)})
 		return
 	}
-	typ := EventPoolRelieved
+	typ := events.PoolRelieved
 	if ev.Type == limiter.PoolThrottled {
-		typ = EventPoolThrottled
+		typ = events.PoolThrottled
 	}
-	s.recordEvent(Event{Time: ev.Time, Type: typ, Pool: ev.Pool, Detail: poolEventDetail(ev)})
+	s.recordEvent(events.Event{Time: ev.Time, Type: typ, Pool: ev.Pool, Detail: poolEventDetail(ev)})
 }
 
 // poolEventDetail describes a pool event for people, for example

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -50,7 +52,7 @@ func TestAdaptiveOverGRPC(t *testing.T) {
 		t.Fatalf("status after errors: %v", st)
 	}
 	evs := e.srv.RecentEvents()
-	if len(evs) == 0 || evs[0].Type != EventPoolThrottled || !strings.Contains(evs[0].Detail, "concurrency 10 → 8 (configured 10)") ||
+	if len(evs) == 0 || evs[0].Type != events.PoolThrottled || !strings.Contains(evs[0].Detail, "concurrency 10 → 8 (configured 10)") ||
 		!strings.Contains(evs[0].Detail, "100.0% of 4 outcomes") {
 		t.Fatalf("events: %+v", evs)
 	}
@@ -214,8 +216,8 @@ func TestSharesOverGRPC(t *testing.T) {
 // so throttle) a pool it may not use, nor take a share of it.
 func TestReportNeedsPoolAccess(t *testing.T) {
 	pki := newPKI(t, true)
-	pol := &Policy{Rules: []PolicyRule{{Clients: []string{"worker-*"}, Pools: []string{"orders-*"}}}}
-	o := startOps(t, Config{Auth: &AuthConfig{AdminNames: []string{"ops-admin"}, Policy: pol, ClientCerts: true}}, pki.server)
+	pol := &auth.Policy{Rules: []auth.PolicyRule{{Clients: []string{"worker-*"}, Pools: []string{"orders-*"}}}}
+	o := startOps(t, Config{Auth: &auth.Config{AdminNames: []string{"ops-admin"}, Policy: pol, ClientCerts: true}}, pki.server)
 	admin := o.env(pki.creds(t, "ops-admin"))
 	worker := o.env(pki.creds(t, "worker-1"))
 	admin.createPool(&tollgatev1.Pool{Name: "orders-db", ConcurrencyLimit: 5, Rate: 10})

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -196,7 +197,7 @@ func TestListClients(t *testing.T) {
 // needs an admin.
 func TestListClientsIdentity(t *testing.T) {
 	const tok = "admin-token-0123456789"
-	o := startOps(t, Config{Auth: &AuthConfig{AdminToken: tok}}, nil)
+	o := startOps(t, Config{Auth: &auth.Config{AdminToken: tok}}, nil)
 	admin, anon := o.env(withToken(tok)), o.env()
 	for _, c := range []struct {
 		e        *env
@@ -206,8 +207,8 @@ func TestListClientsIdentity(t *testing.T) {
 		s.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: c.clientID}}})
 	}
 	resp := admin.listClients(&tollgatev1.ListClientsRequest{})
-	if len(resp.GetClients()) != 2 || resp.GetClients()[0].GetIdentity() != tokenPrincipal || resp.GetClients()[1].GetIdentity() != "" {
-		t.Fatalf("ListClients = %v; want ops as %q and anon with no identity", resp, tokenPrincipal)
+	if len(resp.GetClients()) != 2 || resp.GetClients()[0].GetIdentity() != auth.TokenPrincipal || resp.GetClients()[1].GetIdentity() != "" {
+		t.Fatalf("ListClients = %v; want ops as %q and anon with no identity", resp, auth.TokenPrincipal)
 	}
 	_, err := anon.adm.ListClients(anon.ctx(), &tollgatev1.ListClientsRequest{})
 	if st, _ := status.FromError(err); st.Code() != codes.PermissionDenied && st.Code() != codes.Unauthenticated {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"strconv"
 
+	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -86,7 +87,7 @@ func adminLeaseArgs(pool, leaseID string) (uint64, error) {
 	if err := checkPoolName("pool", pool); err != nil {
 		return 0, err
 	}
-	return parseAdminLeaseID(leaseID) // leaseid.go
+	return leaseid.ParseAdmin(leaseID)
 }
 
 // decodeLeasePageToken reads a ListLeases page token; "" is the first page.

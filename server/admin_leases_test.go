@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -55,7 +56,7 @@ func TestAdminRevokeLease(t *testing.T) {
 
 	found := false
 	for _, ev := range e.srv.RecentEvents() {
-		if ev.Type == EventLeaseRevoked && ev.LeaseID == tokenOf(l.GetId()) && strings.Contains(ev.Detail, "shard 3 maintenance") {
+		if ev.Type == events.LeaseRevoked && ev.LeaseID == tokenOf(l.GetId()) && strings.Contains(ev.Detail, "shard 3 maintenance") {
 			found = true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -15,14 +16,6 @@ import (
 // This file is the resource half of AdminService: declaring, removing and
 // listing the instances of active pools, and listing any resource pool's
 // instances and providers.
-
-// Event types of instance changes.
-const (
-	EventResourcesAdded   = "resources_added"   // an operator added instances to an active pool
-	EventResourcesRemoved = "resources_removed" // an operator removed instances from an active pool
-	EventProviderJoined   = "provider_joined"   // a provider registered with a passive pool
-	EventProviderLeft     = "provider_left"     // a provider left a passive pool (closed, died, missed its keep-alive)
-)
 
 // AddResources declares instances of an active pool.
 func (a *adminService) AddResources(ctx context.Context, req *tollgatev1.AddResourcesRequest) (*tollgatev1.AddResourcesResponse, error) {
@@ -111,14 +104,14 @@ func decodeResourcePageToken(tok string) (after string, first bool, err error) {
 
 // resourcesEvent is the audit event of a successful AddResources or
 // RemoveResources (audit.go adds who made it).
-func resourcesEvent(req, resp any) Event {
+func resourcesEvent(req, resp any) events.Event {
 	switch r := req.(type) {
 	case *tollgatev1.AddResourcesRequest:
 		ids := make([]string, len(r.GetResources()))
 		for i, res := range r.GetResources() {
 			ids[i] = res.GetId()
 		}
-		return Event{Type: EventResourcesAdded, Pool: r.GetPool(), ResourceIDs: ids, Detail: idList(ids)}
+		return events.Event{Type: events.ResourcesAdded, Pool: r.GetPool(), ResourceIDs: ids, Detail: idList(ids)}
 	case *tollgatev1.RemoveResourcesRequest:
 		out := resp.(*tollgatev1.RemoveResourcesResponse)
 		d := idList(r.GetIds()) + ": " + strconv.FormatInt(out.GetRemoved(), 10) + " removed, " +
@@ -126,9 +119,9 @@ func resourcesEvent(req, resp any) Event {
 		if r.GetReason() != "" {
 			d += " (" + truncate(r.GetReason(), 128) + ")"
 		}
-		return Event{Type: EventResourcesRemoved, Pool: r.GetPool(), ResourceIDs: r.GetIds(), Detail: d}
+		return events.Event{Type: events.ResourcesRemoved, Pool: r.GetPool(), ResourceIDs: r.GetIds(), Detail: d}
 	}
-	return Event{}
+	return events.Event{}
 }
 
 // idList shows up to 8 ids for people.

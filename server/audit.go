@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -23,28 +24,28 @@ func (s *Server) auditUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if err != nil || !strings.HasPrefix(info.FullMethod, adminServicePrefix) {
 		return resp, err
 	}
-	var ev Event
+	var ev events.Event
 	switch r := req.(type) {
 	case *tollgatev1.CreatePoolRequest:
 		p := resp.(*tollgatev1.CreatePoolResponse).GetPool()
-		ev = Event{Type: EventPoolCreated, Pool: p.GetName(), Detail: poolFields(p, nil)}
+		ev = events.Event{Type: events.PoolCreated, Pool: p.GetName(), Detail: poolFields(p, nil)}
 	case *tollgatev1.UpdatePoolRequest:
 		p := resp.(*tollgatev1.UpdatePoolResponse).GetPool()
-		ev = Event{Type: EventPoolUpdated, Pool: p.GetName(), Detail: poolFields(p, r.GetUpdateMask().GetPaths())}
+		ev = events.Event{Type: events.PoolUpdated, Pool: p.GetName(), Detail: poolFields(p, r.GetUpdateMask().GetPaths())}
 	case *tollgatev1.DeletePoolRequest:
-		ev = Event{Type: EventPoolDeleted, Pool: r.GetName()}
+		ev = events.Event{Type: events.PoolDeleted, Pool: r.GetName()}
 		if r.GetForce() {
 			ev.Detail = "force"
 		}
 	case *tollgatev1.SuspendPoolRequest:
-		ev = Event{Type: EventPoolUpdated, Pool: r.GetName(), Detail: "suspended"}
+		ev = events.Event{Type: events.PoolUpdated, Pool: r.GetName(), Detail: "suspended"}
 		if r.GetRevokeHeld() {
 			ev.Detail = "suspended, revoking held leases"
 		}
 	case *tollgatev1.ResumePoolRequest:
-		ev = Event{Type: EventPoolUpdated, Pool: r.GetName(), Detail: "resumed"}
+		ev = events.Event{Type: events.PoolUpdated, Pool: r.GetName(), Detail: "resumed"}
 	case *tollgatev1.AddResourcesRequest, *tollgatev1.RemoveResourcesRequest:
-		ev = resourcesEvent(req, resp) // admin_resources.go
+		ev = resourcesEvent(req, resp)
 	default:
 		return resp, err
 	}
@@ -57,11 +58,11 @@ func (s *Server) auditUnary(ctx context.Context, req any, info *grpc.UnaryServer
 // revocations it makes: its authenticated name, or its address when it
 // presented no credentials.
 func (s *Server) actorOf(ctx context.Context) string {
-	id := s.auth().identify(ctx)
-	if p := id.principal(); p != "" {
+	id := s.auth().Identify(ctx)
+	if p := id.Principal(); p != "" {
 		return p
 	}
-	return id.addr
+	return id.Addr
 }
 
 // poolFields renders a pool's limits as "field=value ...": the fields of

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -27,7 +28,7 @@ func wantRefusal(t *testing.T, err error, code codes.Code, reason string, hints 
 // AdminService; other certificates may still use pools.
 func TestAuthAdminByClientCertificate(t *testing.T) {
 	pki := newPKI(t, true)
-	o := startOps(t, Config{Auth: &AuthConfig{AdminNames: []string{"ops-admin"}, ClientCerts: true}}, pki.server)
+	o := startOps(t, Config{Auth: &auth.Config{AdminNames: []string{"ops-admin"}, ClientCerts: true}}, pki.server)
 	admin := o.env(pki.creds(t, "ops-admin"))
 	worker := o.env(pki.creds(t, "worker-1"))
 
@@ -53,7 +54,7 @@ func TestAuthAdminByClientCertificate(t *testing.T) {
 // LimiterService (without a policy) need nothing.
 func TestAuthAdminByToken(t *testing.T) {
 	const tok = "0123456789abcdef-admin-token"
-	o := startOps(t, Config{Auth: &AuthConfig{AdminToken: tok}}, nil)
+	o := startOps(t, Config{Auth: &auth.Config{AdminToken: tok}}, nil)
 	anon := o.env()
 	wrong := o.env(withToken("not-the-token"))
 	admin := o.env(withToken(tok))
@@ -75,8 +76,8 @@ func TestAuthAdminByToken(t *testing.T) {
 // each request of a Session stream; admins may use every pool.
 func TestAuthPolicy(t *testing.T) {
 	pki := newPKI(t, true)
-	pol := &Policy{Rules: []PolicyRule{{Clients: []string{"worker-*"}, Pools: []string{"orders-*"}}}}
-	o := startOps(t, Config{Auth: &AuthConfig{AdminNames: []string{"ops-admin"}, Policy: pol, ClientCerts: true}}, pki.server)
+	pol := &auth.Policy{Rules: []auth.PolicyRule{{Clients: []string{"worker-*"}, Pools: []string{"orders-*"}}}}
+	o := startOps(t, Config{Auth: &auth.Config{AdminNames: []string{"ops-admin"}, Policy: pol, ClientCerts: true}}, pki.server)
 	admin := o.env(pki.creds(t, "ops-admin"))
 	worker := o.env(pki.creds(t, "worker-1"))
 	admin.createPool(&tollgatev1.Pool{Name: "orders-db", ConcurrencyLimit: 5})
@@ -101,8 +102,8 @@ func TestAuthPolicy(t *testing.T) {
 
 // With a policy, a caller without a certificate may use no pool.
 func TestAuthPolicyNeedsCertificate(t *testing.T) {
-	pol := &Policy{Rules: []PolicyRule{{Clients: []string{"*"}, Pools: []string{"*"}}}}
-	o := startOps(t, Config{Auth: &AuthConfig{AdminToken: "admin-token-0123456789", Policy: pol}}, nil)
+	pol := &auth.Policy{Rules: []auth.PolicyRule{{Clients: []string{"*"}, Pools: []string{"*"}}}}
+	o := startOps(t, Config{Auth: &auth.Config{AdminToken: "admin-token-0123456789", Policy: pol}}, nil)
 	admin := o.env(withToken("admin-token-0123456789"))
 	admin.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	anon := o.env()
@@ -111,51 +112,4 @@ func TestAuthPolicyNeedsCertificate(t *testing.T) {
 	err = anon.session().wantEnd()
 	wantRefusal(t, err, codes.Unauthenticated, "UNAUTHENTICATED", "client certificate")
 	admin.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
-}
-
-func TestGlobMatch(t *testing.T) {
-	for _, c := range []struct {
-		pat, s string
-		want   bool
-	}{
-		{"*", "", true},
-		{"*", "a/b.c", true},
-		{"orders-*", "orders-db", true},
-		{"orders-*", "orders-", true},
-		{"orders-*", "order-db", false},
-		{"*.internal", "w1.orders.internal", true},
-		{"*.internal", "internal", false},
-		{"a*b*c", "axxbyyc", true},
-		{"a*b*c", "axxbyy", false},
-		{"exact", "exact", true},
-		{"exact", "exactly", false},
-		{"**", "x", true},
-	} {
-		if got := globMatch(c.pat, c.s); got != c.want {
-			t.Errorf("globMatch(%q, %q) = %v, want %v", c.pat, c.s, got, c.want)
-		}
-	}
-}
-
-func TestParsePolicy(t *testing.T) {
-	p, err := ParsePolicy("p.yaml", []byte("rules:\n  - clients: [\"worker-*\"]\n    pools: [\"orders-*\", shared]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !p.Allows([]string{"x", "worker-2"}, "shared") || p.Allows([]string{"x"}, "shared") || p.Allows([]string{"worker-2"}, "billing") {
-		t.Fatalf("policy %+v decides wrongly", p)
-	}
-	for _, bad := range []string{
-		"rule:\n  - clients: [a]\n",                     // unknown key
-		"rules:\n  - clients: [a]\n",                    // no pools
-		"rules:\n  - clients: [a]\n    pools: [\"\"]\n", // empty pattern
-		"rules: 3\n",
-	} {
-		if _, err := ParsePolicy("p.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "p.yaml") {
-			t.Errorf("ParsePolicy(%q) = %v, want an error naming the file", bad, err)
-		}
-	}
-	if p, err := ParsePolicy("p.yaml", nil); err != nil || len(p.Rules) != 0 {
-		t.Errorf("empty policy = %v, %v; want no rules (nothing allowed but admins)", p, err)
-	}
 }

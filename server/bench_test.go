@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -36,7 +37,7 @@ func (noopTestService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Em
 func BenchmarkGRPC(b *testing.B) {
 	// One client at full speed: no per-client rate limit (BenchmarkClientRates
 	// measures its cost).
-	srv := New(Config{Limits: Limits{ClientRate: -1}})
+	srv := New(Config{Limits: limits.Limits{ClientRate: -1}})
 	gs := srv.GRPCServer()
 	testgrpc.RegisterTestServiceServer(gs, noopTestService{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -38,7 +39,7 @@ func TestShutdownFailsWaitersAtOnce(t *testing.T) {
 		_, err := lim.Take(context.Background(), &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(time.Hour)})
 		errs <- err
 	}()
-	waitFor(t, "the acquire and take to wait", func() bool { return srv.quotas.waiters.Load() == 2 })
+	waitFor(t, "the acquire and take to wait", func() bool { return srv.quotas.Waiters() == 2 })
 	stop()
 	for range 2 {
 		select {
@@ -105,11 +106,9 @@ func TestMalformedFramesAreInvalidArgument(t *testing.T) {
 // connection that uses up its Session streams and its request rate leaves
 // another connection from the same host unaffected.
 func TestUnnamedClientsAreKeyedByConnection(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{MaxClientSessions: 1, ClientRate: 1, ClientBurst: 3}}, nil)
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	o.srv.rates.mu.Lock()
-	o.srv.rates.now = func() time.Time { return now }
-	o.srv.rates.mu.Unlock()
+	o := startOps(t, Config{Limits: limits.Limits{MaxClientSessions: 1, ClientRate: 1, ClientBurst: 3}}, nil)
+	rateClock := fakeclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	o.srv.rates.SetClock(rateClock.Now)
 	greedy, honest := o.env(), o.env()
 	greedy.session().call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "g"}}})
 	wantStatus(t, greedy.session().wantEnd(), codes.ResourceExhausted, ReasonClientSessionLimit)
@@ -127,7 +126,7 @@ func TestUnnamedClientsAreKeyedByConnection(t *testing.T) {
 // connections already open go on being served; a closed connection gives
 // its place back.
 func TestConnectionLimit(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{MaxConnsPerIP: 2}}, nil)
+	o := startOps(t, Config{Limits: limits.Limits{MaxConnsPerIP: 2}}, nil)
 	e := o.env()
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 10})
 	spare, err := net.Dial("tcp", o.addr)
@@ -155,7 +154,7 @@ func TestConnectionLimit(t *testing.T) {
 		_, err = c.Read(make([]byte, 1))
 		return err == nil || isTimeout(err)
 	})
-	if n := o.srv.quotas.refused[limitConnsPerIP].Load(); n < 1 {
+	if n := o.srv.quotas.Refused(limits.KindConnsPerIP); n < 1 {
 		t.Errorf("refused connections counted %d, want at least 1", n)
 	}
 }
@@ -168,7 +167,7 @@ func isTimeout(err error) bool {
 // A call with more metadata than Limits.MaxHeaderListSize is refused; one
 // within it is served.
 func TestMaxHeaderListSize(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{MaxHeaderListSize: 8 << 10}}, nil)
+	o := startOps(t, Config{Limits: limits.Limits{MaxHeaderListSize: 8 << 10}}, nil)
 	e := o.env()
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 10})
 	big := metadata.AppendToOutgoingContext(e.ctx(), "x-junk", strings.Repeat("a", 16<<10))
@@ -185,7 +184,7 @@ func TestMaxHeaderListSize(t *testing.T) {
 // pool's max_waiters, and a max_wait past Limits.MaxTakeWait is refused
 // when the wait would pass that cap.
 func TestTakeWaitersAreBounded(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{MaxClientLeases: 2, MaxTakeWait: time.Hour}}, nil)
+	o := startOps(t, Config{Limits: limits.Limits{MaxClientLeases: 2, MaxTakeWait: time.Hour}}, nil)
 	a, b := o.env(), o.env()
 	a.createPool(&tollgatev1.Pool{Name: "api", Rate: 1, Burst: 1, MaxWaiters: 3})
 	a.createPool(&tollgatev1.Pool{Name: "slow", Rate: 1.0 / 7200, Burst: 1})
@@ -202,10 +201,10 @@ func TestTakeWaitersAreBounded(t *testing.T) {
 	}
 	take(a, "api")
 	take(a, "api")
-	waitFor(t, "two takes to wait", func() bool { return o.srv.quotas.waiters.Load() == 2 })
+	waitFor(t, "two takes to wait", func() bool { return o.srv.quotas.Waiters() == 2 })
 	wantStatus(t, <-take(a, "api"), codes.ResourceExhausted, ReasonClientLeaseLimit)
 	take(b, "api")
-	waitFor(t, "the other client's take to wait", func() bool { return o.srv.quotas.waiters.Load() == 3 })
+	waitFor(t, "the other client's take to wait", func() bool { return o.srv.quotas.Waiters() == 3 })
 	wantStatus(t, <-take(b, "api"), codes.ResourceExhausted, limiter.ReasonQueueFull)
 
 	if err := <-take(b, "slow"); err != nil {
@@ -289,16 +288,16 @@ func TestListResourcesPages(t *testing.T) {
 // still cannot wait on more than Limits.MaxClientLeases acquires from one
 // connection, so it cannot fill the server's queues.
 func TestAcquireWaitsCountPerConnection(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{MaxClientLeases: 2}}, nil)
+	o := startOps(t, Config{Limits: limits.Limits{MaxClientLeases: 2}}, nil)
 	greedy, honest := o.env(), o.env()
 	greedy.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	greedy.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "held"})
 	for i := range 2 {
 		go greedy.lim.Acquire(greedy.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: fmt.Sprint("c", i)})
 	}
-	waitFor(t, "two acquires to wait", func() bool { return o.srv.quotas.waiters.Load() == 2 })
+	waitFor(t, "two acquires to wait", func() bool { return o.srv.quotas.Waiters() == 2 })
 	_, err := greedy.lim.Acquire(greedy.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "c2"})
 	wantStatus(t, err, codes.ResourceExhausted, ReasonClientLeaseLimit)
 	go honest.lim.Acquire(honest.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "h"})
-	waitFor(t, "the other connection's acquire to wait", func() bool { return o.srv.quotas.waiters.Load() == 3 })
+	waitFor(t, "the other connection's acquire to wait", func() bool { return o.srv.quotas.Waiters() == 3 })
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // This file is the registry of connected client sessions that
-// AdminService.ListClients reads (admin_clients.go). A session joins it
+// AdminService.ListClients reads. A session joins it
 // when its Session stream's handler starts and leaves it when the handler
 // returns, so it holds exactly the open streams, which the guard bounds
 // per client (Limits.MaxClientSessions).
@@ -30,7 +30,7 @@ func (r *sessionRegistry) add(s *session, now time.Time) {
 	if p, ok := peer.FromContext(s.stream.Context()); ok && p.Addr != nil {
 		s.peerAddr = p.Addr.String()
 	}
-	s.identity = s.srv.auth().identify(s.stream.Context()).principal()
+	s.identity = s.srv.auth().Identify(s.stream.Context()).Principal()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.last++

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -19,15 +21,8 @@ import (
 
 // formatLeaseID returns a lease's fencing token in decimal: how events,
 // logs and page tokens name a lease. Holders get a signed id instead
-// (leaseid.go).
+// (internal/leaseid).
 func formatLeaseID(token uint64) string { return strconv.FormatUint(token, 10) }
-
-// leaseNotIssued is the error of a lease id whose tag is not the server's:
-// the same NOT_FOUND as for a lease that does not exist.
-func leaseNotIssued(pool string, token uint64) error {
-	return &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonLeaseNotFound,
-		Message: "no lease of pool " + strconv.Quote(pool) + " has this id (token " + strconv.FormatUint(token, 10) + "): the id was changed, or it is from another pool or server; " + leaseIDHint}
-}
 
 // checkPoolName validates the pool name of a request; field names the
 // request field for the message.
@@ -88,10 +83,10 @@ func acquireFromProto(r *tollgatev1.AcquireRequest) (limiter.AcquireRequest, err
 }
 
 // leaseToProto converts an engine lease to the wire, with the signed id
-// its holder uses (leaseid.go).
+// its holder uses (internal/leaseid).
 func (s *Server) leaseToProto(l limiter.Lease) *tollgatev1.Lease {
 	return &tollgatev1.Lease{
-		Id:           s.ids.format(l.Pool, l.FencingToken),
+		Id:           s.ids.Format(l.Pool, l.FencingToken),
 		Pool:         l.Pool,
 		Weight:       l.Weight,
 		FencingToken: l.FencingToken,
@@ -101,9 +96,9 @@ func (s *Server) leaseToProto(l limiter.Lease) *tollgatev1.Lease {
 		Ttl:          durationpb.New(l.TTL),
 		Priority:     l.Priority,
 		AcquireTime:  timestamp(l.AcquireTime),
-		Resources:    resourcesToProto(l.Resources), // resources_convert.go
-		// What a restarted server asks to re-adopt the lease: leaseid.go
-		ExpiryReceipt: s.ids.receipt(l.Pool, l.FencingToken, l.ExpireTime),
+		Resources:    resourcesToProto(l.Resources),
+		// What a restarted server asks to re-adopt the lease
+		ExpiryReceipt: s.ids.Receipt(l.Pool, l.FencingToken, l.ExpireTime),
 	}
 }
 
@@ -140,7 +135,7 @@ func statusToProto(s limiter.PoolStatus) *tollgatev1.PoolStatus {
 		Providers:        s.Providers,
 		Utilisation:      s.Utilisation,
 	}
-	adaptiveStatusToProto(s.AdaptiveStatus, out) // effective limits, outcomes, shares: adaptive_convert.go
+	adaptiveStatusToProto(s.AdaptiveStatus, out) // effective limits, outcomes, shares
 	return out
 }
 
@@ -166,9 +161,17 @@ func (s *Server) leaseEventToProto(ev limiter.LeaseEnded) *tollgatev1.LeaseEvent
 }
 
 // truncate shortens s to at most n bytes for quoting in messages.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+func truncate(s string, n int) string { return refuse.Truncate(s, n) }
+
+// parseHolderLeaseID is ids.Parse for a holder's call on pool, except that
+// an id refused in a pool that does not exist reports the missing pool,
+// which says more.
+func (s *Server) parseHolderLeaseID(pool, id string) (uint64, error) {
+	tok, err := s.ids.Parse(pool, id)
+	if err != nil && errors.Is(err, limiter.ErrLeaseNotFound) {
+		if _, perr := s.engine.GetPool(pool); perr != nil {
+			return 0, perr
+		}
 	}
-	return s[:n] + "..."
+	return tok, err
 }

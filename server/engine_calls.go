@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -20,32 +21,32 @@ import (
 // it. An unauthenticated caller chooses its client_id, so while it waits
 // its acquire counts against its connection as well, like a take.
 func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
-	id := s.auth().identify(ctx)
-	key, connKey := id.clientKey(ar.ClientID), id.clientKey("")
-	if err := s.quotas.beginAcquire(key); err != nil {
+	id := s.auth().Identify(ctx)
+	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
+	if err := s.quotas.BeginAcquire(key); err != nil {
 		return limiter.Lease{}, err
 	}
 	if connKey != key {
-		if err := s.quotas.beginAcquire(connKey); err != nil {
-			s.quotas.endAcquire(key, nil)
+		if err := s.quotas.BeginAcquire(connKey); err != nil {
+			s.quotas.EndAcquire(key, nil)
 			return limiter.Lease{}, err
 		}
-		defer s.quotas.endAcquire(connKey, nil)
+		defer s.quotas.EndAcquire(connKey, nil)
 	}
-	if err := s.quotas.beginWait(); err != nil {
-		s.quotas.endAcquire(key, nil)
+	if err := s.quotas.BeginWait(); err != nil {
+		s.quotas.EndAcquire(key, nil)
 		return limiter.Lease{}, err
 	}
 	start := s.engine.Clock().Now()
 	ctx, stop := s.untilDrain(ctx)
 	lease, err := s.engine.Acquire(ctx, ar)
 	err = stop(err)
-	s.quotas.endWait()
+	s.quotas.EndWait()
 	if err != nil {
-		s.quotas.endAcquire(key, nil)
+		s.quotas.EndAcquire(key, nil)
 		return limiter.Lease{}, err
 	}
-	s.quotas.endAcquire(key, &lease)
+	s.quotas.EndAcquire(key, &lease)
 	s.metrics.waits.observe(lease.Pool, lease.AcquireTime.Sub(start))
 	return lease, nil
 }
@@ -56,15 +57,15 @@ func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) 
 // Limits.MaxTakeWait is cut to it, and a take refused only because of
 // that cut says so.
 func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
-	key := s.auth().identify(ctx).clientKey("")
-	if err := s.quotas.beginAcquire(key); err != nil {
+	key := s.auth().Identify(ctx).ClientKey("")
+	if err := s.quotas.BeginAcquire(key); err != nil {
 		return limiter.TakeResult{}, err
 	}
-	defer s.quotas.endAcquire(key, nil)
-	if err := s.quotas.beginWait(); err != nil {
+	defer s.quotas.EndAcquire(key, nil)
+	if err := s.quotas.BeginWait(); err != nil {
 		return limiter.TakeResult{}, err
 	}
-	defer s.quotas.endWait()
+	defer s.quotas.EndWait()
 	asked, capped := maxWait, false
 	if c := s.limits.MaxTakeWait; c > 0 && maxWait > c {
 		maxWait, capped = c, true
@@ -73,7 +74,7 @@ func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, max
 	res, err := s.engine.Take(ctx, pool, tokens, maxWait)
 	err = stop(err)
 	if le := (*limiter.Error)(nil); capped && errors.As(err, &le) && le.Reason == limiter.ReasonRateLimited && le.RetryAfter <= asked {
-		ce := s.quotas.exhausted(limitTakeWait, le.Reason,
+		ce := s.quotas.Exhausted(limits.KindTakeWait, le.Reason,
 			"pool %q would have %d tokens in %v, longer than the server lets a take wait (%v, its --max-take-wait); retry after that, or ask the operator to raise --max-take-wait",
 			pool, tokens, le.RetryAfter, s.limits.MaxTakeWait)
 		ce.RetryAfter = le.RetryAfter
@@ -112,7 +113,7 @@ func (s *Server) releaseLease(pool string, token uint64, out *limiter.ReleaseOut
 	}
 	lease, err := s.engine.Release(pool, token, opts...)
 	if err == nil {
-		s.quotas.leaseEnded(pool, token)
+		s.quotas.LeaseEnded(pool, token)
 		if !lease.AcquireTime.IsZero() { // zero: a pre-restart lease never re-adopted
 			s.metrics.holds.observe(pool, s.engine.Clock().Now().Sub(lease.AcquireTime))
 		}

@@ -2,110 +2,29 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// Event types of Event.Type.
-const (
-	EventPoolCreated   = "pool_created"
-	EventPoolUpdated   = "pool_updated"
-	EventPoolDeleted   = "pool_deleted"
-	EventLeaseExpired  = "lease_expired"
-	EventLeaseRevoked  = "lease_revoked"  // the server ended the lease (its pool was deleted with force, ...)
-	EventPoolThrottled = "pool_throttled" // adaptive control cut the pool's effective limits: adaptive_events.go
-	EventPoolRelieved  = "pool_relieved"  // adaptive control raised them toward the configured ones
-	// Mark events (limiter/marks.go, server/marks_convert.go).
-	EventPoolOverload       = "pool_overload"        // the acquires waiting rose to the pool's overload mark
-	EventPoolDrained        = "pool_drained"         // the pool became idle: nothing held, nothing waiting
-	EventPoolNearFull       = "pool_near_full"       // held / effective concurrency limit rose to the near-full mark
-	EventPoolLowUtilisation = "pool_low_utilisation" // it stayed below the low-utilisation mark for a whole period
-)
-
-// RecentEventsLen is how many events the server keeps for RecentEvents and
-// the status page; older ones are dropped.
-const RecentEventsLen = 256
-
-// Event is something operators may want to know happened: a pool change
-// made through AdminService, or a lease that ended without its holder's
-// release. Every event is also logged.
-type Event struct {
-	// Seq numbers events from 1 in the order they were recorded.
-	Seq uint64 `json:"seq"`
-	// Time by the server's clock.
-	Time time.Time `json:"time"`
-	// Type is one of the Event* constants.
-	Type string `json:"type"`
-	// Pool is the pool the event is about.
-	Pool string `json:"pool"`
-	// LeaseID, ClientID and Description are the lease's, for lease events.
-	LeaseID     string `json:"lease_id,omitempty"`
-	ClientID    string `json:"client_id,omitempty"`
-	Description string `json:"description,omitempty"`
-	// Actor is who made a pool change, or revoked a lease (RevokeLease,
-	// SuspendPool with revoke_held, or UpdatePool under a revoke policy):
-	// its authenticated name, or its address when it presented no
-	// credentials. Empty for what the server did by itself.
-	Actor string `json:"actor,omitempty"`
-	// Detail says more, for people (the new limits, the fields changed).
-	Detail string `json:"detail,omitempty"`
-	// ProviderID is the provider of provider events; ResourceIDs the
-	// instances of resource events.
-	ProviderID  string   `json:"provider_id,omitempty"`
-	ResourceIDs []string `json:"resource_ids,omitempty"`
-}
-
-// eventRing keeps the last RecentEventsLen events and hands each new one
-// to the watchers (events_watch.go).
-type eventRing struct {
-	mu       sync.Mutex
-	buf      []Event
-	next     int    // where the next event goes, once buf is full
-	seq      uint64 // of the last event
-	watchers map[*eventWatcher]struct{}
-	// watchBuffer is each new watcher's buffer; 0 means
-	// WatchEventsBuffer. Tests lower it.
-	watchBuffer int
-}
-
-func (r *eventRing) add(ev Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.seq++
-	ev.Seq = r.seq
-	r.notifyLocked(ev) // events_watch.go
-	if len(r.buf) < RecentEventsLen {
-		r.buf = append(r.buf, ev)
-		return
-	}
-	r.buf[r.next] = ev
-	r.next = (r.next + 1) % RecentEventsLen
-}
-
-// newestFirst returns a copy of the events kept, newest first.
-func (r *eventRing) newestFirst() []Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]Event, 0, len(r.buf))
-	for i := len(r.buf) - 1; i >= 0; i-- {
-		out = append(out, r.buf[(r.next+i)%len(r.buf)])
-	}
-	return out
-}
-
-// RecentEvents returns the last RecentEventsLen events, newest first.
-func (s *Server) RecentEvents() []Event { return s.events.newestFirst() }
+// RecentEvents returns the last events.RecentLen events, newest first.
+func (s *Server) RecentEvents() []events.Event { return s.events.NewestFirst() }
 
 // recordEvent keeps ev and logs it at info level with its fields.
-func (s *Server) recordEvent(ev Event) {
+func (s *Server) recordEvent(ev events.Event) {
 	if ev.Time.IsZero() {
 		ev.Time = s.engine.Clock().Now()
 	}
-	s.events.add(ev)
+	s.events.Add(ev)
 	attrs := []slog.Attr{slog.String("event", ev.Type), slog.String("pool", ev.Pool)}
 	for _, a := range []struct{ k, v string }{
 		{"lease_id", ev.LeaseID}, {"client_id", ev.ClientID}, {"description", ev.Description},
@@ -115,26 +34,7 @@ func (s *Server) recordEvent(ev Event) {
 			attrs = append(attrs, slog.String(a.k, a.v))
 		}
 	}
-	s.log.LogAttrs(context.Background(), slog.LevelInfo, eventMessages[ev.Type], attrs...)
-}
-
-// eventMessages are the log messages of the event types.
-var eventMessages = map[string]string{
-	EventPoolCreated:        "pool created",
-	EventPoolUpdated:        "pool updated",
-	EventPoolDeleted:        "pool deleted",
-	EventLeaseExpired:       "lease expired: its holder did not renew it; its permits are back in the pool",
-	EventLeaseRevoked:       "lease ended by the server; its permits are back in the pool",
-	EventPoolThrottled:      "pool throttled: adaptive control lowered its effective limits",
-	EventPoolRelieved:       "pool relieved: adaptive control raised its effective limits",
-	EventPoolOverload:       "pool overload: its queue reached the overload mark",
-	EventPoolDrained:        "pool drained: nothing held and nothing waiting",
-	EventPoolNearFull:       "pool near full: its utilisation reached the near-full mark",
-	EventPoolLowUtilisation: "pool low utilisation: it stayed below the low-utilisation mark for a whole period",
-	EventResourcesAdded:     "instances added to an active pool",
-	EventResourcesRemoved:   "instances removed from an active pool",
-	EventProviderJoined:     "provider joined a passive pool",
-	EventProviderLeft:       "provider left a passive pool; its instances left with it",
+	s.log.LogAttrs(context.Background(), slog.LevelInfo, events.Message(ev.Type), attrs...)
 }
 
 // leaseEnded handles the end of a lease that its holder did not release
@@ -142,15 +42,15 @@ var eventMessages = map[string]string{
 // and records and logs the event.
 func (s *Server) leaseEnded(ev limiter.LeaseEnded) {
 	l := ev.Lease
-	s.quotas.leaseEnded(l.Pool, l.FencingToken)
-	typ, at, detail := EventLeaseExpired, l.ExpireTime, ""
+	s.quotas.LeaseEnded(l.Pool, l.FencingToken)
+	typ, at, detail := events.LeaseExpired, l.ExpireTime, ""
 	if ev.Reason != limiter.EndExpired {
-		typ, at, detail = EventLeaseRevoked, time.Time{}, ev.Reason.String()+"; "
+		typ, at, detail = events.LeaseRevoked, time.Time{}, ev.Reason.String()+"; "
 	}
 	if ev.Message != "" {
 		detail = ev.Reason.String() + ": " + strconv.Quote(ev.Message) + "; "
 	}
-	s.recordEvent(Event{
+	s.recordEvent(events.Event{
 		Time:        at,
 		Type:        typ,
 		Pool:        l.Pool,
@@ -160,4 +60,62 @@ func (s *Server) leaseEnded(ev limiter.LeaseEnded) {
 		Actor:       ev.Actor,
 		Detail:      detail + "weight " + strconv.FormatInt(l.Weight, 10) + ", ttl " + l.TTL.String(),
 	})
+}
+
+// WatchEvents streams the server's events: the recent ones first when
+// asked, then live ones, until the caller cancels, falls too far behind
+// (RESOURCE_EXHAUSTED) or the server shuts down (UNAVAILABLE).
+func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream grpc.ServerStreamingServer[tollgatev1.WatchEventsResponse]) error {
+	pool := req.GetPool()
+	if pool != "" {
+		if err := checkPoolName("pool", pool); err != nil {
+			return toStatus(a.srv.log, "WatchEvents", err, errCtx{pool: pool})
+		}
+	}
+	w, recent := a.srv.events.Watch(pool, req.GetIncludeRecent())
+	if w == nil {
+		return statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
+			Message: fmt.Sprintf("%d event watchers are already open on this server; close one, or retry later", events.MaxWatchers)}, errCtx{}).Err()
+	}
+	defer a.srv.events.Unwatch(w)
+	for _, ev := range recent {
+		if err := stream.Send(&tollgatev1.WatchEventsResponse{Event: eventToProto(ev)}); err != nil {
+			return err
+		}
+	}
+	ctx := stream.Context()
+	for {
+		select {
+		case ev := <-w.C():
+			if err := stream.Send(&tollgatev1.WatchEventsResponse{Event: eventToProto(ev)}); err != nil {
+				return err
+			}
+		case <-w.Overflow():
+			a.srv.log.Warn("ending an event watch whose client does not read fast enough", "buffer", cap(w.C()))
+			return statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonWatchOverflow,
+				Message: fmt.Sprintf("the event stream was ended because its client fell %d events behind; read faster, then reconnect (with include_recent to catch up on the recent events the server keeps)", cap(w.C()))}, errCtx{}).Err()
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-a.srv.draining:
+			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+				Message: "the server is shutting down; reconnect (to another server if there is one) to keep watching"}, errCtx{}).Err()
+		}
+	}
+}
+
+// eventToProto converts an event for the wire.
+func eventToProto(ev events.Event) *tollgatev1.PoolEvent {
+	return &tollgatev1.PoolEvent{
+		Seq:         ev.Seq,
+		Time:        timestamppb.New(ev.Time),
+		Type:        ev.Type,
+		Pool:        ev.Pool,
+		Detail:      ev.Detail,
+		LeaseId:     ev.LeaseID,
+		ClientId:    ev.ClientID,
+		Description: ev.Description,
+		Actor:       ev.Actor,
+		ProviderId:  ev.ProviderID,
+		ResourceIds: ev.ResourceIDs,
+	}
 }

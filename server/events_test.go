@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -48,7 +49,7 @@ func (l *logBuffer) records(t *testing.T, msg string) []map[string]any {
 // client id, the description and who made the change.
 func TestEventLogs(t *testing.T) {
 	logs := &logBuffer{}
-	o := startOps(t, Config{Logger: slog.New(slog.NewJSONHandler(logs, nil)), Auth: &AuthConfig{AdminToken: "tok-0123456789abcdef"}}, nil)
+	o := startOps(t, Config{Logger: slog.New(slog.NewJSONHandler(logs, nil)), Auth: &auth.Config{AdminToken: "tok-0123456789abcdef"}}, nil)
 	e := o.env(withToken("tok-0123456789abcdef"))
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 3})
 	if _, err := e.adm.UpdatePool(e.ctx(), &tollgatev1.UpdatePoolRequest{
@@ -90,19 +91,5 @@ func TestEventLogs(t *testing.T) {
 	}
 	if got := strings.Join(types, ","); got != "pool_deleted,lease_revoked,lease_expired,pool_updated,pool_created" {
 		t.Fatalf("events newest first = %s", got)
-	}
-}
-
-func TestEventRingIsBounded(t *testing.T) {
-	var r eventRing
-	for i := range RecentEventsLen + 10 {
-		r.add(Event{Type: EventPoolCreated, Pool: "p", Detail: string(rune('a' + i%26))})
-	}
-	evs := r.newestFirst()
-	if len(evs) != RecentEventsLen {
-		t.Fatalf("kept %d events, want %d", len(evs), RecentEventsLen)
-	}
-	if evs[0].Seq != RecentEventsLen+10 || evs[len(evs)-1].Seq != 11 {
-		t.Fatalf("kept seq %d..%d, want %d..11", evs[0].Seq, evs[len(evs)-1].Seq, RecentEventsLen+10)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -17,12 +19,12 @@ import (
 // subscribed it, so that events recorded afterwards reach it.
 func (e *env) watch(ctx context.Context, req *tollgatev1.WatchEventsRequest) grpc.ServerStreamingClient[tollgatev1.WatchEventsResponse] {
 	e.t.Helper()
-	before := e.srv.events.numWatchers()
+	before := e.srv.events.NumWatchers()
 	st, err := e.adm.WatchEvents(ctx, req)
 	if err != nil {
 		e.t.Fatalf("WatchEvents: %v", err)
 	}
-	waitFor(e.t, "the watch to be subscribed", func() bool { return e.srv.events.numWatchers() > before })
+	waitFor(e.t, "the watch to be subscribed", func() bool { return e.srv.events.NumWatchers() > before })
 	return st
 }
 
@@ -44,13 +46,13 @@ func TestWatchEventsRecentThenLive(t *testing.T) {
 	e.createPool(&tollgatev1.Pool{Name: "b", ConcurrencyLimit: 1})
 	st := e.watch(e.ctx(), &tollgatev1.WatchEventsRequest{IncludeRecent: true})
 	for _, want := range []string{"a", "b"} {
-		if ev := recvEvent(t, st); ev.GetType() != EventPoolCreated || ev.GetPool() != want {
+		if ev := recvEvent(t, st); ev.GetType() != events.PoolCreated || ev.GetPool() != want {
 			t.Fatalf("recent event = %v, want pool_created %s", ev, want)
 		}
 	}
 	e.createPool(&tollgatev1.Pool{Name: "c", ConcurrencyLimit: 2})
 	ev := recvEvent(t, st)
-	if ev.GetType() != EventPoolCreated || ev.GetPool() != "c" || ev.GetSeq() != 3 || !ev.GetTime().AsTime().Equal(testStart) ||
+	if ev.GetType() != events.PoolCreated || ev.GetPool() != "c" || ev.GetSeq() != 3 || !ev.GetTime().AsTime().Equal(testStart) ||
 		!strings.Contains(ev.GetDetail(), "concurrency_limit") {
 		t.Fatalf("live event = %v", ev)
 	}
@@ -59,7 +61,7 @@ func TestWatchEventsRecentThenLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev = recvEvent(t, st)
-	if ev.GetType() != EventLeaseRevoked || ev.GetLeaseId() != tokenOf(lease.GetId()) || ev.GetClientId() != "w1" || ev.GetDescription() != "job" {
+	if ev.GetType() != events.LeaseRevoked || ev.GetLeaseId() != tokenOf(lease.GetId()) || ev.GetClientId() != "w1" || ev.GetDescription() != "job" {
 		t.Fatalf("lease event = %v", ev)
 	}
 }
@@ -78,11 +80,11 @@ func TestWatchEventsPoolFilter(t *testing.T) {
 	if _, err := e.adm.DeletePool(e.ctx(), &tollgatev1.DeletePoolRequest{Name: "b"}); err != nil {
 		t.Fatal(err)
 	}
-	if ev := recvEvent(t, recent); ev.GetType() != EventPoolCreated || ev.GetPool() != "b" {
+	if ev := recvEvent(t, recent); ev.GetType() != events.PoolCreated || ev.GetPool() != "b" {
 		t.Fatalf("first event of the recent watch = %v", ev)
 	}
 	for _, st := range []grpc.ServerStreamingClient[tollgatev1.WatchEventsResponse]{recent, live} {
-		if ev := recvEvent(t, st); ev.GetType() != EventPoolDeleted || ev.GetPool() != "b" {
+		if ev := recvEvent(t, st); ev.GetType() != events.PoolDeleted || ev.GetPool() != "b" {
 			t.Fatalf("live event = %v, want pool_deleted b", ev)
 		}
 	}
@@ -98,18 +100,16 @@ func TestWatchEventsPoolFilter(t *testing.T) {
 // buffer is full; recording never waits for it.
 func TestWatchEventsSlowWatcherIsCutOff(t *testing.T) {
 	e := newEnv(t)
-	e.srv.events.mu.Lock()
-	e.srv.events.watchBuffer = 2
-	e.srv.events.mu.Unlock()
+	e.srv.events.SetWatchBuffer(2)
 	st := e.watch(e.ctx(), &tollgatev1.WatchEventsRequest{})
 	// The handler drains its buffer into the transport until flow control
 	// stops it; big events fill that quickly.
 	detail := strings.Repeat("x", 4096)
-	for i := 0; e.srv.events.numWatchers() > 0; i++ {
+	for i := 0; e.srv.events.NumWatchers() > 0; i++ {
 		if i > 1_000_000 {
 			t.Fatal("the watcher that does not read was never cut off")
 		}
-		e.srv.recordEvent(Event{Type: EventPoolUpdated, Pool: "p", Detail: detail})
+		e.srv.recordEvent(events.Event{Type: events.PoolUpdated, Pool: "p", Detail: detail})
 	}
 	var err error
 	for err == nil {
@@ -130,7 +130,7 @@ func TestWatchEventsCancel(t *testing.T) {
 	if _, err := st.Recv(); status.Code(err) != codes.Canceled {
 		t.Fatalf("Recv after cancel: %v, want Canceled", err)
 	}
-	waitFor(t, "the watcher to be unsubscribed", func() bool { return e.srv.events.numWatchers() == 0 })
+	waitFor(t, "the watcher to be unsubscribed", func() bool { return e.srv.events.NumWatchers() == 0 })
 }
 
 // Shutdown ends watches with UNAVAILABLE (SHUTTING_DOWN).
@@ -145,7 +145,7 @@ func TestWatchEventsShutdown(t *testing.T) {
 // WatchEvents is an admin call: without the admin token it is refused.
 func TestWatchEventsNeedsAdmin(t *testing.T) {
 	const tok = "0123456789abcdef-admin-token"
-	o := startOps(t, Config{Auth: &AuthConfig{AdminToken: tok}}, nil)
+	o := startOps(t, Config{Auth: &auth.Config{AdminToken: tok}}, nil)
 	anon := o.env()
 	st, err := anon.adm.WatchEvents(anon.ctx(), &tollgatev1.WatchEventsRequest{})
 	if err == nil {

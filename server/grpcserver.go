@@ -55,7 +55,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // or the error that stopped serving otherwise.
 func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listener) error {
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- gs.Serve(s.limitConns(lis)) }()
+	go func() { serveErr <- gs.Serve(s.quotas.LimitConns(lis)) }()
 	s.log.Info("serving", "addr", lis.Addr().String())
 
 	var err error
@@ -82,7 +82,7 @@ func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listene
 		gs.Stop()
 		<-stopped
 	}
-	s.closeEngine() // persist.go
+	s.closeEngine()
 	if err == nil {
 		// gs.Serve returns nil once stopped; an earlier failure is kept.
 		select {

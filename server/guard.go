@@ -7,13 +7,17 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// This file enforces the per-call parts of Limits as interceptors: the
+// The interceptors below enforce the per-call parts of limits.Limits: the
 // request rate per client, Session streams per client and the number of
-// pools; and checks each request of a Session stream as it arrives.
+// pools; guardSessionRequest checks each request of a Session stream as it
+// arrives.
 
 // Methods with limits of their own.
 var (
@@ -34,7 +38,7 @@ func rateExempt(method string) bool {
 // slowed down too (by address).
 func (s *Server) rateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if s.rates != nil && !rateExempt(info.FullMethod) {
-		if err := s.allowRate(s.auth().identify(ctx).clientKey("")); err != nil {
+		if err := s.allowRate(s.auth().Identify(ctx).ClientKey("")); err != nil {
 			return nil, statusOf(err, errCtx{}).Err()
 		}
 	}
@@ -50,7 +54,7 @@ func (s *Server) poolsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		s.createPoolMu.Lock()
 		defer s.createPoolMu.Unlock()
 		if n := s.engine.NumPools(); n >= s.limits.MaxPools {
-			err := s.quotas.exhausted(limitPools, ReasonTooManyPools,
+			err := s.quotas.Exhausted(limits.KindPools, ReasonTooManyPools,
 				"the server has %d pools, its limit of %d; delete pools that are no longer used, or ask the operator to raise --max-pools", n, s.limits.MaxPools)
 			return nil, statusOf(err, errCtx{}).Err()
 		}
@@ -66,7 +70,7 @@ func (s *Server) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if info.FullMethod != sessionMethod && (s.rates == nil || rateExempt(info.FullMethod)) {
 		return handler(srv, ss)
 	}
-	key := s.auth().identify(ss.Context()).clientKey("")
+	key := s.auth().Identify(ss.Context()).ClientKey("")
 	if !rateExempt(info.FullMethod) {
 		if err := s.allowRate(key); err != nil {
 			return statusOf(err, errCtx{}).Err()
@@ -75,22 +79,22 @@ func (s *Server) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if info.FullMethod != sessionMethod {
 		return handler(srv, ss)
 	}
-	if err := s.quotas.openSession(key); err != nil {
+	if err := s.quotas.OpenSession(key); err != nil {
 		return toStatus(s.log, "Session", err, errCtx{})
 	}
-	defer s.quotas.closeSession(key)
+	defer s.quotas.CloseSession(key)
 	return handler(srv, ss)
 }
 
 // allowRate takes a request from key's rate budget, or returns the
 // refusal.
 func (s *Server) allowRate(key string) *limiter.Error {
-	if s.rates.allow(key) {
+	if s.rates.Allow(key) {
 		return nil
 	}
-	err := s.quotas.exhausted(limitClientRate, ReasonClientRateLimited,
+	err := s.quotas.Exhausted(limits.KindClientRate, ReasonClientRateLimited,
 		"%s is over its request rate of %g per second (burst %d); slow down and retry with backoff, or ask the operator to raise --client-rate",
-		describeKey(key), s.limits.ClientRate, s.limits.ClientBurst)
+		auth.DescribeKey(key), s.limits.ClientRate, s.limits.ClientBurst)
 	err.RetryAfter = max(time.Millisecond, time.Duration(float64(time.Second)/s.limits.ClientRate))
 	return err
 }
@@ -103,18 +107,18 @@ func (s *Server) guardSessionRequest(ctx context.Context, req *tollgatev1.Sessio
 	kind, pool := sessionKind(req)
 	s.metrics.countSessionRequest(kind)
 	givesBack := kind == skRelease || kind == skCancel
-	if kind == skCancel || ((givesBack || s.rates == nil) && s.auth().policy == nil) {
+	if kind == skCancel || ((givesBack || s.rates == nil) && !s.auth().HasPolicy()) {
 		return nil
 	}
-	id := s.auth().identify(ctx)
+	id := s.auth().Identify(ctx)
 	if !givesBack {
-		if err := s.allowRate(id.clientKey("")); err != nil {
+		if err := s.allowRate(id.ClientKey("")); err != nil {
 			return err
 		}
 	}
 	switch kind {
 	case skAcquire, skRelease, skRenew, skTake:
-		return s.auth().checkPool(id, pool)
+		return s.auth().CheckPool(id, pool)
 	}
 	return nil
 }
@@ -122,11 +126,11 @@ func (s *Server) guardSessionRequest(ctx context.Context, req *tollgatev1.Sessio
 // answerRefusal answers request id of the session with a refusal from
 // guardSessionRequest.
 func (s *session) answerRefusal(id uint64, err error) {
-	if r, ok := err.(*refusal); ok {
+	if r, ok := err.(*refuse.Refusal); ok {
 		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Error{Error: &tollgatev1.SessionError{
-			Code:    int32(r.code),
-			Message: r.msg,
-			Reason:  string(r.reason),
+			Code:    int32(r.Code()),
+			Message: r.Error(),
+			Reason:  string(r.Reason()),
 		}}})
 		return
 	}

@@ -27,7 +27,7 @@ var webFiles embed.FS
 //	GET /healthz      200 while the process runs
 //	GET /readyz       200 while the server serves; 503 once shutdown starts
 //
-// When the server's AuthConfig requires credentials (admin names, an admin
+// When the server's auth.Config requires credentials (admin names, an admin
 // token, or verified client certificates), every path but /healthz and
 // /readyz requires a verified client certificate (any name its client CA
 // signed) or the admin token as "Authorization: Bearer <token>", and is
@@ -73,9 +73,9 @@ func (s *Server) Serving() bool {
 }
 
 // httpAuth requires a verified client certificate or the admin token when
-// the server's AuthConfig asks for credentials.
+// the server's auth.Config asks for credentials.
 func (s *Server) httpAuth(h http.Handler) http.Handler {
-	if !s.auth().required && !s.auth().clientCerts {
+	if !s.auth().HTTPNeedsCredentials() {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -84,12 +84,12 @@ func (s *Server) httpAuth(h http.Handler) http.Handler {
 			return
 		}
 		if scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " "); ok &&
-			strings.EqualFold(scheme, "bearer") && s.auth().token != nil && tokenMatches(strings.TrimSpace(tok), s.auth().token) {
+			strings.EqualFold(scheme, "bearer") && s.auth().IsAdminToken(strings.TrimSpace(tok)) {
 			h.ServeHTTP(w, r)
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
-		writeText(w, http.StatusUnauthorized, "this endpoint needs credentials: "+s.auth().httpWays()+"\n")
+		writeText(w, http.StatusUnauthorized, "this endpoint needs credentials: "+s.auth().HTTPWays()+"\n")
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -102,7 +103,7 @@ type apiPoolStatus struct {
 
 // apiEventsResponse is the JSON of GET /api/events.
 type apiEventsResponse struct {
-	Events []Event `json:"events"`
+	Events []events.Event `json:"events"`
 }
 
 func (s *Server) apiPools(w http.ResponseWriter, r *http.Request) {

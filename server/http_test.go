@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -57,10 +59,10 @@ func TestHTTPPoolsAndEvents(t *testing.T) {
 		t.Fatalf("events = %+v", evs)
 	}
 	exp, created := evs.Events[0], evs.Events[1]
-	if exp.Type != EventLeaseExpired || exp.Pool != "orders-db" || exp.LeaseID != "1" || exp.ClientID != "w1" || exp.Description != "nightly job" {
+	if exp.Type != events.LeaseExpired || exp.Pool != "orders-db" || exp.LeaseID != "1" || exp.ClientID != "w1" || exp.Description != "nightly job" {
 		t.Errorf("newest event = %+v, want w1's lease expiry", exp)
 	}
-	if created.Type != EventPoolCreated || created.Actor != "127.0.0.1" || !strings.Contains(created.Detail, "concurrency_limit=4") {
+	if created.Type != events.PoolCreated || created.Actor != "127.0.0.1" || !strings.Contains(created.Detail, "concurrency_limit=4") {
 		t.Errorf("oldest event = %+v, want the pool's creation", created)
 	}
 
@@ -200,7 +202,7 @@ func TestHTTPReadinessFollowsDrain(t *testing.T) {
 func TestHTTPAuth(t *testing.T) {
 	const tok = "http-admin-token-0123456789"
 	pki := newPKI(t, true)
-	o := startOps(t, Config{Auth: &AuthConfig{AdminNames: []string{"ops"}, AdminToken: tok, ClientCerts: true}}, pki.server)
+	o := startOps(t, Config{Auth: &auth.Config{AdminNames: []string{"ops"}, AdminToken: tok, ClientCerts: true}}, pki.server)
 	anon := pki.httpClient(t, "")
 	viewer := pki.httpClient(t, "prometheus")
 	for _, path := range []string{"/healthz", "/readyz"} {

@@ -7,6 +7,15 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
+// connectionTimeout bounds a new connection's handshake (TLS and the
+// HTTP/2 preface); idleConnTimeout closes a connection that has had no
+// call in progress that long (grpc clients reconnect when they next
+// call).
+const (
+	connectionTimeout = 10 * time.Second
+	idleConnTimeout   = 5 * time.Minute
+)
+
 // serverOptions are the options GRPCServer builds every *grpc.Server with,
 // before the caller's: the interceptor chains, the keepalive policy and the
 // largest message the server receives (Limits.MaxRecvMsgSize).
@@ -14,8 +23,9 @@ import (
 // Interceptors run outermost first: metrics (so that refusals are counted
 // too), panic recovery, for unary calls the per-client rate (before
 // authentication, so that it slows down callers with bad credentials too),
-// authentication and authorization (auth.go), the other limits (guard.go),
-// and the audit of pool changes (audit.go).
+// authentication and authorization (authUnary, asking internal/auth), the
+// other limits (poolsUnary, limitStream), and the audit of pool changes
+// (auditUnary).
 func (s *Server) serverOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(s.codec),

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 
+	"github.com/tollgate/tollgate/internal/limits"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -17,8 +18,8 @@ import (
 func BenchmarkUnaryInterceptors(b *testing.B) {
 	for _, c := range []struct {
 		name   string
-		limits Limits
-	}{{"rate-limit", Limits{ClientRate: 1e12}}, {"no-rate-limit", Limits{ClientRate: -1}}} {
+		limits limits.Limits
+	}{{"rate-limit", limits.Limits{ClientRate: 1e12}}, {"no-rate-limit", limits.Limits{ClientRate: -1}}} {
 		b.Run(c.name, func(b *testing.B) {
 			s := New(Config{Limits: c.limits})
 			defer s.Close()

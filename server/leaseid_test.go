@@ -54,17 +54,17 @@ func TestLeaseIDKeySurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := first.ids.format("db", 42)
+	id := first.ids.Format("db", 42)
 	first.Close()
 	second, err := Open(Config{}, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer second.Close()
-	if tok, err := second.ids.parse("db", id); err != nil || tok != 42 {
+	if tok, err := second.ids.Parse("db", id); err != nil || tok != 42 {
 		t.Fatalf("the restarted server parses %q as %d, %v", id, tok, err)
 	}
-	if other := New(Config{}).ids.format("db", 42); other == id {
+	if other := New(Config{}).ids.Format("db", 42); other == id {
 		t.Fatal("a server without the data directory signs with the same key")
 	}
 }
@@ -80,7 +80,7 @@ func TestShareIDsCannotBeGuessed(t *testing.T) {
 	}
 	id := sh.GetShare().GetId()
 	num := tokenOf(id)
-	for _, guess := range []string{num, e.srv.ids.format("api", mustUint(t, num)), num + ".AAAAAAAAAAAAAAAA"} {
+	for _, guess := range []string{num, e.srv.ids.Format("api", mustUint(t, num)), num + ".AAAAAAAAAAAAAAAA"} {
 		_, err := e.lim.ReleaseShare(e.ctx(), &tollgatev1.ReleaseShareRequest{Pool: "api", ShareId: guess})
 		wantStatus(t, err, codes.NotFound, limiter.ReasonShareNotFound)
 	}

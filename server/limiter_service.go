@@ -95,7 +95,7 @@ func (s *Server) release(req *tollgatev1.ReleaseRequest) error {
 	if err := checkPoolName("pool", req.GetPool()); err != nil {
 		return err
 	}
-	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId()) // leaseid.go
+	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId())
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner 
 	if err := checkPoolName("pool", req.GetPool()); err != nil {
 		return limiter.Lease{}, err
 	}
-	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId()) // leaseid.go
+	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId())
 	if err != nil {
 		return limiter.Lease{}, err
 	}
@@ -127,7 +127,7 @@ func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner 
 	if err != nil {
 		return limiter.Lease{}, err
 	}
-	if ra.Expiry, err = s.ids.parseReceipt(req.GetPool(), tok, req.GetExpiryReceipt()); err != nil { // leaseid.go
+	if ra.Expiry, err = s.ids.ParseReceipt(req.GetPool(), tok, req.GetExpiryReceipt()); err != nil {
 		return limiter.Lease{}, err
 	}
 	if sess, ok := owner.(*session); ok && ra.ClientID == "" {
@@ -135,7 +135,7 @@ func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner 
 	}
 	lease, err := s.engine.RenewOrReadopt(req.GetPool(), tok, ttl, owner, ra)
 	if err == nil {
-		s.quotas.track(leaseRef{lease.Pool, lease.FencingToken}, func() string { return s.auth().identify(ctx).clientKey(lease.ClientID) })
+		s.quotas.Track(lease.Pool, lease.FencingToken, func() string { return s.auth().Identify(ctx).ClientKey(lease.ClientID) })
 	}
 	return lease, err
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,11 +9,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
 func TestMaxPools(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{MaxPools: 2}}, nil)
+	o := startOps(t, Config{Limits: limits.Limits{MaxPools: 2}}, nil)
 	e := o.env()
 	e.createPool(&tollgatev1.Pool{Name: "a", ConcurrencyLimit: 1})
 	e.createPool(&tollgatev1.Pool{Name: "b", ConcurrencyLimit: 1})
@@ -32,7 +33,7 @@ func TestMaxPools(t *testing.T) {
 // grant.
 func TestWaiterFloodIsBounded(t *testing.T) {
 	const perClient, serverWide = 20, 30
-	o := startOps(t, Config{Limits: Limits{MaxClientLeases: perClient, MaxWaiters: serverWide}}, nil)
+	o := startOps(t, Config{Limits: limits.Limits{MaxClientLeases: perClient, MaxWaiters: serverWide}}, nil)
 	e := o.env()
 	e.createPool(&tollgatev1.Pool{Name: "shared", ConcurrencyLimit: 25})
 	e.createPool(&tollgatev1.Pool{Name: "busy", ConcurrencyLimit: 1})
@@ -60,7 +61,7 @@ func TestWaiterFloodIsBounded(t *testing.T) {
 	for i := range uint64(10) {
 		wantLimit(flood.call(acquireReq(200+i, &tollgatev1.AcquireRequest{Pool: "shared"})))
 	}
-	if n := o.srv.quotas.clientLeases("client:flooder"); n != perClient {
+	if n := o.srv.quotas.ClientLeases("client:flooder"); n != perClient {
 		t.Fatalf("flooder holds or waits for %d, want %d", n, perClient)
 	}
 
@@ -83,19 +84,19 @@ func TestWaiterFloodIsBounded(t *testing.T) {
 		}
 	}
 	waitFor(t, "the other client's waits to queue", func() bool { return e.status("busy").GetWaiting() == serverWide })
-	if w := o.srv.quotas.waiters.Load(); w != serverWide {
+	if w := o.srv.quotas.Waiters(); w != serverWide {
 		t.Fatalf("%d acquires in progress, want the bound %d", w, serverWide)
 	}
 
 	// Ending the flooder's stream cancels its waits, and it counts for
 	// nothing any more.
 	flood.cancel()
-	waitFor(t, "the flooder's waits to end", func() bool { return o.srv.quotas.clientLeases("client:flooder") == 0 })
-	waitFor(t, "the server-wide count to drop", func() bool { return o.srv.quotas.waiters.Load() == serverWide-perClient })
+	waitFor(t, "the flooder's waits to end", func() bool { return o.srv.quotas.ClientLeases("client:flooder") == 0 })
+	waitFor(t, "the server-wide count to drop", func() bool { return o.srv.quotas.Waiters() == serverWide-perClient })
 }
 
 func TestMaxClientSessions(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{MaxClientSessions: 2}}, nil)
+	o := startOps(t, Config{Limits: limits.Limits{MaxClientSessions: 2}}, nil)
 	e := o.env()
 	hello := &tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "c"}}}
 	s1, s2 := e.session(), e.session()
@@ -105,10 +106,9 @@ func TestMaxClientSessions(t *testing.T) {
 	wantRefusal(t, s3.wantEnd(), codes.ResourceExhausted, "CLIENT_SESSION_LIMIT", "--max-client-sessions", "127.0.0.1")
 	s1.cancel()
 	waitFor(t, "the closed stream to stop counting", func() bool {
-		o.srv.quotas.mu.Lock()
-		defer o.srv.quotas.mu.Unlock()
-		for k, n := range o.srv.quotas.sessions {
-			return len(o.srv.quotas.sessions) == 1 && n == 1 && strings.HasPrefix(k, "conn:127.0.0.1:")
+		sessions := o.srv.quotas.Sessions()
+		for k, n := range sessions {
+			return len(sessions) == 1 && n == 1 && strings.HasPrefix(k, "conn:127.0.0.1:")
 		}
 		return false
 	})
@@ -116,11 +116,9 @@ func TestMaxClientSessions(t *testing.T) {
 }
 
 func TestClientRate(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{ClientRate: 1, ClientBurst: 3}}, nil)
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	o.srv.rates.mu.Lock()
-	o.srv.rates.now = func() time.Time { return now }
-	o.srv.rates.mu.Unlock()
+	o := startOps(t, Config{Limits: limits.Limits{ClientRate: 1, ClientBurst: 3}}, nil)
+	rateClock := fakeclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	o.srv.rates.SetClock(rateClock.Now)
 	e := o.env()
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 5})
 	l := e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
@@ -137,52 +135,18 @@ func TestClientRate(t *testing.T) {
 	// Opening a stream counts as a request, and so does each request on it
 	// but releases and cancels.
 	wantRefusal(t, e.session().wantEnd(), codes.ResourceExhausted, "CLIENT_RATE_LIMITED")
-	o.srv.rates.mu.Lock()
-	now = now.Add(time.Second)
-	o.srv.rates.mu.Unlock()
+	rateClock.Advance(time.Second)
 	s := e.session()
 	r := s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db"}))
 	wantSessionError(t, r, codes.ResourceExhausted, ReasonClientRateLimited)
-	o.srv.rates.mu.Lock()
-	now = now.Add(time.Second)
-	o.srv.rates.mu.Unlock()
+	rateClock.Advance(time.Second)
 	if r := s.call(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"})); r.GetAcquire() == nil {
 		t.Fatalf("acquire after a second = %v", r)
 	}
 }
 
-// Idle rate buckets are dropped, so memory follows the active clients.
-func TestClientRatesEvictIdle(t *testing.T) {
-	c := newClientRates(10, 20) // refills in 2s
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	c.now = func() time.Time { return now }
-	for i := range 1000 {
-		c.allow("addr:10.0.0." + string(rune('a'+i%26)) + string(rune('a'+i/26)))
-	}
-	if c.size() != 1000 {
-		t.Fatalf("size = %d, want 1000", c.size())
-	}
-	now = now.Add(3 * time.Second)
-	c.allow("addr:new")
-	if c.size() != 1 {
-		t.Fatalf("size after the idle period = %d, want 1", c.size())
-	}
-	// A full bucket dropped and made again allows the same burst.
-	for i := range 19 {
-		if !c.allow("addr:new") {
-			t.Fatalf("request %d of the burst refused", i+2)
-		}
-	}
-	if c.allow("addr:new") {
-		t.Fatal("request past the burst allowed")
-	}
-	if newClientRates(0, 0) != nil || !(*clientRates)(nil).allow("x") {
-		t.Fatal("a zero rate must mean no limit")
-	}
-}
-
 func TestMaxRecvMsgSize(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{MaxRecvMsgSize: 4096}}, nil)
+	o := startOps(t, Config{Limits: limits.Limits{MaxRecvMsgSize: 4096}}, nil)
 	e := o.env()
 	_, err := e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1, Description: strings.Repeat("x", 8192)}})
 	if code := status.Code(err); code != codes.ResourceExhausted {
@@ -196,7 +160,7 @@ func TestClientLeaseAccounting(t *testing.T) {
 	e := o.env()
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 5})
 	key := "client:c"
-	count := func() int64 { return o.srv.quotas.clientLeases(key) }
+	count := func() int64 { return o.srv.quotas.ClientLeases(key) }
 
 	l := e.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "c"})
 	if count() != 1 {
@@ -225,30 +189,8 @@ func TestClientLeaseAccounting(t *testing.T) {
 	if _, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "c"}); err == nil {
 		t.Fatal("acquire from a deleted pool succeeded")
 	}
-	o.srv.quotas.mu.Lock()
-	defer o.srv.quotas.mu.Unlock()
-	if len(o.srv.quotas.clients) != 0 || len(o.srv.quotas.leases) != 0 {
-		t.Fatalf("quotas keep %v and %v after every lease ended", o.srv.quotas.clients, o.srv.quotas.leases)
-	}
-}
-
-// BenchmarkClientRates measures the per-client rate check of every call,
-// over 1 and 10,000 clients.
-func BenchmarkClientRates(b *testing.B) {
-	for _, clients := range []int{1, 10_000} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			c := newClientRates(1e9, 1e9)
-			keys := make([]string, clients)
-			for i := range keys {
-				keys[i] = fmt.Sprintf("addr:10.0.%d.%d", i/256, i%256)
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				c.allow(keys[i%clients])
-				i++
-			}
-		})
+	if clients, leases := o.srv.quotas.Counted(); len(clients) != 0 || len(leases) != 0 {
+		t.Fatalf("quotas keep %v and %v after every lease ended", clients, leases)
 	}
 }
 
@@ -256,11 +198,9 @@ func BenchmarkClientRates(b *testing.B) {
 // an offer is answered RESOURCE_EXHAUSTED and the stream goes on; its
 // keep-alives are exempt.
 func TestProviderOffersAreRateLimited(t *testing.T) {
-	o := startOps(t, Config{Limits: Limits{ClientRate: 1, ClientBurst: 2}}, nil)
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	o.srv.rates.mu.Lock()
-	o.srv.rates.now = func() time.Time { return now }
-	o.srv.rates.mu.Unlock()
+	o := startOps(t, Config{Limits: limits.Limits{ClientRate: 1, ClientBurst: 2}}, nil)
+	rateClock := fakeclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	o.srv.rates.SetClock(rateClock.Now)
 	e := o.env()
 	if _, err := e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "gpu", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE}}); err != nil {
 		t.Fatal(err)

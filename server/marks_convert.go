@@ -4,15 +4,16 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 )
 
 // markEventTypes maps the engine's mark events to the server's.
 var markEventTypes = map[limiter.PoolEventType]string{
-	limiter.PoolOverload:       EventPoolOverload,
-	limiter.PoolDrained:        EventPoolDrained,
-	limiter.PoolNearFull:       EventPoolNearFull,
-	limiter.PoolLowUtilisation: EventPoolLowUtilisation,
+	limiter.PoolOverload:       events.PoolOverload,
+	limiter.PoolDrained:        events.PoolDrained,
+	limiter.PoolNearFull:       events.PoolNearFull,
+	limiter.PoolLowUtilisation: events.PoolLowUtilisation,
 }
 
 // markEventDetail describes a mark event for people, for example

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -116,14 +117,14 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	ch <- prometheus.MustNewConstMetric(c.pools, prometheus.GaugeValue, float64(len(infos)))
-	ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(s.quotas.waiters.Load()))
+	ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(s.quotas.Waiters()))
 	ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(s.liveSessions.Load()))
 	serving := 0.0
 	if s.Serving() {
 		serving = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.serving, prometheus.GaugeValue, serving)
-	for k, name := range limitNames {
-		ch <- prometheus.MustNewConstMetric(c.refusals, prometheus.CounterValue, float64(s.quotas.refused[k].Load()), name)
+	for k, name := range limits.Names {
+		ch <- prometheus.MustNewConstMetric(c.refusals, prometheus.CounterValue, float64(s.quotas.Refused(limits.Kind(k))), name)
 	}
 }

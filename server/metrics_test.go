@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -141,9 +142,9 @@ func TestMarkEventsSuppressedMetric(t *testing.T) {
 		}
 		held = held[:2]
 	}
-	nearFull := func() (evs []Event) {
+	nearFull := func() (evs []events.Event) {
 		for _, ev := range o.srv.RecentEvents() {
-			if ev.Type == EventPoolNearFull {
+			if ev.Type == events.PoolNearFull {
 				evs = append(evs, ev)
 			}
 		}

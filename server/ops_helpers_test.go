@@ -13,13 +13,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/server/tlstest"
 )
 
 // opsServer is a server with a fake clock that serves gRPC (over TLS when
-// given a ServerTLS) and its HTTP handler, both on loopback ports. It stops
+// given a auth.TLS) and its HTTP handler, both on loopback ports. It stops
 // at the end of the test.
 type opsServer struct {
 	t     *testing.T
@@ -31,7 +32,7 @@ type opsServer struct {
 	done  chan error
 }
 
-func startOps(t *testing.T, cfg Config, st *ServerTLS) *opsServer {
+func startOps(t *testing.T, cfg Config, st *auth.TLS) *opsServer {
 	t.Helper()
 	fc := fakeclock.New(testStart)
 	cfg.Clock = fc
@@ -119,7 +120,7 @@ func (o *opsServer) get(client *http.Client, path string, headers ...string) (in
 // testPKI is a CA with a server certificate for loopback.
 type testPKI struct {
 	ca     *tlstest.CA
-	server *ServerTLS
+	server *auth.TLS
 }
 
 // newPKI makes a CA and the server's TLS setup; with mtls, the server
@@ -133,7 +134,7 @@ func newPKI(t *testing.T, mtls bool) *testPKI {
 	if mtls {
 		clientCA = f.CA
 	}
-	st, err := LoadServerTLS(f.Cert, f.Key, clientCA)
+	st, err := auth.LoadTLS(f.Cert, f.Key, clientCA)
 	if err != nil {
 		t.Fatal(err)
 	}

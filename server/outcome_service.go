@@ -26,10 +26,10 @@ func (s *Server) report(ctx context.Context, req *tollgatev1.ReportRequest) erro
 	if err != nil {
 		return err
 	}
-	if s.auth().policy != nil {
-		id := s.auth().identify(ctx)
+	if s.auth().HasPolicy() {
+		id := s.auth().Identify(ctx)
 		for _, r := range rs {
-			if err := s.auth().checkPool(id, r.Pool); err != nil {
+			if err := s.auth().CheckPool(id, r.Pool); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/errtest"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -13,7 +14,7 @@ import (
 func FuzzPageTokens(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tok string) {
 		if name, err := decodePageToken(tok); err != nil {
-			wantCodes(t, err, limiter.CodeInvalidArgument)
+			errtest.WantCodes(t, err, limiter.CodeInvalidArgument)
 		} else if tok != "" {
 			if limiter.ValidatePoolName(name) != nil {
 				t.Fatalf("page token %q decoded to %q, not a pool name", tok, name)
@@ -23,7 +24,7 @@ func FuzzPageTokens(f *testing.F) {
 			}
 		}
 		if n, err := decodeLeasePageToken(tok); err != nil {
-			wantCodes(t, err, limiter.CodeInvalidArgument)
+			errtest.WantCodes(t, err, limiter.CodeInvalidArgument)
 		} else if tok != "" {
 			again := encodePageToken(strconv.FormatUint(n, 10))
 			if back, err := decodeClientPageToken(again); err != nil || back != n {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/server/store"
@@ -74,7 +75,7 @@ func Open(cfg Config, dir string, seed []limiter.PoolConfig) (*Server, error) {
 	cfg.persister = st
 	s := New(cfg)
 	s.store = st
-	s.ids = newLeaseIDs(key)        // ids stay valid across restarts: leaseid.go
+	s.ids = leaseid.New(key)        // ids stay valid across restarts
 	s.engine.RaiseTokenFloor(floor) // pools created from now on start above every deleted pool's tokens
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Config.Name < pools[j].Config.Name })
 	recovering := 0

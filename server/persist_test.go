@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -27,7 +28,7 @@ type durableEnv struct {
 	clock *fakeclock.Clock
 	log   *syncBuffer
 	// limits are the servers' Limits (zero: the defaults).
-	limits Limits
+	limits limits.Limits
 
 	srv  *Server
 	adm  tollgatev1.AdminServiceClient
@@ -452,7 +453,7 @@ func TestOpenErrors(t *testing.T) {
 // still at it once it has renewed.
 func TestReadoptedLeasesCountTowardTheClientLimit(t *testing.T) {
 	d := newDurableEnv(t)
-	d.limits = Limits{MaxClientLeases: 1}
+	d.limits = limits.Limits{MaxClientLeases: 1}
 	d.start(nil)
 	if _, err := d.adm.CreatePool(d.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", ConcurrencyLimit: 3}}); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/peer"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -80,7 +81,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		}
 	}()
 	pool := first.GetRegister().GetPool()
-	rateKey := s.auth().identify(stream.Context()).clientKey("")
+	rateKey := s.auth().Identify(stream.Context()).ClientKey("")
 	for {
 		select {
 		case <-ctx.Done():
@@ -131,13 +132,13 @@ func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.Provide
 	if err != nil {
 		return nil, err
 	}
-	id := s.auth().identify(ctx)
-	if s.auth().policy != nil {
-		if err := s.auth().checkPool(id, reg.GetPool()); err != nil {
+	id := s.auth().Identify(ctx)
+	if s.auth().HasPolicy() {
+		if err := s.auth().CheckPool(id, reg.GetPool()); err != nil {
 			return nil, err
 		}
 	}
-	spec := limiter.ProviderSpec{ID: reg.GetProviderId(), Identity: id.principal(), Address: id.addr, TTL: ttl, Owner: owner}
+	spec := limiter.ProviderSpec{ID: reg.GetProviderId(), Identity: id.Principal(), Address: id.Addr, TTL: ttl, Owner: owner}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		spec.Address = p.Addr.String()
 	}
@@ -189,7 +190,7 @@ func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideReques
 }
 
 // provideRate counts an offer or withdrawal toward the caller's request
-// rate (guard.go); keep-alives are exempt, so that a provider refused for
+// rate (allowRate); keep-alives are exempt, so that a provider refused for
 // its rate is not also expired.
 func (s *Server) provideRate(key string) error {
 	if s.rates == nil {
@@ -204,11 +205,11 @@ func (s *Server) provideRate(key string) error {
 // onProviderEvent records a provider joining or leaving a passive pool,
 // and ends the stream of a provider the engine expired.
 func (s *Server) onProviderEvent(ev limiter.PoolEvent) {
-	typ := EventProviderJoined
+	typ := events.ProviderJoined
 	if ev.Type == limiter.ProviderLeft {
-		typ = EventProviderLeft
+		typ = events.ProviderLeft
 	}
-	s.recordEvent(Event{Time: ev.Time, Type: typ, Pool: ev.Pool, ProviderID: ev.Provider, Detail: ev.Message})
+	s.recordEvent(events.Event{Time: ev.Time, Type: typ, Pool: ev.Pool, ProviderID: ev.Provider, Detail: ev.Message})
 	if ps, ok := ev.Owner.(*providerStream); ok && ev.Type == limiter.ProviderLeft {
 		code, reason := limiter.CodeNotFound, limiter.ReasonProviderNotFound
 		if ev.ProviderExpired {

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/tollgate/tollgate/internal/auth"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/server/tlstest"
 )
@@ -15,13 +16,13 @@ import (
 // old token is refused, the new one accepted, without a restart.
 func TestSetAuthRotatesTheToken(t *testing.T) {
 	const oldTok, newTok = "0123456789abcdef-old-token", "0123456789abcdef-new-token"
-	o := startOps(t, Config{Auth: &AuthConfig{AdminToken: oldTok}}, nil)
+	o := startOps(t, Config{Auth: &auth.Config{AdminToken: oldTok}}, nil)
 	before, after := o.env(withToken(oldTok)), o.env(withToken(newTok))
 	before.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	_, err := after.adm.GetPool(after.ctx(), &tollgatev1.GetPoolRequest{Name: "db"})
 	wantRefusal(t, err, codes.Unauthenticated, "UNAUTHENTICATED", "not the server's admin token")
 
-	o.srv.SetAuth(&AuthConfig{AdminToken: newTok})
+	o.srv.SetAuth(&auth.Config{AdminToken: newTok})
 	if _, err := after.adm.GetPool(after.ctx(), &tollgatev1.GetPoolRequest{Name: "db"}); err != nil {
 		t.Fatalf("the new token after SetAuth: %v", err)
 	}
@@ -35,7 +36,7 @@ func TestServerTLSReload(t *testing.T) {
 	ca := tlstest.NewCA(t, "reload CA")
 	dir := t.TempDir()
 	f := ca.WriteFiles(t, dir, "server", "localhost")
-	st, err := LoadServerTLS(f.Cert, f.Key, "")
+	st, err := auth.LoadTLS(f.Cert, f.Key, "")
 	if err != nil {
 		t.Fatal(err)
 	}

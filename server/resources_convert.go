@@ -48,7 +48,7 @@ func (srv *Server) resourceStateToProto(pool string, s limiter.ResourceState) *t
 		LastReleaseTime: timestamp(s.LastRelease),
 	}
 	if s.Holder != 0 {
-		out.LeaseId = srv.ids.format(pool, s.Holder)
+		out.LeaseId = srv.ids.Format(pool, s.Holder)
 	}
 	return out
 }

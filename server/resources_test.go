@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -71,8 +72,8 @@ func TestActivePoolOverTheWire(t *testing.T) {
 	}
 	var added, removed bool
 	for _, ev := range e.srv.RecentEvents() {
-		added = added || (ev.Type == EventResourcesAdded && len(ev.ResourceIDs) == 2 && ev.Actor != "")
-		removed = removed || (ev.Type == EventResourcesRemoved && strings.Contains(ev.Detail, "1 leases revoked"))
+		added = added || (ev.Type == events.ResourcesAdded && len(ev.ResourceIDs) == 2 && ev.Actor != "")
+		removed = removed || (ev.Type == events.ResourcesRemoved && strings.Contains(ev.Detail, "1 leases revoked"))
 	}
 	if !added || !removed {
 		t.Fatalf("events %+v", e.srv.RecentEvents())
@@ -180,8 +181,8 @@ func TestPassivePoolProviderExpires(t *testing.T) {
 	}
 	var joined, left bool
 	for _, ev := range e.srv.RecentEvents() {
-		joined = joined || (ev.Type == EventProviderJoined && ev.ProviderID == "worker-1")
-		left = left || (ev.Type == EventProviderLeft && ev.ProviderID == "worker-1" && strings.Contains(ev.Detail, "keep-alive"))
+		joined = joined || (ev.Type == events.ProviderJoined && ev.ProviderID == "worker-1")
+		left = left || (ev.Type == events.ProviderLeft && ev.ProviderID == "worker-1" && strings.Contains(ev.Detail, "keep-alive"))
 	}
 	if !joined || !left {
 		t.Fatalf("events %+v", e.srv.RecentEvents())
@@ -249,7 +250,7 @@ func TestProvideStreamOnShutdown(t *testing.T) {
 	_, err = ps.Recv()
 	wantStatus(t, err, codes.Unavailable, limiter.ReasonShuttingDown)
 	for _, ev := range e.srv.RecentEvents() {
-		if ev.Type == EventLeaseRevoked || ev.Type == EventProviderLeft {
+		if ev.Type == events.LeaseRevoked || ev.Type == events.ProviderLeft {
 			t.Fatalf("shutdown revoked or removed: %+v", ev)
 		}
 	}

@@ -7,20 +7,22 @@ import (
 
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/events"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
 // revokedEvent returns the lease_revoked event of leaseID in pool, failing
 // the test if there is none.
-func revokedEvent(t *testing.T, srv *Server, pool, leaseID string) Event {
+func revokedEvent(t *testing.T, srv *Server, pool, leaseID string) events.Event {
 	t.Helper()
 	for _, ev := range srv.RecentEvents() {
-		if ev.Type == EventLeaseRevoked && ev.Pool == pool && ev.LeaseID == tokenOf(leaseID) {
+		if ev.Type == events.LeaseRevoked && ev.Pool == pool && ev.LeaseID == tokenOf(leaseID) {
 			return ev
 		}
 	}
 	t.Fatalf("no lease_revoked event for lease %s of pool %s in %+v", leaseID, pool, srv.RecentEvents())
-	return Event{}
+	return events.Event{}
 }
 
 // nextLeaseEvent returns the next message of s, which must be a lease
@@ -39,7 +41,7 @@ func nextLeaseEvent(t *testing.T, s *sessionClient) *tollgatev1.LeaseEvent {
 // the error of the holder's next renew.
 func TestOperatorRevocationsNameTheOperator(t *testing.T) {
 	const tok = "admin-token-0123456789"
-	o := startOps(t, Config{Auth: &AuthConfig{AdminToken: tok}}, nil)
+	o := startOps(t, Config{Auth: &auth.Config{AdminToken: tok}}, nil)
 	admin := o.env(withToken(tok))
 	holder := o.env() // no credentials: LimiterService is open to it
 	admin.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 4, RevocationPolicy: tollgatev1.RevocationPolicy_REVOCATION_POLICY_REVOKE})
@@ -55,15 +57,15 @@ func TestOperatorRevocationsNameTheOperator(t *testing.T) {
 	check := func(how, leaseID string) {
 		t.Helper()
 		ev := nextLeaseEvent(t, s)
-		if ev.GetLease().GetId() != leaseID || !strings.Contains(ev.GetReason(), "(by "+tokenPrincipal+")") {
-			t.Errorf("%s: holder got %v; want lease %s revoked (by %s)", how, ev, leaseID, tokenPrincipal)
+		if ev.GetLease().GetId() != leaseID || !strings.Contains(ev.GetReason(), "(by "+auth.TokenPrincipal+")") {
+			t.Errorf("%s: holder got %v; want lease %s revoked (by %s)", how, ev, leaseID, auth.TokenPrincipal)
 		}
-		if got := revokedEvent(t, o.srv, "db", leaseID).Actor; got != tokenPrincipal {
-			t.Errorf("%s: lease_revoked actor = %q, want %q", how, got, tokenPrincipal)
+		if got := revokedEvent(t, o.srv, "db", leaseID).Actor; got != auth.TokenPrincipal {
+			t.Errorf("%s: lease_revoked actor = %q, want %q", how, got, auth.TokenPrincipal)
 		}
 		r := s.call(renewReq(100, "db", leaseID, 0))
-		if !strings.Contains(r.GetError().GetMessage(), "(by "+tokenPrincipal+")") {
-			t.Errorf("%s: renew answered %v; want an error naming %s", how, r, tokenPrincipal)
+		if !strings.Contains(r.GetError().GetMessage(), "(by "+auth.TokenPrincipal+")") {
+			t.Errorf("%s: renew answered %v; want an error naming %s", how, r, auth.TokenPrincipal)
 		}
 	}
 
@@ -109,7 +111,7 @@ func TestRevocationActorWithoutCredentials(t *testing.T) {
 	}
 	e.clock.Advance(2 * time.Second) // runs the expiry before it returns
 	for _, ev := range e.srv.RecentEvents() {
-		if ev.Type == EventLeaseExpired && ev.LeaseID == tokenOf(expiring.GetId()) {
+		if ev.Type == events.LeaseExpired && ev.LeaseID == tokenOf(expiring.GetId()) {
 			if ev.Actor != "" {
 				t.Errorf("lease_expired actor = %q, want none", ev.Actor)
 			}

@@ -21,6 +21,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/leaseid"
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -39,11 +42,11 @@ type Config struct {
 	// still running after it are cut off. 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// Auth says who may call what; nil lets every caller do everything
-	// (for a server on loopback only). See AuthConfig.
-	Auth *AuthConfig
+	// (for a server on loopback only). See auth.Config.
+	Auth *auth.Config
 	// Limits bounds what clients can make the server hold; the zero value
-	// means the defaults. See Limits.
-	Limits Limits
+	// means the defaults. See limits.Limits.
+	Limits limits.Limits
 	// TracerProvider, when set, receives a span for every RPC and for every
 	// acquire and take, also those on Session streams; nil records none.
 	TracerProvider trace.TracerProvider
@@ -57,7 +60,7 @@ type Config struct {
 	// a negative value records every crossing.
 	MarkEventInterval time.Duration
 
-	// persister is set by Open (persist.go): the engine's Persister.
+	// persister is set by Open: the engine's Persister.
 	persister limiter.Persister
 }
 
@@ -79,11 +82,11 @@ type Server struct {
 	// drainCtx is done when shutdown starts; waits end on it.
 	drainCtx  context.Context
 	drainStop context.CancelFunc
-	// ids signs and checks the lease ids holders get (leaseid.go).
-	ids *leaseIDs
+	// ids signs and checks the lease ids holders get.
+	ids *leaseid.IDs
 	// liveSessions counts Session streams whose handler is running.
 	liveSessions atomic.Int64
-	// sessions are those streams, for ListClients: clients.go.
+	// sessions are those streams, for ListClients.
 	sessions sessionRegistry
 	// maxSessionEvents is MaxSessionEvents; tests lower it.
 	maxSessionEvents atomic.Int64
@@ -93,8 +96,8 @@ type Server struct {
 
 	tracing *tracing // nil when Config.TracerProvider is nil
 
-	ops         // auth, limits, metrics, events: ops.go
-	persistence // the data directory, for a Server made by Open: persist.go
+	ops         // auth, limits, metrics, events
+	persistence // the data directory, for a Server made by Open
 }
 
 // New returns a Server around a new engine built with cfg's clock. The
@@ -111,7 +114,7 @@ func New(cfg Config) *Server {
 		health:          health.NewServer(),
 		draining:        make(chan struct{}),
 		tracing:         newTracing(cfg),
-		ids:             newLeaseIDs(nil), // Open uses the data directory's key
+		ids:             leaseid.New(nil), // Open uses the data directory's key
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
 	s.maxSessionUnread = MaxSessionUnread
@@ -119,8 +122,8 @@ func New(cfg Config) *Server {
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
-	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister, PreReserve: true, // persist_ahead.go
-		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, MarkEventInterval: cfg.MarkEventInterval}) // adaptive_events.go, shares_service.go
+	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister, PreReserve: true,
+		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, MarkEventInterval: cfg.MarkEventInterval})
 	s.initOps(cfg)
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
@@ -145,7 +148,7 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 // released. Close is idempotent; Serve calls it when it stops.
 func (s *Server) Close() {
 	s.drain()
-	s.closeEngine() // persist.go
+	s.closeEngine()
 }
 
 // drain tells health checkers and sessions that the server is going away.
@@ -158,7 +161,7 @@ func (s *Server) drain() {
 }
 
 // onLeaseEnded is the engine's OnLeaseEnded callback: it records and logs
-// the end of the lease (events.go) and forwards it to the session that
+// the end of the lease as an event and forwards it to the session that
 // owns it, if that session is still live. It never blocks.
 func (s *Server) onLeaseEnded(ev limiter.LeaseEnded) {
 	s.leaseEnded(ev)

@@ -43,9 +43,9 @@ const (
 // kept, to be renewed on another stream or to expire.
 func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer) error {
 	s := newSession(l.srv, stream)
-	key := l.srv.auth().identify(stream.Context()).clientKey("")
-	s.clientUnread = l.srv.quotas.unreadCounter(key)
-	defer l.srv.quotas.dropUnreadCounter(key)
+	key := l.srv.auth().Identify(stream.Context()).ClientKey("")
+	s.clientUnread = l.srv.quotas.UnreadCounter(key)
+	defer l.srv.quotas.DropUnreadCounter(key)
 	l.srv.liveSessions.Add(1)
 	defer l.srv.liveSessions.Add(-1)
 	l.srv.sessions.add(s, l.srv.engine.Clock().Now()) // for ListClients: clients.go

@@ -13,10 +13,10 @@ import (
 // not allow the stream's caller (guardSessionRequest checks the kinds it
 // knows; these are checked here).
 func (s *session) checkPoolAccess(pool string) error {
-	if s.srv.auth().policy == nil {
+	if !s.srv.auth().HasPolicy() {
 		return nil
 	}
-	return s.srv.auth().checkPool(s.srv.auth().identify(s.ctx), pool)
+	return s.srv.auth().CheckPool(s.srv.auth().Identify(s.ctx), pool)
 }
 
 // report counts a batch of outcomes.

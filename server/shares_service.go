@@ -7,10 +7,9 @@ import (
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// This file serves rate shares (limiter/shares.go) over unary calls, and
-// pushes the changes the engine makes to a share to the Session stream
-// that owns it. The Session stream's share requests are in
-// session_shares.go.
+// The unary calls of rate shares, and the push of the changes the engine
+// makes to a share to the Session stream that owns it. The Session
+// stream's own share requests are answered with its other requests.
 
 // AcquireShare grants a share of a pool's rate. A share acquired by a
 // unary call is not pushed changes: its holder learns them when it
@@ -72,7 +71,7 @@ func (s *Server) releaseShare(req *tollgatev1.ReleaseShareRequest) error {
 	if err := checkPoolName("pool", req.GetPool()); err != nil {
 		return err
 	}
-	id, err := s.ids.parseShare(req.GetPool(), req.GetShareId()) // leaseid.go
+	id, err := s.ids.ParseShare(req.GetPool(), req.GetShareId())
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -116,7 +117,7 @@ func TestOverloadEventReachesWatchEvents(t *testing.T) {
 		waitFor(t, "the acquire to wait", func() bool { return e.status("q").GetWaiting() == int64(i) })
 	}
 	ev := recvEvent(t, st)
-	if ev.GetType() != EventPoolOverload || ev.GetPool() != "q" || !strings.Contains(ev.GetDetail(), "2 waiting, at or above the overload mark 2") {
+	if ev.GetType() != events.PoolOverload || ev.GetPool() != "q" || !strings.Contains(ev.GetDetail(), "2 waiting, at or above the overload mark 2") {
 		t.Fatalf("event = %v, want pool_overload", ev)
 	}
 	// The third waiter made no second event: the next one is the pool's
@@ -125,7 +126,7 @@ func TestOverloadEventReachesWatchEvents(t *testing.T) {
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"description"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if ev := recvEvent(t, st); ev.GetType() != EventPoolUpdated {
+	if ev := recvEvent(t, st); ev.GetType() != events.PoolUpdated {
 		t.Fatalf("event after the third waiter = %v, want pool_updated", ev)
 	}
 }

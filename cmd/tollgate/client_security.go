@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/client"
-	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/internal/auth"
 )
 
 // clientSecurity are the global flags for talking to a server that uses
@@ -40,7 +40,7 @@ func (c *clientSecurity) options() ([]client.Option, error) {
 		}
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 		if c.ca != "" {
-			pool, err := server.LoadCertPool(c.ca)
+			pool, err := auth.LoadCertPool(c.ca)
 			if err != nil {
 				return nil, fmt.Errorf("--tls-ca: %w", err)
 			}

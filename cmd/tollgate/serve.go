@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tollgate/tollgate/internal/poolsfile"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/server"
 )
@@ -28,7 +29,7 @@ type serveOptions struct {
 	logFormat         string
 	logLevel          string
 	otel              bool
-	sec               securityOptions // TLS, auth, HTTP, limits: serve_security.go
+	sec               securityOptions // TLS, auth, HTTP, limits
 }
 
 // newServeCmd returns the "serve" command: it runs a Tollgate server on
@@ -126,7 +127,7 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 	}
 	var pools []limiter.PoolConfig
 	if o.configPath != "" {
-		if pools, err = server.LoadPoolsFile(o.configPath); err != nil {
+		if pools, err = poolsfile.Load(o.configPath); err != nil {
 			return err
 		}
 	}
@@ -171,7 +172,7 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 	defer stop()
 	hup, stopHUP := reloadSignals()
 	defer stopHUP()
-	go sec.reloadOn(ctx, hup, srv, logger) // serve_reload.go
+	go sec.reloadOn(ctx, hup, srv, logger)
 	fmt.Fprintf(stderr, "tollgate: serving on %s\n", lis.Addr())
 	return sec.serve(ctx, srv, lis, httpLis, logger, stderr)
 }

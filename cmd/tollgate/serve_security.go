@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -24,7 +26,7 @@ type securityOptions struct {
 	adminTokenFile      string
 	policyFile          string
 	insecureAllowRemote bool
-	limits              server.Limits
+	limits              limits.Limits
 }
 
 // securityHelp is the part of serve's help about security.
@@ -65,30 +67,30 @@ func (o *securityOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", `file holding a bearer token allowed to call AdminService ("authorization: Bearer <token>"); at least 16 characters`)
 	f.StringVar(&o.policyFile, "policy", "", "YAML file of which client certificates may use which pools (needs --client-ca; see above)")
 	f.BoolVar(&o.insecureAllowRemote, "insecure-allow-remote", false, "allow listening on non-loopback addresses without TLS and authentication (trusted networks only)")
-	f.IntVar(&o.limits.MaxPools, "max-pools", server.DefaultMaxPools, "most pools CreatePool may bring the server to (-1: no limit)")
-	f.Int64Var(&o.limits.MaxWaiters, "max-waiters", server.DefaultMaxWaiters, "most acquires and takes in progress across all pools (-1: no limit)")
-	f.Int64Var(&o.limits.MaxClientLeases, "max-client-leases", server.DefaultMaxClientLeases, "most leases one client may hold or be acquiring (-1: no limit)")
-	f.Int64Var(&o.limits.MaxClientSessions, "max-client-sessions", server.DefaultMaxClientSessions, "most Session streams one client may have open (-1: no limit)")
-	f.IntVar(&o.limits.MaxRecvMsgSize, "max-msg-size", server.DefaultMaxRecvMsgSize, "largest gRPC message the server receives, in bytes")
-	f.Float64Var(&o.limits.ClientRate, "client-rate", server.DefaultClientRate, "requests per second one client may make, releases excepted (-1: no limit)")
+	f.IntVar(&o.limits.MaxPools, "max-pools", limits.DefaultMaxPools, "most pools CreatePool may bring the server to (-1: no limit)")
+	f.Int64Var(&o.limits.MaxWaiters, "max-waiters", limits.DefaultMaxWaiters, "most acquires and takes in progress across all pools (-1: no limit)")
+	f.Int64Var(&o.limits.MaxClientLeases, "max-client-leases", limits.DefaultMaxClientLeases, "most leases one client may hold or be acquiring (-1: no limit)")
+	f.Int64Var(&o.limits.MaxClientSessions, "max-client-sessions", limits.DefaultMaxClientSessions, "most Session streams one client may have open (-1: no limit)")
+	f.IntVar(&o.limits.MaxRecvMsgSize, "max-msg-size", limits.DefaultMaxRecvMsgSize, "largest gRPC message the server receives, in bytes")
+	f.Float64Var(&o.limits.ClientRate, "client-rate", limits.DefaultClientRate, "requests per second one client may make, releases excepted (-1: no limit)")
 	f.IntVar(&o.limits.ClientBurst, "client-burst", 0, "requests one client may make at once above --client-rate (0: twice --client-rate)")
-	f.IntVar(&o.limits.MaxConns, "max-conns", server.DefaultMaxConns, "most gRPC connections open at once; more are closed when accepted (-1: no limit)")
-	f.IntVar(&o.limits.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most gRPC connections open at once from one IP address (-1: no limit)")
-	f.IntVar(&o.limits.MaxHeaderListSize, "max-header-size", server.DefaultMaxHeaderListSize, "largest metadata (headers) of one gRPC call, in bytes")
-	f.DurationVar(&o.limits.MaxTakeWait, "max-take-wait", server.DefaultMaxTakeWait, "longest max_wait a take may wait for its tokens; longer waits are refused (-1ns: no limit)")
+	f.IntVar(&o.limits.MaxConns, "max-conns", limits.DefaultMaxConns, "most gRPC connections open at once; more are closed when accepted (-1: no limit)")
+	f.IntVar(&o.limits.MaxConnsPerIP, "max-conns-per-ip", limits.DefaultMaxConnsPerIP, "most gRPC connections open at once from one IP address (-1: no limit)")
+	f.IntVar(&o.limits.MaxHeaderListSize, "max-header-size", limits.DefaultMaxHeaderListSize, "largest metadata (headers) of one gRPC call, in bytes")
+	f.DurationVar(&o.limits.MaxTakeWait, "max-take-wait", limits.DefaultMaxTakeWait, "longest max_wait a take may wait for its tokens; longer waits are refused (-1ns: no limit)")
 }
 
 // serveSecurity is what the flags load to: the server's TLS setup and
-// AuthConfig.
+// auth.Config.
 type serveSecurity struct {
 	opts *securityOptions
-	tls  *server.ServerTLS // nil: plaintext
-	auth *server.AuthConfig
+	tls  *auth.TLS // nil: plaintext
+	auth *auth.Config
 }
 
 // load reads the files the flags name and checks that they fit together.
 func (o *securityOptions) load() (*serveSecurity, error) {
-	s := &serveSecurity{opts: o, auth: &server.AuthConfig{}}
+	s := &serveSecurity{opts: o, auth: &auth.Config{}}
 	if err := o.limits.Validate(); err != nil {
 		return nil, err
 	}
@@ -103,26 +105,26 @@ func (o *securityOptions) load() (*serveSecurity, error) {
 		return nil, fmt.Errorf("--policy names client certificates, which only --client-ca lets the server verify: set --client-ca")
 	}
 	if o.tlsCert != "" {
-		st, err := server.LoadServerTLS(o.tlsCert, o.tlsKey, o.clientCA)
+		st, err := auth.LoadTLS(o.tlsCert, o.tlsKey, o.clientCA)
 		if err != nil {
 			return nil, err
 		}
 		s.tls = st
 		s.auth.ClientCerts = st.ClientCerts
 	}
-	auth, err := o.loadAuth(s.auth.ClientCerts)
+	cfg, err := o.loadAuth(s.auth.ClientCerts)
 	if err != nil {
 		return nil, err
 	}
-	s.auth = auth
+	s.auth = cfg
 	return s, nil
 }
 
-// loadAuth reads the admin token and policy files into an AuthConfig with
+// loadAuth reads the admin token and policy files into an auth.Config with
 // the admin names of the flags; clientCerts says whether the listeners
 // verify client certificates. Serve calls it at start and on SIGHUP.
-func (o *securityOptions) loadAuth(clientCerts bool) (*server.AuthConfig, error) {
-	auth := &server.AuthConfig{AdminNames: o.adminNames, ClientCerts: clientCerts}
+func (o *securityOptions) loadAuth(clientCerts bool) (*auth.Config, error) {
+	cfg := &auth.Config{AdminNames: o.adminNames, ClientCerts: clientCerts}
 	if o.adminTokenFile != "" {
 		b, err := os.ReadFile(o.adminTokenFile)
 		if err != nil {
@@ -132,16 +134,16 @@ func (o *securityOptions) loadAuth(clientCerts bool) (*server.AuthConfig, error)
 		if len(tok) < minTokenLen || strings.ContainsAny(tok, " \t\r\n") {
 			return nil, fmt.Errorf("--admin-token-file %s must hold one token of at least %d characters without spaces (make one with: openssl rand -hex 32)", o.adminTokenFile, minTokenLen)
 		}
-		auth.AdminToken = tok
+		cfg.AdminToken = tok
 	}
 	if o.policyFile != "" {
-		p, err := server.LoadPolicyFile(o.policyFile)
+		p, err := auth.LoadPolicyFile(o.policyFile)
 		if err != nil {
 			return nil, err
 		}
-		auth.Policy = p
+		cfg.Policy = p
 	}
-	return auth, nil
+	return cfg, nil
 }
 
 // secured reports whether remote clients would need TLS and credentials.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/server/tlstest"
 )
 
@@ -134,7 +134,7 @@ func TestServeAdminToken(t *testing.T) {
 
 func tlsPool(t *testing.T, caFile string) *x509.CertPool {
 	t.Helper()
-	p, err := server.LoadCertPool(caFile)
+	p, err := auth.LoadCertPool(caFile)
 	if err != nil {
 		t.Fatal(err)
 	}

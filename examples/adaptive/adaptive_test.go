@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/server"
+	"github.com/tollgate/tollgate/internal/events"
 )
 
 // childEnv makes the test binary run as a client process (see TestMain).
@@ -87,7 +87,7 @@ func TestAdaptiveLimitComesDown(t *testing.T) {
 	}
 	nearFull := 0
 	for _, ev := range res.Log {
-		if ev.Type == server.EventPoolNearFull && ev.Time.Sub(res.Start) > at4 {
+		if ev.Type == events.PoolNearFull && ev.Time.Sub(res.Start) > at4 {
 			nearFull++
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/server"
 )
@@ -78,7 +79,7 @@ type Result struct {
 	// Suppressed the mark events it counted but did not record. Log has
 	// the events, oldest first.
 	Events     map[string]int
-	Log        []server.Event
+	Log        []events.Event
 	Suppressed map[string]int64
 	// Clients sums the client processes' outcomes; Reported is what the
 	// pool counted from their releases.
@@ -194,7 +195,7 @@ func Run(ctx context.Context, sc Scenario, command func(args []string) *exec.Cmd
 
 // addEvents adds the events of the pool in evs (newest first) after seq,
 // and returns the newest seq.
-func (r *Result) addEvents(evs []server.Event, seq uint64) uint64 {
+func (r *Result) addEvents(evs []events.Event, seq uint64) uint64 {
 	newest := seq
 	for i := len(evs) - 1; i >= 0; i-- {
 		ev := evs[i]

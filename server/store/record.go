@@ -77,8 +77,11 @@ func decodeProto(key, v []byte) (limiter.SavedPool, error) {
 	if err := proto.Unmarshal(v, &r); err != nil {
 		return limiter.SavedPool{}, damaged(key, err)
 	}
-	if r.GetVersion() != recordVersion {
-		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q has version %d, but this server reads versions 1 and %d; run the tollgate version that wrote it", key, r.GetVersion(), recordVersion)
+	switch v := r.GetVersion(); {
+	case v > recordVersion:
+		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q has version %d, but this server reads versions 1 and %d; run the tollgate version that wrote it", key, v, recordVersion)
+	case v < recordVersion: // no binary record was written with another version
+		return limiter.SavedPool{}, damaged(key, fmt.Errorf("a binary record of version %d", v))
 	}
 	pool := r.GetPool()
 	if pool == nil || r.GetState() == nil {

@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ const maxPolicyFileSize = 1 << 20
 // Policy says which clients may use which pools through LimiterService. A
 // call on pool P by a client whose verified certificate has name N is
 // allowed when some rule has a client pattern matching N and a pool pattern
-// matching P. Admins (see AuthConfig) may use every pool. Callers without a
+// matching P. Admins (see Config) may use every pool. Callers without a
 // verified certificate are refused with UNAUTHENTICATED. In patterns, "*"
 // matches any run of characters (including none, and "." and "/"); every
 // other character matches itself.

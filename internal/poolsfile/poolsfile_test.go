@@ -1,4 +1,4 @@
-package server
+package poolsfile
 
 import (
 	"os"
@@ -33,7 +33,7 @@ pools:
   - name: api.github.com
     rate: 10
 `)
-	pools, err := LoadPoolsFile(path)
+	pools, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ pools:
 
 func TestLoadPoolsFileEmpty(t *testing.T) {
 	for _, content := range []string{"", "# nothing\n", "pools:\n", "pools: []\n"} {
-		pools, err := LoadPoolsFile(writeFile(t, content))
+		pools, err := Load(writeFile(t, content))
 		if err != nil || len(pools) != 0 {
 			t.Errorf("%q: %v, %v", content, pools, err)
 		}
@@ -88,7 +88,7 @@ func TestLoadPoolsFileErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := LoadPoolsFile(writeFile(t, c.content))
+			_, err := Load(writeFile(t, c.content))
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -99,7 +99,7 @@ func TestLoadPoolsFileErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := LoadPoolsFile(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing file: %v", err)
 	}
 }
@@ -107,7 +107,7 @@ func TestLoadPoolsFileErrors(t *testing.T) {
 // A pools file declares active and passive pools by kind and selection;
 // bad values are refused with the line.
 func TestPoolsFileResourceKinds(t *testing.T) {
-	pools, err := ParsePools("p.yaml", []byte("pools:\n  - name: db\n    kind: active\n    selection: spread\n  - name: gpu\n    kind: passive\n"))
+	pools, err := Parse("p.yaml", []byte("pools:\n  - name: db\n    kind: active\n    selection: spread\n  - name: gpu\n    kind: passive\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +115,8 @@ func TestPoolsFileResourceKinds(t *testing.T) {
 		t.Fatalf("pools = %+v", pools)
 	}
 	for _, bad := range []string{"pools:\n  - name: db\n    kind: lots\n", "pools:\n  - name: db\n    kind: active\n    selection: random\n"} {
-		if _, err := ParsePools("p.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "p.yaml:3") && !strings.Contains(err.Error(), "p.yaml:4") {
-			t.Errorf("ParsePools(%q) = %v; want an error with the line", bad, err)
+		if _, err := Parse("p.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "p.yaml:3") && !strings.Contains(err.Error(), "p.yaml:4") {
+			t.Errorf("Parse(%q) = %v; want an error with the line", bad, err)
 		}
 	}
 }
@@ -125,11 +125,11 @@ func TestPoolsFileResourceKinds(t *testing.T) {
 // the short ones, and reports a key it does not know with its line, at
 // any depth.
 func TestPoolsFileCanonicalNames(t *testing.T) {
-	short, err := ParsePools("p.yaml", []byte("pools:\n  - name: db\n    concurrency: 3\n    default_ttl: 1.5s\n    max_ttl: 90m\n    kind: active\n    selection: spread\n    revocation_policy: revoke\n    adaptive: {target: concurrency}\n"))
+	short, err := Parse("p.yaml", []byte("pools:\n  - name: db\n    concurrency: 3\n    default_ttl: 1.5s\n    max_ttl: 90m\n    kind: active\n    selection: spread\n    revocation_policy: revoke\n    adaptive: {target: concurrency}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	long, err := ParsePools("p.yaml", []byte(`pools:
+	long, err := Parse("p.yaml", []byte(`pools:
   - name: db
     concurrency_limit: 3
     default_lease_ttl: 1.5s
@@ -158,7 +158,7 @@ func TestPoolsFileCanonicalNames(t *testing.T) {
 		{"pools:\n  - name: db\n    concurrency: 1\n    concurrency_limit: 2\n", `p.yaml:4: key "concurrency_limit" is given twice`},
 		{"pools:\n  - name: db\n    concurrency: 1\n    resource_kind: RESOURCE_KIND_NONE\n", "p.yaml:4: resource_kind must be free, active or passive"},
 	} {
-		if _, err := ParsePools("p.yaml", []byte(bad.yaml)); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if _, err := Parse("p.yaml", []byte(bad.yaml)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%q: error %v; want %q", bad.yaml, err, bad.want)
 		}
 	}

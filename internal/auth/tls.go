@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"crypto/tls"
@@ -8,15 +8,16 @@ import (
 	"sync/atomic"
 )
 
-// ServerTLS is the TLS setup of a server's two listeners, loaded by
-// LoadServerTLS.
-type ServerTLS struct {
+// TLS is the TLS setup of a server's two listeners, loaded by
+// LoadTLS.
+type TLS struct {
 	// GRPC is for the gRPC listener: with a client CA it requires and
 	// verifies a client certificate on every connection (mutual TLS).
 	GRPC *tls.Config
 	// HTTP is for the HTTP listener: with a client CA it verifies a client
 	// certificate when one is given, so that probes of /healthz and
-	// /readyz need none; the other paths require one (see HTTPHandler).
+	// /readyz need none; the other paths require one (see the server's
+	// HTTPHandler).
 	HTTP *tls.Config
 	// ClientCerts reports that a client CA was given.
 	ClientCerts bool
@@ -25,16 +26,16 @@ type ServerTLS struct {
 	cert              atomic.Pointer[tls.Certificate] // served to new connections; Reload replaces it
 }
 
-// LoadServerTLS loads the server's certificate and key (PEM files) and, if
+// LoadTLS loads the server's certificate and key (PEM files) and, if
 // clientCAFile is not empty, the PEM bundle of CAs that sign client
 // certificates. TLS 1.2 is the oldest version accepted. The certificate
 // and key can be read again while the server runs (Reload); the client
 // CAs are read once: changing them needs a restart.
-func LoadServerTLS(certFile, keyFile, clientCAFile string) (*ServerTLS, error) {
+func LoadTLS(certFile, keyFile, clientCAFile string) (*TLS, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, fmt.Errorf("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
 	}
-	out := &ServerTLS{certFile: certFile, keyFile: keyFile}
+	out := &TLS{certFile: certFile, keyFile: keyFile}
 	if err := out.Reload(); err != nil {
 		return nil, err
 	}
@@ -56,7 +57,7 @@ func LoadServerTLS(certFile, keyFile, clientCAFile string) (*ServerTLS, error) {
 // Reload reads the certificate and key files again and serves the pair to
 // the connections made from now on (open connections keep theirs). On
 // error (a missing file, a key that does not match) the pair in use stays.
-func (t *ServerTLS) Reload() error {
+func (t *TLS) Reload() error {
 	cert, err := tls.LoadX509KeyPair(t.certFile, t.keyFile)
 	if err != nil {
 		return fmt.Errorf("loading the TLS certificate %s and key %s: %w", t.certFile, t.keyFile, err)

@@ -1,4 +1,19 @@
-package server
+// Package poolsfile reads the pools file: the pools a server declares at
+// start.
+//
+// The pools file is YAML read as the JSON form of a PoolsFile message, a
+// list of the API's Pool messages: its keys are the fields' names. The
+// file is walked against the message's descriptor, so that every problem
+// is reported with its line, then converted to JSON for protojson. Besides
+// the JSON form, the walk accepts the short keys of fileAliases
+// (concurrency for concurrency_limit), values in the text forms people
+// write (poolconv.ParseText: "active", "15s", "off"), and, for a message
+// with an enabled field (adaptive), true or false for {enabled: ...} and a
+// mapping without enabled for enabled: true.
+//
+// It may import the engine (limiter), internal/poolconv, internal/refuse
+// and the config proto; nothing of the server.
+package poolsfile
 
 import (
 	"encoding/json"
@@ -15,22 +30,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	configv1 "github.com/tollgate/tollgate/proto/tollgate/config/v1"
 )
 
-// maxPoolsFileSize bounds the pools file LoadPoolsFile reads.
+// maxPoolsFileSize bounds the pools file Load reads.
 const maxPoolsFileSize = 16 << 20
-
-// The pools file is YAML read as the JSON form of a PoolsFile message, a
-// list of the API's Pool messages: its keys are the fields' names. The
-// file is walked against the message's descriptor, so that every problem
-// is reported with its line, then converted to JSON for protojson. Besides
-// the JSON form, the walk accepts the short keys of fileAliases
-// (concurrency for concurrency_limit), values in the text forms people
-// write (poolconv.ParseText: "active", "15s", "off"), and, for a message
-// with an enabled field (adaptive), true or false for {enabled: ...} and a
-// mapping without enabled for enabled: true.
 
 // fileAliases are the short keys of a pools file, by message, and the
 // fields they stand for.
@@ -39,7 +45,7 @@ var fileAliases = map[protoreflect.FullName]map[string]protoreflect.Name{
 		"kind": "resource_kind", "selection": "selection_policy"},
 }
 
-// LoadPoolsFile reads the pools a server declares at start from a YAML file
+// Load reads the pools a server declares at start from a YAML file
 // of the form
 //
 //	pools:
@@ -58,7 +64,7 @@ var fileAliases = map[protoreflect.FullName]map[string]protoreflect.Name{
 // An empty file declares no pools. Errors name the file and line: an
 // unknown or repeated key, a value of the wrong type, a bad duration or
 // enum value, a pool that fails validation, or a name declared twice.
-func LoadPoolsFile(path string) ([]limiter.PoolConfig, error) {
+func Load(path string) ([]limiter.PoolConfig, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading pools file: %w", err)
@@ -71,12 +77,12 @@ func LoadPoolsFile(path string) ([]limiter.PoolConfig, error) {
 	if len(data) > maxPoolsFileSize {
 		return nil, fmt.Errorf("%s: the file is larger than %d bytes; a pools file should be small", path, maxPoolsFileSize)
 	}
-	return ParsePools(path, data)
+	return Parse(path, data)
 }
 
-// ParsePools parses the contents of a pools file as LoadPoolsFile does;
+// Parse parses the contents of a pools file as Load does;
 // name is used in error messages.
-func ParsePools(name string, data []byte) ([]limiter.PoolConfig, error) {
+func Parse(name string, data []byte) ([]limiter.PoolConfig, error) {
 	w := yamlWalker{file: name}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -206,11 +212,11 @@ func (w yamlWalker) message(n *yaml.Node, md protoreflect.MessageDescriptor, nam
 		fd := fileField(md, k.Value)
 		switch {
 		case fd == nil && root:
-			return nil, w.errorf(k, "unknown key %q; the top level has %s", truncate(k.Value, 64), fileKeys(md))
+			return nil, w.errorf(k, "unknown key %q; the top level has %s", refuse.Truncate(k.Value, 64), fileKeys(md))
 		case fd == nil && prefix == "":
-			return nil, w.errorf(k, "unknown field %q; a %s has %s", truncate(k.Value, 64), strings.ToLower(string(md.Name())), fileKeys(md))
+			return nil, w.errorf(k, "unknown field %q; a %s has %s", refuse.Truncate(k.Value, 64), strings.ToLower(string(md.Name())), fileKeys(md))
 		case fd == nil:
-			return nil, w.errorf(k, "unknown field %q in %s; it has %s", truncate(k.Value, 64), strings.TrimSuffix(prefix, "."), fileKeys(md))
+			return nil, w.errorf(k, "unknown field %q in %s; it has %s", refuse.Truncate(k.Value, 64), strings.TrimSuffix(prefix, "."), fileKeys(md))
 		}
 		if _, dup := out[string(fd.Name())]; dup {
 			return nil, w.errorf(k, "key %q is given twice (as %s)", k.Value, fd.Name())
@@ -267,7 +273,7 @@ func (w yamlWalker) singular(n *yaml.Node, fd protoreflect.FieldDescriptor, key 
 	}
 	v, err := poolconv.ParseText(fd, n.Value)
 	if err != nil {
-		return nil, w.errorf(n, "%s %v; it is %q", key, err, truncate(n.Value, 64))
+		return nil, w.errorf(n, "%s %v; it is %q", key, err, refuse.Truncate(n.Value, 64))
 	}
 	switch {
 	case fd.Enum() != nil:

@@ -1,4 +1,4 @@
-package server
+package limits
 
 import (
 	"sync"
@@ -7,15 +7,15 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// clientRates is a token bucket per client key, for Limits.ClientRate. A
+// Rates is a token bucket per client key, for Limits.ClientRate. A
 // bucket that has been idle long enough to be full again behaves exactly
 // like a new one, so such buckets are dropped: memory stays proportional to
 // the clients seen in the last few seconds, whatever the number of
 // distinct keys over time.
-type clientRates struct {
+type Rates struct {
 	limit rate.Limit
 	burst int
-	now   func() time.Time // the wall clock; tests replace it
+	now   func() time.Time // the wall clock; SetClock replaces it
 	// idle is how long a bucket takes to refill completely; buckets idle
 	// that long are dropped.
 	idle time.Duration
@@ -30,15 +30,15 @@ type clientBucket struct {
 	last time.Time
 }
 
-// newClientRates returns buckets of r requests per second and burst b, or
+// NewRates returns buckets of r requests per second and burst b, or
 // nil when r is not positive (no limit).
-func newClientRates(r float64, b int) *clientRates {
+func NewRates(r float64, b int) *Rates {
 	if r <= 0 {
 		return nil
 	}
 	b = max(b, 1)
 	idle := time.Duration(float64(b) / r * float64(time.Second))
-	return &clientRates{
+	return &Rates{
 		limit:   rate.Limit(r),
 		burst:   b,
 		now:     time.Now,
@@ -47,9 +47,9 @@ func newClientRates(r float64, b int) *clientRates {
 	}
 }
 
-// allow takes one token from key's bucket and reports whether it had one.
-// A nil *clientRates allows everything.
-func (c *clientRates) allow(key string) bool {
+// Allow takes one token from key's bucket and reports whether it had one.
+// A nil *Rates allows everything.
+func (c *Rates) Allow(key string) bool {
 	if c == nil {
 		return true
 	}
@@ -71,7 +71,7 @@ func (c *clientRates) allow(key string) bool {
 
 // sweepLocked drops the buckets idle for at least c.idle. It runs at most
 // once per c.idle, so its cost is spread over the calls in between.
-func (c *clientRates) sweepLocked(now time.Time) {
+func (c *Rates) sweepLocked(now time.Time) {
 	c.lastSweep = now
 	for k, b := range c.buckets {
 		if now.Sub(b.last) >= c.idle {
@@ -80,12 +80,19 @@ func (c *clientRates) sweepLocked(now time.Time) {
 	}
 }
 
-// size returns the number of buckets kept, for tests and metrics.
-func (c *clientRates) size() int {
+// size returns the number of buckets kept.
+func (c *Rates) size() int {
 	if c == nil {
 		return 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.buckets)
+}
+
+// SetClock makes c read the time from now, for tests.
+func (c *Rates) SetClock(now func() time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
 }

@@ -1,4 +1,4 @@
-package server
+package poolsfile
 
 import (
 	"strings"
@@ -20,7 +20,7 @@ func TestLoadPoolsFileMarks(t *testing.T) {
     rate: 10
     overload_mark: off
 `)
-	pools, err := LoadPoolsFile(path)
+	pools, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestLoadPoolsFileMarks(t *testing.T) {
 		{"low_utilisation_period: soon", "low_utilisation_period must be a duration"},
 	} {
 		path := writeFile(t, "pools:\n  - name: p\n    concurrency: 1\n    "+tc.entry+"\n")
-		if _, err := LoadPoolsFile(path); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "pools.yaml:") {
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "pools.yaml:") {
 			t.Errorf("%s: error %v, want %q after the file and line", tc.entry, err, tc.want)
 		}
 	}

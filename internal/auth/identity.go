@@ -1,4 +1,4 @@
-package server
+package auth
 
 import (
 	"context"
@@ -10,15 +10,17 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/tollgate/tollgate/internal/refuse"
 )
 
-// tokenPrincipal is the principal of a caller that presented the admin
+// TokenPrincipal is the principal of a caller that presented the admin
 // token (in logs, events and limits).
-const tokenPrincipal = "admin-token"
+const TokenPrincipal = "admin-token"
 
-// identity is who a caller proved to be: the names of its verified client
+// Identity is who a caller proved to be: the names of its verified client
 // certificate and whether it presented the admin token.
-type identity struct {
+type Identity struct {
 	// names are the verified client certificate's subject common name (if
 	// any) followed by its DNS subject alternative names; empty without a
 	// certificate verified against the server's client CA.
@@ -26,32 +28,32 @@ type identity struct {
 	// token is set when the call carried "authorization: Bearer <token>"
 	// metadata; tokenOK when that token is the admin token.
 	token, tokenOK bool
-	// addr is the peer's IP address, for logs.
-	addr string
+	// Addr is the peer's IP address, for logs.
+	Addr string
 	// conn is the peer's address with its port, which names its
 	// connection: the key of limits on callers without names.
 	conn string
 }
 
-// principal names the caller for logs and limits: its first certificate
-// name, or tokenPrincipal, or "" when it proved nothing.
-func (id identity) principal() string {
+// Principal names the caller for logs and limits: its first certificate
+// name, or TokenPrincipal, or "" when it proved nothing.
+func (id Identity) Principal() string {
 	switch {
 	case len(id.names) > 0:
 		return id.names[0]
 	case id.tokenOK:
-		return tokenPrincipal
+		return TokenPrincipal
 	}
 	return ""
 }
 
-// clientKey is the key of the caller for per-client limits: its principal,
+// ClientKey is the key of the caller for per-client limits: its principal,
 // else declaredID (a client_id it chose), else its connection. Keying
 // unnamed callers by connection rather than by IP address lets many
 // processes of one host each have the per-client limits, while
 // Limits.MaxConnsPerIP bounds how many connections one address may open.
-func (id identity) clientKey(declaredID string) string {
-	if p := id.principal(); p != "" {
+func (id Identity) ClientKey(declaredID string) string {
+	if p := id.Principal(); p != "" {
 		return "id:" + p
 	}
 	if declaredID != "" {
@@ -60,39 +62,37 @@ func (id identity) clientKey(declaredID string) string {
 	if id.conn != "" {
 		return "conn:" + id.conn
 	}
-	return "addr:" + id.addr
+	return "addr:" + id.Addr
 }
 
-// describeKey turns a clientKey back into words for messages.
-func describeKey(key string) string {
+// DescribeKey turns a ClientKey back into words for messages.
+func DescribeKey(key string) string {
 	kind, v, _ := strings.Cut(key, ":")
 	switch kind {
 	case "id":
-		return "client " + quoteTrunc(v)
+		return "client " + refuse.Quote(v)
 	case "client":
-		return "client_id " + quoteTrunc(v)
+		return "client_id " + refuse.Quote(v)
 	case "conn":
 		return "the connection from " + v
 	}
 	return "address " + v
 }
 
-func quoteTrunc(s string) string { return `"` + truncate(s, 64) + `"` }
-
 // identityOf reads the caller's identity from a call's context. token is
 // the admin token's SHA-256 (nil when none is configured).
-func identityOf(ctx context.Context, token *[sha256.Size]byte) identity {
-	var id identity
+func identityOf(ctx context.Context, token *[sha256.Size]byte) Identity {
+	var id Identity
 	if p, ok := peer.FromContext(ctx); ok {
 		switch a := p.Addr.(type) {
 		case *net.TCPAddr:
-			id.addr = a.IP.String()
+			id.Addr = a.IP.String()
 			id.conn = a.String()
 		case nil:
 		default:
-			id.addr = a.String()
-			if host, _, err := net.SplitHostPort(id.addr); err == nil {
-				id.addr = host
+			id.Addr = a.String()
+			if host, _, err := net.SplitHostPort(id.Addr); err == nil {
+				id.Addr = host
 			}
 		}
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.PeerCertificates) > 0 {

@@ -1,4 +1,15 @@
-package server
+// Package limits bounds what clients can make the server hold: the
+// Limits a server is started with, the per-caller and server-wide counts
+// (Quotas) that enforce them, the per-client request rate (Rates) and the
+// listener that bounds connections. Past a limit, it returns a
+// RESOURCE_EXHAUSTED engine error that names the limit and the serve flag
+// that raises it.
+//
+// It knows callers only by the client keys internal/auth makes; the
+// server's interceptors and services call it. It may import the engine
+// (limiter), for its errors, and internal/auth, to describe client keys;
+// nothing of the server.
+package limits
 
 import (
 	"fmt"
@@ -17,12 +28,6 @@ const (
 	DefaultMaxConnsPerIP     = 1024
 	DefaultMaxHeaderListSize = 64 << 10
 	DefaultMaxTakeWait       = 5 * time.Minute
-	// connectionTimeout bounds a new connection's handshake (TLS and the
-	// HTTP/2 preface); idleConnTimeout closes a connection that has had
-	// no call in progress that long (grpc clients reconnect when they
-	// next call).
-	connectionTimeout = 10 * time.Second
-	idleConnTimeout   = 5 * time.Minute
 )
 
 // Limits bounds what clients can make the server hold, so that no client,
@@ -82,8 +87,8 @@ type Limits struct {
 	MaxTakeWait time.Duration
 }
 
-// withDefaults returns l with zero fields set to their defaults.
-func (l Limits) withDefaults() Limits {
+// WithDefaults returns l with zero fields set to their defaults.
+func (l Limits) WithDefaults() Limits {
 	if l.MaxPools == 0 {
 		l.MaxPools = DefaultMaxPools
 	}

@@ -1,4 +1,4 @@
-package server
+package limits
 
 import (
 	"net"
@@ -11,7 +11,7 @@ import (
 // file descriptors while the clients already connected go on being served.
 type limitListener struct {
 	net.Listener
-	q              *quotas
+	q              *Quotas
 	total, perAddr int
 
 	mu    sync.Mutex
@@ -19,13 +19,13 @@ type limitListener struct {
 	addrs map[string]int
 }
 
-// limitConns wraps lis with the connection limits, or returns it as is
+// LimitConns wraps lis with the connection limits, or returns it as is
 // when both are off.
-func (s *Server) limitConns(lis net.Listener) net.Listener {
-	if s.limits.MaxConns < 0 && s.limits.MaxConnsPerIP < 0 {
+func (q *Quotas) LimitConns(lis net.Listener) net.Listener {
+	if q.limits.MaxConns < 0 && q.limits.MaxConnsPerIP < 0 {
 		return lis
 	}
-	return &limitListener{Listener: lis, q: s.quotas, total: s.limits.MaxConns, perAddr: s.limits.MaxConnsPerIP, addrs: make(map[string]int)}
+	return &limitListener{Listener: lis, q: q, total: q.limits.MaxConns, perAddr: q.limits.MaxConnsPerIP, addrs: make(map[string]int)}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -50,10 +50,10 @@ func (l *limitListener) admit(host string) bool {
 	defer l.mu.Unlock()
 	switch {
 	case l.total > 0 && l.open >= l.total:
-		l.q.refused[limitConns].Add(1)
+		l.q.refused[KindConns].Add(1)
 		return false
 	case l.perAddr > 0 && l.addrs[host] >= l.perAddr:
-		l.q.refused[limitConnsPerIP].Add(1)
+		l.q.refused[KindConnsPerIP].Add(1)
 		return false
 	}
 	l.open++

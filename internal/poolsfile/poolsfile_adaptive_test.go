@@ -1,4 +1,4 @@
-package server
+package poolsfile
 
 import (
 	"strings"
@@ -9,7 +9,7 @@ import (
 )
 
 func TestPoolsFileAdaptive(t *testing.T) {
-	pools, err := ParsePools("pools.yaml", []byte(`
+	pools, err := Parse("pools.yaml", []byte(`
 pools:
   - name: api
     rate: 100
@@ -50,7 +50,7 @@ pools:
 		{"pools:\n  - name: a\n    rate: 1\n    safe_rate: 2\n", "safe_rate"},
 		{"pools:\n  - name: a\n    concurrency: 1\n    adaptive: {window: soon}\n", "adaptive.window must be a duration"},
 	} {
-		_, err := ParsePools("pools.yaml", []byte(bad.yaml))
+		_, err := Parse("pools.yaml", []byte(bad.yaml))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "pools.yaml:") {
 			t.Errorf("%q: error %v; want one naming the line and %q", bad.yaml, err, bad.want)
 		}

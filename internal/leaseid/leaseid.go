@@ -1,0 +1,211 @@
+// Package leaseid signs and checks the ids the server hands to holders:
+// lease ids, rate share ids and expiry receipts. A lease is known to the
+// engine by its pool and fencing token, but fencing tokens are
+// sequential: if the token were the id, any client allowed on a pool could
+// release or renew another's lease by counting. So the id a holder gets is
+// "<fencing token>.<tag>", where the tag is an HMAC-SHA256 of the pool name
+// and the token under a key only the server knows, cut to 96 bits. Release
+// and Renew check the tag before the engine sees the call; the server keeps
+// no per-lease secret, and with the key kept in the data directory, ids
+// stay valid across restarts (so leases are re-adopted).
+//
+// Rate share ids are signed the same way, with a different kind byte in
+// the MAC, so that no lease tag is a valid share tag.
+//
+// Operators' calls (RevokeLease, GetLease) are admin-only and take the
+// bare fencing token as well; events, logs and the status page, which
+// may be seen by more people than the holder, show only the token.
+//
+// It may import the engine (limiter), for its errors, and internal/refuse;
+// nothing of the server.
+package leaseid
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"hash"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// leaseTagLen is the tag's length in bytes before base64 (96 bits).
+const leaseTagLen = 12
+
+// Hint tells people what a lease id looks like.
+const Hint = "pass the id field of the lease that Acquire returned, unchanged (such as \"42.Hx3kq0Vb8mWzT1aL\")"
+
+// IDs signs and checks holders' lease ids, share ids and expiry
+// receipts with one key.
+type IDs struct {
+	macs sync.Pool // of hash.Hash: HMAC-SHA256 under the key
+}
+
+// New returns lease ids signed with key; a nil key means a
+// random one (a server without a data directory: its ids die with it,
+// as its leases do).
+func New(key []byte) *IDs {
+	if key == nil {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			panic("tollgate: no randomness for the lease id key: " + err.Error())
+		}
+	}
+	key = append([]byte(nil), key...)
+	ids := &IDs{}
+	ids.macs.New = func() any { return hmac.New(sha256.New, key) }
+	return ids
+}
+
+// Kinds of signed ids, so that a lease's tag is never a share's.
+const (
+	kindLease  byte = 'L'
+	kindShare  byte = 'S'
+	kindExpiry byte = 'E'
+)
+
+// tag returns the tag of token in pool.
+func (ids *IDs) tag(pool string, token uint64) string {
+	return ids.tagOf(kindLease, pool, token)
+}
+
+// tagOf returns the tag of the id n of kind in pool.
+func (ids *IDs) tagOf(kind byte, pool string, n uint64) string {
+	return ids.mac(kind, pool, n, 0)
+}
+
+// mac returns the tag of kind over pool, n and x.
+func (ids *IDs) mac(kind byte, pool string, n uint64, x int64) string {
+	m := ids.macs.Get().(hash.Hash)
+	defer ids.macs.Put(m)
+	m.Reset()
+	var b [17]byte
+	b[0] = kind
+	binary.BigEndian.PutUint64(b[1:], n)
+	l := 9
+	if kind == kindExpiry {
+		binary.BigEndian.PutUint64(b[9:], uint64(x))
+		l = 17
+	}
+	m.Write(b[:l])
+	m.Write([]byte(pool))
+	var sum [sha256.Size]byte
+	return base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0])[:leaseTagLen])
+}
+
+// Format returns the id a holder gets for lease token of pool.
+func (ids *IDs) Format(pool string, token uint64) string {
+	return strconv.FormatUint(token, 10) + "." + ids.tag(pool, token)
+}
+
+// Parse checks a holder's lease id for pool and returns its fencing
+// token. A malformed id is INVALID_ARGUMENT; a fencing token without its
+// tag, or with a wrong one, is NOT_FOUND (LEASE_NOT_FOUND), as for a
+// lease that does not exist, so that guessing learns nothing.
+func (ids *IDs) Parse(pool, id string) (uint64, error) {
+	tok, tag, err := split(id)
+	if err != nil {
+		return 0, err
+	}
+	if tag == "" {
+		return 0, &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonLeaseNotFound,
+			Message: "lease_id " + strconv.Quote(refuse.Truncate(id, 64)) + " lacks the tag after the fencing token that identifies its holder; " + Hint}
+	}
+	if !hmac.Equal([]byte(tag), []byte(ids.tag(pool, tok))) {
+		return 0, notIssued(pool, tok)
+	}
+	return tok, nil
+}
+
+// ParseAdmin returns the fencing token of an id an operator gave:
+// a holder's id (its tag is not checked: operators may act on any lease)
+// or the bare fencing token.
+func ParseAdmin(id string) (uint64, error) {
+	tok, _, err := split(id)
+	return tok, err
+}
+
+// split splits "<token>[.<tag>]".
+func split(id string) (uint64, string, error) {
+	if id == "" {
+		return 0, "", refuse.InvalidArg("lease_id is required; %s", Hint)
+	}
+	num, tag, _ := strings.Cut(id, ".")
+	tok, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || len(tag) > 64 {
+		return 0, "", refuse.InvalidArg("lease_id %q is not a lease id; %s", refuse.Truncate(id, 64), Hint)
+	}
+	return tok, tag, nil
+}
+
+// shareHint tells people what a share id looks like.
+const shareHint = "pass the id field of the share that AcquireShare returned, unchanged (such as \"7.Hx3kq0Vb8mWzT1aL\")"
+
+// FormatShare returns the id a holder gets for rate share id of pool:
+// signed like a lease id, so that only its holder can refresh or release
+// it.
+func (ids *IDs) FormatShare(pool string, id uint64) string {
+	return strconv.FormatUint(id, 10) + "." + ids.tagOf(kindShare, pool, id)
+}
+
+// ParseShare checks a holder's share id for pool and returns the
+// engine's share id. A malformed id is INVALID_ARGUMENT; a missing or
+// wrong tag is NOT_FOUND (SHARE_NOT_FOUND), as for a share that does not
+// exist.
+func (ids *IDs) ParseShare(pool, id string) (uint64, error) {
+	if id == "" {
+		return 0, refuse.InvalidArg("share_id is required; %s", shareHint)
+	}
+	num, tag, _ := strings.Cut(id, ".")
+	n, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || len(tag) > 64 {
+		return 0, refuse.InvalidArg("share_id %q is not a share id; %s", refuse.Truncate(id, 64), shareHint)
+	}
+	if tag == "" || !hmac.Equal([]byte(tag), []byte(ids.tagOf(kindShare, pool, n))) {
+		return 0, &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonShareNotFound,
+			Message: "no rate share of pool " + strconv.Quote(pool) + " has the id " + strconv.Quote(refuse.Truncate(id, 64)) + "; " + shareHint}
+	}
+	return n, nil
+}
+
+// Receipt returns the expiry receipt of lease token of pool, granted until
+// expiry: "<expiry in Unix ns>.<tag>", the tag signing pool, token and
+// expiry. A restarted server re-adopts a lease only on a receipt whose
+// expiry is still ahead (docs/recovery.md).
+func (ids *IDs) Receipt(pool string, token uint64, expiry time.Time) string {
+	ns := expiry.UnixNano()
+	return strconv.FormatInt(ns, 10) + "." + ids.mac(kindExpiry, pool, token, ns)
+}
+
+// ParseReceipt returns the expiry an expiry receipt of lease token of
+// pool vouches for: the zero time for an empty receipt or one the server
+// did not sign (such a lease is not re-adopted, as when it has none);
+// INVALID_ARGUMENT for one that is not a receipt.
+func (ids *IDs) ParseReceipt(pool string, token uint64, r string) (time.Time, error) {
+	if r == "" {
+		return time.Time{}, nil
+	}
+	num, tag, _ := strings.Cut(r, ".")
+	ns, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || len(tag) > 64 {
+		return time.Time{}, refuse.InvalidArg("expiry_receipt %q is not an expiry receipt; pass the expiry_receipt field of the lease's last Acquire or Renew answer, unchanged", refuse.Truncate(r, 64))
+	}
+	if !hmac.Equal([]byte(tag), []byte(ids.mac(kindExpiry, pool, token, ns))) {
+		return time.Time{}, nil
+	}
+	return time.Unix(0, ns), nil
+}
+
+// notIssued is the error of a lease id whose tag is not the server's:
+// the same NOT_FOUND as for a lease that does not exist.
+func notIssued(pool string, token uint64) error {
+	return &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonLeaseNotFound,
+		Message: "no lease of pool " + strconv.Quote(pool) + " has this id (token " + strconv.FormatUint(token, 10) + "): the id was changed, or it is from another pool or server; " + Hint}
+}

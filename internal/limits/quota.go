@@ -1,0 +1,270 @@
+package limits
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Kind names a limit, to count its refusals; Names gives each its
+// label.
+type Kind int
+
+const (
+	KindPools Kind = iota
+	KindWaiters
+	KindClientLeases
+	KindClientSessions
+	KindClientRate
+	KindConns
+	KindConnsPerIP
+	KindTakeWait
+	numKinds
+)
+
+// Names are the values of the "limit" label of
+// tollgate_limit_refusals_total: the serve flags' names.
+var Names = [numKinds]string{"max-pools", "max-waiters", "max-client-leases", "max-client-sessions", "client-rate", "max-conns", "max-conns-per-ip", "max-take-wait"}
+
+// maxEarlyEnds bounds Quotas.early.
+const maxEarlyEnds = 4096
+
+// leaseRef names a lease on the server.
+type leaseRef struct {
+	pool  string
+	token uint64
+}
+
+// Quotas counts what clients hold, for Limits: acquires and takes in
+// progress server-wide (an atomic counter), leases and acquires in
+// progress per client, and Session streams per client.
+type Quotas struct {
+	limits  Limits
+	waiters atomic.Int64
+	refused [numKinds]atomic.Int64
+
+	mu       sync.Mutex
+	clients  map[string]int64    // client key -> leases held + acquires in progress
+	leases   map[leaseRef]string // live lease -> client key
+	early    map[leaseRef]time.Time
+	sessions map[string]int64 // client key -> open Session streams
+	unread   map[string]*unreadCount
+}
+
+// unreadCount is the answers queued on the Session streams of one client,
+// shared by those streams.
+type unreadCount struct {
+	atomic.Int64
+	streams int
+}
+
+// New returns the quotas that enforce l.
+func New(l Limits) *Quotas {
+	return &Quotas{
+		limits:   l,
+		clients:  make(map[string]int64),
+		leases:   make(map[leaseRef]string),
+		early:    make(map[leaseRef]time.Time),
+		sessions: make(map[string]int64),
+		unread:   make(map[string]*unreadCount),
+	}
+}
+
+// Exhausted returns a RESOURCE_EXHAUSTED error of reason and counts it.
+func (q *Quotas) Exhausted(kind Kind, reason limiter.Reason, format string, args ...any) *limiter.Error {
+	q.refused[kind].Add(1)
+	return &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// BeginWait counts an acquire or take in progress, or refuses it past
+// Limits.MaxWaiters. Each successful call must be matched by EndWait.
+func (q *Quotas) BeginWait() error {
+	n := q.waiters.Add(1)
+	if max := q.limits.MaxWaiters; max > 0 && n > max {
+		q.waiters.Add(-1)
+		return q.Exhausted(KindWaiters, limiter.ReasonTooManyWaiters,
+			"the server has %d acquires and takes in progress, its limit; retry later with backoff, or ask the operator to raise --max-waiters", max)
+	}
+	return nil
+}
+
+// EndWait ends a wait counted by BeginWait.
+func (q *Quotas) EndWait() { q.waiters.Add(-1) }
+
+// BeginAcquire counts an acquire (or take) in progress against client key, or
+// refuses it past Limits.MaxClientLeases. Each successful call must be
+// matched by EndAcquire.
+func (q *Quotas) BeginAcquire(key string) error {
+	max := q.limits.MaxClientLeases
+	q.mu.Lock()
+	n := q.clients[key]
+	if max > 0 && n >= max {
+		q.mu.Unlock()
+		return q.Exhausted(KindClientLeases, limiter.ReasonClientLeaseLimit,
+			"%s already holds, or is acquiring or taking, %d leases and takes, the most one client may; release some or let takes finish first, or ask the operator to raise --max-client-leases", auth.DescribeKey(key), max)
+	}
+	q.clients[key] = n + 1
+	q.mu.Unlock()
+	return nil
+}
+
+// EndAcquire ends an acquire counted by BeginAcquire: a granted lease keeps
+// counting until it ends (LeaseEnded); an acquire that failed stops
+// counting.
+func (q *Quotas) EndAcquire(key string, lease *limiter.Lease) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if lease != nil {
+		ref := leaseRef{lease.Pool, lease.FencingToken}
+		if _, gone := q.early[ref]; !gone {
+			q.leases[ref] = key
+			return
+		}
+		delete(q.early, ref) // it ended before we could record it
+	}
+	q.decLocked(q.clients, key)
+}
+
+// Track starts counting the live lease token of pool against the client key()
+// names, unless it is counted already: a lease re-adopted after a restart
+// counts toward its client's limit like a granted one. It never refuses:
+// the lease exists. key is called only when the lease is new to q.
+func (q *Quotas) Track(pool string, token uint64, key func() string) {
+	ref := leaseRef{pool, token}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, ok := q.leases[ref]; ok {
+		return
+	}
+	if _, gone := q.early[ref]; gone {
+		return // it ended already
+	}
+	k := key()
+	q.leases[ref] = k
+	q.clients[k]++
+}
+
+// LeaseEnded stops counting a lease that was released, expired or ended
+// with its pool.
+func (q *Quotas) LeaseEnded(pool string, token uint64) {
+	ref := leaseRef{pool, token}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if key, ok := q.leases[ref]; ok {
+		delete(q.leases, ref)
+		q.decLocked(q.clients, key)
+		return
+	}
+	// Either a lease granted but not yet recorded by EndAcquire, or one
+	// not counted at all (created without the server's acquire path).
+	// Remember it briefly, within a bound.
+	now := time.Now()
+	if len(q.early) >= maxEarlyEnds {
+		for r, t := range q.early {
+			if now.Sub(t) > time.Minute {
+				delete(q.early, r)
+			}
+		}
+		if len(q.early) >= maxEarlyEnds {
+			clear(q.early)
+		}
+	}
+	q.early[ref] = now
+}
+
+// OpenSession counts a Session stream of client key, or refuses it past
+// Limits.MaxClientSessions. Each successful call must be matched by
+// CloseSession.
+func (q *Quotas) OpenSession(key string) error {
+	max := q.limits.MaxClientSessions
+	q.mu.Lock()
+	n := q.sessions[key]
+	if max > 0 && n >= max {
+		q.mu.Unlock()
+		return q.Exhausted(KindClientSessions, limiter.ReasonClientSessionLimit,
+			"%s already has %d Session streams open, the most one client may; use one stream per process (the Go client does) and close the others, or ask the operator to raise --max-client-sessions", auth.DescribeKey(key), max)
+	}
+	q.sessions[key] = n + 1
+	q.mu.Unlock()
+	return nil
+}
+
+// UnreadCounter returns the counter of answers queued for client key's
+// Session streams; each call must be matched by DropUnreadCounter.
+func (q *Quotas) UnreadCounter(key string) *atomic.Int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	c := q.unread[key]
+	if c == nil {
+		c = new(unreadCount)
+		q.unread[key] = c
+	}
+	c.streams++
+	return &c.Int64
+}
+
+// DropUnreadCounter lets go of a counter UnreadCounter returned.
+func (q *Quotas) DropUnreadCounter(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if c := q.unread[key]; c != nil {
+		if c.streams--; c.streams == 0 {
+			delete(q.unread, key)
+		}
+	}
+}
+
+// CloseSession ends a stream counted by OpenSession.
+func (q *Quotas) CloseSession(key string) {
+	q.mu.Lock()
+	q.decLocked(q.sessions, key)
+	q.mu.Unlock()
+}
+
+// decLocked decrements m[key], deleting it at zero so that memory follows
+// the clients that hold something.
+func (q *Quotas) decLocked(m map[string]int64, key string) {
+	if n := m[key] - 1; n > 0 {
+		m[key] = n
+	} else {
+		delete(m, key)
+	}
+}
+
+// ClientLeases returns what client key holds and is acquiring, for tests.
+func (q *Quotas) ClientLeases(key string) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.clients[key]
+}
+
+// Waiters returns the acquires and takes in progress server-wide.
+func (q *Quotas) Waiters() int64 { return q.waiters.Load() }
+
+// Refused returns how many calls or connections limit kind has refused.
+func (q *Quotas) Refused(kind Kind) int64 { return q.refused[kind].Load() }
+
+// Sessions returns the open Session streams by client key, for tests.
+func (q *Quotas) Sessions() map[string]int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return maps.Clone(q.sessions)
+}
+
+// Counted returns the leases and acquires counted by client key and the
+// clients of the live leases counted, for tests.
+func (q *Quotas) Counted() (clients map[string]int64, leases map[string]string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	leases = make(map[string]string, len(q.leases))
+	for r, k := range q.leases {
+		leases[r.pool+"/"+strconv.FormatUint(r.token, 10)] = k
+	}
+	return maps.Clone(q.clients), leases
+}

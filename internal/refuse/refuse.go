@@ -1,0 +1,73 @@
+// Package refuse builds the errors with which the server's parts refuse a
+// call, and quotes what a caller sent in their messages. An error it
+// builds converts to a gRPC status with a google.rpc.ErrorInfo detail of
+// Domain, like every other Tollgate error.
+//
+// It is the lowest layer of the server's packages: it may import the
+// engine (limiter) for its error type, and gRPC's status types; nothing
+// of the server.
+package refuse
+
+import (
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Domain is the domain of the google.rpc.ErrorInfo detail that every
+// Tollgate error status carries.
+const Domain = "tollgate.dev"
+
+// InvalidArg returns an INVALID_ARGUMENT engine-style error with a message
+// formatted for people.
+func InvalidArg(format string, args ...any) *limiter.Error {
+	return &limiter.Error{Code: limiter.CodeInvalidArgument, Reason: limiter.ReasonInvalidArgument, Message: fmt.Sprintf(format, args...)}
+}
+
+// Truncate shortens s to at most n bytes for quoting in messages.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// Quote quotes s for a message, cut to 64 bytes.
+func Quote(s string) string { return `"` + Truncate(s, 64) + `"` }
+
+// Refusal is an error with a gRPC code the engine has no Code for
+// (UNAUTHENTICATED, PERMISSION_DENIED). It converts to a status with an
+// ErrorInfo detail like every other Tollgate error.
+type Refusal struct {
+	code   codes.Code
+	reason limiter.Reason
+	msg    string
+}
+
+// Newf returns a refusal with code and reason and a message formatted for
+// people.
+func Newf(code codes.Code, reason limiter.Reason, format string, args ...any) *Refusal {
+	return &Refusal{code: code, reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// Error returns the message for people.
+func (r *Refusal) Error() string { return r.msg }
+
+// Code returns the gRPC code of the refusal.
+func (r *Refusal) Code() codes.Code { return r.code }
+
+// Reason returns the reason of the refusal.
+func (r *Refusal) Reason() limiter.Reason { return r.reason }
+
+// GRPCStatus returns the status the client gets.
+func (r *Refusal) GRPCStatus() *status.Status {
+	st := status.New(r.code, r.msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(r.reason), Domain: Domain}); err == nil {
+		return d
+	}
+	return st
+}
