@@ -45,7 +45,7 @@ const Hint = "pass the id field of the lease that Acquire returned, unchanged (s
 // IDs signs and checks holders' lease ids, share ids and expiry
 // receipts with one key.
 type IDs struct {
-	macs sync.Pool // of hash.Hash: HMAC-SHA256 under the key
+	macs sync.Pool // of *macer: HMAC-SHA256 under the key
 }
 
 // New returns lease ids signed with key; a nil key means a
@@ -60,7 +60,7 @@ func New(key []byte) *IDs {
 	}
 	key = append([]byte(nil), key...)
 	ids := &IDs{}
-	ids.macs.New = func() any { return hmac.New(sha256.New, key) }
+	ids.macs.New = func() any { return &macer{h: hmac.New(sha256.New, key)} }
 	return ids
 }
 
@@ -83,21 +83,28 @@ func (ids *IDs) tagOf(kind byte, pool string, n uint64) string {
 
 // mac returns the tag of kind over pool, n and x.
 func (ids *IDs) mac(kind byte, pool string, n uint64, x int64) string {
-	m := ids.macs.Get().(hash.Hash)
+	m := ids.macs.Get().(*macer)
 	defer ids.macs.Put(m)
-	m.Reset()
-	var b [17]byte
-	b[0] = kind
-	binary.BigEndian.PutUint64(b[1:], n)
-	l := 9
+	m.in = append(m.in[:0], kind)
+	m.in = binary.BigEndian.AppendUint64(m.in, n)
 	if kind == kindExpiry {
-		binary.BigEndian.PutUint64(b[9:], uint64(x))
-		l = 17
+		m.in = binary.BigEndian.AppendUint64(m.in, uint64(x))
 	}
-	m.Write(b[:l])
-	m.Write([]byte(pool))
-	var sum [sha256.Size]byte
-	return base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0])[:leaseTagLen])
+	m.in = append(m.in, pool...)
+	m.h.Reset()
+	m.h.Write(m.in)
+	tag := m.tag[:base64.RawURLEncoding.EncodedLen(leaseTagLen)]
+	base64.RawURLEncoding.Encode(tag, m.h.Sum(m.sum[:0])[:leaseTagLen])
+	return string(tag)
+}
+
+// macer is an HMAC with buffers of its own, kept in a pool, so that a tag
+// costs one allocation: the string returned.
+type macer struct {
+	h   hash.Hash
+	in  []byte
+	sum [sha256.Size]byte
+	tag [16]byte // the base64 of leaseTagLen bytes
 }
 
 // Format returns the id a holder gets for lease token of pool.
