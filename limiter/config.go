@@ -83,6 +83,9 @@ type PoolConfig struct {
 	// LowUtilisationMark, MinLowUtilisationPeriod to
 	// MaxLowUtilisationPeriod (default DefaultLowUtilisationPeriod).
 	LowUtilisationPeriod time.Duration
+	// Envoy is the pool's rule for Envoy's global rate-limit API; the zero
+	// value is none. A pool with a rule needs a Rate.
+	Envoy EnvoyRule
 }
 
 // RevocationPolicy is a pool's answer to a concurrency limit lowered under
@@ -142,6 +145,7 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 		c.MaxWaiters = DefaultMaxWaiters
 	}
 	c.Adaptive = c.Adaptive.withDefaults(c.ConcurrencyLimit, c.Rate)
+	c.Envoy = c.Envoy.withDefaults()
 	return c
 }
 
@@ -179,6 +183,9 @@ func (c PoolConfig) Validate() error {
 		return errorf(ErrInvalidArgument, "pool %q: revocation_policy %d is not one; use wait or revoke", c.Name, c.RevocationPolicy)
 	}
 	if err := c.validateMarks(); err != nil {
+		return err
+	}
+	if err := c.Envoy.validate(c.Name, c.Rate); err != nil {
 		return err
 	}
 	return c.Adaptive.validate(c.Name, c.ConcurrencyLimit, c.Rate)
