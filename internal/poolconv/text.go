@@ -103,8 +103,22 @@ func ParseText(fd protoreflect.FieldDescriptor, s string) (protoreflect.Value, e
 
 // FormatText is the text form of v, a value of fd, for people: enums by
 // their short names (unspecified as the default, the first value), durations and times as Go writes them (times in the
-// local zone), marks -1 as off, a message as its fields.
+// local zone), marks -1 as off, a message as its fields, a list as its
+// elements in brackets.
 func FormatText(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
+	if !fd.IsList() {
+		return formatOne(fd, v)
+	}
+	l := v.List()
+	items := make([]string, l.Len())
+	for i := range items {
+		items[i] = formatOne(fd, l.Get(i))
+	}
+	return "[" + strings.Join(items, "; ") + "]"
+}
+
+// formatOne is the text form of v, one value of fd.
+func formatOne(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
 	switch {
 	case fd.Kind() == protoreflect.EnumKind:
 		return enumText(fd.Enum(), v.Enum())
