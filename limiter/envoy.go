@@ -34,6 +34,9 @@ type BucketState struct {
 	Tokens float64
 	// At is the instant, by the engine's clock.
 	At time.Time
+	// Since is when Rate or Burst last changed (by UpdatePool, adaptive
+	// control or rate shares), by the engine's clock.
+	Since time.Time
 }
 
 // Bucket returns the state of a pool's token bucket now. Errors:
@@ -48,5 +51,5 @@ func (e *Engine) Bucket(pool string) (BucketState, error) {
 		return BucketState{}, errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit", pool)
 	}
 	now := e.clock.Now()
-	return BucketState{Rate: float64(p.bucket.Limit()), Burst: p.cfg.Burst, Tokens: p.bucket.TokensAt(now), At: now}, nil
+	return BucketState{Rate: float64(p.bucket.Limit()), Burst: p.cfg.Burst, Tokens: p.bucket.TokensAt(now), At: now, Since: p.rateSince}, nil
 }

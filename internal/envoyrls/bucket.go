@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -41,36 +42,54 @@ func (s *Service) takeFromPool(ctx context.Context, pool string, hits int64) (re
 	return result{ok: err == nil, hits: hits, bucket: b}, nil
 }
 
+// valueBucket is the token bucket of one descriptor value.
+type valueBucket struct {
+	mu   sync.Mutex
+	lim  *rate.Limiter
+	last time.Time // of the last decision on lim
+}
+
 // takeFromValue takes hits tokens from the bucket of one descriptor value,
-// made on demand with the pool's effective rate and burst, which it
-// follows when they change.
-func (s *Service) takeFromValue(pool string, buckets *lru.Cache[string, *rate.Limiter], key string, hits int64) (result, error) {
+// made on demand with the pool's effective rate and burst. When those
+// changed since the bucket's last decision, the bucket refills at the old
+// rate until the change and at the new one after it.
+func (s *Service) takeFromValue(pool string, buckets *lru.Cache[string, *valueBucket], key string, hits int64) (result, error) {
 	b, err := s.eng.Bucket(pool)
 	if err != nil {
 		return result{}, err
 	}
 	r, now := rate.Limit(b.Rate), b.At
-	lim, found := buckets.Get(key)
+	vb, found := buckets.Get(key)
 	if !found {
-		fresh := rate.NewLimiter(r, int(b.Burst)) // full
+		fresh := &valueBucket{lim: rate.NewLimiter(r, int(b.Burst)), last: now} // full
 		if prev, ok, _ := buckets.PeekOrAdd(key, fresh); ok {
-			lim = prev
+			vb = prev
 		} else {
-			lim = fresh
+			vb = fresh
 		}
 	}
-	if lim.Limit() != r {
-		lim.SetLimitAt(now, r)
+	vb.mu.Lock()
+	defer vb.mu.Unlock()
+	if vb.lim.Limit() != r || vb.lim.Burst() != int(b.Burst) {
+		at := vb.last // the change's time, within [last decision, now]
+		if b.Since.After(at) {
+			at = b.Since
+		}
+		if at.After(now) {
+			at = now
+		}
+		vb.lim.SetLimitAt(at, r)
+		vb.lim.SetBurstAt(at, int(b.Burst))
 	}
-	if lim.Burst() != int(b.Burst) {
-		lim.SetBurstAt(now, int(b.Burst))
+	if now.After(vb.last) {
+		vb.last = now
 	}
-	res := lim.ReserveN(now, int(min(hits, math.MaxInt32)))
+	res := vb.lim.ReserveN(now, int(min(hits, math.MaxInt32)))
 	ok := res.OK() && res.DelayFrom(now) == 0
 	if !ok {
 		res.CancelAt(now)
 	}
-	b.Tokens = lim.TokensAt(now)
+	b.Tokens = vb.lim.TokensAt(now)
 	return result{ok: ok, hits: hits, bucket: b}, nil
 }
 

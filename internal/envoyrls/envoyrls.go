@@ -19,7 +19,6 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	lru "github.com/hashicorp/golang-lru/v2"
-	"golang.org/x/time/rate"
 
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -54,8 +53,8 @@ type Service struct {
 	mu      sync.Mutex
 	gen     uint64
 	built   bool
-	byDom   map[string][]rule                            // rules by domain, in pool name order
-	buckets map[string]*lru.Cache[string, *rate.Limiter] // per-value buckets by pool
+	byDom   map[string][]rule                           // rules by domain, in pool name order
+	buckets map[string]*lru.Cache[string, *valueBucket] // per-value buckets by pool
 }
 
 type rule struct {
@@ -65,7 +64,7 @@ type rule struct {
 
 // New returns the service over eng.
 func New(eng Engine, opts Options) *Service {
-	return &Service{eng: eng, opts: opts, buckets: make(map[string]*lru.Cache[string, *rate.Limiter])}
+	return &Service{eng: eng, opts: opts, buckets: make(map[string]*lru.Cache[string, *valueBucket])}
 }
 
 // ShouldRateLimit answers each descriptor of req OK or OVER_LIMIT; the
@@ -156,7 +155,7 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) int64 
 // match finds the rule of the first pool, by name, that the descriptor
 // matches, and that pool's per-value buckets (nil for a rule whose keys
 // all fix a value).
-func (s *Service) match(domain string, entries []*commonv3.RateLimitDescriptor_Entry) (rule, *lru.Cache[string, *rate.Limiter], bool) {
+func (s *Service) match(domain string, entries []*commonv3.RateLimitDescriptor_Entry) (rule, *lru.Cache[string, *valueBucket], bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refreshLocked()
@@ -196,7 +195,7 @@ func (s *Service) refreshLocked() {
 	sort.Strings(names)
 	old := s.byDom
 	s.byDom = make(map[string][]rule)
-	buckets := make(map[string]*lru.Cache[string, *rate.Limiter])
+	buckets := make(map[string]*lru.Cache[string, *valueBucket])
 	for _, name := range names {
 		r := rule{pool: name, EnvoyRule: rules[name]}
 		s.byDom[r.Domain] = append(s.byDom[r.Domain], r)
@@ -207,7 +206,7 @@ func (s *Service) refreshLocked() {
 			buckets[name] = c
 			continue
 		}
-		c, err := lru.New[string, *rate.Limiter](int(r.MaxBuckets))
+		c, err := lru.New[string, *valueBucket](int(r.MaxBuckets))
 		if err != nil { // MaxBuckets < 1: Validate refuses it
 			continue
 		}

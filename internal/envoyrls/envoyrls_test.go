@@ -280,7 +280,7 @@ func TestMaxBucketsEvictsLeastRecentlyUsed(t *testing.T) {
 }
 
 // An UpdatePool of the rate, and an adaptive cut, apply to the per-value
-// buckets at the next decision.
+// buckets at the next decision: they refill at the new rate.
 func TestRateChangesApply(t *testing.T) {
 	e := newEnv(t, server.Config{})
 	e.createPool(edgePool("edge-ip", 10, 1))
@@ -297,8 +297,9 @@ func TestRateChangesApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.clock.Advance(time.Second) // a whole token at rate 10, half of one at 0.5
 	st := e.ask("edge", 0, a).GetStatuses()[0]
-	if st.GetCode() != over || st.GetDurationUntilReset().AsDuration() != 2*time.Second ||
+	if st.GetCode() != over || st.GetDurationUntilReset().AsDuration() != time.Second ||
 		st.GetCurrentLimit().GetRequestsPerUnit() != 30 || st.GetCurrentLimit().GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
 		t.Fatalf("at rate 0.5: %v", st)
 	}
@@ -307,17 +308,25 @@ func TestRateChangesApply(t *testing.T) {
 	e.createPool(&tollgatev1.Pool{Name: "edge-user", Rate: 100, Burst: 1,
 		Adaptive: &tollgatev1.Adaptive{Enabled: true, MinSamples: 1},
 		Envoy:    &tollgatev1.EnvoyRule{Domain: "edge", Descriptors: []*tollgatev1.EnvoyDescriptorKey{{Key: "user"}}}})
+	bob := desc("user", "bob")
+	if code1(t, e.ask("edge", 0, bob)) != ok {
+		t.Fatal("bob's first take")
+	}
 	eng := e.srv.Engine()
 	if err := eng.RecordOutcome("edge-user", limiter.OutcomeError, 0); err != nil {
 		t.Fatal(err)
 	}
 	b, err := eng.Bucket("edge-user")
-	if err != nil || b.Rate >= 100 {
-		t.Fatalf("no adaptive cut: %+v, %v", b, err)
+	if err != nil || b.Rate != 80 {
+		t.Fatalf("no adaptive cut to 80: %+v, %v", b, err)
 	}
-	st = e.ask("edge", 0, desc("user", "bob")).GetStatuses()[0]
-	if float64(st.GetCurrentLimit().GetRequestsPerUnit()) != b.Rate || st.GetDurationUntilReset().AsDuration() != time.Duration(float64(time.Second)/b.Rate) {
-		t.Fatalf("after the cut to %v: %v", b.Rate, st)
+	e.clock.Advance(11 * time.Millisecond) // 1.1 tokens at rate 100, 0.88 at 80
+	st = e.ask("edge", 0, bob).GetStatuses()[0]
+	if st.GetCode() != over || st.GetCurrentLimit().GetRequestsPerUnit() != 80 {
+		t.Fatalf("after the cut to 80: %v", st)
+	}
+	if d := st.GetDurationUntilReset().AsDuration(); d < 1400*time.Microsecond || d > 1600*time.Microsecond {
+		t.Fatalf("after the cut to 80, %v until 1 token; want 1.5ms", d)
 	}
 }
 
