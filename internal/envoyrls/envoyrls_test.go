@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -354,3 +356,58 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 }
 
 func (bearer) RequireTransportSecurity() bool { return false }
+
+// The pools file takes a pool's rule as the proto spells it, and the
+// server serves it.
+func TestPoolsFileRule(t *testing.T) {
+	pools, err := server.ParsePools("pools.yaml", []byte(`pools:
+  - name: edge-ip
+    rate: 1
+    envoy: {domain: edge, descriptors: [{key: remote_address}]}
+  - name: edge-login
+    rate: 5
+    burst: 5
+    envoy:
+      domain: edge
+      descriptors:
+        - key: path
+          value: /login
+        - key: remote_address
+      max_buckets: 50
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []limiter.EnvoyRule{
+		{Domain: "edge", Descriptors: []limiter.EnvoyDescriptorKey{{Key: "remote_address"}}, MaxBuckets: limiter.DefaultEnvoyMaxBuckets},
+		{Domain: "edge", Descriptors: []limiter.EnvoyDescriptorKey{{Key: "path", Value: "/login"}, {Key: "remote_address"}}, MaxBuckets: 50},
+	}
+	if len(pools) != 2 || !reflect.DeepEqual(pools[0].Envoy, want[0]) || !reflect.DeepEqual(pools[1].Envoy, want[1]) {
+		t.Fatalf("rules %+v", pools)
+	}
+	e := newEnv(t, server.Config{})
+	for _, p := range pools {
+		if _, err := e.srv.Engine().CreatePool(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := desc("remote_address", "10.0.0.1")
+	if code1(t, e.ask("edge", 0, a)) != ok || code1(t, e.ask("edge", 0, a)) != over {
+		t.Fatal("edge-ip: burst 1 not applied")
+	}
+	st := e.ask("edge", 0, desc("path", "/login", "remote_address", "10.0.0.1")).GetStatuses()[0]
+	if st.GetCode() != ok || st.GetCurrentLimit().GetName() != "edge-login" || st.GetLimitRemaining() != 4 {
+		t.Fatalf("edge-login: %v", st)
+	}
+
+	for _, tc := range []struct{ file, want string }{
+		{"pools:\n  - name: p\n    rate: 1\n    envoy: {descriptors: [{key: remote_address}]}\n", "pools.yaml:2: pool \"p\": envoy.domain is 0 bytes"},
+		{"pools:\n  - name: p\n    rate: 1\n    envoy: {domain: edge}\n", "envoy.descriptors has 0 keys"},
+		{"pools:\n  - name: p\n    concurrency: 1\n    envoy: {domain: edge, descriptors: [{key: k}]}\n", "needs a rate"},
+		{"pools:\n  - name: p\n    rate: 1\n    envoy: {domain: edge, descriptors: [{name: k}]}\n", `unknown field "name"`},
+	} {
+		if _, err := server.ParsePools("pools.yaml", []byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want %q", tc.file, err, tc.want)
+		}
+	}
+}

@@ -143,7 +143,14 @@ func TestFromProtoErrors(t *testing.T) {
 		{&tollgatev1.Pool{MaxLeaseTtl: &durationpb.Duration{Seconds: 1, Nanos: -1}}, "pool.max_lease_ttl is not a valid duration"},
 		{&tollgatev1.Pool{Adaptive: &tollgatev1.Adaptive{Backoff: math.NaN()}}, "pool.adaptive.backoff is NaN"},
 		{&tollgatev1.Pool{Rate: math.Inf(1)}, "pool.rate is +Inf"},
+		{&tollgatev1.Pool{Envoy: &tollgatev1.EnvoyRule{Descriptors: []*tollgatev1.EnvoyDescriptorKey{{}, {Key: "a"}}}}, ""}, // no error: checked by Validate
 	} {
+		if tc.want == "" {
+			if _, err := FromProto(tc.p); err != nil {
+				t.Errorf("FromProto(%v) = %v", tc.p, err)
+			}
+			continue
+		}
 		_, err := FromProto(tc.p)
 		var le *limiter.Error
 		if !errors.As(err, &le) || le.Code != limiter.CodeInvalidArgument || !strings.Contains(le.Message, tc.want) {
@@ -187,6 +194,18 @@ func TestText(t *testing.T) {
 		if _, err := ParseText(fields.ByName(protoreflect.Name(tc.field)), tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseText(%s, %q) = %v; want %q", tc.field, tc.in, err, tc.want)
 		}
+	}
+}
+
+// TestFormatList: a message with a list field prints each element.
+func TestFormatList(t *testing.T) {
+	p := ToProto(limiter.PoolConfig{Name: "p", Envoy: limiter.EnvoyRule{Domain: "edge",
+		Descriptors: []limiter.EnvoyDescriptorKey{{Key: "remote_address"}, {Key: "path", Value: "/login"}}}}, time.Time{}, time.Time{})
+	m := p.ProtoReflect()
+	fd := m.Descriptor().Fields().ByName("envoy")
+	want := "domain edge, descriptors [key remote_address; key path, value /login]"
+	if got := FormatText(fd, m.Get(fd)); got != want {
+		t.Fatalf("FormatText(envoy) = %q, want %q", got, want)
 	}
 }
 
