@@ -161,7 +161,8 @@ func TestPerValueBuckets(t *testing.T) {
 	}
 	// Both in one request: the overall code is OVER_LIMIT if one is.
 	resp = e.ask("edge", 0, b, a)
-	if resp.GetOverallCode() != over || resp.GetStatuses()[0].GetCode() != ok || resp.GetStatuses()[1].GetCode() != over {
+	// b's token stays taken.
+	if resp.GetOverallCode() != over || resp.GetStatuses()[0].GetCode() != ok || resp.GetStatuses()[0].GetLimitRemaining() != 1 || resp.GetStatuses()[1].GetCode() != over {
 		t.Fatalf("b and a: %v", resp)
 	}
 	e.clock.Advance(500 * time.Millisecond)
