@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -16,7 +17,8 @@ import (
 
 // serve --envoy-rls answers Envoy's rate-limit API on --listen from the
 // pools file's rules (a token per 100s: the second call is over the
-// limit); without the flag the service is not there.
+// limit), pool get shows the rule, and without the flag the service is
+// not there.
 func TestServeEnvoyRLS(t *testing.T) {
 	pools := filepath.Join(t.TempDir(), "pools.yaml")
 	if err := os.WriteFile(pools, []byte("pools:\n  - name: edge-ip\n    rate: 0.01\n    envoy: {domain: edge, descriptors: [{key: remote_address}]}\n"), 0o600); err != nil {
@@ -41,6 +43,11 @@ func TestServeEnvoyRLS(t *testing.T) {
 		if err != nil || resp.GetOverallCode() != want {
 			t.Fatalf("ShouldRateLimit = %v, %v; want %v", resp, err, want)
 		}
+	}
+
+	out := runCLI(t, addr, "pool", "get", "edge-ip").mustSucceed(t).stdout
+	if !strings.Contains(out, "domain edge, descriptors [key remote_address], max_buckets 10000") {
+		t.Fatalf("pool get does not show the rule:\n%s", out)
 	}
 
 	addr, _ = startServe(t, "--config", pools)
