@@ -412,3 +412,23 @@ func TestPoolsFileRule(t *testing.T) {
 		}
 	}
 }
+
+// A pool's rule is stored with it: it is there after a restart.
+func TestRuleIsStored(t *testing.T) {
+	dir := t.TempDir()
+	rule := limiter.EnvoyRule{Domain: "edge", Descriptors: []limiter.EnvoyDescriptorKey{{Key: "remote_address"}}, MaxBuckets: 7}
+	srv, err := server.Open(server.Config{}, dir, []limiter.PoolConfig{{Name: "edge-ip", Rate: 1, Envoy: rule}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	srv, err = server.Open(server.Config{}, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	info, err := srv.Engine().GetPool("edge-ip")
+	if err != nil || !reflect.DeepEqual(info.Config.Envoy, rule) {
+		t.Fatalf("after a restart: %+v, %v", info.Config.Envoy, err)
+	}
+}
