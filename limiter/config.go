@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math"
+	"reflect"
 	"time"
 )
 
@@ -124,6 +125,12 @@ func ParseRevocationPolicy(s string) (RevocationPolicy, error) {
 		return RevocationRevoke, nil
 	}
 	return 0, errorf(ErrInvalidArgument, "revocation policy %q is not one; use wait or revoke", s)
+}
+
+// Equal reports whether c and o are the same configuration. (A
+// PoolConfig holds a slice, so == does not compile.)
+func (c PoolConfig) Equal(o PoolConfig) bool {
+	return reflect.DeepEqual(c, o)
 }
 
 // WithDefaults returns c with every zero optional field set to its default.

@@ -1,9 +1,6 @@
 package limiter
 
-import (
-	"fmt"
-	"reflect"
-)
+import "fmt"
 
 // Bounds of an EnvoyRule.
 const (
@@ -86,10 +83,4 @@ func (r EnvoyRule) validate(pool string, rate float64) error {
 		}
 	}
 	return nil
-}
-
-// Equal reports whether c and o are the same configuration. (A
-// PoolConfig holds a slice, so == does not compile.)
-func (c PoolConfig) Equal(o PoolConfig) bool {
-	return reflect.DeepEqual(c, o)
 }
