@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math"
+	"reflect"
 	"time"
 )
 
@@ -83,6 +84,9 @@ type PoolConfig struct {
 	// LowUtilisationMark, MinLowUtilisationPeriod to
 	// MaxLowUtilisationPeriod (default DefaultLowUtilisationPeriod).
 	LowUtilisationPeriod time.Duration
+	// Envoy is the pool's rule for Envoy's global rate-limit API; the zero
+	// value is none. A pool with a rule needs a Rate.
+	Envoy EnvoyRule
 }
 
 // RevocationPolicy is a pool's answer to a concurrency limit lowered under
@@ -123,6 +127,12 @@ func ParseRevocationPolicy(s string) (RevocationPolicy, error) {
 	return 0, errorf(ErrInvalidArgument, "revocation policy %q is not one; use wait or revoke", s)
 }
 
+// Equal reports whether c and o are the same configuration. (A
+// PoolConfig holds a slice, so == does not compile.)
+func (c PoolConfig) Equal(o PoolConfig) bool {
+	return reflect.DeepEqual(c, o)
+}
+
 // WithDefaults returns c with every zero optional field set to its default.
 // It does not validate.
 func (c PoolConfig) WithDefaults() PoolConfig {
@@ -142,6 +152,7 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 		c.MaxWaiters = DefaultMaxWaiters
 	}
 	c.Adaptive = c.Adaptive.withDefaults(c.ConcurrencyLimit, c.Rate)
+	c.Envoy = c.Envoy.withDefaults()
 	return c
 }
 
@@ -179,6 +190,9 @@ func (c PoolConfig) Validate() error {
 		return errorf(ErrInvalidArgument, "pool %q: revocation_policy %d is not one; use wait or revoke", c.Name, c.RevocationPolicy)
 	}
 	if err := c.validateMarks(); err != nil {
+		return err
+	}
+	if err := c.Envoy.validate(c.Name, c.Rate); err != nil {
 		return err
 	}
 	return c.Adaptive.validate(c.Name, c.ConcurrencyLimit, c.Rate)

@@ -309,6 +309,7 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallO
 	old := p.cfg
 	p.cfg = cfg
 	p.updateTime = now
+	e.pools.changed()
 	p.limitsChangedLocked(old, now) // effective limits and shares follow
 	p.applyMarksLocked()
 	p.enforceLimitByLocked(now, actor) // RevocationRevoke

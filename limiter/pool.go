@@ -47,6 +47,8 @@ type pool struct {
 	takesWaiting  int64 // takes waiting for their tokens; they count toward max_waiters
 
 	bucket *rate.Limiter // nil when the pool has no rate
+	// rateSince is when the bucket's rate or burst last changed.
+	rateSince time.Time
 
 	expiryTimer Timer
 	expiryAt    time.Time // when expiryTimer fires; zero when not armed
@@ -136,7 +138,11 @@ func (p *pool) applyRateLocked(now time.Time) {
 	case p.bucket == nil:
 		p.bucket = rate.NewLimiter(r, int(p.cfg.Burst))
 		p.bucket.SetLimitAt(now, r) // start the bucket's clock full at now
+		p.rateSince = now
 	default:
+		if p.bucket.Limit() != r || p.bucket.Burst() != int(p.cfg.Burst) {
+			p.rateSince = now
+		}
 		p.bucket.SetLimitAt(now, r)
 		p.bucket.SetBurstAt(now, int(p.cfg.Burst))
 	}

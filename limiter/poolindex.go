@@ -1,6 +1,9 @@
 package limiter
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // poolIndex finds pools by name: a plain map under a read-write lock.
 // Lookups happen on every call; pools are added and removed only by admin
@@ -11,7 +14,13 @@ import "sync"
 type poolIndex struct {
 	mu sync.RWMutex
 	m  map[string]*pool
+	// gen counts the changes of pools' configurations: adds, removes
+	// and updates (Engine.PoolsGeneration).
+	gen atomic.Uint64
 }
+
+// changed records that a pool was added, removed or updated.
+func (x *poolIndex) changed() { x.gen.Add(1) }
 
 // get returns the named pool, or nil.
 func (x *poolIndex) get(name string) *pool {
@@ -33,6 +42,7 @@ func (x *poolIndex) add(p *pool) bool {
 		x.m = make(map[string]*pool)
 	}
 	x.m[p.name] = p
+	x.changed()
 	return true
 }
 
@@ -41,6 +51,7 @@ func (x *poolIndex) remove(p *pool) {
 	x.mu.Lock()
 	if x.m[p.name] == p {
 		delete(x.m, p.name)
+		x.changed()
 	}
 	x.mu.Unlock()
 }

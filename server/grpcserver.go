@@ -19,7 +19,8 @@ import (
 // GRPCServer returns a new *grpc.Server, built with opts, on which
 // LimiterService, AdminService, grpc.health.v1.Health (reporting SERVING for
 // "" and both Tollgate services until shutdown starts) and server
-// reflection are registered, and whose handlers turn a panic into an
+// reflection are registered (and Envoy's rate-limit service with
+// Config.EnvoyRLS), and whose handlers turn a panic into an
 // INTERNAL status instead of crashing the process. Its interceptors count
 // calls for metrics, enforce Config.Auth and Config.Limits and record pool
 // changes (see serverOptions). The caller may register more services
@@ -28,6 +29,9 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	opts = append(s.serverOptions(), opts...)
 	gs := grpc.NewServer(opts...)
 	s.Register(gs)
+	if s.envoyRLS {
+		s.registerEnvoyRLS(gs) // envoyrls.go
+	}
 	healthpb.RegisterHealthServer(gs, s.health)
 	for _, name := range []string{tollgatev1.LimiterService_ServiceDesc.ServiceName, tollgatev1.AdminService_ServiceDesc.ServiceName} {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)

@@ -129,7 +129,7 @@ func seedDiff(seed []limiter.PoolConfig, stored []limiter.SavedPool) string {
 		switch {
 		case !ok:
 			notStored = append(notStored, c.Name)
-		case got != c.WithDefaults():
+		case !got.Equal(c.WithDefaults()):
 			changed = append(changed, c.Name)
 		}
 	}

@@ -59,6 +59,10 @@ type Config struct {
 	// are counted, not recorded. 0 means limiter.DefaultMarkEventInterval;
 	// a negative value records every crossing.
 	MarkEventInterval time.Duration
+	// EnvoyRLS serves Envoy's global rate-limit API
+	// (envoy.service.ratelimit.v3.RateLimitService) beside Tollgate's own
+	// services, from the pools' Envoy rules: see docs/envoy.md.
+	EnvoyRLS bool
 
 	// persister is set by Open: the engine's Persister.
 	persister limiter.Persister
@@ -94,7 +98,8 @@ type Server struct {
 	// times that); tests lower it before serving.
 	maxSessionUnread int64
 
-	tracing *tracing // nil when Config.TracerProvider is nil
+	tracing  *tracing // nil when Config.TracerProvider is nil
+	envoyRLS bool     // Config.EnvoyRLS
 
 	ops         // auth, limits, metrics, events
 	persistence // the data directory, for a Server made by Open
@@ -115,6 +120,7 @@ func New(cfg Config) *Server {
 		draining:        make(chan struct{}),
 		tracing:         newTracing(cfg),
 		ids:             leaseid.New(nil), // Open uses the data directory's key
+		envoyRLS:        cfg.EnvoyRLS,
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
 	s.maxSessionUnread = MaxSessionUnread

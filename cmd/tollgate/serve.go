@@ -29,6 +29,7 @@ type serveOptions struct {
 	logFormat         string
 	logLevel          string
 	otel              bool
+	envoyRLS          bool
 	sec               securityOptions // TLS, auth, HTTP, limits
 }
 
@@ -95,6 +96,7 @@ for calls in flight.
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.BoolVar(&o.otel, "otel", false, "export OpenTelemetry traces over OTLP/gRPC (set by default when OTEL_EXPORTER_OTLP_ENDPOINT is; the OTEL_EXPORTER_OTLP_* variables configure the exporter)")
+	f.BoolVar(&o.envoyRLS, "envoy-rls", false, "also serve Envoy's global rate-limit API (envoy.service.ratelimit.v3.RateLimitService) on --listen, from the pools' envoy rules (docs/envoy.md)")
 	o.sec.register(f)
 	return cmd
 }
@@ -140,7 +142,7 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 		lis.Close()
 		return err
 	}
-	cfg := server.Config{Logger: logger, ShutdownTimeout: o.shutdownTimeout, MarkEventInterval: markInterval}
+	cfg := server.Config{Logger: logger, ShutdownTimeout: o.shutdownTimeout, MarkEventInterval: markInterval, EnvoyRLS: o.envoyRLS}
 	if o.otel || otlpConfigured() {
 		tp, err := newTracerProvider(ctx)
 		if err != nil {

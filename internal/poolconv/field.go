@@ -3,6 +3,7 @@ package poolconv
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"time"
 
@@ -104,14 +105,14 @@ func Enum[E ~uint8, P protoEnum](name string, e *E, p *P) Field {
 // Msg binds an engine struct to an optional proto message field, whose own
 // fields bind with fields. The engine's zero value is unset, and unset is
 // the zero value.
-func Msg[EM comparable, PM any, PP interface {
+func Msg[EM any, PM any, PP interface {
 	*PM
 	proto.Message
 }](name string, e *EM, p *PP, fields func(*EM, PP) []Field) Field {
 	return Field{name: name,
 		to: func() {
 			*p = nil
-			if *e != *new(EM) {
+			if !reflect.ValueOf(e).Elem().IsZero() {
 				*p = new(PM)
 				To(fields(e, *p))
 			}
@@ -122,6 +123,37 @@ func Msg[EM comparable, PM any, PP interface {
 				return nil
 			}
 			return From(fields(e, *p), prefix+name+".")
+		}}
+}
+
+// List binds a slice of engine structs to a repeated proto message field,
+// element by element with fields. An empty list is nil.
+func List[EM any, PM any, PP interface {
+	*PM
+	proto.Message
+}](name string, e *[]EM, p *[]PP, fields func(*EM, PP) []Field) Field {
+	return Field{name: name,
+		to: func() {
+			*p = nil
+			for i := range *e {
+				m := PP(new(PM))
+				To(fields(&(*e)[i], m))
+				*p = append(*p, m)
+			}
+		},
+		from: func(prefix string) error {
+			*e = nil
+			for i, m := range *p {
+				if m == nil {
+					m = new(PM)
+				}
+				var v EM
+				if err := From(fields(&v, m), fmt.Sprintf("%s%s[%d].", prefix, name, i)); err != nil {
+					return err
+				}
+				*e = append(*e, v)
+			}
+			return nil
 		}}
 }
 

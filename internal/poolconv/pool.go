@@ -38,6 +38,18 @@ func poolFields(c *limiter.PoolConfig, p *tollgatev1.Pool) []Field {
 		Same("near_full_mark", &c.NearFullMark, &p.NearFullMark),
 		Same("low_utilisation_mark", &c.LowUtilisationMark, &p.LowUtilisationMark),
 		Dur("low_utilisation_period", &c.LowUtilisationPeriod, &p.LowUtilisationPeriod),
+		Msg("envoy", &c.Envoy, &p.Envoy, envoyFields),
+	}
+}
+
+// envoyFields binds the fields of a pool's Envoy rate-limit rule.
+func envoyFields(c *limiter.EnvoyRule, p *tollgatev1.EnvoyRule) []Field {
+	return []Field{
+		Same("domain", &c.Domain, &p.Domain),
+		List("descriptors", &c.Descriptors, &p.Descriptors, func(c *limiter.EnvoyDescriptorKey, p *tollgatev1.EnvoyDescriptorKey) []Field {
+			return []Field{Same("key", &c.Key, &p.Key), Same("value", &c.Value, &p.Value)}
+		}),
+		Same("max_buckets", &c.MaxBuckets, &p.MaxBuckets),
 	}
 }
 

@@ -36,6 +36,9 @@ func fill(v reflect.Value) {
 			f.SetFloat(0.5)
 		case f.Kind() == reflect.Struct:
 			fill(f)
+		case f.Kind() == reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+			fill(f.Index(0))
 		default:
 			panic(fmt.Sprintf("fill: field %s of kind %s", v.Type().Field(i).Name, f.Kind()))
 		}
@@ -60,7 +63,7 @@ func TestEveryFieldIsBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back != c {
+	if !back.Equal(c) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", back, c)
 	}
 	if p.GetCreateTime().AsTime() != now || p.GetUpdateTime().AsTime() != now.Add(time.Second) {
@@ -75,6 +78,10 @@ func checkAllSet(m protoreflect.Message, prefix string, unset *[]string) {
 		switch {
 		case !m.Has(fd):
 			*unset = append(*unset, prefix+string(fd.Name()))
+		case fd.IsList() && fd.Message() != nil:
+			for j := 0; j < m.Get(fd).List().Len(); j++ {
+				checkAllSet(m.Get(fd).List().Get(j).Message(), fmt.Sprintf("%s%s[%d].", prefix, fd.Name(), j), unset)
+			}
 		case fd.Message() != nil && fd.Message().FullName().Parent() == m.Descriptor().FullName().Parent():
 			checkAllSet(m.Get(fd).Message(), prefix+string(fd.Name())+".", unset)
 		}
@@ -89,10 +96,11 @@ func TestRoundTripDefaults(t *testing.T) {
 		{Name: "rate", Rate: 2.5, SafeRate: 1, NearFullMark: limiter.MarkOff, OverloadMark: limiter.MarkOff},
 		{Name: "adaptive", ConcurrencyLimit: 8, Rate: 50, Adaptive: limiter.AdaptiveConfig{Enabled: true, Target: limiter.AdaptRate, LatencyTolerance: 2}},
 		{Name: "res", ResourceKind: limiter.ResourcePassive, Selection: limiter.SelectSpread, RevocationPolicy: limiter.RevocationRevoke},
+		{Name: "envoy", Rate: 10, Envoy: limiter.EnvoyRule{Domain: "edge", Descriptors: []limiter.EnvoyDescriptorKey{{Key: "remote_address"}, {Key: "path", Value: "/login"}}}},
 	} {
 		c = c.WithDefaults()
 		back, err := FromProto(ToProto(c, time.Time{}, time.Time{}))
-		if err != nil || back != c {
+		if err != nil || !back.Equal(c) {
 			t.Fatalf("%s: got %+v, %v; want %+v", c.Name, back, err, c)
 		}
 	}
@@ -135,7 +143,14 @@ func TestFromProtoErrors(t *testing.T) {
 		{&tollgatev1.Pool{MaxLeaseTtl: &durationpb.Duration{Seconds: 1, Nanos: -1}}, "pool.max_lease_ttl is not a valid duration"},
 		{&tollgatev1.Pool{Adaptive: &tollgatev1.Adaptive{Backoff: math.NaN()}}, "pool.adaptive.backoff is NaN"},
 		{&tollgatev1.Pool{Rate: math.Inf(1)}, "pool.rate is +Inf"},
+		{&tollgatev1.Pool{Envoy: &tollgatev1.EnvoyRule{Descriptors: []*tollgatev1.EnvoyDescriptorKey{{}, {Key: "a"}}}}, ""}, // no error: checked by Validate
 	} {
+		if tc.want == "" {
+			if _, err := FromProto(tc.p); err != nil {
+				t.Errorf("FromProto(%v) = %v", tc.p, err)
+			}
+			continue
+		}
 		_, err := FromProto(tc.p)
 		var le *limiter.Error
 		if !errors.As(err, &le) || le.Code != limiter.CodeInvalidArgument || !strings.Contains(le.Message, tc.want) {
@@ -179,6 +194,18 @@ func TestText(t *testing.T) {
 		if _, err := ParseText(fields.ByName(protoreflect.Name(tc.field)), tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseText(%s, %q) = %v; want %q", tc.field, tc.in, err, tc.want)
 		}
+	}
+}
+
+// TestFormatList: a message with a list field prints each element.
+func TestFormatList(t *testing.T) {
+	p := ToProto(limiter.PoolConfig{Name: "p", Envoy: limiter.EnvoyRule{Domain: "edge",
+		Descriptors: []limiter.EnvoyDescriptorKey{{Key: "remote_address"}, {Key: "path", Value: "/login"}}}}, time.Time{}, time.Time{})
+	m := p.ProtoReflect()
+	fd := m.Descriptor().Fields().ByName("envoy")
+	want := "domain edge, descriptors [key remote_address; key path, value /login]"
+	if got := FormatText(fd, m.Get(fd)); got != want {
+		t.Fatalf("FormatText(envoy) = %q, want %q", got, want)
 	}
 }
 

@@ -103,8 +103,22 @@ func ParseText(fd protoreflect.FieldDescriptor, s string) (protoreflect.Value, e
 
 // FormatText is the text form of v, a value of fd, for people: enums by
 // their short names (unspecified as the default, the first value), durations and times as Go writes them (times in the
-// local zone), marks -1 as off, a message as its fields.
+// local zone), marks -1 as off, a message as its fields, a list as its
+// elements in brackets.
 func FormatText(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
+	if !fd.IsList() {
+		return formatOne(fd, v)
+	}
+	l := v.List()
+	items := make([]string, l.Len())
+	for i := range items {
+		items[i] = formatOne(fd, l.Get(i))
+	}
+	return "[" + strings.Join(items, "; ") + "]"
+}
+
+// formatOne is the text form of v, one value of fd.
+func formatOne(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
 	switch {
 	case fd.Kind() == protoreflect.EnumKind:
 		return enumText(fd.Enum(), v.Enum())
@@ -121,10 +135,13 @@ func FormatText(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
 		return v.Message().Interface().(*timestamppb.Timestamp).AsTime().Local().Format(time.RFC3339)
 	}
 	var parts []string
-	v.Message().Range(func(f protoreflect.FieldDescriptor, fv protoreflect.Value) bool {
-		parts = append(parts, string(f.Name())+" "+FormatText(f, fv))
-		return true
-	})
+	m := v.Message()
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() { // in declaration order: Range's is undefined
+		if f := fields.Get(i); m.Has(f) {
+			parts = append(parts, string(f.Name())+" "+FormatText(f, m.Get(f)))
+		}
+	}
 	return strings.Join(parts, ", ")
 }
 

@@ -47,7 +47,7 @@ pools:
 		t.Fatalf("got %d pools: %+v", len(pools), pools)
 	}
 	for i := range want {
-		if pools[i] != want[i] {
+		if !pools[i].Equal(want[i]) {
 			t.Errorf("pool %d = %+v, want %+v", i, pools[i], want[i])
 		}
 	}
@@ -144,7 +144,7 @@ func TestPoolsFileCanonicalNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(short) != 1 || len(long) != 1 || short[0] != long[0] {
+	if len(short) != 1 || len(long) != 1 || !short[0].Equal(long[0]) {
 		t.Fatalf("short keys gave %+v, API names %+v", short, long)
 	}
 	if c := long[0]; c.ConcurrencyLimit != 3 || c.DefaultLeaseTTL != 1500*time.Millisecond || c.MaxLeaseTTL != 90*time.Minute ||

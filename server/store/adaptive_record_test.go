@@ -29,7 +29,7 @@ func TestAdaptiveRecordRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Config != sp.Config {
+		if !got.Config.Equal(sp.Config) {
 			t.Fatalf("round trip of %s:\n got %+v\nwant %+v", cfg.Name, got.Config, sp.Config)
 		}
 	}

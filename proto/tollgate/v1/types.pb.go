@@ -388,8 +388,13 @@ type Pool struct {
 	LowUtilisationMark float64 `protobuf:"fixed64,22,opt,name=low_utilisation_mark,json=lowUtilisationMark,proto3" json:"low_utilisation_mark,omitempty"`
 	// Period of the low-utilisation mark. Unset means 10m; 1s to 24h.
 	LowUtilisationPeriod *durationpb.Duration `protobuf:"bytes,23,opt,name=low_utilisation_period,json=lowUtilisationPeriod,proto3" json:"low_utilisation_period,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Envoy rate-limit rule: the requests of Envoy's global rate-limit API
+	// (envoy.service.ratelimit.v3.RateLimitService, served with tollgate
+	// serve --envoy-rls) that this pool limits. Unset means none. A pool
+	// with a rule needs a rate. See docs/envoy.md.
+	Envoy         *EnvoyRule `protobuf:"bytes,30,opt,name=envoy,proto3" json:"envoy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Pool) Reset() {
@@ -555,6 +560,142 @@ func (x *Pool) GetLowUtilisationPeriod() *durationpb.Duration {
 	return nil
 }
 
+func (x *Pool) GetEnvoy() *EnvoyRule {
+	if x != nil {
+		return x.Envoy
+	}
+	return nil
+}
+
+// EnvoyRule maps a domain and descriptor of Envoy's rate-limit API to a
+// pool. A descriptor matches when the request's domain is domain and its
+// entries have the keys of descriptors, in order, with the value a key
+// fixes. A rule whose keys all fix a value takes from the pool's own token
+// bucket; a rule with a key of any value keeps one bucket per distinct
+// value, each with the pool's effective rate and burst.
+type EnvoyRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Domain of the requests, as in Envoy's rate_limits config: 1 to 255
+	// bytes. Required.
+	Domain string `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// The descriptor's entries, in order: 1 to 16. Required.
+	Descriptors []*EnvoyDescriptorKey `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	// Most per-value buckets kept at once; past it the least recently used
+	// bucket is dropped. 0 means 10,000; at most 1,000,000. Ignored when
+	// every key fixes a value.
+	MaxBuckets    int64 `protobuf:"varint,3,opt,name=max_buckets,json=maxBuckets,proto3" json:"max_buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvoyRule) Reset() {
+	*x = EnvoyRule{}
+	mi := &file_tollgate_v1_types_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvoyRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvoyRule) ProtoMessage() {}
+
+func (x *EnvoyRule) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_types_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvoyRule.ProtoReflect.Descriptor instead.
+func (*EnvoyRule) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EnvoyRule) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *EnvoyRule) GetDescriptors() []*EnvoyDescriptorKey {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+func (x *EnvoyRule) GetMaxBuckets() int64 {
+	if x != nil {
+		return x.MaxBuckets
+	}
+	return 0
+}
+
+// EnvoyDescriptorKey is one entry of an EnvoyRule's descriptor.
+type EnvoyDescriptorKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Key of the entry, such as remote_address or generic_key: 1 to 255
+	// bytes. Required.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Value the entry must have: at most 255 bytes. Empty means any value,
+	// with one bucket per distinct value.
+	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvoyDescriptorKey) Reset() {
+	*x = EnvoyDescriptorKey{}
+	mi := &file_tollgate_v1_types_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvoyDescriptorKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvoyDescriptorKey) ProtoMessage() {}
+
+func (x *EnvoyDescriptorKey) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_types_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvoyDescriptorKey.ProtoReflect.Descriptor instead.
+func (*EnvoyDescriptorKey) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EnvoyDescriptorKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *EnvoyDescriptorKey) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // Adaptive configures a pool's adaptive limits: the server lowers the
 // pool's effective concurrency limit and/or rate when clients report
 // errors and timeouts (or rising latency) from the protected system, and
@@ -625,7 +766,7 @@ type Adaptive struct {
 
 func (x *Adaptive) Reset() {
 	*x = Adaptive{}
-	mi := &file_tollgate_v1_types_proto_msgTypes[1]
+	mi := &file_tollgate_v1_types_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +778,7 @@ func (x *Adaptive) String() string {
 func (*Adaptive) ProtoMessage() {}
 
 func (x *Adaptive) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_types_proto_msgTypes[1]
+	mi := &file_tollgate_v1_types_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +791,7 @@ func (x *Adaptive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Adaptive.ProtoReflect.Descriptor instead.
 func (*Adaptive) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Adaptive) GetEnabled() bool {
@@ -841,7 +982,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_tollgate_v1_types_proto_msgTypes[2]
+	mi := &file_tollgate_v1_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +994,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_types_proto_msgTypes[2]
+	mi := &file_tollgate_v1_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1007,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PoolStatus) GetHeld() int64 {
@@ -1154,7 +1295,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_tollgate_v1_types_proto_msgTypes[3]
+	mi := &file_tollgate_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1307,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_types_proto_msgTypes[3]
+	mi := &file_tollgate_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1320,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Lease) GetId() string {
@@ -1285,7 +1426,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_tollgate_v1_types_proto_msgTypes[4]
+	mi := &file_tollgate_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1438,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_types_proto_msgTypes[4]
+	mi := &file_tollgate_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1451,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Resource) GetId() string {
@@ -1378,7 +1519,7 @@ type PoolEvent struct {
 
 func (x *PoolEvent) Reset() {
 	*x = PoolEvent{}
-	mi := &file_tollgate_v1_types_proto_msgTypes[5]
+	mi := &file_tollgate_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1531,7 @@ func (x *PoolEvent) String() string {
 func (*PoolEvent) ProtoMessage() {}
 
 func (x *PoolEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_types_proto_msgTypes[5]
+	mi := &file_tollgate_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1544,7 @@ func (x *PoolEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolEvent.ProtoReflect.Descriptor instead.
 func (*PoolEvent) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PoolEvent) GetSeq() uint64 {
@@ -1487,7 +1628,7 @@ var File_tollgate_v1_types_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\a\n" +
+	"\x17tollgate/v1/types.proto\x12\vtollgate.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\a\n" +
 	"\x04Pool\x12\x1a\n" +
 	"\x04name\x18\x01 \x01(\tB\x06\xe0A\x02\xe0A\x05R\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
@@ -1511,7 +1652,16 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\roverload_mark\x18\x14 \x01(\x03R\foverloadMark\x12$\n" +
 	"\x0enear_full_mark\x18\x15 \x01(\x01R\fnearFullMark\x120\n" +
 	"\x14low_utilisation_mark\x18\x16 \x01(\x01R\x12lowUtilisationMark\x12O\n" +
-	"\x16low_utilisation_period\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\x14lowUtilisationPeriod\"\xad\x04\n" +
+	"\x16low_utilisation_period\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\x14lowUtilisationPeriod\x12,\n" +
+	"\x05envoy\x18\x1e \x01(\v2\x16.tollgate.v1.EnvoyRuleR\x05envoy\"\x87\x01\n" +
+	"\tEnvoyRule\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12A\n" +
+	"\vdescriptors\x18\x02 \x03(\v2\x1f.tollgate.v1.EnvoyDescriptorKeyR\vdescriptors\x12\x1f\n" +
+	"\vmax_buckets\x18\x03 \x01(\x03R\n" +
+	"maxBuckets\"<\n" +
+	"\x12EnvoyDescriptorKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xad\x04\n" +
 	"\bAdaptive\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x123\n" +
 	"\x06target\x18\x02 \x01(\x0e2\x1b.tollgate.v1.AdaptiveTargetR\x06target\x121\n" +
@@ -1640,7 +1790,7 @@ func file_tollgate_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_tollgate_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_tollgate_v1_types_proto_goTypes = []any{
 	(ResourceKind)(0),             // 0: tollgate.v1.ResourceKind
 	(SelectionPolicy)(0),          // 1: tollgate.v1.SelectionPolicy
@@ -1648,46 +1798,50 @@ var file_tollgate_v1_types_proto_goTypes = []any{
 	(AdaptiveTarget)(0),           // 3: tollgate.v1.AdaptiveTarget
 	(ThrottleReason)(0),           // 4: tollgate.v1.ThrottleReason
 	(*Pool)(nil),                  // 5: tollgate.v1.Pool
-	(*Adaptive)(nil),              // 6: tollgate.v1.Adaptive
-	(*PoolStatus)(nil),            // 7: tollgate.v1.PoolStatus
-	(*Lease)(nil),                 // 8: tollgate.v1.Lease
-	(*Resource)(nil),              // 9: tollgate.v1.Resource
-	(*PoolEvent)(nil),             // 10: tollgate.v1.PoolEvent
-	nil,                           // 11: tollgate.v1.Resource.AttributesEntry
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*EnvoyRule)(nil),             // 6: tollgate.v1.EnvoyRule
+	(*EnvoyDescriptorKey)(nil),    // 7: tollgate.v1.EnvoyDescriptorKey
+	(*Adaptive)(nil),              // 8: tollgate.v1.Adaptive
+	(*PoolStatus)(nil),            // 9: tollgate.v1.PoolStatus
+	(*Lease)(nil),                 // 10: tollgate.v1.Lease
+	(*Resource)(nil),              // 11: tollgate.v1.Resource
+	(*PoolEvent)(nil),             // 12: tollgate.v1.PoolEvent
+	nil,                           // 13: tollgate.v1.Resource.AttributesEntry
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_tollgate_v1_types_proto_depIdxs = []int32{
-	12, // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
-	12, // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
-	13, // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
-	13, // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
-	6,  // 4: tollgate.v1.Pool.adaptive:type_name -> tollgate.v1.Adaptive
+	14, // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
+	14, // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
+	15, // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
+	15, // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 4: tollgate.v1.Pool.adaptive:type_name -> tollgate.v1.Adaptive
 	2,  // 5: tollgate.v1.Pool.revocation_policy:type_name -> tollgate.v1.RevocationPolicy
 	0,  // 6: tollgate.v1.Pool.resource_kind:type_name -> tollgate.v1.ResourceKind
 	1,  // 7: tollgate.v1.Pool.selection_policy:type_name -> tollgate.v1.SelectionPolicy
-	12, // 8: tollgate.v1.Pool.low_utilisation_period:type_name -> google.protobuf.Duration
-	3,  // 9: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
-	12, // 10: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
-	12, // 11: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
-	12, // 12: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
-	12, // 13: tollgate.v1.Adaptive.probe_interval:type_name -> google.protobuf.Duration
-	13, // 14: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
-	4,  // 15: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
-	13, // 16: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
-	12, // 17: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
-	12, // 18: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
-	13, // 19: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
-	12, // 20: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	13, // 21: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	9,  // 22: tollgate.v1.Lease.resources:type_name -> tollgate.v1.Resource
-	11, // 23: tollgate.v1.Resource.attributes:type_name -> tollgate.v1.Resource.AttributesEntry
-	13, // 24: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	14, // 8: tollgate.v1.Pool.low_utilisation_period:type_name -> google.protobuf.Duration
+	6,  // 9: tollgate.v1.Pool.envoy:type_name -> tollgate.v1.EnvoyRule
+	7,  // 10: tollgate.v1.EnvoyRule.descriptors:type_name -> tollgate.v1.EnvoyDescriptorKey
+	3,  // 11: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
+	14, // 12: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
+	14, // 13: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
+	14, // 14: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
+	14, // 15: tollgate.v1.Adaptive.probe_interval:type_name -> google.protobuf.Duration
+	15, // 16: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
+	4,  // 17: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
+	15, // 18: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
+	14, // 19: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
+	14, // 20: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
+	15, // 21: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
+	14, // 22: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	15, // 23: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	11, // 24: tollgate.v1.Lease.resources:type_name -> tollgate.v1.Resource
+	13, // 25: tollgate.v1.Resource.attributes:type_name -> tollgate.v1.Resource.AttributesEntry
+	15, // 26: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_types_proto_init() }
@@ -1701,7 +1855,7 @@ func file_tollgate_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_types_proto_rawDesc), len(file_tollgate_v1_types_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
