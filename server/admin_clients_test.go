@@ -183,7 +183,9 @@ func TestListClients(t *testing.T) {
 	}
 
 	// A session that ends leaves the list; its leases stay, unattached.
-	a.stream.CloseSend()
+	if err := a.stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.wantEnd(); err != io.EOF {
 		t.Fatalf("the stream ended with %v, want OK", err)
 	}

@@ -47,7 +47,12 @@ func BenchmarkGRPC(b *testing.B) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeGRPC(ctx, gs, lis) }()
-	defer func() { stop(); <-done }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
 	if _, err := srv.Engine().CreatePool(limiter.PoolConfig{Name: "bench", ConcurrencyLimit: limiter.MaxConcurrency}); err != nil {
 		b.Fatal(err)
 	}

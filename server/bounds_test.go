@@ -138,7 +138,9 @@ func TestConnectionLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer excess.Close()
-	excess.SetReadDeadline(time.Now().Add(waitLimit))
+	if err := excess.SetReadDeadline(time.Now().Add(waitLimit)); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := excess.Read(make([]byte, 1)); err == nil || isTimeout(err) {
 		t.Fatalf("the connection past the limit read %d bytes (%v); want it closed", n, err)
 	}
@@ -150,7 +152,9 @@ func TestConnectionLimit(t *testing.T) {
 			return false
 		}
 		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if err := c.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+			return false
+		}
 		_, err = c.Read(make([]byte, 1))
 		return err == nil || isTimeout(err)
 	})
@@ -293,11 +297,13 @@ func TestAcquireWaitsCountPerConnection(t *testing.T) {
 	greedy.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	greedy.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "held"})
 	for i := range 2 {
-		go greedy.lim.Acquire(greedy.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: fmt.Sprint("c", i)})
+		go func() {
+			_, _ = greedy.lim.Acquire(greedy.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: fmt.Sprint("c", i)})
+		}() // waits until the test ends
 	}
 	waitFor(t, "two acquires to wait", func() bool { return o.srv.quotas.Waiters() == 2 })
 	_, err := greedy.lim.Acquire(greedy.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "c2"})
 	wantStatus(t, err, codes.ResourceExhausted, ReasonClientLeaseLimit)
-	go honest.lim.Acquire(honest.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "h"})
+	go func() { _, _ = honest.lim.Acquire(honest.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "h"}) }() // waits until the test ends
 	waitFor(t, "the other connection's acquire to wait", func() bool { return o.srv.quotas.Waiters() == 3 })
 }

@@ -77,13 +77,16 @@ func TestOpenFormat1(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v []byte
-	s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bolt.Tx) error {
 		v = append(v, tx.Bucket(poolsBucket).Get([]byte("orders-db"))...)
 		if f := string(tx.Bucket(metaBucket).Get(formatKey)); f != formatVersion {
 			t.Errorf("format after open = %q, want %s", f, formatVersion)
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var r storev1.PoolRecord
 	if err := proto.Unmarshal(v, &r); err != nil || r.GetVersion() != recordVersion || r.GetPool().GetName() != "orders-db" {
 		t.Fatalf("rewritten record: %v, %v", &r, err)
