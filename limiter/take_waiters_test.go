@@ -18,12 +18,23 @@ func TestTakeWaitersCountTowardMaxWaiters(t *testing.T) {
 		t.Fatal(err)
 	}
 	results := make(chan error, 3)
-	wait := func(n int) {
+	// wait waits until n takes wait for their tokens. (Not the clock's
+	// pending timers: a refused acquire arms the pool's rate timer too.)
+	wait := func(n int64) {
 		t.Helper()
+		p, err := te.lookup("api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := func() int64 {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.takesWaiting
+		}
 		deadline := time.Now().Add(10 * time.Second)
-		for te.clk.Pending() != n {
+		for waiting() != n {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d timers pending, want %d", te.clk.Pending(), n)
+				t.Fatalf("%d takes waiting, want %d", waiting(), n)
 			}
 			time.Sleep(time.Millisecond)
 		}
