@@ -79,7 +79,7 @@ func decodeProto(key, v []byte) (limiter.SavedPool, error) {
 	}
 	switch v := r.GetVersion(); {
 	case v > recordVersion:
-		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q has version %d, but this server reads versions 1 and %d; run the tollgate version that wrote it", key, v, recordVersion)
+		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q has version %d, but this server reads versions 1 and %d: a newer tollgate wrote it, or the store is damaged; run the version that wrote it, or restore the data directory from a backup", key, v, recordVersion)
 	case v < recordVersion: // no binary record was written with another version
 		return limiter.SavedPool{}, damaged(key, fmt.Errorf("a binary record of version %d", v))
 	}
