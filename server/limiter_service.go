@@ -56,6 +56,24 @@ func (l *limiterService) Take(ctx context.Context, req *tollgatev1.TakeRequest) 
 	return &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}, nil
 }
 
+// GetQueuePosition reports where a client's acquires wait in a pool's
+// queue.
+func (l *limiterService) GetQueuePosition(ctx context.Context, req *tollgatev1.GetQueuePositionRequest) (*tollgatev1.GetQueuePositionResponse, error) {
+	err := checkPoolName("pool", req.GetPool())
+	if err == nil {
+		var queued []limiter.QueuedAcquire
+		var waiting int64
+		if queued, waiting, err = l.srv.engine.QueuePositions(req.GetPool(), req.GetClientId()); err == nil {
+			resp := &tollgatev1.GetQueuePositionResponse{Waiting: waiting}
+			for _, q := range queued {
+				resp.Acquires = append(resp.Acquires, &tollgatev1.QueuedAcquire{Position: q.Position, Weight: q.Weight, Priority: q.Priority, Waited: durationpb.New(q.Waited)})
+			}
+			return resp, nil
+		}
+	}
+	return nil, toStatus(l.srv.log, "GetQueuePosition", err, errCtx{pool: req.GetPool()})
+}
+
 // Session is implemented in session.go.
 
 // acquire validates req, calls the engine with owner (nil for unary calls)

@@ -78,9 +78,10 @@ in the background, until Ctrl-C (or SIGTERM), and release it.
 It prints "acquired lease <id> fencing_token=<n> weight=<w> expires <time>"
 once granted and "released lease <id>" at the end; with -o json, one JSON
 object per line for each ({"event": "acquired", "lease_id": ...} and
-{"event": "released", ...}). The API does not tell a waiting acquire its
-place in the queue, so it prints nothing while it waits ("tollgate stats
-POOL" shows how many wait). If the lease is lost while held (it expired or
+{"event": "released", ...}). While it waits, it prints its place in the
+pool's queue when that changes, checked every second ("waiting in pool
+"db"'s queue: position 2 of 5" on stderr; with -o json, {"event": "waiting",
+"position": 2, "waiting": 5} on stdout). If the lease is lost while held (it expired or
 was revoked on the server, or could not be renewed in time), it says so and
 exits with status 1.`,
 		Example: `  tollgate acquire orders-db
@@ -92,7 +93,7 @@ exits with status 1.`,
 			if err != nil {
 				return err
 			}
-			c, l, err := acquireLease(cmd.Context(), g, args[0], lf.try, opts)
+			c, l, err := acquireLease(cmd.Context(), g, args[0], lf.try, opts, printQueue(cmd.OutOrStdout(), cmd.ErrOrStderr(), format.json, args[0]))
 			if err != nil {
 				return err
 			}
@@ -124,10 +125,19 @@ exits with status 1.`,
 // so that a missing server or pool fails fast rather than wait for a
 // connection forever), then acquires a lease of it, waiting until ctx ends
 // unless try. The caller closes the client once done with the lease.
-func acquireLease(ctx context.Context, g *globals, pool string, try bool, opts []client.AcquireOption) (*client.Client, *client.Lease, error) {
+func acquireLease(ctx context.Context, g *globals, pool string, try bool, opts []client.AcquireOption, report queueReport) (*client.Client, *client.Lease, error) {
 	c, err := g.dial()
 	if err != nil {
 		return nil, nil, err
+	}
+	if !try && report != nil {
+		wctx, stop := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			watchQueue(wctx, c, pool, g.timeout, time.Second, report)
+		}()
+		defer func() { stop(); <-watched }() // nothing is reported after the acquire ends
 	}
 	pctx, cancel := context.WithTimeout(ctx, g.timeout)
 	_, err = tollgatev1.NewAdminServiceClient(c.Conn()).GetPool(pctx, &tollgatev1.GetPoolRequest{Name: pool})

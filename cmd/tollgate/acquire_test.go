@@ -152,3 +152,33 @@ func TestAcquireJSON(t *testing.T) {
 		t.Fatalf("output:\n%s (%v)", out.String(), err)
 	}
 }
+
+// While it waits, acquire reports its place in the queue, and then the
+// grant.
+func TestAcquireShowsQueuePosition(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	holder, held := startAcquire(t, ctx, ts.addr, "db", "--ttl", "1m")
+	waitOutput(t, holder, held, "acquired lease ")
+
+	wctx, stopWaiter := context.WithCancel(context.Background())
+	defer stopWaiter()
+	out, done := startAcquire(t, wctx, ts.addr, "db", "--ttl", "1m", "-o", "json")
+	waitOutput(t, out, done, "\n")
+	var waiting map[string]any
+	if err := json.Unmarshal([]byte(strings.SplitN(out.String(), "\n", 2)[0]), &waiting); err != nil ||
+		waiting["event"] != "waiting" || waiting["pool"] != "db" || waiting["position"] != 1.0 || waiting["waiting"] != 1.0 {
+		t.Fatalf("first line while waiting: %v (%v)\n%s", waiting, err, out.String())
+	}
+	interrupt() // the holder releases: the waiter is granted
+	if code := <-held; code != 0 {
+		t.Fatalf("holder exited %d", code)
+	}
+	waitOutput(t, out, done, `"event":"acquired"`)
+	stopWaiter()
+	if code := <-done; code != 0 {
+		t.Fatalf("waiter exited %d", code)
+	}
+}

@@ -93,7 +93,7 @@ func runWithLease(cmd *cobra.Command, g *globals, pool string, argv []string, tr
 	defer signal.Stop(sigs)
 
 	ctx := cmd.Context()
-	c, l, err := acquireLease(ctx, g, pool, try, opts)
+	c, l, err := acquireLease(ctx, g, pool, try, opts, printQueue(cmd.OutOrStdout(), cmd.ErrOrStderr(), false, pool))
 	if err != nil {
 		return err
 	}

@@ -77,6 +77,193 @@ func (LeaseEventType) EnumDescriptor() ([]byte, []int) {
 	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{0}
 }
 
+// GetQueuePositionRequest names a pool and the client whose waiting
+// acquires to report.
+type GetQueuePositionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pool. Required.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The client id the acquires were made with (on a Session stream, the
+	// session's client id unless the acquire named another). Required.
+	ClientId      string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetQueuePositionRequest) Reset() {
+	*x = GetQueuePositionRequest{}
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetQueuePositionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetQueuePositionRequest) ProtoMessage() {}
+
+func (x *GetQueuePositionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetQueuePositionRequest.ProtoReflect.Descriptor instead.
+func (*GetQueuePositionRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetQueuePositionRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *GetQueuePositionRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+// GetQueuePositionResponse reports a client's waiting acquires.
+type GetQueuePositionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The client's waiting acquires in grant order, at most 16; empty when
+	// none waits (granted, or gone).
+	Acquires []*QueuedAcquire `protobuf:"bytes,1,rep,name=acquires,proto3" json:"acquires,omitempty"`
+	// How many acquires wait in the pool's queue in all.
+	Waiting       int64 `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetQueuePositionResponse) Reset() {
+	*x = GetQueuePositionResponse{}
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetQueuePositionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetQueuePositionResponse) ProtoMessage() {}
+
+func (x *GetQueuePositionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetQueuePositionResponse.ProtoReflect.Descriptor instead.
+func (*GetQueuePositionResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetQueuePositionResponse) GetAcquires() []*QueuedAcquire {
+	if x != nil {
+		return x.Acquires
+	}
+	return nil
+}
+
+func (x *GetQueuePositionResponse) GetWaiting() int64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+// QueuedAcquire is one waiting acquire.
+type QueuedAcquire struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 for the acquire granted next (when the pool can), 2 for the one after
+	// it, ...: higher priority first, then arrival order.
+	Position int64 `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
+	// Its weight.
+	Weight int64 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// Its priority.
+	Priority int32 `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	// How long it has waited so far.
+	Waited        *durationpb.Duration `protobuf:"bytes,4,opt,name=waited,proto3" json:"waited,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuedAcquire) Reset() {
+	*x = QueuedAcquire{}
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuedAcquire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuedAcquire) ProtoMessage() {}
+
+func (x *QueuedAcquire) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuedAcquire.ProtoReflect.Descriptor instead.
+func (*QueuedAcquire) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *QueuedAcquire) GetPosition() int64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *QueuedAcquire) GetWeight() int64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *QueuedAcquire) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *QueuedAcquire) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
+	}
+	return nil
+}
+
 // AcquireRequest asks for a lease.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -116,7 +303,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[0]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -128,7 +315,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[0]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -141,7 +328,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{0}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AcquireRequest) GetPool() string {
@@ -218,7 +405,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[1]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +417,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[1]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +430,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{1}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AcquireResponse) GetLease() *Lease {
@@ -269,7 +456,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[2]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +468,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[2]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +481,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{2}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReleaseRequest) GetPool() string {
@@ -327,7 +514,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[3]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +526,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[3]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +539,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{3}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{6}
 }
 
 // RenewRequest extends a lease.
@@ -398,7 +585,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[4]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +597,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[4]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +610,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{4}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenewRequest) GetPool() string {
@@ -500,7 +687,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[5]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +699,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[5]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +712,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{5}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RenewResponse) GetLease() *Lease {
@@ -554,7 +741,7 @@ type TakeRequest struct {
 
 func (x *TakeRequest) Reset() {
 	*x = TakeRequest{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[6]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +753,7 @@ func (x *TakeRequest) String() string {
 func (*TakeRequest) ProtoMessage() {}
 
 func (x *TakeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[6]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +766,7 @@ func (x *TakeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRequest.ProtoReflect.Descriptor instead.
 func (*TakeRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{6}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TakeRequest) GetPool() string {
@@ -623,7 +810,7 @@ type TakeResponse struct {
 
 func (x *TakeResponse) Reset() {
 	*x = TakeResponse{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[7]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +822,7 @@ func (x *TakeResponse) String() string {
 func (*TakeResponse) ProtoMessage() {}
 
 func (x *TakeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[7]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +835,7 @@ func (x *TakeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeResponse.ProtoReflect.Descriptor instead.
 func (*TakeResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{7}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TakeResponse) GetTokens() int64 {
@@ -693,7 +880,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[8]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +892,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[8]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +905,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{8}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SessionRequest) GetRequestId() uint64 {
@@ -915,7 +1102,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[9]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1114,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[9]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1127,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{9}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Hello) GetClientId() string {
@@ -961,7 +1148,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[10]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1160,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[10]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1173,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{10}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelRequest) GetRequestId() uint64 {
@@ -1024,7 +1211,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[11]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1223,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[11]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1236,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{11}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SessionResponse) GetRequestId() uint64 {
@@ -1274,7 +1461,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[12]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1473,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[12]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1486,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{12}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Welcome) GetClientId() string {
@@ -1327,7 +1514,7 @@ type SessionError struct {
 
 func (x *SessionError) Reset() {
 	*x = SessionError{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[13]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1526,7 @@ func (x *SessionError) String() string {
 func (*SessionError) ProtoMessage() {}
 
 func (x *SessionError) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[13]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1539,7 @@ func (x *SessionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
 func (*SessionError) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{13}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionError) GetCode() int32 {
@@ -1398,7 +1585,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[14]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1597,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[14]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1610,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{14}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaseEvent) GetType() LeaseEventType {
@@ -1451,7 +1638,18 @@ var File_tollgate_v1_limiter_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\n" +
-	"\x19tollgate/v1/limiter.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19tollgate/v1/outcome.proto\x1a\x1btollgate/v1/resources.proto\x1a\x18tollgate/v1/shares.proto\x1a\x17tollgate/v1/types.proto\"\xc0\x03\n" +
+	"\x19tollgate/v1/limiter.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19tollgate/v1/outcome.proto\x1a\x1btollgate/v1/resources.proto\x1a\x18tollgate/v1/shares.proto\x1a\x17tollgate/v1/types.proto\"J\n" +
+	"\x17GetQueuePositionRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\"l\n" +
+	"\x18GetQueuePositionResponse\x126\n" +
+	"\bacquires\x18\x01 \x03(\v2\x1a.tollgate.v1.QueuedAcquireR\bacquires\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\x03R\awaiting\"\x92\x01\n" +
+	"\rQueuedAcquire\x12\x1a\n" +
+	"\bposition\x18\x01 \x01(\x03R\bposition\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x03R\x06weight\x12\x1a\n" +
+	"\bpriority\x18\x03 \x01(\x05R\bpriority\x121\n" +
+	"\x06waited\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xc0\x03\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\x03H\x00R\x06weight\x88\x01\x01\x12+\n" +
@@ -1552,7 +1750,7 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LEASE_EVENT_TYPE_EXPIRED\x10\x01\x12\x1c\n" +
-	"\x18LEASE_EVENT_TYPE_REVOKED\x10\x022\xef\x05\n" +
+	"\x18LEASE_EVENT_TYPE_REVOKED\x10\x022\xd0\x06\n" +
 	"\x0eLimiterService\x12D\n" +
 	"\aAcquire\x12\x1b.tollgate.v1.AcquireRequest\x1a\x1c.tollgate.v1.AcquireResponse\x12D\n" +
 	"\aRelease\x12\x1b.tollgate.v1.ReleaseRequest\x1a\x1c.tollgate.v1.ReleaseResponse\x12>\n" +
@@ -1563,7 +1761,8 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\fRefreshShare\x12 .tollgate.v1.RefreshShareRequest\x1a!.tollgate.v1.RefreshShareResponse\x12S\n" +
 	"\fReleaseShare\x12 .tollgate.v1.ReleaseShareRequest\x1a!.tollgate.v1.ReleaseShareResponse\x12H\n" +
 	"\aSession\x12\x1b.tollgate.v1.SessionRequest\x1a\x1c.tollgate.v1.SessionResponse(\x010\x01\x12H\n" +
-	"\aProvide\x12\x1b.tollgate.v1.ProvideRequest\x1a\x1c.tollgate.v1.ProvideResponse(\x010\x01B;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
+	"\aProvide\x12\x1b.tollgate.v1.ProvideRequest\x1a\x1c.tollgate.v1.ProvideResponse(\x010\x01\x12_\n" +
+	"\x10GetQueuePosition\x12$.tollgate.v1.GetQueuePositionRequest\x1a%.tollgate.v1.GetQueuePositionResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (
 	file_tollgate_v1_limiter_proto_rawDescOnce sync.Once
@@ -1578,102 +1777,109 @@ func file_tollgate_v1_limiter_proto_rawDescGZIP() []byte {
 }
 
 var file_tollgate_v1_limiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tollgate_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_tollgate_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_tollgate_v1_limiter_proto_goTypes = []any{
-	(LeaseEventType)(0),          // 0: tollgate.v1.LeaseEventType
-	(*AcquireRequest)(nil),       // 1: tollgate.v1.AcquireRequest
-	(*AcquireResponse)(nil),      // 2: tollgate.v1.AcquireResponse
-	(*ReleaseRequest)(nil),       // 3: tollgate.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 4: tollgate.v1.ReleaseResponse
-	(*RenewRequest)(nil),         // 5: tollgate.v1.RenewRequest
-	(*RenewResponse)(nil),        // 6: tollgate.v1.RenewResponse
-	(*TakeRequest)(nil),          // 7: tollgate.v1.TakeRequest
-	(*TakeResponse)(nil),         // 8: tollgate.v1.TakeResponse
-	(*SessionRequest)(nil),       // 9: tollgate.v1.SessionRequest
-	(*Hello)(nil),                // 10: tollgate.v1.Hello
-	(*CancelRequest)(nil),        // 11: tollgate.v1.CancelRequest
-	(*SessionResponse)(nil),      // 12: tollgate.v1.SessionResponse
-	(*Welcome)(nil),              // 13: tollgate.v1.Welcome
-	(*SessionError)(nil),         // 14: tollgate.v1.SessionError
-	(*LeaseEvent)(nil),           // 15: tollgate.v1.LeaseEvent
-	nil,                          // 16: tollgate.v1.AcquireRequest.TraceContextEntry
-	nil,                          // 17: tollgate.v1.TakeRequest.TraceContextEntry
-	(*durationpb.Duration)(nil),  // 18: google.protobuf.Duration
-	(*Lease)(nil),                // 19: tollgate.v1.Lease
-	(*Outcome)(nil),              // 20: tollgate.v1.Outcome
-	(*ReportRequest)(nil),        // 21: tollgate.v1.ReportRequest
-	(*AcquireShareRequest)(nil),  // 22: tollgate.v1.AcquireShareRequest
-	(*RefreshShareRequest)(nil),  // 23: tollgate.v1.RefreshShareRequest
-	(*ReleaseShareRequest)(nil),  // 24: tollgate.v1.ReleaseShareRequest
-	(*ReportResponse)(nil),       // 25: tollgate.v1.ReportResponse
-	(*AcquireShareResponse)(nil), // 26: tollgate.v1.AcquireShareResponse
-	(*RefreshShareResponse)(nil), // 27: tollgate.v1.RefreshShareResponse
-	(*ReleaseShareResponse)(nil), // 28: tollgate.v1.ReleaseShareResponse
-	(*ShareEvent)(nil),           // 29: tollgate.v1.ShareEvent
-	(*ProvideRequest)(nil),       // 30: tollgate.v1.ProvideRequest
-	(*ProvideResponse)(nil),      // 31: tollgate.v1.ProvideResponse
+	(LeaseEventType)(0),              // 0: tollgate.v1.LeaseEventType
+	(*GetQueuePositionRequest)(nil),  // 1: tollgate.v1.GetQueuePositionRequest
+	(*GetQueuePositionResponse)(nil), // 2: tollgate.v1.GetQueuePositionResponse
+	(*QueuedAcquire)(nil),            // 3: tollgate.v1.QueuedAcquire
+	(*AcquireRequest)(nil),           // 4: tollgate.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 5: tollgate.v1.AcquireResponse
+	(*ReleaseRequest)(nil),           // 6: tollgate.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 7: tollgate.v1.ReleaseResponse
+	(*RenewRequest)(nil),             // 8: tollgate.v1.RenewRequest
+	(*RenewResponse)(nil),            // 9: tollgate.v1.RenewResponse
+	(*TakeRequest)(nil),              // 10: tollgate.v1.TakeRequest
+	(*TakeResponse)(nil),             // 11: tollgate.v1.TakeResponse
+	(*SessionRequest)(nil),           // 12: tollgate.v1.SessionRequest
+	(*Hello)(nil),                    // 13: tollgate.v1.Hello
+	(*CancelRequest)(nil),            // 14: tollgate.v1.CancelRequest
+	(*SessionResponse)(nil),          // 15: tollgate.v1.SessionResponse
+	(*Welcome)(nil),                  // 16: tollgate.v1.Welcome
+	(*SessionError)(nil),             // 17: tollgate.v1.SessionError
+	(*LeaseEvent)(nil),               // 18: tollgate.v1.LeaseEvent
+	nil,                              // 19: tollgate.v1.AcquireRequest.TraceContextEntry
+	nil,                              // 20: tollgate.v1.TakeRequest.TraceContextEntry
+	(*durationpb.Duration)(nil),      // 21: google.protobuf.Duration
+	(*Lease)(nil),                    // 22: tollgate.v1.Lease
+	(*Outcome)(nil),                  // 23: tollgate.v1.Outcome
+	(*ReportRequest)(nil),            // 24: tollgate.v1.ReportRequest
+	(*AcquireShareRequest)(nil),      // 25: tollgate.v1.AcquireShareRequest
+	(*RefreshShareRequest)(nil),      // 26: tollgate.v1.RefreshShareRequest
+	(*ReleaseShareRequest)(nil),      // 27: tollgate.v1.ReleaseShareRequest
+	(*ReportResponse)(nil),           // 28: tollgate.v1.ReportResponse
+	(*AcquireShareResponse)(nil),     // 29: tollgate.v1.AcquireShareResponse
+	(*RefreshShareResponse)(nil),     // 30: tollgate.v1.RefreshShareResponse
+	(*ReleaseShareResponse)(nil),     // 31: tollgate.v1.ReleaseShareResponse
+	(*ShareEvent)(nil),               // 32: tollgate.v1.ShareEvent
+	(*ProvideRequest)(nil),           // 33: tollgate.v1.ProvideRequest
+	(*ProvideResponse)(nil),          // 34: tollgate.v1.ProvideResponse
 }
 var file_tollgate_v1_limiter_proto_depIdxs = []int32{
-	18, // 0: tollgate.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	18, // 1: tollgate.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
-	16, // 2: tollgate.v1.AcquireRequest.trace_context:type_name -> tollgate.v1.AcquireRequest.TraceContextEntry
-	19, // 3: tollgate.v1.AcquireResponse.lease:type_name -> tollgate.v1.Lease
-	20, // 4: tollgate.v1.ReleaseRequest.outcome:type_name -> tollgate.v1.Outcome
-	18, // 5: tollgate.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	19, // 6: tollgate.v1.RenewResponse.lease:type_name -> tollgate.v1.Lease
-	18, // 7: tollgate.v1.TakeRequest.max_wait:type_name -> google.protobuf.Duration
-	17, // 8: tollgate.v1.TakeRequest.trace_context:type_name -> tollgate.v1.TakeRequest.TraceContextEntry
-	18, // 9: tollgate.v1.TakeResponse.waited:type_name -> google.protobuf.Duration
-	10, // 10: tollgate.v1.SessionRequest.hello:type_name -> tollgate.v1.Hello
-	1,  // 11: tollgate.v1.SessionRequest.acquire:type_name -> tollgate.v1.AcquireRequest
-	3,  // 12: tollgate.v1.SessionRequest.release:type_name -> tollgate.v1.ReleaseRequest
-	5,  // 13: tollgate.v1.SessionRequest.renew:type_name -> tollgate.v1.RenewRequest
-	7,  // 14: tollgate.v1.SessionRequest.take:type_name -> tollgate.v1.TakeRequest
-	11, // 15: tollgate.v1.SessionRequest.cancel:type_name -> tollgate.v1.CancelRequest
-	21, // 16: tollgate.v1.SessionRequest.report:type_name -> tollgate.v1.ReportRequest
-	22, // 17: tollgate.v1.SessionRequest.acquire_share:type_name -> tollgate.v1.AcquireShareRequest
-	23, // 18: tollgate.v1.SessionRequest.refresh_share:type_name -> tollgate.v1.RefreshShareRequest
-	24, // 19: tollgate.v1.SessionRequest.release_share:type_name -> tollgate.v1.ReleaseShareRequest
-	13, // 20: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
-	2,  // 21: tollgate.v1.SessionResponse.acquire:type_name -> tollgate.v1.AcquireResponse
-	4,  // 22: tollgate.v1.SessionResponse.release:type_name -> tollgate.v1.ReleaseResponse
-	6,  // 23: tollgate.v1.SessionResponse.renew:type_name -> tollgate.v1.RenewResponse
-	8,  // 24: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
-	14, // 25: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
-	15, // 26: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
-	25, // 27: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
-	26, // 28: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
-	27, // 29: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
-	28, // 30: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
-	29, // 31: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
-	18, // 32: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
-	0,  // 33: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
-	19, // 34: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
-	1,  // 35: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
-	3,  // 36: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
-	5,  // 37: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
-	7,  // 38: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
-	21, // 39: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
-	22, // 40: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
-	23, // 41: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
-	24, // 42: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
-	9,  // 43: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
-	30, // 44: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
-	2,  // 45: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
-	4,  // 46: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
-	6,  // 47: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
-	8,  // 48: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
-	25, // 49: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
-	26, // 50: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
-	27, // 51: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
-	28, // 52: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
-	12, // 53: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
-	31, // 54: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
-	45, // [45:55] is the sub-list for method output_type
-	35, // [35:45] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	3,  // 0: tollgate.v1.GetQueuePositionResponse.acquires:type_name -> tollgate.v1.QueuedAcquire
+	21, // 1: tollgate.v1.QueuedAcquire.waited:type_name -> google.protobuf.Duration
+	21, // 2: tollgate.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	21, // 3: tollgate.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	19, // 4: tollgate.v1.AcquireRequest.trace_context:type_name -> tollgate.v1.AcquireRequest.TraceContextEntry
+	22, // 5: tollgate.v1.AcquireResponse.lease:type_name -> tollgate.v1.Lease
+	23, // 6: tollgate.v1.ReleaseRequest.outcome:type_name -> tollgate.v1.Outcome
+	21, // 7: tollgate.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	22, // 8: tollgate.v1.RenewResponse.lease:type_name -> tollgate.v1.Lease
+	21, // 9: tollgate.v1.TakeRequest.max_wait:type_name -> google.protobuf.Duration
+	20, // 10: tollgate.v1.TakeRequest.trace_context:type_name -> tollgate.v1.TakeRequest.TraceContextEntry
+	21, // 11: tollgate.v1.TakeResponse.waited:type_name -> google.protobuf.Duration
+	13, // 12: tollgate.v1.SessionRequest.hello:type_name -> tollgate.v1.Hello
+	4,  // 13: tollgate.v1.SessionRequest.acquire:type_name -> tollgate.v1.AcquireRequest
+	6,  // 14: tollgate.v1.SessionRequest.release:type_name -> tollgate.v1.ReleaseRequest
+	8,  // 15: tollgate.v1.SessionRequest.renew:type_name -> tollgate.v1.RenewRequest
+	10, // 16: tollgate.v1.SessionRequest.take:type_name -> tollgate.v1.TakeRequest
+	14, // 17: tollgate.v1.SessionRequest.cancel:type_name -> tollgate.v1.CancelRequest
+	24, // 18: tollgate.v1.SessionRequest.report:type_name -> tollgate.v1.ReportRequest
+	25, // 19: tollgate.v1.SessionRequest.acquire_share:type_name -> tollgate.v1.AcquireShareRequest
+	26, // 20: tollgate.v1.SessionRequest.refresh_share:type_name -> tollgate.v1.RefreshShareRequest
+	27, // 21: tollgate.v1.SessionRequest.release_share:type_name -> tollgate.v1.ReleaseShareRequest
+	16, // 22: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
+	5,  // 23: tollgate.v1.SessionResponse.acquire:type_name -> tollgate.v1.AcquireResponse
+	7,  // 24: tollgate.v1.SessionResponse.release:type_name -> tollgate.v1.ReleaseResponse
+	9,  // 25: tollgate.v1.SessionResponse.renew:type_name -> tollgate.v1.RenewResponse
+	11, // 26: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
+	17, // 27: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
+	18, // 28: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
+	28, // 29: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
+	29, // 30: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
+	30, // 31: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
+	31, // 32: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
+	32, // 33: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
+	21, // 34: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
+	0,  // 35: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
+	22, // 36: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
+	4,  // 37: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
+	6,  // 38: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
+	8,  // 39: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
+	10, // 40: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
+	24, // 41: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
+	25, // 42: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
+	26, // 43: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
+	27, // 44: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
+	12, // 45: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
+	33, // 46: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
+	1,  // 47: tollgate.v1.LimiterService.GetQueuePosition:input_type -> tollgate.v1.GetQueuePositionRequest
+	5,  // 48: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
+	7,  // 49: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
+	9,  // 50: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
+	11, // 51: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
+	28, // 52: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
+	29, // 53: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
+	30, // 54: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
+	31, // 55: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
+	15, // 56: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
+	34, // 57: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
+	2,  // 58: tollgate.v1.LimiterService.GetQueuePosition:output_type -> tollgate.v1.GetQueuePositionResponse
+	48, // [48:59] is the sub-list for method output_type
+	37, // [37:48] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_limiter_proto_init() }
@@ -1685,10 +1891,10 @@ func file_tollgate_v1_limiter_proto_init() {
 	file_tollgate_v1_resources_proto_init()
 	file_tollgate_v1_shares_proto_init()
 	file_tollgate_v1_types_proto_init()
-	file_tollgate_v1_limiter_proto_msgTypes[0].OneofWrappers = []any{}
-	file_tollgate_v1_limiter_proto_msgTypes[4].OneofWrappers = []any{}
-	file_tollgate_v1_limiter_proto_msgTypes[6].OneofWrappers = []any{}
-	file_tollgate_v1_limiter_proto_msgTypes[8].OneofWrappers = []any{
+	file_tollgate_v1_limiter_proto_msgTypes[3].OneofWrappers = []any{}
+	file_tollgate_v1_limiter_proto_msgTypes[7].OneofWrappers = []any{}
+	file_tollgate_v1_limiter_proto_msgTypes[9].OneofWrappers = []any{}
+	file_tollgate_v1_limiter_proto_msgTypes[11].OneofWrappers = []any{
 		(*SessionRequest_Hello)(nil),
 		(*SessionRequest_Acquire)(nil),
 		(*SessionRequest_Release)(nil),
@@ -1700,7 +1906,7 @@ func file_tollgate_v1_limiter_proto_init() {
 		(*SessionRequest_RefreshShare)(nil),
 		(*SessionRequest_ReleaseShare)(nil),
 	}
-	file_tollgate_v1_limiter_proto_msgTypes[11].OneofWrappers = []any{
+	file_tollgate_v1_limiter_proto_msgTypes[14].OneofWrappers = []any{
 		(*SessionResponse_Welcome)(nil),
 		(*SessionResponse_Acquire)(nil),
 		(*SessionResponse_Release)(nil),
@@ -1720,7 +1926,7 @@ func file_tollgate_v1_limiter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_limiter_proto_rawDesc), len(file_tollgate_v1_limiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,16 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LimiterService_Acquire_FullMethodName      = "/tollgate.v1.LimiterService/Acquire"
-	LimiterService_Release_FullMethodName      = "/tollgate.v1.LimiterService/Release"
-	LimiterService_Renew_FullMethodName        = "/tollgate.v1.LimiterService/Renew"
-	LimiterService_Take_FullMethodName         = "/tollgate.v1.LimiterService/Take"
-	LimiterService_Report_FullMethodName       = "/tollgate.v1.LimiterService/Report"
-	LimiterService_AcquireShare_FullMethodName = "/tollgate.v1.LimiterService/AcquireShare"
-	LimiterService_RefreshShare_FullMethodName = "/tollgate.v1.LimiterService/RefreshShare"
-	LimiterService_ReleaseShare_FullMethodName = "/tollgate.v1.LimiterService/ReleaseShare"
-	LimiterService_Session_FullMethodName      = "/tollgate.v1.LimiterService/Session"
-	LimiterService_Provide_FullMethodName      = "/tollgate.v1.LimiterService/Provide"
+	LimiterService_Acquire_FullMethodName          = "/tollgate.v1.LimiterService/Acquire"
+	LimiterService_Release_FullMethodName          = "/tollgate.v1.LimiterService/Release"
+	LimiterService_Renew_FullMethodName            = "/tollgate.v1.LimiterService/Renew"
+	LimiterService_Take_FullMethodName             = "/tollgate.v1.LimiterService/Take"
+	LimiterService_Report_FullMethodName           = "/tollgate.v1.LimiterService/Report"
+	LimiterService_AcquireShare_FullMethodName     = "/tollgate.v1.LimiterService/AcquireShare"
+	LimiterService_RefreshShare_FullMethodName     = "/tollgate.v1.LimiterService/RefreshShare"
+	LimiterService_ReleaseShare_FullMethodName     = "/tollgate.v1.LimiterService/ReleaseShare"
+	LimiterService_Session_FullMethodName          = "/tollgate.v1.LimiterService/Session"
+	LimiterService_Provide_FullMethodName          = "/tollgate.v1.LimiterService/Provide"
+	LimiterService_GetQueuePosition_FullMethodName = "/tollgate.v1.LimiterService/GetQueuePosition"
 )
 
 // LimiterServiceClient is the client API for LimiterService service.
@@ -159,6 +160,11 @@ type LimiterServiceClient interface {
 	// withdrawal is answered with ProvideResponse.error and the stream goes
 	// on.
 	Provide(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProvideRequest, ProvideResponse], error)
+	// GetQueuePosition reports where a client's acquires wait in a pool's
+	// queue (position 1 is granted next, when the pool can), for progress
+	// displays such as `tollgate acquire`'s. Errors: INVALID_ARGUMENT (no
+	// client_id, or one over 256 bytes), NOT_FOUND (POOL_NOT_FOUND).
+	GetQueuePosition(ctx context.Context, in *GetQueuePositionRequest, opts ...grpc.CallOption) (*GetQueuePositionResponse, error)
 }
 
 type limiterServiceClient struct {
@@ -274,6 +280,16 @@ func (c *limiterServiceClient) Provide(ctx context.Context, opts ...grpc.CallOpt
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LimiterService_ProvideClient = grpc.BidiStreamingClient[ProvideRequest, ProvideResponse]
+
+func (c *limiterServiceClient) GetQueuePosition(ctx context.Context, in *GetQueuePositionRequest, opts ...grpc.CallOption) (*GetQueuePositionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetQueuePositionResponse)
+	err := c.cc.Invoke(ctx, LimiterService_GetQueuePosition_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 // LimiterServiceServer is the server API for LimiterService service.
 // All implementations must embed UnimplementedLimiterServiceServer
@@ -403,6 +419,11 @@ type LimiterServiceServer interface {
 	// withdrawal is answered with ProvideResponse.error and the stream goes
 	// on.
 	Provide(grpc.BidiStreamingServer[ProvideRequest, ProvideResponse]) error
+	// GetQueuePosition reports where a client's acquires wait in a pool's
+	// queue (position 1 is granted next, when the pool can), for progress
+	// displays such as `tollgate acquire`'s. Errors: INVALID_ARGUMENT (no
+	// client_id, or one over 256 bytes), NOT_FOUND (POOL_NOT_FOUND).
+	GetQueuePosition(context.Context, *GetQueuePositionRequest) (*GetQueuePositionResponse, error)
 	mustEmbedUnimplementedLimiterServiceServer()
 }
 
@@ -442,6 +463,9 @@ func (UnimplementedLimiterServiceServer) Session(grpc.BidiStreamingServer[Sessio
 }
 func (UnimplementedLimiterServiceServer) Provide(grpc.BidiStreamingServer[ProvideRequest, ProvideResponse]) error {
 	return status.Error(codes.Unimplemented, "method Provide not implemented")
+}
+func (UnimplementedLimiterServiceServer) GetQueuePosition(context.Context, *GetQueuePositionRequest) (*GetQueuePositionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetQueuePosition not implemented")
 }
 func (UnimplementedLimiterServiceServer) mustEmbedUnimplementedLimiterServiceServer() {}
 func (UnimplementedLimiterServiceServer) testEmbeddedByValue()                        {}
@@ -622,6 +646,24 @@ func _LimiterService_Provide_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LimiterService_ProvideServer = grpc.BidiStreamingServer[ProvideRequest, ProvideResponse]
 
+func _LimiterService_GetQueuePosition_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetQueuePositionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServiceServer).GetQueuePosition(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LimiterService_GetQueuePosition_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServiceServer).GetQueuePosition(ctx, req.(*GetQueuePositionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LimiterService_ServiceDesc is the grpc.ServiceDesc for LimiterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -660,6 +702,10 @@ var LimiterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseShare",
 			Handler:    _LimiterService_ReleaseShare_Handler,
+		},
+		{
+			MethodName: "GetQueuePosition",
+			Handler:    _LimiterService_GetQueuePosition_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,56 @@
+package limiter
+
+import (
+	"slices"
+	"time"
+)
+
+// MaxQueuePositions bounds how many acquires QueuePositions reports.
+const MaxQueuePositions = 16
+
+// QueuedAcquire is an acquire waiting in a pool's queue, as QueuePositions
+// reports it.
+type QueuedAcquire struct {
+	// Position is 1 for the acquire granted next (when the pool can),
+	// 2 for the one after it, and so on: higher priority first, then
+	// arrival order.
+	Position int64
+	Weight   int64
+	Priority int32
+	// Waited is how long it has waited, by the engine's clock.
+	Waited time.Duration
+}
+
+// QueuePositions returns where the acquires of client clientID wait in
+// pool's queue, in grant order (at most MaxQueuePositions of them), and how
+// many acquires wait in all. It costs a scan of the queue for each acquire
+// it reports. Errors: ErrInvalidArgument, ErrPoolNotFound.
+func (e *Engine) QueuePositions(pool, clientID string) ([]QueuedAcquire, int64, error) {
+	if clientID == "" || len(clientID) > MaxClientIDLen {
+		return nil, 0, errorf(ErrInvalidArgument, "client id is %d bytes; give the client id the acquires were made with, 1 to %d bytes", len(clientID), MaxClientIDLen)
+	}
+	p, err := e.lockPool(pool)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer p.unlock()
+	now := e.clock.Now()
+	var out []QueuedAcquire
+	for _, w := range p.waiters {
+		if w.req.ClientID != clientID {
+			continue
+		}
+		pos := int64(1)
+		for _, o := range p.waiters {
+			if o.req.Priority > w.req.Priority || (o.req.Priority == w.req.Priority && o.seq < w.seq) {
+				pos++
+			}
+		}
+		out = append(out, QueuedAcquire{Position: pos, Weight: w.req.Weight, Priority: w.req.Priority, Waited: now.Sub(w.enqueued)})
+	}
+	slices.SortFunc(out, func(a, b QueuedAcquire) int { return int(a.Position - b.Position) })
+	if len(out) > MaxQueuePositions {
+		out = out[:MaxQueuePositions]
+	}
+	return out, int64(len(p.waiters)), nil
+}
