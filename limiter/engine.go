@@ -70,7 +70,10 @@ type Engine struct {
 	pools  poolIndex
 	closed atomic.Bool
 	done   chan struct{} // closed by Close
-	mu     sync.Mutex    // serializes Close with pool creation
+	// stopping is closed by StopWaits: every wait ends, and none begins.
+	stopping chan struct{}
+	stopOnce sync.Once
+	mu       sync.Mutex // serializes Close with pool creation
 
 	// tokenFloor is the highest fencing token any deleted pool may have
 	// issued. A new pool starts its tokens above it, so that a pool deleted
@@ -93,12 +96,36 @@ func New(opts Options) *Engine {
 	if markInterval == 0 {
 		markInterval = DefaultMarkEventInterval
 	}
-	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, preReserve: opts.PreReserve, done: make(chan struct{}),
+	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, preReserve: opts.PreReserve, done: make(chan struct{}), stopping: make(chan struct{}),
 		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate, markInterval: markInterval}
 }
 
 // Clock returns the engine's clock.
 func (e *Engine) Clock() Clock { return e.clock }
+
+// StopWaits ends the wait of every acquire and take that waits now with
+// ErrShuttingDown, and refuses the same way any that would wait from now
+// on; grants that need no wait go on until Close. A server calls it when
+// its shutdown starts, so that waiting callers learn at once.
+func (e *Engine) StopWaits() { e.stopOnce.Do(func() { close(e.stopping) }) }
+
+// waitsStopped reports whether StopWaits was called.
+func (e *Engine) waitsStopped() bool {
+	select {
+	case <-e.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// errShuttingDown is the error of a wait that StopWaits ended or refused.
+func errShuttingDown() error {
+	return errorf(ErrShuttingDown, "the server is shutting down; retry on another server, or after it restarts")
+}
+
+// errWaitsStopped is an await's cause when StopWaits ended it.
+var errWaitsStopped = errors.New("waits stopped")
 
 // Close fails every waiting Acquire and Take with ErrShuttingDown and stops
 // the engine's timers; later calls fail with ErrShuttingDown. Leases are not
@@ -459,6 +486,8 @@ func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
 		return p.recoveringErrLocked(now)
 	case req.NoWait:
 		return errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s) and no_wait is set", p.name, req.Weight, p.busyLocked(now))
+	case p.e.waitsStopped():
+		return errShuttingDown()
 	case int64(len(p.waiters))+p.takesWaiting >= p.cfg.MaxWaiters:
 		return errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, int64(len(p.waiters))+p.takesWaiting)
 	}
@@ -472,15 +501,22 @@ func (p *pool) await(ctx context.Context, w *waiter) (Lease, error) {
 	select {
 	case <-w.ready:
 	case <-ctx.Done():
+	case <-p.e.stopping:
 	}
-	if ctx.Err() == nil {
-		return w.lease, w.err
+	cause := ctx.Err()
+	if cause == nil {
+		select {
+		case <-w.ready: // granted (or ended), even if waits stopped meanwhile
+			return w.lease, w.err
+		default:
+			cause = errWaitsStopped
+		}
 	}
 	p.mu.Lock()
 	defer p.unlock()
 	now := p.e.clock.Now()
 	if !w.done {
-		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(ctx.Err(), &w.req))
+		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, &w.req))
 		p.dispatchLocked(now) // w may have been the head
 		return Lease{}, w.err
 	}
@@ -492,7 +528,7 @@ func (p *pool) await(ctx context.Context, w *waiter) (Lease, error) {
 		p.stats.Granted--
 		p.dispatchLocked(now)
 	}
-	return Lease{}, p.abandonErrLocked(ctx.Err(), &w.req)
+	return Lease{}, p.abandonErrLocked(cause, &w.req)
 }
 
 // checkAcquireRequest validates what can be checked without the pool.
@@ -514,6 +550,9 @@ func checkAcquireRequest(req *AcquireRequest) error {
 
 // abandonErrLocked counts and explains a wait that its caller ended.
 func (p *pool) abandonErrLocked(cause error, req *AcquireRequest) error {
+	if cause == errWaitsStopped {
+		return errShuttingDown()
+	}
 	if errors.Is(cause, context.DeadlineExceeded) {
 		p.stats.WaitTimeouts++
 		return errorf(ErrWaitTimeout, "the call's deadline passed while waiting for weight %d in pool %q (%s)", req.Weight, p.name, p.busyLocked(p.e.clock.Now()))
@@ -758,6 +797,10 @@ func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration)
 		return nil, nil, 0, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
 			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}
 	}
+	if delay > 0 && e.waitsStopped() {
+		r.CancelAt(now)
+		return nil, nil, 0, errShuttingDown()
+	}
 	if n := int64(len(p.waiters)) + p.takesWaiting; delay > 0 && n >= p.cfg.MaxWaiters {
 		r.CancelAt(now)
 		p.stats.Rejected++
@@ -784,6 +827,7 @@ func (p *pool) awaitTokens(ctx context.Context, r *rate.Reservation, tokens int6
 		return TakeResult{Tokens: tokens, Waited: delay}, nil
 	case <-ctx.Done():
 	case <-p.e.done:
+	case <-p.e.stopping:
 	}
 	t.Stop()
 	p.mu.Lock()
@@ -794,8 +838,8 @@ func (p *pool) awaitTokens(ctx context.Context, r *rate.Reservation, tokens int6
 	p.stats.TokensGranted -= tokens
 	p.waits.addTokens(now, -tokens)
 	switch {
-	case ctx.Err() == nil:
-		return TakeResult{}, errorf(ErrShuttingDown, "the server is shutting down")
+	case ctx.Err() == nil: // Close or StopWaits
+		return TakeResult{}, errShuttingDown()
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		p.stats.WaitTimeouts++
 		return TakeResult{}, errorf(ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", tokens, p.name)

@@ -38,9 +38,7 @@ func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) 
 		return limiter.Lease{}, err
 	}
 	start := s.engine.Clock().Now()
-	ctx, stop := s.untilDrain(ctx)
 	lease, err := s.engine.Acquire(ctx, ar)
-	err = stop(err)
 	s.quotas.EndWait()
 	if err != nil {
 		s.quotas.EndAcquire(key, nil)
@@ -70,9 +68,7 @@ func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, max
 	if c := s.limits.MaxTakeWait; c > 0 && maxWait > c {
 		maxWait, capped = c, true
 	}
-	ctx, stop := s.untilDrain(ctx)
 	res, err := s.engine.Take(ctx, pool, tokens, maxWait)
-	err = stop(err)
 	if le := (*limiter.Error)(nil); capped && errors.As(err, &le) && le.Reason == limiter.ReasonRateLimited && le.RetryAfter <= asked {
 		ce := s.quotas.Exhausted(limits.KindTakeWait, le.Reason,
 			"pool %q would have %d tokens in %v, longer than the server lets a take wait (%v, its --max-take-wait); retry after that, or ask the operator to raise --max-take-wait",
@@ -81,26 +77,6 @@ func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, max
 		return res, ce
 	}
 	return res, err
-}
-
-// untilDrain returns ctx, cut short when shutdown starts, and a function
-// to call with the wait's outcome: it turns a wait that shutdown cut short
-// into UNAVAILABLE (SHUTTING_DOWN), so that waiting callers learn at once
-// rather than after the grace period.
-func (s *Server) untilDrain(ctx context.Context) (context.Context, func(error) error) {
-	ctx, cancel := context.WithCancel(ctx)
-	stopAfter := context.AfterFunc(s.drainCtx, cancel)
-	return ctx, func(err error) error {
-		stopAfter()
-		cancel()
-		if err != nil && s.drainCtx.Err() != nil {
-			if le := (*limiter.Error)(nil); errors.As(err, &le) && le.Reason == limiter.ReasonCanceled {
-				return &limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
-					Message: "the server is shutting down; retry on another server, or after it restarts"}
-			}
-		}
-		return err
-	}
 }
 
 // releaseLease releases a lease on the engine, counting out (if not nil)

@@ -10,7 +10,6 @@
 package server
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -83,9 +82,6 @@ type Server struct {
 	// draining is closed when shutdown starts; sessions end on it.
 	draining  chan struct{}
 	drainOnce sync.Once
-	// drainCtx is done when shutdown starts; waits end on it.
-	drainCtx  context.Context
-	drainStop context.CancelFunc
 	// ids signs and checks the lease ids holders get.
 	ids *leaseid.IDs
 	// liveSessions counts Session streams whose handler is running.
@@ -124,7 +120,6 @@ func New(cfg Config) *Server {
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
 	s.maxSessionUnread = MaxSessionUnread
-	s.drainCtx, s.drainStop = context.WithCancel(context.Background())
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
@@ -162,7 +157,7 @@ func (s *Server) drain() {
 	s.drainOnce.Do(func() {
 		s.health.Shutdown()
 		close(s.draining)
-		s.drainStop()
+		s.engine.StopWaits() // waiting acquires and takes answer SHUTTING_DOWN at once
 	})
 }
 
