@@ -123,6 +123,11 @@ func TestTracingUnaryCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// otelgrpc ends an RPC's span once the answer is on its way, so the
+	// caller can have it first.
+	waitFor(t, "the RPCs' spans to end", func() bool {
+		return len(spansNamed(rec, "tollgate.v1.LimiterService/Take")) > 0 && len(spansNamed(rec, "tollgate.v1.AdminService/GetPool")) > 0
+	})
 	rpc := spansNamed(rec, "tollgate.v1.LimiterService/Take")
 	take := spansNamed(rec, "tollgate.Take")
 	get := spansNamed(rec, "tollgate.v1.AdminService/GetPool")
