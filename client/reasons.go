@@ -137,6 +137,12 @@ var (
 	// ErrClientRateLimited (RESOURCE_EXHAUSTED): The client is over the
 	// server's per-client call rate.
 	ErrClientRateLimited = &Error{Code: codes.ResourceExhausted, Reason: "CLIENT_RATE_LIMITED"}
+	// ErrNotLeader (UNAVAILABLE): This server is a follower of a cluster (serve
+	// --etcd) and does not grant, renew or change pools: the leader does. The
+	// status carries the leader's advertised address and epoch in ErrorInfo
+	// metadata ("leader", "epoch"; "leader" is empty while no leader is known)
+	// and a RetryInfo; call the leader, or call again after the delay.
+	ErrNotLeader = &Error{Code: codes.Unavailable, Reason: "NOT_LEADER"}
 )
 
 // serverErrors are the errors above, in the enum's order.
@@ -185,4 +191,5 @@ var serverErrors = []*Error{
 	ErrClientLeaseLimit,
 	ErrClientSessionLimit,
 	ErrClientRateLimited,
+	ErrNotLeader,
 }

@@ -139,4 +139,11 @@ const (
 	// ReasonClientRateLimited (RESOURCE_EXHAUSTED): The client is over the
 	// server's per-client call rate.
 	ReasonClientRateLimited Reason = "CLIENT_RATE_LIMITED"
+	// ReasonNotLeader (UNAVAILABLE): This server is a follower of a cluster
+	// (serve --etcd) and does not grant, renew or change pools: the leader
+	// does. The status carries the leader's advertised address and epoch in
+	// ErrorInfo metadata ("leader", "epoch"; "leader" is empty while no leader
+	// is known) and a RetryInfo; call the leader, or call again after the
+	// delay.
+	ReasonNotLeader Reason = "NOT_LEADER"
 )

@@ -62,6 +62,12 @@ type Config struct {
 	// (envoy.service.ratelimit.v3.RateLimitService) beside Tollgate's own
 	// services, from the pools' Envoy rules: see docs/envoy.md.
 	EnvoyRLS bool
+	// Leadership, for a server of a cluster, says whether it leads; nil
+	// means standalone (always leads).
+	Leadership Leadership
+	// Advertise is the address clients reach this server at, reported by
+	// GetCluster.
+	Advertise string
 
 	// persister is set by Open: the engine's Persister.
 	persister limiter.Persister
@@ -97,6 +103,9 @@ type Server struct {
 	tracing  *tracing // nil when Config.TracerProvider is nil
 	envoyRLS bool     // Config.EnvoyRLS
 
+	leadership Leadership // Config.Leadership; nil when standalone
+	advertise  string     // Config.Advertise
+
 	ops         // auth, limits, metrics, events
 	persistence // the data directory, for a Server made by Open
 }
@@ -117,6 +126,8 @@ func New(cfg Config) *Server {
 		tracing:         newTracing(cfg),
 		ids:             leaseid.New(nil), // Open uses the data directory's key
 		envoyRLS:        cfg.EnvoyRLS,
+		leadership:      cfg.Leadership,
+		advertise:       cfg.Advertise,
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
 	s.maxSessionUnread = MaxSessionUnread

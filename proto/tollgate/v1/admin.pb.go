@@ -1256,7 +1256,7 @@ var File_tollgate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x17tollgate/v1/admin.proto\x12\vtollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x19tollgate/v1/clients.proto\x1a\x1btollgate/v1/resources.proto\x1a\x17tollgate/v1/stats.proto\x1a\x17tollgate/v1/types.proto\"O\n" +
+	"\x17tollgate/v1/admin.proto\x12\vtollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x19tollgate/v1/clients.proto\x1a\x19tollgate/v1/cluster.proto\x1a\x1btollgate/v1/resources.proto\x1a\x17tollgate/v1/stats.proto\x1a\x17tollgate/v1/types.proto\"O\n" +
 	"\x12WatchEventsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12%\n" +
 	"\x0einclude_recent\x18\x02 \x01(\bR\rincludeRecent\"C\n" +
@@ -1321,8 +1321,7 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\x10DrainPoolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"D\n" +
 	"\x11DrainPoolResponse\x12/\n" +
-	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status2\xde\n" +
-	"\n" +
+	"\x06status\x18\x01 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status2\xad\v\n" +
 	"\fAdminService\x12M\n" +
 	"\n" +
 	"CreatePool\x12\x1e.tollgate.v1.CreatePoolRequest\x1a\x1f.tollgate.v1.CreatePoolResponse\x12D\n" +
@@ -1345,7 +1344,9 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\x0fRemoveResources\x12#.tollgate.v1.RemoveResourcesRequest\x1a$.tollgate.v1.RemoveResourcesResponse\x12V\n" +
 	"\rListResources\x12!.tollgate.v1.ListResourcesRequest\x1a\".tollgate.v1.ListResourcesResponse\x12P\n" +
 	"\vListClients\x12\x1f.tollgate.v1.ListClientsRequest\x1a .tollgate.v1.ListClientsResponse\x12G\n" +
-	"\bGetStats\x12\x1c.tollgate.v1.GetStatsRequest\x1a\x1d.tollgate.v1.GetStatsResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
+	"\bGetStats\x12\x1c.tollgate.v1.GetStatsRequest\x1a\x1d.tollgate.v1.GetStatsResponse\x12M\n" +
+	"\n" +
+	"GetCluster\x12\x1e.tollgate.v1.GetClusterRequest\x1a\x1f.tollgate.v1.GetClusterResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (
 	file_tollgate_v1_admin_proto_rawDescOnce sync.Once
@@ -1395,11 +1396,13 @@ var file_tollgate_v1_admin_proto_goTypes = []any{
 	(*ListResourcesRequest)(nil),    // 31: tollgate.v1.ListResourcesRequest
 	(*ListClientsRequest)(nil),      // 32: tollgate.v1.ListClientsRequest
 	(*GetStatsRequest)(nil),         // 33: tollgate.v1.GetStatsRequest
-	(*AddResourcesResponse)(nil),    // 34: tollgate.v1.AddResourcesResponse
-	(*RemoveResourcesResponse)(nil), // 35: tollgate.v1.RemoveResourcesResponse
-	(*ListResourcesResponse)(nil),   // 36: tollgate.v1.ListResourcesResponse
-	(*ListClientsResponse)(nil),     // 37: tollgate.v1.ListClientsResponse
-	(*GetStatsResponse)(nil),        // 38: tollgate.v1.GetStatsResponse
+	(*GetClusterRequest)(nil),       // 34: tollgate.v1.GetClusterRequest
+	(*AddResourcesResponse)(nil),    // 35: tollgate.v1.AddResourcesResponse
+	(*RemoveResourcesResponse)(nil), // 36: tollgate.v1.RemoveResourcesResponse
+	(*ListResourcesResponse)(nil),   // 37: tollgate.v1.ListResourcesResponse
+	(*ListClientsResponse)(nil),     // 38: tollgate.v1.ListClientsResponse
+	(*GetStatsResponse)(nil),        // 39: tollgate.v1.GetStatsResponse
+	(*GetClusterResponse)(nil),      // 40: tollgate.v1.GetClusterResponse
 }
 var file_tollgate_v1_admin_proto_depIdxs = []int32{
 	24, // 0: tollgate.v1.WatchEventsResponse.event:type_name -> tollgate.v1.PoolEvent
@@ -1434,25 +1437,27 @@ var file_tollgate_v1_admin_proto_depIdxs = []int32{
 	31, // 29: tollgate.v1.AdminService.ListResources:input_type -> tollgate.v1.ListResourcesRequest
 	32, // 30: tollgate.v1.AdminService.ListClients:input_type -> tollgate.v1.ListClientsRequest
 	33, // 31: tollgate.v1.AdminService.GetStats:input_type -> tollgate.v1.GetStatsRequest
-	3,  // 32: tollgate.v1.AdminService.CreatePool:output_type -> tollgate.v1.CreatePoolResponse
-	5,  // 33: tollgate.v1.AdminService.GetPool:output_type -> tollgate.v1.GetPoolResponse
-	7,  // 34: tollgate.v1.AdminService.ListPools:output_type -> tollgate.v1.ListPoolsResponse
-	9,  // 35: tollgate.v1.AdminService.UpdatePool:output_type -> tollgate.v1.UpdatePoolResponse
-	11, // 36: tollgate.v1.AdminService.DeletePool:output_type -> tollgate.v1.DeletePoolResponse
-	13, // 37: tollgate.v1.AdminService.RevokeLease:output_type -> tollgate.v1.RevokeLeaseResponse
-	15, // 38: tollgate.v1.AdminService.GetLease:output_type -> tollgate.v1.GetLeaseResponse
-	17, // 39: tollgate.v1.AdminService.ListLeases:output_type -> tollgate.v1.ListLeasesResponse
-	19, // 40: tollgate.v1.AdminService.SuspendPool:output_type -> tollgate.v1.SuspendPoolResponse
-	21, // 41: tollgate.v1.AdminService.ResumePool:output_type -> tollgate.v1.ResumePoolResponse
-	23, // 42: tollgate.v1.AdminService.DrainPool:output_type -> tollgate.v1.DrainPoolResponse
-	1,  // 43: tollgate.v1.AdminService.WatchEvents:output_type -> tollgate.v1.WatchEventsResponse
-	34, // 44: tollgate.v1.AdminService.AddResources:output_type -> tollgate.v1.AddResourcesResponse
-	35, // 45: tollgate.v1.AdminService.RemoveResources:output_type -> tollgate.v1.RemoveResourcesResponse
-	36, // 46: tollgate.v1.AdminService.ListResources:output_type -> tollgate.v1.ListResourcesResponse
-	37, // 47: tollgate.v1.AdminService.ListClients:output_type -> tollgate.v1.ListClientsResponse
-	38, // 48: tollgate.v1.AdminService.GetStats:output_type -> tollgate.v1.GetStatsResponse
-	32, // [32:49] is the sub-list for method output_type
-	15, // [15:32] is the sub-list for method input_type
+	34, // 32: tollgate.v1.AdminService.GetCluster:input_type -> tollgate.v1.GetClusterRequest
+	3,  // 33: tollgate.v1.AdminService.CreatePool:output_type -> tollgate.v1.CreatePoolResponse
+	5,  // 34: tollgate.v1.AdminService.GetPool:output_type -> tollgate.v1.GetPoolResponse
+	7,  // 35: tollgate.v1.AdminService.ListPools:output_type -> tollgate.v1.ListPoolsResponse
+	9,  // 36: tollgate.v1.AdminService.UpdatePool:output_type -> tollgate.v1.UpdatePoolResponse
+	11, // 37: tollgate.v1.AdminService.DeletePool:output_type -> tollgate.v1.DeletePoolResponse
+	13, // 38: tollgate.v1.AdminService.RevokeLease:output_type -> tollgate.v1.RevokeLeaseResponse
+	15, // 39: tollgate.v1.AdminService.GetLease:output_type -> tollgate.v1.GetLeaseResponse
+	17, // 40: tollgate.v1.AdminService.ListLeases:output_type -> tollgate.v1.ListLeasesResponse
+	19, // 41: tollgate.v1.AdminService.SuspendPool:output_type -> tollgate.v1.SuspendPoolResponse
+	21, // 42: tollgate.v1.AdminService.ResumePool:output_type -> tollgate.v1.ResumePoolResponse
+	23, // 43: tollgate.v1.AdminService.DrainPool:output_type -> tollgate.v1.DrainPoolResponse
+	1,  // 44: tollgate.v1.AdminService.WatchEvents:output_type -> tollgate.v1.WatchEventsResponse
+	35, // 45: tollgate.v1.AdminService.AddResources:output_type -> tollgate.v1.AddResourcesResponse
+	36, // 46: tollgate.v1.AdminService.RemoveResources:output_type -> tollgate.v1.RemoveResourcesResponse
+	37, // 47: tollgate.v1.AdminService.ListResources:output_type -> tollgate.v1.ListResourcesResponse
+	38, // 48: tollgate.v1.AdminService.ListClients:output_type -> tollgate.v1.ListClientsResponse
+	39, // 49: tollgate.v1.AdminService.GetStats:output_type -> tollgate.v1.GetStatsResponse
+	40, // 50: tollgate.v1.AdminService.GetCluster:output_type -> tollgate.v1.GetClusterResponse
+	33, // [33:51] is the sub-list for method output_type
+	15, // [15:33] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -1464,6 +1469,7 @@ func file_tollgate_v1_admin_proto_init() {
 		return
 	}
 	file_tollgate_v1_clients_proto_init()
+	file_tollgate_v1_cluster_proto_init()
 	file_tollgate_v1_resources_proto_init()
 	file_tollgate_v1_stats_proto_init()
 	file_tollgate_v1_types_proto_init()

@@ -36,6 +36,7 @@ const (
 	AdminService_ListResources_FullMethodName   = "/tollgate.v1.AdminService/ListResources"
 	AdminService_ListClients_FullMethodName     = "/tollgate.v1.AdminService/ListClients"
 	AdminService_GetStats_FullMethodName        = "/tollgate.v1.AdminService/GetStats"
+	AdminService_GetCluster_FullMethodName      = "/tollgate.v1.AdminService/GetCluster"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -180,6 +181,13 @@ type AdminServiceClient interface {
 	// INVALID_ARGUMENT for a bad pool name, a negative page_size or a bad
 	// page_token.
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
+	// GetCluster says which servers there are and which one leads. Every
+	// server answers it, followers too: a standalone server (no --etcd)
+	// reports itself alone as leader with epoch 0; a server of a cluster
+	// reports the servers campaigning for leadership in etcd, the leader
+	// among them and its epoch (the leader key's etcd revision, which grows
+	// with every new leadership).
+	GetCluster(ctx context.Context, in *GetClusterRequest, opts ...grpc.CallOption) (*GetClusterResponse, error)
 }
 
 type adminServiceClient struct {
@@ -369,6 +377,16 @@ func (c *adminServiceClient) GetStats(ctx context.Context, in *GetStatsRequest, 
 	return out, nil
 }
 
+func (c *adminServiceClient) GetCluster(ctx context.Context, in *GetClusterRequest, opts ...grpc.CallOption) (*GetClusterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetClusterResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -511,6 +529,13 @@ type AdminServiceServer interface {
 	// INVALID_ARGUMENT for a bad pool name, a negative page_size or a bad
 	// page_token.
 	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)
+	// GetCluster says which servers there are and which one leads. Every
+	// server answers it, followers too: a standalone server (no --etcd)
+	// reports itself alone as leader with epoch 0; a server of a cluster
+	// reports the servers campaigning for leadership in etcd, the leader
+	// among them and its epoch (the leader key's etcd revision, which grows
+	// with every new leadership).
+	GetCluster(context.Context, *GetClusterRequest) (*GetClusterResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -571,6 +596,9 @@ func (UnimplementedAdminServiceServer) ListClients(context.Context, *ListClients
 }
 func (UnimplementedAdminServiceServer) GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
+}
+func (UnimplementedAdminServiceServer) GetCluster(context.Context, *GetClusterRequest) (*GetClusterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCluster not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -892,6 +920,24 @@ func _AdminService_GetStats_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetCluster(ctx, req.(*GetClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -962,6 +1008,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStats",
 			Handler:    _AdminService_GetStats_Handler,
+		},
+		{
+			MethodName: "GetCluster",
+			Handler:    _AdminService_GetCluster_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

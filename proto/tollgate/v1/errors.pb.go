@@ -139,6 +139,12 @@ const (
 	ErrorReason_ERROR_REASON_CLIENT_SESSION_LIMIT ErrorReason = 43
 	// The client is over the server's per-client call rate.
 	ErrorReason_ERROR_REASON_CLIENT_RATE_LIMITED ErrorReason = 44
+	// This server is a follower of a cluster (serve --etcd) and does not
+	// grant, renew or change pools: the leader does. The status carries the
+	// leader's advertised address and epoch in ErrorInfo metadata ("leader",
+	// "epoch"; "leader" is empty while no leader is known) and a RetryInfo;
+	// call the leader, or call again after the delay.
+	ErrorReason_ERROR_REASON_NOT_LEADER ErrorReason = 45
 )
 
 // Enum value maps for ErrorReason.
@@ -189,6 +195,7 @@ var (
 		42: "ERROR_REASON_CLIENT_LEASE_LIMIT",
 		43: "ERROR_REASON_CLIENT_SESSION_LIMIT",
 		44: "ERROR_REASON_CLIENT_RATE_LIMITED",
+		45: "ERROR_REASON_NOT_LEADER",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":          0,
@@ -236,6 +243,7 @@ var (
 		"ERROR_REASON_CLIENT_LEASE_LIMIT":   42,
 		"ERROR_REASON_CLIENT_SESSION_LIMIT": 43,
 		"ERROR_REASON_CLIENT_RATE_LIMITED":  44,
+		"ERROR_REASON_NOT_LEADER":           45,
 	}
 )
 
@@ -290,7 +298,7 @@ var File_tollgate_v1_errors_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x18tollgate/v1/errors.proto\x12\vtollgate.v1\x1a google/protobuf/descriptor.proto*\x82\x13\n" +
+	"\x18tollgate/v1/errors.proto\x12\vtollgate.v1\x1a google/protobuf/descriptor.proto*\xb0\x13\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x127\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x1a\x14\x8a\xb5\x18\x10INVALID_ARGUMENT\x12.\n" +
@@ -337,7 +345,8 @@ const file_tollgate_v1_errors_proto_rawDesc = "" +
 	"\x1dERROR_REASON_TOO_MANY_WAITERS\x10)\x1a\x16\x8a\xb5\x18\x12RESOURCE_EXHAUSTED\x12;\n" +
 	"\x1fERROR_REASON_CLIENT_LEASE_LIMIT\x10*\x1a\x16\x8a\xb5\x18\x12RESOURCE_EXHAUSTED\x12=\n" +
 	"!ERROR_REASON_CLIENT_SESSION_LIMIT\x10+\x1a\x16\x8a\xb5\x18\x12RESOURCE_EXHAUSTED\x12<\n" +
-	" ERROR_REASON_CLIENT_RATE_LIMITED\x10,\x1a\x16\x8a\xb5\x18\x12RESOURCE_EXHAUSTED:@\n" +
+	" ERROR_REASON_CLIENT_RATE_LIMITED\x10,\x1a\x16\x8a\xb5\x18\x12RESOURCE_EXHAUSTED\x12,\n" +
+	"\x17ERROR_REASON_NOT_LEADER\x10-\x1a\x0f\x8a\xb5\x18\vUNAVAILABLE:@\n" +
 	"\tgrpc_code\x12!.google.protobuf.EnumValueOptions\x18ц\x03 \x01(\tR\bgrpcCodeB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (

@@ -1489,7 +1489,9 @@ type PoolEvent struct {
 	// lease_expired, lease_revoked, pool_throttled, pool_relieved,
 	// resources_added, resources_removed, provider_joined, provider_left,
 	// pool_overload, pool_drained, pool_near_full, pool_low_utilisation
-	// (see docs/operations.md#event-marks).
+	// (see docs/operations.md#event-marks), leader_changed (a server of a
+	// cluster became leader or stopped leading; pool is empty and detail
+	// names the leader and its epoch).
 	// New types may be added; show unknown ones as they are.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	// The pool the event is about.
