@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -67,7 +68,7 @@ func acquireFromProto(r *tollgatev1.AcquireRequest) (limiter.AcquireRequest, err
 	if err != nil {
 		return ar, err
 	}
-	if err := checkTraceContext(r.GetTraceContext()); err != nil {
+	if err := tracing.CheckContext(r.GetTraceContext()); err != nil {
 		return ar, err
 	}
 	return limiter.AcquireRequest{

@@ -43,7 +43,7 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 	if s.limits.MaxHeaderListSize > 0 {
 		opts = append(opts, grpc.MaxHeaderListSize(uint32(s.limits.MaxHeaderListSize)))
 	}
-	opts = append(opts, s.tracing.serverOptions()...)
+	opts = append(opts, s.tracing.ServerOptions()...)
 	if s.limits.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(s.limits.MaxRecvMsgSize))
 	}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -185,7 +186,7 @@ func (s *Server) take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter
 			maxWait = left
 		}
 	}
-	if err := checkTraceContext(req.GetTraceContext()); err != nil {
+	if err := tracing.CheckContext(req.GetTraceContext()); err != nil {
 		return limiter.TakeResult{}, err
 	}
 	return s.takeTraced(ctx, req.GetPool(), tokens, maxWait, req.GetTraceContext())
