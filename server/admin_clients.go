@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -32,7 +33,7 @@ func (a *adminService) ListClients(ctx context.Context, req *tollgatev1.ListClie
 func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgatev1.ListClientsResponse, error) {
 	pool, clientID := req.GetPool(), req.GetClientId()
 	if pool != "" {
-		if err := checkPoolName("pool", pool); err != nil {
+		if err := apiconv.CheckPoolName("pool", pool); err != nil {
 			return nil, err
 		}
 	}

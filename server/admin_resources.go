@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
@@ -19,11 +20,11 @@ import (
 
 // AddResources declares instances of an active pool.
 func (a *adminService) AddResources(ctx context.Context, req *tollgatev1.AddResourcesRequest) (*tollgatev1.AddResourcesResponse, error) {
-	err := checkPoolName("pool", req.GetPool())
+	err := apiconv.CheckPoolName("pool", req.GetPool())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.engine.AddResources(req.GetPool(), resourcesFromProto(req.GetResources())); err == nil {
-			return &tollgatev1.AddResourcesResponse{Pool: poolconv.InfoToProto(info), Status: statusToProto(info.Status)}, nil
+		if info, err = a.srv.engine.AddResources(req.GetPool(), apiconv.ResourcesFromProto(req.GetResources())); err == nil {
+			return &tollgatev1.AddResourcesResponse{Pool: poolconv.InfoToProto(info), Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "AddResources", err, errCtx{pool: req.GetPool()})
@@ -32,7 +33,7 @@ func (a *adminService) AddResources(ctx context.Context, req *tollgatev1.AddReso
 // RemoveResources takes instances out of an active pool, revoking the
 // leases that hold them unless asked to wait.
 func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.RemoveResourcesRequest) (*tollgatev1.RemoveResourcesResponse, error) {
-	err := checkPoolName("pool", req.GetPool())
+	err := apiconv.CheckPoolName("pool", req.GetPool())
 	if err == nil {
 		var r limiter.RemoveResult
 		if r, err = a.srv.engine.RemoveResources(req.GetPool(), req.GetIds(), req.GetWait(), req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
@@ -53,7 +54,7 @@ func (a *adminService) ListResources(ctx context.Context, req *tollgatev1.ListRe
 }
 
 func (a *adminService) listResources(req *tollgatev1.ListResourcesRequest) (*tollgatev1.ListResourcesResponse, error) {
-	if err := checkPoolName("pool", req.GetPool()); err != nil {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
 		return nil, err
 	}
 	size, err := pageSize(req.GetPageSize())
@@ -75,11 +76,11 @@ func (a *adminService) listResources(req *tollgatev1.ListResourcesRequest) (*tol
 	page := states[from:min(len(states), from+size)]
 	resp := &tollgatev1.ListResourcesResponse{Resources: make([]*tollgatev1.ResourceState, len(page))}
 	for i, s := range page {
-		resp.Resources[i] = a.srv.resourceStateToProto(req.GetPool(), s)
+		resp.Resources[i] = apiconv.ResourceStateToProto(a.srv.ids, req.GetPool(), s)
 	}
 	if first {
 		for _, p := range providers {
-			resp.Providers = append(resp.Providers, providerToProto(p))
+			resp.Providers = append(resp.Providers, apiconv.ProviderToProto(p))
 		}
 	}
 	if from+size < len(states) && len(page) > 0 {

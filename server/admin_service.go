@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -42,7 +43,7 @@ func createConfig(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 	if p == nil {
 		return limiter.PoolConfig{}, invalidArg("pool is required: give at least its name and a concurrency_limit or rate")
 	}
-	if err := checkPoolName("pool.name", p.GetName()); err != nil {
+	if err := apiconv.CheckPoolName("pool.name", p.GetName()); err != nil {
 		return limiter.PoolConfig{}, err
 	}
 	return poolconv.FromProto(p)
@@ -50,11 +51,11 @@ func createConfig(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 
 // GetPool returns a pool's configuration and live status.
 func (a *adminService) GetPool(ctx context.Context, req *tollgatev1.GetPoolRequest) (*tollgatev1.GetPoolResponse, error) {
-	err := checkPoolName("name", req.GetName())
+	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
 		if info, err = a.srv.engine.GetPool(req.GetName()); err == nil {
-			return &tollgatev1.GetPoolResponse{Pool: poolconv.InfoToProto(info), Status: statusToProto(info.Status)}, nil
+			return &tollgatev1.GetPoolResponse{Pool: poolconv.InfoToProto(info), Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "GetPool", err, errCtx{pool: req.GetName()})
@@ -91,7 +92,7 @@ func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsR
 	}
 	for _, info := range infos {
 		resp.Pools = append(resp.Pools, poolconv.InfoToProto(info))
-		resp.Statuses = append(resp.Statuses, statusToProto(info.Status))
+		resp.Statuses = append(resp.Statuses, apiconv.StatusToProto(info.Status))
 	}
 	if more && len(infos) > 0 {
 		resp.NextPageToken = encodePageToken(infos[len(infos)-1].Config.Name)
@@ -133,7 +134,7 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 	if p == nil {
 		return limiter.PoolInfo{}, invalidArg("pool is required: give its name and the new values of the fields named in update_mask")
 	}
-	if err := checkPoolName("pool.name", p.GetName()); err != nil {
+	if err := apiconv.CheckPoolName("pool.name", p.GetName()); err != nil {
 		return limiter.PoolInfo{}, err
 	}
 	mask, err := poolMask(req.GetUpdateMask().GetPaths())
@@ -162,7 +163,7 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 
 // DeletePool removes a pool; with force, its leases end and its waiters fail.
 func (a *adminService) DeletePool(ctx context.Context, req *tollgatev1.DeletePoolRequest) (*tollgatev1.DeletePoolResponse, error) {
-	err := checkPoolName("name", req.GetName())
+	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		if err = a.srv.engine.DeletePool(req.GetName(), req.GetForce()); err == nil {
 			return &tollgatev1.DeletePoolResponse{}, nil

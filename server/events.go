@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -54,7 +55,7 @@ func (s *Server) leaseEnded(ev limiter.LeaseEnded) {
 		Time:        at,
 		Type:        typ,
 		Pool:        l.Pool,
-		LeaseID:     formatLeaseID(l.FencingToken),
+		LeaseID:     apiconv.FormatLeaseID(l.FencingToken),
 		ClientID:    l.ClientID,
 		Description: l.Description,
 		Actor:       ev.Actor,
@@ -68,7 +69,7 @@ func (s *Server) leaseEnded(ev limiter.LeaseEnded) {
 func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream grpc.ServerStreamingServer[tollgatev1.WatchEventsResponse]) error {
 	pool := req.GetPool()
 	if pool != "" {
-		if err := checkPoolName("pool", pool); err != nil {
+		if err := apiconv.CheckPoolName("pool", pool); err != nil {
 			return toStatus(a.srv.log, "WatchEvents", err, errCtx{pool: pool})
 		}
 	}

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -47,7 +48,7 @@ func poolStatsToProto(st limiter.PoolStats) *tollgatev1.PoolStats {
 	wt := st.WaitTimes
 	return &tollgatev1.PoolStats{
 		Pool:             st.Config.Name,
-		Status:           statusToProto(st.Status),
+		Status:           apiconv.StatusToProto(st.Status),
 		ConcurrencyLimit: st.Config.ConcurrencyLimit,
 		Rate:             st.Config.Rate,
 		Utilisation:      st.Utilisation,
