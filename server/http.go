@@ -44,7 +44,7 @@ func (s *Server) HTTPHandler() http.Handler {
 		}
 		writeText(w, http.StatusServiceUnavailable, "not ready: the server is shutting down\n")
 	})
-	metrics := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{
+	metrics := promhttp.HandlerFor(s.metrics.Registry(), promhttp.HandlerOpts{
 		MaxRequestsInFlight: 4,
 		Timeout:             30 * time.Second,
 	})
