@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
-	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -101,34 +98,4 @@ func decodeResourcePageToken(tok string) (after string, first bool, err error) {
 		return "", false, invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous ListResources response unchanged, or leave it empty for the first page", truncate(tok, 64))
 	}
 	return string(b[1:]), false, nil
-}
-
-// resourcesEvent is the audit event of a successful AddResources or
-// RemoveResources (audit.go adds who made it).
-func resourcesEvent(req, resp any) events.Event {
-	switch r := req.(type) {
-	case *tollgatev1.AddResourcesRequest:
-		ids := make([]string, len(r.GetResources()))
-		for i, res := range r.GetResources() {
-			ids[i] = res.GetId()
-		}
-		return events.Event{Type: events.ResourcesAdded, Pool: r.GetPool(), ResourceIDs: ids, Detail: idList(ids)}
-	case *tollgatev1.RemoveResourcesRequest:
-		out := resp.(*tollgatev1.RemoveResourcesResponse)
-		d := idList(r.GetIds()) + ": " + strconv.FormatInt(out.GetRemoved(), 10) + " removed, " +
-			strconv.FormatInt(out.GetRemoving(), 10) + " leaving when released, " + strconv.FormatInt(out.GetRevoked(), 10) + " leases revoked"
-		if r.GetReason() != "" {
-			d += " (" + truncate(r.GetReason(), 128) + ")"
-		}
-		return events.Event{Type: events.ResourcesRemoved, Pool: r.GetPool(), ResourceIDs: r.GetIds(), Detail: d}
-	}
-	return events.Event{}
-}
-
-// idList shows up to 8 ids for people.
-func idList(ids []string) string {
-	if len(ids) > 8 {
-		return strings.Join(ids[:8], ", ") + ", ... (" + strconv.Itoa(len(ids)) + " in all)"
-	}
-	return strings.Join(ids, ", ")
 }

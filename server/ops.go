@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limits"
@@ -44,7 +45,7 @@ type metricsSource struct {
 	s *Server
 }
 
-func (m metricsSource) MarkKinds() map[limiter.PoolEventType]string { return markEventTypes }
+func (m metricsSource) MarkKinds() map[limiter.PoolEventType]string { return audit.MarkKinds }
 func (m metricsSource) Quotas() *limits.Quotas                      { return m.s.quotas }
 func (m metricsSource) Sessions() int64                             { return m.s.liveSessions.Load() }
 func (m metricsSource) Serving() bool                               { return m.s.Serving() }
