@@ -137,18 +137,18 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 	if err := apiconv.CheckPoolName("pool.name", p.GetName()); err != nil {
 		return limiter.PoolInfo{}, err
 	}
-	mask, err := poolMask(req.GetUpdateMask().GetPaths())
+	mask, err := poolconv.ParseMask(req.GetUpdateMask().GetPaths())
 	if err != nil {
 		return limiter.PoolInfo{}, err
 	}
 	// Convert the named fields before touching the pool, so that a bad
 	// value changes nothing; then the merge below cannot fail.
-	if _, err := poolconv.FromProto(mask.merge(&tollgatev1.Pool{}, p)); err != nil {
+	if _, err := poolconv.FromProto(mask.Merge(&tollgatev1.Pool{}, p)); err != nil {
 		return limiter.PoolInfo{}, err
 	}
 	var mergeErr error
 	info, err := a.srv.engine.UpdatePool(p.GetName(), func(c *limiter.PoolConfig) {
-		cfg, err := poolconv.FromProto(mask.merge(poolconv.ToProto(*c, time.Time{}, time.Time{}), p))
+		cfg, err := poolconv.FromProto(mask.Merge(poolconv.ToProto(*c, time.Time{}, time.Time{}), p))
 		if err != nil {
 			mergeErr = err // unreachable: the fields of both sides convert
 			return
