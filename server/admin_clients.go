@@ -2,13 +2,13 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -44,7 +44,7 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 	if err != nil {
 		return nil, err
 	}
-	after, err := decodeClientPageToken(req.GetPageToken())
+	after, err := pagetoken.Number(req.GetPageToken(), "ListClients")
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 		}
 		if len(resp.Clients) == size {
 			last := resp.Clients[size-1].GetSessionId()
-			resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(last))
+			resp.NextPageToken = pagetoken.Encode(last)
 			break
 		}
 		fillSession(cs, s)
@@ -115,10 +115,4 @@ func fillSession(cs *tollgatev1.ClientSession, s *session) {
 	cs.Identity = s.identity
 	cs.ConnectTime = timestamppb.New(s.connectTime)
 	cs.LastActivityTime = timestamppb.New(time.Unix(0, s.lastActive.Load()))
-}
-
-// decodeClientPageToken reads a ListClients page token; "" is the first
-// page.
-func decodeClientPageToken(tok string) (uint64, error) {
-	return decodeNumberPageToken(tok, "ListClients")
 }

@@ -2,11 +2,10 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
-	"strconv"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/leaseid"
+	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -64,7 +63,7 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 	if err != nil {
 		return nil, err
 	}
-	after, err := decodeLeasePageToken(req.GetPageToken())
+	after, err := pagetoken.Number(req.GetPageToken(), "ListLeases")
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +76,7 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 		resp.Leases = append(resp.Leases, apiconv.LeaseToProto(a.srv.ids, l))
 	}
 	if more && len(leases) > 0 {
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(apiconv.FormatLeaseID(leases[len(leases)-1].FencingToken)))
+		resp.NextPageToken = pagetoken.Encode(apiconv.FormatLeaseID(leases[len(leases)-1].FencingToken))
 	}
 	return resp, nil
 }
@@ -89,27 +88,4 @@ func adminLeaseArgs(pool, leaseID string) (uint64, error) {
 		return 0, err
 	}
 	return leaseid.ParseAdmin(leaseID)
-}
-
-// decodeLeasePageToken reads a ListLeases page token; "" is the first page.
-func decodeLeasePageToken(tok string) (uint64, error) {
-	return decodeNumberPageToken(tok, "ListLeases")
-}
-
-// decodeNumberPageToken reads a page token that is the base64url encoding
-// of a decimal number (the last of the previous page) for the call named
-// call; "" is the first page, 0.
-func decodeNumberPageToken(tok, call string) (uint64, error) {
-	if tok == "" {
-		return 0, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	var after uint64
-	if err == nil {
-		after, err = strconv.ParseUint(string(b), 10, 64)
-	}
-	if err != nil {
-		return 0, invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous %s response unchanged, or leave it empty for the first page", truncate(tok, 64), call)
-	}
-	return after, nil
 }

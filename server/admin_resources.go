@@ -2,10 +2,10 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"sort"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -58,7 +58,7 @@ func (a *adminService) listResources(req *tollgatev1.ListResourcesRequest) (*tol
 	if err != nil {
 		return nil, err
 	}
-	after, first, err := decodeResourcePageToken(req.GetPageToken())
+	after, first, err := pagetoken.Resource(req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -81,21 +81,7 @@ func (a *adminService) listResources(req *tollgatev1.ListResourcesRequest) (*tol
 		}
 	}
 	if from+size < len(states) && len(page) > 0 {
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte("r" + page[len(page)-1].ID))
+		resp.NextPageToken = pagetoken.EncodeResource(page[len(page)-1].ID)
 	}
 	return resp, nil
-}
-
-// decodeResourcePageToken reads a ListResources page token: the base64url
-// encoding of "r" and the last id of the previous page. "" is the first
-// page.
-func decodeResourcePageToken(tok string) (after string, first bool, err error) {
-	if tok == "" {
-		return "", true, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil || len(b) < 2 || b[0] != 'r' {
-		return "", false, invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous ListResources response unchanged, or leave it empty for the first page", truncate(tok, 64))
-	}
-	return string(b[1:]), false, nil
 }

@@ -2,10 +2,10 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -81,7 +81,7 @@ func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsR
 	if err != nil {
 		return nil, toStatus(a.srv.log, "ListPools", err, errCtx{})
 	}
-	after, err := decodePageToken(req.GetPageToken())
+	after, err := pagetoken.Pool(req.GetPageToken())
 	if err != nil {
 		return nil, toStatus(a.srv.log, "ListPools", err, errCtx{})
 	}
@@ -95,26 +95,9 @@ func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsR
 		resp.Statuses = append(resp.Statuses, apiconv.StatusToProto(info.Status))
 	}
 	if more && len(infos) > 0 {
-		resp.NextPageToken = encodePageToken(infos[len(infos)-1].Config.Name)
+		resp.NextPageToken = pagetoken.Encode(infos[len(infos)-1].Config.Name)
 	}
 	return resp, nil
-}
-
-// encodePageToken makes the opaque token for the page after name.
-func encodePageToken(name string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(name))
-}
-
-// decodePageToken reads a token made by encodePageToken; "" is the first page.
-func decodePageToken(tok string) (string, error) {
-	if tok == "" {
-		return "", nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil || limiter.ValidatePoolName(string(b)) != nil {
-		return "", invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous ListPools response unchanged, or leave it empty for the first page", truncate(tok, 64))
-	}
-	return string(b), nil
 }
 
 // UpdatePool changes the fields named in update_mask; a named field left
