@@ -9,6 +9,7 @@ import (
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/wirecodec"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -25,7 +26,7 @@ type ops struct {
 	createPoolMu sync.Mutex
 	metrics      *metrics.Metrics
 	events       events.Ring
-	codec        wireCodec // refuses undecodable requests
+	codec        wirecodec.Codec // refuses undecodable requests
 }
 
 // initOps sets up s.ops from cfg; New calls it once the engine exists.
@@ -35,7 +36,7 @@ func (s *Server) initOps(cfg Config) {
 	s.quotas = limits.New(s.limits)
 	s.rates = limits.NewRates(s.limits.ClientRate, s.limits.ClientBurst)
 	s.metrics = metrics.New(metricsSource{Engine: s.engine, s: s}, sessionKindNames[:])
-	s.codec = newWireCodec()
+	s.codec = wirecodec.New()
 }
 
 // metricsSource is what the metrics collector reads of the server: the
