@@ -3,12 +3,8 @@ package server
 import (
 	"errors"
 
-	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 )
-
-// truncate shortens s to at most n bytes for quoting in messages.
-func truncate(s string, n int) string { return refuse.Truncate(s, n) }
 
 // parseHolderLeaseID is ids.Parse for a holder's call on pool, except that
 // an id refused in a pool that does not exist reports the missing pool,
