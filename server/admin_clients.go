@@ -2,12 +2,13 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -32,7 +33,7 @@ func (a *adminService) ListClients(ctx context.Context, req *tollgatev1.ListClie
 func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgatev1.ListClientsResponse, error) {
 	pool, clientID := req.GetPool(), req.GetClientId()
 	if pool != "" {
-		if err := checkPoolName("pool", pool); err != nil {
+		if err := apiconv.CheckPoolName("pool", pool); err != nil {
 			return nil, err
 		}
 	}
@@ -43,7 +44,7 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 	if err != nil {
 		return nil, err
 	}
-	after, err := decodeClientPageToken(req.GetPageToken())
+	after, err := pagetoken.Number(req.GetPageToken(), "ListClients")
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 		}
 		if len(resp.Clients) == size {
 			last := resp.Clients[size-1].GetSessionId()
-			resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(last))
+			resp.NextPageToken = pagetoken.Encode(last)
 			break
 		}
 		fillSession(cs, s)
@@ -114,10 +115,4 @@ func fillSession(cs *tollgatev1.ClientSession, s *session) {
 	cs.Identity = s.identity
 	cs.ConnectTime = timestamppb.New(s.connectTime)
 	cs.LastActivityTime = timestamppb.New(time.Unix(0, s.lastActive.Load()))
-}
-
-// decodeClientPageToken reads a ListClients page token; "" is the first
-// page.
-func decodeClientPageToken(tok string) (uint64, error) {
-	return decodeNumberPageToken(tok, "ListClients")
 }

@@ -2,10 +2,10 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
-	"strconv"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/leaseid"
+	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -35,7 +35,7 @@ func (a *adminService) GetLease(ctx context.Context, req *tollgatev1.GetLeaseReq
 	if err == nil {
 		var l limiter.Lease
 		if l, err = a.srv.engine.GetLease(req.GetPool(), tok); err == nil {
-			return &tollgatev1.GetLeaseResponse{Lease: a.srv.leaseToProto(l)}, nil
+			return &tollgatev1.GetLeaseResponse{Lease: apiconv.LeaseToProto(a.srv.ids, l)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "GetLease", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
@@ -53,7 +53,7 @@ func (a *adminService) ListLeases(ctx context.Context, req *tollgatev1.ListLease
 }
 
 func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev1.ListLeasesResponse, error) {
-	if err := checkPoolName("pool", req.GetPool()); err != nil {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
 		return nil, err
 	}
 	if n := len(req.GetClientId()); n > limiter.MaxClientIDLen {
@@ -63,7 +63,7 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 	if err != nil {
 		return nil, err
 	}
-	after, err := decodeLeasePageToken(req.GetPageToken())
+	after, err := pagetoken.Number(req.GetPageToken(), "ListLeases")
 	if err != nil {
 		return nil, err
 	}
@@ -73,10 +73,10 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 	}
 	resp := &tollgatev1.ListLeasesResponse{Leases: make([]*tollgatev1.Lease, 0, len(leases))}
 	for _, l := range leases {
-		resp.Leases = append(resp.Leases, a.srv.leaseToProto(l))
+		resp.Leases = append(resp.Leases, apiconv.LeaseToProto(a.srv.ids, l))
 	}
 	if more && len(leases) > 0 {
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(formatLeaseID(leases[len(leases)-1].FencingToken)))
+		resp.NextPageToken = pagetoken.Encode(apiconv.FormatLeaseID(leases[len(leases)-1].FencingToken))
 	}
 	return resp, nil
 }
@@ -84,31 +84,8 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 // adminLeaseArgs checks the pool and lease id of a lease request and
 // returns the lease's fencing token.
 func adminLeaseArgs(pool, leaseID string) (uint64, error) {
-	if err := checkPoolName("pool", pool); err != nil {
+	if err := apiconv.CheckPoolName("pool", pool); err != nil {
 		return 0, err
 	}
 	return leaseid.ParseAdmin(leaseID)
-}
-
-// decodeLeasePageToken reads a ListLeases page token; "" is the first page.
-func decodeLeasePageToken(tok string) (uint64, error) {
-	return decodeNumberPageToken(tok, "ListLeases")
-}
-
-// decodeNumberPageToken reads a page token that is the base64url encoding
-// of a decimal number (the last of the previous page) for the call named
-// call; "" is the first page, 0.
-func decodeNumberPageToken(tok, call string) (uint64, error) {
-	if tok == "" {
-		return 0, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	var after uint64
-	if err == nil {
-		after, err = strconv.ParseUint(string(b), 10, 64)
-	}
-	if err != nil {
-		return 0, invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous %s response unchanged, or leave it empty for the first page", truncate(tok, 64), call)
-	}
-	return after, nil
 }

@@ -2,9 +2,10 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -42,7 +43,7 @@ func createConfig(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 	if p == nil {
 		return limiter.PoolConfig{}, invalidArg("pool is required: give at least its name and a concurrency_limit or rate")
 	}
-	if err := checkPoolName("pool.name", p.GetName()); err != nil {
+	if err := apiconv.CheckPoolName("pool.name", p.GetName()); err != nil {
 		return limiter.PoolConfig{}, err
 	}
 	return poolconv.FromProto(p)
@@ -50,11 +51,11 @@ func createConfig(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 
 // GetPool returns a pool's configuration and live status.
 func (a *adminService) GetPool(ctx context.Context, req *tollgatev1.GetPoolRequest) (*tollgatev1.GetPoolResponse, error) {
-	err := checkPoolName("name", req.GetName())
+	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
 		if info, err = a.srv.engine.GetPool(req.GetName()); err == nil {
-			return &tollgatev1.GetPoolResponse{Pool: poolconv.InfoToProto(info), Status: statusToProto(info.Status)}, nil
+			return &tollgatev1.GetPoolResponse{Pool: poolconv.InfoToProto(info), Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "GetPool", err, errCtx{pool: req.GetName()})
@@ -80,7 +81,7 @@ func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsR
 	if err != nil {
 		return nil, toStatus(a.srv.log, "ListPools", err, errCtx{})
 	}
-	after, err := decodePageToken(req.GetPageToken())
+	after, err := pagetoken.Pool(req.GetPageToken())
 	if err != nil {
 		return nil, toStatus(a.srv.log, "ListPools", err, errCtx{})
 	}
@@ -91,29 +92,12 @@ func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsR
 	}
 	for _, info := range infos {
 		resp.Pools = append(resp.Pools, poolconv.InfoToProto(info))
-		resp.Statuses = append(resp.Statuses, statusToProto(info.Status))
+		resp.Statuses = append(resp.Statuses, apiconv.StatusToProto(info.Status))
 	}
 	if more && len(infos) > 0 {
-		resp.NextPageToken = encodePageToken(infos[len(infos)-1].Config.Name)
+		resp.NextPageToken = pagetoken.Encode(infos[len(infos)-1].Config.Name)
 	}
 	return resp, nil
-}
-
-// encodePageToken makes the opaque token for the page after name.
-func encodePageToken(name string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(name))
-}
-
-// decodePageToken reads a token made by encodePageToken; "" is the first page.
-func decodePageToken(tok string) (string, error) {
-	if tok == "" {
-		return "", nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil || limiter.ValidatePoolName(string(b)) != nil {
-		return "", invalidArg("page_token %q is not one this server issued; pass next_page_token from the previous ListPools response unchanged, or leave it empty for the first page", truncate(tok, 64))
-	}
-	return string(b), nil
 }
 
 // UpdatePool changes the fields named in update_mask; a named field left
@@ -133,21 +117,21 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 	if p == nil {
 		return limiter.PoolInfo{}, invalidArg("pool is required: give its name and the new values of the fields named in update_mask")
 	}
-	if err := checkPoolName("pool.name", p.GetName()); err != nil {
+	if err := apiconv.CheckPoolName("pool.name", p.GetName()); err != nil {
 		return limiter.PoolInfo{}, err
 	}
-	mask, err := poolMask(req.GetUpdateMask().GetPaths())
+	mask, err := poolconv.ParseMask(req.GetUpdateMask().GetPaths())
 	if err != nil {
 		return limiter.PoolInfo{}, err
 	}
 	// Convert the named fields before touching the pool, so that a bad
 	// value changes nothing; then the merge below cannot fail.
-	if _, err := poolconv.FromProto(mask.merge(&tollgatev1.Pool{}, p)); err != nil {
+	if _, err := poolconv.FromProto(mask.Merge(&tollgatev1.Pool{}, p)); err != nil {
 		return limiter.PoolInfo{}, err
 	}
 	var mergeErr error
 	info, err := a.srv.engine.UpdatePool(p.GetName(), func(c *limiter.PoolConfig) {
-		cfg, err := poolconv.FromProto(mask.merge(poolconv.ToProto(*c, time.Time{}, time.Time{}), p))
+		cfg, err := poolconv.FromProto(mask.Merge(poolconv.ToProto(*c, time.Time{}, time.Time{}), p))
 		if err != nil {
 			mergeErr = err // unreachable: the fields of both sides convert
 			return
@@ -162,7 +146,7 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 
 // DeletePool removes a pool; with force, its leases end and its waiters fail.
 func (a *adminService) DeletePool(ctx context.Context, req *tollgatev1.DeletePoolRequest) (*tollgatev1.DeletePoolResponse, error) {
-	err := checkPoolName("name", req.GetName())
+	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		if err = a.srv.engine.DeletePool(req.GetName(), req.GetForce()); err == nil {
 			return &tollgatev1.DeletePoolResponse{}, nil

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -154,7 +155,7 @@ func TestAdminCallerErrors(t *testing.T) {
 	}
 	// The unknown-path message lists the valid paths.
 	err := update(&tollgatev1.Pool{Name: "db"}, "bogus")()
-	if st := wantStatus(t, err, inv, ra); !strings.Contains(st.Message(), strings.Join(updatablePaths, ", ")) {
+	if st := wantStatus(t, err, inv, ra); !strings.Contains(st.Message(), strings.Join(poolconv.UpdatablePaths, ", ")) {
 		t.Errorf("message %q does not list the valid paths", st.Message())
 	}
 	// Failed updates changed nothing.

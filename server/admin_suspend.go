@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -17,11 +18,11 @@ const drainMargin = time.Second
 // held leases are revoked (pushed to their sessions via OnLeaseEnded),
 // naming the caller (actorOf).
 func (a *adminService) SuspendPool(ctx context.Context, req *tollgatev1.SuspendPoolRequest) (*tollgatev1.SuspendPoolResponse, error) {
-	err := checkPoolName("name", req.GetName())
+	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
 		if info, err = a.srv.engine.SuspendPool(req.GetName(), req.GetRevokeHeld(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
-			return &tollgatev1.SuspendPoolResponse{Status: statusToProto(info.Status)}, nil
+			return &tollgatev1.SuspendPoolResponse{Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "SuspendPool", err, errCtx{pool: req.GetName()})
@@ -29,11 +30,11 @@ func (a *adminService) SuspendPool(ctx context.Context, req *tollgatev1.SuspendP
 
 // ResumePool lets a suspended pool grant again.
 func (a *adminService) ResumePool(ctx context.Context, req *tollgatev1.ResumePoolRequest) (*tollgatev1.ResumePoolResponse, error) {
-	err := checkPoolName("name", req.GetName())
+	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
 		if info, err = a.srv.engine.ResumePool(req.GetName()); err == nil {
-			return &tollgatev1.ResumePoolResponse{Status: statusToProto(info.Status)}, nil
+			return &tollgatev1.ResumePoolResponse{Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "ResumePool", err, errCtx{pool: req.GetName()})
@@ -49,11 +50,11 @@ func (a *adminService) DrainPool(ctx context.Context, req *tollgatev1.DrainPoolR
 		ctx, cancel = context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/5, drainMargin)))
 		defer cancel()
 	}
-	err := checkPoolName("name", req.GetName())
+	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
 		if info, err = a.srv.engine.DrainPool(ctx, req.GetName()); err == nil {
-			return &tollgatev1.DrainPoolResponse{Status: statusToProto(info.Status)}, nil
+			return &tollgatev1.DrainPoolResponse{Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
 	return nil, toStatus(a.srv.log, "DrainPool", err, errCtx{pool: req.GetName()})

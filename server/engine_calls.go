@@ -45,7 +45,7 @@ func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) 
 		return limiter.Lease{}, err
 	}
 	s.quotas.EndAcquire(key, &lease)
-	s.metrics.waits.observe(lease.Pool, lease.AcquireTime.Sub(start))
+	s.metrics.Waits.Observe(lease.Pool, lease.AcquireTime.Sub(start))
 	return lease, nil
 }
 
@@ -91,7 +91,7 @@ func (s *Server) releaseLease(pool string, token uint64, out *limiter.ReleaseOut
 	if err == nil {
 		s.quotas.LeaseEnded(pool, token)
 		if !lease.AcquireTime.IsZero() { // zero: a pre-restart lease never re-adopted
-			s.metrics.holds.observe(pool, s.engine.Clock().Now().Sub(lease.AcquireTime))
+			s.metrics.Holds.Observe(pool, s.engine.Clock().Now().Sub(lease.AcquireTime))
 		}
 	}
 	return err

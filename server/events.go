@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -41,25 +40,8 @@ func (s *Server) recordEvent(ev events.Event) {
 // (the engine's OnLeaseEnded): it stops counting it against its client
 // and records and logs the event.
 func (s *Server) leaseEnded(ev limiter.LeaseEnded) {
-	l := ev.Lease
-	s.quotas.LeaseEnded(l.Pool, l.FencingToken)
-	typ, at, detail := events.LeaseExpired, l.ExpireTime, ""
-	if ev.Reason != limiter.EndExpired {
-		typ, at, detail = events.LeaseRevoked, time.Time{}, ev.Reason.String()+"; "
-	}
-	if ev.Message != "" {
-		detail = ev.Reason.String() + ": " + strconv.Quote(ev.Message) + "; "
-	}
-	s.recordEvent(events.Event{
-		Time:        at,
-		Type:        typ,
-		Pool:        l.Pool,
-		LeaseID:     formatLeaseID(l.FencingToken),
-		ClientID:    l.ClientID,
-		Description: l.Description,
-		Actor:       ev.Actor,
-		Detail:      detail + "weight " + strconv.FormatInt(l.Weight, 10) + ", ttl " + l.TTL.String(),
-	})
+	s.quotas.LeaseEnded(ev.Lease.Pool, ev.Lease.FencingToken)
+	s.recordEvent(audit.LeaseEnded(ev))
 }
 
 // WatchEvents streams the server's events: the recent ones first when
@@ -68,7 +50,7 @@ func (s *Server) leaseEnded(ev limiter.LeaseEnded) {
 func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream grpc.ServerStreamingServer[tollgatev1.WatchEventsResponse]) error {
 	pool := req.GetPool()
 	if pool != "" {
-		if err := checkPoolName("pool", pool); err != nil {
+		if err := apiconv.CheckPoolName("pool", pool); err != nil {
 			return toStatus(a.srv.log, "WatchEvents", err, errCtx{pool: pool})
 		}
 	}
@@ -79,7 +61,7 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 	}
 	defer a.srv.events.Unwatch(w)
 	for _, ev := range recent {
-		if err := stream.Send(&tollgatev1.WatchEventsResponse{Event: eventToProto(ev)}); err != nil {
+		if err := stream.Send(&tollgatev1.WatchEventsResponse{Event: apiconv.EventToProto(ev)}); err != nil {
 			return err
 		}
 	}
@@ -87,7 +69,7 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 	for {
 		select {
 		case ev := <-w.C():
-			if err := stream.Send(&tollgatev1.WatchEventsResponse{Event: eventToProto(ev)}); err != nil {
+			if err := stream.Send(&tollgatev1.WatchEventsResponse{Event: apiconv.EventToProto(ev)}); err != nil {
 				return err
 			}
 		case <-w.Overflow():
@@ -100,22 +82,5 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
 				Message: "the server is shutting down; reconnect (to another server if there is one) to keep watching"}, errCtx{}).Err()
 		}
-	}
-}
-
-// eventToProto converts an event for the wire.
-func eventToProto(ev events.Event) *tollgatev1.PoolEvent {
-	return &tollgatev1.PoolEvent{
-		Seq:         ev.Seq,
-		Time:        timestamppb.New(ev.Time),
-		Type:        ev.Type,
-		Pool:        ev.Pool,
-		Detail:      ev.Detail,
-		LeaseId:     ev.LeaseID,
-		ClientId:    ev.ClientID,
-		Description: ev.Description,
-		Actor:       ev.Actor,
-		ProviderId:  ev.ProviderID,
-		ResourceIds: ev.ResourceIDs,
 	}
 }

@@ -105,7 +105,7 @@ func (s *Server) allowRate(key string) *limiter.Error {
 // request with, or nil.
 func (s *Server) guardSessionRequest(ctx context.Context, req *tollgatev1.SessionRequest) error {
 	kind, pool := sessionKind(req)
-	s.metrics.countSessionRequest(kind)
+	s.metrics.CountSessionRequest(int(kind))
 	givesBack := kind == skRelease || kind == skCancel
 	if kind == skCancel || ((givesBack || s.rates == nil) && !s.auth().HasPolicy()) {
 		return nil

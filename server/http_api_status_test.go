@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/httpapi"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -28,7 +29,7 @@ func TestHTTPPoolsSuspendedRevokedShares(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("GET /api/pools = %d %s", code, body)
 	}
-	var pools apiPoolsResponse
+	var pools httpapi.PoolsResponse
 	if err := json.Unmarshal([]byte(body), &pools); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestHTTPPoolLeases(t *testing.T) {
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(2), ClientId: "a", Description: "nightly"})
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "b"})
 
-	var page apiLeasesResponse
+	var page httpapi.LeasesResponse
 	code, body := o.get(nil, "/api/pools/db/leases?limit=1")
 	if code != 200 || json.Unmarshal([]byte(body), &page) != nil {
 		t.Fatalf("GET leases = %d %s", code, body)
@@ -63,7 +64,7 @@ func TestHTTPPoolLeases(t *testing.T) {
 		t.Fatalf("first page = %s", body)
 	}
 	code, body = o.get(nil, "/api/pools/db/leases?after=1")
-	page = apiLeasesResponse{}
+	page = httpapi.LeasesResponse{}
 	if code != 200 || json.Unmarshal([]byte(body), &page) != nil || page.More || len(page.Leases) != 1 ||
 		page.Leases[0].ID != "2" || page.Leases[0].ClientID != "b" {
 		t.Fatalf("second page = %d %s", code, body)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -30,7 +31,7 @@ func TestHTTPPoolsAndEvents(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("GET /api/pools = %d %s", code, body)
 	}
-	var pools apiPoolsResponse
+	var pools httpapi.PoolsResponse
 	if err := json.Unmarshal([]byte(body), &pools); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestHTTPPoolsAndEvents(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("GET /api/events = %d %s", code, body)
 	}
-	var evs apiEventsResponse
+	var evs httpapi.EventsResponse
 	if err := json.Unmarshal([]byte(body), &evs); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestHTTPAndMetricsShowEffectiveLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, body := o.get(nil, "/api/pools")
-	var pools apiPoolsResponse
+	var pools httpapi.PoolsResponse
 	if err := json.Unmarshal([]byte(body), &pools); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +239,7 @@ func TestHTTPResourcePools(t *testing.T) {
 	}
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
 	_, body := o.get(nil, "/api/pools")
-	var pools apiPoolsResponse
+	var pools httpapi.PoolsResponse
 	if err := json.Unmarshal([]byte(body), &pools); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestHTTPPoolsWaitPercentiles(t *testing.T) {
 	s.send(releaseReq(3, "db", first.GetId()))
 	waitFor(t, "the waiter's grant", func() bool { return e.status("db").GetGranted() == 2 })
 	_, body := o.get(nil, "/api/pools")
-	var pools apiPoolsResponse
+	var pools httpapi.PoolsResponse
 	if err := json.Unmarshal([]byte(body), &pools); err != nil {
 		t.Fatal(err)
 	}

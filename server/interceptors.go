@@ -29,8 +29,8 @@ const (
 func (s *Server) serverOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(s.codec),
-		grpc.ChainUnaryInterceptor(s.metricsUnary, s.wireUnary, s.recoverUnary, s.rateUnary, s.authUnary, s.poolsUnary, s.auditUnary),
-		grpc.ChainStreamInterceptor(s.metricsStream, s.wireStream, s.recoverStream, s.authStream, s.limitStream),
+		grpc.ChainUnaryInterceptor(s.metrics.Unary, s.codec.Unary, s.recoverUnary, s.rateUnary, s.authUnary, s.poolsUnary, s.auditUnary),
+		grpc.ChainStreamInterceptor(s.metrics.Stream, s.codec.Stream, s.recoverStream, s.authStream, s.limitStream),
 		// Clients may ping to find dead connections (grpc-go's default
 		// policy sends GOAWAY to any client pinging more often than every
 		// 5 minutes, far longer than a lease TTL); and the server pings
@@ -43,7 +43,7 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 	if s.limits.MaxHeaderListSize > 0 {
 		opts = append(opts, grpc.MaxHeaderListSize(uint32(s.limits.MaxHeaderListSize)))
 	}
-	opts = append(opts, s.tracing.serverOptions()...)
+	opts = append(opts, s.tracing.ServerOptions()...)
 	if s.limits.MaxRecvMsgSize > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(s.limits.MaxRecvMsgSize))
 	}

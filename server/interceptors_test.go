@@ -23,7 +23,7 @@ func BenchmarkUnaryInterceptors(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			s := New(Config{Limits: c.limits})
 			defer s.Close()
-			chain := []grpc.UnaryServerInterceptor{s.metricsUnary, s.recoverUnary, s.rateUnary, s.authUnary, s.poolsUnary, s.auditUnary}
+			chain := []grpc.UnaryServerInterceptor{s.metrics.Unary, s.recoverUnary, s.rateUnary, s.authUnary, s.poolsUnary, s.auditUnary}
 			info := &grpc.UnaryServerInfo{FullMethod: limiterServicePrefix + "Acquire"}
 			var call func(i int, ctx context.Context, req any) (any, error)
 			call = func(i int, ctx context.Context, req any) (any, error) {

@@ -6,7 +6,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -25,7 +27,7 @@ func (l *limiterService) Acquire(ctx context.Context, req *tollgatev1.AcquireReq
 	if err != nil {
 		return nil, toStatus(l.srv.log, "Acquire", err, errCtx{pool: req.GetPool()})
 	}
-	return &tollgatev1.AcquireResponse{Lease: l.srv.leaseToProto(lease)}, nil
+	return &tollgatev1.AcquireResponse{Lease: apiconv.LeaseToProto(l.srv.ids, lease)}, nil
 }
 
 // Release ends a lease.
@@ -43,7 +45,7 @@ func (l *limiterService) Renew(ctx context.Context, req *tollgatev1.RenewRequest
 	if err != nil {
 		return nil, toStatus(l.srv.log, "Renew", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
 	}
-	return &tollgatev1.RenewResponse{Lease: l.srv.leaseToProto(lease)}, nil
+	return &tollgatev1.RenewResponse{Lease: apiconv.LeaseToProto(l.srv.ids, lease)}, nil
 }
 
 // Take takes rate tokens, waiting up to max_wait, capped by the call's
@@ -59,7 +61,7 @@ func (l *limiterService) Take(ctx context.Context, req *tollgatev1.TakeRequest) 
 // GetQueuePosition reports where a client's acquires wait in a pool's
 // queue.
 func (l *limiterService) GetQueuePosition(ctx context.Context, req *tollgatev1.GetQueuePositionRequest) (*tollgatev1.GetQueuePositionResponse, error) {
-	err := checkPoolName("pool", req.GetPool())
+	err := apiconv.CheckPoolName("pool", req.GetPool())
 	if err == nil {
 		var queued []limiter.QueuedAcquire
 		var waiting int64
@@ -81,7 +83,7 @@ func (l *limiterService) GetQueuePosition(ctx context.Context, req *tollgatev1.G
 // granted when ctx is already done, so that it reports a cancelled or
 // timed-out call rather than a lease no one will use.
 func (s *Server) acquire(ctx context.Context, req *tollgatev1.AcquireRequest, owner any, defaultClientID string) (limiter.Lease, error) {
-	ar, err := acquireFromProto(req)
+	ar, err := apiconv.AcquireFromProto(req)
 	if err != nil {
 		return limiter.Lease{}, err
 	}
@@ -110,14 +112,14 @@ func (s *Server) releaseQuietly(lease limiter.Lease, why string) {
 // release validates req and ends the lease, counting the outcome it
 // carries, if any (outcome_service.go).
 func (s *Server) release(req *tollgatev1.ReleaseRequest) error {
-	if err := checkPoolName("pool", req.GetPool()); err != nil {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
 		return err
 	}
 	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId())
 	if err != nil {
 		return err
 	}
-	out, err := outcomeFromProto(req.GetOutcome())
+	out, err := apiconv.OutcomeFromProto(req.GetOutcome())
 	if err != nil {
 		return err
 	}
@@ -130,7 +132,7 @@ func (s *Server) release(req *tollgatev1.ReleaseRequest) error {
 // A lease the renew re-adopted after a restart (or any lease the quotas
 // do not know) starts counting against its client's lease limit here.
 func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner any) (limiter.Lease, error) {
-	if err := checkPoolName("pool", req.GetPool()); err != nil {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
 		return limiter.Lease{}, err
 	}
 	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId())
@@ -165,10 +167,10 @@ func (s *Server) take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter
 	if req == nil {
 		req = &tollgatev1.TakeRequest{}
 	}
-	if err := checkPoolName("pool", req.GetPool()); err != nil {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
 		return limiter.TakeResult{}, err
 	}
-	tokens, err := countArg("tokens", req.Tokens)
+	tokens, err := apiconv.CountArg("tokens", req.Tokens)
 	if err != nil {
 		return limiter.TakeResult{}, err
 	}
@@ -185,7 +187,7 @@ func (s *Server) take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter
 			maxWait = left
 		}
 	}
-	if err := checkTraceContext(req.GetTraceContext()); err != nil {
+	if err := tracing.CheckContext(req.GetTraceContext()); err != nil {
 		return limiter.TakeResult{}, err
 	}
 	return s.takeTraced(ctx, req.GetPool(), tokens, maxWait, req.GetTraceContext())

@@ -114,10 +114,10 @@ func TestMetrics(t *testing.T) {
 		t.Error("metrics still have series of the deleted pool")
 	}
 	o.scrape()
-	if _, ok := o.srv.metrics.waits.series.Load("db"); ok {
+	if o.srv.metrics.Waits.Cached("db") {
 		t.Error("the deleted pool's wait histogram is still kept")
 	}
-	if _, ok := o.srv.metrics.holds.series.Load("db"); ok {
+	if o.srv.metrics.Holds.Cached("db") {
 		t.Error("the deleted pool's hold histogram is still kept")
 	}
 }

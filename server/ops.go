@@ -4,9 +4,13 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/wirecodec"
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // ops is the server's operational state: who may call what (auth), what
@@ -20,9 +24,9 @@ type ops struct {
 	// createPoolMu serializes CreatePool calls while Limits.MaxPools is
 	// checked.
 	createPoolMu sync.Mutex
-	metrics      *metrics
+	metrics      *metrics.Metrics
 	events       events.Ring
-	codec        wireCodec // refuses undecodable requests
+	codec        wirecodec.Codec // refuses undecodable requests
 }
 
 // initOps sets up s.ops from cfg; New calls it once the engine exists.
@@ -31,6 +35,18 @@ func (s *Server) initOps(cfg Config) {
 	s.limits = cfg.Limits.WithDefaults()
 	s.quotas = limits.New(s.limits)
 	s.rates = limits.NewRates(s.limits.ClientRate, s.limits.ClientBurst)
-	s.metrics = newMetrics(s)
-	s.codec = newWireCodec()
+	s.metrics = metrics.New(metricsSource{Engine: s.engine, s: s}, sessionKindNames[:])
+	s.codec = wirecodec.New()
 }
+
+// metricsSource is what the metrics collector reads of the server: the
+// engine's pools and the server's counters.
+type metricsSource struct {
+	*limiter.Engine
+	s *Server
+}
+
+func (m metricsSource) MarkKinds() map[limiter.PoolEventType]string { return audit.MarkKinds }
+func (m metricsSource) Quotas() *limits.Quotas                      { return m.s.quotas }
+func (m metricsSource) Sessions() int64                             { return m.s.liveSessions.Load() }
+func (m metricsSource) Serving() bool                               { return m.s.Serving() }

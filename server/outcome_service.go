@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -22,7 +23,7 @@ func (l *limiterService) Report(ctx context.Context, req *tollgatev1.ReportReque
 // names (a report can lower a pool's limits, so it needs the same right as
 // an acquire), and counts it.
 func (s *Server) report(ctx context.Context, req *tollgatev1.ReportRequest) error {
-	rs, err := reportsFromProto(req)
+	rs, err := apiconv.ReportsFromProto(req)
 	if err != nil {
 		return err
 	}

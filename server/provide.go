@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/peer"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
@@ -57,7 +58,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 	if err != nil {
 		return toStatus(s.log, "Provide", err, errCtx{pool: first.GetRegister().GetPool()})
 	}
-	if err := stream.Send(&tollgatev1.ProvideResponse{RequestId: first.GetRequestId(), Provider: providerToProto(info)}); err != nil {
+	if err := stream.Send(&tollgatev1.ProvideResponse{RequestId: first.GetRequestId(), Provider: apiconv.ProviderToProto(info)}); err != nil {
 		left = "its Provide stream broke"
 		return err
 	}
@@ -125,7 +126,7 @@ func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.Provide
 	if reg == nil {
 		return nil, invalidArg("the first message of a Provide stream must be register (pool, provider_id, ttl)")
 	}
-	if err := checkPoolName("register.pool", reg.GetPool()); err != nil {
+	if err := apiconv.CheckPoolName("register.pool", reg.GetPool()); err != nil {
 		return nil, err
 	}
 	ttl, err := poolconv.Duration("register.ttl", reg.GetTtl())
@@ -145,7 +146,7 @@ func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.Provide
 	if spec.Identity == "" {
 		spec.Identity = spec.Address
 	}
-	return s.engine.RegisterProvider(reg.GetPool(), spec, resourcesFromProto(reg.GetResources()))
+	return s.engine.RegisterProvider(reg.GetPool(), spec, apiconv.ResourcesFromProto(reg.GetResources()))
 }
 
 // provideMessage handles one message after the registration. A failed
@@ -162,7 +163,7 @@ func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideReques
 		info, err = h.KeepAlive()
 	case *tollgatev1.ProvideRequest_Offer:
 		if err = s.provideRate(rateKey); err == nil {
-			info, err = h.Offer(resourcesFromProto(k.Offer.GetResources()))
+			info, err = h.Offer(apiconv.ResourcesFromProto(k.Offer.GetResources()))
 		}
 	case *tollgatev1.ProvideRequest_Withdraw:
 		if err = s.provideRate(rateKey); err == nil {
@@ -185,7 +186,7 @@ func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideReques
 			return nil, err
 		}
 	}
-	resp.Provider = providerToProto(info)
+	resp.Provider = apiconv.ProviderToProto(info)
 	return resp, nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -100,8 +101,8 @@ type Server struct {
 	// times that); tests lower it before serving.
 	maxSessionUnread int64
 
-	tracing  *tracing // nil when Config.TracerProvider is nil
-	envoyRLS bool     // Config.EnvoyRLS
+	tracing  *tracing.Tracing // nil when Config.TracerProvider is nil
+	envoyRLS bool             // Config.EnvoyRLS
 
 	leadership Leadership // Config.Leadership; nil when standalone
 	advertise  string     // Config.Advertise
@@ -123,7 +124,7 @@ func New(cfg Config) *Server {
 		shutdownTimeout: cfg.ShutdownTimeout,
 		health:          health.NewServer(),
 		draining:        make(chan struct{}),
-		tracing:         newTracing(cfg),
+		tracing:         tracing.New(cfg.TracerProvider, cfg.Propagator),
 		ids:             leaseid.New(nil), // Open uses the data directory's key
 		envoyRLS:        cfg.EnvoyRLS,
 		leadership:      cfg.Leadership,

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -318,7 +319,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 			s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
 			return
 		}
-		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: s.srv.leaseToProto(lease)}}})
+		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}})
 	case *tollgatev1.SessionRequest_Report: // outcomes and rate shares, answered inline: session_shares.go
 		s.report(id, k.Report)
 	case *tollgatev1.SessionRequest_AcquireShare:
@@ -351,7 +352,7 @@ func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 
 // startAcquire validates an acquire and waits for its grant in a worker.
 func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
-	ar, err := acquireFromProto(r)
+	ar, err := apiconv.AcquireFromProto(r)
 	if err != nil {
 		s.answerErr(id, err, errCtx{pool: r.GetPool()})
 		return
@@ -375,7 +376,7 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 		}
 		// A grant that raced with a CancelRequest stands; one whose stream
 		// is gone is released by send's caller below or by close.
-		resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: s.srv.leaseToProto(lease)}}}
+		resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}}
 		if !s.send(resp) {
 			s.srv.releaseQuietly(lease, "session ended before the grant was sent")
 		}
@@ -384,7 +385,7 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 
 // startTake validates a take and runs it in a worker.
 func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
-	if err := checkPoolName("pool", r.GetPool()); err != nil {
+	if err := apiconv.CheckPoolName("pool", r.GetPool()); err != nil {
 		s.answerErr(id, err, errCtx{pool: r.GetPool()})
 		return
 	}
@@ -530,7 +531,7 @@ func (s *session) answerErr(id uint64, err error, ec errCtx) {
 // is called from the engine's OnLeaseEnded. A client that lets
 // MaxSessionEvents events pile up has its stream ended.
 func (s *session) pushEvent(ev limiter.LeaseEnded) {
-	s.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Event{Event: s.srv.leaseEventToProto(ev)}})
+	s.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Event{Event: apiconv.LeaseEventToProto(s.srv.ids, ev)}})
 }
 
 // queueEvent queues an event (a lease event, or a share event:

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/tollgate/tollgate/internal/apiconv"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -39,7 +40,7 @@ func (s *session) acquireShare(id uint64, r *tollgatev1.AcquireShareRequest) {
 		s.answerErr(id, err, errCtx{pool: r.GetPool()})
 		return
 	}
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_AcquireShare{AcquireShare: &tollgatev1.AcquireShareResponse{Share: s.srv.shareToProto(sh)}}})
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_AcquireShare{AcquireShare: &tollgatev1.AcquireShareResponse{Share: apiconv.ShareToProto(s.srv.ids, sh)}}})
 }
 
 // refreshShare refreshes a share and makes this session its owner.
@@ -53,7 +54,7 @@ func (s *session) refreshShare(id uint64, r *tollgatev1.RefreshShareRequest) {
 		s.answerErr(id, err, errCtx{pool: r.GetPool()})
 		return
 	}
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_RefreshShare{RefreshShare: &tollgatev1.RefreshShareResponse{Share: s.srv.shareToProto(sh)}}})
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_RefreshShare{RefreshShare: &tollgatev1.RefreshShareResponse{Share: apiconv.ShareToProto(s.srv.ids, sh)}}})
 }
 
 // releaseShare gives a share back.

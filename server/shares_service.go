@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -19,7 +20,7 @@ func (l *limiterService) AcquireShare(ctx context.Context, req *tollgatev1.Acqui
 	if err != nil {
 		return nil, toStatus(l.srv.log, "AcquireShare", err, errCtx{pool: req.GetPool()})
 	}
-	return &tollgatev1.AcquireShareResponse{Share: l.srv.shareToProto(sh)}, nil
+	return &tollgatev1.AcquireShareResponse{Share: apiconv.ShareToProto(l.srv.ids, sh)}, nil
 }
 
 // RefreshShare extends a share and returns its current grant. A unary
@@ -29,7 +30,7 @@ func (l *limiterService) RefreshShare(ctx context.Context, req *tollgatev1.Refre
 	if err != nil {
 		return nil, toStatus(l.srv.log, "RefreshShare", err, errCtx{pool: req.GetPool()})
 	}
-	return &tollgatev1.RefreshShareResponse{Share: l.srv.shareToProto(sh)}, nil
+	return &tollgatev1.RefreshShareResponse{Share: apiconv.ShareToProto(l.srv.ids, sh)}, nil
 }
 
 // ReleaseShare gives a share back.
@@ -44,7 +45,7 @@ func (l *limiterService) ReleaseShare(ctx context.Context, req *tollgatev1.Relea
 // for unary calls; pushes go to it), for client defaultClientID when req
 // names none.
 func (s *Server) acquireShare(req *tollgatev1.AcquireShareRequest, owner any, defaultClientID string) (limiter.Share, error) {
-	sr, err := shareRequestFromProto(req)
+	sr, err := apiconv.ShareRequestFromProto(req)
 	if err != nil {
 		return limiter.Share{}, err
 	}
@@ -58,7 +59,7 @@ func (s *Server) acquireShare(req *tollgatev1.AcquireShareRequest, owner any, de
 // refreshShare validates req and refreshes the share, making owner (if not
 // nil) the one pushed its changes.
 func (s *Server) refreshShare(req *tollgatev1.RefreshShareRequest, owner any) (limiter.Share, error) {
-	sr, err := s.shareRefreshFromProto(req)
+	sr, err := apiconv.ShareRefreshFromProto(s.ids, req)
 	if err != nil {
 		return limiter.Share{}, err
 	}
@@ -68,7 +69,7 @@ func (s *Server) refreshShare(req *tollgatev1.RefreshShareRequest, owner any) (l
 
 // releaseShare validates req and gives the share back.
 func (s *Server) releaseShare(req *tollgatev1.ReleaseShareRequest) error {
-	if err := checkPoolName("pool", req.GetPool()); err != nil {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
 		return err
 	}
 	id, err := s.ids.ParseShare(req.GetPool(), req.GetShareId())
@@ -86,6 +87,6 @@ func (s *Server) onShareUpdate(u limiter.ShareUpdate) {
 		s.log.Debug("rate share ended", "pool", u.Share.Pool, "share_id", u.Share.ID, "client_id", u.Share.ClientID, "why", u.Kind.String())
 	}
 	if sess, ok := u.Owner.(*session); ok {
-		sess.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_ShareEvent{ShareEvent: s.shareEventToProto(u)}})
+		sess.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_ShareEvent{ShareEvent: apiconv.ShareEventToProto(s.ids, u)}})
 	}
 }

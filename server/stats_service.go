@@ -5,6 +5,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -27,7 +29,7 @@ func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsReq
 	if err != nil {
 		return nil, toStatus(a.srv.log, "GetStats", err, errCtx{})
 	}
-	after, err := decodePageToken(req.GetPageToken())
+	after, err := pagetoken.Pool(req.GetPageToken())
 	if err != nil {
 		return nil, toStatus(a.srv.log, "GetStats", err, errCtx{})
 	}
@@ -37,7 +39,7 @@ func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsReq
 		resp.Stats = append(resp.Stats, poolStatsToProto(st))
 	}
 	if more && len(stats) > 0 {
-		resp.NextPageToken = encodePageToken(stats[len(stats)-1].Config.Name)
+		resp.NextPageToken = pagetoken.Encode(stats[len(stats)-1].Config.Name)
 	}
 	return resp, nil
 }
@@ -47,7 +49,7 @@ func poolStatsToProto(st limiter.PoolStats) *tollgatev1.PoolStats {
 	wt := st.WaitTimes
 	return &tollgatev1.PoolStats{
 		Pool:             st.Config.Name,
-		Status:           statusToProto(st.Status),
+		Status:           apiconv.StatusToProto(st.Status),
 		ConcurrencyLimit: st.Config.ConcurrencyLimit,
 		Rate:             st.Config.Rate,
 		Utilisation:      st.Utilisation,

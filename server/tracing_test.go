@@ -15,6 +15,7 @@ import (
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -91,15 +92,15 @@ func TestTracingSessionAcquireUnderCallersTrace(t *testing.T) {
 		if sp.SpanContext().TraceID() != caller.TraceID() || sp.Parent().SpanID() != caller.SpanID() {
 			t.Errorf("span %v is not a child of the caller's span %v (parent %v)", sp.SpanContext(), caller, sp.Parent())
 		}
-		if got := attrs(sp)[attrPool].AsString(); got != "db" {
+		if got := attrs(sp)[tracing.AttrPool].AsString(); got != "db" {
 			t.Errorf("tollgate.pool = %q, want db", got)
 		}
 	}
 	granted, refused := attrs(spans[0]), attrs(spans[1])
-	if granted[attrOutcome].AsString() != "granted" || granted[attrWeight].AsInt64() != 2 || granted[attrToken].AsInt64() != int64(lease.GetFencingToken()) {
+	if granted[tracing.AttrOutcome].AsString() != "granted" || granted[tracing.AttrWeight].AsInt64() != 2 || granted[tracing.AttrToken].AsInt64() != int64(lease.GetFencingToken()) {
 		t.Errorf("granted acquire's attributes: %v", granted)
 	}
-	if got := refused[attrOutcome].AsString(); got != string(limiter.ReasonNoCapacity) {
+	if got := refused[tracing.AttrOutcome].AsString(); got != string(limiter.ReasonNoCapacity) {
 		t.Errorf("refused acquire's outcome = %q, want %s", got, limiter.ReasonNoCapacity)
 	}
 	if spans[1].Status().Code != codes.Error {
@@ -140,11 +141,11 @@ func TestTracingUnaryCalls(t *testing.T) {
 	if take[0].Parent().SpanID() != rpc[0].SpanContext().SpanID() {
 		t.Errorf("tollgate.Take is not a child of its RPC's span")
 	}
-	if a := attrs(take[0]); a[attrTokens].AsInt64() != 3 || a[attrOutcome].AsString() != "granted" {
+	if a := attrs(take[0]); a[tracing.AttrTokens].AsInt64() != 3 || a[tracing.AttrOutcome].AsString() != "granted" {
 		t.Errorf("tollgate.Take attributes: %v", a)
 	}
 	for _, sp := range []sdktrace.ReadOnlySpan{rpc[0], get[0]} {
-		if got := attrs(sp)[attrPool].AsString(); got != "api" {
+		if got := attrs(sp)[tracing.AttrPool].AsString(); got != "api" {
 			t.Errorf("%s: tollgate.pool = %q, want api", sp.Name(), got)
 		}
 	}
@@ -156,10 +157,10 @@ func TestTraceContextBounded(t *testing.T) {
 	e := newEnv(t)
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1, Rate: 10, Burst: 10})
 	many := map[string]string{}
-	for i := range maxTraceContextEntries + 1 {
+	for i := range tracing.MaxContextEntries + 1 {
 		many[fmt.Sprint("k", i)] = "v"
 	}
-	long := map[string]string{"traceparent": string(make([]byte, maxTraceContextBytes))}
+	long := map[string]string{"traceparent": string(make([]byte, tracing.MaxContextBytes))}
 	for _, tc := range []map[string]string{many, long} {
 		_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db", TraceContext: tc})
 		wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)

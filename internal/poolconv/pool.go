@@ -6,8 +6,9 @@
 // It checks only what the wire can get wrong that the engine cannot see
 // (an enum value out of range, a malformed or negative duration, a float
 // that is not finite); range checks are the engine's
-// (limiter.PoolConfig.Validate). It imports the engine and the generated
-// API, nothing of the server.
+// (limiter.PoolConfig.Validate). It also reads UpdatePool's update_mask
+// against the Pool message (ParseMask, Mask.Merge). It imports the engine,
+// the generated API and internal/refuse, nothing of the server.
 package poolconv
 
 import (

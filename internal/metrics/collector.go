@@ -1,4 +1,4 @@
-package server
+package metrics
 
 import (
 	"math"
@@ -9,18 +9,31 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
+// Source is what the collector reads at scrape time: the engine's pools
+// and the server's own counters.
+type Source interface {
+	ListPools(after string, limit int) ([]limiter.PoolInfo, bool)
+	GetPool(name string) (limiter.PoolInfo, error)
+	// MarkKinds names the engine's mark events as the "kind" label of
+	// tollgate_pool_events_suppressed_total does.
+	MarkKinds() map[limiter.PoolEventType]string
+	Quotas() *limits.Quotas
+	Sessions() int64 // Session streams open
+	Serving() bool   // false once shutdown has started
+}
+
 // engineCollector is a prometheus.Collector that reads, at scrape time,
 // every pool's configuration and status from the engine (one ListPools:
 // each pool's lock is taken once, briefly) and the server's own counters.
 // It also collects the wait- and hold-time histograms, after dropping the
 // series of pools that are gone.
 type engineCollector struct {
-	s *Server
+	src Source
 
 	poolGauges   []poolMetric
 	poolCounters []poolMetric
 	suppressed   *prometheus.Desc
-	waits, holds *poolHistograms
+	waits, holds *PoolHistograms
 
 	pools, waiters, sessions, serving, refusals *prometheus.Desc
 }
@@ -35,12 +48,12 @@ func poolDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, []string{"pool"}, nil)
 }
 
-func newEngineCollector(s *Server, waits, holds *poolHistograms) *engineCollector {
+func newEngineCollector(src Source, waits, holds *PoolHistograms) *engineCollector {
 	g := func(name, help string, get func(*limiter.PoolInfo) float64) poolMetric {
 		return poolMetric{poolDesc(name, help), get}
 	}
 	return &engineCollector{
-		s: s, waits: waits, holds: holds,
+		src: src, waits: waits, holds: holds,
 		poolGauges: []poolMetric{
 			g("tollgate_pool_held", "Permit weight held by the pool's live leases.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.Held) }),
 			g("tollgate_pool_leases", "Live leases of the pool.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.Leases) }),
@@ -90,8 +103,8 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the engine and the server's counters.
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.s
-	infos, _ := s.engine.ListPools("", math.MaxInt)
+	src := c.src
+	infos, _ := src.ListPools("", math.MaxInt)
 	live := make(map[string]bool, len(infos))
 	for i := range infos {
 		info := &infos[i]
@@ -103,28 +116,28 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, m := range c.poolCounters {
 			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, m.get(info), name)
 		}
-		for t, kind := range markEventTypes {
+		for t, kind := range src.MarkKinds() {
 			ch <- prometheus.MustNewConstMetric(c.suppressed, prometheus.CounterValue, float64(info.Status.SuppressedMarkEvents.Of(t)), name, kind)
 		}
 	}
 	exists := func(name string) bool {
-		_, err := s.engine.GetPool(name)
+		_, err := src.GetPool(name)
 		return err == nil
 	}
-	for _, h := range []*poolHistograms{c.waits, c.holds} {
+	for _, h := range []*PoolHistograms{c.waits, c.holds} {
 		h.prune(live, exists)
 		h.vec.Collect(ch)
 	}
 
 	ch <- prometheus.MustNewConstMetric(c.pools, prometheus.GaugeValue, float64(len(infos)))
-	ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(s.quotas.Waiters()))
-	ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(s.liveSessions.Load()))
+	ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(src.Quotas().Waiters()))
+	ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(src.Sessions()))
 	serving := 0.0
-	if s.Serving() {
+	if src.Serving() {
 		serving = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.serving, prometheus.GaugeValue, serving)
 	for k, name := range limits.Names {
-		ch <- prometheus.MustNewConstMetric(c.refusals, prometheus.CounterValue, float64(s.quotas.Refused(limits.Kind(k))), name)
+		ch <- prometheus.MustNewConstMetric(c.refusals, prometheus.CounterValue, float64(src.Quotas().Refused(limits.Kind(k))), name)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package poolconv
 
 import (
 	"strings"
@@ -6,7 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -21,39 +21,39 @@ var poolDescriptor = (&tollgatev1.Pool{}).ProtoReflect().Descriptor()
 // UpdatePool cannot change.
 func immutablePath(name string) bool {
 	fd := poolDescriptor.Fields().ByName(protoreflect.Name(name))
-	return fd != nil && poolconv.Immutable(fd)
+	return fd != nil && Immutable(fd)
 }
 
-// updatablePaths are the fields of Pool that UpdatePool can change, in the
+// UpdatablePaths are the fields of Pool that UpdatePool can change, in the
 // order they are declared.
-var updatablePaths = func() []string {
+var UpdatablePaths = func() []string {
 	var out []string
 	fields := poolDescriptor.Fields()
 	for i := 0; i < fields.Len(); i++ {
-		if fd := fields.Get(i); !poolconv.Immutable(fd) {
+		if fd := fields.Get(i); !Immutable(fd) {
 			out = append(out, string(fd.Name()))
 		}
 	}
 	return out
 }()
 
-// fieldMask is a checked update_mask: the field chain of each path.
-type fieldMask [][]protoreflect.FieldDescriptor
+// Mask is a checked update_mask: the field chain of each path.
+type Mask [][]protoreflect.FieldDescriptor
 
-// poolMask checks the paths of an UpdatePool request's update_mask.
-func poolMask(paths []string) (fieldMask, error) {
+// ParseMask checks the paths of an UpdatePool request's update_mask.
+func ParseMask(paths []string) (Mask, error) {
 	if len(paths) == 0 {
-		return nil, invalidArg("update_mask is required: name the fields to change, any of %s", strings.Join(updatablePaths, ", "))
+		return nil, invalid("update_mask is required: name the fields to change, any of %s", strings.Join(UpdatablePaths, ", "))
 	}
-	mask := make(fieldMask, 0, len(paths))
+	mask := make(Mask, 0, len(paths))
 	for _, path := range paths {
 		top, _, _ := strings.Cut(path, ".")
 		if immutablePath(top) {
-			return nil, invalidArg("update_mask path %q cannot be changed; the paths that can are %s", path, strings.Join(updatablePaths, ", "))
+			return nil, invalid("update_mask path %q cannot be changed; the paths that can are %s", path, strings.Join(UpdatablePaths, ", "))
 		}
 		fields := resolvePath(poolDescriptor, path)
 		if fields == nil {
-			return nil, invalidArg("update_mask path %q is not a pool field that can be changed; use any of %s, or adaptive.<field> (such as adaptive.backoff)", truncate(path, 64), strings.Join(updatablePaths, ", "))
+			return nil, invalid("update_mask path %q is not a pool field that can be changed; use any of %s, or adaptive.<field> (such as adaptive.backoff)", refuse.Truncate(path, 64), strings.Join(UpdatablePaths, ", "))
 		}
 		mask = append(mask, fields)
 	}
@@ -82,9 +82,9 @@ func resolvePath(md protoreflect.MessageDescriptor, path string) []protoreflect.
 	return chain
 }
 
-// merge copies the fields of src that m names into dst, and returns dst. A
+// Merge copies the fields of src that m names into dst, and returns dst. A
 // named field unset in src is cleared in dst (reset to its default).
-func (m fieldMask) merge(dst, src *tollgatev1.Pool) *tollgatev1.Pool {
+func (m Mask) Merge(dst, src *tollgatev1.Pool) *tollgatev1.Pool {
 	for _, chain := range m {
 		d, s := dst.ProtoReflect(), src.ProtoReflect()
 		for _, fd := range chain[:len(chain)-1] {

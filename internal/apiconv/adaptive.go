@@ -1,18 +1,20 @@
-package server
+package apiconv
 
 import (
 	"strconv"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// This file converts the wire types of adaptive limits, outcomes and rate
-// shares to and from the engine's. As for pools, range checks are the
-// engine's; what is checked here is only what the wire can get wrong.
+// Adaptive limits, outcomes and rate shares. As for pools, range checks
+// are the engine's; what is checked here is only what the wire can get
+// wrong.
 
 // adaptiveStatusToProto fills in the adaptive part of a wire status.
 func adaptiveStatusToProto(s limiter.AdaptiveStatus, out *tollgatev1.PoolStatus) {
@@ -24,7 +26,7 @@ func adaptiveStatusToProto(s limiter.AdaptiveStatus, out *tollgatev1.PoolStatus)
 	case limiter.ThrottleLatency:
 		out.ThrottleReason = tollgatev1.ThrottleReason_THROTTLE_REASON_LATENCY
 	}
-	out.LastAdaptiveChange = timestamp(s.LastAdaptiveChange)
+	out.LastAdaptiveChange = Timestamp(s.LastAdaptiveChange)
 	out.SuccessesReported, out.ErrorsReported, out.TimeoutsReported = s.SuccessesReported, s.ErrorsReported, s.TimeoutsReported
 	out.WindowSamples, out.WindowErrorRatio = s.WindowSamples, s.WindowErrorRatio
 	if s.WindowLatency > 0 {
@@ -36,8 +38,8 @@ func adaptiveStatusToProto(s limiter.AdaptiveStatus, out *tollgatev1.PoolStatus)
 	out.ShareHolders, out.SharesGranted = s.ShareHolders, s.SharesGranted
 }
 
-// outcomeFromProto converts a release's outcome; nil for none.
-func outcomeFromProto(o *tollgatev1.Outcome) (*limiter.ReleaseOutcome, error) {
+// OutcomeFromProto converts a release's outcome; nil for none.
+func OutcomeFromProto(o *tollgatev1.Outcome) (*limiter.ReleaseOutcome, error) {
 	if o == nil {
 		return nil, nil
 	}
@@ -50,7 +52,7 @@ func outcomeFromProto(o *tollgatev1.Outcome) (*limiter.ReleaseOutcome, error) {
 	case tollgatev1.OutcomeResult_OUTCOME_RESULT_TIMEOUT:
 		r = limiter.OutcomeTimeout
 	default:
-		return nil, invalidArg("outcome.result %s (%d) is not a result; use OUTCOME_RESULT_SUCCESS, OUTCOME_RESULT_ERROR or OUTCOME_RESULT_TIMEOUT, or leave outcome unset to report nothing", o.GetResult(), int32(o.GetResult()))
+		return nil, refuse.InvalidArg("outcome.result %s (%d) is not a result; use OUTCOME_RESULT_SUCCESS, OUTCOME_RESULT_ERROR or OUTCOME_RESULT_TIMEOUT, or leave outcome unset to report nothing", o.GetResult(), int32(o.GetResult()))
 	}
 	lat, err := poolconv.Duration("outcome.latency", o.GetLatency())
 	if err != nil {
@@ -59,16 +61,16 @@ func outcomeFromProto(o *tollgatev1.Outcome) (*limiter.ReleaseOutcome, error) {
 	return &limiter.ReleaseOutcome{Outcome: r, Latency: lat}, nil
 }
 
-// reportsFromProto converts a Report request.
-func reportsFromProto(req *tollgatev1.ReportRequest) ([]limiter.OutcomeReport, error) {
+// ReportsFromProto converts a Report request.
+func ReportsFromProto(req *tollgatev1.ReportRequest) ([]limiter.OutcomeReport, error) {
 	rs := req.GetReports()
 	if len(rs) > limiter.MaxReportPools {
-		return nil, invalidArg("reports has %d entries; the most is %d: split the batch", len(rs), limiter.MaxReportPools)
+		return nil, refuse.InvalidArg("reports has %d entries; the most is %d: split the batch", len(rs), limiter.MaxReportPools)
 	}
 	out := make([]limiter.OutcomeReport, 0, len(rs))
 	for i, r := range rs {
 		field := "reports[" + strconv.Itoa(i) + "]"
-		if err := checkPoolName(field+".pool", r.GetPool()); err != nil {
+		if err := CheckPoolName(field+".pool", r.GetPool()); err != nil {
 			return nil, err
 		}
 		sum, err := poolconv.Duration(field+".latency.sum", r.GetLatency().GetSum())
@@ -87,11 +89,11 @@ func reportsFromProto(req *tollgatev1.ReportRequest) ([]limiter.OutcomeReport, e
 	return out, nil
 }
 
-// shareToProto converts an engine share to the wire, with the signed id
+// ShareToProto converts an engine share to the wire, with the signed id
 // its holder uses (signed by internal/leaseid).
-func (srv *Server) shareToProto(s limiter.Share) *tollgatev1.RateShare {
+func ShareToProto(ids *leaseid.IDs, s limiter.Share) *tollgatev1.RateShare {
 	return &tollgatev1.RateShare{
-		Id:              srv.ids.FormatShare(s.Pool, s.ID),
+		Id:              ids.FormatShare(s.Pool, s.ID),
 		Pool:            s.Pool,
 		Want:            s.Want,
 		Weight:          s.Weight,
@@ -100,18 +102,18 @@ func (srv *Server) shareToProto(s limiter.Share) *tollgatev1.RateShare {
 		SafeRate:        s.SafeRate,
 		Ttl:             durationpb.New(s.TTL),
 		RefreshInterval: durationpb.New(s.RefreshInterval),
-		GrantTime:       timestamp(s.GrantTime),
-		ExpireTime:      timestamp(s.ExpireTime),
+		GrantTime:       Timestamp(s.GrantTime),
+		ExpireTime:      Timestamp(s.ExpireTime),
 		ClientId:        s.ClientID,
 		Version:         s.Version,
 	}
 }
 
-// shareRequestFromProto converts an AcquireShare request. The caller sets
+// ShareRequestFromProto converts an AcquireShare request. The caller sets
 // Owner and any default client id.
-func shareRequestFromProto(r *tollgatev1.AcquireShareRequest) (limiter.ShareRequest, error) {
+func ShareRequestFromProto(r *tollgatev1.AcquireShareRequest) (limiter.ShareRequest, error) {
 	var sr limiter.ShareRequest
-	if err := checkPoolName("pool", r.GetPool()); err != nil {
+	if err := CheckPoolName("pool", r.GetPool()); err != nil {
 		return sr, err
 	}
 	ttl, err := poolconv.Duration("ttl", r.GetTtl())
@@ -119,21 +121,21 @@ func shareRequestFromProto(r *tollgatev1.AcquireShareRequest) (limiter.ShareRequ
 		return sr, err
 	}
 	if r.Weight != nil && r.GetWeight() < 1 {
-		return sr, invalidArg("weight is %d; give 1 to %d, or leave it unset for 1", r.GetWeight(), limiter.MaxShareWeight)
+		return sr, refuse.InvalidArg("weight is %d; give 1 to %d, or leave it unset for 1", r.GetWeight(), limiter.MaxShareWeight)
 	}
 	if r.GetWant() == 0 {
-		return sr, invalidArg("want is required: the rate you would use, in tokens per second (above 0)")
+		return sr, refuse.InvalidArg("want is required: the rate you would use, in tokens per second (above 0)")
 	}
 	return limiter.ShareRequest{Pool: r.GetPool(), Want: r.GetWant(), Weight: r.GetWeight(), TTL: ttl, ClientID: r.GetClientId()}, nil
 }
 
-// shareRefreshFromProto converts a RefreshShare request.
-func (srv *Server) shareRefreshFromProto(r *tollgatev1.RefreshShareRequest) (limiter.ShareRefresh, error) {
+// ShareRefreshFromProto converts a RefreshShare request.
+func ShareRefreshFromProto(ids *leaseid.IDs, r *tollgatev1.RefreshShareRequest) (limiter.ShareRefresh, error) {
 	var sr limiter.ShareRefresh
-	if err := checkPoolName("pool", r.GetPool()); err != nil {
+	if err := CheckPoolName("pool", r.GetPool()); err != nil {
 		return sr, err
 	}
-	id, err := srv.ids.ParseShare(r.GetPool(), r.GetShareId())
+	id, err := ids.ParseShare(r.GetPool(), r.GetShareId())
 	if err != nil {
 		return sr, err
 	}
@@ -143,23 +145,23 @@ func (srv *Server) shareRefreshFromProto(r *tollgatev1.RefreshShareRequest) (lim
 	}
 	if r.GrantedRate != nil {
 		if g := r.GetGrantedRate(); !(g > 0) || g > limiter.MaxRate {
-			return sr, invalidArg("granted_rate is %v; it must be the rate the share was granted, above 0 (or leave it unset)", g)
+			return sr, refuse.InvalidArg("granted_rate is %v; it must be the rate the share was granted, above 0 (or leave it unset)", g)
 		}
 		sr.Granted = r.GetGrantedRate()
 	}
 	if r.Want != nil && !(r.GetWant() > 0) {
-		return sr, invalidArg("want is %v; give a rate above 0, or leave it unset to keep the share's", r.GetWant())
+		return sr, refuse.InvalidArg("want is %v; give a rate above 0, or leave it unset to keep the share's", r.GetWant())
 	}
 	if r.Weight != nil && r.GetWeight() < 1 {
-		return sr, invalidArg("weight is %d; give 1 to %d, or leave it unset to keep the share's", r.GetWeight(), limiter.MaxShareWeight)
+		return sr, refuse.InvalidArg("weight is %d; give 1 to %d, or leave it unset to keep the share's", r.GetWeight(), limiter.MaxShareWeight)
 	}
 	sr.Pool, sr.ID, sr.Want, sr.Weight, sr.TTL = r.GetPool(), id, r.GetWant(), r.GetWeight(), ttl
 	return sr, nil
 }
 
-// shareEventToProto converts a share update pushed to its holder.
-func (srv *Server) shareEventToProto(u limiter.ShareUpdate) *tollgatev1.ShareEvent {
-	ev := &tollgatev1.ShareEvent{Share: srv.shareToProto(u.Share)}
+// ShareEventToProto converts a share update pushed to its holder.
+func ShareEventToProto(ids *leaseid.IDs, u limiter.ShareUpdate) *tollgatev1.ShareEvent {
+	ev := &tollgatev1.ShareEvent{Share: ShareToProto(ids, u.Share)}
 	switch u.Kind {
 	case limiter.ShareChanged:
 		ev.Type = tollgatev1.ShareEventType_SHARE_EVENT_TYPE_CHANGED

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"encoding/json"
@@ -13,42 +13,42 @@ import (
 
 // Paging of /api/pools.
 const (
-	apiPoolsDefaultLimit = 500
-	apiPoolsMaxLimit     = 10_000
+	poolsDefaultLimit = 500
+	poolsMaxLimit     = 10_000
 )
 
-// apiPoolsResponse is the JSON of GET /api/pools[?after=NAME&limit=N]:
+// PoolsResponse is the JSON of GET /api/pools[?after=NAME&limit=N]:
 // pools in name order after NAME, at most N (default 500, at most 10,000).
-type apiPoolsResponse struct {
+type PoolsResponse struct {
 	// Time is the server's time of the snapshot.
 	Time time.Time `json:"time"`
 	// Serving is false once shutdown has started.
 	Serving bool `json:"serving"`
 	// Total is the number of pools on the server; More says that pools
 	// follow the last one returned.
-	Total int       `json:"total"`
-	More  bool      `json:"more"`
-	Pools []apiPool `json:"pools"`
+	Total int    `json:"total"`
+	More  bool   `json:"more"`
+	Pools []Pool `json:"pools"`
 }
 
-// apiPool is one pool. Effective carries the limits in force when adaptive
+// Pool is one pool. Effective carries the limits in force when adaptive
 // control has lowered them below Configured (it is absent otherwise);
 // clients should display effective when present and configured otherwise.
-type apiPool struct {
+type Pool struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
 	// ResourceKind is "active" or "passive" for a pool of instances;
 	// absent for a free pool.
-	ResourceKind string        `json:"resource_kind,omitempty"`
-	Configured   apiLimits     `json:"configured"`
-	Effective    *apiLimits    `json:"effective,omitempty"`
-	Status       apiPoolStatus `json:"status"`
-	CreateTime   time.Time     `json:"create_time"`
-	UpdateTime   time.Time     `json:"update_time"`
+	ResourceKind string     `json:"resource_kind,omitempty"`
+	Configured   Limits     `json:"configured"`
+	Effective    *Limits    `json:"effective,omitempty"`
+	Status       PoolStatus `json:"status"`
+	CreateTime   time.Time  `json:"create_time"`
+	UpdateTime   time.Time  `json:"update_time"`
 }
 
-// apiLimits are a pool's limits; 0 means the pool has no such limit.
-type apiLimits struct {
+// Limits are a pool's limits; 0 means the pool has no such limit.
+type Limits struct {
 	ConcurrencyLimit int64   `json:"concurrency_limit"`
 	Rate             float64 `json:"rate"`
 	Burst            int64   `json:"burst"`
@@ -57,8 +57,8 @@ type apiLimits struct {
 	MaxLeaseTTL      string  `json:"max_lease_ttl"`
 }
 
-// apiPoolStatus mirrors limiter.PoolStatus.
-type apiPoolStatus struct {
+// PoolStatus mirrors limiter.PoolStatus.
+type PoolStatus struct {
 	Held            int64   `json:"held"`
 	Leases          int64   `json:"leases"`
 	Waiting         int64   `json:"waiting"`
@@ -101,28 +101,28 @@ type apiPoolStatus struct {
 	WaitP99Ms  float64 `json:"wait_p99_ms"`
 }
 
-// apiEventsResponse is the JSON of GET /api/events.
-type apiEventsResponse struct {
+// EventsResponse is the JSON of GET /api/events.
+type EventsResponse struct {
 	Events []events.Event `json:"events"`
 }
 
-func (s *Server) apiPools(w http.ResponseWriter, r *http.Request) {
+func (h *handler) pools(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit, ok := queryLimit(w, q, apiPoolsDefaultLimit, apiPoolsMaxLimit)
+	limit, ok := queryLimit(w, q, poolsDefaultLimit, poolsMaxLimit)
 	if !ok {
 		return
 	}
-	infos, more := s.engine.ListPools(q.Get("after"), limit)
-	resp := apiPoolsResponse{
-		Time:    s.engine.Clock().Now(),
-		Serving: s.Serving(),
-		Total:   s.engine.NumPools(),
+	infos, more := h.o.Engine.ListPools(q.Get("after"), limit)
+	resp := PoolsResponse{
+		Time:    h.o.Engine.Clock().Now(),
+		Serving: h.o.Serving(),
+		Total:   h.o.Engine.NumPools(),
 		More:    more,
-		Pools:   make([]apiPool, 0, len(infos)),
+		Pools:   make([]Pool, 0, len(infos)),
 	}
 	for i := range infos {
-		ap := apiPoolOf(&infos[i])
-		if st, err := s.engine.PoolStats(infos[i].Config.Name); err == nil { // deleted meanwhile: no waits
+		ap := poolOf(&infos[i])
+		if st, err := h.o.Engine.PoolStats(infos[i].Config.Name); err == nil { // deleted meanwhile: no waits
 			wt := st.WaitTimes
 			ap.Status.WaitGrants = wt.Count
 			ap.Status.WaitP50Ms, ap.Status.WaitP99Ms = millis(wt.P50), millis(wt.P99)
@@ -148,15 +148,15 @@ func queryLimit(w http.ResponseWriter, q url.Values, def, most int) (int, bool) 
 	return min(n, most), true
 }
 
-func apiPoolOf(info *limiter.PoolInfo) apiPool {
+func poolOf(info *limiter.PoolInfo) Pool {
 	c, st := info.Config, info.Status
 	var recovering *time.Time
 	if !st.RecoveringUntil.IsZero() {
 		recovering = &st.RecoveringUntil
 	}
-	var effective *apiLimits
+	var effective *Limits
 	if st.EffectiveConcurrencyLimit != c.ConcurrencyLimit || st.EffectiveRate != c.Rate {
-		effective = &apiLimits{
+		effective = &Limits{
 			ConcurrencyLimit: st.EffectiveConcurrencyLimit,
 			Rate:             st.EffectiveRate,
 			Burst:            c.Burst,
@@ -169,11 +169,11 @@ func apiPoolOf(info *limiter.PoolInfo) apiPool {
 	if c.ResourceKind != limiter.ResourceFree {
 		kind = c.ResourceKind.String()
 	}
-	return apiPool{
+	return Pool{
 		Name:         c.Name,
 		Description:  c.Description,
 		ResourceKind: kind,
-		Configured: apiLimits{
+		Configured: Limits{
 			ConcurrencyLimit: c.ConcurrencyLimit,
 			Rate:             c.Rate,
 			Burst:            c.Burst,
@@ -182,7 +182,7 @@ func apiPoolOf(info *limiter.PoolInfo) apiPool {
 			MaxLeaseTTL:      c.MaxLeaseTTL.String(),
 		},
 		Effective: effective,
-		Status: apiPoolStatus{
+		Status: PoolStatus{
 			Held: st.Held, Leases: st.Leases, Waiting: st.Waiting, WaitingWeight: st.WaitingWeight,
 			Granted: st.Granted, Released: st.Released, Expired: st.Expired, Rejected: st.Rejected,
 			WaitTimeouts: st.WaitTimeouts, Canceled: st.Canceled,
@@ -200,8 +200,8 @@ func apiPoolOf(info *limiter.PoolInfo) apiPool {
 // millis is d in milliseconds, to the microsecond.
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func (s *Server) apiEvents(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, apiEventsResponse{Events: s.RecentEvents()})
+func (h *handler) events(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, EventsResponse{Events: h.o.RecentEvents()})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -1,4 +1,4 @@
-package server
+package pagetoken
 
 import (
 	"strconv"
@@ -13,21 +13,21 @@ import (
 // or is refused as INVALID_ARGUMENT.
 func FuzzPageTokens(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tok string) {
-		if name, err := decodePageToken(tok); err != nil {
+		if name, err := Pool(tok); err != nil {
 			errtest.WantCodes(t, err, limiter.CodeInvalidArgument)
 		} else if tok != "" {
 			if limiter.ValidatePoolName(name) != nil {
 				t.Fatalf("page token %q decoded to %q, not a pool name", tok, name)
 			}
-			if back, err := decodePageToken(encodePageToken(name)); err != nil || back != name {
+			if back, err := Pool(Encode(name)); err != nil || back != name {
 				t.Fatalf("page token of %q decoded to %q, %v", name, back, err)
 			}
 		}
-		if n, err := decodeLeasePageToken(tok); err != nil {
+		if n, err := Number(tok, "ListLeases"); err != nil {
 			errtest.WantCodes(t, err, limiter.CodeInvalidArgument)
 		} else if tok != "" {
-			again := encodePageToken(strconv.FormatUint(n, 10))
-			if back, err := decodeClientPageToken(again); err != nil || back != n {
+			again := Encode(strconv.FormatUint(n, 10))
+			if back, err := Number(again, "ListClients"); err != nil || back != n {
 				t.Fatalf("page token of %d decoded to %d, %v", n, back, err)
 			}
 		}

@@ -1,20 +1,21 @@
-package server
+package apiconv
 
 import (
 	"maps"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// This file converts resource instances, providers and the resource
-// settings of pools between the engine and the wire.
+// Resource instances, providers and the resource settings of pools:
+// these convert them between the engine and the wire.
 
-// resourcesFromProto converts instances from the wire; the engine checks
+// ResourcesFromProto converts instances from the wire; the engine checks
 // them (ids, attributes, counts).
-func resourcesFromProto(rs []*tollgatev1.Resource) []limiter.Resource {
+func ResourcesFromProto(rs []*tollgatev1.Resource) []limiter.Resource {
 	out := make([]limiter.Resource, len(rs))
 	for i, r := range rs {
 		out[i] = limiter.Resource{ID: r.GetId(), Attributes: r.GetAttributes()}
@@ -38,22 +39,22 @@ func resourceToProto(r limiter.Resource) *tollgatev1.Resource {
 	return &tollgatev1.Resource{Id: r.ID, Attributes: maps.Clone(r.Attributes), ProviderId: r.Provider}
 }
 
-// resourceStateToProto converts an instance as ListResources reports it.
-func (srv *Server) resourceStateToProto(pool string, s limiter.ResourceState) *tollgatev1.ResourceState {
+// ResourceStateToProto converts an instance as ListResources reports it.
+func ResourceStateToProto(ids *leaseid.IDs, pool string, s limiter.ResourceState) *tollgatev1.ResourceState {
 	out := &tollgatev1.ResourceState{
 		Resource:        resourceToProto(s.Resource),
 		ClientId:        s.HolderClientID,
 		Removing:        s.Removing,
-		AddTime:         timestamp(s.AddTime),
-		LastReleaseTime: timestamp(s.LastRelease),
+		AddTime:         Timestamp(s.AddTime),
+		LastReleaseTime: Timestamp(s.LastRelease),
 	}
 	if s.Holder != 0 {
-		out.LeaseId = srv.ids.Format(pool, s.Holder)
+		out.LeaseId = ids.Format(pool, s.Holder)
 	}
 	return out
 }
 
-// providerToProto converts a live provider to the wire.
-func providerToProto(p limiter.ProviderInfo) *tollgatev1.Provider {
-	return &tollgatev1.Provider{Id: p.ID, Identity: p.Identity, Address: p.Address, Ttl: durationpb.New(p.TTL), JoinTime: timestamp(p.JoinTime), Resources: int64(p.Resources)}
+// ProviderToProto converts a live provider to the wire.
+func ProviderToProto(p limiter.ProviderInfo) *tollgatev1.Provider {
+	return &tollgatev1.Provider{Id: p.ID, Identity: p.Identity, Address: p.Address, Ttl: durationpb.New(p.TTL), JoinTime: Timestamp(p.JoinTime), Resources: int64(p.Resources)}
 }

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"errors"
@@ -11,23 +11,23 @@ import (
 
 // Paging of /api/pools/{name}/leases.
 const (
-	apiLeasesDefaultLimit = 100
-	apiLeasesMaxLimit     = 1000
+	leasesDefaultLimit = 100
+	leasesMaxLimit     = 1000
 )
 
-// apiLeasesResponse is the JSON of GET
+// LeasesResponse is the JSON of GET
 // /api/pools/{name}/leases[?after=TOKEN&limit=N]: the pool's live leases
 // in fencing token order after TOKEN, at most N (default 100, at most
 // 1,000). More says that leases follow the last one returned.
-type apiLeasesResponse struct {
-	Pool   string     `json:"pool"`
-	More   bool       `json:"more"`
-	Leases []apiLease `json:"leases"`
+type LeasesResponse struct {
+	Pool   string  `json:"pool"`
+	More   bool    `json:"more"`
+	Leases []Lease `json:"leases"`
 }
 
-// apiLease is one live lease. ID is its fencing token, the bare id admin
+// Lease is one live lease. ID is its fencing token, the bare id admin
 // calls (and events) use; the holder's signed id is not shown.
-type apiLease struct {
+type Lease struct {
 	ID          string    `json:"id"`
 	Weight      int64     `json:"weight"`
 	Priority    int32     `json:"priority"`
@@ -39,9 +39,9 @@ type apiLease struct {
 	Resources   []string  `json:"resources,omitempty"`
 }
 
-func (s *Server) apiPoolLeases(w http.ResponseWriter, r *http.Request) {
+func (h *handler) poolLeases(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit, ok := queryLimit(w, q, apiLeasesDefaultLimit, apiLeasesMaxLimit)
+	limit, ok := queryLimit(w, q, leasesDefaultLimit, leasesMaxLimit)
 	if !ok {
 		return
 	}
@@ -55,7 +55,7 @@ func (s *Server) apiPoolLeases(w http.ResponseWriter, r *http.Request) {
 		after = n
 	}
 	name := r.PathValue("name")
-	leases, more, err := s.engine.ListLeases(name, "", after, limit)
+	leases, more, err := h.o.Engine.ListLeases(name, "", after, limit)
 	if errors.Is(err, limiter.ErrPoolNotFound) {
 		writeText(w, http.StatusNotFound, "pool "+strconv.Quote(name)+" not found\n")
 		return
@@ -64,9 +64,9 @@ func (s *Server) apiPoolLeases(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusBadRequest, err.Error()+"\n")
 		return
 	}
-	resp := apiLeasesResponse{Pool: name, More: more, Leases: make([]apiLease, 0, len(leases))}
+	resp := LeasesResponse{Pool: name, More: more, Leases: make([]Lease, 0, len(leases))}
 	for _, l := range leases {
-		al := apiLease{
+		al := Lease{
 			ID: strconv.FormatUint(l.FencingToken, 10), Weight: l.Weight, Priority: l.Priority,
 			ClientID: l.ClientID, Description: l.Description, TTL: l.TTL.String(),
 			AcquireTime: l.AcquireTime, ExpireTime: l.ExpireTime,

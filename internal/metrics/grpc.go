@@ -1,4 +1,4 @@
-package server
+package metrics
 
 import (
 	"context"
@@ -8,96 +8,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// metrics is the server's Prometheus registry: the gRPC server metrics
-// kept by the interceptors below, the per-pool wait- and hold-time
-// histograms, and a collector that reads everything else from the engine
-// and the server's counters at scrape time (metrics_pools.go), so that the
-// engine's hot path updates no metric.
-type metrics struct {
-	reg      *prometheus.Registry
-	grpc     grpcMetrics
-	sessReqs [numSessionKinds]prometheus.Counter
-	waits    *poolHistograms // how long granted acquires waited
-	holds    *poolHistograms // how long released leases were held
-}
-
-// durationBuckets are the classic bucket bounds, in seconds, of the wait-
-// and hold-time histograms; they are native histograms too, for scrapers
-// that ask for them.
-var durationBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300}
-
-func newMetrics(s *Server) *metrics {
-	m := &metrics{
-		reg:  prometheus.NewRegistry(),
-		grpc: newGRPCMetrics(),
-		waits: newPoolHistograms("tollgate_pool_acquire_wait_seconds",
-			"How long granted acquires waited in the pool's queue (0 for those granted at once)."),
-		holds: newPoolHistograms("tollgate_pool_lease_hold_seconds",
-			"How long released leases were held, from grant to release (leases that expired or were revoked are not counted)."),
-	}
-	sr := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tollgate_grpc_session_requests_total",
-		Help: "Requests received on Session streams, by kind.",
-	}, []string{"kind"})
-	for i, name := range sessionKindNames {
-		m.sessReqs[i] = sr.WithLabelValues(name)
-	}
-	m.reg.MustRegister(sr, newEngineCollector(s, m.waits, m.holds),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.grpc.register(m.reg)
-	return m
-}
-
-// countSessionRequest counts one Session request of kind k.
-func (m *metrics) countSessionRequest(k sessionKindID) { m.sessReqs[k].Inc() }
-
-// poolHistograms is a Prometheus histogram per pool (label "pool"). Each
-// pool's series is cached, so that observing is a map read and the
-// histogram's atomic adds; the engine collector drops the series of pools
-// that no longer exist before it collects them (prune), so memory follows
-// the live pools.
-type poolHistograms struct {
-	vec    *prometheus.HistogramVec
-	series sync.Map // pool name -> prometheus.Observer
-}
-
-func newPoolHistograms(name, help string) *poolHistograms {
-	return &poolHistograms{vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: name, Help: help, Buckets: durationBuckets,
-		NativeHistogramBucketFactor:     1.1,
-		NativeHistogramMaxBucketNumber:  100,
-		NativeHistogramMinResetDuration: time.Hour,
-	}, []string{"pool"})}
-}
-
-// observe records a duration d (0 if negative) in pool's histogram.
-func (h *poolHistograms) observe(pool string, d time.Duration) {
-	o, ok := h.series.Load(pool)
-	if !ok {
-		o, _ = h.series.LoadOrStore(pool, h.vec.WithLabelValues(pool))
-	}
-	o.(prometheus.Observer).Observe(max(d, 0).Seconds())
-}
-
-// prune drops the histograms of pools that are not in live and for which
-// exists (asked only about those) reports false: live was read before, and
-// a pool created since has a histogram to keep.
-func (h *poolHistograms) prune(live map[string]bool, exists func(string) bool) {
-	h.series.Range(func(k, _ any) bool {
-		if name := k.(string); !live[name] && !exists(name) {
-			h.series.Delete(k)
-			h.vec.DeleteLabelValues(name)
-		}
-		return true
-	})
-}
 
 // grpcMetrics are the gRPC server metrics under their standard names
 // (grpc_server_*, labels grpc_type, grpc_service, grpc_method, grpc_code,
@@ -210,9 +124,9 @@ func (mm *methodMetrics) done(start time.Time, err error) {
 	hs.old.Inc()
 }
 
-// metricsUnary counts unary calls by method and code and times them.
-func (s *Server) metricsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	mm := s.metrics.grpc.method(info.FullMethod, false, false)
+// Unary counts unary calls by method and code and times them.
+func (m *Metrics) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	mm := m.grpc.method(info.FullMethod, false, false)
 	mm.started.Inc()
 	mm.received.Inc()
 	start := time.Now()
@@ -224,10 +138,10 @@ func (s *Server) metricsUnary(ctx context.Context, req any, info *grpc.UnaryServ
 	return resp, err
 }
 
-// metricsStream counts streams and their messages by method, and their
+// Stream counts streams and their messages by method, and their
 // final codes and lifetimes.
-func (s *Server) metricsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	mm := s.metrics.grpc.method(info.FullMethod, info.IsClientStream, info.IsServerStream)
+func (m *Metrics) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	mm := m.grpc.method(info.FullMethod, info.IsClientStream, info.IsServerStream)
 	mm.started.Inc()
 	start := time.Now()
 	err := handler(srv, &countedStream{ServerStream: ss, mm: mm})

@@ -1,0 +1,120 @@
+package httpapi
+
+import (
+	"embed"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// webFiles are the status page's files: plain HTML, CSS and JavaScript,
+// with no build step.
+//
+//go:embed web
+var webFiles embed.FS
+
+// Options are what the handler reads of the server.
+type Options struct {
+	Engine  *limiter.Engine
+	Metrics prometheus.Gatherer
+	// Auth returns the authorizer in force; the handler asks it once,
+	// when it is built.
+	Auth         func() Authorizer
+	Serving      func() bool // false once shutdown has started
+	RecentEvents func() []events.Event
+}
+
+// Authorizer says whether HTTP callers need credentials and checks the
+// admin token.
+type Authorizer interface {
+	HTTPNeedsCredentials() bool
+	IsAdminToken(tok string) bool
+	HTTPWays() string // the ways to authenticate, for a 401's message
+}
+
+type handler struct{ o Options }
+
+// Handler returns the handler of the server's HTTP listener: the status
+// page and its assets, the JSON API (/api/pools, /api/pools/{name}/leases,
+// /api/events), /metrics, /healthz and /readyz, with the authentication
+// that server.Server.HTTPHandler documents.
+func Handler(o Options) http.Handler {
+	h := &handler{o: o}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeText(w, http.StatusOK, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if o.Serving() {
+			writeText(w, http.StatusOK, "ready\n")
+			return
+		}
+		writeText(w, http.StatusServiceUnavailable, "not ready: the server is shutting down\n")
+	})
+	prom := promhttp.HandlerFor(o.Metrics, promhttp.HandlerOpts{
+		MaxRequestsInFlight: 4,
+		Timeout:             30 * time.Second,
+	})
+	mux.Handle("GET /metrics", h.auth(prom))
+	mux.Handle("GET /api/pools", h.auth(http.HandlerFunc(h.pools)))
+	mux.Handle("GET /api/pools/{name}/leases", h.auth(http.HandlerFunc(h.poolLeases)))
+	mux.Handle("GET /api/events", h.auth(http.HandlerFunc(h.events)))
+	mux.Handle("GET /assets/{name}", h.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// {name} is one path segment: it cannot leave web/.
+		w.Header().Set("Cache-Control", "no-cache")
+		http.ServeFileFS(w, r, webFiles, "web/"+r.PathValue("name"))
+	})))
+	mux.Handle("GET /{$}", h.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		http.ServeFileFS(w, r, webFiles, "web/index.html")
+	})))
+	return securityHeaders(mux)
+}
+
+// auth requires a verified client certificate or the admin token when
+// the server's authorizer asks for credentials.
+func (h *handler) auth(next http.Handler) http.Handler {
+	auth := h.o.Auth()
+	if !auth.HTTPNeedsCredentials() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " "); ok &&
+			strings.EqualFold(scheme, "bearer") && auth.IsAdminToken(strings.TrimSpace(tok)) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+		writeText(w, http.StatusUnauthorized, "this endpoint needs credentials: "+auth.HTTPWays()+"\n")
+	})
+}
+
+// securityHeaders sets headers that keep the status page to itself: no
+// inline scripts, no framing, no sniffing.
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "no-referrer")
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeText(w http.ResponseWriter, code int, body string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(body))
+}
