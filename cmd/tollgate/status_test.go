@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/server"
+)
+
+// A standalone server reports itself alone, as leader: "standalone", epoch 0.
+func TestStatusOfAStandaloneServer(t *testing.T) {
+	ts := newCLIServer(t)
+	r := runCLI(t, ts.addr, "status").mustSucceed(t)
+	want := `(?m)\ASERVER +ROLE +LEADER +EPOCH +LEADERSHIP_LEFT\n` + regexp.QuoteMeta(ts.addr) + ` +standalone +` + regexp.QuoteMeta(ts.addr) + ` +0 +-\n\z`
+	if !regexp.MustCompile(want).MatchString(r.stdout) {
+		t.Fatalf("status:\n%s", r.stdout)
+	}
+
+	r = runCLI(t, ts.addr, "cluster", "-o", "json").mustSucceed(t)
+	var out struct {
+		Servers []struct {
+			Server  string          `json:"server"`
+			Cluster json.RawMessage `json:"cluster"`
+		} `json:"servers"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.Servers) != 1 {
+		t.Fatalf("cluster -o json: %v\n%s", err, r.stdout)
+	}
+	var resp tollgatev1.GetClusterResponse
+	if err := protojson.Unmarshal(out.Servers[0].Cluster, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if out.Servers[0].Server != ts.addr || !resp.GetStandalone() || len(resp.GetMembers()) != 1 || resp.GetMembers()[0].GetRole() != tollgatev1.ClusterRole_CLUSTER_ROLE_LEADER {
+		t.Fatalf("cluster -o json:\n%s", r.stdout)
+	}
+}
+
+// fakeLeadership is a server's fixed account of a cluster.
+type fakeLeadership struct{ view server.ClusterView }
+
+func (f fakeLeadership) Leading() bool               { return f.view.Leader == f.view.Self }
+func (f fakeLeadership) Cluster() server.ClusterView { return f.view }
+
+// clusterServer serves a server whose Leadership reports view, with
+// view.Self set to its address.
+func clusterServer(t *testing.T, lis net.Listener, view server.ClusterView) {
+	t.Helper()
+	view.Self = lis.Addr().String()
+	srv := server.New(server.Config{Leadership: fakeLeadership{view}, Advertise: view.Self, ShutdownTimeout: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lis
+}
+
+// Each server of the list answers for itself: the leader, with the time
+// left on its leadership; a follower, naming the leader; and a server
+// that does not answer is shown as unreachable.
+func TestStatusOfACluster(t *testing.T) {
+	ll, fl := listen(t), listen(t)
+	leader, follower := ll.Addr().String(), fl.Addr().String()
+	members := []string{leader, follower}
+	clusterServer(t, ll, server.ClusterView{Members: members, Leader: leader, Epoch: 42, Remaining: 1500 * time.Millisecond})
+	clusterServer(t, fl, server.ClusterView{Members: members, Leader: leader, Epoch: 42})
+	const down = "127.0.0.1:1" // nothing listens there
+
+	r := runCLI(t, leader+","+follower+","+down, "status").mustSucceed(t)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	q := regexp.QuoteMeta
+	for i, want := range []string{
+		`^SERVER +ROLE +LEADER +EPOCH +LEADERSHIP_LEFT$`,
+		`^` + q(leader) + ` +leader +` + q(leader) + ` +42 +1\.5s$`,
+		`^` + q(follower) + ` +follower +` + q(leader) + ` +42 +-$`,
+		`^` + q(down) + ` +unreachable +- +- +-$`,
+		`^` + q(down) + `: .*\(UNAVAILABLE\)`,
+	} {
+		if i >= len(lines) || !regexp.MustCompile(want).MatchString(lines[i]) {
+			t.Fatalf("line %d does not match %s:\n%s", i, want, r.stdout)
+		}
+	}
+
+	r = runCLI(t, follower+","+down, "status", "-o", "json").mustSucceed(t)
+	var out struct {
+		Servers []struct {
+			Server  string          `json:"server"`
+			Cluster json.RawMessage `json:"cluster"`
+			Error   string          `json:"error"`
+		} `json:"servers"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.Servers) != 2 {
+		t.Fatalf("status -o json: %v\n%s", err, r.stdout)
+	}
+	var resp tollgatev1.GetClusterResponse
+	if err := protojson.Unmarshal(out.Servers[0].Cluster, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetLeader() != leader || resp.GetEpoch() != 42 || resp.GetSelf() != follower || len(resp.GetMembers()) != 2 ||
+		out.Servers[1].Server != down || !strings.Contains(out.Servers[1].Error, "UNAVAILABLE") {
+		t.Fatalf("status -o json:\n%s", r.stdout)
+	}
+
+	runCLI(t, down, "status").mustFail(t, 1, "no server answered")
+}
