@@ -4,9 +4,9 @@
 // A Client holds one gRPC connection and, once first needed, one Session
 // stream over which all its lease traffic (acquire, renew, release, take)
 // is multiplexed. When the stream breaks, the Client reconnects with
-// backoff (failing over between the addresses it was given), more often as
-// the nearest local deadline of its leases comes, and renews its live
-// leases on the new stream at once.
+// backoff (to the leader, when it was given the servers of a cluster),
+// more often as the nearest local deadline of its leases comes, and renews
+// its live leases on the new stream at once.
 //
 // A Lease is renewed in the background every TTL/3. Its holder must stop
 // relying on it when its Done channel is closed: the server said it expired
@@ -23,7 +23,7 @@
 // server cannot be reached, and WithObserver measures them. The guide is
 // docs/client.md.
 //
-//	c, err := client.Dial("tollgate-1:7070,tollgate-2:7070")
+//	c, err := client.Dial("tollgate-1:7070", "tollgate-2:7070", "tollgate-3:7070")
 //	...
 //	defer c.Close()
 //	err = c.Do(ctx, "orders-db", func(ctx context.Context) error {

@@ -348,4 +348,12 @@ func TestNoLeaderEndsTheCallAtItsDeadline(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
+
+	// A caller that does not wait hears at once that there is no leader.
+	failFast := dialTarget(t, a.addr, b.addr, client.WithUnavailablePolicy(client.FailWhenUnavailable()))
+	_, err = failFast.Acquire(ctx(t), "db")
+	mustIs(t, err, client.ErrUnavailable)
+	if !strings.Contains(err.Error(), "no leader") {
+		t.Errorf("error %q does not say there is no leader", err)
+	}
 }

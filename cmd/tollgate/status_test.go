@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -120,4 +121,20 @@ func TestStatusOfACluster(t *testing.T) {
 	}
 
 	runCLI(t, down, "status").mustFail(t, 1, "no server answered")
+
+	// TOLLGATE_SERVER holds the list as --server does.
+	var stdout, stderr bytes.Buffer
+	env := func(k string) string {
+		if k == "TOLLGATE_SERVER" {
+			return follower + "," + leader
+		}
+		return ""
+	}
+	if code := run(context.Background(), []string{"cluster"}, &stdout, &stderr, env); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if lines := strings.Split(strings.TrimSpace(stdout.String()), "\n"); len(lines) != 3 ||
+		!strings.HasPrefix(lines[1], follower+" ") || !strings.HasPrefix(lines[2], leader+" ") {
+		t.Fatalf("cluster with TOLLGATE_SERVER=%s,%s:\n%s", follower, leader, stdout.String())
+	}
 }
