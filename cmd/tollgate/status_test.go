@@ -138,3 +138,13 @@ func TestStatusOfACluster(t *testing.T) {
 		t.Fatalf("cluster with TOLLGATE_SERVER=%s,%s:\n%s", follower, leader, stdout.String())
 	}
 }
+
+// tollgate serve reports its listen address to GetCluster: status shows
+// the server as the leader it knows.
+func TestStatusOfServe(t *testing.T) {
+	addr, _ := startServe(t)
+	r := runCLI(t, addr, "status", "-o", "json").mustSucceed(t)
+	if !strings.Contains(r.stdout, `"leader": "`+addr+`"`) || !strings.Contains(r.stdout, `"address": "`+addr+`"`) {
+		t.Fatalf("status of serve on %s:\n%s", addr, r.stdout)
+	}
+}
