@@ -25,23 +25,35 @@ func TestStatusOfAStandaloneServer(t *testing.T) {
 		t.Fatalf("status:\n%s", r.stdout)
 	}
 
-	r = runCLI(t, ts.addr, "cluster", "-o", "json").mustSucceed(t)
-	var out struct {
-		Servers []struct {
-			Server  string          `json:"server"`
-			Cluster json.RawMessage `json:"cluster"`
-		} `json:"servers"`
+	out, resp := statusJSON(t, runCLI(t, ts.addr, "cluster", "-o", "json"), 1)
+	if out.Servers[0].Server != ts.addr || !resp.GetStandalone() || len(resp.GetMembers()) != 1 || resp.GetMembers()[0].GetRole() != tollgatev1.ClusterRole_CLUSTER_ROLE_LEADER {
+		t.Fatalf("cluster -o json: %+v", out)
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.Servers) != 1 {
-		t.Fatalf("cluster -o json: %v\n%s", err, r.stdout)
+}
+
+// statusOutput is what status -o json prints.
+type statusOutput struct {
+	Servers []struct {
+		Server  string          `json:"server"`
+		Cluster json.RawMessage `json:"cluster"`
+		Error   string          `json:"error"`
+	} `json:"servers"`
+}
+
+// statusJSON decodes the output of a successful status -o json with n
+// servers, and the first one's answer.
+func statusJSON(t *testing.T, r cliResult, n int) (statusOutput, *tollgatev1.GetClusterResponse) {
+	t.Helper()
+	r.mustSucceed(t)
+	var out statusOutput
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.Servers) != n {
+		t.Fatalf("status -o json: %v\n%s", err, r.stdout)
 	}
 	var resp tollgatev1.GetClusterResponse
 	if err := protojson.Unmarshal(out.Servers[0].Cluster, &resp); err != nil {
 		t.Fatal(err)
 	}
-	if out.Servers[0].Server != ts.addr || !resp.GetStandalone() || len(resp.GetMembers()) != 1 || resp.GetMembers()[0].GetRole() != tollgatev1.ClusterRole_CLUSTER_ROLE_LEADER {
-		t.Fatalf("cluster -o json:\n%s", r.stdout)
-	}
+	return out, &resp
 }
 
 // fakeLeadership is a server's fixed account of a cluster.
@@ -100,24 +112,10 @@ func TestStatusOfACluster(t *testing.T) {
 		}
 	}
 
-	r = runCLI(t, follower+","+down, "status", "-o", "json").mustSucceed(t)
-	var out struct {
-		Servers []struct {
-			Server  string          `json:"server"`
-			Cluster json.RawMessage `json:"cluster"`
-			Error   string          `json:"error"`
-		} `json:"servers"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.Servers) != 2 {
-		t.Fatalf("status -o json: %v\n%s", err, r.stdout)
-	}
-	var resp tollgatev1.GetClusterResponse
-	if err := protojson.Unmarshal(out.Servers[0].Cluster, &resp); err != nil {
-		t.Fatal(err)
-	}
+	out, resp := statusJSON(t, runCLI(t, follower+","+down, "status", "-o", "json"), 2)
 	if resp.GetLeader() != leader || resp.GetEpoch() != 42 || resp.GetSelf() != follower || len(resp.GetMembers()) != 2 ||
 		out.Servers[1].Server != down || !strings.Contains(out.Servers[1].Error, "UNAVAILABLE") {
-		t.Fatalf("status -o json:\n%s", r.stdout)
+		t.Fatalf("status -o json: %+v", out)
 	}
 
 	runCLI(t, down, "status").mustFail(t, 1, "no server answered")
@@ -143,8 +141,8 @@ func TestStatusOfACluster(t *testing.T) {
 // the server as the leader it knows.
 func TestStatusOfServe(t *testing.T) {
 	addr, _ := startServe(t)
-	r := runCLI(t, addr, "status", "-o", "json").mustSucceed(t)
-	if !strings.Contains(r.stdout, `"leader": "`+addr+`"`) || !strings.Contains(r.stdout, `"address": "`+addr+`"`) {
-		t.Fatalf("status of serve on %s:\n%s", addr, r.stdout)
+	_, resp := statusJSON(t, runCLI(t, addr, "status", "-o", "json"), 1)
+	if resp.GetLeader() != addr || resp.GetSelf() != addr || resp.GetMembers()[0].GetAddress() != addr {
+		t.Fatalf("status of serve on %s: %v", addr, resp)
 	}
 }
