@@ -357,3 +357,11 @@ func TestNoLeaderEndsTheCallAtItsDeadline(t *testing.T) {
 		t.Errorf("error %q does not say there is no leader", err)
 	}
 }
+
+// Dial takes addresses and Options; anything else is a mistake it names.
+func TestDialRefusesOtherArguments(t *testing.T) {
+	_, err := client.Dial("a:7070", "b:7070", 42)
+	if err == nil || !strings.Contains(err.Error(), "argument 3 of Dial is a int") {
+		t.Fatalf("Dial with an int = %v", err)
+	}
+}
