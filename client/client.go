@@ -150,7 +150,7 @@ func Dial(target string, more ...Option) (*Client, error) {
 			Backoff:           reconnectBackoff.grpcConfig(),
 			MinConnectTimeout: 5 * time.Second,
 		}),
-		grpc.WithChainUnaryInterceptor(retryNotLeader), // cluster.go
+		grpc.WithChainUnaryInterceptor(unaryInterceptor(addrs)), // cluster.go
 	)
 	dialOpts = append(dialOpts, o.dialOpts...)
 	conn, err := grpc.NewClient(grpcTarget, dialOpts...)
@@ -185,7 +185,8 @@ func transportCredentials() credentials.TransportCredentials {
 // One address is dialed as it is, with pick_first. A comma-separated list
 // gets a manual resolver that knows every address, round_robin over them
 // and client-side health checking of tollgate.v1.LimiterService, so that
-// calls go to the servers that report SERVING: the leader of a cluster.
+// calls go to the servers that report SERVING: the leader of a cluster;
+// calls wait for one while their context allows.
 // addrs is the list, or nil for one address.
 func dialTarget(target string) (grpcTarget string, addrs []string, opts []grpc.DialOption, err error) {
 	for _, a := range strings.Split(target, ",") {
@@ -215,6 +216,7 @@ func dialTarget(target string) (grpcTarget string, addrs []string, opts []grpc.D
 	return r.Scheme() + ":///" + strings.Join(addrs, ","), addrs, []grpc.DialOption{
 		grpc.WithResolvers(r),
 		grpc.WithDefaultServiceConfig(clusterServiceConfig),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)), // wait for a leader
 	}, nil
 }
 

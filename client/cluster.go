@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	_ "google.golang.org/grpc/health" // client-side health checking, for clusterServiceConfig
+	"google.golang.org/grpc/status"
 )
 
 // This file is how a client of several servers (a cluster: one leader,
@@ -38,6 +41,25 @@ func notLeaderPause(err error, n int, deadline time.Time) (d time.Duration, ok b
 		return e.RetryAfter, true
 	}
 	return retryBackoff.delay(n, deadline), true
+}
+
+// unaryInterceptor returns the interceptor of the unary calls of a client
+// of the addresses of cluster (nil for one address): it sends a call
+// answered NOT_LEADER again (retryNotLeader), and for a cluster, whose calls
+// wait for a leader (grpc.WaitForReady), it says so when a call's deadline
+// passes while no server is ready.
+func unaryInterceptor(cluster []string) grpc.UnaryClientInterceptor {
+	if cluster == nil {
+		return retryNotLeader
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := retryNotLeader(ctx, method, req, reply, cc, invoker, opts...)
+		if status.Code(err) == codes.DeadlineExceeded && ctx.Err() != nil && cc.GetState() != connectivity.Ready {
+			return status.Errorf(codes.DeadlineExceeded, "no leader among %s could be reached before the call's deadline: %s",
+				strings.Join(cluster, ", "), status.Convert(err).Message())
+		}
+		return err
+	}
 }
 
 // retryNotLeader is a unary interceptor that sends a call answered

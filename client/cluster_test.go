@@ -352,6 +352,14 @@ func TestNoLeaderEndsTheCallAtItsDeadline(t *testing.T) {
 		}
 	}
 
+	// So does a unary call (an admin call through Conn).
+	short, cancel = context.WithTimeout(ctx(t), 300*time.Millisecond)
+	defer cancel()
+	_, err = tollgatev1.NewAdminServiceClient(c.Conn()).GetPool(short, &tollgatev1.GetPoolRequest{Name: "db"})
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "no leader among "+a.addr+", "+b.addr) {
+		t.Errorf("GetPool with no leader = %v; want DEADLINE_EXCEEDED saying there is no leader", err)
+	}
+
 	// A caller that does not wait hears at once that there is no leader.
 	failFast := dialTarget(t, a.addr, b.addr, client.WithUnavailablePolicy(client.FailWhenUnavailable()))
 	_, err = failFast.Acquire(ctx(t), "db")

@@ -30,9 +30,9 @@ func WithClientID(id string) Option {
 
 // WithDialOptions adds gRPC dial options. They are applied after the
 // client's defaults (insecure transport, pick_first for one address and
-// round_robin with health checking for several, a reconnect backoff capped
-// at 2s, which the client cuts short while a lease's local deadline is
-// near), so they override them: pass
+// round_robin with health checking and WaitForReady calls for several, a
+// reconnect backoff capped at 2s, which the client cuts short while a
+// lease's local deadline is near), so they override them: pass
 // grpc.WithTransportCredentials to use TLS, and grpc.WithKeepaliveParams to
 // detect a silently dead network sooner (the server must permit the ping
 // rate).
