@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/server"
 )
@@ -145,4 +146,16 @@ func TestStatusOfServe(t *testing.T) {
 	if resp.GetLeader() != addr || resp.GetSelf() != addr || resp.GetMembers()[0].GetAddress() != addr {
 		t.Fatalf("status of serve on %s: %v", addr, resp)
 	}
+}
+
+// Every client command takes a list of servers and talks to the one that
+// serves; here the first address has no server.
+func TestCommandsTakeAListOfServers(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	r := runCLI(t, "127.0.0.1:1,"+ts.addr, "pool", "list").mustSucceed(t)
+	if !strings.Contains(r.stdout, "db") {
+		t.Fatalf("pool list:\n%s", r.stdout)
+	}
+	runCLI(t, "127.0.0.1:1,"+ts.addr, "take", "db").mustFail(t, 1, "NO_RATE_LIMIT")
 }
