@@ -40,7 +40,14 @@ const minRetry = 50 * time.Millisecond
 // the more often it is tried, so that whatever it waits for is tried again
 // soon after it comes back.
 func (b backoff) delay(n int, deadline time.Time) time.Duration {
-	d := min(b.base<<min(n, 16), b.max)
+	return b.hinted(n, deadline, 0)
+}
+
+// hinted is delay when the server asked to wait at least hint (its
+// RetryInfo) before the next try: the longer of the two, within the same
+// bound before deadline.
+func (b backoff) hinted(n int, deadline time.Time, hint time.Duration) time.Duration {
+	d := max(min(b.base<<min(n, 16), b.max), hint)
 	if !deadline.IsZero() {
 		d = min(d, max(time.Until(deadline)/4, minRetry))
 	}

@@ -4,9 +4,9 @@
 // A Client holds one gRPC connection and, once first needed, one Session
 // stream over which all its lease traffic (acquire, renew, release, take)
 // is multiplexed. When the stream breaks, the Client reconnects with
-// backoff (failing over between the addresses it was given), more often as
-// the nearest local deadline of its leases comes, and renews its live
-// leases on the new stream at once.
+// backoff (to the leader, when it was given the servers of a cluster),
+// more often as the nearest local deadline of its leases comes, and renews
+// its live leases on the new stream at once.
 //
 // A Lease is renewed in the background every TTL/3. Its holder must stop
 // relying on it when its Done channel is closed: the server said it expired
@@ -23,7 +23,7 @@
 // server cannot be reached, and WithObserver measures them. The guide is
 // docs/client.md.
 //
-//	c, err := client.Dial("tollgate-1:7070,tollgate-2:7070")
+//	c, err := client.Dial("tollgate-1:7070", "tollgate-2:7070", "tollgate-3:7070")
 //	...
 //	defer c.Close()
 //	err = c.Do(ctx, "orders-db", func(ctx context.Context) error {
@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -84,24 +85,46 @@ type Client struct {
 	cur     *stream       // the live Session stream, or nil
 	ready   chan struct{} // closed when cur is set; replaced when it breaks
 	leases  map[leaseKey]*Lease
+
+	cluster   []string // the addresses of a cluster given to Dial; nil for one target
+	lastBreak error    // why the last Session stream broke or could not open
 }
 
 type leaseKey struct{ pool, id string }
 
 // Dial returns a Client for target: one server address ("host:port", or any
-// gRPC target such as "dns:///tollgate.internal:7070"), or a comma-separated
-// list of "host:port" addresses that the client fails over between, in the
-// order given (pick_first).
+// gRPC target such as "dns:///tollgate.internal:7070"), or several
+// "host:port" addresses of the servers of one cluster, given as more
+// arguments (Dial("a:7070", "b:7070", "c:7070")) or as a comma-separated
+// list ("a:7070,b:7070,c:7070"). The other arguments are Options.
+//
+// With several addresses the client reaches the leader by itself: it
+// connects to every address and sends its calls to the one whose gRPC
+// health reports tollgate.v1.LimiterService SERVING (a follower reports
+// NOT_SERVING), and a call answered NOT_LEADER (a race with a change of
+// leader) is sent again after the answer's retry delay, within the call's
+// context. When the leader changes, the Session stream moves to the new
+// leader, which re-adopts the client's leases as they are renewed.
 //
 // Dial does not connect: the first call that needs the server does, and
 // waits for a connection as long as its context allows. The transport is
-// insecure (plaintext) unless WithDialOptions supplies
-// grpc.WithTransportCredentials.
-func Dial(target string, opts ...Option) (*Client, error) {
+// insecure (plaintext) unless an Option (WithTLS, WithDialOptions) says
+// otherwise.
+func Dial(target string, more ...Option) (*Client, error) {
 	var o options
-	for _, opt := range opts {
-		opt(&o)
+	targets := []string{target}
+	for i, m := range more {
+		switch m := m.(type) {
+		case string:
+			targets = append(targets, m)
+		case func(*options):
+			m(&o)
+		case nil:
+		default:
+			return nil, fmt.Errorf("tollgate: argument %d of Dial is a %T; want a server address (a string) or an Option of this package", i+2, m)
+		}
 	}
+	target = strings.Join(targets, ",")
 	if o.marginSet && o.margin < 0 {
 		return nil, fmt.Errorf("tollgate: safety margin %v is negative", o.margin)
 	}
@@ -117,7 +140,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err := o.settings.check(); err != nil {
 		return nil, err
 	}
-	grpcTarget, dialOpts, err := dialTarget(target)
+	grpcTarget, addrs, dialOpts, err := dialTarget(target)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +150,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 			Backoff:           reconnectBackoff.grpcConfig(),
 			MinConnectTimeout: 5 * time.Second,
 		}),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`),
+		grpc.WithChainUnaryInterceptor(unaryInterceptor(addrs)), // cluster.go
 	)
 	dialOpts = append(dialOpts, o.dialOpts...)
 	conn, err := grpc.NewClient(grpcTarget, dialOpts...)
@@ -147,6 +170,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 		cancel:   cancel,
 		ready:    make(chan struct{}),
 		leases:   make(map[leaseKey]*Lease),
+		cluster:  addrs,
 	}, nil
 }
 
@@ -157,10 +181,14 @@ func transportCredentials() credentials.TransportCredentials {
 	return insecure.NewCredentials()
 }
 
-// dialTarget turns Dial's target into a gRPC target, adding a manual
-// resolver that knows every address of a comma-separated list.
-func dialTarget(target string) (string, []grpc.DialOption, error) {
-	var addrs []string
+// dialTarget turns Dial's target into a gRPC target and its dial options.
+// One address is dialed as it is, with pick_first. A comma-separated list
+// gets a manual resolver that knows every address, round_robin over them
+// and client-side health checking of tollgate.v1.LimiterService, so that
+// calls go to the servers that report SERVING: the leader of a cluster;
+// calls wait for one while their context allows.
+// addrs is the list, or nil for one address.
+func dialTarget(target string) (grpcTarget string, addrs []string, opts []grpc.DialOption, err error) {
 	for _, a := range strings.Split(target, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			addrs = append(addrs, a)
@@ -168,20 +196,28 @@ func dialTarget(target string) (string, []grpc.DialOption, error) {
 	}
 	switch len(addrs) {
 	case 0:
-		return "", nil, errors.New("tollgate: empty server address; give host:port, or a comma-separated list of them")
+		return "", nil, nil, errors.New("tollgate: empty server address; give host:port, or a comma-separated list of them")
 	case 1:
-		return addrs[0], nil, nil
+		return addrs[0], nil, []grpc.DialOption{grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`)}, nil
 	}
 	state := resolver.State{}
 	for _, a := range addrs {
 		if strings.Contains(a, "://") {
-			return "", nil, fmt.Errorf("tollgate: address %q in a list must be host:port (a URL target can only be given alone)", a)
+			return "", nil, nil, fmt.Errorf("tollgate: address %q in a list must be host:port (a URL target can only be given alone)", a)
 		}
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			host = a
+		}
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
 	}
 	r := manual.NewBuilderWithScheme("tollgate")
 	r.InitialState(state)
-	return r.Scheme() + ":///" + strings.Join(addrs, ","), []grpc.DialOption{grpc.WithResolvers(r)}, nil
+	return r.Scheme() + ":///" + strings.Join(addrs, ","), addrs, []grpc.DialOption{
+		grpc.WithResolvers(r),
+		grpc.WithDefaultServiceConfig(clusterServiceConfig),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)), // wait for a leader
+	}, nil
 }
 
 // defaultClientID returns "<hostname>-<pid>-<8 hex digits>".

@@ -33,9 +33,13 @@ type Error struct {
 	// Message is the status message, for people.
 	Message string
 	// RetryAfter, when positive, is the server's google.rpc.RetryInfo
-	// delay: how long until the call could succeed. Only unary calls carry
-	// it (Take with RATE_LIMITED); Session answers never do.
+	// delay: how long until the call could succeed (RATE_LIMITED,
+	// RECOVERING and NOT_LEADER answers carry one).
 	RetryAfter time.Duration
+	// Metadata is the ErrorInfo's metadata, when the status carried any:
+	// NOT_LEADER names the leader's address ("leader", empty while none
+	// is known) and its epoch ("epoch").
+	Metadata map[string]string
 }
 
 // Error returns "<message> (<CODE> <REASON>)", for example
@@ -67,7 +71,7 @@ func (e *Error) GRPCStatus() *status.Status {
 	if e.Reason == "" {
 		return st
 	}
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: e.Reason, Domain: ErrorDomain}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: e.Reason, Domain: ErrorDomain, Metadata: e.Metadata}); err == nil {
 		return d
 	}
 	return st
@@ -117,7 +121,7 @@ func FromError(err error) (*Error, bool) {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
 			if d.GetDomain() == ErrorDomain || d.GetDomain() == "" {
-				e.Reason = d.GetReason()
+				e.Reason, e.Metadata = d.GetReason(), d.GetMetadata()
 			}
 		case *errdetails.RetryInfo:
 			e.RetryAfter = d.GetRetryDelay().AsDuration()

@@ -11,6 +11,17 @@ import (
 
 func migrate(ctx context.Context, fencingToken uint64) error { return nil }
 
+// Dial with the addresses of a cluster's servers: the client sends its
+// calls to the leader, and follows it when it changes.
+func ExampleDial() {
+	c, err := client.Dial("tollgate-1:7070", "tollgate-2:7070", "tollgate-3:7070",
+		client.WithClientID("billing-7"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+}
+
 // Do is the usual way to run work under a lease: the lease is always
 // released, and fn's context ends if the lease is lost.
 func ExampleClient_Do() {

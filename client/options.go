@@ -8,8 +8,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Option configures Dial.
-type Option func(*options)
+// Option configures Dial: the result of one of this package's With...
+// functions. Dial also takes more server addresses, as strings, among its
+// Options; any other value makes Dial fail.
+type Option any
 
 type options struct {
 	clientID  string
@@ -27,9 +29,10 @@ func WithClientID(id string) Option {
 }
 
 // WithDialOptions adds gRPC dial options. They are applied after the
-// client's defaults (insecure transport, pick_first over the target's
-// addresses, a reconnect backoff capped at 2s, which the client cuts short
-// while a lease's local deadline is near), so they override them: pass
+// client's defaults (insecure transport, pick_first for one address and
+// round_robin with health checking and WaitForReady calls for several, a
+// reconnect backoff capped at 2s, which the client cuts short while a
+// lease's local deadline is near), so they override them: pass
 // grpc.WithTransportCredentials to use TLS, and grpc.WithKeepaliveParams to
 // detect a silently dead network sooner (the server must permit the ping
 // rate).

@@ -124,7 +124,7 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 		}
 		c.log.Debug("tollgate: server unavailable; retrying", "err", e)
 		deadline, _ := ctx.Deadline()
-		if err := pause(ctx, c.ctx, retryBackoff.delay(n, deadline)); err != nil {
+		if err := pause(ctx, c.ctx, retryBackoff.hinted(n, deadline, e.RetryAfter)); err != nil {
 			return answer{}, err
 		}
 	}
@@ -167,7 +167,7 @@ func (c *Client) current(ctx context.Context) (*stream, error) {
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, c.waitEnded(ctx) // cluster.go
 		case <-c.ctx.Done():
 			return nil, ErrClosed
 		}
@@ -198,7 +198,7 @@ func (c *Client) run() {
 				attempt = 0
 			}
 		}
-		if pause(c.ctx, c.ctx, reconnectBackoff.delay(attempt, c.nearestDeadline())) != nil {
+		if pause(c.ctx, c.ctx, reconnectBackoff.hinted(attempt, c.nearestDeadline(), c.noteBreak(err))) != nil {
 			return
 		}
 		attempt++

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -38,7 +39,8 @@ const (
 // "Cannot be reached" means: the client has no live Session stream and its
 // gRPC connection reports TRANSIENT_FAILURE (every address of the target
 // refused or timed out; on loopback a refused connection shows within
-// milliseconds, an unanswered one after the 5s connect timeout), or the
+// milliseconds, an unanswered one after the 5s connect timeout; with
+// several addresses, also when none reports SERVING: no leader), or the
 // server answered the call itself with UNAVAILABLE (shutting down,
 // recovering, storage failed).
 type UnavailablePolicy struct {
@@ -155,7 +157,11 @@ func (c *Client) cancelWhenUnreachable(ctx context.Context, cancel context.Cance
 		s := c.conn.GetState()
 		switch s {
 		case connectivity.TransientFailure:
-			cancel(&unavailableError{cause: fmt.Errorf("cannot connect to %s (connection state %s)", c.conn.CanonicalTarget(), s)})
+			cause := fmt.Errorf("cannot connect to %s (connection state %s)", c.conn.CanonicalTarget(), s)
+			if c.cluster != nil {
+				cause = fmt.Errorf("no leader among %s could be reached: none answers, or none reports tollgate.v1.LimiterService SERVING", strings.Join(c.cluster, ", "))
+			}
+			cancel(&unavailableError{cause: cause})
 			return
 		case connectivity.Idle:
 			c.conn.Connect()

@@ -12,9 +12,11 @@
 //	tollgate stats [POOL...]            a table of pools' counters, live on a terminal
 //	tollgate version                    the version and build of this binary
 //	tollgate healthcheck [--url U]      GET a server's /readyz (for container health checks)
+//	tollgate status                     each server of --server a,b,c: its role, the leader, its epoch
 //
 // Every client command talks to --server (default 127.0.0.1:7070, or the
-// TOLLGATE_SERVER environment variable). Errors are printed as
+// TOLLGATE_SERVER environment variable): one address, or a comma-separated
+// list of the servers of a cluster, whose leader the command finds. Errors are printed as
 // "tollgate: <message> (<CODE> <REASON>)"; the exit status is 0 on success,
 // 1 on failure and 2 on a usage error.
 package main
@@ -130,7 +132,7 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 	root.Version = versionString()
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newServeCmd(), newVersionCmd(), newHealthcheckCmd())
-	for _, c := range []*cobra.Command{newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newRunCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g)} {
+	for _, c := range []*cobra.Command{newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newRunCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g), newStatusCmd(g)} {
 		g.register(c.PersistentFlags(), server)
 		root.AddCommand(c)
 	}
@@ -140,7 +142,7 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 // register adds the client flags to a client command (and its
 // subcommands); serve has none of them.
 func (g *globals) register(pf *pflag.FlagSet, server string) {
-	pf.StringVar(&g.server, "server", server, "Tollgate server address (host:port), or a comma-separated list to fail over between; env TOLLGATE_SERVER")
+	pf.StringVar(&g.server, "server", server, "Tollgate server address (host:port), or a comma-separated list of the servers of a cluster (calls go to the leader); env TOLLGATE_SERVER")
 	g.sec.register(pf)
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each admin call (pool commands, and acquire's pool check and release), and added to take's --max-wait")
 }

@@ -142,7 +142,7 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 		lis.Close()
 		return err
 	}
-	cfg := server.Config{Logger: logger, ShutdownTimeout: o.shutdownTimeout, MarkEventInterval: markInterval, EnvoyRLS: o.envoyRLS}
+	cfg := server.Config{Logger: logger, Advertise: lis.Addr().String(), ShutdownTimeout: o.shutdownTimeout, MarkEventInterval: markInterval, EnvoyRLS: o.envoyRLS}
 	if o.otel || otlpConfigured() {
 		tp, err := newTracerProvider(ctx)
 		if err != nil {

@@ -1,0 +1,137 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	_ "google.golang.org/grpc/health" // client-side health checking, for clusterServiceConfig
+	"google.golang.org/grpc/status"
+)
+
+// This file is how a client of several servers (a cluster: one leader,
+// followers that answer NOT_LEADER) reaches the leader: gRPC health
+// checking routes calls to the server that reports the limiter service
+// SERVING, and a call answered NOT_LEADER anyway (the leader changed
+// between a health report and the call) is sent again after the answer's
+// retry delay.
+
+// clusterServiceConfig balances a list of addresses over the servers whose
+// health reports tollgate.v1.LimiterService SERVING: the leader.
+const clusterServiceConfig = `{
+	"loadBalancingConfig": [{"round_robin": {}}],
+	"healthCheckConfig": {"serviceName": "tollgate.v1.LimiterService"}
+}`
+
+// notLeaderPause returns the pause before sending again a call answered
+// NOT_LEADER for the n-th time (from 0): the answer's retry delay, or the
+// client's retry backoff when it gave none. ok is false for any other
+// answer.
+func notLeaderPause(err error, n int, deadline time.Time) (d time.Duration, ok bool) {
+	e, isErr := FromError(err)
+	if !isErr || !e.Is(ErrNotLeader) {
+		return 0, false
+	}
+	if e.RetryAfter > 0 {
+		return e.RetryAfter, true
+	}
+	return retryBackoff.delay(n, deadline), true
+}
+
+// unaryInterceptor returns the interceptor of the unary calls of a client
+// of the addresses of cluster (nil for one address): it sends a call
+// answered NOT_LEADER again (retryNotLeader), and for a cluster, whose calls
+// wait for a leader (grpc.WaitForReady), it says so when a call's deadline
+// passes while no server is ready.
+func unaryInterceptor(cluster []string) grpc.UnaryClientInterceptor {
+	if cluster == nil {
+		return retryNotLeader
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := retryNotLeader(ctx, method, req, reply, cc, invoker, opts...)
+		if status.Code(err) == codes.DeadlineExceeded && ctx.Err() != nil && cc.GetState() != connectivity.Ready {
+			return status.Errorf(codes.DeadlineExceeded, "no leader among %s could be reached before the call's deadline: %s",
+				strings.Join(cluster, ", "), status.Convert(err).Message())
+		}
+		return err
+	}
+}
+
+// retryNotLeader is a unary interceptor that sends a call answered
+// NOT_LEADER again, after the answer's retry delay, while the call's
+// context allows: a follower applies nothing, so every call is safe to send
+// again. When the next try could not start before the context's deadline,
+// it returns the last NOT_LEADER answer, which names the leader.
+func retryNotLeader(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	deadline, _ := ctx.Deadline()
+	for n := 0; ; n++ {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		d, ok := notLeaderPause(err, n, deadline)
+		if !ok || (!deadline.IsZero() && time.Until(deadline) <= d) {
+			return err
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// noteBreak records why the Session stream broke or could not open, and
+// returns how long the server asked to wait before the next try: a
+// NOT_LEADER answer's retry delay, or 0.
+func (c *Client) noteBreak(err error) time.Duration {
+	c.mu.Lock()
+	c.lastBreak = err
+	c.mu.Unlock()
+	if e, ok := FromError(err); ok && e.Is(ErrNotLeader) {
+		return e.RetryAfter
+	}
+	return 0
+}
+
+// noLeaderError is the error of a call of a client of several servers
+// whose context ended while no server could be reached as the leader. It
+// matches the context's error.
+type noLeaderError struct {
+	ctxErr error
+	addrs  []string
+	last   error // why the last Session stream broke or could not open; may be nil
+}
+
+func (e *noLeaderError) Error() string {
+	s := fmt.Sprintf("%v: no leader among %s could be reached (none reports tollgate.v1.LimiterService SERVING)", e.ctxErr, strings.Join(e.addrs, ", "))
+	if te, ok := FromError(e.last); ok {
+		s += "; last answer: " + te.Error()
+	} else if e.last != nil {
+		s += "; last error: " + e.last.Error()
+	}
+	return s
+}
+
+func (e *noLeaderError) Unwrap() error { return e.ctxErr }
+
+// waitEnded returns the error of a call whose context ended while it
+// waited for a Session stream: ctx.Err(), which a client of several
+// servers wraps in a *noLeaderError that says so.
+func (c *Client) waitEnded(ctx context.Context) error {
+	if c.cluster == nil {
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	last := c.lastBreak
+	c.mu.Unlock()
+	var be *brokenError
+	if errors.As(last, &be) {
+		last = be.cause
+	}
+	return &noLeaderError{ctxErr: ctx.Err(), addrs: c.cluster, last: last}
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/tollgate/tollgate/client"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// newStatusCmd is "tollgate status" (or "tollgate cluster"): every listed
+// server's account of the cluster, through AdminService.GetCluster.
+func newStatusCmd(g *globals) *cobra.Command {
+	var format outputFlag
+	cmd := &cobra.Command{
+		Use:     "status",
+		Aliases: []string{"cluster"},
+		Short:   "Show each server, its role, the leader and its epoch",
+		Long: `Ask every server of --server (a comma-separated list) which servers there are
+and which one leads (AdminService.GetCluster, which followers answer too), and
+print one line per server: its role (leader, follower, or standalone for a
+server run without --etcd), the leader it knows, the leader's epoch (it grows
+with every new leadership; 0 for a standalone server) and, on the leader, the
+time left on its leadership deadline. A server that does not answer within
+--timeout is shown as unreachable, and why is printed below the table.
+
+It fails (exit status 1) only when no server answers. With -o json it prints
+{"servers": [{"server": ADDRESS, "cluster": GetClusterResponse} or
+{"server": ADDRESS, "error": TEXT}, ...]}.`,
+		Example: `  tollgate status --server 10.0.0.1:7070,10.0.0.2:7070,10.0.0.3:7070
+  TOLLGATE_SERVER=a:7070,b:7070,c:7070 tollgate cluster -o json`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+			defer cancel()
+			answers, err := g.askCluster(ctx)
+			if err != nil {
+				return err
+			}
+			if err := format.printer(cmd.OutOrStdout()).cluster(answers); err != nil {
+				return err
+			}
+			for _, a := range answers {
+				if a.err == nil {
+					return nil
+				}
+			}
+			return errors.New("no server answered")
+		},
+	}
+	cmd.Flags().VarP(&format, "output", "o", "output format: text or json")
+	return cmd
+}
+
+// clusterAnswer is one server's GetCluster answer, or why there is none.
+type clusterAnswer struct {
+	server string
+	resp   *tollgatev1.GetClusterResponse
+	err    error
+}
+
+// askCluster asks every --server address for GetCluster at once, each on a
+// connection of its own, and returns the answers in the order of the list.
+func (g *globals) askCluster(ctx context.Context) ([]clusterAnswer, error) {
+	opts, err := g.sec.options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, client.WithClientID(cliClientID()))
+	var answers []clusterAnswer
+	for _, s := range strings.Split(g.server, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			answers = append(answers, clusterAnswer{server: s})
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range answers {
+		a := &answers[i]
+		wg.Go(func() {
+			c, err := client.Dial(a.server, opts...)
+			if err != nil {
+				a.err = err
+				return
+			}
+			defer c.Close()
+			a.resp, a.err = tollgatev1.NewAdminServiceClient(c.Conn()).GetCluster(ctx, &tollgatev1.GetClusterRequest{})
+		})
+	}
+	wg.Wait()
+	return answers, nil
+}
+
+// role is the answering server's role as its answer gives it.
+func (a clusterAnswer) role() string {
+	switch {
+	case a.err != nil:
+		return "unreachable"
+	case a.resp.GetStandalone():
+		return "standalone"
+	case a.resp.GetLeader() != "" && a.resp.GetLeader() == a.resp.GetSelf():
+		return "leader"
+	}
+	return "follower"
+}
+
+// cluster prints one row per server and, below, why the unreachable ones
+// did not answer; or with -o json, the answers.
+func (p *printer) cluster(answers []clusterAnswer) error {
+	if p.json {
+		type server struct {
+			Server  string          `json:"server"`
+			Cluster json.RawMessage `json:"cluster,omitempty"`
+			Error   string          `json:"error,omitempty"`
+		}
+		var out struct {
+			Servers []server `json:"servers"`
+		}
+		for _, a := range answers {
+			s := server{Server: a.server}
+			if a.err != nil {
+				s.Error = formatError(a.err)
+			} else {
+				b, err := protojson.Marshal(a.resp)
+				if err != nil {
+					return err
+				}
+				s.Cluster = b
+			}
+			out.Servers = append(out.Servers, s)
+		}
+		b, err := json.MarshalIndent(out, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(p.w, "%s\n", b)
+		return err
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tROLE\tLEADER\tEPOCH\tLEADERSHIP_LEFT")
+	for _, a := range answers {
+		if a.err != nil {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\n", a.server, a.role())
+			continue
+		}
+		leader := a.resp.GetLeader()
+		if a.resp.GetStandalone() {
+			leader = a.server // a standalone server may not know the address it is reached at
+		}
+		left := "-"
+		if d := a.resp.GetLeadershipRemaining(); d != nil {
+			left = d.AsDuration().String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.server, a.role(), orDash(leader), strconv.FormatInt(a.resp.GetEpoch(), 10), left)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, a := range answers {
+		if a.err != nil {
+			if _, err := fmt.Fprintf(p.w, "%s: %s\n", a.server, strings.TrimPrefix(formatError(a.err), "tollgate: ")); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
