@@ -49,7 +49,8 @@ type LeaseResize struct {
 	// otherwise ResizeLease fails with ErrNoCapacity and nothing changes.
 	Weight int64
 	// Want, above 0, makes the lease a concurrency share wanting that
-	// weight (at most the pool's concurrency limit); 0 keeps it.
+	// weight (a want above the pool's concurrency limit counts as the
+	// limit); 0 keeps it.
 	Want int64
 	// Owner, if not nil, replaces the lease's owner (the session updates
 	// are pushed to).
@@ -86,8 +87,7 @@ type concShares struct {
 //
 // Errors: ErrPoolNotFound; ErrLeaseExpired, ErrLeaseRevoked,
 // ErrLeaseNotFound (the holder must stop); ErrInvalidArgument (a negative
-// weight or want, a want above the pool's concurrency limit, a pool with
-// no concurrency limit, or one with instances); ErrNoCapacity (a grow that
+// weight or want, a pool with no concurrency limit, or one with instances); ErrNoCapacity (a grow that
 // does not fit now).
 func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	if r.Weight < 0 || r.Want < 0 {
@@ -101,9 +101,7 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	if p.cfg.ConcurrencyLimit == 0 || p.res != nil {
 		return Lease{}, errorf(ErrInvalidArgument, "pool %q has no concurrency limit or has instances; only a lease of a free pool with a concurrency limit can be resized", p.name)
 	}
-	if r.Want > p.cfg.ConcurrencyLimit {
-		return Lease{}, errorf(ErrInvalidArgument, "want %d exceeds pool %q's concurrency limit %d; it could never be granted", r.Want, p.name, p.cfg.ConcurrencyLimit)
-	}
+	r.Want = min(r.Want, p.cfg.ConcurrencyLimit) // more could never be granted
 	now := e.clock.Now()
 	l := p.leases[r.Token]
 	if l == nil || !l.ExpireTime.After(now) {

@@ -90,6 +90,9 @@ func TestResizeLeaseGrowsOnlyWhenItFitsAndNoWaiterIsAhead(t *testing.T) {
 	if got, err := w.result(t); err != nil || got.Weight != 3 {
 		t.Fatalf("waiter: %+v, %v", got, err)
 	}
+	if l, err := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Want: 50}); err != nil || l.Share.Want != 4 {
+		t.Fatalf("a want above the limit: %+v, %v; want it counted as the limit", l, err)
+	}
 	if _, err := te.ResizeLease(LeaseResize{Pool: "p", Token: 999}); !errors.Is(err, ErrLeaseNotFound) {
 		t.Fatalf("resize of a lease never issued: %v", err)
 	}
@@ -114,7 +117,6 @@ func TestResizeLeaseRefusesBadRequests(t *testing.T) {
 	r := te.mustAcquire(t, AcquireRequest{Pool: "r"})
 	for _, req := range []LeaseResize{
 		{Pool: "p", Token: a.FencingToken, Weight: -1},
-		{Pool: "p", Token: a.FencingToken, Want: 5},
 		{Pool: "r", Token: r.FencingToken, Want: 1},
 	} {
 		if _, err := te.ResizeLease(req); !errors.Is(err, ErrInvalidArgument) {

@@ -99,6 +99,7 @@ func (s *Server) leaseToProto(l limiter.Lease) *tollgatev1.Lease {
 		Resources:    resourcesToProto(l.Resources),
 		// What a restarted server asks to re-adopt the lease
 		ExpiryReceipt: s.ids.Receipt(l.Pool, l.FencingToken, l.ExpireTime),
+		Share:         concShareToProto(l.Share),
 	}
 }
 

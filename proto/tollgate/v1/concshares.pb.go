@@ -37,8 +37,8 @@ type ResizeLeaseRequest struct {
 	// At least 1 when set.
 	Weight *int64 `protobuf:"varint,3,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
 	// Makes the lease a concurrency share wanting this weight, or changes
-	// what it wants; unset keeps it. At least 1 and at most the pool's
-	// concurrency limit when set.
+	// what it wants; unset keeps it. At least 1 when set; a want above the
+	// pool's concurrency limit counts as the limit.
 	Want          *int64 `protobuf:"varint,4,opt,name=want,proto3,oneof" json:"want,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
