@@ -76,7 +76,10 @@ func TestResizeLeaseGrowsOnlyWhenItFitsAndNoWaiterIsAhead(t *testing.T) {
 	if _, err := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Weight: 3}); !errors.Is(err, ErrNoCapacity) {
 		t.Fatalf("grow past the limit: %v, want ErrNoCapacity", err)
 	}
-	if l := func() Lease { l, _ := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Weight: 2}); return l }(); l.Weight != 2 {
+	if l := func() Lease {
+		l, _ := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Weight: 2})
+		return l
+	}(); l.Weight != 2 {
 		t.Fatalf("grow that fits: %+v", l)
 	}
 	te.resizeTo(t, a.FencingToken, 1)
