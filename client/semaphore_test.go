@@ -248,3 +248,30 @@ func TestGroupWithSemaphore(t *testing.T) {
 		t.Fatalf("%d leases granted for 50 tasks, want the one share lease", s.Granted)
 	}
 }
+
+// TestSemaphoreShareReattachesAfterServerRestart: a share's lease held
+// across a restart of its server is re-adopted like any lease, and the
+// semaphore makes it a share again on the new server.
+func TestSemaphoreShareReattachesAfterServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	first := startDurable(t, dir, "127.0.0.1:0")
+	c := dialTarget(t, first.addr)
+	sem := c.NewSemaphore("db", client.LocalShare(1))
+	defer sem.Close()
+	holdN(t, sem, 1)
+	l := sem.Lease()
+	first.stop()
+	second := startDurable(t, dir, first.addr)
+	waitFor(t, "the share is a share again on the restarted server", func() bool {
+		got, err := second.srv.Engine().ResizeLease(limiter.LeaseResize{Pool: "db", Token: l.FencingToken()})
+		return err == nil && got.Share != nil && got.Weight == 1
+	})
+	if isDone(l) || sem.Lease() != l {
+		t.Fatalf("the share's lease was lost across the restart: %v", l.Err())
+	}
+	sem.Release(1)
+	if !sem.TryAcquire(1) {
+		t.Fatal("TryAcquire after the restart failed")
+	}
+	sem.Release(1)
+}
