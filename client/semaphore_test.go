@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/server"
 )
 
 // shareLease returns the engine's view of the one lease of pool held by
@@ -260,12 +261,16 @@ func TestSemaphoreShareReattachesAfterServerRestart(t *testing.T) {
 	defer sem.Close()
 	holdN(t, sem, 1)
 	l := sem.Lease()
+	isShare := func(srv *server.Server) func() bool {
+		return func() bool {
+			got, err := srv.Engine().ResizeLease(limiter.LeaseResize{Pool: "db", Token: l.FencingToken()})
+			return err == nil && got.Share != nil && got.Weight == 1
+		}
+	}
+	waitFor(t, "the lease is a share", isShare(first.srv))
 	first.stop()
 	second := startDurable(t, dir, first.addr)
-	waitFor(t, "the share is a share again on the restarted server", func() bool {
-		got, err := second.srv.Engine().ResizeLease(limiter.LeaseResize{Pool: "db", Token: l.FencingToken()})
-		return err == nil && got.Share != nil && got.Weight == 1
-	})
+	waitFor(t, "the share is a share again on the restarted server", isShare(second.srv))
 	if isDone(l) || sem.Lease() != l {
 		t.Fatalf("the share's lease was lost across the restart: %v", l.Err())
 	}
