@@ -95,8 +95,9 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...AcquireOption)
 	return err
 }
 
-// TryAcquire takes n permits only if they are free locally now, without
-// waiting and without a round trip.
+// TryAcquire takes n permits only if the share has them free now, without
+// waiting and without a round trip. It never starts a share: on a
+// semaphore that holds no lease yet, it fails.
 func (s *Semaphore) TryAcquire(n int64) bool {
 	_, err := s.acquire(context.Background(), n, true, nil)
 	return err == nil
