@@ -171,10 +171,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool, opts []Acqui
 		return nil, &Error{Code: codes.ResourceExhausted, Reason: ErrNoCapacity.Reason,
 			Message: fmt.Sprintf("the semaphore on pool %q has %d of %d permits held locally and cannot take %d now", s.pool, s.inUse, s.cap, n)}
 	}
-	var o acquireOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := acquireOptionsOf(opts)
 	w := &semWaiter{n: n, prio: o.priority, seq: s.seq, ready: make(chan struct{})}
 	s.seq++
 	heap.Push(&s.waiters, w)
@@ -254,14 +251,8 @@ func (s *Semaphore) failWaitersLocked(err error) {
 // panic). It returns the acquire's error, fn's error, or, if the lease was
 // lost while fn ran, an error matching ErrLeaseLost.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...AcquireOption) error {
-	var o acquireOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	n := int64(1)
-	if o.weight != nil {
-		n = *o.weight
-	}
+	o := acquireOptionsOf(opts)
+	n := o.weightOr1()
 	l, err := s.acquire(ctx, n, false, opts)
 	if err != nil {
 		return err

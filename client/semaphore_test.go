@@ -13,8 +13,8 @@ import (
 	"github.com/tollgate/tollgate/server"
 )
 
-// shareLease returns the engine's view of the one lease of pool held by
-// clientID: its weight and share target.
+// shareOf returns the engine's view of lease token of pool: its weight
+// and its share's target (0 for a plain lease, or when it is not live).
 func (ts *testServer) shareOf(pool string, token uint64) (weight, target int64) {
 	ts.t.Helper()
 	l, err := ts.srv.Engine().ResizeLease(limiter.LeaseResize{Pool: pool, Token: token})
@@ -27,8 +27,7 @@ func (ts *testServer) shareOf(pool string, token uint64) (weight, target int64) 
 	return l.Weight, l.Share.Target
 }
 
-// holdN takes n permits of sem in n goroutines and returns a function
-// releasing one of them.
+// holdN takes n permits of sem, one at a time, and keeps them.
 func holdN(t *testing.T, sem *client.Semaphore, n int) {
 	t.Helper()
 	for range n {
