@@ -47,6 +47,7 @@ type Semaphore struct {
 	peak      int64  // the highest local demand since the last report
 
 	keeping bool          // the keeper goroutine runs
+	abandon func()        // stops the keeper's acquire of a lease; nil when none runs
 	kick    chan struct{} // wakes the keeper
 	ctx     context.Context
 	stop    context.CancelFunc // ends ctx: Close
@@ -207,6 +208,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool, opts []Acqui
 	}
 	s.removeWaiterLocked(w)
 	s.serveLocked() // w may have been the head
+	if s.waiters.Len() == 0 && s.abandon != nil {
+		s.abandon() // no one waits for the lease the keeper is acquiring
+	}
 	return nil, err
 }
 

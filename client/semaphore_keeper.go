@@ -78,8 +78,8 @@ func (s *Semaphore) keep(ctx context.Context) {
 			if !s.openLease(ctx) {
 				return
 			}
-			if ticker == nil {
-				ticker = time.NewTicker(s.Lease().TTL() / 3)
+			if l := s.Lease(); ticker == nil && l != nil {
+				ticker = time.NewTicker(l.TTL() / 3)
 				tick = ticker.C
 			}
 			continue
@@ -148,9 +148,18 @@ func (s *Semaphore) quit() {
 // semaphore or the Client closed).
 func (s *Semaphore) openLease(ctx context.Context) bool {
 	opts := append(s.leaseOpts[:len(s.leaseOpts):len(s.leaseOpts)], Weight(1), func(o *acquireOptions) { o.waitTimeout = 0 })
-	l, err := s.c.Acquire(ctx, s.pool, opts...)
+	octx, abandon := context.WithCancel(ctx)
+	defer abandon()
+	s.mu.Lock()
+	s.abandon = abandon
+	s.mu.Unlock()
+	l, err := s.c.Acquire(octx, s.pool, opts...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.abandon = nil
+	if err != nil && octx.Err() != nil && ctx.Err() == nil {
+		return true // no local waiter was left: the loop stops, or opens again for new ones
+	}
 	if err != nil {
 		s.keeping = false
 		s.failWaitersLocked(err)

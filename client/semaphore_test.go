@@ -279,3 +279,28 @@ func TestSemaphoreShareReattachesAfterServerRestart(t *testing.T) {
 	}
 	sem.Release(1)
 }
+
+// TestSemaphoreStopsWaitingForALeaseNobodyWants: when the last local
+// waiter gives up while the share's first lease waits in the pool's
+// queue, that acquire is cancelled on the server.
+func TestSemaphoreStopsWaitingForALeaseNobodyWants(t *testing.T) {
+	ts := newTestServer(t)
+	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 1})
+	other, err := ts.dial().Acquire(ctx(t), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem := ts.dial().NewSemaphore("p")
+	defer sem.Close()
+	if err := sem.Acquire(ctx(t), 1, client.WaitTimeout(50*time.Millisecond)); !errors.Is(err, client.ErrWaitTimeout) {
+		t.Fatalf("Acquire: %v, want ErrWaitTimeout", err)
+	}
+	waitFor(t, "the share's acquire left the pool's queue", func() bool { return ts.status("p").Waiting == 0 })
+	if err := other.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sem.Acquire(ctx(t), 1); err != nil { // opens a lease again
+		t.Fatal(err)
+	}
+	sem.Release(1)
+}

@@ -75,6 +75,8 @@ type concShare struct {
 type concShares struct {
 	byToken map[uint64]*concShare
 	order   []*share // scratch for fairTargets
+	tokens  []uint64 // scratch for rebalanceConcSharesLocked
+	fair    []*share // likewise
 	// answering is the lease a ResizeLease answers: its changes are not
 	// pushed, the answer carries them.
 	answering uint64
@@ -87,7 +89,8 @@ type concShares struct {
 //
 // Errors: ErrPoolNotFound; ErrLeaseExpired, ErrLeaseRevoked,
 // ErrLeaseNotFound (the holder must stop); ErrInvalidArgument (a negative
-// weight or want, a pool with no concurrency limit, or one with instances); ErrNoCapacity (a grow that
+// weight or want, a pool with no concurrency limit, or one with instances;
+// a want in a pool with a rate, whose tokens a share would bypass); ErrNoCapacity (a grow that
 // does not fit now).
 func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	if r.Weight < 0 || r.Want < 0 {
@@ -100,6 +103,9 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	defer p.unlock()
 	if p.cfg.ConcurrencyLimit == 0 || p.res != nil {
 		return Lease{}, errorf(ErrInvalidArgument, "pool %q has no concurrency limit or has instances; only a lease of a free pool with a concurrency limit can be resized", p.name)
+	}
+	if r.Want > 0 && p.cfg.Rate > 0 {
+		return Lease{}, errorf(ErrInvalidArgument, "pool %q has a rate: a concurrency share would let its holder start work without taking tokens; use Acquire, or a rate share (AcquireShare) beside a share of a pool without a rate", p.name)
 	}
 	r.Want = min(r.Want, p.cfg.ConcurrencyLimit) // more could never be granted
 	now := e.clock.Now()
@@ -171,8 +177,7 @@ func (p *pool) rebalanceConcSharesLocked(now time.Time) {
 	if len(p.csh.byToken) == 0 || p.cfg.ConcurrencyLimit == 0 {
 		return
 	}
-	tokens := make([]uint64, 0, len(p.csh.byToken))
-	fair := make([]*share, 0, len(p.csh.byToken))
+	tokens, fair := p.csh.tokens[:0], p.csh.fair[:0]
 	var shareHeld int64
 	for tok := range p.csh.byToken {
 		tokens = append(tokens, tok)
@@ -184,6 +189,8 @@ func (p *pool) rebalanceConcSharesLocked(now time.Time) {
 	}
 	capacity := max(p.ad.limit-(p.held-shareHeld)-p.waitingWeight, 0)
 	p.csh.order = fairTargets(fair, capacity, p.csh.order)
+	p.csh.tokens, p.csh.fair = tokens, fair
+	defer clear(fair) // drop the pointers
 	for _, tok := range tokens {
 		cs, l := p.csh.byToken[tok], p.leases[tok]
 		cs.fair.target = max(cs.fair.target, 1)

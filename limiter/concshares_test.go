@@ -118,9 +118,12 @@ func TestResizeLeaseRefusesBadRequests(t *testing.T) {
 	te.mustCreate(t, PoolConfig{Name: "r", Rate: 10, Burst: 5})
 	a := te.mustAcquire(t, AcquireRequest{Pool: "p"})
 	r := te.mustAcquire(t, AcquireRequest{Pool: "r"})
+	te.mustCreate(t, PoolConfig{Name: "both", ConcurrencyLimit: 4, Rate: 10, Burst: 5})
+	both := te.mustAcquire(t, AcquireRequest{Pool: "both"})
 	for _, req := range []LeaseResize{
 		{Pool: "p", Token: a.FencingToken, Weight: -1},
 		{Pool: "r", Token: r.FencingToken, Want: 1},
+		{Pool: "both", Token: both.FencingToken, Want: 1},
 	} {
 		if _, err := te.ResizeLease(req); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("ResizeLease(%+v): %v, want ErrInvalidArgument", req, err)

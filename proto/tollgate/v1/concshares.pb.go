@@ -23,7 +23,8 @@ const (
 
 // ResizeLeaseRequest changes a live lease's weight, and makes it a
 // concurrency share or changes what the share wants (see
-// ConcurrencyShare). Only in a free pool with a concurrency limit.
+// ConcurrencyShare). Only in a free pool with a concurrency limit; a
+// share (want) only in one without a rate, whose tokens it would bypass.
 type ResizeLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Pool the lease is from. Required.
