@@ -60,7 +60,12 @@ func (s *Semaphore) keep(ctx context.Context) {
 			ticker.Stop()
 		}
 	}()
-	retry := time.Duration(0)
+	retry, failures := time.Duration(0), 0 // the pause before the next resize after failures in a row
+	failed := func(l *Lease, err error) {
+		retry = min(retryBackoff.delay(failures, l.deadline()), l.TTL()/10)
+		failures++
+		s.c.log.Warn("tollgate: could not resize a concurrency share; retrying", "pool", s.pool, "err", err)
+	}
 	for {
 		s.mu.Lock()
 		l := s.lease
@@ -87,14 +92,14 @@ func (s *Semaphore) keep(ctx context.Context) {
 		weight, want, send := s.planLocked(false)
 		s.mu.Unlock()
 		if send && retry == 0 {
-			if err := s.resize(ctx, l, weight, want); err != nil {
-				if ctx.Err() != nil {
-					s.quit()
-					return
-				}
-				retry = time.Duration(max(int64(retry)*2, int64(50*time.Millisecond)))
-				retry = min(retry, l.TTL()/10)
-				s.c.log.Warn("tollgate: could not resize a concurrency share; retrying", "pool", s.pool, "err", err)
+			switch err := s.resize(ctx, l, weight, want); {
+			case err == nil:
+				failures = 0
+			case ctx.Err() != nil:
+				s.quit()
+				return
+			default:
+				failed(l, err)
 			}
 			continue
 		}
@@ -127,7 +132,7 @@ func (s *Semaphore) keep(ctx context.Context) {
 				_ = l.releaseDetached(ctx)
 			case send && retry == 0:
 				if err := s.resize(ctx, l, weight, want); err != nil && ctx.Err() == nil {
-					retry = 50 * time.Millisecond
+					failed(l, err)
 				}
 			}
 		}
