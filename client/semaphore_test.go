@@ -169,6 +169,7 @@ func TestSemaphoreLocalQueueHonoursPriorityAndWaitTimeout(t *testing.T) {
 		name string
 		prio int32
 	}{{"low", 0}, {"high", 5}} {
+		queued := client.SemaphoreWaiters(sem) + 1
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -179,7 +180,7 @@ func TestSemaphoreLocalQueueHonoursPriorityAndWaitTimeout(t *testing.T) {
 			order <- w.name
 			sem.Release(1)
 		}()
-		time.Sleep(10 * time.Millisecond) // "low" queues first; the order is what is tested
+		waitFor(t, w.name+" waits", func() bool { return client.SemaphoreWaiters(sem) == queued }) // "low" queues first
 	}
 	sem.Release(1)
 	wg.Wait()
