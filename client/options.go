@@ -74,7 +74,7 @@ func acquireOptionsOf(opts []AcquireOption) acquireOptions {
 }
 
 // weightOr1 is the Weight option's value, 1 when it is not set.
-func (o *acquireOptions) weightOr1() int64 {
+func (o acquireOptions) weightOr1() int64 {
 	if o.weight == nil {
 		return 1
 	}

@@ -253,10 +253,12 @@ func (s *Semaphore) failWaitersLocked(err error) {
 // share's lease is lost, LeaseFromContext gives fn the lease (for its
 // fencing token), and the permits are released when fn returns (also on a
 // panic). It returns the acquire's error, fn's error, or, if the lease was
-// lost while fn ran, an error matching ErrLeaseLost.
+// lost while fn ran, an error matching ErrLeaseLost. How fn ended goes to
+// the Client's Observer and, through Report, to the pool's adaptive
+// limits, as for Do.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...AcquireOption) error {
-	o := acquireOptionsOf(opts)
-	n := o.weightOr1()
+	start := time.Now()
+	n := acquireOptionsOf(opts).weightOr1()
 	l, err := s.acquire(ctx, n, false, opts)
 	if err != nil {
 		return err
@@ -265,12 +267,20 @@ func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, 
 	if l == nil { // handed out under no lease: cannot happen while cap > 0
 		return errors.New("tollgate: semaphore granted permits without a lease")
 	}
+	granted := time.Now()
 	lctx, cancel := l.Context(ctx)
 	defer cancel()
-	if err := fn(withLease(lctx, l)); err != nil {
-		return err
-	}
-	if lerr := l.Err(); lerr != nil && lerr != ErrReleased {
+	ferr := fn(withLease(lctx, l))
+	took := time.Since(granted)
+	outcome := s.c.classify(ferr)
+	s.c.Report(s.pool, outcome, took)
+	lerr := l.Err()
+	lost := lerr != nil && lerr != ErrReleased
+	s.c.workDone(WorkEvent{Pool: s.pool, Wait: granted.Sub(start), Hold: took, Err: ferr, Outcome: outcome, LeaseLost: lost})
+	switch {
+	case ferr != nil:
+		return ferr
+	case lost:
 		return fmt.Errorf("tollgate: the work ran under the share lease %s of pool %q, which was lost while it ran, so it may have overlapped another holder: %w", l.id, l.pool, lerr)
 	}
 	return nil

@@ -305,3 +305,21 @@ func TestSemaphoreStopsWaitingForALeaseNobodyWants(t *testing.T) {
 	}
 	sem.Release(1)
 }
+
+// TestSemaphoreDoTellsTheObserver: how work under Semaphore.Do ended goes
+// to the Client's Observer (and to Report), as for Do.
+func TestSemaphoreDoTellsTheObserver(t *testing.T) {
+	ts := newTestServer(t)
+	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 2})
+	obs := &observer{}
+	sem := ts.dial(client.WithObserver(obs)).NewSemaphore("p")
+	defer sem.Close()
+	boom := errors.New("boom")
+	if err := sem.Do(ctx(t), func(context.Context) error { return boom }); err != boom {
+		t.Fatalf("Do: %v", err)
+	}
+	w := obs.works()
+	if len(w) != 1 || w[0].Pool != "p" || w[0].Outcome != client.OutcomeError || w[0].Err != boom || w[0].LeaseLost {
+		t.Fatalf("work events: %+v", w)
+	}
+}
