@@ -12,14 +12,8 @@ import (
 // the acquire failed with unreachable (an error matching ErrUnavailable).
 // The run is NOT globally limited, and says so loudly.
 func (c *Client) doLocalOnly(ctx context.Context, pool string, fn func(ctx context.Context) error, opts []AcquireOption, start time.Time, unreachable error) error {
-	var o acquireOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	weight := int64(1)
-	if o.weight != nil {
-		weight = *o.weight
-	}
+	o := acquireOptionsOf(opts)
+	weight := o.weightOr1()
 	local := c.settings.local
 	if weight < 1 || weight > local.size {
 		return &Error{Code: codes.InvalidArgument, Reason: ErrInvalidArgument.Reason,

@@ -244,7 +244,13 @@ func (g *Group) run(t *task) {
 		}
 	}()
 	opts := append(g.cfg.acquireOpts[:len(g.cfg.acquireOpts):len(g.cfg.acquireOpts)], t.opts...)
-	err := g.c.Do(tctx, g.pool, func(ctx context.Context) error {
+	do := func(ctx context.Context, fn func(context.Context) error, opts ...AcquireOption) error {
+		return g.c.Do(ctx, g.pool, fn, opts...)
+	}
+	if g.cfg.sem != nil {
+		do = g.cfg.sem.Do // permits from a concurrency share: semaphore.go
+	}
+	err := do(tctx, func(ctx context.Context) error {
 		g.mu.Lock()
 		delete(g.waiting, t)
 		if g.stoppedLocked() {

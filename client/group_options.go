@@ -24,6 +24,7 @@ type groupConfig struct {
 	maxInFlight int
 	progress    func(Progress)
 	acquireOpts []AcquireOption
+	sem         *Semaphore // WithSemaphore
 }
 
 func newGroupConfig(opts []GroupOption) groupConfig {
@@ -108,4 +109,13 @@ func WithProgress(fn func(Progress)) GroupOption {
 // Go come after them and win.
 func WithAcquireOptions(opts ...AcquireOption) GroupOption {
 	return func(c *groupConfig) { c.acquireOpts = append(c.acquireOpts, opts...) }
+}
+
+// WithSemaphore makes the group's tasks (and Map's calls) take their
+// permits from sem, a concurrency share of the pool, with no round trip
+// per task, instead of a lease each (see Semaphore). The group's pool
+// argument is then not used: sem's pool is. The Weight, Priority and
+// WaitTimeout of the tasks apply to sem's local queue.
+func WithSemaphore(sem *Semaphore) GroupOption {
+	return func(c *groupConfig) { c.sem = sem }
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -57,7 +58,7 @@ type Lease struct {
 	c      *Client
 	id     string
 	pool   string
-	weight int64
+	weight atomic.Int64 // changes only for a concurrency share (semaphore.go)
 	token  uint64
 	margin time.Duration
 	// As granted; sent with every renew so that a restarted server can
@@ -67,6 +68,9 @@ type Lease struct {
 	priority    int32
 	resources   []Resource // the instances it is bound to (active and passive pools)
 	receipt     string     // the expiry receipt of the last grant or renewal; guarded by mu
+	// share, for a concurrency share, hears every snapshot of the lease
+	// the server sends (semaphore.go).
+	share atomic.Pointer[Semaphore]
 
 	// ctx is done when the lease has ended; its cause is the lease's Err.
 	ctx       context.Context
@@ -100,7 +104,6 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 		c:         c,
 		id:        g.GetId(),
 		pool:      g.GetPool(),
-		weight:    g.GetWeight(),
 		token:     g.GetFencingToken(),
 		margin:    c.safetyMargin(ttl),
 		ctx:       ctx,
@@ -110,6 +113,7 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 		ttl:       ttl,
 		receipt:   g.GetExpiryReceipt(),
 	}
+	l.weight.Store(g.GetWeight())
 	l.clientID, l.description, l.priority = g.GetClientId(), g.GetDescription(), g.GetPriority()
 	l.resources = resourcesFromProto(g.GetResources()) // resource.go
 	base, next := sent, sent.Add(ttl/3)
@@ -142,7 +146,7 @@ func (l *Lease) ID() string { return l.id }
 func (l *Lease) Pool() string { return l.pool }
 
 // Weight returns the permit weight the lease holds.
-func (l *Lease) Weight() int64 { return l.weight }
+func (l *Lease) Weight() int64 { return l.weight.Load() }
 
 // FencingToken returns the lease's fencing token: strictly increasing per
 // pool across all grants. Pass it to the protected system so that it can
@@ -293,6 +297,9 @@ func (l *Lease) finish(st leaseState, err error) bool {
 	l.state, l.err = st, err
 	l.mu.Unlock()
 	l.cancelCtx(err)
+	if s := l.share.Load(); s != nil { // a concurrency share: semaphore_keeper.go
+		s.leaseEnded(l)
+	}
 	l.c.mu.Lock()
 	if l.c.leases[leaseKey{l.pool, l.id}] == l {
 		delete(l.c.leases, leaseKey{l.pool, l.id})
@@ -393,7 +400,7 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 	a, err := l.c.roundTrip(ctx, op{
 		resetOnDeadline: true,
 		build: func(int) (*tollgatev1.SessionRequest, error) {
-			w := l.weight
+			w := l.weight.Load()
 			l.mu.Lock()
 			receipt := l.receipt
 			l.mu.Unlock()
@@ -412,6 +419,7 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 	if err != nil {
 		return time.Time{}, err
 	}
+	l.shareChanged(a.resp.GetRenew().GetLease()) // semaphore.go
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if ttl := a.resp.GetRenew().GetLease().GetTtl().AsDuration(); ttl > 0 {
@@ -432,6 +440,10 @@ func (c *Client) leaseEvent(ev *tollgatev1.LeaseEvent) {
 	l := c.leases[leaseKey{ev.GetLease().GetPool(), ev.GetLease().GetId()}]
 	c.mu.Unlock()
 	if l == nil {
+		return
+	}
+	if ev.GetType() == tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_RESIZED { // a concurrency share: semaphore.go
+		l.shareChanged(ev.GetLease())
 		return
 	}
 	e := &Error{Code: codes.NotFound, Message: ev.GetReason()}

@@ -67,6 +67,23 @@ type acquireOptions struct {
 	description string
 }
 
+// acquireOptionsOf applies opts.
+func acquireOptionsOf(opts []AcquireOption) acquireOptions {
+	var o acquireOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// weightOr1 is the Weight option's value, 1 when it is not set.
+func (o acquireOptions) weightOr1() int64 {
+	if o.weight == nil {
+		return 1
+	}
+	return *o.weight
+}
+
 // Weight sets the permit weight to hold (default 1). It must be at least 1
 // and at most the pool's concurrency limit (and, for a pool with a rate,
 // its burst); the server refuses other values with ErrInvalidArgument.

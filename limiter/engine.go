@@ -44,6 +44,10 @@ type Options struct {
 	// not block for long.
 	OnPoolEvent   func(PoolEvent)
 	OnShareUpdate func(ShareUpdate)
+	// OnLeaseResized, if set, is called like OnLeaseEnded for every change
+	// to a concurrency share that its holder did not ask for (see
+	// ResizeLease).
+	OnLeaseResized func(LeaseResized)
 	// MarkEventInterval is the least time between two reported mark
 	// events of one kind from one pool; 0 means
 	// DefaultMarkEventInterval, a negative value reports every crossing.
@@ -65,6 +69,7 @@ type Engine struct {
 	// Callbacks of adaptive control and rate shares.
 	onPoolEvent   func(PoolEvent)
 	onShareUpdate func(ShareUpdate)
+	onResized     func(LeaseResized)
 	markInterval  time.Duration // Options.MarkEventInterval, resolved
 
 	pools  poolIndex
@@ -97,7 +102,7 @@ func New(opts Options) *Engine {
 		markInterval = DefaultMarkEventInterval
 	}
 	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, preReserve: opts.PreReserve, done: make(chan struct{}), stopping: make(chan struct{}),
-		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate, markInterval: markInterval}
+		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate, onResized: opts.OnLeaseResized, markInterval: markInterval}
 }
 
 // Clock returns the engine's clock.
@@ -629,7 +634,7 @@ func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Leas
 		p.removeLeaseLocked(l)
 		p.recordEndedLocked(l.FencingToken, l.ExpireTime, false) // not re-adopted after a restart
 		p.stats.Released++
-		if len(p.waiters) > 0 {
+		if len(p.waiters) > 0 || len(p.csh.byToken) > 0 {
 			p.dispatchLocked(e.clock.Now())
 		}
 		released = l.Lease
@@ -738,7 +743,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	if owner != nil {
 		l.owner = owner
 	}
-	return l.Lease, nil
+	return p.leaseOutLocked(l), nil
 }
 
 // Take takes tokens from a pool's bucket. If they are not available now,

@@ -87,6 +87,9 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 	if err := p.checkResourcesLocked(); err != nil {
 		return err
 	}
+	if err := p.checkConcSharesLocked(); err != nil {
+		return err
+	}
 	return p.checkAdaptiveLocked(now) // effective limits and shares
 }
 
@@ -184,7 +187,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 	for step := 0; step < steps; step++ {
 		cfg := configs[rng.IntN(len(configs))]
 		maxW := int64(3)
-		switch op := rng.IntN(141); {
+		switch op := rng.IntN(151); {
 		case op < 25: // try-acquire
 			l, err := te.Acquire(ctx, AcquireRequest{Pool: cfg.Name, Weight: 1 + rng.Int64N(maxW), NoWait: true, TTL: time.Duration(1+rng.IntN(10)) * time.Second})
 			if err == nil {
@@ -259,7 +262,15 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 			_ = ok // a held lease may have expired, been revoked, or (past the tombstones) be forgotten
 		case op < 135: // rate shares
 			shares = randomShareOp(te, rng, cfg, shares)
-		case op < 138: // suspend, sometimes revoking what is held
+		case op < 148: // resize a held lease: shrink, grow, or make it a concurrency share
+			if h, ok := peekHeld(); ok {
+				r := LeaseResize{Pool: h.pool, Token: h.token, Weight: rng.Int64N(5)}
+				if rng.IntN(2) == 0 {
+					r.Want = 1 + rng.Int64N(6)
+				}
+				_, _ = te.ResizeLease(r) // may have ended, not fit, or be of a rate-only pool
+			}
+		case op < 148+3: // suspend, sometimes revoking what is held
 			if _, err := te.SuspendPool(cfg.Name, rng.IntN(3) == 0); err != nil {
 				t.Fatalf("seed %d step %d: SuspendPool: %v", seed, step, err)
 			}

@@ -62,6 +62,7 @@ type pool struct {
 
 	ad  adaptive     // effective limits and adaptive control
 	shr shareTable   // rate shares
+	csh concShares   // concurrency shares: leases that resize
 	out outbox       // events for the engine's callbacks, sent after unlocking
 	res *resourceSet // instances of an active or passive pool, nil in a free pool
 
@@ -242,6 +243,7 @@ func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Durat
 // removeLeaseLocked takes l out of the pool and frees its permits.
 func (p *pool) removeLeaseLocked(l *lease) {
 	delete(p.leases, l.FencingToken)
+	p.forgetConcShareLocked(l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
 	if p.res != nil {
@@ -259,11 +261,12 @@ func (p *pool) dispatchLocked(now time.Time) {
 	for {
 		w, ok := p.waiters.top()
 		if !ok || !p.admitLocked(w.req.Weight, now) {
-			return
+			break
 		}
 		l, err := p.grantLocked(&w.req, now, now.Sub(w.enqueued)) // on error, w fails and the next head is tried
 		p.finishWaiterLocked(w, l, err)
 	}
+	p.rebalanceConcSharesLocked(now)
 }
 
 // finishWaiterLocked ends w's wait with a lease or an error, once.

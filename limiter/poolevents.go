@@ -143,6 +143,8 @@ type outbox struct {
 	events []PoolEvent
 	shares []ShareUpdate
 	ended  []LeaseEnded // leases revoked by a revocation policy
+	// resized are concurrency shares changed without their holder asking.
+	resized []LeaseResized
 }
 
 // deliver calls the engine's callbacks with what ob holds. Call it without
@@ -159,11 +161,16 @@ func (e *Engine) deliver(ob outbox) {
 			e.onShareUpdate(su)
 		}
 	}
+	if e.onResized != nil {
+		for _, r := range ob.resized {
+			e.onResized(r)
+		}
+	}
 }
 
 // empty reports whether ob holds nothing to deliver.
 func (ob *outbox) empty() bool {
-	return len(ob.events) == 0 && len(ob.shares) == 0 && len(ob.ended) == 0
+	return len(ob.events) == 0 && len(ob.shares) == 0 && len(ob.ended) == 0 && len(ob.resized) == 0
 }
 
 // unlock releases p.mu and then delivers what p's outbox holds (mark

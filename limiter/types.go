@@ -26,6 +26,9 @@ type Lease struct {
 	// passive pool (Weight of them); nil in a free pool.
 	// The slice and the attribute maps are shared: do not change them.
 	Resources []Resource
+	// Share is set when the lease is a concurrency share (ResizeLease), in
+	// the snapshots the engine returns and reports.
+	Share *ConcShare
 }
 
 // AcquireRequest asks for a lease. See Engine.Acquire.

@@ -136,7 +136,7 @@ func New(cfg Config) *Server {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
 	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister, PreReserve: true,
-		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, MarkEventInterval: cfg.MarkEventInterval})
+		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: s.onLeaseResized, MarkEventInterval: cfg.MarkEventInterval})
 	s.initOps(cfg)
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}

@@ -287,7 +287,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 		s.cancelRequest(k.Cancel.GetRequestId())
 		return
 	case nil:
-		s.answerErr(id, invalidArg("request %d has nothing in it; set one of hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share or release_share", id), errCtx{})
+		s.answerErr(id, invalidArg("request %d has nothing in it; set one of hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id), errCtx{})
 		return
 	}
 	s.mu.Lock()
@@ -328,8 +328,10 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 		s.refreshShare(id, k.RefreshShare)
 	case *tollgatev1.SessionRequest_ReleaseShare:
 		s.releaseShare(id, k.ReleaseShare)
+	case *tollgatev1.SessionRequest_ResizeLease: // concurrency shares: session_concshares.go
+		s.resizeLease(id, k.ResizeLease)
 	default:
-		s.answerErr(id, invalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share or release_share", id, k), errCtx{})
+		s.answerErr(id, invalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id, k), errCtx{})
 	}
 }
 

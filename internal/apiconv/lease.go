@@ -95,7 +95,16 @@ func LeaseToProto(ids *leaseid.IDs, l limiter.Lease) *tollgatev1.Lease {
 		Resources:    resourcesToProto(l.Resources),
 		// What a restarted server asks to re-adopt the lease
 		ExpiryReceipt: ids.Receipt(l.Pool, l.FencingToken, l.ExpireTime),
+		Share:         ConcShareToProto(l.Share),
 	}
+}
+
+// ConcShareToProto converts a concurrency share, nil for an ordinary lease.
+func ConcShareToProto(c *limiter.ConcShare) *tollgatev1.ConcurrencyShare {
+	if c == nil {
+		return nil
+	}
+	return &tollgatev1.ConcurrencyShare{Want: c.Want, Target: c.Target, Version: c.Version}
 }
 
 // Timestamp converts t, leaving the zero time unset.

@@ -34,6 +34,10 @@ const (
 	// The lease was taken back by the server (operator, pool change); its
 	// permits are back in the pool.
 	LeaseEventType_LEASE_EVENT_TYPE_REVOKED LeaseEventType = 2
+	// The lease is a concurrency share and the server changed it without
+	// being asked: it grew (lease.weight), or its target changed
+	// (lease.share). The lease lives on.
+	LeaseEventType_LEASE_EVENT_TYPE_RESIZED LeaseEventType = 3
 )
 
 // Enum value maps for LeaseEventType.
@@ -42,11 +46,13 @@ var (
 		0: "LEASE_EVENT_TYPE_UNSPECIFIED",
 		1: "LEASE_EVENT_TYPE_EXPIRED",
 		2: "LEASE_EVENT_TYPE_REVOKED",
+		3: "LEASE_EVENT_TYPE_RESIZED",
 	}
 	LeaseEventType_value = map[string]int32{
 		"LEASE_EVENT_TYPE_UNSPECIFIED": 0,
 		"LEASE_EVENT_TYPE_EXPIRED":     1,
 		"LEASE_EVENT_TYPE_REVOKED":     2,
+		"LEASE_EVENT_TYPE_RESIZED":     3,
 	}
 )
 
@@ -873,6 +879,7 @@ type SessionRequest struct {
 	//	*SessionRequest_AcquireShare
 	//	*SessionRequest_RefreshShare
 	//	*SessionRequest_ReleaseShare
+	//	*SessionRequest_ResizeLease
 	Kind          isSessionRequest_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1012,6 +1019,15 @@ func (x *SessionRequest) GetReleaseShare() *ReleaseShareRequest {
 	return nil
 }
 
+func (x *SessionRequest) GetResizeLease() *ResizeLeaseRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionRequest_ResizeLease); ok {
+			return x.ResizeLease
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Kind interface {
 	isSessionRequest_Kind()
 }
@@ -1070,6 +1086,13 @@ type SessionRequest_ReleaseShare struct {
 	ReleaseShare *ReleaseShareRequest `protobuf:"bytes,11,opt,name=release_share,json=releaseShare,proto3,oneof"`
 }
 
+type SessionRequest_ResizeLease struct {
+	// ResizeLease, answered by SessionResponse.resize_lease. Changes the
+	// server makes to a concurrency share later are pushed on the stream
+	// the lease was last acquired, renewed or resized on.
+	ResizeLease *ResizeLeaseRequest `protobuf:"bytes,12,opt,name=resize_lease,json=resizeLease,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Kind() {}
 
 func (*SessionRequest_Acquire) isSessionRequest_Kind() {}
@@ -1089,6 +1112,8 @@ func (*SessionRequest_AcquireShare) isSessionRequest_Kind() {}
 func (*SessionRequest_RefreshShare) isSessionRequest_Kind() {}
 
 func (*SessionRequest_ReleaseShare) isSessionRequest_Kind() {}
+
+func (*SessionRequest_ResizeLease) isSessionRequest_Kind() {}
 
 // Hello names the client of a Session stream.
 type Hello struct {
@@ -1204,6 +1229,7 @@ type SessionResponse struct {
 	//	*SessionResponse_RefreshShare
 	//	*SessionResponse_ReleaseShare
 	//	*SessionResponse_ShareEvent
+	//	*SessionResponse_ResizeLease
 	Kind          isSessionResponse_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1361,6 +1387,15 @@ func (x *SessionResponse) GetShareEvent() *ShareEvent {
 	return nil
 }
 
+func (x *SessionResponse) GetResizeLease() *ResizeLeaseResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionResponse_ResizeLease); ok {
+			return x.ResizeLease
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Kind interface {
 	isSessionResponse_Kind()
 }
@@ -1426,6 +1461,11 @@ type SessionResponse_ShareEvent struct {
 	ShareEvent *ShareEvent `protobuf:"bytes,13,opt,name=share_event,json=shareEvent,proto3,oneof"`
 }
 
+type SessionResponse_ResizeLease struct {
+	// Answer to resize_lease.
+	ResizeLease *ResizeLeaseResponse `protobuf:"bytes,14,opt,name=resize_lease,json=resizeLease,proto3,oneof"`
+}
+
 func (*SessionResponse_Welcome) isSessionResponse_Kind() {}
 
 func (*SessionResponse_Acquire) isSessionResponse_Kind() {}
@@ -1449,6 +1489,8 @@ func (*SessionResponse_RefreshShare) isSessionResponse_Kind() {}
 func (*SessionResponse_ReleaseShare) isSessionResponse_Kind() {}
 
 func (*SessionResponse_ShareEvent) isSessionResponse_Kind() {}
+
+func (*SessionResponse_ResizeLease) isSessionResponse_Kind() {}
 
 // Welcome answers Hello.
 type Welcome struct {
@@ -1638,7 +1680,7 @@ var File_tollgate_v1_limiter_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\n" +
-	"\x19tollgate/v1/limiter.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19tollgate/v1/outcome.proto\x1a\x1btollgate/v1/resources.proto\x1a\x18tollgate/v1/shares.proto\x1a\x17tollgate/v1/types.proto\"J\n" +
+	"\x19tollgate/v1/limiter.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1ctollgate/v1/concshares.proto\x1a\x19tollgate/v1/outcome.proto\x1a\x1btollgate/v1/resources.proto\x1a\x18tollgate/v1/shares.proto\x1a\x17tollgate/v1/types.proto\"J\n" +
 	"\x17GetQueuePositionRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\"l\n" +
@@ -1695,7 +1737,7 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\a_tokens\"Y\n" +
 	"\fTakeResponse\x12\x16\n" +
 	"\x06tokens\x18\x01 \x01(\x03R\x06tokens\x121\n" +
-	"\x06waited\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xff\x04\n" +
+	"\x06waited\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xc5\x05\n" +
 	"\x0eSessionRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12*\n" +
@@ -1709,13 +1751,14 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\racquire_share\x18\t \x01(\v2 .tollgate.v1.AcquireShareRequestH\x00R\facquireShare\x12G\n" +
 	"\rrefresh_share\x18\n" +
 	" \x01(\v2 .tollgate.v1.RefreshShareRequestH\x00R\frefreshShare\x12G\n" +
-	"\rrelease_share\x18\v \x01(\v2 .tollgate.v1.ReleaseShareRequestH\x00R\freleaseShareB\x06\n" +
+	"\rrelease_share\x18\v \x01(\v2 .tollgate.v1.ReleaseShareRequestH\x00R\freleaseShare\x12D\n" +
+	"\fresize_lease\x18\f \x01(\v2\x1f.tollgate.v1.ResizeLeaseRequestH\x00R\vresizeLeaseB\x06\n" +
 	"\x04kind\"$\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\".\n" +
 	"\rCancelRequest\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\x04R\trequestId\"\xf8\x05\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\"\xbf\x06\n" +
 	"\x0fSessionResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x120\n" +
@@ -1732,7 +1775,8 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\rrefresh_share\x18\v \x01(\v2!.tollgate.v1.RefreshShareResponseH\x00R\frefreshShare\x12H\n" +
 	"\rrelease_share\x18\f \x01(\v2!.tollgate.v1.ReleaseShareResponseH\x00R\freleaseShare\x12:\n" +
 	"\vshare_event\x18\r \x01(\v2\x17.tollgate.v1.ShareEventH\x00R\n" +
-	"shareEventB\x06\n" +
+	"shareEvent\x12E\n" +
+	"\fresize_lease\x18\x0e \x01(\v2 .tollgate.v1.ResizeLeaseResponseH\x00R\vresizeLeaseB\x06\n" +
 	"\x04kind\"&\n" +
 	"\aWelcome\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x90\x01\n" +
@@ -1746,11 +1790,12 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"LeaseEvent\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.tollgate.v1.LeaseEventTypeR\x04type\x12(\n" +
 	"\x05lease\x18\x02 \x01(\v2\x12.tollgate.v1.LeaseR\x05lease\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason*n\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason*\x8c\x01\n" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LEASE_EVENT_TYPE_EXPIRED\x10\x01\x12\x1c\n" +
-	"\x18LEASE_EVENT_TYPE_REVOKED\x10\x022\xd0\x06\n" +
+	"\x18LEASE_EVENT_TYPE_REVOKED\x10\x02\x12\x1c\n" +
+	"\x18LEASE_EVENT_TYPE_RESIZED\x10\x032\xd0\x06\n" +
 	"\x0eLimiterService\x12D\n" +
 	"\aAcquire\x12\x1b.tollgate.v1.AcquireRequest\x1a\x1c.tollgate.v1.AcquireResponse\x12D\n" +
 	"\aRelease\x12\x1b.tollgate.v1.ReleaseRequest\x1a\x1c.tollgate.v1.ReleaseResponse\x12>\n" +
@@ -1807,13 +1852,15 @@ var file_tollgate_v1_limiter_proto_goTypes = []any{
 	(*AcquireShareRequest)(nil),      // 25: tollgate.v1.AcquireShareRequest
 	(*RefreshShareRequest)(nil),      // 26: tollgate.v1.RefreshShareRequest
 	(*ReleaseShareRequest)(nil),      // 27: tollgate.v1.ReleaseShareRequest
-	(*ReportResponse)(nil),           // 28: tollgate.v1.ReportResponse
-	(*AcquireShareResponse)(nil),     // 29: tollgate.v1.AcquireShareResponse
-	(*RefreshShareResponse)(nil),     // 30: tollgate.v1.RefreshShareResponse
-	(*ReleaseShareResponse)(nil),     // 31: tollgate.v1.ReleaseShareResponse
-	(*ShareEvent)(nil),               // 32: tollgate.v1.ShareEvent
-	(*ProvideRequest)(nil),           // 33: tollgate.v1.ProvideRequest
-	(*ProvideResponse)(nil),          // 34: tollgate.v1.ProvideResponse
+	(*ResizeLeaseRequest)(nil),       // 28: tollgate.v1.ResizeLeaseRequest
+	(*ReportResponse)(nil),           // 29: tollgate.v1.ReportResponse
+	(*AcquireShareResponse)(nil),     // 30: tollgate.v1.AcquireShareResponse
+	(*RefreshShareResponse)(nil),     // 31: tollgate.v1.RefreshShareResponse
+	(*ReleaseShareResponse)(nil),     // 32: tollgate.v1.ReleaseShareResponse
+	(*ShareEvent)(nil),               // 33: tollgate.v1.ShareEvent
+	(*ResizeLeaseResponse)(nil),      // 34: tollgate.v1.ResizeLeaseResponse
+	(*ProvideRequest)(nil),           // 35: tollgate.v1.ProvideRequest
+	(*ProvideResponse)(nil),          // 36: tollgate.v1.ProvideResponse
 }
 var file_tollgate_v1_limiter_proto_depIdxs = []int32{
 	3,  // 0: tollgate.v1.GetQueuePositionResponse.acquires:type_name -> tollgate.v1.QueuedAcquire
@@ -1838,48 +1885,50 @@ var file_tollgate_v1_limiter_proto_depIdxs = []int32{
 	25, // 19: tollgate.v1.SessionRequest.acquire_share:type_name -> tollgate.v1.AcquireShareRequest
 	26, // 20: tollgate.v1.SessionRequest.refresh_share:type_name -> tollgate.v1.RefreshShareRequest
 	27, // 21: tollgate.v1.SessionRequest.release_share:type_name -> tollgate.v1.ReleaseShareRequest
-	16, // 22: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
-	5,  // 23: tollgate.v1.SessionResponse.acquire:type_name -> tollgate.v1.AcquireResponse
-	7,  // 24: tollgate.v1.SessionResponse.release:type_name -> tollgate.v1.ReleaseResponse
-	9,  // 25: tollgate.v1.SessionResponse.renew:type_name -> tollgate.v1.RenewResponse
-	11, // 26: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
-	17, // 27: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
-	18, // 28: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
-	28, // 29: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
-	29, // 30: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
-	30, // 31: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
-	31, // 32: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
-	32, // 33: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
-	21, // 34: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
-	0,  // 35: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
-	22, // 36: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
-	4,  // 37: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
-	6,  // 38: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
-	8,  // 39: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
-	10, // 40: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
-	24, // 41: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
-	25, // 42: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
-	26, // 43: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
-	27, // 44: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
-	12, // 45: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
-	33, // 46: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
-	1,  // 47: tollgate.v1.LimiterService.GetQueuePosition:input_type -> tollgate.v1.GetQueuePositionRequest
-	5,  // 48: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
-	7,  // 49: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
-	9,  // 50: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
-	11, // 51: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
-	28, // 52: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
-	29, // 53: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
-	30, // 54: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
-	31, // 55: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
-	15, // 56: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
-	34, // 57: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
-	2,  // 58: tollgate.v1.LimiterService.GetQueuePosition:output_type -> tollgate.v1.GetQueuePositionResponse
-	48, // [48:59] is the sub-list for method output_type
-	37, // [37:48] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	28, // 22: tollgate.v1.SessionRequest.resize_lease:type_name -> tollgate.v1.ResizeLeaseRequest
+	16, // 23: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
+	5,  // 24: tollgate.v1.SessionResponse.acquire:type_name -> tollgate.v1.AcquireResponse
+	7,  // 25: tollgate.v1.SessionResponse.release:type_name -> tollgate.v1.ReleaseResponse
+	9,  // 26: tollgate.v1.SessionResponse.renew:type_name -> tollgate.v1.RenewResponse
+	11, // 27: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
+	17, // 28: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
+	18, // 29: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
+	29, // 30: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
+	30, // 31: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
+	31, // 32: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
+	32, // 33: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
+	33, // 34: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
+	34, // 35: tollgate.v1.SessionResponse.resize_lease:type_name -> tollgate.v1.ResizeLeaseResponse
+	21, // 36: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
+	0,  // 37: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
+	22, // 38: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
+	4,  // 39: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
+	6,  // 40: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
+	8,  // 41: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
+	10, // 42: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
+	24, // 43: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
+	25, // 44: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
+	26, // 45: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
+	27, // 46: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
+	12, // 47: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
+	35, // 48: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
+	1,  // 49: tollgate.v1.LimiterService.GetQueuePosition:input_type -> tollgate.v1.GetQueuePositionRequest
+	5,  // 50: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
+	7,  // 51: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
+	9,  // 52: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
+	11, // 53: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
+	29, // 54: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
+	30, // 55: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
+	31, // 56: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
+	32, // 57: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
+	15, // 58: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
+	36, // 59: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
+	2,  // 60: tollgate.v1.LimiterService.GetQueuePosition:output_type -> tollgate.v1.GetQueuePositionResponse
+	50, // [50:61] is the sub-list for method output_type
+	39, // [39:50] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_limiter_proto_init() }
@@ -1887,6 +1936,7 @@ func file_tollgate_v1_limiter_proto_init() {
 	if File_tollgate_v1_limiter_proto != nil {
 		return
 	}
+	file_tollgate_v1_concshares_proto_init()
 	file_tollgate_v1_outcome_proto_init()
 	file_tollgate_v1_resources_proto_init()
 	file_tollgate_v1_shares_proto_init()
@@ -1905,6 +1955,7 @@ func file_tollgate_v1_limiter_proto_init() {
 		(*SessionRequest_AcquireShare)(nil),
 		(*SessionRequest_RefreshShare)(nil),
 		(*SessionRequest_ReleaseShare)(nil),
+		(*SessionRequest_ResizeLease)(nil),
 	}
 	file_tollgate_v1_limiter_proto_msgTypes[14].OneofWrappers = []any{
 		(*SessionResponse_Welcome)(nil),
@@ -1919,6 +1970,7 @@ func file_tollgate_v1_limiter_proto_init() {
 		(*SessionResponse_RefreshShare)(nil),
 		(*SessionResponse_ReleaseShare)(nil),
 		(*SessionResponse_ShareEvent)(nil),
+		(*SessionResponse_ResizeLease)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

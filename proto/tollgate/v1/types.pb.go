@@ -1289,6 +1289,10 @@ type Lease struct {
 	// so that a restarted server re-adopts the lease only if it was still
 	// live at the restart (docs/recovery.md). Opaque.
 	ExpiryReceipt string `protobuf:"bytes,12,opt,name=expiry_receipt,json=expiryReceipt,proto3" json:"expiry_receipt,omitempty"`
+	// Set when the lease is a concurrency share (SessionRequest.resize_lease
+	// with want): a lease whose weight grows and shrinks with its holder's
+	// local demand.
+	Share         *ConcurrencyShare `protobuf:"bytes,13,opt,name=share,proto3" json:"share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1407,6 +1411,87 @@ func (x *Lease) GetExpiryReceipt() string {
 	return ""
 }
 
+func (x *Lease) GetShare() *ConcurrencyShare {
+	if x != nil {
+		return x.Share
+	}
+	return nil
+}
+
+// ConcurrencyShare is what makes a lease a concurrency share: its holder
+// hands the lease's permits to its own tasks locally, and the server
+// divides the pool's concurrency limit among the shares (max-min fair:
+// equal parts, what one share does not want goes to those that want
+// more), after the ordinary leases and the acquires waiting in the queue.
+// The server grows a share toward its target from free capacity only
+// (pushed as a LeaseEvent of type RESIZED) and never while an acquire
+// waits; a share above its target should give the difference back
+// (resize_lease with a lower weight) as its local tasks end.
+type ConcurrencyShare struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The weight the holder would use now.
+	Want int64 `protobuf:"varint,1,opt,name=want,proto3" json:"want,omitempty"`
+	// The share's fair part, at least 1 and at most want.
+	Target int64 `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
+	// Increases with every change to the lease's weight or the share's
+	// target. A holder may receive an answer and an event about its share
+	// out of order: it keeps the one with the higher version.
+	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConcurrencyShare) Reset() {
+	*x = ConcurrencyShare{}
+	mi := &file_tollgate_v1_types_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConcurrencyShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConcurrencyShare) ProtoMessage() {}
+
+func (x *ConcurrencyShare) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_types_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConcurrencyShare.ProtoReflect.Descriptor instead.
+func (*ConcurrencyShare) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ConcurrencyShare) GetWant() int64 {
+	if x != nil {
+		return x.Want
+	}
+	return 0
+}
+
+func (x *ConcurrencyShare) GetTarget() int64 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *ConcurrencyShare) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // Resource is one instance of an active or passive pool: a database
 // connection, a worker slot, a device.
 type Resource struct {
@@ -1426,7 +1511,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_tollgate_v1_types_proto_msgTypes[6]
+	mi := &file_tollgate_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1523,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_types_proto_msgTypes[6]
+	mi := &file_tollgate_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1536,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Resource) GetId() string {
@@ -1521,7 +1606,7 @@ type PoolEvent struct {
 
 func (x *PoolEvent) Reset() {
 	*x = PoolEvent{}
-	mi := &file_tollgate_v1_types_proto_msgTypes[7]
+	mi := &file_tollgate_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1618,7 @@ func (x *PoolEvent) String() string {
 func (*PoolEvent) ProtoMessage() {}
 
 func (x *PoolEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_types_proto_msgTypes[7]
+	mi := &file_tollgate_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1631,7 @@ func (x *PoolEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolEvent.ProtoReflect.Descriptor instead.
 func (*PoolEvent) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_tollgate_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PoolEvent) GetSeq() uint64 {
@@ -1717,7 +1802,7 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\tresources\x18# \x01(\x03R\tresources\x12%\n" +
 	"\x0eresources_free\x18$ \x01(\x03R\rresourcesFree\x12\x1c\n" +
 	"\tproviders\x18% \x01(\x03R\tproviders\x12 \n" +
-	"\vutilisation\x18( \x01(\x01R\vutilisation\"\xc8\x03\n" +
+	"\vutilisation\x18( \x01(\x01R\vutilisation\"\xfd\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -1732,7 +1817,12 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\facquire_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime\x123\n" +
 	"\tresources\x18\v \x03(\v2\x15.tollgate.v1.ResourceR\tresources\x12%\n" +
-	"\x0eexpiry_receipt\x18\f \x01(\tR\rexpiryReceipt\"\xc1\x01\n" +
+	"\x0eexpiry_receipt\x18\f \x01(\tR\rexpiryReceipt\x123\n" +
+	"\x05share\x18\r \x01(\v2\x1d.tollgate.v1.ConcurrencyShareR\x05share\"X\n" +
+	"\x10ConcurrencyShare\x12\x12\n" +
+	"\x04want\x18\x01 \x01(\x03R\x04want\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\x03R\x06target\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"\xc1\x01\n" +
 	"\bResource\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12E\n" +
 	"\n" +
@@ -1792,7 +1882,7 @@ func file_tollgate_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_tollgate_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_tollgate_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_tollgate_v1_types_proto_goTypes = []any{
 	(ResourceKind)(0),             // 0: tollgate.v1.ResourceKind
 	(SelectionPolicy)(0),          // 1: tollgate.v1.SelectionPolicy
@@ -1805,45 +1895,47 @@ var file_tollgate_v1_types_proto_goTypes = []any{
 	(*Adaptive)(nil),              // 8: tollgate.v1.Adaptive
 	(*PoolStatus)(nil),            // 9: tollgate.v1.PoolStatus
 	(*Lease)(nil),                 // 10: tollgate.v1.Lease
-	(*Resource)(nil),              // 11: tollgate.v1.Resource
-	(*PoolEvent)(nil),             // 12: tollgate.v1.PoolEvent
-	nil,                           // 13: tollgate.v1.Resource.AttributesEntry
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*ConcurrencyShare)(nil),      // 11: tollgate.v1.ConcurrencyShare
+	(*Resource)(nil),              // 12: tollgate.v1.Resource
+	(*PoolEvent)(nil),             // 13: tollgate.v1.PoolEvent
+	nil,                           // 14: tollgate.v1.Resource.AttributesEntry
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_tollgate_v1_types_proto_depIdxs = []int32{
-	14, // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
-	14, // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
-	15, // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
-	15, // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
+	15, // 0: tollgate.v1.Pool.default_lease_ttl:type_name -> google.protobuf.Duration
+	15, // 1: tollgate.v1.Pool.max_lease_ttl:type_name -> google.protobuf.Duration
+	16, // 2: tollgate.v1.Pool.create_time:type_name -> google.protobuf.Timestamp
+	16, // 3: tollgate.v1.Pool.update_time:type_name -> google.protobuf.Timestamp
 	8,  // 4: tollgate.v1.Pool.adaptive:type_name -> tollgate.v1.Adaptive
 	2,  // 5: tollgate.v1.Pool.revocation_policy:type_name -> tollgate.v1.RevocationPolicy
 	0,  // 6: tollgate.v1.Pool.resource_kind:type_name -> tollgate.v1.ResourceKind
 	1,  // 7: tollgate.v1.Pool.selection_policy:type_name -> tollgate.v1.SelectionPolicy
-	14, // 8: tollgate.v1.Pool.low_utilisation_period:type_name -> google.protobuf.Duration
+	15, // 8: tollgate.v1.Pool.low_utilisation_period:type_name -> google.protobuf.Duration
 	6,  // 9: tollgate.v1.Pool.envoy:type_name -> tollgate.v1.EnvoyRule
 	7,  // 10: tollgate.v1.EnvoyRule.descriptors:type_name -> tollgate.v1.EnvoyDescriptorKey
 	3,  // 11: tollgate.v1.Adaptive.target:type_name -> tollgate.v1.AdaptiveTarget
-	14, // 12: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
-	14, // 13: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
-	14, // 14: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
-	14, // 15: tollgate.v1.Adaptive.probe_interval:type_name -> google.protobuf.Duration
-	15, // 16: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
+	15, // 12: tollgate.v1.Adaptive.window:type_name -> google.protobuf.Duration
+	15, // 13: tollgate.v1.Adaptive.interval:type_name -> google.protobuf.Duration
+	15, // 14: tollgate.v1.Adaptive.cooldown:type_name -> google.protobuf.Duration
+	15, // 15: tollgate.v1.Adaptive.probe_interval:type_name -> google.protobuf.Duration
+	16, // 16: tollgate.v1.PoolStatus.recovering_until:type_name -> google.protobuf.Timestamp
 	4,  // 17: tollgate.v1.PoolStatus.throttle_reason:type_name -> tollgate.v1.ThrottleReason
-	15, // 18: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
-	14, // 19: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
-	14, // 20: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
-	15, // 21: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
-	14, // 22: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	15, // 23: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	11, // 24: tollgate.v1.Lease.resources:type_name -> tollgate.v1.Resource
-	13, // 25: tollgate.v1.Resource.attributes:type_name -> tollgate.v1.Resource.AttributesEntry
-	15, // 26: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	16, // 18: tollgate.v1.PoolStatus.last_adaptive_change:type_name -> google.protobuf.Timestamp
+	15, // 19: tollgate.v1.PoolStatus.window_latency:type_name -> google.protobuf.Duration
+	15, // 20: tollgate.v1.PoolStatus.latency_baseline:type_name -> google.protobuf.Duration
+	16, // 21: tollgate.v1.Lease.expire_time:type_name -> google.protobuf.Timestamp
+	15, // 22: tollgate.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	16, // 23: tollgate.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	12, // 24: tollgate.v1.Lease.resources:type_name -> tollgate.v1.Resource
+	11, // 25: tollgate.v1.Lease.share:type_name -> tollgate.v1.ConcurrencyShare
+	14, // 26: tollgate.v1.Resource.attributes:type_name -> tollgate.v1.Resource.AttributesEntry
+	16, // 27: tollgate.v1.PoolEvent.time:type_name -> google.protobuf.Timestamp
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_types_proto_init() }
@@ -1857,7 +1949,7 @@ func file_tollgate_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_types_proto_rawDesc), len(file_tollgate_v1_types_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

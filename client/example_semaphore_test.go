@@ -1,0 +1,46 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// A Semaphore hands this process's goroutines permits of a pool from one
+// share lease, with no round trip per permit. Here a Group runs 100 tasks,
+// at most 20 at once, under one lease.
+func ExampleClient_NewSemaphore() {
+	addr, stop := startServer(limiter.PoolConfig{Name: "orders-db", ConcurrencyLimit: 50})
+	defer stop()
+
+	c, err := client.Dial(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	sem := c.NewSemaphore("orders-db", client.LocalShare(20))
+	defer sem.Close()
+
+	ctx := context.Background()
+	if err := sem.Acquire(ctx, 1); err != nil { // like x/sync/semaphore
+		log.Fatal(err)
+	}
+	query(ctx)
+	sem.Release(1)
+
+	g := c.NewGroup(ctx, "orders-db", client.WithSemaphore(sem))
+	for range 100 {
+		g.Go(func(ctx context.Context) error { return query(ctx) })
+	}
+	if err := g.Wait(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("done")
+	// Output: done
+}
+
+func query(ctx context.Context) error { return ctx.Err() }

@@ -1,0 +1,208 @@
+package limiter
+
+import (
+	"slices"
+	"time"
+)
+
+// This file is concurrency shares: a client process holds one ordinary
+// lease and hands its permits to its own tasks locally. The lease's weight
+// changes while it lives (ResizeLease):
+//   - a holder gives weight back at once (shrink), and the freed permits go
+//     to the waiters and to the shares below their fair part;
+//   - a lease becomes a share when its holder says how much it wants; the
+//     engine then divides the capacity that ordinary leases and waiters
+//     leave among the shares (max-min fair: a share that wants less than an
+//     equal part gets what it wants, the rest is divided equally among the
+//     others) and grows a share toward its part from free capacity only,
+//     when no waiter is queued (a queued acquire is never passed);
+//   - when a share holds more than its part (others want more, or an
+//     acquire waits), the engine says so (its Target is below its Weight)
+//     and the holder gives back as its local tasks end.
+//
+// Growing goes through the same gates as a grant (admitLocked), so the
+// held weight never exceeds the effective limit: a share is a lease, and
+// invariant 1 is the lease's. Every change to a share that its holder did
+// not ask for is reported to Options.OnLeaseResized.
+
+// ConcShare describes a lease that is a concurrency share.
+type ConcShare struct {
+	// Want is the weight the holder would use now (1 or more).
+	Want int64
+	// Target is the share's fair part: at most Want and at least 1. A
+	// share holding more than its Target should give the difference back
+	// as its local tasks end.
+	Target int64
+	// Version increases with every change to the share's weight or
+	// target, so that a holder receiving answers and pushed updates out
+	// of order keeps the newest.
+	Version uint64
+}
+
+// LeaseResize changes a live lease. See Engine.ResizeLease.
+type LeaseResize struct {
+	Pool  string
+	Token uint64
+	// Weight is the new weight; 0 keeps it. Below the lease's weight, the
+	// difference is given back at once. Above, it is granted only if it
+	// fits now and no acquire of the lease's priority or higher waits;
+	// otherwise ResizeLease fails with ErrNoCapacity and nothing changes.
+	Weight int64
+	// Want, above 0, makes the lease a concurrency share wanting that
+	// weight (a want above the pool's concurrency limit counts as the
+	// limit); 0 keeps it.
+	Want int64
+	// Owner, if not nil, replaces the lease's owner (the session updates
+	// are pushed to).
+	Owner any
+}
+
+// LeaseResized reports a change to a concurrency share that its holder
+// did not ask for: it grew, or its target changed.
+type LeaseResized struct {
+	Lease Lease // with Share set
+	Owner any
+}
+
+// concShare is the engine's record of a concurrency share.
+type concShare struct {
+	fair   share // want and target in permits, weight 1: for fairTargets
+	ver    uint64
+	pushed [2]int64 // weight and target as the holder last heard them
+}
+
+// concShares are a pool's concurrency shares, by fencing token.
+type concShares struct {
+	byToken map[uint64]*concShare
+	order   []*share // scratch for fairTargets
+	tokens  []uint64 // scratch for rebalanceConcSharesLocked
+	fair    []*share // likewise
+	// answering is the lease a ResizeLease answers: its changes are not
+	// pushed, the answer carries them.
+	answering uint64
+}
+
+// ResizeLease changes a live lease's weight and makes it a concurrency
+// share, or changes what a share wants (see LeaseResize), then rebalances
+// the pool's shares. It returns the lease as it is then (Lease.Share set
+// for a share).
+//
+// Errors: ErrPoolNotFound; ErrLeaseExpired, ErrLeaseRevoked,
+// ErrLeaseNotFound (the holder must stop); ErrInvalidArgument (a negative
+// weight or want, a pool with no concurrency limit, or one with instances;
+// a want in a pool with a rate, whose tokens a share would bypass); ErrNoCapacity (a grow that
+// does not fit now).
+func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
+	if r.Weight < 0 || r.Want < 0 {
+		return Lease{}, errorf(ErrInvalidArgument, "weight %d and want %d must not be negative (0 keeps the lease's)", r.Weight, r.Want)
+	}
+	p, err := e.lockPool(r.Pool)
+	if err != nil {
+		return Lease{}, err
+	}
+	defer p.unlock()
+	if p.cfg.ConcurrencyLimit == 0 || p.res != nil {
+		return Lease{}, errorf(ErrInvalidArgument, "pool %q has no concurrency limit or has instances; only a lease of a free pool with a concurrency limit can be resized", p.name)
+	}
+	if r.Want > 0 && p.cfg.Rate > 0 {
+		return Lease{}, errorf(ErrInvalidArgument, "pool %q has a rate: a concurrency share would let its holder start work without taking tokens; use Acquire, or a rate share (AcquireShare) beside a share of a pool without a rate", p.name)
+	}
+	r.Want = min(r.Want, p.cfg.ConcurrencyLimit) // more could never be granted
+	now := e.clock.Now()
+	l := p.leases[r.Token]
+	if l == nil || !l.ExpireTime.After(now) {
+		return Lease{}, p.missingLeaseErrLocked(r.Token)
+	}
+	if r.Weight > l.Weight {
+		head, queued := p.waiters.top()
+		if r.Weight > p.cfg.ConcurrencyLimit || (queued && head.req.Priority >= l.Priority) || !p.admitLocked(r.Weight-l.Weight, now) {
+			return Lease{}, errorf(ErrNoCapacity, "lease %d of pool %q cannot grow from %d to %d now (%s)", r.Token, p.name, l.Weight, r.Weight, p.busyLocked(now))
+		}
+	}
+	if r.Owner != nil {
+		l.owner = r.Owner
+	}
+	cs := p.csh.byToken[r.Token]
+	if r.Want > 0 && cs == nil {
+		if p.csh.byToken == nil {
+			p.csh.byToken = make(map[uint64]*concShare)
+		}
+		cs = &concShare{fair: share{weight: 1}}
+		p.csh.byToken[r.Token] = cs
+	}
+	if cs != nil && r.Want > 0 {
+		cs.fair.want = r.Want
+	}
+	if r.Weight > 0 && r.Weight != l.Weight {
+		p.setWeightLocked(l, r.Weight)
+	}
+	p.csh.answering = r.Token
+	p.dispatchLocked(now) // serves waiters, then rebalances the shares
+	p.csh.answering = 0
+	return p.leaseOutLocked(l), nil
+}
+
+// setWeightLocked changes a live lease's weight and the pool's held weight.
+func (p *pool) setWeightLocked(l *lease, w int64) {
+	p.held += w - l.Weight
+	l.Weight = w
+	if p.held == 0 {
+		p.notifyDrainedLocked()
+	}
+	p.marksLocked()
+}
+
+// leaseOutLocked returns the snapshot of l, with Share set for a share.
+func (p *pool) leaseOutLocked(l *lease) Lease {
+	out := l.Lease
+	if cs := p.csh.byToken[l.FencingToken]; cs != nil {
+		out.Share = &ConcShare{Want: cs.fair.want, Target: cs.fair.target, Version: cs.ver}
+	}
+	return out
+}
+
+// forgetConcShareLocked drops the share record of a lease that ended.
+func (p *pool) forgetConcShareLocked(token uint64) {
+	if p.csh.byToken != nil {
+		delete(p.csh.byToken, token)
+	}
+}
+
+// rebalanceConcSharesLocked sets every share's target (its max-min fair
+// part of what ordinary leases and waiters leave of the effective limit,
+// at least 1), grows shares toward their targets from free capacity when
+// no acquire waits, and reports the shares whose weight or target changed
+// to their holders. dispatchLocked calls it after serving the queue.
+func (p *pool) rebalanceConcSharesLocked(now time.Time) {
+	if len(p.csh.byToken) == 0 || p.cfg.ConcurrencyLimit == 0 {
+		return
+	}
+	tokens, fair := p.csh.tokens[:0], p.csh.fair[:0]
+	var shareHeld int64
+	for tok := range p.csh.byToken {
+		tokens = append(tokens, tok)
+	}
+	slices.Sort(tokens) // oldest first: growth and reports in a stable order
+	for _, tok := range tokens {
+		shareHeld += p.leases[tok].Weight
+		fair = append(fair, &p.csh.byToken[tok].fair)
+	}
+	capacity := max(p.ad.limit-(p.held-shareHeld)-p.waitingWeight, 0)
+	p.csh.order = fairTargets(fair, capacity, p.csh.order)
+	p.csh.tokens, p.csh.fair = tokens, fair
+	defer clear(fair) // drop the pointers
+	for _, tok := range tokens {
+		cs, l := p.csh.byToken[tok], p.leases[tok]
+		cs.fair.target = max(cs.fair.target, 1)
+		if grow := min(cs.fair.target-l.Weight, p.ad.limit-p.held); grow > 0 && len(p.waiters) == 0 && p.admitLocked(grow, now) {
+			p.setWeightLocked(l, l.Weight+grow)
+		}
+		if cur := [2]int64{l.Weight, cs.fair.target}; cur != cs.pushed {
+			cs.ver++
+			cs.pushed = cur
+			if tok != p.csh.answering { // its holder hears it in the answer
+				p.out.resized = append(p.out.resized, LeaseResized{Lease: p.leaseOutLocked(l), Owner: l.owner})
+			}
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package server
+
+import (
+	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// This file answers the Session stream's resize_lease requests
+// (concurrency shares: a lease whose weight follows its holder's local
+// demand). They never wait, so the reader answers them inline, like
+// renew; the session becomes the lease's owner, so the engine's later
+// changes to the share are pushed here (onLeaseResized).
+
+// resizeLease resizes a lease held through this session.
+func (s *session) resizeLease(id uint64, r *tollgatev1.ResizeLeaseRequest) {
+	if err := s.checkPoolAccess(r.GetPool()); err != nil {
+		s.answerRefusal(id, err)
+		return
+	}
+	lease, err := s.srv.resizeLease(r, s)
+	if err != nil {
+		s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
+		return
+	}
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_ResizeLease{ResizeLease: &tollgatev1.ResizeLeaseResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}})
+}
+
+// resizeLease validates req and resizes the lease, making owner the owner.
+func (s *Server) resizeLease(req *tollgatev1.ResizeLeaseRequest, owner any) (limiter.Lease, error) {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
+		return limiter.Lease{}, err
+	}
+	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId())
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	if req.Weight != nil && req.GetWeight() < 1 {
+		return limiter.Lease{}, invalidArg("weight %d is invalid; a lease holds at least 1 permit (release it to give back the last one)", req.GetWeight())
+	}
+	if req.Want != nil && req.GetWant() < 1 {
+		return limiter.Lease{}, invalidArg("want %d is invalid; a share wants at least 1 permit", req.GetWant())
+	}
+	return s.engine.ResizeLease(limiter.LeaseResize{Pool: req.GetPool(), Token: tok, Weight: req.GetWeight(), Want: req.GetWant(), Owner: owner})
+}
+
+// onLeaseResized is the engine's OnLeaseResized callback: it pushes the
+// change to the session that owns the share, if it is still live. It
+// never blocks.
+func (s *Server) onLeaseResized(r limiter.LeaseResized) {
+	if sess, ok := r.Owner.(*session); ok {
+		sess.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Event{Event: &tollgatev1.LeaseEvent{
+			Type: tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_RESIZED, Lease: apiconv.LeaseToProto(s.ids, r.Lease),
+			Reason: "the server changed the concurrency share: use lease.weight permits, and give back down to lease.share.target as tasks end",
+		}}})
+	}
+}
