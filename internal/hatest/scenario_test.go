@@ -1,0 +1,316 @@
+package hatest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/etcdtest"
+	"github.com/tollgate/tollgate/internal/hatest"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// The fault scenarios: real tollgate processes built from the tree, three
+// worker processes holding leases through the Go client and reporting
+// every hold, take and config change, one fault, then the checker
+// (hatest.Check) over everything reported and the config the leader has
+// at the end. Each logs, as a Markdown table, how long the pools took to
+// come back. Nothing is asserted about timing: a pool must only have
+// granted again by the end of the run.
+
+const (
+	leaseTTL   = 2 * time.Second        // holders' lease TTL
+	maxTTL     = 3 * time.Second        // pools' max lease TTL (the recovery window follows the TTLs in use)
+	margin     = 300 * time.Millisecond // holders' safety margin
+	warmUp     = 3 * time.Second        // load before the fault
+	afterFault = 5 * time.Second        // load after the fault is over
+	workers    = 3
+)
+
+// pools are the pools under load.
+var pools = []hatest.PoolKind{
+	{Pool: "rate", Kind: "rate-only (Take)", GrantOp: "take"},
+	{Pool: "headroom", Kind: "concurrency, headroom", GrantOp: "acquire"},
+	{Pool: "saturated", Kind: "concurrency, saturated", GrantOp: "acquire"},
+	{Pool: "active", Kind: "active instances, saturated", GrantOp: "acquire"},
+}
+
+// limits are their concurrency limits, for the checker.
+var limits = map[string]int64{"headroom": 40, "saturated": 3, "active": 4}
+
+// configPools are the pools worker 0 changes.
+var configPools = []string{"cfg-0", "cfg-1"}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	hatest.CleanBuilds()
+	os.Exit(code)
+}
+
+func binaries(t *testing.T) (server, worker string) {
+	return hatest.Build(t, "github.com/tollgate/tollgate/cmd/tollgate"), hatest.Build(t, "github.com/tollgate/tollgate/internal/hatest/worker")
+}
+
+// TestStandaloneKill9UnderLoad proves the harness on a standalone server:
+// killed with SIGKILL under load and started again on the same address and
+// data directory; the workers re-attach their leases.
+func TestStandaloneKill9UnderLoad(t *testing.T) {
+	bin, wbin := binaries(t)
+	srv := hatest.StartStandalone(t, bin)
+	l := startLoad(t, wbin, []string{srv.Addr})
+	time.Sleep(warmUp)
+	srv.Kill()
+	fault := time.Now() // answers from now on are the new run's
+	srv.Start()
+	l.finish("kill -9 and restart of a standalone server", fault, "")
+	srv.CheckLogs()
+}
+
+// startHA starts etcd (from startEtcd) and three servers on it, once the
+// binary has HA mode, and waits for a leader.
+func startHA(t *testing.T, startEtcd func(testing.TB) hatest.Etcd) (*hatest.Cluster, *hatest.Server, string) {
+	bin, wbin := binaries(t)
+	if !hatest.HAMode(bin) {
+		t.Skip("HA mode is not in this build: `tollgate serve --help` has no --etcd (issue 12)")
+	}
+	c := hatest.StartCluster(t, bin, startEtcd(t), 3)
+	leader, epoch := c.WaitLeader(20 * time.Second)
+	t.Logf("leader %s, epoch %d", leader.Addr, epoch)
+	return c, leader, wbin
+}
+
+func embedded(t testing.TB) hatest.Etcd { return etcdtest.Start(t) }
+
+func process(t testing.TB) hatest.Etcd { return etcdtest.StartProcess(t) }
+
+func TestHAKill9Leader(t *testing.T) {
+	c, leader, wbin := startHA(t, embedded)
+	l := startLoad(t, wbin, c.Addrs())
+	time.Sleep(warmUp)
+	leader.Kill()
+	fault := time.Now() // it is gone: answers from now on are others'
+	next, epoch := c.WaitLeader(15*time.Second, leader)
+	t.Logf("new leader %s, epoch %d, seen %v after the kill", next.Addr, epoch, time.Since(fault).Round(time.Millisecond))
+	l.finish("kill -9 of the leader", fault, leader.Addr)
+	c.CheckLogs()
+}
+
+// TestHAFreezeLeader stops the leader for longer than the session TTL;
+// once thawed it must grant nothing (the checker would see its grants
+// overlap the new leader's; it is also asked directly).
+func TestHAFreezeLeader(t *testing.T) {
+	c, leader, wbin := startHA(t, embedded)
+	l := startLoad(t, wbin, c.Addrs())
+	time.Sleep(warmUp)
+	fault := time.Now()
+	leader.Freeze()
+	next, epoch := c.WaitLeader(15*time.Second, leader)
+	t.Logf("new leader %s, epoch %d, seen %v after the SIGSTOP", next.Addr, epoch, time.Since(fault).Round(time.Millisecond))
+	time.Sleep(time.Until(fault.Add(hatest.SessionTTL + time.Second)))
+	leader.Thaw()
+	mustNotGrant(t, leader.Addr, "the old leader, just thawed")
+	l.finish("SIGSTOP of the leader for longer than the session TTL, then SIGCONT", fault, leader.Addr)
+	c.CheckLogs()
+}
+
+// TestHABlackholeLeader cuts the leader's link to etcd without closing
+// it: the leader must stop at its deadline and a follower take over.
+func TestHABlackholeLeader(t *testing.T) {
+	c, leader, wbin := startHA(t, embedded)
+	l := startLoad(t, wbin, c.Addrs())
+	time.Sleep(warmUp)
+	fault := time.Now()
+	leader.Proxy.Blackhole()
+	next, epoch := c.WaitLeader(15*time.Second, leader)
+	t.Logf("new leader %s, epoch %d, seen %v after the blackhole", next.Addr, epoch, time.Since(fault).Round(time.Millisecond))
+	mustNotGrant(t, leader.Addr, "the old leader, cut off from etcd")
+	leader.Proxy.Heal()
+	l.finish("the leader's link to etcd blackholed", fault, leader.Addr)
+	c.CheckLogs()
+}
+
+// TestHAEtcdRestart restarts a real etcd process under the cluster.
+func TestHAEtcdRestart(t *testing.T) {
+	c, _, wbin := startHA(t, process)
+	l := startLoad(t, wbin, c.Addrs())
+	time.Sleep(warmUp)
+	fault := time.Now()
+	c.Etcd.Stop()
+	c.Etcd.Restart()
+	leader, epoch := c.WaitLeader(15 * time.Second)
+	t.Logf("leader %s, epoch %d, %v after etcd was stopped", leader.Addr, epoch, time.Since(fault).Round(time.Millisecond))
+	l.finish("etcd restarted", fault, "")
+	c.CheckLogs()
+}
+
+// TestHAGracefulHandoff sends SIGTERM to the leader: it hands off and
+// exits by itself.
+func TestHAGracefulHandoff(t *testing.T) {
+	c, leader, wbin := startHA(t, embedded)
+	l := startLoad(t, wbin, c.Addrs())
+	time.Sleep(warmUp)
+	fault := time.Now()
+	if !leader.Terminate(10 * time.Second) {
+		t.Errorf("the leader did not exit within 10s of SIGTERM")
+	}
+	next, epoch := c.WaitLeader(15*time.Second, leader)
+	t.Logf("new leader %s, epoch %d, seen %v after the SIGTERM", next.Addr, epoch, time.Since(fault).Round(time.Millisecond))
+	l.finish("graceful hand-off (SIGTERM to the leader)", fault, leader.Addr)
+	c.CheckLogs()
+}
+
+// mustNotGrant asks the server at addr, directly, for a lease on headroom
+// (which has room): it must refuse with UNAVAILABLE.
+func mustNotGrant(t *testing.T, addr, who string) {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := tollgatev1.NewLimiterServiceClient(cc).Acquire(ctx, &tollgatev1.AcquireRequest{Pool: "headroom", Ttl: durationpb.New(leaseTTL), ClientId: "probe", NoWait: true}, grpc.WaitForReady(true))
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("%s (%s) answered an acquire with %v, %v; want UNAVAILABLE", who, addr, resp, err)
+	}
+}
+
+// load is the workers and the admin client of one scenario.
+type load struct {
+	t       *testing.T
+	c       *client.Client
+	adm     tollgatev1.AdminServiceClient
+	workers []*hatest.Worker
+}
+
+// startLoad creates the pools through servers and starts the workers.
+func startLoad(t *testing.T, wbin string, servers []string) *load {
+	t.Helper()
+	c, err := client.Dial(strings.Join(servers, ","), client.WithClientID("hatest-admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	l := &load{t: t, c: c, adm: tollgatev1.NewAdminServiceClient(c.Conn())}
+	l.createPools()
+	for i := range workers {
+		hold := func(pool string, maxWeight int64, minHold, maxHold time.Duration) hatest.HoldSpec {
+			return hatest.HoldSpec{Pool: pool, Goroutines: 2, TTL: leaseTTL, MaxWeight: maxWeight, MinHold: minHold, MaxHold: maxHold,
+				LongEvery: 4, LongMin: 500 * time.Millisecond, LongMax: 2500 * time.Millisecond}
+		}
+		wl := hatest.Workload{
+			Worker: fmt.Sprintf("worker-%d", i), Servers: servers, Seed: uint64(i + 1), Margin: margin,
+			Holds: []hatest.HoldSpec{
+				hold("headroom", 2, 5*time.Millisecond, 40*time.Millisecond),
+				hold("saturated", 1, 20*time.Millisecond, 200*time.Millisecond),
+				hold("active", 1, 10*time.Millisecond, 100*time.Millisecond),
+			},
+			Takes: []hatest.TakeSpec{{Pool: "rate", Goroutines: 1}},
+		}
+		if i == 0 {
+			wl.Config, wl.ConfigEvery = configPools, 50*time.Millisecond
+		}
+		l.workers = append(l.workers, hatest.StartWorker(t, wbin, wl))
+	}
+	return l
+}
+
+// admin runs an admin call, again while the answer is UNAVAILABLE (no
+// leader yet, or a follower answered), for up to 20s.
+func (l *load) admin(what string, call func(ctx context.Context) error) {
+	l.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := call(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			l.t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (l *load) createPools() {
+	ttl := func(p *tollgatev1.Pool) *tollgatev1.Pool {
+		p.DefaultLeaseTtl, p.MaxLeaseTtl = durationpb.New(leaseTTL), durationpb.New(maxTTL)
+		return p
+	}
+	ps := []*tollgatev1.Pool{
+		{Name: "rate", Rate: 40, Burst: 5},
+		ttl(&tollgatev1.Pool{Name: "headroom", ConcurrencyLimit: limits["headroom"]}),
+		ttl(&tollgatev1.Pool{Name: "saturated", ConcurrencyLimit: limits["saturated"]}),
+		ttl(&tollgatev1.Pool{Name: "active", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE}),
+	}
+	for _, name := range configPools {
+		ps = append(ps, &tollgatev1.Pool{Name: name, ConcurrencyLimit: 1})
+	}
+	for _, p := range ps {
+		l.admin("creating pool "+p.GetName(), func(ctx context.Context) error {
+			_, err := l.adm.CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: p}, grpc.WaitForReady(true))
+			return err
+		})
+	}
+	var rs []*tollgatev1.Resource
+	for i := range limits["active"] {
+		rs = append(rs, &tollgatev1.Resource{Id: fmt.Sprintf("inst-%d", i+1)})
+	}
+	l.admin("adding the active pool's instances", func(ctx context.Context) error {
+		_, err := l.adm.AddResources(ctx, &tollgatev1.AddResourcesRequest{Pool: "active", Resources: rs}, grpc.WaitForReady(true))
+		return err
+	})
+}
+
+// finish runs the load for afterFault more, stops the workers, reads the
+// config pools from the leader, and checks and measures the history.
+// exclude is the faulted server, whose answers after the fault do not
+// count as recovery.
+func (l *load) finish(fault string, at time.Time, exclude string) {
+	t := l.t
+	t.Helper()
+	time.Sleep(afterFault)
+	end := time.Now()
+	var recs []hatest.Record
+	for _, w := range l.workers {
+		recs = append(recs, w.Stop()...)
+	}
+	final := map[string]int64{}
+	for _, name := range configPools {
+		l.admin("reading pool "+name+" at the end", func(ctx context.Context) error {
+			resp, err := l.adm.GetPool(ctx, &tollgatev1.GetPoolRequest{Name: name}, grpc.WaitForReady(true))
+			if err == nil {
+				final[name] = resp.GetPool().GetConcurrencyLimit()
+			}
+			return err
+		})
+	}
+	r := hatest.Check(recs, limits, final)
+	t.Logf("checked %d holds, %d takes, %d acknowledged config changes (%d pools compared at the end)", r.Holds, r.Takes, r.ConfigAcked, r.ConfigChecked)
+	for _, v := range r.Violations {
+		t.Errorf("checker: %s", v)
+	}
+	if r.Holds < 100 || r.Takes < 20 || r.ConfigAcked < 10 {
+		t.Errorf("too little load to check: %d holds, %d takes, %d acknowledged config changes", r.Holds, r.Takes, r.ConfigAcked)
+	}
+	rec := hatest.Measure(recs, at, end, exclude, pools)
+	t.Logf("%s", hatest.Table(fault+fmt.Sprintf(" (session TTL %v, lease TTL %v, %d workers)", hatest.SessionTTL, leaseTTL, workers), rec))
+	for _, x := range rec {
+		if x.Grant < 0 {
+			t.Errorf("pool %s (%s) granted nothing in the %v after the fault", x.Pool, x.Kind, end.Sub(at).Round(time.Millisecond))
+		}
+	}
+}
