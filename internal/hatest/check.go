@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // maxViolations is how many violations of one kind a check reports.
@@ -35,14 +36,32 @@ func (r *Result) add(kind, format string, args ...any) {
 	}
 }
 
-// Check checks a history. limits gives each pool's concurrency limit
-// (pools not in it are not checked for weight: rate-only pools); final
-// gives the concurrency limit of each pool as the leader has it at the
-// end (a pool missing from final does not exist there). It finds:
+// Limits are the limits of the pools under load, as the checker holds
+// them against the history.
+type Limits struct {
+	// Concurrency is each pool's concurrency limit; a pool not in it is
+	// not checked for weight (a rate-only pool).
+	Concurrency map[string]int64
+	// Rate is each rate pool's token bucket.
+	Rate map[string]Bucket
+}
+
+// Bucket is a pool's rate limit: Rate tokens a second, Burst at once.
+type Bucket struct {
+	Rate  float64
+	Burst int64
+}
+
+// Check checks a history against the pools' limits; final gives the
+// concurrency limit of each pool as the leader has it at the end (a pool
+// missing from final does not exist there). It finds:
 //   - an instant at which a pool's holds held more weight than its limit;
 //   - an instance held by two holds at one instant;
 //   - a fencing token given twice in a pool, or a hold whose acquire was
 //     called after another hold's grant with a token not above it;
+//   - more tokens taken from a rate pool in a window than its rate times
+//     the window plus its burst (counting only takes certainly decided in
+//     the window: called after it began and answered before it ended);
 //   - an acknowledged config change not on the leader at the end (the
 //     last acknowledged limit, or one attempted after it whose outcome is
 //     unknown).
@@ -50,9 +69,10 @@ func (r *Result) add(kind, format string, args ...any) {
 // A hold counts from its grant (Start) to its end (End); at equal times
 // ends come before starts, so a permit handed from one holder to the next
 // at one instant is not an overlap.
-func Check(recs []Record, limits map[string]int64, final map[string]int64) Result {
+func Check(recs []Record, limits Limits, final map[string]int64) Result {
 	var r Result
 	byPool := map[string][]Record{}
+	takes := map[string][]Record{}
 	for _, rec := range recs {
 		switch rec.Kind {
 		case KindHold:
@@ -60,20 +80,21 @@ func Check(recs []Record, limits map[string]int64, final map[string]int64) Resul
 			byPool[rec.Pool] = append(byPool[rec.Pool], rec)
 		case KindTake:
 			r.Takes++
+			takes[rec.Pool] = append(takes[rec.Pool], rec)
 		}
 	}
-	pools := make([]string, 0, len(byPool))
-	for p := range byPool {
-		pools = append(pools, p)
-	}
-	slices.Sort(pools)
-	for _, p := range pools {
+	for _, p := range sortedKeys(byPool) {
 		holds := byPool[p]
-		if limit, ok := limits[p]; ok {
+		if limit, ok := limits.Concurrency[p]; ok {
 			checkWeight(&r, p, holds, limit)
 		}
 		checkInstances(&r, p, holds)
 		checkTokens(&r, p, holds)
+	}
+	for _, p := range sortedKeys(takes) {
+		if b, ok := limits.Rate[p]; ok {
+			checkRate(&r, p, takes[p], b)
+		}
 	}
 	checkConfig(&r, recs, final)
 	return r
@@ -132,12 +153,7 @@ func checkInstances(r *Result, pool string, holds []Record) {
 			byInstance[id] = append(byInstance[id], h)
 		}
 	}
-	ids := make([]string, 0, len(byInstance))
-	for id := range byInstance {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range sortedKeys(byInstance) {
 		live := map[*Record]bool{}
 		for _, e := range sweep(byInstance[id], func(*Record) int64 { return 1 }) {
 			if e.delta < 0 {
@@ -201,12 +217,7 @@ func checkConfig(r *Result, recs []Record, final map[string]int64) {
 		}
 		a.list = append(a.list, rec)
 	}
-	pools := make([]string, 0, len(byPool))
-	for p := range byPool {
-		pools = append(pools, p)
-	}
-	slices.Sort(pools)
-	for _, p := range pools {
+	for _, p := range sortedKeys(byPool) {
 		list := byPool[p].list
 		slices.SortFunc(list, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
 		last := -1
@@ -233,6 +244,38 @@ func checkConfig(r *Result, recs []Record, final map[string]int64) {
 			r.add("config", "pool %s has limit %d on the leader; its last acknowledged change (attempt %d, at %s) set %d (allowed: %v)", p, got, list[last].Seq, stamp(list[last].Start), list[last].Limit, allowed)
 		}
 	}
+}
+
+// checkRate: for every window starting at a take's call, the takes called
+// in it, in the order they were answered, never outnumber what the bucket
+// allows up to the answer.
+func checkRate(r *Result, pool string, takes []Record, b Bucket) {
+	byCall := slices.Clone(takes)
+	slices.SortFunc(byCall, func(x, y Record) int { return cmp.Compare(x.Called, y.Called) })
+	answers := make([]int64, 0, len(takes))
+	for i, first := range byCall {
+		answers = answers[:0]
+		for _, t := range byCall[i:] {
+			answers = append(answers, t.Start)
+		}
+		slices.Sort(answers)
+		for k, at := range answers {
+			allowed := b.Rate*time.Duration(at-first.Called).Seconds() + float64(b.Burst)
+			if float64(k+1) > allowed {
+				r.add("rate", "pool %s: %d tokens taken between %s and %s; its rate %g/s and burst %d allow %.1f", pool, k+1, stamp(first.Called), stamp(at), b.Rate, b.Burst, allowed)
+				return // one report per pool
+			}
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func describe(live map[*Record]bool) string {

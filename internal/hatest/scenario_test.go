@@ -45,8 +45,11 @@ var pools = []hatest.PoolKind{
 	{Pool: "active", Kind: "active instances, saturated", GrantOp: "acquire"},
 }
 
-// limits are their concurrency limits, for the checker.
-var limits = map[string]int64{"headroom": 40, "saturated": 3, "active": 4}
+// limits are their limits, for the checker.
+var limits = hatest.Limits{
+	Concurrency: map[string]int64{"headroom": 40, "saturated": 3, "active": 4},
+	Rate:        map[string]hatest.Bucket{"rate": {Rate: 40, Burst: 5}},
+}
 
 // configPools are the pools worker 0 changes.
 var configPools = []string{"cfg-0", "cfg-1"}
@@ -251,9 +254,9 @@ func (l *load) createPools() {
 		return p
 	}
 	ps := []*tollgatev1.Pool{
-		{Name: "rate", Rate: 40, Burst: 5},
-		ttl(&tollgatev1.Pool{Name: "headroom", ConcurrencyLimit: limits["headroom"]}),
-		ttl(&tollgatev1.Pool{Name: "saturated", ConcurrencyLimit: limits["saturated"]}),
+		{Name: "rate", Rate: limits.Rate["rate"].Rate, Burst: limits.Rate["rate"].Burst},
+		ttl(&tollgatev1.Pool{Name: "headroom", ConcurrencyLimit: limits.Concurrency["headroom"]}),
+		ttl(&tollgatev1.Pool{Name: "saturated", ConcurrencyLimit: limits.Concurrency["saturated"]}),
 		ttl(&tollgatev1.Pool{Name: "active", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE}),
 	}
 	for _, name := range configPools {
@@ -266,7 +269,7 @@ func (l *load) createPools() {
 		})
 	}
 	var rs []*tollgatev1.Resource
-	for i := range limits["active"] {
+	for i := range limits.Concurrency["active"] {
 		rs = append(rs, &tollgatev1.Resource{Id: fmt.Sprintf("inst-%d", i+1)})
 	}
 	l.admin("adding the active pool's instances", func(ctx context.Context) error {
