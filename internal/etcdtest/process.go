@@ -2,10 +2,8 @@ package etcdtest
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/citest"
+	"github.com/tollgate/tollgate/internal/hatest"
 )
 
 // Process is an etcd member run from the etcd binary on PATH (Debian's
@@ -20,13 +19,8 @@ import (
 // loopback ports of its own and data in a temporary directory.
 type Process struct {
 	t      testing.TB
-	bin    string
-	dir    string
+	proc   *hatest.Proc
 	client string // http://127.0.0.1:port
-	peer   string
-	runs   int
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has exited
 }
 
 // StartProcess starts an etcd process for t and stops it when t ends. It
@@ -38,9 +32,15 @@ func StartProcess(t testing.TB) *Process {
 	if err != nil {
 		citest.SkipOrFail(t, "no etcd binary on PATH (Debian: apt-get install etcd-server)")
 	}
-	p := &Process{t: t, bin: bin, dir: filepath.Join(t.TempDir(), "etcd"), client: "http://" + freeAddr(t), peer: "http://" + freeAddr(t)}
+	client, peer := "http://"+freeAddr(t), "http://"+freeAddr(t)
+	p := &Process{t: t, client: client, proc: hatest.NewProc(t, "etcd", bin,
+		"--name", "tollgate-test", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "tollgate-test="+peer,
+		"--heartbeat-interval", "10", "--election-timeout", "50",
+		"--logger", "zap", "--log-level", "error")}
 	p.Restart()
-	t.Cleanup(p.Kill)
 	return p
 }
 
@@ -49,64 +49,24 @@ func (p *Process) Endpoint() string { return p.client }
 
 // Stop stops the member with SIGTERM and waits for it to exit; its data
 // stays for Restart. Stopping a stopped member does nothing.
-func (p *Process) Stop() { p.signal(os.Interrupt) }
+func (p *Process) Stop() { p.proc.Terminate(10 * time.Second) }
 
 // Kill stops the member with SIGKILL and waits for it to exit; its data
 // stays for Restart.
-func (p *Process) Kill() { p.signal(os.Kill) }
-
-func (p *Process) signal(sig os.Signal) {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-	p.cmd = nil
-}
+func (p *Process) Kill() { p.proc.Kill() }
 
 // Restart starts the member again on the same ports and data (Start does
 // the first start) and waits until it answers its health check.
 func (p *Process) Restart() {
 	p.t.Helper()
-	p.runs++
-	logPath := filepath.Join(filepath.Dir(p.dir), fmt.Sprintf("etcd-%d.log", p.runs))
-	logf, err := os.Create(logPath)
-	if err != nil {
-		p.t.Fatalf("etcdtest: %v", err)
-	}
-	defer logf.Close()
-	p.cmd = exec.Command(p.bin,
-		"--name", "tollgate-test", "--data-dir", p.dir,
-		"--listen-client-urls", p.client, "--advertise-client-urls", p.client,
-		"--listen-peer-urls", p.peer, "--initial-advertise-peer-urls", p.peer,
-		"--initial-cluster", "tollgate-test="+p.peer,
-		"--heartbeat-interval", "10", "--election-timeout", "50",
-		"--logger", "zap", "--log-level", "error")
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatalf("etcdtest: starting %s: %v", p.bin, err)
-	}
-	cmd, exited := p.cmd, make(chan struct{})
-	p.exited = exited
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
+	p.proc.Start()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for !p.healthy(ctx) {
 		select {
-		case <-exited:
-			p.cmd = nil
-			b, _ := os.ReadFile(logPath)
-			p.t.Fatalf("etcdtest: etcd exited before it was healthy:\n%s", b)
+		case <-p.proc.Exited():
+			p.t.Fatalf("etcdtest: etcd exited before it was healthy:\n%s", p.proc.LastLog())
 		case <-ctx.Done():
-			p.Kill()
 			p.t.Fatal("etcdtest: etcd was not healthy within 30s")
 		case <-time.After(20 * time.Millisecond):
 		}

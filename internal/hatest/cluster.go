@@ -41,13 +41,10 @@ func (s *Server) Start() {
 	s.WaitListening(s.Addr)
 }
 
-// StartStandalone starts one server without etcd, on a data directory of
-// its own (it keeps it across runs).
-func StartStandalone(t testing.TB, bin string) *Server {
-	t.Helper()
-	s := newServer(t, bin, FreeAddr(t), "--data-dir", filepath.Join(t.TempDir(), "data"))
-	s.Start()
-	return s
+// Standalone returns a server without etcd, on a loopback address and a
+// data directory of its own (kept across runs), not started yet.
+func Standalone(t testing.TB, bin string) *Server {
+	return newServer(t, bin, FreeAddr(t), "--data-dir", filepath.Join(t.TempDir(), "data"))
 }
 
 var haMode sync.Map // binary → whether it has HA mode

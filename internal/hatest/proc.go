@@ -62,6 +62,9 @@ func (p *Proc) Start() {
 	}()
 }
 
+// Bin is the program the process runs.
+func (p *Proc) Bin() string { return p.bin }
+
 // Running reports whether a run is under way (it may be stopped).
 func (p *Proc) Running() bool { return p.cmd != nil }
 
@@ -122,12 +125,16 @@ func (p *Proc) Log(n int) string {
 	return string(b)
 }
 
-// CheckLogs fails the test if a run reported a data race or a panic.
-func (p *Proc) CheckLogs() {
+// LastLog returns the output of the last run.
+func (p *Proc) LastLog() string { return p.Log(p.runs) }
+
+// CheckLogs fails the test if a run reported a data race, a panic, or
+// any of also (such as "level=ERROR").
+func (p *Proc) CheckLogs(also ...string) {
 	p.t.Helper()
 	for i := 1; i <= p.runs; i++ {
 		l := p.Log(i)
-		for _, bad := range []string{"WARNING: DATA RACE", "panic:"} {
+		for _, bad := range append([]string{"WARNING: DATA RACE", "panic:"}, also...) {
 			if strings.Contains(l, bad) {
 				p.t.Errorf("%s run %d logged %q:\n%s", p.name, i, bad, l)
 			}
@@ -149,11 +156,11 @@ func (p *Proc) WaitListening(addr string) {
 		select {
 		case <-p.exited:
 			p.cmd = nil
-			p.t.Fatalf("hatest: %s exited before listening on %s:\n%s", p.name, addr, p.Log(p.runs))
+			p.t.Fatalf("hatest: %s exited before listening on %s:\n%s", p.name, addr, p.LastLog())
 		default:
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("hatest: %s did not listen on %s within 20s: %v\n%s", p.name, addr, err, p.Log(p.runs))
+			p.t.Fatalf("hatest: %s did not listen on %s within 20s: %v\n%s", p.name, addr, err, p.LastLog())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -194,7 +201,16 @@ func Build(t testing.TB, pkg string) string {
 		builds.dir, builds.bins = dir, map[string]string{}
 	}
 	bin := filepath.Join(builds.dir, filepath.Base(pkg))
-	args := []string{"build", "-o", bin}
+	GoBuild(t, pkg, bin)
+	builds.bins[pkg] = bin
+	return bin
+}
+
+// GoBuild builds the main package pkg (an import path, or a directory
+// such as ".") into out, with the race detector when the test has it.
+func GoBuild(t testing.TB, pkg, out string) {
+	t.Helper()
+	args := []string{"build", "-o", out}
 	if raceEnabled() {
 		args = append(args, "-race")
 	}
@@ -202,11 +218,9 @@ func Build(t testing.TB, pkg string) string {
 	if err != nil {
 		t.Fatalf("hatest: go is not on PATH: %v", err)
 	}
-	if out, err := exec.Command(goBin, append(args, pkg)...).CombinedOutput(); err != nil {
-		t.Fatalf("hatest: go build %s: %v\n%s", pkg, err, out)
+	if b, err := exec.Command(goBin, append(args, pkg)...).CombinedOutput(); err != nil {
+		t.Fatalf("hatest: go build %s: %v\n%s", pkg, err, b)
 	}
-	builds.bins[pkg] = bin
-	return bin
 }
 
 // CleanBuilds removes what Build built; call it from TestMain.

@@ -69,7 +69,8 @@ func binaries(t *testing.T) (server, worker string) {
 // data directory; the workers re-attach their leases.
 func TestStandaloneKill9UnderLoad(t *testing.T) {
 	bin, wbin := binaries(t)
-	srv := hatest.StartStandalone(t, bin)
+	srv := hatest.Standalone(t, bin)
+	srv.Start()
 	l := startLoad(t, wbin, []string{srv.Addr})
 	time.Sleep(warmUp)
 	srv.Kill()
@@ -79,9 +80,12 @@ func TestStandaloneKill9UnderLoad(t *testing.T) {
 	srv.CheckLogs()
 }
 
-// startHA starts etcd (from startEtcd) and three servers on it, once the
-// binary has HA mode, and waits for a leader.
-func startHA(t *testing.T, startEtcd func(testing.TB) hatest.Etcd) (*hatest.Cluster, *hatest.Server, string) {
+// haScenario starts etcd (from startEtcd) and three servers on it, once
+// the binary has HA mode, puts them under load, and calls fault with the
+// cluster and its leader: fault makes the fault, returns once it is over,
+// and returns when it was made and the server whose later answers do not
+// count as recovery ("" for none). Then it checks and measures.
+func haScenario(t *testing.T, name string, startEtcd func(testing.TB) hatest.Etcd, fault func(c *hatest.Cluster, leader *hatest.Server) (time.Time, string)) {
 	bin, wbin := binaries(t)
 	if !hatest.HAMode(bin) {
 		t.Skip("HA mode is not in this build: `tollgate serve --help` has no --etcd (issue 12)")
@@ -89,7 +93,19 @@ func startHA(t *testing.T, startEtcd func(testing.TB) hatest.Etcd) (*hatest.Clus
 	c := hatest.StartCluster(t, bin, startEtcd(t), 3)
 	leader, epoch := c.WaitLeader(20 * time.Second)
 	t.Logf("leader %s, epoch %d", leader.Addr, epoch)
-	return c, leader, wbin
+	l := startLoad(t, wbin, c.Addrs())
+	time.Sleep(warmUp)
+	at, exclude := fault(c, leader)
+	l.finish(name, at, exclude)
+	c.CheckLogs()
+}
+
+// newLeader waits for a leader other than those in not, and logs it.
+func newLeader(t *testing.T, c *hatest.Cluster, since time.Time, not ...*hatest.Server) *hatest.Server {
+	t.Helper()
+	s, epoch := c.WaitLeader(15*time.Second, not...)
+	t.Logf("leader %s, epoch %d, seen %v after the fault", s.Addr, epoch, time.Since(since).Round(time.Millisecond))
+	return s
 }
 
 func embedded(t testing.TB) hatest.Etcd { return etcdtest.Start(t) }
@@ -97,79 +113,64 @@ func embedded(t testing.TB) hatest.Etcd { return etcdtest.Start(t) }
 func process(t testing.TB) hatest.Etcd { return etcdtest.StartProcess(t) }
 
 func TestHAKill9Leader(t *testing.T) {
-	c, leader, wbin := startHA(t, embedded)
-	l := startLoad(t, wbin, c.Addrs())
-	time.Sleep(warmUp)
-	leader.Kill()
-	fault := time.Now() // it is gone: answers from now on are others'
-	next, epoch := c.WaitLeader(15*time.Second, leader)
-	t.Logf("new leader %s, epoch %d, seen %v after the kill", next.Addr, epoch, time.Since(fault).Round(time.Millisecond))
-	l.finish("kill -9 of the leader", fault, leader.Addr)
-	c.CheckLogs()
+	haScenario(t, "kill -9 of the leader", embedded, func(c *hatest.Cluster, leader *hatest.Server) (time.Time, string) {
+		leader.Kill()
+		at := time.Now() // it is gone: answers from now on are others'
+		newLeader(t, c, at, leader)
+		return at, leader.Addr
+	})
 }
 
 // TestHAFreezeLeader stops the leader for longer than the session TTL;
 // once thawed it must grant nothing (the checker would see its grants
 // overlap the new leader's; it is also asked directly).
 func TestHAFreezeLeader(t *testing.T) {
-	c, leader, wbin := startHA(t, embedded)
-	l := startLoad(t, wbin, c.Addrs())
-	time.Sleep(warmUp)
-	fault := time.Now()
-	leader.Freeze()
-	next, epoch := c.WaitLeader(15*time.Second, leader)
-	t.Logf("new leader %s, epoch %d, seen %v after the SIGSTOP", next.Addr, epoch, time.Since(fault).Round(time.Millisecond))
-	time.Sleep(time.Until(fault.Add(hatest.SessionTTL + time.Second)))
-	leader.Thaw()
-	mustNotGrant(t, leader.Addr, "the old leader, just thawed")
-	l.finish("SIGSTOP of the leader for longer than the session TTL, then SIGCONT", fault, leader.Addr)
-	c.CheckLogs()
+	haScenario(t, "SIGSTOP of the leader for longer than the session TTL, then SIGCONT", embedded, func(c *hatest.Cluster, leader *hatest.Server) (time.Time, string) {
+		at := time.Now()
+		leader.Freeze()
+		newLeader(t, c, at, leader)
+		time.Sleep(time.Until(at.Add(hatest.SessionTTL + time.Second)))
+		leader.Thaw()
+		mustNotGrant(t, leader.Addr, "the old leader, just thawed")
+		return at, leader.Addr
+	})
 }
 
 // TestHABlackholeLeader cuts the leader's link to etcd without closing
 // it: the leader must stop at its deadline and a follower take over.
 func TestHABlackholeLeader(t *testing.T) {
-	c, leader, wbin := startHA(t, embedded)
-	l := startLoad(t, wbin, c.Addrs())
-	time.Sleep(warmUp)
-	fault := time.Now()
-	leader.Proxy.Blackhole()
-	next, epoch := c.WaitLeader(15*time.Second, leader)
-	t.Logf("new leader %s, epoch %d, seen %v after the blackhole", next.Addr, epoch, time.Since(fault).Round(time.Millisecond))
-	mustNotGrant(t, leader.Addr, "the old leader, cut off from etcd")
-	leader.Proxy.Heal()
-	l.finish("the leader's link to etcd blackholed", fault, leader.Addr)
-	c.CheckLogs()
+	haScenario(t, "the leader's link to etcd blackholed", embedded, func(c *hatest.Cluster, leader *hatest.Server) (time.Time, string) {
+		at := time.Now()
+		leader.Proxy.Blackhole()
+		newLeader(t, c, at, leader)
+		mustNotGrant(t, leader.Addr, "the old leader, cut off from etcd")
+		leader.Proxy.Heal()
+		return at, leader.Addr
+	})
 }
 
 // TestHAEtcdRestart restarts a real etcd process under the cluster.
 func TestHAEtcdRestart(t *testing.T) {
-	c, _, wbin := startHA(t, process)
-	l := startLoad(t, wbin, c.Addrs())
-	time.Sleep(warmUp)
-	fault := time.Now()
-	c.Etcd.Stop()
-	c.Etcd.Restart()
-	leader, epoch := c.WaitLeader(15 * time.Second)
-	t.Logf("leader %s, epoch %d, %v after etcd was stopped", leader.Addr, epoch, time.Since(fault).Round(time.Millisecond))
-	l.finish("etcd restarted", fault, "")
-	c.CheckLogs()
+	haScenario(t, "etcd restarted", process, func(c *hatest.Cluster, _ *hatest.Server) (time.Time, string) {
+		at := time.Now()
+		c.Etcd.Stop()
+		c.Etcd.Restart()
+		newLeader(t, c, at)
+		return at, ""
+	})
 }
 
 // TestHAGracefulHandoff sends SIGTERM to the leader: it hands off and
 // exits by itself.
 func TestHAGracefulHandoff(t *testing.T) {
-	c, leader, wbin := startHA(t, embedded)
-	l := startLoad(t, wbin, c.Addrs())
-	time.Sleep(warmUp)
-	fault := time.Now()
-	if !leader.Terminate(10 * time.Second) {
-		t.Errorf("the leader did not exit within 10s of SIGTERM")
-	}
-	next, epoch := c.WaitLeader(15*time.Second, leader)
-	t.Logf("new leader %s, epoch %d, seen %v after the SIGTERM", next.Addr, epoch, time.Since(fault).Round(time.Millisecond))
-	l.finish("graceful hand-off (SIGTERM to the leader)", fault, leader.Addr)
-	c.CheckLogs()
+	haScenario(t, "graceful hand-off (SIGTERM to the leader)", embedded, func(c *hatest.Cluster, leader *hatest.Server) (time.Time, string) {
+		at := time.Now()
+		if !leader.Terminate(10 * time.Second) {
+			t.Errorf("the leader did not exit within 10s of SIGTERM")
+		}
+		newLeader(t, c, at, leader)
+		return at, leader.Addr
+	})
 }
 
 // mustNotGrant asks the server at addr, directly, for a lease on headroom
