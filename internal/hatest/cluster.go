@@ -79,17 +79,24 @@ type Cluster struct {
 // StartCluster starts n servers on etcd, with SessionTTL.
 func StartCluster(t testing.TB, bin string, etcd Etcd, n int) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, Etcd: etcd, conns: map[string]*grpc.ClientConn{}}
 	target := strings.TrimPrefix(etcd.Endpoint(), "http://")
+	var servers []*Server
 	for range n {
 		addr, px := FreeAddr(t), StartProxy(t, target)
 		s := newServer(t, bin, addr, "--etcd", px.URL(), "--advertise", addr, "--etcd-session-ttl", SessionTTL.String())
 		s.Proxy = px
-		c.Servers = append(c.Servers, s)
+		servers = append(servers, s)
 	}
-	for _, s := range c.Servers {
+	for _, s := range servers {
 		s.Start()
 	}
+	return NewCluster(t, etcd, servers...)
+}
+
+// NewCluster returns a Cluster of servers already made (etcd may be nil:
+// for standalone servers, each of which leads).
+func NewCluster(t testing.TB, etcd Etcd, servers ...*Server) *Cluster {
+	c := &Cluster{t: t, Etcd: etcd, Servers: servers, conns: map[string]*grpc.ClientConn{}}
 	t.Cleanup(func() {
 		for _, cc := range c.conns {
 			cc.Close()
@@ -116,7 +123,8 @@ func (c *Cluster) CheckLogs() {
 
 // WaitLeader waits up to timeout for a running server other than those in
 // not to say that it is the leader (GetCluster answered by the leader
-// itself), and returns it and its epoch.
+// itself; a standalone server always leads), and returns it and its
+// epoch.
 func (c *Cluster) WaitLeader(timeout time.Duration, not ...*Server) (*Server, int64) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -130,7 +138,7 @@ func (c *Cluster) WaitLeader(timeout time.Duration, not ...*Server) (*Server, in
 			switch {
 			case err != nil:
 				last = s.Addr + ": " + err.Error()
-			case resp.GetSelf() == resp.GetLeader() && resp.GetLeader() == s.Addr:
+			case resp.GetStandalone() || resp.GetSelf() == resp.GetLeader() && resp.GetLeader() == s.Addr:
 				return s, resp.GetEpoch()
 			default:
 				last = s.Addr + " says the leader is " + resp.GetLeader()

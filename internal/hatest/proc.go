@@ -49,6 +49,7 @@ func (p *Proc) Start() {
 	}
 	defer logf.Close()
 	p.cmd = exec.Command(p.bin, p.args...)
+	p.cmd.Dir = p.logDir // whatever it writes by default stays out of the tree
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	if err := p.cmd.Start(); err != nil {

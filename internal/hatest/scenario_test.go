@@ -76,6 +76,7 @@ func TestStandaloneKill9UnderLoad(t *testing.T) {
 	srv.Kill()
 	fault := time.Now() // answers from now on are the new run's
 	srv.Start()
+	newLeader(t, hatest.NewCluster(t, nil, srv), fault)
 	l.finish("kill -9 and restart of a standalone server", fault, "")
 	srv.CheckLogs()
 }
@@ -96,7 +97,7 @@ func haScenario(t *testing.T, name string, startEtcd func(testing.TB) hatest.Etc
 	l := startLoad(t, wbin, c.Addrs())
 	time.Sleep(warmUp)
 	at, exclude := fault(c, leader)
-	l.finish(name, at, exclude)
+	l.finish(fmt.Sprintf("%s, session TTL %v", name, hatest.SessionTTL), at, exclude)
 	c.CheckLogs()
 }
 
@@ -311,7 +312,7 @@ func (l *load) finish(fault string, at time.Time, exclude string) {
 		t.Errorf("too little load to check: %d holds, %d takes, %d acknowledged config changes", r.Holds, r.Takes, r.ConfigAcked)
 	}
 	rec := hatest.Measure(recs, at, end, exclude, pools)
-	t.Logf("%s", hatest.Table(fault+fmt.Sprintf(" (session TTL %v, lease TTL %v, %d workers)", hatest.SessionTTL, leaseTTL, workers), rec))
+	t.Logf("%s", hatest.Table(fmt.Sprintf("%s (lease TTL %v, %d workers)", fault, leaseTTL, workers), rec))
 	for _, x := range rec {
 		if x.Grant < 0 {
 			t.Errorf("pool %s (%s) granted nothing in the %v after the fault", x.Pool, x.Kind, end.Sub(at).Round(time.Millisecond))
