@@ -32,8 +32,8 @@ const (
 	leaseTTL   = 2 * time.Second        // holders' lease TTL
 	maxTTL     = 3 * time.Second        // pools' max lease TTL (the recovery window follows the TTLs in use)
 	margin     = 300 * time.Millisecond // holders' safety margin
-	warmUp     = 3 * time.Second        // load before the fault
-	afterFault = 5 * time.Second        // load after the fault is over
+	warmUp     = 2 * time.Second        // load before the fault
+	afterFault = 4 * time.Second        // load after the fault is over (more than a lease TTL)
 	workers    = 3
 )
 
