@@ -25,6 +25,10 @@ type Recovery struct {
 	// The longest time between two grants, from the last grant before
 	// the fault until the end of the load.
 	Pause time.Duration
+	// Grants answered by the excluded server after the fault, and the
+	// time from the fault to the last of them.
+	Excluded     int
+	LastExcluded time.Duration
 }
 
 // Measure computes each pool's Recovery from the answers in recs: fault
@@ -44,10 +48,17 @@ func Measure(recs []Record, fault, end time.Time, exclude string, pools []PoolKi
 			if rec.Op == pk.GrantOp {
 				grants = append(grants, rec.Start)
 			}
-			if rec.Start <= f || rec.Server == exclude {
+			if rec.Start <= f {
 				continue
 			}
 			d := time.Duration(rec.Start - f)
+			if rec.Server == exclude {
+				if rec.Op == pk.GrantOp {
+					r.Excluded++
+					r.LastExcluded = max(r.LastExcluded, d)
+				}
+				continue
+			}
 			switch {
 			case rec.Op == pk.GrantOp && (r.Grant < 0 || d < r.Grant):
 				r.Grant = d
@@ -70,13 +81,24 @@ func Measure(recs []Record, fault, end time.Time, exclude string, pools []PoolKi
 	return out
 }
 
+// DecidedAfter returns the grants and renews that server decided after t.
+func DecidedAfter(recs []Record, server string, t time.Time) []Record {
+	var out []Record
+	for _, r := range recs {
+		if r.Kind == KindAnswer && r.Server == server && r.Decided > Nanos(t) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Table formats recoveries as a Markdown table, in milliseconds, headed
 // by title.
 func Table(title string, rs []Recovery) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (ms from the fault; - = none)\n\n", title)
-	b.WriteString("| pool | first renew answered | first new grant | longest pause in grants |\n")
-	b.WriteString("|---|---:|---:|---:|\n")
+	b.WriteString("| pool | first renew answered | first new grant | longest pause in grants | grants by the faulted server after the fault (last) |\n")
+	b.WriteString("|---|---:|---:|---:|---:|\n")
 	ms := func(d time.Duration) string {
 		if d < 0 {
 			return "-"
@@ -84,7 +106,7 @@ func Table(title string, rs []Recovery) string {
 		return fmt.Sprint(d.Milliseconds())
 	}
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.Kind, ms(r.Renew), ms(r.Grant), ms(r.Pause))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d (%s) |\n", r.Kind, ms(r.Renew), ms(r.Grant), ms(r.Pause), r.Excluded, ms(r.LastExcluded))
 	}
 	return b.String()
 }

@@ -55,9 +55,12 @@ type Record struct {
 	Acked bool  `json:"acked,omitempty"`
 	Seq   int   `json:"seq,omitempty"`
 
-	// Answers: the operation and the server's address.
-	Op     string `json:"op,omitempty"`
-	Server string `json:"server,omitempty"`
+	// Answers: the operation, the server's address, and (for acquire and
+	// renew) when the server decided, by its clock: the lease's expiry
+	// less its TTL.
+	Op      string `json:"op,omitempty"`
+	Server  string `json:"server,omitempty"`
+	Decided int64  `json:"decided,omitempty"`
 }
 
 // Nanos is t as a Record time.

@@ -29,11 +29,14 @@ import (
 // granted again by the end of the run.
 
 const (
-	leaseTTL   = 2 * time.Second        // holders' lease TTL
-	maxTTL     = 3 * time.Second        // pools' max lease TTL (the recovery window follows the TTLs in use)
+	// Holders' lease TTL: longer than a fail-over (session TTL and an
+	// election), so that leases held across it can be renewed on the new
+	// leader rather than lost before it is there.
+	leaseTTL   = 4 * time.Second
+	maxTTL     = 5 * time.Second        // pools' max lease TTL (the recovery window follows the TTLs in use)
 	margin     = 300 * time.Millisecond // holders' safety margin
 	warmUp     = 2 * time.Second        // load before the fault
-	afterFault = 4 * time.Second        // load after the fault is over (more than a lease TTL)
+	afterFault = maxTTL + time.Second   // load after the fault is over: past a recovery window
 	workers    = 3
 )
 
@@ -77,16 +80,24 @@ func TestStandaloneKill9UnderLoad(t *testing.T) {
 	fault := time.Now() // answers from now on are the new run's
 	srv.Start()
 	newLeader(t, hatest.NewCluster(t, nil, srv), fault)
-	l.finish("kill -9 and restart of a standalone server", fault, "")
+	l.finish("kill -9 and restart of a standalone server", outcome{at: fault})
 	srv.CheckLogs()
+}
+
+// outcome is what a fault did: when it was made, the server it struck
+// (nil for none), and from when that server must decide no grant or renew
+// (zero for no such check).
+type outcome struct {
+	at      time.Time
+	faulted *hatest.Server
+	quiet   time.Time
 }
 
 // haScenario starts etcd (from startEtcd) and three servers on it, once
 // the binary has HA mode, puts them under load, and calls fault with the
-// cluster and its leader: fault makes the fault, returns once it is over,
-// and returns when it was made and the server whose later answers do not
-// count as recovery ("" for none). Then it checks and measures.
-func haScenario(t *testing.T, name string, startEtcd func(testing.TB) hatest.Etcd, fault func(c *hatest.Cluster, leader *hatest.Server) (time.Time, string)) {
+// cluster and its leader: fault makes the fault and returns once it is
+// over. Then it checks and measures.
+func haScenario(t *testing.T, name string, startEtcd func(testing.TB) hatest.Etcd, fault func(c *hatest.Cluster, leader *hatest.Server) outcome) {
 	bin, wbin := binaries(t)
 	if !hatest.HAMode(bin) {
 		t.Skip("HA mode is not in this build: `tollgate serve --help` has no --etcd (issue 12)")
@@ -96,17 +107,18 @@ func haScenario(t *testing.T, name string, startEtcd func(testing.TB) hatest.Etc
 	t.Logf("leader %s, epoch %d", leader.Addr, epoch)
 	l := startLoad(t, wbin, c.Addrs())
 	time.Sleep(warmUp)
-	at, exclude := fault(c, leader)
-	l.finish(fmt.Sprintf("%s, session TTL %v", name, hatest.SessionTTL), at, exclude)
+	l.finish(fmt.Sprintf("%s, session TTL %v", name, hatest.SessionTTL), fault(c, leader))
 	c.CheckLogs()
 }
 
-// newLeader waits for a leader other than those in not, and logs it.
-func newLeader(t *testing.T, c *hatest.Cluster, since time.Time, not ...*hatest.Server) *hatest.Server {
+// newLeader waits for a leader other than those in not, logs it, and
+// returns the time it was seen.
+func newLeader(t *testing.T, c *hatest.Cluster, since time.Time, not ...*hatest.Server) time.Time {
 	t.Helper()
 	s, epoch := c.WaitLeader(15*time.Second, not...)
-	t.Logf("leader %s, epoch %d, seen %v after the fault", s.Addr, epoch, time.Since(since).Round(time.Millisecond))
-	return s
+	seen := time.Now()
+	t.Logf("leader %s, epoch %d, seen %v after the fault", s.Addr, epoch, seen.Sub(since).Round(time.Millisecond))
+	return seen
 }
 
 func embedded(t testing.TB) hatest.Etcd { return etcdtest.Start(t) }
@@ -114,63 +126,65 @@ func embedded(t testing.TB) hatest.Etcd { return etcdtest.Start(t) }
 func process(t testing.TB) hatest.Etcd { return etcdtest.StartProcess(t) }
 
 func TestHAKill9Leader(t *testing.T) {
-	haScenario(t, "kill -9 of the leader", embedded, func(c *hatest.Cluster, leader *hatest.Server) (time.Time, string) {
+	haScenario(t, "kill -9 of the leader", embedded, func(c *hatest.Cluster, leader *hatest.Server) outcome {
 		leader.Kill()
 		at := time.Now() // it is gone: answers from now on are others'
 		newLeader(t, c, at, leader)
-		return at, leader.Addr
+		return outcome{at: at, faulted: leader}
 	})
 }
 
 // TestHAFreezeLeader stops the leader for longer than the session TTL;
-// once thawed it must grant nothing (the checker would see its grants
-// overlap the new leader's; it is also asked directly).
+// once thawed it must decide no grant or renew (its answers carry when it
+// decided), and refuse a new acquire.
 func TestHAFreezeLeader(t *testing.T) {
-	haScenario(t, "SIGSTOP of the leader for longer than the session TTL, then SIGCONT", embedded, func(c *hatest.Cluster, leader *hatest.Server) (time.Time, string) {
+	haScenario(t, "SIGSTOP of the leader for longer than the session TTL, then SIGCONT", embedded, func(c *hatest.Cluster, leader *hatest.Server) outcome {
 		at := time.Now()
 		leader.Freeze()
 		newLeader(t, c, at, leader)
 		time.Sleep(time.Until(at.Add(hatest.SessionTTL + time.Second)))
+		thawed := time.Now()
 		leader.Thaw()
 		mustNotGrant(t, leader.Addr, "the old leader, just thawed")
-		return at, leader.Addr
+		return outcome{at: at, faulted: leader, quiet: thawed}
 	})
 }
 
 // TestHABlackholeLeader cuts the leader's link to etcd without closing
-// it: the leader must stop at its deadline and a follower take over.
+// it: the leader must stop at its deadline, before a follower can take
+// over.
 func TestHABlackholeLeader(t *testing.T) {
-	haScenario(t, "the leader's link to etcd blackholed", embedded, func(c *hatest.Cluster, leader *hatest.Server) (time.Time, string) {
+	haScenario(t, "the leader's link to etcd blackholed", embedded, func(c *hatest.Cluster, leader *hatest.Server) outcome {
 		at := time.Now()
 		leader.Proxy.Blackhole()
-		newLeader(t, c, at, leader)
+		seen := newLeader(t, c, at, leader)
 		mustNotGrant(t, leader.Addr, "the old leader, cut off from etcd")
 		leader.Proxy.Heal()
-		return at, leader.Addr
+		return outcome{at: at, faulted: leader, quiet: seen}
 	})
 }
 
 // TestHAEtcdRestart restarts a real etcd process under the cluster.
 func TestHAEtcdRestart(t *testing.T) {
-	haScenario(t, "etcd restarted", process, func(c *hatest.Cluster, _ *hatest.Server) (time.Time, string) {
+	haScenario(t, "etcd restarted", process, func(c *hatest.Cluster, _ *hatest.Server) outcome {
 		at := time.Now()
 		c.Etcd.Stop()
 		c.Etcd.Restart()
 		newLeader(t, c, at)
-		return at, ""
+		return outcome{at: at}
 	})
 }
 
 // TestHAGracefulHandoff sends SIGTERM to the leader: it hands off and
 // exits by itself.
 func TestHAGracefulHandoff(t *testing.T) {
-	haScenario(t, "graceful hand-off (SIGTERM to the leader)", embedded, func(c *hatest.Cluster, leader *hatest.Server) (time.Time, string) {
+	haScenario(t, "graceful hand-off (SIGTERM to the leader)", embedded, func(c *hatest.Cluster, leader *hatest.Server) outcome {
 		at := time.Now()
 		if !leader.Terminate(10 * time.Second) {
 			t.Errorf("the leader did not exit within 10s of SIGTERM")
 		}
-		newLeader(t, c, at, leader)
-		return at, leader.Addr
+		seen := newLeader(t, c, at, leader)
+		return outcome{at: at, faulted: leader, quiet: seen}
 	})
 }
 
@@ -212,7 +226,7 @@ func startLoad(t *testing.T, wbin string, servers []string) *load {
 	for i := range workers {
 		hold := func(pool string, maxWeight int64, minHold, maxHold time.Duration) hatest.HoldSpec {
 			return hatest.HoldSpec{Pool: pool, Goroutines: 2, TTL: leaseTTL, MaxWeight: maxWeight, MinHold: minHold, MaxHold: maxHold,
-				LongEvery: 4, LongMin: 500 * time.Millisecond, LongMax: 2500 * time.Millisecond}
+				LongEvery: 4, LongMin: time.Second, LongMax: 4 * time.Second}
 		}
 		wl := hatest.Workload{
 			Worker: fmt.Sprintf("worker-%d", i), Servers: servers, Seed: uint64(i + 1), Margin: margin,
@@ -281,10 +295,9 @@ func (l *load) createPools() {
 }
 
 // finish runs the load for afterFault more, stops the workers, reads the
-// config pools from the leader, and checks and measures the history.
-// exclude is the faulted server, whose answers after the fault do not
-// count as recovery.
-func (l *load) finish(fault string, at time.Time, exclude string) {
+// config pools from the leader, and checks and measures the history. The
+// faulted server's answers after the fault do not count as recovery.
+func (l *load) finish(fault string, o outcome) {
 	t := l.t
 	t.Helper()
 	time.Sleep(afterFault)
@@ -308,9 +321,20 @@ func (l *load) finish(fault string, at time.Time, exclude string) {
 	for _, v := range r.Violations {
 		t.Errorf("checker: %s", v)
 	}
-	if r.Holds < 100 || r.Takes < 20 || r.ConfigAcked < 10 {
+	if r.Holds < 50 || r.Takes < 20 || r.ConfigAcked < 10 {
 		t.Errorf("too little load to check: %d holds, %d takes, %d acknowledged config changes", r.Holds, r.Takes, r.ConfigAcked)
 	}
+	exclude := ""
+	if o.faulted != nil {
+		exclude = o.faulted.Addr
+	}
+	if !o.quiet.IsZero() {
+		for _, a := range hatest.DecidedAfter(recs, exclude, o.quiet) {
+			t.Errorf("the faulted server %s decided a %s in pool %s at %s, %v after it should have stopped", exclude, a.Op, a.Pool,
+				hatest.Time(a.Decided).Format("15:04:05.000000"), hatest.Time(a.Decided).Sub(o.quiet).Round(time.Microsecond))
+		}
+	}
+	at := o.at
 	rec := hatest.Measure(recs, at, end, exclude, pools)
 	t.Logf("%s", hatest.Table(fmt.Sprintf("%s (lease TTL %v, %d workers)", fault, leaseTTL, workers), rec))
 	for _, x := range rec {

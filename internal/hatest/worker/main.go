@@ -241,21 +241,26 @@ func (w *watched) RecvMsg(m any) error {
 		delete(w.takes, resp.GetRequestId())
 	}
 	w.mu.Unlock()
-	var op, pool string
+	var op string
+	var lease *tollgatev1.Lease
 	switch {
 	case resp.GetAcquire() != nil:
-		op, pool = "acquire", resp.GetAcquire().GetLease().GetPool()
+		op, lease = "acquire", resp.GetAcquire().GetLease()
 	case resp.GetRenew() != nil:
-		op, pool = "renew", resp.GetRenew().GetLease().GetPool()
+		op, lease = "renew", resp.GetRenew().GetLease()
 	case resp.GetTake() != nil && isTake:
-		op, pool = "take", takePool
+		op = "take"
 	default:
 		return nil
 	}
-	server := ""
-	if p, ok := peer.FromContext(w.Context()); ok && p.Addr != nil {
-		server = p.Addr.String()
+	rec := hatest.Record{Kind: hatest.KindAnswer, Op: op, Pool: takePool, Start: hatest.Nanos(at)}
+	if lease != nil {
+		rec.Pool = lease.GetPool()
+		rec.Decided = hatest.Nanos(lease.GetExpireTime().AsTime().Add(-lease.GetTtl().AsDuration()))
 	}
-	w.out.emit(hatest.Record{Kind: hatest.KindAnswer, Op: op, Pool: pool, Server: server, Start: hatest.Nanos(at)})
+	if p, ok := peer.FromContext(w.Context()); ok && p.Addr != nil {
+		rec.Server = p.Addr.String()
+	}
+	w.out.emit(rec)
 	return nil
 }
