@@ -330,7 +330,8 @@ func (l *load) finish(fault string, o outcome) {
 	}
 	if !o.quiet.IsZero() {
 		for _, a := range hatest.DecidedAfter(recs, exclude, o.quiet) {
-			t.Errorf("the faulted server %s decided a %s in pool %s at %s, %v after it should have stopped", exclude, a.Op, a.Pool,
+			what := map[string]string{"acquire": "a grant", "renew": "a renew"}[a.Op]
+			t.Errorf("the faulted server %s decided %s in pool %s at %s, %v after it should have stopped", exclude, what, a.Pool,
 				hatest.Time(a.Decided).Format("15:04:05.000000"), hatest.Time(a.Decided).Sub(o.quiet).Round(time.Microsecond))
 		}
 	}
