@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/hatest"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -28,11 +28,10 @@ func TestProviderKill9(t *testing.T) {
 		t.Skip("builds the tollgate binary and runs a server and a provider")
 	}
 	const ttl = 2 * time.Second
-	srv := &e2eServer{t: t, bin: buildTollgate(t), addr: freeLoopbackAddr(t), dir: filepath.Join(t.TempDir(), "data"), logs: t.TempDir()}
-	srv.start()
-	t.Cleanup(srv.kill)
+	srv := newE2EServer(t)
+	srv.Start()
 
-	c, err := client.Dial(srv.addr, client.WithClientID("holder"))
+	c, err := client.Dial(srv.Addr, client.WithClientID("holder"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +102,10 @@ func TestPassivePoolAcrossServerKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the tollgate binary and kills its server")
 	}
-	srv := &e2eServer{t: t, bin: buildTollgate(t), addr: freeLoopbackAddr(t), dir: filepath.Join(t.TempDir(), "data"), logs: t.TempDir()}
-	srv.start()
-	t.Cleanup(srv.kill)
+	srv := newE2EServer(t)
+	srv.Start()
 
-	c, err := client.Dial(srv.addr, client.WithClientID("holder"))
+	c, err := client.Dial(srv.Addr, client.WithClientID("holder"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +128,8 @@ func TestPassivePoolAcrossServerKill9(t *testing.T) {
 	}
 	slot := l.Resources()[0].ID
 
-	srv.kill() // SIGKILL: nothing is released, nothing is told
-	srv.start()
+	srv.Kill() // SIGKILL: nothing is released, nothing is told
+	srv.Start()
 	waitUntil(t, "the worker to register again and the lease to be re-adopted", func() bool {
 		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
 		if err != nil || len(r.GetResources()) != 2 || len(r.GetProviders()) != 1 {
@@ -152,18 +150,18 @@ func TestPassivePoolAcrossServerKill9(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("release after the restart: %v", err)
 	}
-	srv.checkLogs()
+	srv.CheckLogs("level=ERROR")
 }
 
 // startProvider runs `tollgate resource provide gpu --id worker-7 ...
 // slot-1 slot-2` against srv, with the extra flags given, until the end
 // of the test. It returns the process, its output and a channel closed
 // when it has exited.
-func startProvider(t *testing.T, srv *e2eServer, flags ...string) (*exec.Cmd, *strings.Builder, chan struct{}) {
+func startProvider(t *testing.T, srv *hatest.Server, flags ...string) (*exec.Cmd, *strings.Builder, chan struct{}) {
 	t.Helper()
 	out := &strings.Builder{}
-	args := append([]string{"resource", "provide", "gpu", "--id", "worker-7", "--server", srv.addr}, flags...)
-	worker := exec.Command(srv.bin, append(args, "slot-1", "slot-2")...)
+	args := append([]string{"resource", "provide", "gpu", "--id", "worker-7", "--server", srv.Addr}, flags...)
+	worker := exec.Command(srv.Bin(), append(args, "slot-1", "slot-2")...)
 	worker.Stdout, worker.Stderr = out, out
 	worker.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	if err := worker.Start(); err != nil {

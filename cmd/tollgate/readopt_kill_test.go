@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -25,10 +24,9 @@ func TestKill9EndedLeaseNotReadopted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the tollgate binary and runs it for a few seconds")
 	}
-	srv := &e2eServer{t: t, bin: buildTollgate(t), addr: freeLoopbackAddr(t), dir: filepath.Join(t.TempDir(), "data"), logs: t.TempDir()}
-	srv.start()
-	t.Cleanup(srv.kill)
-	c, err := client.Dial(srv.addr, client.WithClientID("c1"))
+	srv := newE2EServer(t)
+	srv.Start()
+	c, err := client.Dial(srv.Addr, client.WithClientID("c1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +66,8 @@ func TestKill9EndedLeaseNotReadopted(t *testing.T) {
 	// Releases are written in the background within 100ms
 	// (docs/recovery.md); give the write far more than that.
 	time.Sleep(2 * time.Second)
-	srv.kill()
-	srv.start()
+	srv.Kill()
+	srv.Start()
 
 	for _, tc := range []struct {
 		l      *tollgatev1.Lease

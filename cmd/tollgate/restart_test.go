@@ -4,13 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/hatest"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -54,25 +50,19 @@ type hold struct {
 	end     time.Time // released, or lost by the holder's rule
 }
 
-// e2eServer is the tollgate process under test.
-type e2eServer struct {
-	t         *testing.T
-	bin, addr string
-	dir, logs string
-	n         int
-	cmd       *exec.Cmd
-	exited    chan struct{} // closed when cmd has exited
-}
+// newE2EServer returns the tollgate process under test: built from the
+// tree, on a loopback address and a data directory of its own, not
+// started yet.
+func newE2EServer(t *testing.T) *hatest.Server { return hatest.Standalone(t, buildTollgate(t)) }
 
 func TestKill9Restart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the tollgate binary and runs it for about 15s")
 	}
-	srv := &e2eServer{t: t, bin: buildTollgate(t), addr: freeLoopbackAddr(t), dir: filepath.Join(t.TempDir(), "data"), logs: t.TempDir()}
-	srv.start()
-	t.Cleanup(srv.kill)
+	srv := newE2EServer(t)
+	srv.Start()
 
-	admc, err := client.Dial(srv.addr, client.WithClientID("e2e-admin"))
+	admc, err := client.Dial(srv.Addr, client.WithClientID("e2e-admin"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +87,7 @@ func TestKill9Restart(t *testing.T) {
 	// reconnects after a kill in its own time. The first two hold long,
 	// so that leases are held across every kill.
 	for i := 0; i < e2eHolders; i++ {
-		c, err := client.Dial(srv.addr, client.WithSafetyMargin(e2eMargin), client.WithClientID(fmt.Sprintf("holder-%d", i)))
+		c, err := client.Dial(srv.Addr, client.WithSafetyMargin(e2eMargin), client.WithClientID(fmt.Sprintf("holder-%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,10 +115,10 @@ func TestKill9Restart(t *testing.T) {
 	for kill := 1; kill <= e2eKills; kill++ {
 		time.Sleep(e2ePhase)
 		logPool(t, adm, fmt.Sprintf("before kill %d", kill))
-		srv.kill()
+		srv.Kill()
 		admin.pause()
 		want := admin.acknowledged()
-		srv.start()
+		srv.Start()
 		admin.check(t, want, kill)
 		admin.resume()
 	}
@@ -141,8 +131,8 @@ func TestKill9Restart(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	checkHolds(t, holds)
-	srv.kill()
-	srv.checkLogs()
+	srv.Kill()
+	srv.CheckLogs("level=ERROR")
 }
 
 // holdOnce acquires the work pool, holds the lease a little while and
@@ -414,114 +404,6 @@ func (a *adminLoad) check(t *testing.T, want map[string]poolState, kill int) {
 func buildTollgate(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "tollgate")
-	args := []string{"build", "-o", bin}
-	if raceEnabled() {
-		args = append(args, "-race")
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go is not on PATH: %v", err)
-	}
-	cmd := exec.Command(goBin, append(args, ".")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	hatest.GoBuild(t, ".", bin)
 	return bin
-}
-
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" && s.Value == "true" {
-			return true
-		}
-	}
-	return false
-}
-
-// freeLoopbackAddr returns a loopback address whose port was free a moment
-// ago.
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
-}
-
-// start starts the server process and waits until it accepts connections.
-func (s *e2eServer) start() {
-	s.t.Helper()
-	s.n++
-	logf, err := os.Create(filepath.Join(s.logs, fmt.Sprintf("server-%d.log", s.n)))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer logf.Close()
-	// gRPC only (--http ''): nothing else of the server is under test.
-	s.cmd = exec.Command(s.bin, "serve", "--listen", s.addr, "--http", "", "--data-dir", s.dir, "--log-level", "debug", "--shutdown-timeout", "1s")
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	s.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("starting %s: %v", s.bin, err)
-	}
-	cmd, exited := s.cmd, make(chan struct{})
-	s.exited = exited
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", s.addr, time.Second)
-		if err == nil {
-			conn.Close()
-			return
-		}
-		select {
-		case <-exited:
-			s.cmd = nil
-			s.t.Fatalf("server %d exited before listening on %s:\n%s", s.n, s.addr, s.log(s.n))
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			s.t.Fatalf("server %d did not listen on %s within 20s: %v\n%s", s.n, s.addr, err, s.log(s.n))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// kill sends SIGKILL to the server and waits for it to die.
-func (s *e2eServer) kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-	s.cmd = nil
-}
-
-func (s *e2eServer) log(n int) string {
-	b, _ := os.ReadFile(filepath.Join(s.logs, fmt.Sprintf("server-%d.log", n)))
-	return string(b)
-}
-
-// checkLogs fails the test if any server run reported a data race or a
-// panic.
-func (s *e2eServer) checkLogs() {
-	s.t.Helper()
-	for i := 1; i <= s.n; i++ {
-		l := s.log(i)
-		for _, bad := range []string{"WARNING: DATA RACE", "panic:", "level=ERROR"} {
-			if strings.Contains(l, bad) {
-				s.t.Errorf("server run %d logged %q:\n%s", i, bad, l)
-			}
-		}
-	}
 }

@@ -8,8 +8,22 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func TestPutGetAcrossRestart(t *testing.T) {
-	e := Start(t)
+// member is what both kinds of etcd offer.
+type member interface {
+	Endpoint() string
+	Stop()
+	Restart()
+}
+
+func TestPutGetAcrossRestart(t *testing.T) { testPutGetAcrossRestart(t, Start(t)) }
+
+// TestProcessPutGetAcrossRestart runs the etcd binary (skipped without
+// it, unless CI is set).
+func TestProcessPutGetAcrossRestart(t *testing.T) {
+	testPutGetAcrossRestart(t, StartProcess(t))
+}
+
+func testPutGetAcrossRestart(t *testing.T, e member) {
 	put := func() *clientv3.Client {
 		c, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint()}, DialTimeout: 5 * time.Second})
 		if err != nil {
