@@ -97,13 +97,9 @@ func (s *Store) loadResources(tx *bolt.Tx, name string, legacy []limiter.Resourc
 	v := tx.Bucket(resBucket).Get([]byte(name))
 	rs := legacy
 	if v != nil {
-		var recs []resourceRecord
-		if err := json.Unmarshal(v, &recs); err != nil {
-			return nil, fmt.Errorf("the instances of pool %q are damaged (%v); restore the data directory from a backup", name, err)
-		}
-		rs = make([]limiter.Resource, len(recs))
-		for i, r := range recs {
-			rs[i] = limiter.Resource{ID: r.ID, Attributes: r.Attributes}
+		var err error
+		if rs, err = DecodeResources(name, v); err != nil {
+			return nil, fmt.Errorf("%w; restore the data directory from a backup", err)
 		}
 		s.res.set(name, sha256.Sum256(v))
 	}
