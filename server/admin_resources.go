@@ -22,7 +22,7 @@ func (a *adminService) AddResources(ctx context.Context, req *tollgatev1.AddReso
 	err := checkPoolName("pool", req.GetPool())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.engine.AddResources(req.GetPool(), resourcesFromProto(req.GetResources())); err == nil {
+		if info, err = a.srv.Engine().AddResources(req.GetPool(), resourcesFromProto(req.GetResources())); err == nil {
 			return &tollgatev1.AddResourcesResponse{Pool: poolconv.InfoToProto(info), Status: statusToProto(info.Status)}, nil
 		}
 	}
@@ -35,7 +35,7 @@ func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.Remo
 	err := checkPoolName("pool", req.GetPool())
 	if err == nil {
 		var r limiter.RemoveResult
-		if r, err = a.srv.engine.RemoveResources(req.GetPool(), req.GetIds(), req.GetWait(), req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
+		if r, err = a.srv.Engine().RemoveResources(req.GetPool(), req.GetIds(), req.GetWait(), req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.RemoveResourcesResponse{Removed: int64(r.Removed), Removing: int64(r.Removing), Revoked: int64(r.Revoked)}, nil
 		}
 	}
@@ -64,7 +64,7 @@ func (a *adminService) listResources(req *tollgatev1.ListResourcesRequest) (*tol
 	if err != nil {
 		return nil, err
 	}
-	states, providers, err := a.srv.engine.ListResources(req.GetPool())
+	states, providers, err := a.srv.Engine().ListResources(req.GetPool())
 	if err != nil {
 		return nil, err
 	}

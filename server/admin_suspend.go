@@ -20,7 +20,7 @@ func (a *adminService) SuspendPool(ctx context.Context, req *tollgatev1.SuspendP
 	err := checkPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.engine.SuspendPool(req.GetName(), req.GetRevokeHeld(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
+		if info, err = a.srv.Engine().SuspendPool(req.GetName(), req.GetRevokeHeld(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.SuspendPoolResponse{Status: statusToProto(info.Status)}, nil
 		}
 	}
@@ -32,7 +32,7 @@ func (a *adminService) ResumePool(ctx context.Context, req *tollgatev1.ResumePoo
 	err := checkPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.engine.ResumePool(req.GetName()); err == nil {
+		if info, err = a.srv.Engine().ResumePool(req.GetName()); err == nil {
 			return &tollgatev1.ResumePoolResponse{Status: statusToProto(info.Status)}, nil
 		}
 	}
@@ -52,7 +52,7 @@ func (a *adminService) DrainPool(ctx context.Context, req *tollgatev1.DrainPoolR
 	err := checkPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.engine.DrainPool(ctx, req.GetName()); err == nil {
+		if info, err = a.srv.Engine().DrainPool(ctx, req.GetName()); err == nil {
 			return &tollgatev1.DrainPoolResponse{Status: statusToProto(info.Status)}, nil
 		}
 	}

@@ -169,7 +169,7 @@ func truncate(s string, n int) string { return refuse.Truncate(s, n) }
 func (s *Server) parseHolderLeaseID(pool, id string) (uint64, error) {
 	tok, err := s.ids.Parse(pool, id)
 	if err != nil && errors.Is(err, limiter.ErrLeaseNotFound) {
-		if _, perr := s.engine.GetPool(pool); perr != nil {
+		if _, perr := s.Engine().GetPool(pool); perr != nil {
 			return 0, perr
 		}
 	}

@@ -112,17 +112,17 @@ func (s *Server) apiPools(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	infos, more := s.engine.ListPools(q.Get("after"), limit)
+	infos, more := s.Engine().ListPools(q.Get("after"), limit)
 	resp := apiPoolsResponse{
-		Time:    s.engine.Clock().Now(),
+		Time:    s.Engine().Clock().Now(),
 		Serving: s.Serving(),
-		Total:   s.engine.NumPools(),
+		Total:   s.Engine().NumPools(),
 		More:    more,
 		Pools:   make([]apiPool, 0, len(infos)),
 	}
 	for i := range infos {
 		ap := apiPoolOf(&infos[i])
-		if st, err := s.engine.PoolStats(infos[i].Config.Name); err == nil { // deleted meanwhile: no waits
+		if st, err := s.Engine().PoolStats(infos[i].Config.Name); err == nil { // deleted meanwhile: no waits
 			wt := st.WaitTimes
 			ap.Status.WaitGrants = wt.Count
 			ap.Status.WaitP50Ms, ap.Status.WaitP99Ms = millis(wt.P50), millis(wt.P99)

@@ -91,7 +91,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads the engine and the server's counters.
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	infos, _ := s.engine.ListPools("", math.MaxInt)
+	infos, _ := s.Engine().ListPools("", math.MaxInt)
 	live := make(map[string]bool, len(infos))
 	for i := range infos {
 		info := &infos[i]
@@ -108,7 +108,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	exists := func(name string) bool {
-		_, err := s.engine.GetPool(name)
+		_, err := s.Engine().GetPool(name)
 		return err == nil
 	}
 	for _, h := range []*poolHistograms{c.waits, c.holds} {

@@ -100,9 +100,9 @@ func (s *Server) acquireTraced(ctx context.Context, ar limiter.AcquireRequest, t
 		return s.acquireCounted(ctx, ar)
 	}
 	ctx, span := s.tracing.start(ctx, "tollgate.Acquire", tc, attrPool.String(ar.Pool), attrWeight.Int64(ar.Weight))
-	start := s.engine.Clock().Now()
+	start := s.Engine().Clock().Now()
 	lease, err := s.acquireCounted(ctx, ar)
-	end(span, err, attrWaitMS.Float64(float64(s.engine.Clock().Now().Sub(start))/1e6), attrToken.Int64(int64(lease.FencingToken)))
+	end(span, err, attrWaitMS.Float64(float64(s.Engine().Clock().Now().Sub(start))/1e6), attrToken.Int64(int64(lease.FencingToken)))
 	return lease, err
 }
 
