@@ -46,6 +46,7 @@ func mergeReservations(a, b DurableState) DurableState {
 	}
 	a.ShareTTLBound = max(a.ShareTTLBound, b.ShareTTLBound)
 	a.ReadoptFloor = max(a.ReadoptFloor, b.ReadoptFloor)
+	a.HeldBound = max(a.HeldBound, b.HeldBound)
 	return a
 }
 

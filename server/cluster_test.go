@@ -150,9 +150,11 @@ func wantHealth(t *testing.T, m *member, service string, want healthpb.HealthChe
 // limit meanwhile, and continues fencing tokens above the old leader's.
 func TestClusterTakeoverReadopts(t *testing.T) {
 	fc := fakeclock.New(testStart)
-	ms := startCluster(t, etcdtest.Start(t), fc, 3, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 1, MaxLeaseTTL: time.Minute}})
+	ms := startCluster(t, etcdtest.Start(t), fc, 3, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 1, MaxLeaseTTL: time.Minute},
+		{Name: "wide", ConcurrencyLimit: 16, MaxLeaseTTL: time.Minute}})
 	lead := leader(t, ms)
 	l := lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), Ttl: dur(30 * time.Second), ClientId: "holder"})
+	lead.acquire(&tollgatev1.AcquireRequest{Pool: "wide", Weight: i64(3), Ttl: dur(30 * time.Second)})
 
 	killed := time.Now()
 	lead.crash()
@@ -160,7 +162,14 @@ func TestClusterTakeoverReadopts(t *testing.T) {
 	next := leader(t, rest)
 	t.Logf("take-over after a crash (session TTL %v): %v", clusterTTL, time.Since(killed))
 
-	_, err := next.lim.Acquire(next.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true})
+	// A pool with headroom grants at once what the old leases cannot hold
+	// (the held-weight bound: 3 held + 16/8).
+	next.acquire(&tollgatev1.AcquireRequest{Pool: "wide", Weight: i64(11), NoWait: true})
+	t.Logf("first new grant in a pool with headroom after a crash: %v", time.Since(killed))
+	_, err := next.lim.Acquire(next.ctx(), &tollgatev1.AcquireRequest{Pool: "wide", Weight: i64(1), NoWait: true})
+	wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
+
+	_, err = next.lim.Acquire(next.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true})
 	wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
 
 	resp, err := next.lim.Renew(next.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: l.GetId(), Ttl: dur(30 * time.Second), Weight: i64(1), ClientId: "holder", ExpiryReceipt: l.GetExpiryReceipt()})
@@ -170,6 +179,7 @@ func TestClusterTakeoverReadopts(t *testing.T) {
 	if got := resp.GetLease(); got.GetId() != l.GetId() || got.GetFencingToken() != l.GetFencingToken() {
 		t.Fatalf("re-adopted lease %v, want id %s token %d", got, l.GetId(), l.GetFencingToken())
 	}
+	t.Logf("first renew answered after a crash: %v", time.Since(killed))
 	if st := next.status("db"); st.GetHeld() != 1 || st.GetReadopted() != 1 {
 		t.Fatalf("after re-adoption %v", st)
 	}
