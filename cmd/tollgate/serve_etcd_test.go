@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -31,15 +30,18 @@ func TestServeEtcdFlags(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback address no one listens on now.
-func freePort(t *testing.T) string {
+// insecureCall calls call on a plaintext connection to addr, with a
+// context bounded by cliWaitLimit.
+func insecureCall[T any](t *testing.T, addr string, call func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), cliWaitLimit)
+	defer cancel()
+	return call(ctx, conn)
 }
 
 // Two "tollgate serve --etcd" agree on one leader, which reports itself
@@ -49,19 +51,14 @@ func TestServeEtcd(t *testing.T) {
 	type srv struct{ addr, http string }
 	var ss []srv
 	for i := 0; i < 2; i++ {
-		addr := freePort(t)
+		addr := freeLoopbackAddr(t)
 		_, h := startServe(t, "--listen", addr, "--advertise", addr, "--etcd", etcd.Endpoint(), "--etcd-session-ttl", "2s")
 		ss = append(ss, srv{addr, h})
 	}
 	cluster := func(addr string) *tollgatev1.GetClusterResponse {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), cliWaitLimit)
-		defer cancel()
-		resp, err := tollgatev1.NewAdminServiceClient(conn).GetCluster(ctx, &tollgatev1.GetClusterRequest{})
+		resp, err := insecureCall(t, addr, func(ctx context.Context, conn *grpc.ClientConn) (*tollgatev1.GetClusterResponse, error) {
+			return tollgatev1.NewAdminServiceClient(conn).GetCluster(ctx, &tollgatev1.GetClusterRequest{})
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

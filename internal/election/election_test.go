@@ -62,14 +62,21 @@ func waitFor(t *testing.T, e *Election, what string, cond func() bool) {
 	}
 }
 
-func leaders(es ...*Election) (n int, who *Election) {
-	for _, e := range es {
-		if e.Leading() {
-			n++
-			who = e
+// oneLeader waits until exactly one of es leads, and returns it.
+func oneLeader(t *testing.T, es []*Election, what string) *Election {
+	t.Helper()
+	var lead *Election
+	waitFor(t, es[0], what, func() bool {
+		n := 0
+		for _, e := range es {
+			if e.Leading() {
+				n++
+				lead = e
+			}
 		}
-	}
-	return n, who
+		return n == 1
+	})
+	return lead
 }
 
 // threeServers starts three campaigns and waits until one leads and all
@@ -92,12 +99,7 @@ func threeServers(t *testing.T, c *clientv3.Client) []*Election {
 func TestOneLeader(t *testing.T) {
 	c := newClient(t, etcdtest.Start(t).Endpoint())
 	es := threeServers(t, c)
-	var lead *Election
-	waitFor(t, es[0], "someone leads", func() bool {
-		n, who := leaders(es...)
-		lead = who
-		return n == 1
-	})
+	lead := oneLeader(t, es, "someone leads")
 	v := lead.View()
 	if v.Leader != lead.cfg.Advertise || v.Epoch <= 0 || v.Members[0] != v.Leader {
 		t.Fatalf("leader %s sees %+v", lead.cfg.Advertise, v)
@@ -206,12 +208,7 @@ func TestEtcdStopped(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	c := newClient(t, etcd.Endpoint())
 	es := threeServers(t, c)
-	var lead *Election
-	waitFor(t, es[0], "someone leads", func() bool {
-		n, who := leaders(es...)
-		lead = who
-		return n == 1
-	})
+	lead := oneLeader(t, es, "someone leads")
 	stopping := time.Now()
 	etcd.Stop()
 	stopped := time.Now()
@@ -219,11 +216,13 @@ func TestEtcdStopped(t *testing.T) {
 	if d := time.Since(stopped); d > testTTL {
 		t.Fatalf("the leader still led %v after etcd stopped (it took %v to stop); its deadline is under %v", d, stopped.Sub(stopping), testTTL)
 	}
-	if n, _ := leaders(es...); n != 0 {
-		t.Fatalf("%d servers lead with etcd stopped", n)
+	for _, e := range es {
+		if e.Leading() {
+			t.Fatalf("%s leads with etcd stopped", e.cfg.Advertise)
+		}
 	}
 	etcd.Restart()
-	waitFor(t, es[0], "someone leads after etcd is back", func() bool { n, _ := leaders(es...); return n == 1 })
+	oneLeader(t, es, "someone leads after etcd is back")
 }
 
 // A leader that stops without resigning is replaced once etcd expires its
@@ -231,12 +230,7 @@ func TestEtcdStopped(t *testing.T) {
 func TestTakeover(t *testing.T) {
 	c := newClient(t, etcdtest.Start(t).Endpoint())
 	es := threeServers(t, c)
-	var lead *Election
-	waitFor(t, es[0], "someone leads", func() bool {
-		n, who := leaders(es...)
-		lead = who
-		return n == 1
-	})
+	lead := oneLeader(t, es, "someone leads")
 	epoch := lead.View().Epoch
 	rest := func(gone *Election) []*Election {
 		var r []*Election
@@ -252,11 +246,7 @@ func TestTakeover(t *testing.T) {
 	killed := time.Now()
 	lead.Close()
 	es = rest(lead)
-	waitFor(t, es[0], "a follower takes over", func() bool {
-		n, who := leaders(es...)
-		lead = who
-		return n == 1
-	})
+	lead = oneLeader(t, es, "a follower takes over")
 	took := time.Since(killed)
 	t.Logf("take-over after Close without resign: %v", took)
 	if took < testTTL-lead.margin {

@@ -48,8 +48,8 @@ type Options struct {
 	// Leading, when set, is asked before every write; a write is refused
 	// when it says false (the leadership deadline has passed).
 	Leading func() bool
-	// Deposed, when set, is called (at most once) when a write is refused
-	// because this server no longer leads.
+	// Deposed, when set, is called (at most once) when a write's fence
+	// fails: another campaign leads, so this term can never write again.
 	Deposed func()
 	// Timeout bounds each etcd call; 0 means DefaultTimeout.
 	Timeout time.Duration
@@ -62,9 +62,7 @@ type Store struct {
 	prefix  string
 	opts    Options
 	deposed sync.Once
-
-	mu  sync.Mutex
-	res map[string][sha256.Size]byte // each pool's instances as last written
+	res     store.ResourceHashes // each pool's instances as last written
 }
 
 // New returns the Store of prefix for the term opts describes. The client
@@ -73,7 +71,7 @@ func New(c *clientv3.Client, prefix string, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Store{c: c, prefix: prefix, opts: opts, res: make(map[string][sha256.Size]byte)}
+	return &Store{c: c, prefix: prefix, opts: opts}
 }
 
 func (s *Store) poolKey(name string) string { return s.prefix + "pools/" + name }
@@ -100,8 +98,7 @@ func errNotLeader() error {
 // false and no error.
 func (s *Store) fencedTxn(what string, ifs []clientv3.Cmp, ops ...clientv3.Op) (bool, error) {
 	if s.opts.LeaderKey == "" || s.opts.Leading != nil && !s.opts.Leading() {
-		s.deposedNow()
-		return false, errNotLeader()
+		return false, errNotLeader() // the deadline passed: the term ends by itself
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
@@ -177,7 +174,7 @@ func (s *Store) load(ctx context.Context) ([]limiter.SavedPool, bool, error) {
 			if sp.Resources, err = store.DecodeResources(name, v); err != nil {
 				return nil, false, fmt.Errorf("%s: %w", s.Path(), err)
 			}
-			s.setRes(name, sha256.Sum256(v))
+			s.res.Set(name, sha256.Sum256(v))
 		}
 		pools = append(pools, sp)
 	}
@@ -202,7 +199,7 @@ func (s *Store) save(sp limiter.SavedPool, onlyNew bool) error {
 		return fmt.Errorf("encoding the instances of pool %q: %w", name, err)
 	}
 	h := sha256.Sum256(rv)
-	old, known := s.getRes(name)
+	old, known := s.res.Get(name)
 	if !known || old != h {
 		if rv == nil {
 			ops = append(ops, clientv3.OpDelete(s.resKey(name)))
@@ -219,7 +216,7 @@ func (s *Store) save(sp limiter.SavedPool, onlyNew bool) error {
 		return err
 	}
 	if ok {
-		s.setRes(name, h)
+		s.res.Set(name, h)
 	}
 	return nil
 }
@@ -243,9 +240,7 @@ func (s *Store) DeletePool(name string, tokenFloor uint64) error {
 			return err
 		}
 		if ok {
-			s.mu.Lock()
-			delete(s.res, name)
-			s.mu.Unlock()
+			s.res.Forget(name)
 			return nil
 		}
 		// The floor moved meanwhile: read it again.
@@ -302,19 +297,6 @@ func (s *Store) LeaseIDKey() ([]byte, error) {
 		return nil, fmt.Errorf("%s: damaged lease id key", s.Path())
 	}
 	return bytes.Clone(kvs[0].Value), nil
-}
-
-func (s *Store) getRes(name string) ([sha256.Size]byte, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h, ok := s.res[name]
-	return h, ok
-}
-
-func (s *Store) setRes(name string, h [sha256.Size]byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.res[name] = h
 }
 
 var _ limiter.Persister = (*Store)(nil)
