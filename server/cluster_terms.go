@@ -56,7 +56,8 @@ type cluster struct {
 	prefix  string
 	ttl     time.Duration
 	seed    []limiter.PoolConfig
-	deposed chan *term // a term whose fenced write failed
+	idle    *limiter.Engine // closed and empty: served between terms
+	deposed chan *term      // a term whose fenced write failed
 	quit    chan struct{}
 	done    chan struct{}
 	stopped sync.Once
@@ -108,7 +109,8 @@ func OpenCluster(cfg Config, cc ClusterConfig, seed []limiter.PoolConfig) (*Serv
 	c.s = s
 	s.cluster = c
 	s.ids = leaseid.New(key) // shared by every server: ids stay valid across leaders
-	s.Engine().Close()       // nothing is served until a term starts
+	c.idle = s.Engine()
+	c.idle.Close() // served, without pools, while no term runs
 	c.el, err = election.Start(election.Config{Client: cc.Client, Prefix: cc.Prefix + "election/", Advertise: cfg.Advertise,
 		TTL: cc.SessionTTL, Margin: cc.Margin, Logger: s.log})
 	if err != nil {
@@ -234,6 +236,9 @@ func (c *cluster) endTerm(t *term, handOff bool, why string) {
 	if handOff {
 		t.eng.RecordCleanStop()
 	}
+	c.s.engines.Add(1)
+	c.s.engine.Store(c.idle)  // followers serve no pools: not even the last term's
+	c.s.quotas.ForgetLeases() // its leases are gone with its engine
 	c.changes.Add(1)
 	c.s.setHealth()
 	c.s.recordEvent(events.Event{Type: events.LeaderChanged,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/election"
 	"github.com/tollgate/tollgate/internal/etcdtest"
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -28,7 +29,7 @@ type member struct {
 
 // startCluster starts n servers on etcd sharing the fake clock fc, with
 // seed as their pools file.
-func startCluster(t *testing.T, etcd *etcdtest.Etcd, fc *fakeclock.Clock, n int, seed []limiter.PoolConfig) []*member {
+func startCluster(t *testing.T, etcd *etcdtest.Etcd, fc *fakeclock.Clock, n int, seed []limiter.PoolConfig, opts ...func(*Config)) []*member {
 	t.Helper()
 	var ms []*member
 	for i := 0; i < n; i++ {
@@ -39,8 +40,11 @@ func startCluster(t *testing.T, etcd *etcdtest.Etcd, fc *fakeclock.Clock, n int,
 		}
 		t.Cleanup(func() { c.Close() })
 		lis := listen(t)
-		srv, err := OpenCluster(Config{Clock: fc, ShutdownTimeout: 2 * time.Second, Advertise: lis.Addr().String()},
-			ClusterConfig{Client: c, SessionTTL: clusterTTL}, seed)
+		cfg := Config{Clock: fc, ShutdownTimeout: 2 * time.Second, Advertise: lis.Addr().String()}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		srv, err := OpenCluster(cfg, ClusterConfig{Client: c, SessionTTL: clusterTTL}, seed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,22 +249,38 @@ func TestClusterDeposedLeaderCannotWrite(t *testing.T) {
 }
 
 // With etcd gone the leader stops at its deadline: calls are refused.
+// When etcd is back it leads again, in a new term that is a restart: the
+// old term's lease is not counted against its client any more (it is gone
+// with the old engine, unless its holder renews it).
 func TestClusterEtcdLost(t *testing.T) {
 	fc := fakeclock.New(testStart)
 	etcd := etcdtest.Start(t)
-	ms := startCluster(t, etcd, fc, 1, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 5}})
+	ms := startCluster(t, etcd, fc, 1, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 5}},
+		func(c *Config) { c.Limits = limits.Limits{MaxClientLeases: 1} })
 	lead := leader(t, ms)
-	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})
+	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), ClientId: "x"})
 	etcd.Stop()
 	waitFor(t, "leadership lost", func() bool { return !lead.srv.leadership.Leading() })
 	_, err := lead.lim.Acquire(lead.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})
 	wantStatus(t, err, codes.Unavailable, limiter.ReasonNotLeader)
 	wantHealth(t, lead, tollgatev1.LimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	if n := poolCount(lead.srv); n != 0 {
+		t.Fatalf("a server that does not lead serves %d pools", n)
+	}
 	etcd.Restart()
 	leader(t, ms)
+	if n := poolCount(lead.srv); n != 1 {
+		t.Fatalf("the new term serves %d pools", n)
+	}
+	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), ClientId: "x", NoWait: true})
 	// The new term is a restart: the lease of the old one may be live.
-	_, err = lead.lim.Acquire(lead.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(5), NoWait: true})
+	_, err = lead.lim.Acquire(lead.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(4), NoWait: true})
 	wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
 	fc.Advance(time.Minute)
-	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(5), NoWait: true})
+	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(4), NoWait: true})
+}
+
+func poolCount(s *Server) int {
+	pools, _ := s.Engine().ListPools("", 1000)
+	return len(pools)
 }
