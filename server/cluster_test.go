@@ -259,9 +259,22 @@ func TestClusterEtcdLost(t *testing.T) {
 		func(c *Config) { c.Limits = limits.Limits{MaxClientLeases: 1} })
 	lead := leader(t, ms)
 	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), ClientId: "x"})
+	waiting := make(chan error, 1)
+	go func() { // does not fit: waits in the queue
+		_, err := lead.lim.Acquire(lead.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(5)})
+		waiting <- err
+	}()
+	waitFor(t, "the acquire waits", func() bool { return lead.status("db").GetWaiting() == 1 })
+	sess, err := lead.lim.Session(lead.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
 	etcd.Stop()
 	waitFor(t, "leadership lost", func() bool { return !lead.srv.leadership.Leading() })
-	_, err := lead.lim.Acquire(lead.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})
+	wantStatus(t, <-waiting, codes.Unavailable, limiter.ReasonNotLeader)
+	_, err = sess.Recv()
+	wantStatus(t, err, codes.Unavailable, limiter.ReasonNotLeader)
+	_, err = lead.lim.Acquire(lead.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})
 	wantStatus(t, err, codes.Unavailable, limiter.ReasonNotLeader)
 	wantHealth(t, lead, tollgatev1.LimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	if n := poolCount(lead.srv); n != 0 {

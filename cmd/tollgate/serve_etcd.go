@@ -124,7 +124,7 @@ func (o *etcdOptions) open(cfg server.Config, pools []limiter.PoolConfig) (*serv
 	srv, err := server.OpenCluster(cfg, server.ClusterConfig{Client: c, Prefix: o.prefix, SessionTTL: o.sessionTTL}, pools)
 	if err != nil {
 		c.Close()
-		return nil, nil, fmt.Errorf("--etcd %s: %w", o.endpoints, err)
+		return nil, nil, fmt.Errorf("--etcd %s: %w (is etcd running there, and do --etcd-cacert/--etcd-cert/--etcd-user match it?)", o.endpoints, err)
 	}
 	return srv, func() { c.Close() }, nil
 }
