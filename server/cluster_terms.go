@@ -323,8 +323,10 @@ func gated(method string) bool {
 }
 
 // leaderUnary answers NOT_LEADER for a server of a cluster that does not
-// lead, before the call, and after it when the term ended meanwhile (the
-// call's error is then the closing engine's, not the caller's).
+// lead, before the call, and after it when leadership ended meanwhile:
+// an error is then the closing engine's, not the caller's, and a lease
+// granted (say, to a waiting acquire, by an engine timer) must not reach
+// a holder once the deadline has passed.
 func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if s.leadership == nil || !gated(info.FullMethod) {
 		return handler(ctx, req)
@@ -333,10 +335,19 @@ func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServe
 		return nil, s.notLeader()
 	}
 	resp, err := handler(ctx, req)
-	if err != nil && !s.leadership.Leading() {
+	if !s.leadership.Leading() {
 		return nil, s.notLeader()
 	}
 	return resp, err
+}
+
+// notLeading is NOT_LEADER for a server of a cluster that does not lead
+// now, and nil for one that does (or a standalone one).
+func (s *Server) notLeading() error {
+	if s.leadership == nil || s.leadership.Leading() {
+		return nil
+	}
+	return s.notLeader()
 }
 
 // leaderStream refuses streams on a server that does not lead; those it

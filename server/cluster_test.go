@@ -297,3 +297,27 @@ func poolCount(s *Server) int {
 	pools, _ := s.Engine().ListPools("", 1000)
 	return len(pools)
 }
+
+// Between the leadership deadline and the end of the term (the engine
+// still runs), a lease the engine grants to a waiting acquire is not
+// delivered: the unary call and the Session stream answer NOT_LEADER.
+func TestClusterNoGrantDeliveredPastTheDeadline(t *testing.T) {
+	fc := fakeclock.New(testStart)
+	ms := startCluster(t, etcdtest.Start(t), fc, 1, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 1}})
+	lead := leader(t, ms)
+	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), Ttl: dur(time.Second)})
+	unary := make(chan error, 1)
+	go func() {
+		_, err := lead.lim.Acquire(lead.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})
+		unary <- err
+	}()
+	sc := lead.session()
+	sc.send(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Acquire{Acquire: &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)}}})
+	waitFor(t, "two acquires wait", func() bool { return lead.status("db").GetWaiting() == 2 })
+
+	lead.srv.cluster.current().live.Store(false) // the deadline passed; the term has not ended yet
+	fc.Advance(time.Second)                      // the lease expires: the engine grants a waiter
+	wantStatus(t, <-unary, codes.Unavailable, limiter.ReasonNotLeader)
+	fc.Advance(time.Minute) // the undelivered lease expires too: the engine grants the other
+	wantStatus(t, sc.wantEnd(), codes.Unavailable, limiter.ReasonNotLeader)
+}

@@ -160,7 +160,10 @@ func (s *session) sendQueued() error {
 	s.answers = nil
 	s.mu.Unlock()
 	for i, r := range answers {
-		err := s.stream.Send(r)
+		err := s.srv.notLeading() // past the deadline no answer goes out: its lease is released
+		if err == nil {
+			err = s.stream.Send(r)
+		}
 		s.unread.Add(-1)
 		s.clientUnread.Add(-1)
 		if err != nil {
