@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -48,16 +49,24 @@ func start(t *testing.T, cfg Config) *Election {
 // waitFor waits, through Changed, until cond holds for e.
 func waitFor(t *testing.T, e *Election, what string, cond func() bool) {
 	t.Helper()
+	waitForAny(t, []*Election{e}, what, cond)
+}
+
+// waitForAny waits until cond holds, looking again at every change of any
+// of es.
+func waitForAny(t *testing.T, es []*Election, what string, cond func() bool) {
+	t.Helper()
 	limit := time.After(waitLimit)
 	for {
-		ch := e.Changed()
+		cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(limit)}}
+		for _, e := range es {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(e.Changed())})
+		}
 		if cond() {
 			return
 		}
-		select {
-		case <-ch:
-		case <-limit:
-			t.Fatalf("%s: not within %v (view %+v, leading %v)", what, waitLimit, e.View(), e.Leading())
+		if i, _, _ := reflect.Select(cases); i == 0 {
+			t.Fatalf("%s: not within %v (view %+v, leading %v)", what, waitLimit, es[0].View(), es[0].Leading())
 		}
 	}
 }
@@ -66,7 +75,7 @@ func waitFor(t *testing.T, e *Election, what string, cond func() bool) {
 func oneLeader(t *testing.T, es []*Election, what string) *Election {
 	t.Helper()
 	var lead *Election
-	waitFor(t, es[0], what, func() bool {
+	waitForAny(t, es, what, func() bool {
 		n := 0
 		for _, e := range es {
 			if e.Leading() {
