@@ -733,7 +733,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	if ttl, err = p.resolveTTLLocked(ttl); err != nil {
 		return Lease{}, err
 	}
-	if err := p.reserveLocked(now, now.Add(ttl)); err != nil { // durable horizon first
+	if err := p.reserveLocked(now, now.Add(ttl), 0); err != nil { // durable horizon first
 		return Lease{}, err
 	}
 	l.TTL = ttl

@@ -83,6 +83,14 @@ type DurableState struct {
 	// was created above (tokens of an earlier pool of the same name), and
 	// rises past the oldest Ended when too many are recorded.
 	ReadoptFloor uint64
+	// HeldBound: live leases hold no more weight than it, counting those
+	// from before a restart not re-adopted yet, so that a restarted
+	// engine grants at once from the rest of the concurrency limit. It is
+	// written ahead like TokenCeiling, for a pool with a concurrency limit
+	// and no instances; negative means unknown (not kept, or a record from
+	// before it was), and then a restarted engine waits out the whole
+	// recovery window.
+	HeldBound int64
 	// Ended are leases released or revoked before their last granted
 	// expiry, written in the background, so that a
 	// restarted engine does not re-adopt them. Those past their expiry are
@@ -153,7 +161,7 @@ func NewSavedPool(cfg PoolConfig, now time.Time) (SavedPool, error) {
 // Persister, unreachable ones without.
 func (p *pool) initDurableLocked(st DurableState) {
 	if p.e.persister == nil {
-		p.dur = durable{state: DurableState{TokenCeiling: noPersistCeiling, LeaseHorizon: noPersistHorizon, TTLBound: MaxLeaseTTLLimit, ShareHorizon: noPersistHorizon, ShareTTLBound: MaxLeaseTTLLimit}}
+		p.dur = durable{state: DurableState{TokenCeiling: noPersistCeiling, LeaseHorizon: noPersistHorizon, TTLBound: MaxLeaseTTLLimit, ShareHorizon: noPersistHorizon, ShareTTLBound: MaxLeaseTTLLimit, HeldBound: -1}}
 		return
 	}
 	p.dur = durable{state: st, tokenBlock: minTokenBlock}
@@ -227,31 +235,60 @@ func (p *pool) persistDeleteLocked(tokenFloor uint64) error {
 	return p.deleteLocked(tokenFloor)
 }
 
-// reserveLocked makes sure that the next fencing token, and a lease granted
-// or renewed at now to expire at expiry, are within what is durably
-// reserved, writing new reservations first if they are not. It is called
-// before every grant, renewal and re-adoption; the check is three
-// comparisons, and a write happens only when the next token would pass
-// TokenCeiling (which then moves a block of tokens past the last issued),
-// the TTL would pass TTLBound (which then grows to it), or expiry would
-// pass LeaseHorizon; every write also moves LeaseHorizon to now +
-// TTLBound + slack if that is later. It fails with ErrStorageFailed when
-// the write fails; the caller must then not grant.
+// reserveLocked makes sure that the next fencing token, a lease granted
+// or renewed at now to expire at expiry, and weight more held (0 for a
+// renewal) are within what is durably reserved, writing new reservations
+// first if they are not. It is called before every grant, renewal and
+// re-adoption; the check is four comparisons, and a write happens only
+// when the next token would pass TokenCeiling (which then moves a block of
+// tokens past the last issued), the TTL would pass TTLBound (which then
+// grows to it), expiry would pass LeaseHorizon, or the held weight would
+// pass HeldBound (which then grows: heldBoundLocked); every write also
+// moves LeaseHorizon to now + TTLBound + slack if that is later. It fails
+// with ErrStorageFailed when the write fails; the caller must then not
+// grant.
 //
 // TTLBound follows the TTLs in use, not MaxLeaseTTL, so that the recovery
 // window after a restart is as long as the leases really are (15s by
 // default), not as long as they could be (5m by default).
-func (p *pool) reserveLocked(now, expiry time.Time) error {
+func (p *pool) reserveLocked(now, expiry time.Time, weight int64) error {
 	st := &p.dur.state
-	if p.lastToken < st.TokenCeiling && !expiry.After(st.LeaseHorizon) && expiry.Sub(now) <= st.TTLBound {
+	if p.lastToken < st.TokenCeiling && !expiry.After(st.LeaseHorizon) && expiry.Sub(now) <= st.TTLBound && p.heldWithinLocked(weight) {
 		p.preReserveLocked(now, expiry) // the next block, in the background
 		return nil
 	}
-	return p.writeReservationLocked(now, expiry)
+	return p.writeReservationLocked(now, expiry, weight)
+}
+
+// heldWithinLocked reports whether weight more held stays within the
+// durable HeldBound (always, when it is not kept).
+func (p *pool) heldWithinLocked(weight int64) bool {
+	b := p.dur.state.HeldBound
+	return weight == 0 || b < 0 || p.held+weight+p.rec.unknownHeld() <= b
+}
+
+// heldBoundLocked is the HeldBound to write for weight more held, given
+// the one written (st): only a pool with a concurrency limit and no
+// instances keeps one. It covers the weight held, the weight, and the
+// leases from before a restart not re-adopted yet, plus an eighth of the
+// limit (so that a pool filling up writes a few times, not at every
+// grant), capped at the limit; it only grows while leases covered by the
+// last write may be live (the horizon is ahead), like TTLBound.
+func (p *pool) heldBoundLocked(st DurableState, now time.Time, weight int64) int64 {
+	limit := p.cfg.ConcurrencyLimit
+	if limit == 0 || p.res != nil || p.rec.unboundedHeld() {
+		return -1
+	}
+	need := p.held + weight + p.rec.unknownHeld()
+	b := max(need, min(need+max(1, limit/8), limit))
+	if st.HeldBound >= 0 && st.LeaseHorizon.After(now) {
+		b = max(b, st.HeldBound)
+	}
+	return b
 }
 
 // writeReservationLocked is the slow path of reserveLocked.
-func (p *pool) writeReservationLocked(now, expiry time.Time) error {
+func (p *pool) writeReservationLocked(now, expiry time.Time, weight int64) error {
 	if p.e.persister == nil {
 		return nil // unreachable: the reservations are never reached without a Persister
 	}
@@ -266,6 +303,7 @@ func (p *pool) writeReservationLocked(now, expiry time.Time) error {
 		}
 		st.TokenCeiling = p.lastToken + block
 	}
+	st.HeldBound = p.heldBoundLocked(st, now, weight)
 	// Leases granted before this write expire by the old horizon: if it
 	// has passed, they are over and TTLBound starts again from this TTL;
 	// if not, it keeps covering them.
@@ -319,6 +357,9 @@ func (p *pool) recordCleanStopLocked() {
 	// Nothing issued so far is live: no lease up to the last token may be
 	// re-adopted after a later restart either.
 	st.LeaseHorizon, st.ShareHorizon, st.Ended = time.Time{}, time.Time{}, nil
+	if st.HeldBound > 0 {
+		st.HeldBound = 0
+	}
 	st.ReadoptFloor = max(st.ReadoptFloor, p.lastToken)
 	_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the clean stop of pool "+quote(p.name))
 }

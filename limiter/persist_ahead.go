@@ -46,6 +46,7 @@ func mergeReservations(a, b DurableState) DurableState {
 	}
 	a.ShareTTLBound = max(a.ShareTTLBound, b.ShareTTLBound)
 	a.ReadoptFloor = max(a.ReadoptFloor, b.ReadoptFloor)
+	a.HeldBound = max(a.HeldBound, b.HeldBound)
 	return a
 }
 
@@ -89,7 +90,8 @@ func (p *pool) preReserveLocked(now, expiry time.Time) {
 	st := p.dur.state
 	lowTokens := st.TokenCeiling-p.lastToken <= p.dur.tokenBlock/2
 	lowHorizon := st.LeaseHorizon.Sub(expiry) < p.e.horizonSlack/2
-	if !lowTokens && !lowHorizon {
+	lowHeld := p.heldLowLocked()
+	if !lowTokens && !lowHorizon && !lowHeld {
 		return
 	}
 	next := st
@@ -104,6 +106,9 @@ func (p *pool) preReserveLocked(now, expiry time.Time) {
 	}
 	if h := now.Add(st.TTLBound + p.e.horizonSlack); h.After(next.LeaseHorizon) {
 		next.LeaseHorizon = h
+	}
+	if lowHeld { // only ever raised here: grants may use the old bound until the write lands
+		next.HeldBound = max(st.HeldBound, p.heldBoundLocked(st, now, heldAhead(p.cfg.ConcurrencyLimit)))
 	}
 	p.dur.w.pending = &next
 	saved := p.savedLocked(p.cfg, next)
@@ -140,4 +145,17 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint6
 		p.dur.lastTokenAt = decided.UnixNano()
 		p.dur.tokenBlock = block
 	}
+}
+
+// heldAhead is how close the held weight may come to the written
+// HeldBound, in a pool with a concurrency limit of limit, before the
+// background write raises the bound.
+func heldAhead(limit int64) int64 { return max(1, limit/16) }
+
+// heldLowLocked reports whether the held weight (with what leases from
+// before a restart may hold) is within heldAhead of the written
+// HeldBound, still below the limit.
+func (p *pool) heldLowLocked() bool {
+	b, limit := p.dur.state.HeldBound, p.cfg.ConcurrencyLimit
+	return b >= 0 && b < limit && p.res == nil && p.held+p.rec.unknownHeld()+heldAhead(limit) > b
 }

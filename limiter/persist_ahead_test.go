@@ -183,3 +183,25 @@ func TestPreReserveFailureFallsBackToTheGrant(t *testing.T) {
 		t.Fatalf("ceiling on disk %d", c)
 	}
 }
+
+// TestPreReserveRaisesHeldBound: a pool filling up finds its held-weight
+// bound raised in the background before a grant needs it.
+func TestPreReserveRaisesHeldBound(t *testing.T) {
+	m := newMemPersister()
+	te := newPreReserveEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 64})
+	p := te.pools.get("db")
+	for held := int64(1); held < 64; held++ {
+		te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 1, TTL: time.Minute, NoWait: true})
+		te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+		p.mu.Lock()
+		b := p.dur.state.HeldBound
+		p.mu.Unlock()
+		if b <= held {
+			t.Fatalf("held %d, bound %d: the next grant must write in the foreground", held, b)
+		}
+		if sp, _ := m.saved("db"); sp.State.HeldBound != b {
+			t.Fatalf("bound %d in memory, %d written", b, sp.State.HeldBound)
+		}
+	}
+}

@@ -208,7 +208,7 @@ func (p *pool) admitLocked(weight int64, now time.Time) bool {
 // took stay spent (erring on the side of granting less).
 func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Duration) (Lease, error) {
 	ttl := min(req.TTL, p.cfg.MaxLeaseTTL) // the maximum may have been lowered while req waited
-	if err := p.reserveLocked(now, now.Add(ttl)); err != nil {
+	if err := p.reserveLocked(now, now.Add(ttl), req.Weight); err != nil {
 		p.stats.Rejected++
 		return Lease{}, err
 	}

@@ -35,8 +35,25 @@ type window struct {
 	// taken holds the pre-restart tokens re-adopted or released since the
 	// restart: none of them is re-adopted again.
 	taken map[uint64]struct{}
-	timer Timer
+	// unknown bounds the weight that leases from before the restart not
+	// re-adopted yet may hold (DurableState.HeldBound less what was
+	// re-adopted), unless unbounded (the bound was not kept).
+	unknown   int64
+	unbounded bool
+	timer     Timer
 }
+
+// unknownHeld is the weight leases from before a restart, not re-adopted
+// yet, may hold: 0 outside a recovery window.
+func (r *recovery) unknownHeld() int64 {
+	if r.window == nil || r.unbounded {
+		return 0
+	}
+	return r.unknown
+}
+
+// unboundedHeld reports a recovery window with no bound on that weight.
+func (r *recovery) unboundedHeld() bool { return r.window != nil && r.unbounded }
 
 // recoveringLocked reports whether the pool is in its recovery window.
 func (p *pool) recoveringLocked() bool { return !p.rec.until.IsZero() }
@@ -54,9 +71,13 @@ func (p *pool) recoveryBlocksLocked() bool {
 // the recovery window.
 func (p *pool) recoveringErrLocked(now time.Time) error {
 	left := p.rec.until.Sub(now)
+	grants := "it grants only to holders renewing leases from before the restart"
+	if !p.rec.unbounded {
+		grants = "leases from before the restart may hold up to " + itoa(p.rec.unknown) + " of its limit " + itoa(p.ad.limit) + " (held now " + itoa(p.held) + "), so it grants only what fits beside them"
+	}
 	return &Error{Code: CodeUnavailable, Reason: ReasonRecovering, RetryAfter: left,
 		Message: "pool " + quote(p.name) + " is recovering from a server restart until " + p.rec.until.UTC().Format(time.RFC3339Nano) +
-			" (" + left.Round(time.Millisecond).String() + " from now): until then it grants only to holders renewing leases from before the restart; retry after that, or acquire without no_wait to wait in the queue"}
+			" (" + left.Round(time.Millisecond).String() + " from now): until then " + grants + "; retry after that, or acquire without no_wait to wait in the queue"}
 }
 
 // RestorePool re-creates a pool from what a Persister recorded, after a
@@ -118,7 +139,8 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 	until := windowEnd(st.LeaseHorizon, st.TTLBound, now)
 	if until.After(now) {
 		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling, floor: st.ReadoptFloor,
-			ended: endedSet(st.Ended, now), taken: make(map[uint64]struct{})}}
+			ended: endedSet(st.Ended, now), taken: make(map[uint64]struct{}),
+			unknown: st.HeldBound, unbounded: st.HeldBound < 0 || cfg.ConcurrencyLimit == 0 || p.res != nil}}
 		p.rec.timer = e.clock.AfterFunc(until.Sub(now), p.onRecoveryEnd)
 	}
 	p.restoreEffectiveLocked(st, now)
@@ -178,16 +200,27 @@ func (p *pool) onRecoveryEnd() {
 	p.dispatchLocked(now)
 }
 
-// admits holds back grants while the window does
-// (recoveryBlocksLocked).
-func (r *recovery) admits(p *pool, _ int64, _ time.Time) bool { return !p.recoveryBlocksLocked() }
+// admits holds back grants while the window does (recoveryBlocksLocked):
+// all of them when the weight leases from before the restart may hold is
+// not bounded, else those that would not fit beside that weight under the
+// effective concurrency limit.
+func (r *recovery) admits(p *pool, weight int64, _ time.Time) bool {
+	if !p.recoveryBlocksLocked() {
+		return true
+	}
+	return !r.unbounded && p.held+weight+r.unknown <= p.ad.limit
+}
 
 // describe says until when the window holds back grants.
 func (r *recovery) describe(p *pool, _ time.Time) string {
 	if !p.recoveryBlocksLocked() {
 		return ""
 	}
-	return "recovering from a restart until " + r.until.UTC().Format(time.RFC3339Nano)
+	s := "recovering from a restart until " + r.until.UTC().Format(time.RFC3339Nano)
+	if !r.unbounded {
+		s += "; leases from before it may hold up to " + itoa(r.unknown)
+	}
+	return s
 }
 
 // stop stops the window's timer for good (pool deleted, engine closed).
@@ -268,7 +301,7 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 	if err != nil {
 		return nil, err
 	}
-	if err := p.reserveLocked(now, now.Add(ttl)); err != nil {
+	if err := p.reserveLocked(now, now.Add(ttl), max(0, ra.Weight-p.rec.unknownHeld())); err != nil { // it was counted as unknown
 		return nil, err
 	}
 	l := &lease{
@@ -289,6 +322,7 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 		p.bindInstancesLocked(l, ins)
 	}
 	p.rec.taken[token] = struct{}{}
+	p.rec.unknown = max(0, p.rec.unknown-ra.Weight) // now counted in held
 	p.leases[token] = l
 	p.expiry.push(l)
 	p.held += ra.Weight

@@ -124,6 +124,9 @@ func TestRecoveryHoldsBackNewGrants(t *testing.T) {
 	te := newPersistentTestEngine(t, m)
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 5, MaxLeaseTTL: 10 * time.Second})
 	te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second})
+	sp, _ := m.saved("db")
+	sp.State.HeldBound = -1 // unknown (a record from before it was kept)
+	m.pools["db"] = sp
 	te2 := te.restart(t, m, time.Second)
 	until := epoch.Add(11 * time.Second)
 
@@ -149,6 +152,73 @@ func TestRecoveryHoldsBackNewGrants(t *testing.T) {
 	}
 	if s := te2.status(t, "db"); !s.RecoveringUntil.IsZero() {
 		t.Fatalf("after the window: %+v", s)
+	}
+}
+
+// TestHeldBoundGrantsAtOnce: the held-weight bound written ahead lets a
+// restarted pool grant at once what leases from before the restart cannot
+// hold; re-adopting them moves their weight from the bound to held.
+func TestHeldBoundGrantsAtOnce(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 16, MaxLeaseTTL: 10 * time.Second})
+	l := te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 3, TTL: 10 * time.Second})
+	sp, _ := m.saved("db")
+	if b := sp.State.HeldBound; b != 5 { // 3 held + 16/8
+		t.Fatalf("held bound %d, want 5", b)
+	}
+	te2 := te.restart(t, m, time.Second)
+	if s := te2.status(t, "db"); s.RecoveringUntil.IsZero() {
+		t.Fatal("not recovering")
+	}
+	te2.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 11, NoWait: true})
+	_, err := te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
+	wantReason(t, err, ErrRecovering)
+	if !strings.Contains(err.Error(), "may hold up to 5") {
+		t.Fatalf("recovering error %q does not say what old leases may hold", err)
+	}
+	// The bound written now covers the new grant and the old leases.
+	sp, _ = m.saved("db")
+	if sp.State.HeldBound < 16 {
+		t.Fatalf("held bound %d during recovery with 11 held and 5 unknown", sp.State.HeldBound)
+	}
+	if _, err := te2.RenewOrReadopt("db", l.FencingToken, 10*time.Second, nil, readopt(3)); err != nil {
+		t.Fatalf("re-adopting beside the new grant: %v", err)
+	}
+	if s := te2.status(t, "db"); s.Held != 14 {
+		t.Fatalf("held %d after re-adoption, want 14", s.Held)
+	}
+	_, err = te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
+	wantReason(t, err, ErrRecovering) // 14 held + 2 unknown
+	// The bound survives a second restart during the window.
+	te3 := te2.restart(t, m, 0)
+	_, err = te3.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
+	wantReason(t, err, ErrRecovering)
+}
+
+// TestHeldBoundWrittenAhead: no grant makes the held weight pass the
+// bound written before it, and a pool filling up raises it a few times,
+// not at every grant.
+func TestHeldBoundWrittenAhead(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 64, MaxLeaseTTL: 10 * time.Second})
+	var held int64
+	raises, last := 0, int64(0)
+	for i := 0; i < 64; i++ {
+		te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 1, TTL: 10 * time.Second})
+		held++
+		sp, _ := m.saved("db")
+		if sp.State.HeldBound < held {
+			t.Fatalf("held %d above the written bound %d", held, sp.State.HeldBound)
+		}
+		if sp.State.HeldBound != last {
+			raises++
+			last = sp.State.HeldBound
+		}
+	}
+	if raises > 9 {
+		t.Fatalf("the bound was raised %d times while 64 permits were granted", raises)
 	}
 }
 

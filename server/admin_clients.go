@@ -48,7 +48,7 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 	if err != nil {
 		return nil, err
 	}
-	holdings, err := a.srv.engine.Holdings(pool)
+	holdings, err := a.srv.Engine().Holdings(pool)
 	if err != nil {
 		return nil, err
 	}

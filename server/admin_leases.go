@@ -22,7 +22,7 @@ func (a *adminService) RevokeLease(ctx context.Context, req *tollgatev1.RevokeLe
 		err = invalidArg("reason is %d bytes; the most is %d", len(req.GetReason()), limiter.MaxRevokeReasonLen)
 	}
 	if err == nil {
-		if err = a.srv.engine.RevokeLease(req.GetPool(), tok, req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
+		if err = a.srv.Engine().RevokeLease(req.GetPool(), tok, req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.RevokeLeaseResponse{}, nil
 		}
 	}
@@ -34,7 +34,7 @@ func (a *adminService) GetLease(ctx context.Context, req *tollgatev1.GetLeaseReq
 	tok, err := adminLeaseArgs(req.GetPool(), req.GetLeaseId())
 	if err == nil {
 		var l limiter.Lease
-		if l, err = a.srv.engine.GetLease(req.GetPool(), tok); err == nil {
+		if l, err = a.srv.Engine().GetLease(req.GetPool(), tok); err == nil {
 			return &tollgatev1.GetLeaseResponse{Lease: apiconv.LeaseToProto(a.srv.ids, l)}, nil
 		}
 	}
@@ -67,7 +67,7 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 	if err != nil {
 		return nil, err
 	}
-	leases, more, err := a.srv.engine.ListLeases(req.GetPool(), req.GetClientId(), after, size)
+	leases, more, err := a.srv.Engine().ListLeases(req.GetPool(), req.GetClientId(), after, size)
 	if err != nil {
 		return nil, err
 	}

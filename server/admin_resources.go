@@ -20,7 +20,7 @@ func (a *adminService) AddResources(ctx context.Context, req *tollgatev1.AddReso
 	err := apiconv.CheckPoolName("pool", req.GetPool())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.engine.AddResources(req.GetPool(), apiconv.ResourcesFromProto(req.GetResources())); err == nil {
+		if info, err = a.srv.Engine().AddResources(req.GetPool(), apiconv.ResourcesFromProto(req.GetResources())); err == nil {
 			return &tollgatev1.AddResourcesResponse{Pool: poolconv.InfoToProto(info), Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
@@ -33,7 +33,7 @@ func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.Remo
 	err := apiconv.CheckPoolName("pool", req.GetPool())
 	if err == nil {
 		var r limiter.RemoveResult
-		if r, err = a.srv.engine.RemoveResources(req.GetPool(), req.GetIds(), req.GetWait(), req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
+		if r, err = a.srv.Engine().RemoveResources(req.GetPool(), req.GetIds(), req.GetWait(), req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.RemoveResourcesResponse{Removed: int64(r.Removed), Removing: int64(r.Removing), Revoked: int64(r.Revoked)}, nil
 		}
 	}
@@ -62,7 +62,7 @@ func (a *adminService) listResources(req *tollgatev1.ListResourcesRequest) (*tol
 	if err != nil {
 		return nil, err
 	}
-	states, providers, err := a.srv.engine.ListResources(req.GetPool())
+	states, providers, err := a.srv.Engine().ListResources(req.GetPool())
 	if err != nil {
 		return nil, err
 	}

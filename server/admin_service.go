@@ -31,7 +31,7 @@ func (a *adminService) CreatePool(ctx context.Context, req *tollgatev1.CreatePoo
 	cfg, err := createConfig(req.GetPool())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.engine.CreatePool(cfg); err == nil {
+		if info, err = a.srv.Engine().CreatePool(cfg); err == nil {
 			return &tollgatev1.CreatePoolResponse{Pool: poolconv.InfoToProto(info)}, nil
 		}
 	}
@@ -54,7 +54,7 @@ func (a *adminService) GetPool(ctx context.Context, req *tollgatev1.GetPoolReque
 	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.engine.GetPool(req.GetName()); err == nil {
+		if info, err = a.srv.Engine().GetPool(req.GetName()); err == nil {
 			return &tollgatev1.GetPoolResponse{Pool: poolconv.InfoToProto(info), Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
@@ -85,7 +85,7 @@ func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsR
 	if err != nil {
 		return nil, toStatus(a.srv.log, "ListPools", err, errCtx{})
 	}
-	infos, more := a.srv.engine.ListPools(after, size)
+	infos, more := a.srv.Engine().ListPools(after, size)
 	resp := &tollgatev1.ListPoolsResponse{
 		Pools:    make([]*tollgatev1.Pool, 0, len(infos)),
 		Statuses: make([]*tollgatev1.PoolStatus, 0, len(infos)),
@@ -130,7 +130,7 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 		return limiter.PoolInfo{}, err
 	}
 	var mergeErr error
-	info, err := a.srv.engine.UpdatePool(p.GetName(), func(c *limiter.PoolConfig) {
+	info, err := a.srv.Engine().UpdatePool(p.GetName(), func(c *limiter.PoolConfig) {
 		cfg, err := poolconv.FromProto(mask.Merge(poolconv.ToProto(*c, time.Time{}, time.Time{}), p))
 		if err != nil {
 			mergeErr = err // unreachable: the fields of both sides convert
@@ -148,7 +148,7 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 func (a *adminService) DeletePool(ctx context.Context, req *tollgatev1.DeletePoolRequest) (*tollgatev1.DeletePoolResponse, error) {
 	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
-		if err = a.srv.engine.DeletePool(req.GetName(), req.GetForce()); err == nil {
+		if err = a.srv.Engine().DeletePool(req.GetName(), req.GetForce()); err == nil {
 			return &tollgatev1.DeletePoolResponse{}, nil
 		}
 	}

@@ -76,7 +76,7 @@ type sessionInfo struct {
 }
 
 // touch records that a request arrived now.
-func (s *session) touch() { s.lastActive.Store(s.srv.engine.Clock().Now().UnixNano()) }
+func (s *session) touch() { s.lastActive.Store(s.srv.Engine().Clock().Now().UnixNano()) }
 
 // declaredClientID is the client id of the stream's hello ("" if none);
 // safe to call from any goroutine.

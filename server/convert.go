@@ -12,7 +12,7 @@ import (
 func (s *Server) parseHolderLeaseID(pool, id string) (uint64, error) {
 	tok, err := s.ids.Parse(pool, id)
 	if err != nil && errors.Is(err, limiter.ErrLeaseNotFound) {
-		if _, perr := s.engine.GetPool(pool); perr != nil {
+		if _, perr := s.Engine().GetPool(pool); perr != nil {
 			return 0, perr
 		}
 	}

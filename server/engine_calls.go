@@ -37,8 +37,8 @@ func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) 
 		s.quotas.EndAcquire(key, nil)
 		return limiter.Lease{}, err
 	}
-	start := s.engine.Clock().Now()
-	lease, err := s.engine.Acquire(ctx, ar)
+	start := s.Engine().Clock().Now()
+	lease, err := s.Engine().Acquire(ctx, ar)
 	s.quotas.EndWait()
 	if err != nil {
 		s.quotas.EndAcquire(key, nil)
@@ -68,7 +68,7 @@ func (s *Server) takeCounted(ctx context.Context, pool string, tokens int64, max
 	if c := s.limits.MaxTakeWait; c > 0 && maxWait > c {
 		maxWait, capped = c, true
 	}
-	res, err := s.engine.Take(ctx, pool, tokens, maxWait)
+	res, err := s.Engine().Take(ctx, pool, tokens, maxWait)
 	if le := (*limiter.Error)(nil); capped && errors.As(err, &le) && le.Reason == limiter.ReasonRateLimited && le.RetryAfter <= asked {
 		ce := s.quotas.Exhausted(limits.KindTakeWait, le.Reason,
 			"pool %q would have %d tokens in %v, longer than the server lets a take wait (%v, its --max-take-wait); retry after that, or ask the operator to raise --max-take-wait",
@@ -87,11 +87,11 @@ func (s *Server) releaseLease(pool string, token uint64, out *limiter.ReleaseOut
 	if out != nil {
 		opts = append(opts, limiter.WithOutcome(out.Outcome, out.Latency))
 	}
-	lease, err := s.engine.Release(pool, token, opts...)
+	lease, err := s.Engine().Release(pool, token, opts...)
 	if err == nil {
 		s.quotas.LeaseEnded(pool, token)
 		if !lease.AcquireTime.IsZero() { // zero: a pre-restart lease never re-adopted
-			s.metrics.Holds.Observe(pool, s.engine.Clock().Now().Sub(lease.AcquireTime))
+			s.metrics.Holds.Observe(pool, s.Engine().Clock().Now().Sub(lease.AcquireTime))
 		}
 	}
 	return err

@@ -2,18 +2,20 @@ package server
 
 import (
 	"context"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/internal/envoyrls"
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // registerEnvoyRLS registers Envoy's rate-limit service on r. A call is
 // checked by the server's auth as a LimiterService call on each pool it
 // matches, and the engine's errors come back as every other call's do.
 func (s *Server) registerEnvoyRLS(r grpc.ServiceRegistrar) {
-	rlsv3.RegisterRateLimitServiceServer(r, envoyrls.New(s.engine, envoyrls.Options{
+	rlsv3.RegisterRateLimitServiceServer(r, envoyrls.New(servedEngine{s}, envoyrls.Options{
 		Authorize: func(ctx context.Context, pool string) error {
 			return s.auth().CheckPool(s.auth().Identify(ctx), pool)
 		},
@@ -21,4 +23,23 @@ func (s *Server) registerEnvoyRLS(r grpc.ServiceRegistrar) {
 			return toStatus(s.log, "ShouldRateLimit", err, errCtx{pool: pool})
 		},
 	}))
+}
+
+// servedEngine is the engine the server serves at each call: a server of
+// a cluster has a new one for each term it leads.
+type servedEngine struct{ s *Server }
+
+// PoolsGeneration tells the rules of one term's engine from another's.
+func (e servedEngine) PoolsGeneration() uint64 {
+	return e.s.engines.Load()<<40 + e.s.Engine().PoolsGeneration()
+}
+
+func (e servedEngine) EnvoyRules() map[string]limiter.EnvoyRule { return e.s.Engine().EnvoyRules() }
+
+func (e servedEngine) Bucket(pool string) (limiter.BucketState, error) {
+	return e.s.Engine().Bucket(pool)
+}
+
+func (e servedEngine) Take(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
+	return e.s.Engine().Take(ctx, pool, tokens, maxWait)
 }

@@ -21,7 +21,7 @@ func (s *Server) RecentEvents() []events.Event { return s.events.NewestFirst() }
 // recordEvent keeps ev and logs it at info level with its fields.
 func (s *Server) recordEvent(ev events.Event) {
 	if ev.Time.IsZero() {
-		ev.Time = s.engine.Clock().Now()
+		ev.Time = s.Engine().Clock().Now()
 	}
 	s.events.Add(ev)
 	attrs := []slog.Attr{slog.String("event", ev.Type), slog.String("pool", ev.Pool)}
@@ -66,6 +66,7 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 		}
 	}
 	ctx := stream.Context()
+	termDone := a.srv.termDone()
 	for {
 		select {
 		case ev := <-w.C():
@@ -78,6 +79,8 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 				Message: fmt.Sprintf("the event stream was ended because its client fell %d events behind; read faster, then reconnect (with include_recent to catch up on the recent events the server keeps)", cap(w.C()))}, errCtx{}).Err()
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
+		case <-termDone:
+			return a.srv.notLeader()
 		case <-a.srv.draining:
 			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
 				Message: "the server is shutting down; reconnect (to another server if there is one) to keep watching"}, errCtx{}).Err()

@@ -33,9 +33,7 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 		s.registerEnvoyRLS(gs) // envoyrls.go
 	}
 	healthpb.RegisterHealthServer(gs, s.health)
-	for _, name := range []string{tollgatev1.LimiterService_ServiceDesc.ServiceName, tollgatev1.AdminService_ServiceDesc.ServiceName} {
-		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-	}
+	s.setHealth()
 	reflection.Register(gs)
 	return gs
 }
@@ -99,6 +97,19 @@ func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listene
 	}
 	s.log.Info("stopped")
 	return err
+}
+
+// setHealth reports both Tollgate services SERVING while the server leads
+// (always, standalone) and NOT_SERVING while it follows; "" stays SERVING
+// while the process runs.
+func (s *Server) setHealth() {
+	st := healthpb.HealthCheckResponse_SERVING
+	if s.leadership != nil && !s.leadership.Leading() {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	for _, name := range []string{tollgatev1.LimiterService_ServiceDesc.ServiceName, tollgatev1.AdminService_ServiceDesc.ServiceName} {
+		s.health.SetServingStatus(name, st)
+	}
 }
 
 // recoverUnary turns a panic in a unary handler into an INTERNAL status.

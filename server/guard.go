@@ -53,7 +53,7 @@ func (s *Server) poolsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		// the limit together; they are rare.
 		s.createPoolMu.Lock()
 		defer s.createPoolMu.Unlock()
-		if n := s.engine.NumPools(); n >= s.limits.MaxPools {
+		if n := s.Engine().NumPools(); n >= s.limits.MaxPools {
 			err := s.quotas.Exhausted(limits.KindPools, ReasonTooManyPools,
 				"the server has %d pools, its limit of %d; delete pools that are no longer used, or ask the operator to raise --max-pools", n, s.limits.MaxPools)
 			return nil, statusOf(err, errCtx{}).Err()

@@ -49,10 +49,22 @@ func newEnv(t *testing.T, dialOpts ...grpc.DialOption) *env {
 
 func startEnv(t *testing.T, srv *Server, fc *fakeclock.Clock, dialOpts ...grpc.DialOption) *env {
 	t.Helper()
+	return serveEnv(t, srv, fc, listen(t), dialOpts...)
+}
+
+// listen listens on a loopback port.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lis
+}
+
+// serveEnv serves srv on lis until the end of the test.
+func serveEnv(t *testing.T, srv *Server, fc *fakeclock.Clock, lis net.Listener, dialOpts ...grpc.DialOption) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &env{t: t, srv: srv, clock: fc, addr: lis.Addr().String(), stop: cancel, done: make(chan error, 1)}
 	go func() { e.done <- srv.Serve(ctx, lis) }()

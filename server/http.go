@@ -26,7 +26,7 @@ import (
 // refused with 401 otherwise.
 func (s *Server) HTTPHandler() http.Handler {
 	return httpapi.Handler(httpapi.Options{
-		Engine:       s.engine,
+		Engine:       s.Engine,
 		Metrics:      s.metrics.Registry(),
 		Auth:         func() httpapi.Authorizer { return s.auth() },
 		Serving:      s.Serving,

@@ -65,7 +65,7 @@ func (l *limiterService) GetQueuePosition(ctx context.Context, req *tollgatev1.G
 	if err == nil {
 		var queued []limiter.QueuedAcquire
 		var waiting int64
-		if queued, waiting, err = l.srv.engine.QueuePositions(req.GetPool(), req.GetClientId()); err == nil {
+		if queued, waiting, err = l.srv.Engine().QueuePositions(req.GetPool(), req.GetClientId()); err == nil {
 			resp := &tollgatev1.GetQueuePositionResponse{Waiting: waiting}
 			for _, q := range queued {
 				resp.Acquires = append(resp.Acquires, &tollgatev1.QueuedAcquire{Position: q.Position, Weight: q.Weight, Priority: q.Priority, Waited: durationpb.New(q.Waited)})
@@ -153,7 +153,7 @@ func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner 
 	if sess, ok := owner.(*session); ok && ra.ClientID == "" {
 		ra.ClientID = sess.clientID // renew runs on the session's reader goroutine, which owns clientID
 	}
-	lease, err := s.engine.RenewOrReadopt(req.GetPool(), tok, ttl, owner, ra)
+	lease, err := s.Engine().RenewOrReadopt(req.GetPool(), tok, ttl, owner, ra)
 	if err == nil {
 		s.quotas.Track(lease.Pool, lease.FencingToken, func() string { return s.auth().Identify(ctx).ClientKey(lease.ClientID) })
 	}

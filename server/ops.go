@@ -35,15 +35,19 @@ func (s *Server) initOps(cfg Config) {
 	s.limits = cfg.Limits.WithDefaults()
 	s.quotas = limits.New(s.limits)
 	s.rates = limits.NewRates(s.limits.ClientRate, s.limits.ClientBurst)
-	s.metrics = metrics.New(metricsSource{Engine: s.engine, s: s}, sessionKindNames[:])
+	s.metrics = metrics.New(metricsSource{s}, sessionKindNames[:])
 	s.codec = wirecodec.New()
 }
 
 // metricsSource is what the metrics collector reads of the server: the
 // engine's pools and the server's counters.
-type metricsSource struct {
-	*limiter.Engine
-	s *Server
+type metricsSource struct{ s *Server }
+
+func (m metricsSource) ListPools(after string, limit int) ([]limiter.PoolInfo, bool) {
+	return m.s.Engine().ListPools(after, limit)
+}
+func (m metricsSource) GetPool(name string) (limiter.PoolInfo, error) {
+	return m.s.Engine().GetPool(name)
 }
 
 func (m metricsSource) MarkKinds() map[limiter.PoolEventType]string { return audit.MarkKinds }

@@ -35,5 +35,5 @@ func (s *Server) report(ctx context.Context, req *tollgatev1.ReportRequest) erro
 			}
 		}
 	}
-	return s.engine.Report(rs)
+	return s.Engine().Report(rs)
 }

@@ -16,8 +16,24 @@ import (
 // by New (in memory), the open store for one made by Open. It is embedded
 // in Server.
 type persistence struct {
-	store     *store.Store
+	store     durableStore
 	storeOnce sync.Once
+}
+
+// durableStore is where a server keeps its pools: the data directory's
+// store.Store, or etcd for a cluster's leader (etcdstore.Store).
+type durableStore interface {
+	limiter.Persister
+	// LoadOrSeed returns every stored pool, writing seed first on the
+	// first start only (then seeded is true).
+	LoadOrSeed(seed []limiter.SavedPool) (pools []limiter.SavedPool, seeded bool, err error)
+	// TokenFloor is the highest fencing token of any deleted pool.
+	TokenFloor() (uint64, error)
+	// LeaseIDKey is the key lease ids are signed with, kept across restarts.
+	LeaseIDKey() ([]byte, error)
+	// Path names the store in logs.
+	Path() string
+	Close() error
 }
 
 // Open returns a Server like New whose pools are durable in the data
@@ -40,50 +56,51 @@ func Open(cfg Config, dir string, seed []limiter.PoolConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = limiter.SystemClock{}
-	}
-	now := clock.Now()
-	seedSaved := make([]limiter.SavedPool, 0, len(seed))
-	for _, c := range seed {
-		sp, err := limiter.NewSavedPool(c, now)
-		if err != nil {
-			st.Close()
-			return nil, fmt.Errorf("pools file: pool %q: %w", c.Name, err)
-		}
-		seedSaved = append(seedSaved, sp)
-	}
-	pools, seeded, err := st.LoadOrSeed(seedSaved)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-
-	floor, err := st.TokenFloor()
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-
 	key, err := st.LeaseIDKey()
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-
 	cfg.persister = st
 	s := New(cfg)
 	s.store = st
-	s.ids = leaseid.New(key)        // ids stay valid across restarts
-	s.engine.RaiseTokenFloor(floor) // pools created from now on start above every deleted pool's tokens
+	s.ids = leaseid.New(key) // ids stay valid across restarts
+	if err := s.restore(s.Engine(), st, seed, "dir", dir); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// restore loads eng (new, writing to st) with the pools of st, seeding it
+// with seed on its first start: every pool in its recovery window while
+// a lease from before may be live, its fencing tokens continuing above
+// every earlier token. where names st in the logs (a key and value).
+func (s *Server) restore(eng *limiter.Engine, st durableStore, seed []limiter.PoolConfig, where ...any) error {
+	now := eng.Clock().Now()
+	seedSaved := make([]limiter.SavedPool, 0, len(seed))
+	for _, c := range seed {
+		sp, err := limiter.NewSavedPool(c, now)
+		if err != nil {
+			return fmt.Errorf("pools file: pool %q: %w", c.Name, err)
+		}
+		seedSaved = append(seedSaved, sp)
+	}
+	pools, seeded, err := st.LoadOrSeed(seedSaved)
+	if err != nil {
+		return err
+	}
+	floor, err := st.TokenFloor()
+	if err != nil {
+		return err
+	}
+	eng.RaiseTokenFloor(floor) // pools created from now on start above every deleted pool's tokens
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Config.Name < pools[j].Config.Name })
 	recovering := 0
 	for _, sp := range pools {
-		info, err := s.engine.RestorePool(sp)
+		info, err := eng.RestorePool(sp)
 		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("%s: restoring pool %q: %w", st.Path(), sp.Config.Name, err)
+			return fmt.Errorf("%s: restoring pool %q: %w", st.Path(), sp.Config.Name, err)
 		}
 		if until := info.Status.RecoveringUntil; !until.IsZero() {
 			recovering++
@@ -92,14 +109,14 @@ func Open(cfg Config, dir string, seed []limiter.PoolConfig) (*Server, error) {
 	}
 	switch {
 	case seeded && len(seed) > 0:
-		s.log.Info("first start: declared the pools of the pools file in the store", "count", len(seed), "dir", dir)
+		s.log.Info("first start: declared the pools of the pools file in the store", append([]any{"count", len(seed)}, where...)...)
 	case !seeded && len(seed) > 0:
 		if diff := seedDiff(seed, pools); diff != "" {
-			s.log.Warn("the pools file differs from the store; the store wins (it holds every change acknowledged since the first start), so the file is ignored; change pools with tollgate pool create/update/delete", "dir", dir, "differences", diff)
+			s.log.Warn("the pools file differs from the store; the store wins (it holds every change acknowledged since the first start), so the file is ignored; change pools with tollgate pool create/update/delete", append(where, "differences", diff)...)
 		}
 	}
 	s.log.Info("loaded pools", "count", len(pools), "recovering", recovering, "store", st.Path())
-	return s, nil
+	return nil
 }
 
 // closeStore closes the data directory, once, after the engine is closed.
@@ -157,8 +174,12 @@ func seedDiff(seed []limiter.PoolConfig, stored []limiter.SavedPool) string {
 // nothing (they need no recovery window at the next start), and then
 // closes the store.
 func (s *Server) closeEngine() {
-	s.engine.Close()
-	s.engine.RecordCleanStop()
+	if s.cluster != nil {
+		s.cluster.stop() // ends the term (handing off) and the campaign
+		return
+	}
+	s.Engine().Close()
+	s.Engine().RecordCleanStop()
 	s.closeStore()
 }
 

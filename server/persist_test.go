@@ -503,3 +503,20 @@ func TestCleanStopNeedsNoWindow(t *testing.T) {
 		t.Fatalf("acquire after a clean stop: %v", err)
 	}
 }
+
+// After a restart on a data directory, a pool with headroom grants at once
+// what its leases from before the restart cannot hold (the held-weight
+// bound written ahead: 3 held + 16/8), and holds back the rest.
+func TestRestartGrantsBesideTheHeldBound(t *testing.T) {
+	d := newDurableEnv(t)
+	d.start([]limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 16, MaxLeaseTTL: time.Minute}})
+	if _, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(3), Ttl: dur(10 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	d.restart(time.Second, nil)
+	if _, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(11), NoWait: true}); err != nil {
+		t.Fatalf("grant beside the old leases' bound: %v", err)
+	}
+	_, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true})
+	wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
+}

@@ -42,6 +42,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		}
 		return err
 	}
+	termDone := s.termDone()
 	ctx, end := context.WithCancelCause(stream.Context())
 	defer end(nil)
 	h, err := s.registerProvider(ctx, first, &providerStream{end: end})
@@ -92,6 +93,9 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 			}
 			left = "its connection was lost"
 			return stream.Context().Err()
+		case <-termDone:
+			left = ""
+			return s.notLeader()
 		case <-s.draining:
 			// The server is shutting down, not the provider: its instances
 			// are not taken away (that would revoke their holders' leases,
@@ -146,7 +150,7 @@ func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.Provide
 	if spec.Identity == "" {
 		spec.Identity = spec.Address
 	}
-	return s.engine.RegisterProvider(reg.GetPool(), spec, apiconv.ResourcesFromProto(reg.GetResources()))
+	return s.Engine().RegisterProvider(reg.GetPool(), spec, apiconv.ResourcesFromProto(reg.GetResources()))
 }
 
 // provideMessage handles one message after the registration. A failed

@@ -78,7 +78,12 @@ type Config struct {
 // register it on a grpc.Server with Register (or build one with
 // GRPCServer), and run it with Serve. It is safe for concurrent use.
 type Server struct {
-	engine          *limiter.Engine
+	// engine is the engine served now: one for the Server's life when
+	// standalone, a new one for each leadership term in a cluster.
+	engine          atomic.Pointer[limiter.Engine]
+	engines         atomic.Uint64 // engines served so far, less one
+	clock           limiter.Clock // Config.Clock
+	markInterval    time.Duration // Config.MarkEventInterval
 	log             *slog.Logger
 	shutdownTimeout time.Duration
 	health          *health.Server
@@ -105,6 +110,7 @@ type Server struct {
 	envoyRLS bool             // Config.EnvoyRLS
 
 	leadership Leadership // Config.Leadership; nil when standalone
+	cluster    *cluster   // set by OpenCluster
 	advertise  string     // Config.Advertise
 
 	ops         // auth, limits, metrics, events
@@ -129,24 +135,34 @@ func New(cfg Config) *Server {
 		envoyRLS:        cfg.EnvoyRLS,
 		leadership:      cfg.Leadership,
 		advertise:       cfg.Advertise,
+		clock:           cfg.Clock,
+		markInterval:    cfg.MarkEventInterval,
 	}
 	s.maxSessionEvents.Store(MaxSessionEvents)
 	s.maxSessionUnread = MaxSessionUnread
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
-	s.engine = limiter.New(limiter.Options{Clock: cfg.Clock, OnLeaseEnded: s.onLeaseEnded, Persister: cfg.persister, PreReserve: true,
-		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: s.onLeaseResized, MarkEventInterval: cfg.MarkEventInterval})
+	s.engine.Store(s.newEngine(cfg.persister))
 	s.initOps(cfg)
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
 	return s
 }
 
+// newEngine returns an engine for the server, writing through p (nil:
+// in memory). The engine reports leases that end by themselves to the
+// Session stream that last acquired or renewed them.
+func (s *Server) newEngine(p limiter.Persister) *limiter.Engine {
+	return limiter.New(limiter.Options{Clock: s.clock, OnLeaseEnded: s.onLeaseEnded, Persister: p, PreReserve: true,
+		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: s.onLeaseResized, MarkEventInterval: s.markInterval})
+}
+
 // Engine returns the engine the server serves. Callers may use it directly
 // (for example to declare pools at start-up); it is closed by Serve's
-// shutdown or by Close.
-func (s *Server) Engine() *limiter.Engine { return s.engine }
+// shutdown or by Close. A server of a cluster serves a new engine for
+// each term it leads (see OpenCluster).
+func (s *Server) Engine() *limiter.Engine { return s.engine.Load() }
 
 // Register registers LimiterService and AdminService on r. It does not
 // register health or reflection; GRPCServer does.
@@ -169,7 +185,10 @@ func (s *Server) drain() {
 	s.drainOnce.Do(func() {
 		s.health.Shutdown()
 		close(s.draining)
-		s.engine.StopWaits() // waiting acquires and takes answer SHUTTING_DOWN at once
+		if s.cluster != nil {
+			s.cluster.stop() // hands off: another server leads at once
+		}
+		s.Engine().StopWaits() // waiting acquires and takes answer SHUTTING_DOWN at once
 	})
 }
 

@@ -49,7 +49,7 @@ func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer)
 	defer l.srv.quotas.DropUnreadCounter(key)
 	l.srv.liveSessions.Add(1)
 	defer l.srv.liveSessions.Add(-1)
-	l.srv.sessions.add(s, l.srv.engine.Clock().Now()) // for ListClients: clients.go
+	l.srv.sessions.add(s, l.srv.Engine().Clock().Now()) // for ListClients: clients.go
 	defer l.srv.sessions.remove(s)
 	return s.run()
 }
@@ -70,6 +70,9 @@ type session struct {
 	// drains; its cause is the status the handler returns.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// termDone is closed when the leadership term the stream began in
+	// ends (nil for a standalone server).
+	termDone <-chan struct{}
 
 	// ready is signalled (non-blocking, capacity 1) after answers or
 	// events grow.
@@ -116,6 +119,7 @@ func newSession(srv *Server, stream tollgatev1.LimiterService_SessionServer) *se
 		ready:    make(chan struct{}, 1),
 		finished: make(chan struct{}),
 		pending:  make(map[uint64]*pendingReq),
+		termDone: srv.termDone(),
 	}
 }
 
@@ -143,6 +147,8 @@ func (s *session) writeLoop() error {
 		case <-s.srv.draining:
 			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
 				Message: "the server is shutting down; reconnect (to another server if there is one) and renew your leases on the new stream: they were not released"}, errCtx{}).Err()
+		case <-s.termDone:
+			return s.srv.notLeader()
 		}
 	}
 }
@@ -155,7 +161,10 @@ func (s *session) sendQueued() error {
 	s.answers = nil
 	s.mu.Unlock()
 	for i, r := range answers {
-		err := s.stream.Send(r)
+		err := s.srv.notLeading() // past the deadline no answer goes out: its lease is released
+		if err == nil {
+			err = s.stream.Send(r)
+		}
 		s.unread.Add(-1)
 		s.clientUnread.Add(-1)
 		if err != nil {

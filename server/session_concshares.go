@@ -41,7 +41,7 @@ func (s *Server) resizeLease(req *tollgatev1.ResizeLeaseRequest, owner any) (lim
 	if req.Want != nil && req.GetWant() < 1 {
 		return limiter.Lease{}, invalidArg("want %d is invalid; a share wants at least 1 permit", req.GetWant())
 	}
-	return s.engine.ResizeLease(limiter.LeaseResize{Pool: req.GetPool(), Token: tok, Weight: req.GetWeight(), Want: req.GetWant(), Owner: owner})
+	return s.Engine().ResizeLease(limiter.LeaseResize{Pool: req.GetPool(), Token: tok, Weight: req.GetWeight(), Want: req.GetWant(), Owner: owner})
 }
 
 // onLeaseResized is the engine's OnLeaseResized callback: it pushes the

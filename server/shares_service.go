@@ -53,7 +53,7 @@ func (s *Server) acquireShare(req *tollgatev1.AcquireShareRequest, owner any, de
 		sr.ClientID = defaultClientID
 	}
 	sr.Owner = owner
-	return s.engine.AcquireShare(sr)
+	return s.Engine().AcquireShare(sr)
 }
 
 // refreshShare validates req and refreshes the share, making owner (if not
@@ -64,7 +64,7 @@ func (s *Server) refreshShare(req *tollgatev1.RefreshShareRequest, owner any) (l
 		return limiter.Share{}, err
 	}
 	sr.Owner = owner
-	return s.engine.RefreshShare(sr)
+	return s.Engine().RefreshShare(sr)
 }
 
 // releaseShare validates req and gives the share back.
@@ -76,7 +76,7 @@ func (s *Server) releaseShare(req *tollgatev1.ReleaseShareRequest) error {
 	if err != nil {
 		return err
 	}
-	return s.engine.ReleaseShare(req.GetPool(), id)
+	return s.Engine().ReleaseShare(req.GetPool(), id)
 }
 
 // onShareUpdate is the engine's OnShareUpdate callback: it pushes the

@@ -19,7 +19,7 @@ func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsReq
 		if err := limiter.ValidatePoolName(name); err != nil {
 			return nil, toStatus(a.srv.log, "GetStats", err, errCtx{pool: name})
 		}
-		st, err := a.srv.engine.PoolStats(name)
+		st, err := a.srv.Engine().PoolStats(name)
 		if err != nil {
 			return nil, toStatus(a.srv.log, "GetStats", err, errCtx{pool: name})
 		}
@@ -33,7 +33,7 @@ func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsReq
 	if err != nil {
 		return nil, toStatus(a.srv.log, "GetStats", err, errCtx{})
 	}
-	stats, more := a.srv.engine.ListPoolStats(after, size)
+	stats, more := a.srv.Engine().ListPoolStats(after, size)
 	resp := &tollgatev1.GetStatsResponse{Stats: make([]*tollgatev1.PoolStats, 0, len(stats))}
 	for _, st := range stats {
 		resp.Stats = append(resp.Stats, poolStatsToProto(st))

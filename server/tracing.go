@@ -15,9 +15,9 @@ func (s *Server) acquireTraced(ctx context.Context, ar limiter.AcquireRequest, t
 		return s.acquireCounted(ctx, ar)
 	}
 	ctx, span := s.tracing.Start(ctx, "tollgate.Acquire", tc, tracing.AttrPool.String(ar.Pool), tracing.AttrWeight.Int64(ar.Weight))
-	start := s.engine.Clock().Now()
+	start := s.Engine().Clock().Now()
 	lease, err := s.acquireCounted(ctx, ar)
-	tracing.End(span, err, tracing.AttrWaitMS.Float64(float64(s.engine.Clock().Now().Sub(start))/1e6), tracing.AttrToken.Int64(int64(lease.FencingToken)))
+	tracing.End(span, err, tracing.AttrWaitMS.Float64(float64(s.Engine().Clock().Now().Sub(start))/1e6), tracing.AttrToken.Int64(int64(lease.FencingToken)))
 	return lease, err
 }
 

@@ -31,6 +31,7 @@ type serveOptions struct {
 	otel              bool
 	envoyRLS          bool
 	sec               securityOptions // TLS, auth, HTTP, limits
+	etcd              etcdOptions     // several servers
 }
 
 // newServeCmd returns the "serve" command: it runs a Tollgate server on
@@ -75,12 +76,14 @@ acquires wait until the window ends. See docs/recovery.md.
 On SIGINT or SIGTERM the server stops taking new calls, ends Session
 streams (clients reconnect and renew) and waits up to --shutdown-timeout
 for calls in flight.
-` + securityHelp,
+` + etcdHelp + securityHelp,
 		Example: `  tollgate serve
   tollgate serve --config pools.yaml --data-dir /var/lib/tollgate --log-format json
   tollgate serve --listen 0.0.0.0:7070 --http 0.0.0.0:7071 \
       --tls-cert server.pem --tls-key server-key.pem \
-      --client-ca ca.pem --admin-names ops.example.com --policy policy.yaml`,
+      --client-ca ca.pem --admin-names ops.example.com --policy policy.yaml
+  tollgate serve --listen 0.0.0.0:7070 --advertise host-a:7070 \
+      --etcd http://etcd-1:2379,http://etcd-2:2379,http://etcd-3:2379`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cmd.SilenceUsage = true
@@ -97,6 +100,7 @@ for calls in flight.
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.BoolVar(&o.otel, "otel", false, "export OpenTelemetry traces over OTLP/gRPC (set by default when OTEL_EXPORTER_OTLP_ENDPOINT is; the OTEL_EXPORTER_OTLP_* variables configure the exporter)")
 	f.BoolVar(&o.envoyRLS, "envoy-rls", false, "also serve Envoy's global rate-limit API (envoy.service.ratelimit.v3.RateLimitService) on --listen, from the pools' envoy rules (docs/envoy.md)")
+	o.etcd.register(f)
 	o.sec.register(f)
 	return cmd
 }
@@ -120,8 +124,11 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 	case markInterval == 0:
 		markInterval = -1 // the server's "every one"
 	}
-	if o.dataDir == "" {
+	if o.dataDir == "" && !o.etcd.enabled() {
 		return fmt.Errorf("--data-dir must name a directory: the server always keeps its pools on disk")
+	}
+	if err := o.etcd.check(); err != nil {
+		return err
 	}
 	sec, err := o.sec.load()
 	if err != nil {
@@ -162,13 +169,22 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 		cfg.TracerProvider = tp
 		logger.Info("exporting OpenTelemetry traces over OTLP")
 	}
-	srv, err := server.Open(sec.config(cfg), o.dataDir, pools)
+	var srv *server.Server
+	if o.etcd.enabled() {
+		var closeEtcd func()
+		srv, closeEtcd, err = o.etcd.open(sec.config(cfg), pools)
+		if err == nil {
+			defer closeEtcd()
+		}
+	} else if srv, err = server.Open(sec.config(cfg), o.dataDir, pools); err != nil {
+		err = fmt.Errorf("--data-dir %s: %w", o.dataDir, err)
+	}
 	if err != nil {
 		lis.Close()
 		if httpLis != nil {
 			httpLis.Close()
 		}
-		return fmt.Errorf("--data-dir %s: %w", o.dataDir, err)
+		return err
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -11,7 +11,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -27,14 +26,9 @@ func TestServeEnvoyRLS(t *testing.T) {
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{
 		{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}}}}
 	ask := func(addr string) (*rlsv3.RateLimitResponse, error) {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), cliWaitLimit)
-		defer cancel()
-		return rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+		return insecureCall(t, addr, func(ctx context.Context, conn *grpc.ClientConn) (*rlsv3.RateLimitResponse, error) {
+			return rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
+		})
 	}
 
 	addr, _ := startServe(t, "--config", pools, "--envoy-rls")

@@ -32,6 +32,8 @@ const (
 	ResourcesRemoved = "resources_removed" // an operator removed instances from an active pool
 	ProviderJoined   = "provider_joined"   // a provider registered with a passive pool
 	ProviderLeft     = "provider_left"     // a provider left a passive pool (closed, died, missed its keep-alive)
+	// Clusters.
+	LeaderChanged = "leader_changed" // this server of a cluster became leader or stopped leading
 )
 
 // RecentLen is how many events a Ring keeps (for the server's
@@ -124,6 +126,7 @@ var messages = map[string]string{
 	ResourcesRemoved:   "instances removed from an active pool",
 	ProviderJoined:     "provider joined a passive pool",
 	ProviderLeft:       "provider left a passive pool; its instances left with it",
+	LeaderChanged:      "leadership changed",
 }
 
 // Message returns the log message of event type typ.

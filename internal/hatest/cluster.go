@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,18 +46,6 @@ func Standalone(t testing.TB, bin string) *Server {
 	return newServer(t, bin, FreeAddr(t), "--data-dir", filepath.Join(t.TempDir(), "data"))
 }
 
-var haMode sync.Map // binary → whether it has HA mode
-
-// HAMode reports whether bin's serve command has the --etcd flag.
-func HAMode(bin string) bool {
-	if v, ok := haMode.Load(bin); ok {
-		return v.(bool)
-	}
-	out, _ := exec.Command(bin, "serve", "--help").CombinedOutput()
-	has := strings.Contains(string(out), "--etcd")
-	haMode.Store(bin, has)
-	return has
-}
 
 // Etcd is an etcd member: etcdtest's embedded Etcd or its Process.
 type Etcd interface {

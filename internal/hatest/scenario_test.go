@@ -93,15 +93,11 @@ type outcome struct {
 	quiet   time.Time
 }
 
-// haScenario starts etcd (from startEtcd) and three servers on it, once
-// the binary has HA mode, puts them under load, and calls fault with the
+// haScenario starts etcd (from startEtcd) and three servers on it, puts them under load, and calls fault with the
 // cluster and its leader: fault makes the fault and returns once it is
 // over. Then it checks and measures.
 func haScenario(t *testing.T, name string, startEtcd func(testing.TB) hatest.Etcd, fault func(c *hatest.Cluster, leader *hatest.Server) outcome) {
 	bin, wbin := binaries(t)
-	if !hatest.HAMode(bin) {
-		t.Skip("HA mode is not in this build: `tollgate serve --help` has no --etcd (issue 12)")
-	}
 	c := hatest.StartCluster(t, bin, startEtcd(t), 3)
 	leader, epoch := c.WaitLeader(20 * time.Second)
 	t.Logf("leader %s, epoch %d", leader.Addr, epoch)

@@ -21,7 +21,9 @@ var webFiles embed.FS
 
 // Options are what the handler reads of the server.
 type Options struct {
-	Engine  *limiter.Engine
+	// Engine returns the engine served now (a server of a cluster serves
+	// a new one for each term it leads).
+	Engine  func() *limiter.Engine
 	Metrics prometheus.Gatherer
 	// Auth returns the authorizer in force; the handler asks it once,
 	// when it is built.

@@ -55,7 +55,7 @@ func (h *handler) poolLeases(w http.ResponseWriter, r *http.Request) {
 		after = n
 	}
 	name := r.PathValue("name")
-	leases, more, err := h.o.Engine.ListLeases(name, "", after, limit)
+	leases, more, err := h.o.Engine().ListLeases(name, "", after, limit)
 	if errors.Is(err, limiter.ErrPoolNotFound) {
 		writeText(w, http.StatusNotFound, "pool "+strconv.Quote(name)+" not found\n")
 		return

@@ -178,6 +178,20 @@ func (q *Quotas) LeaseEnded(pool string, token uint64) {
 	q.early[ref] = now
 }
 
+// ForgetLeases stops counting every lease, keeping the acquires in
+// progress: for a server of a cluster whose leadership term ended, with
+// the engine that held them. Leases re-adopted in a later term are
+// counted again (Track).
+func (q *Quotas) ForgetLeases() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for ref, key := range q.leases {
+		delete(q.leases, ref)
+		q.decLocked(q.clients, key)
+	}
+	clear(q.early)
+}
+
 // OpenSession counts a Session stream of client key, or refuses it past
 // Limits.MaxClientSessions. Each successful call must be matched by
 // CloseSession.

@@ -46,6 +46,9 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 		Suspended: sp.Suspended,
 	}
 	poolconv.To(stateFields(&sp.State, r.State))
+	if sp.State.HeldBound >= 0 { // unset: unknown
+		r.State.HeldBound = proto.Int64(sp.State.HeldBound)
+	}
 	for _, e := range sp.State.Ended {
 		r.State.Ended = append(r.State.Ended, &storev1.EndedLease{Token: e.Token, Expiry: timestamppb.New(e.Expiry), Revoked: e.Revoked})
 	}
@@ -97,6 +100,10 @@ func decodeProto(key, v []byte) (limiter.SavedPool, error) {
 		poolconv.Time("update_time", &sp.UpdateTime, &pool.UpdateTime)), "")
 	if err != nil {
 		return limiter.SavedPool{}, damaged(key, err)
+	}
+	sp.State.HeldBound = -1 // a record from before it was kept
+	if r.State.HeldBound != nil {
+		sp.State.HeldBound = r.State.GetHeldBound()
 	}
 	for _, e := range r.State.GetEnded() {
 		if err := e.GetExpiry().CheckValid(); err != nil {

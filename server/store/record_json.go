@@ -116,6 +116,7 @@ func decodeJSON(key, v []byte) (limiter.SavedPool, error) {
 			ShareTTLBound:        time.Duration(r.ShareTTLBound),
 			EffectiveConcurrency: r.EffectiveConcurrency,
 			EffectiveRate:        r.EffectiveRate,
+			HeldBound:            -1, // not kept then
 		},
 	}, nil
 }

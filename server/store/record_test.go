@@ -28,7 +28,7 @@ func fixturePool() limiter.SavedPool {
 		OverloadMark: 40, NearFullMark: limiter.MarkOff, LowUtilisationMark: 0.2, LowUtilisationPeriod: 30 * time.Minute},
 		CreateTime: ct, UpdateTime: ct.Add(time.Hour), Suspended: true,
 		State: limiter.DurableState{TokenCeiling: 4096, LeaseHorizon: ct.Add(2 * time.Hour), TTLBound: 5 * time.Minute, ShareHorizon: ct.Add(3 * time.Hour),
-			ShareTTLBound: time.Minute, EffectiveConcurrency: 12, EffectiveRate: 50.25},
+			ShareTTLBound: time.Minute, EffectiveConcurrency: 12, EffectiveRate: 50.25, HeldBound: -1},
 		Resources: []limiter.Resource{{ID: "conn-1", Attributes: map[string]string{"addr": "db-1:5432"}}},
 	}
 }
@@ -154,5 +154,26 @@ func TestEveryStateFieldIsStored(t *testing.T) {
 	got, err := decode([]byte(sp.Config.Name), v)
 	if err != nil || !reflect.DeepEqual(got, sp) {
 		t.Fatalf("round trip: %v\n got %+v\nwant %+v", err, got, sp)
+	}
+}
+
+// The held-weight bound round-trips, 0 included; unknown (negative) is
+// stored unset and read back unknown.
+func TestHeldBoundRoundTrip(t *testing.T) {
+	for _, b := range []int64{-1, 0, 7} {
+		sp := fixturePool()
+		sp.Resources = nil
+		sp.State.HeldBound = b
+		v, err := encode(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decode([]byte(sp.Config.Name), v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State.HeldBound != b {
+			t.Fatalf("held bound %d read back as %d", b, got.State.HeldBound)
+		}
 	}
 }

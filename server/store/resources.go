@@ -19,21 +19,25 @@ import (
 // them only when they changed. The store remembers, per pool, a hash of
 // what it last wrote.
 
-// resourceCache is the hash of each pool's instances as last written.
-type resourceCache struct {
+// ResourceHashes are the hashes of each pool's instances as last written
+// (sha256 of their stored bytes), so that a store rewrites them only when
+// they change. The zero value is ready; it is safe for concurrent use.
+type ResourceHashes struct {
 	mu     sync.Mutex
 	hashes map[string][sha256.Size]byte
 	writes int // instance writes made, for tests
 }
 
-func (c *resourceCache) get(name string) ([sha256.Size]byte, bool) {
+// Get returns the hash last written for the named pool.
+func (c *ResourceHashes) Get(name string) ([sha256.Size]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h, ok := c.hashes[name]
 	return h, ok
 }
 
-func (c *resourceCache) set(name string, h [sha256.Size]byte) {
+// Set records h as written for the named pool.
+func (c *ResourceHashes) Set(name string, h [sha256.Size]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hashes == nil {
@@ -42,7 +46,8 @@ func (c *resourceCache) set(name string, h [sha256.Size]byte) {
 	c.hashes[name] = h
 }
 
-func (c *resourceCache) forget(name string) {
+// Forget forgets the named pool.
+func (c *ResourceHashes) Forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.hashes, name)
@@ -70,7 +75,7 @@ func (s *Store) putResources(tx *bolt.Tx, sp limiter.SavedPool) (func(), error) 
 	}
 	h := sha256.Sum256(v)
 	name := sp.Config.Name
-	if old, ok := s.res.get(name); ok && old == h {
+	if old, ok := s.res.Get(name); ok && old == h {
 		return func() {}, nil
 	}
 	b := tx.Bucket(resBucket)
@@ -83,7 +88,7 @@ func (s *Store) putResources(tx *bolt.Tx, sp limiter.SavedPool) (func(), error) 
 		return nil, err
 	}
 	return func() {
-		s.res.set(name, h)
+		s.res.Set(name, h)
 		s.res.mu.Lock()
 		s.res.writes++
 		s.res.mu.Unlock()
@@ -97,15 +102,11 @@ func (s *Store) loadResources(tx *bolt.Tx, name string, legacy []limiter.Resourc
 	v := tx.Bucket(resBucket).Get([]byte(name))
 	rs := legacy
 	if v != nil {
-		var recs []resourceRecord
-		if err := json.Unmarshal(v, &recs); err != nil {
-			return nil, fmt.Errorf("the instances of pool %q are damaged (%v); restore the data directory from a backup", name, err)
+		var err error
+		if rs, err = DecodeResources(name, v); err != nil {
+			return nil, fmt.Errorf("%w; restore the data directory from a backup", err)
 		}
-		rs = make([]limiter.Resource, len(recs))
-		for i, r := range recs {
-			rs[i] = limiter.Resource{ID: r.ID, Attributes: r.Attributes}
-		}
-		s.res.set(name, sha256.Sum256(v))
+		s.res.Set(name, sha256.Sum256(v))
 	}
 	return rs, nil
 }

@@ -63,7 +63,7 @@ var (
 type Store struct {
 	db   *bolt.DB
 	path string
-	res  resourceCache // what each pool's instances were last written as: resources.go
+	res  ResourceHashes // what each pool's instances were last written as: resources.go
 }
 
 // Open opens the store in dir, creating dir (mode 0700) and the store
@@ -207,7 +207,7 @@ func (s *Store) DeletePool(name string, tokenFloor uint64) error {
 		if err := tx.Bucket(resBucket).Delete([]byte(name)); err != nil {
 			return err
 		}
-		s.res.forget(name)
+		s.res.Forget(name)
 		meta := tx.Bucket(metaBucket)
 		if cur, err := readTokenFloor(meta); err != nil || tokenFloor <= cur {
 			return err

@@ -127,7 +127,11 @@ type DurableState struct {
 	ReadoptFloor uint64 `protobuf:"varint,8,opt,name=readopt_floor,json=readoptFloor,proto3" json:"readopt_floor,omitempty"`
 	// Leases released or revoked before their expiry, kept until that
 	// expiry: none of them is re-adopted after a restart.
-	Ended         []*EndedLease `protobuf:"bytes,9,rep,name=ended,proto3" json:"ended,omitempty"`
+	Ended []*EndedLease `protobuf:"bytes,9,rep,name=ended,proto3" json:"ended,omitempty"`
+	// No more weight than this is held by live leases, counting those from
+	// before a restart not re-adopted yet. Unset in records written before
+	// it was kept: then the bound is unknown.
+	HeldBound     *int64 `protobuf:"varint,10,opt,name=held_bound,json=heldBound,proto3,oneof" json:"held_bound,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -225,6 +229,13 @@ func (x *DurableState) GetEnded() []*EndedLease {
 	return nil
 }
 
+func (x *DurableState) GetHeldBound() int64 {
+	if x != nil && x.HeldBound != nil {
+		return *x.HeldBound
+	}
+	return 0
+}
+
 // EndedLease is a lease released or revoked before its expiry.
 type EndedLease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -299,7 +310,7 @@ const file_tollgate_store_v1_record_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12%\n" +
 	"\x04pool\x18\x02 \x01(\v2\x11.tollgate.v1.PoolR\x04pool\x125\n" +
 	"\x05state\x18\x03 \x01(\v2\x1f.tollgate.store.v1.DurableStateR\x05state\x12\x1c\n" +
-	"\tsuspended\x18\x04 \x01(\bR\tsuspended\"\xe6\x03\n" +
+	"\tsuspended\x18\x04 \x01(\bR\tsuspended\"\x99\x04\n" +
 	"\fDurableState\x12#\n" +
 	"\rtoken_ceiling\x18\x01 \x01(\x04R\ftokenCeiling\x12?\n" +
 	"\rlease_horizon\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fleaseHorizon\x126\n" +
@@ -309,7 +320,11 @@ const file_tollgate_store_v1_record_proto_rawDesc = "" +
 	"\x15effective_concurrency\x18\x06 \x01(\x03R\x14effectiveConcurrency\x12%\n" +
 	"\x0eeffective_rate\x18\a \x01(\x01R\reffectiveRate\x12#\n" +
 	"\rreadopt_floor\x18\b \x01(\x04R\freadoptFloor\x123\n" +
-	"\x05ended\x18\t \x03(\v2\x1d.tollgate.store.v1.EndedLeaseR\x05ended\"p\n" +
+	"\x05ended\x18\t \x03(\v2\x1d.tollgate.store.v1.EndedLeaseR\x05ended\x12\"\n" +
+	"\n" +
+	"held_bound\x18\n" +
+	" \x01(\x03H\x00R\theldBound\x88\x01\x01B\r\n" +
+	"\v_held_bound\"p\n" +
 	"\n" +
 	"EndedLease\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x122\n" +
@@ -358,6 +373,7 @@ func file_tollgate_store_v1_record_proto_init() {
 	if File_tollgate_store_v1_record_proto != nil {
 		return
 	}
+	file_tollgate_store_v1_record_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1,0 +1,173 @@
+package etcdstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tollgate/tollgate/internal/etcdtest"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+const prefix = "/t/"
+
+var now = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func client(t *testing.T) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdtest.Start(t).Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// campaign puts a leader key and returns the options of its term.
+func campaign(t *testing.T, c *clientv3.Client, key string) Options {
+	t.Helper()
+	resp, err := c.Put(context.Background(), key, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Options{LeaderKey: key, LeaderRev: resp.Header.Revision}
+}
+
+func pool(t *testing.T, name string, limit int64) limiter.SavedPool {
+	t.Helper()
+	sp, err := limiter.NewSavedPool(limiter.PoolConfig{Name: name, ConcurrencyLimit: limit}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp
+}
+
+func names(pools []limiter.SavedPool) map[string]int64 {
+	m := map[string]int64{}
+	for _, p := range pools {
+		m[p.Config.Name] = p.Config.ConcurrencyLimit
+	}
+	return m
+}
+
+func isNotLeader(err error) bool {
+	var le *limiter.Error
+	return errors.As(err, &le) && le.Reason == limiter.ReasonNotLeader && le.Code == limiter.CodeUnavailable
+}
+
+func TestSeedOnceSaveLoadDelete(t *testing.T) {
+	c := client(t)
+	s := New(c, prefix, campaign(t, c, prefix+"election/a"))
+	got, seeded, err := s.LoadOrSeed([]limiter.SavedPool{pool(t, "a", 1), pool(t, "b", 2)})
+	if err != nil || !seeded || len(got) != 2 {
+		t.Fatalf("first LoadOrSeed = %v, %v, %v", names(got), seeded, err)
+	}
+	if err := s.SavePool(pool(t, "a", 5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeletePool("b", 4000); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeletePool("none", 10); err != nil { // lower floor: kept
+		t.Fatal(err)
+	}
+	s2 := New(c, prefix, campaign(t, c, prefix+"election/b"))
+	got, seeded, err = s2.LoadOrSeed([]limiter.SavedPool{pool(t, "c", 3)})
+	if err != nil || seeded {
+		t.Fatalf("second LoadOrSeed: seeded %v, err %v", seeded, err)
+	}
+	if m := names(got); len(m) != 1 || m["a"] != 5 {
+		t.Fatalf("second LoadOrSeed = %v, want a=5 only", m)
+	}
+	if f, err := s2.TokenFloor(); err != nil || f != 4000 {
+		t.Fatalf("TokenFloor = %d, %v; want 4000", f, err)
+	}
+}
+
+// A write of a deposed leader changes nothing and answers NOT_LEADER.
+func TestFencedWrite(t *testing.T) {
+	c := client(t)
+	leaderKey := prefix + "election/old"
+	deposed := 0
+	opts := campaign(t, c, leaderKey)
+	opts.Deposed = func() { deposed++ }
+	old := New(c, prefix, opts)
+	if err := old.SavePool(pool(t, "a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	// The old leader's session ends; a new leader writes.
+	if _, err := c.Delete(context.Background(), leaderKey); err != nil {
+		t.Fatal(err)
+	}
+	cur := New(c, prefix, campaign(t, c, prefix+"election/new"))
+	if err := cur.SavePool(pool(t, "a", 2)); err != nil {
+		t.Fatal(err)
+	}
+	// Even the same key again (a later campaign) is not the old term's.
+	campaign(t, c, leaderKey)
+	for _, err := range []error{old.SavePool(pool(t, "a", 9)), old.SavePool(pool(t, "z", 9)), old.DeletePool("a", 99)} {
+		if !isNotLeader(err) {
+			t.Fatalf("deposed leader's write: %v, want NOT_LEADER", err)
+		}
+	}
+	if deposed != 1 {
+		t.Fatalf("Deposed called %d times, want 1", deposed)
+	}
+	got, _, err := cur.load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := names(got); len(m) != 1 || m["a"] != 2 {
+		t.Fatalf("after the deposed writes: %v, want a=2 only", m)
+	}
+	if f, _ := cur.TokenFloor(); f != 0 {
+		t.Fatalf("token floor %d after a deposed delete", f)
+	}
+
+	// Past the deadline nothing is even sent.
+	opts = campaign(t, c, prefix+"election/late")
+	opts.Leading = func() bool { return false }
+	if err := New(c, prefix, opts).SavePool(pool(t, "late", 1)); !isNotLeader(err) {
+		t.Fatalf("write past the deadline: %v", err)
+	}
+}
+
+func TestLeaseIDKeyShared(t *testing.T) {
+	c := client(t)
+	a, err := New(c, prefix, Options{}).LeaseIDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(c, prefix, Options{}).LeaseIDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) || len(a) != 32 {
+		t.Fatalf("two servers got different lease id keys (%x, %x)", a, b)
+	}
+}
+
+func TestResources(t *testing.T) {
+	c := client(t)
+	s := New(c, prefix, campaign(t, c, prefix+"election/a"))
+	if _, _, err := s.LoadOrSeed(nil); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := limiter.NewSavedPool(limiter.PoolConfig{Name: "gpu", ResourceKind: limiter.ResourceActive}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.Resources = []limiter.Resource{{ID: "g1", Attributes: map[string]string{"zone": "a"}}}
+	if err := s.SavePool(sp); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := New(c, prefix, campaign(t, c, prefix+"election/b")).LoadOrSeed(nil)
+	if err != nil || len(got) != 1 || len(got[0].Resources) != 1 || got[0].Resources[0].Attributes["zone"] != "a" {
+		t.Fatalf("loaded %+v, %v", got, err)
+	}
+}
