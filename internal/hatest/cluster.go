@@ -46,7 +46,6 @@ func Standalone(t testing.TB, bin string) *Server {
 	return newServer(t, bin, FreeAddr(t), "--data-dir", filepath.Join(t.TempDir(), "data"))
 }
 
-
 // Etcd is an etcd member: etcdtest's embedded Etcd or its Process.
 type Etcd interface {
 	Endpoint() string
