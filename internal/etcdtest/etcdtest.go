@@ -58,7 +58,7 @@ func (e *Etcd) Restart() {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, e.peer)
 	cfg.TickMs, cfg.ElectionMs = 10, 50
-	cfg.LogLevel = "error"
+	cfg.LogLevel = "panic" // its errors at shutdown are expected here
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {
 		e.t.Fatalf("etcdtest: starting etcd: %v", err)
