@@ -86,8 +86,7 @@ func others(ms []*member, not *member) []*member {
 func (m *member) crash() {
 	m.etcd.Close()
 	m.stop()
-	<-m.done
-	m.done <- nil // for the cleanup
+	m.done <- <-m.done // for the cleanup, which checks what Serve returned
 }
 
 func TestClusterFollowersAnswerNotLeader(t *testing.T) {
