@@ -108,7 +108,7 @@ func TestMalformedFramesAreInvalidArgument(t *testing.T) {
 func TestUnnamedClientsAreKeyedByConnection(t *testing.T) {
 	o := startOps(t, Config{Limits: limits.Limits{MaxClientSessions: 1, ClientRate: 1, ClientBurst: 3}}, nil)
 	rateClock := fakeclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	o.srv.rates.SetClock(rateClock.Now)
+	o.srv.quotas.SetRateClock(rateClock.Now)
 	greedy, honest := o.env(), o.env()
 	greedy.session().call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "g"}}})
 	wantStatus(t, greedy.session().wantEnd(), codes.ResourceExhausted, ReasonClientSessionLimit)

@@ -2,11 +2,19 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/cluster"
+	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/leaseid"
+	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/server/store/etcdstore"
 )
 
 // Leadership tells a server of a cluster (serve --etcd) whether it leads.
@@ -19,7 +27,8 @@ type Leadership interface {
 	Cluster() ClusterView
 }
 
-// ClusterView is a Leadership's account of the cluster.
+// ClusterView is a Leadership's account of the cluster. It converts to and
+// from cluster.View, field for field.
 type ClusterView struct {
 	// Self is this server's advertised address.
 	Self string
@@ -63,3 +72,112 @@ func (a *adminService) GetCluster(ctx context.Context, _ *tollgatev1.GetClusterR
 	}
 	return resp, nil
 }
+
+// Defaults of ClusterConfig.
+const (
+	DefaultEtcdPrefix = "/tollgate/"
+	DefaultSessionTTL = 5 * time.Second
+)
+
+// ClusterConfig configures a server of a cluster (OpenCluster).
+type ClusterConfig struct {
+	// Client reaches etcd; OpenCluster's Server does not close it. Build it
+	// with election.DialOptions(SessionTTL) so that it reconnects quickly.
+	Client *clientv3.Client
+	// Prefix is where the cluster's keys live in etcd; "" means
+	// DefaultEtcdPrefix.
+	Prefix string
+	// SessionTTL is the etcd session's TTL (whole seconds): a leader that
+	// dies is replaced after about that long. 0 means DefaultSessionTTL.
+	SessionTTL time.Duration
+	// Margin is taken off the leadership deadline; 0 means SessionTTL/4.
+	Margin time.Duration
+}
+
+// OpenCluster returns a Server of a cluster of servers sharing etcd. It
+// campaigns for leadership at once; while it leads, it serves an engine
+// restored from etcd (every pool in its recovery window, fencing tokens
+// above every earlier leader's), every write fenced on its leadership;
+// while it follows, every call but GetCluster is answered UNAVAILABLE
+// (NOT_LEADER) naming the leader. seed is written to etcd by the first
+// leader only. cfg.Advertise is required; cfg.Leadership is set.
+func OpenCluster(cfg Config, cc ClusterConfig, seed []limiter.PoolConfig) (*Server, error) {
+	if cc.Client == nil || cfg.Advertise == "" {
+		return nil, errors.New("a server of a cluster needs an etcd client and its advertised address")
+	}
+	if cc.Prefix == "" {
+		cc.Prefix = DefaultEtcdPrefix
+	}
+	if cc.SessionTTL == 0 {
+		cc.SessionTTL = DefaultSessionTTL
+	}
+	for _, c := range seed { // fail now, not at the first term
+		if _, err := limiter.NewSavedPool(c, time.Time{}); err != nil {
+			return nil, fmt.Errorf("pools file: pool %q: %w", c.Name, err)
+		}
+	}
+	key, err := etcdstore.New(cc.Client, cc.Prefix, etcdstore.Options{}).LeaseIDKey()
+	if err != nil {
+		return nil, err
+	}
+	c := cluster.New(cluster.Config{Client: cc.Client, Prefix: cc.Prefix, SessionTTL: cc.SessionTTL, Margin: cc.Margin,
+		Advertise: cfg.Advertise, Logger: cfg.Logger})
+	cfg.Leadership = campaignLeadership{c}
+	s := New(cfg)
+	s.campaign = c
+	s.ids = leaseid.New(key) // shared by every server: ids stay valid across leaders
+	h := &terms{s: s, seed: seed, prefix: cc.Prefix, idle: s.Engine()}
+	h.idle.Close() // served, without pools, while no term runs
+	if err := c.Start(h); err != nil {
+		return nil, err
+	}
+	s.metrics.Registry().MustRegister(c.Collectors()...)
+	return s, nil
+}
+
+// campaignLeadership is a cluster.Campaign as a Leadership.
+type campaignLeadership struct{ *cluster.Campaign }
+
+func (l campaignLeadership) Cluster() ClusterView { return ClusterView(l.View()) }
+
+// terms serves a server's leadership terms (cluster.Host): each a new
+// engine restored from etcd, as a restart would.
+type terms struct {
+	s      *Server
+	seed   []limiter.PoolConfig
+	prefix string
+	idle   *limiter.Engine // closed and empty: served between terms
+	eng    *limiter.Engine // the term's; nil between terms
+}
+
+func (h *terms) StartTerm(st *etcdstore.Store) error {
+	eng := h.s.newEngine(st)
+	if err := h.s.restore(eng, st, h.seed, "etcd", h.prefix); err != nil {
+		eng.Close()
+		return err
+	}
+	h.eng = eng
+	h.serve(eng)
+	return nil
+}
+
+// EndTerm fails the term's waiting calls and closes its engine; the
+// server then serves no pools, not even the last term's.
+func (h *terms) EndTerm(handOff bool) {
+	h.eng.StopWaits()
+	h.eng.Close()
+	if handOff {
+		h.eng.RecordCleanStop()
+	}
+	h.eng = nil
+	h.serve(h.idle)
+	h.s.quotas.ForgetLeases() // its leases are gone with its engine
+}
+
+func (h *terms) serve(eng *limiter.Engine) {
+	h.s.engines.Add(1)
+	h.s.engine.Store(eng)
+}
+
+func (h *terms) LeadershipChanged()          { h.s.setHealth() }
+func (h *terms) RecordEvent(ev events.Event) { h.s.recordEvent(ev) }

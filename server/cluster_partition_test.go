@@ -116,8 +116,8 @@ func TestClusterPartitionedLeaderStopsFirst(t *testing.T) {
 	hole.hole()
 	limit := time.After(waitLimit)
 	for {
-		ch := b.srv.cluster.el.Changed()
-		if b.srv.cluster.el.Leading() {
+		ch := b.srv.campaign.Election().Changed()
+		if b.srv.campaign.Election().Leading() {
 			break
 		}
 		select {
@@ -126,7 +126,7 @@ func TestClusterPartitionedLeaderStopsFirst(t *testing.T) {
 			t.Fatal("b did not take over")
 		}
 	}
-	if a.srv.cluster.el.Leading() || a.srv.leadership.Leading() {
+	if a.srv.campaign.Election().Leading() || a.srv.leadership.Leading() {
 		t.Fatal("two servers lead: the partitioned leader outlived its session")
 	}
 	t.Logf("take-over after a silent partition of the leader from etcd: %v", time.Since(cut))

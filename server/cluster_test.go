@@ -86,8 +86,7 @@ func others(ms []*member, not *member) []*member {
 func (m *member) crash() {
 	m.etcd.Close()
 	m.stop()
-	<-m.done
-	m.done <- nil // for the cleanup
+	m.done <- <-m.done // for the cleanup, which checks what Serve returned
 }
 
 func TestClusterFollowersAnswerNotLeader(t *testing.T) {
@@ -236,7 +235,7 @@ func TestClusterDeposedLeaderCannotWrite(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	ms := startCluster(t, etcd, fc, 1, nil)
 	lead := leader(t, ms)
-	key := lead.srv.cluster.current().key
+	key, _, _ := lead.srv.campaign.Election().Term()
 	if _, err := lead.etcd.Delete(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
@@ -315,8 +314,8 @@ func TestClusterNoGrantDeliveredPastTheDeadline(t *testing.T) {
 	sc.send(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Acquire{Acquire: &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)}}})
 	waitFor(t, "two acquires wait", func() bool { return lead.status("db").GetWaiting() == 2 })
 
-	lead.srv.cluster.current().live.Store(false) // the deadline passed; the term has not ended yet
-	fc.Advance(time.Second)                      // the lease expires: the engine grants a waiter
+	lead.srv.campaign.Lapse() // the deadline passed; the term has not ended yet
+	fc.Advance(time.Second)   // the lease expires: the engine grants a waiter
 	wantStatus(t, <-unary, codes.Unavailable, limiter.ReasonNotLeader)
 	fc.Advance(time.Minute) // the undelivered lease expires too: the engine grants the other
 	wantStatus(t, sc.wantEnd(), codes.Unavailable, limiter.ReasonNotLeader)

@@ -3,14 +3,10 @@ package server
 import (
 	"context"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
 
-	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/refuse"
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -37,8 +33,8 @@ func rateExempt(method string) bool {
 // before authentication, so that callers without valid credentials are
 // slowed down too (by address).
 func (s *Server) rateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if s.rates != nil && !rateExempt(info.FullMethod) {
-		if err := s.allowRate(s.auth().Identify(ctx).ClientKey("")); err != nil {
+	if s.quotas.RateLimited() && !rateExempt(info.FullMethod) {
+		if err := s.quotas.AllowRate(s.auth().Identify(ctx).ClientKey("")); err != nil {
 			return nil, statusOf(err, errCtx{}).Err()
 		}
 	}
@@ -53,9 +49,7 @@ func (s *Server) poolsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		// the limit together; they are rare.
 		s.createPoolMu.Lock()
 		defer s.createPoolMu.Unlock()
-		if n := s.Engine().NumPools(); n >= s.limits.MaxPools {
-			err := s.quotas.Exhausted(limits.KindPools, ReasonTooManyPools,
-				"the server has %d pools, its limit of %d; delete pools that are no longer used, or ask the operator to raise --max-pools", n, s.limits.MaxPools)
+		if err := s.quotas.AdmitPool(s.Engine().NumPools()); err != nil {
 			return nil, statusOf(err, errCtx{}).Err()
 		}
 	}
@@ -67,12 +61,12 @@ func (s *Server) poolsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 // streams (reflection) only count against the rate, and health watches
 // not even that.
 func (s *Server) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod != sessionMethod && (s.rates == nil || rateExempt(info.FullMethod)) {
+	if info.FullMethod != sessionMethod && (!s.quotas.RateLimited() || rateExempt(info.FullMethod)) {
 		return handler(srv, ss)
 	}
 	key := s.auth().Identify(ss.Context()).ClientKey("")
 	if !rateExempt(info.FullMethod) {
-		if err := s.allowRate(key); err != nil {
+		if err := s.quotas.AllowRate(key); err != nil {
 			return statusOf(err, errCtx{}).Err()
 		}
 	}
@@ -86,19 +80,6 @@ func (s *Server) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	return handler(srv, ss)
 }
 
-// allowRate takes a request from key's rate budget, or returns the
-// refusal.
-func (s *Server) allowRate(key string) *limiter.Error {
-	if s.rates.Allow(key) {
-		return nil
-	}
-	err := s.quotas.Exhausted(limits.KindClientRate, ReasonClientRateLimited,
-		"%s is over its request rate of %g per second (burst %d); slow down and retry with backoff, or ask the operator to raise --client-rate",
-		auth.DescribeKey(key), s.limits.ClientRate, s.limits.ClientBurst)
-	err.RetryAfter = max(time.Millisecond, time.Duration(float64(time.Second)/s.limits.ClientRate))
-	return err
-}
-
 // guardSessionRequest checks one request of a Session stream before it is
 // handled: the caller's request rate (releases and cancels are exempt) and
 // the policy for the pool it names. It returns the refusal to answer the
@@ -107,12 +88,12 @@ func (s *Server) guardSessionRequest(ctx context.Context, req *tollgatev1.Sessio
 	kind, pool := sessionKind(req)
 	s.metrics.CountSessionRequest(int(kind))
 	givesBack := kind == skRelease || kind == skCancel
-	if kind == skCancel || ((givesBack || s.rates == nil) && !s.auth().HasPolicy()) {
+	if kind == skCancel || ((givesBack || !s.quotas.RateLimited()) && !s.auth().HasPolicy()) {
 		return nil
 	}
 	id := s.auth().Identify(ctx)
 	if !givesBack {
-		if err := s.allowRate(id.ClientKey("")); err != nil {
+		if err := s.quotas.AllowRate(id.ClientKey("")); err != nil {
 			return err
 		}
 	}

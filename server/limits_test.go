@@ -118,7 +118,7 @@ func TestMaxClientSessions(t *testing.T) {
 func TestClientRate(t *testing.T) {
 	o := startOps(t, Config{Limits: limits.Limits{ClientRate: 1, ClientBurst: 3}}, nil)
 	rateClock := fakeclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	o.srv.rates.SetClock(rateClock.Now)
+	o.srv.quotas.SetRateClock(rateClock.Now)
 	e := o.env()
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 5})
 	l := e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
@@ -200,7 +200,7 @@ func TestClientLeaseAccounting(t *testing.T) {
 func TestProviderOffersAreRateLimited(t *testing.T) {
 	o := startOps(t, Config{Limits: limits.Limits{ClientRate: 1, ClientBurst: 2}}, nil)
 	rateClock := fakeclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	o.srv.rates.SetClock(rateClock.Now)
+	o.srv.quotas.SetRateClock(rateClock.Now)
 	e := o.env()
 	if _, err := e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "gpu", ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_PASSIVE}}); err != nil {
 		t.Fatal(err)

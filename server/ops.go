@@ -14,13 +14,12 @@ import (
 )
 
 // ops is the server's operational state: who may call what (auth), what
-// clients may hold (limits, quotas, rates), what operators see (metrics,
-// events). It is embedded in Server.
+// clients may hold and how fast they may call (limits, quotas), what
+// operators see (metrics, events). It is embedded in Server.
 type ops struct {
 	authz  atomic.Pointer[auth.Authorizer] // swapped by SetAuth
 	limits limits.Limits                   // with defaults filled in
 	quotas *limits.Quotas
-	rates  *limits.Rates // nil: no rate limit
 	// createPoolMu serializes CreatePool calls while Limits.MaxPools is
 	// checked.
 	createPoolMu sync.Mutex
@@ -34,7 +33,6 @@ func (s *Server) initOps(cfg Config) {
 	s.authz.Store(auth.New(cfg.Auth))
 	s.limits = cfg.Limits.WithDefaults()
 	s.quotas = limits.New(s.limits)
-	s.rates = limits.NewRates(s.limits.ClientRate, s.limits.ClientBurst)
 	s.metrics = metrics.New(metricsSource{s}, sessionKindNames[:])
 	s.codec = wirecodec.New()
 }

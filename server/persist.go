@@ -174,8 +174,8 @@ func seedDiff(seed []limiter.PoolConfig, stored []limiter.SavedPool) string {
 // nothing (they need no recovery window at the next start), and then
 // closes the store.
 func (s *Server) closeEngine() {
-	if s.cluster != nil {
-		s.cluster.stop() // ends the term (handing off) and the campaign
+	if s.campaign != nil {
+		s.campaign.Stop() // ends the term (handing off) and the campaign
 		return
 	}
 	s.Engine().Close()

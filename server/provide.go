@@ -195,13 +195,10 @@ func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideReques
 }
 
 // provideRate counts an offer or withdrawal toward the caller's request
-// rate (allowRate); keep-alives are exempt, so that a provider refused for
-// its rate is not also expired.
+// rate; keep-alives are exempt, so that a provider refused for its rate
+// is not also expired.
 func (s *Server) provideRate(key string) error {
-	if s.rates == nil {
-		return nil
-	}
-	if err := s.allowRate(key); err != nil {
+	if err := s.quotas.AllowRate(key); err != nil {
 		return err
 	}
 	return nil

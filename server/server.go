@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/cluster"
 	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/tracing"
@@ -109,9 +110,9 @@ type Server struct {
 	tracing  *tracing.Tracing // nil when Config.TracerProvider is nil
 	envoyRLS bool             // Config.EnvoyRLS
 
-	leadership Leadership // Config.Leadership; nil when standalone
-	cluster    *cluster   // set by OpenCluster
-	advertise  string     // Config.Advertise
+	leadership Leadership        // Config.Leadership; nil when standalone
+	campaign   *cluster.Campaign // set by OpenCluster
+	advertise  string            // Config.Advertise
 
 	ops         // auth, limits, metrics, events
 	persistence // the data directory, for a Server made by Open
@@ -185,8 +186,8 @@ func (s *Server) drain() {
 	s.drainOnce.Do(func() {
 		s.health.Shutdown()
 		close(s.draining)
-		if s.cluster != nil {
-			s.cluster.stop() // hands off: another server leads at once
+		if s.campaign != nil {
+			s.campaign.Stop() // hands off: another server leads at once
 		}
 		s.Engine().StopWaits() // waiting acquires and takes answer SHUTTING_DOWN at once
 	})

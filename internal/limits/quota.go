@@ -43,9 +43,11 @@ type leaseRef struct {
 
 // Quotas counts what clients hold, for Limits: acquires and takes in
 // progress server-wide (an atomic counter), leases and acquires in
-// progress per client, and Session streams per client.
+// progress per client, and Session streams per client; and it keeps each
+// client's request rate.
 type Quotas struct {
 	limits  Limits
+	rates   *Rates // nil: no request rate
 	waiters atomic.Int64
 	refused [numKinds]atomic.Int64
 
@@ -68,6 +70,7 @@ type unreadCount struct {
 func New(l Limits) *Quotas {
 	return &Quotas{
 		limits:   l,
+		rates:    NewRates(l.ClientRate, l.ClientBurst),
 		clients:  make(map[string]int64),
 		leases:   make(map[leaseRef]string),
 		early:    make(map[leaseRef]time.Time),
@@ -80,6 +83,36 @@ func New(l Limits) *Quotas {
 func (q *Quotas) Exhausted(kind Kind, reason limiter.Reason, format string, args ...any) *limiter.Error {
 	q.refused[kind].Add(1)
 	return &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// RateLimited reports whether calls count against a request rate
+// (Limits.ClientRate).
+func (q *Quotas) RateLimited() bool { return q.rates != nil }
+
+// AllowRate takes a request from client key's rate budget, or refuses it,
+// to retry after a request's share of a second.
+func (q *Quotas) AllowRate(key string) *limiter.Error {
+	if q.rates.Allow(key) {
+		return nil
+	}
+	err := q.Exhausted(KindClientRate, limiter.ReasonClientRateLimited,
+		"%s is over its request rate of %g per second (burst %d); slow down and retry with backoff, or ask the operator to raise --client-rate",
+		auth.DescribeKey(key), q.limits.ClientRate, q.limits.ClientBurst)
+	err.RetryAfter = max(time.Millisecond, time.Duration(float64(time.Second)/q.limits.ClientRate))
+	return err
+}
+
+// SetRateClock makes the request rates read the time from now, for tests.
+func (q *Quotas) SetRateClock(now func() time.Time) { q.rates.SetClock(now) }
+
+// AdmitPool refuses a new pool past Limits.MaxPools when the server has n
+// pools, and returns nil while it has room (or there is no limit).
+func (q *Quotas) AdmitPool(n int) *limiter.Error {
+	if max := q.limits.MaxPools; max > 0 && n >= max {
+		return q.Exhausted(KindPools, limiter.ReasonTooManyPools,
+			"the server has %d pools, its limit of %d; delete pools that are no longer used, or ask the operator to raise --max-pools", n, max)
+	}
+	return nil
 }
 
 // BeginWait counts an acquire or take in progress, or refuses it past
