@@ -16,13 +16,14 @@ import (
 
 // NotLeader is the answer of a server that does not lead, as v describes
 // its cluster: UNAVAILABLE (NOT_LEADER), with the leader's address and
-// epoch in the ErrorInfo's metadata, and a RetryInfo saying when to retry
-// (later when no other leader is known).
+// epoch in the ErrorInfo's metadata, and a RetryInfo of 100 ms. The delay
+// is short also while no other leader is known: a hand-off has a
+// successor leading within about that long, and a client that tries too
+// soon is only answered NOT_LEADER again.
 func NotLeader(v View) error {
-	retry := 100 * time.Millisecond
+	const retry = 100 * time.Millisecond
 	msg := fmt.Sprintf("this server (%s) does not lead the cluster; send the call to the leader, %s (epoch %d)", v.Self, v.Leader, v.Epoch)
 	if v.Leader == "" || v.Leader == v.Self {
-		retry = 500 * time.Millisecond
 		msg = fmt.Sprintf("this server (%s) does not lead the cluster and no other leader is known yet; retry in a moment", v.Self)
 	}
 	st := status.New(codes.Unavailable, msg)

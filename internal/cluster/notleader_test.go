@@ -15,7 +15,7 @@ import (
 )
 
 // A follower names the leader and its epoch and asks for a quick retry;
-// with no other leader known it asks for a slower one and names none.
+// with no other leader known it names none.
 func TestNotLeader(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -25,8 +25,8 @@ func TestNotLeader(t *testing.T) {
 		leader string
 	}{
 		{"follower", View{Self: "b:1", Leader: "a:1", Epoch: 7}, 100 * time.Millisecond, "send the call to the leader, a:1 (epoch 7)", "a:1"},
-		{"no leader", View{Self: "b:1"}, 500 * time.Millisecond, "no other leader is known yet", ""},
-		{"itself, past its deadline", View{Self: "a:1", Leader: "a:1", Epoch: 7}, 500 * time.Millisecond, "no other leader is known yet", "a:1"},
+		{"no leader", View{Self: "b:1"}, 100 * time.Millisecond, "no other leader is known yet", ""},
+		{"itself, past its deadline", View{Self: "a:1", Leader: "a:1", Epoch: 7}, 100 * time.Millisecond, "no other leader is known yet", "a:1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := status.Convert(NotLeader(tc.view))
