@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -157,7 +158,7 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 		}
 		left := "-"
 		if d := a.resp.GetLeadershipRemaining(); d != nil {
-			left = d.AsDuration().String()
+			left = d.AsDuration().Round(time.Millisecond).String()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.server, a.role(), orDash(leader), strconv.FormatInt(a.resp.GetEpoch(), 10), left)
 	}
