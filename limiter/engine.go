@@ -430,15 +430,40 @@ func (e *Engine) RaiseTokenFloor(floor uint64) {
 // ErrStorageFailed (the token or expiry reservation could not be written;
 // nothing was granted).
 func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
-	if err := checkAcquireRequest(&req); err != nil {
-		return Lease{}, err
-	}
-	p, w, l, err := e.grantOrEnqueue(&req)
+	l, w, err := e.StartAcquire(req)
 	if w == nil {
 		return l, err
 	}
-	return p.await(ctx, w)
+	return w.Await(ctx)
 }
+
+// StartAcquire is Acquire in two steps, so that a caller serving many
+// requests (a server's stream) needs no goroutine for the grants made at
+// once: it grants req at once or fails as Acquire does, returning a nil
+// wait, or else queues req and returns the wait, whose Await must then be
+// called exactly once (with a done context to give up) to learn the
+// outcome. The queued request keeps its place in the pool's queue, and
+// its WaitTimeout runs, from this call on.
+func (e *Engine) StartAcquire(req AcquireRequest) (Lease, *AcquireWait, error) {
+	if err := checkAcquireRequest(&req); err != nil {
+		return Lease{}, nil, err
+	}
+	p, w, l, err := e.grantOrEnqueue(&req)
+	if w == nil {
+		return l, nil, err
+	}
+	return Lease{}, &AcquireWait{p: p, w: w}, nil
+}
+
+// AcquireWait is an acquire queued by StartAcquire.
+type AcquireWait struct {
+	p *pool
+	w *waiter
+}
+
+// Await waits for the queued acquire as Acquire does, until it is granted
+// or fails or ctx is done, and returns its outcome.
+func (a *AcquireWait) Await(ctx context.Context) (Lease, error) { return a.p.await(ctx, a.w) }
 
 // grantOrEnqueue grants req at once when it can and no waiter of the same
 // or higher priority is ahead of it, or else queues a waiter for it and

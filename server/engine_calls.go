@@ -21,31 +21,65 @@ import (
 // it. An unauthenticated caller chooses its client_id, so while it waits
 // its acquire counts against its connection as well, like a take.
 func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
+	lease, wait, err := s.startAcquireCounted(ctx, ar)
+	if wait != nil {
+		return wait(ctx)
+	}
+	return lease, err
+}
+
+// startAcquireCounted is acquireCounted without the wait: it returns the
+// outcome of an acquire that needs no wait, or else a wait to call exactly
+// once (with a done context to give up) for the outcome. ctx only names
+// the caller.
+func (s *Server) startAcquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, func(context.Context) (limiter.Lease, error), error) {
 	id := s.auth().Identify(ctx)
 	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
 	if err := s.quotas.BeginAcquire(key); err != nil {
-		return limiter.Lease{}, err
+		return limiter.Lease{}, nil, err
 	}
 	if connKey != key {
 		if err := s.quotas.BeginAcquire(connKey); err != nil {
 			s.quotas.EndAcquire(key, nil)
-			return limiter.Lease{}, err
+			return limiter.Lease{}, nil, err
 		}
-		defer s.quotas.EndAcquire(connKey, nil)
 	}
 	if err := s.quotas.BeginWait(); err != nil {
 		s.quotas.EndAcquire(key, nil)
-		return limiter.Lease{}, err
+		if connKey != key {
+			s.quotas.EndAcquire(connKey, nil)
+		}
+		return limiter.Lease{}, nil, err
 	}
-	start := s.engine.Clock().Now()
-	lease, err := s.engine.Acquire(ctx, ar)
+	c := countedAcquire{s: s, key: key, connKey: connKey, start: s.engine.Clock().Now()}
+	lease, w, err := s.engine.StartAcquire(ar)
+	if w == nil {
+		lease, err = c.finish(lease, err)
+		return lease, nil, err
+	}
+	return limiter.Lease{}, func(ctx context.Context) (limiter.Lease, error) { return c.finish(w.Await(ctx)) }, nil
+}
+
+// countedAcquire is an acquire that startAcquireCounted counted.
+type countedAcquire struct {
+	s            *Server
+	key, connKey string
+	start        time.Time
+}
+
+// finish ends the counts of the acquire's progress, given its outcome.
+func (c countedAcquire) finish(lease limiter.Lease, err error) (limiter.Lease, error) {
+	s := c.s
 	s.quotas.EndWait()
+	if c.connKey != c.key {
+		s.quotas.EndAcquire(c.connKey, nil)
+	}
 	if err != nil {
-		s.quotas.EndAcquire(key, nil)
+		s.quotas.EndAcquire(c.key, nil)
 		return limiter.Lease{}, err
 	}
-	s.quotas.EndAcquire(key, &lease)
-	s.metrics.waits.observe(lease.Pool, lease.AcquireTime.Sub(start))
+	s.quotas.EndAcquire(c.key, &lease)
+	s.metrics.waits.observe(lease.Pool, lease.AcquireTime.Sub(c.start))
 	return lease, nil
 }
 

@@ -55,11 +55,13 @@ func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer)
 
 // session is one Session stream. The handler goroutine is the only one that
 // calls stream.Send (writeLoop); a reader goroutine receives and dispatches
-// requests; every acquire and take runs in its own worker goroutine with a
-// context derived from the stream's, which a CancelRequest or the end of
-// the stream cancels, and ends once its answer is queued: queuing never
-// blocks (send), the queue being bounded by MaxSessionUnread. Release,
-// renew and hello are answered inline by the reader. The session is the
+// requests. An acquire granted (or refused) at once is answered inline by
+// the reader; an acquire that waits, a traced acquire and every take run
+// in a worker goroutine with a context derived from the stream's, which a
+// CancelRequest or the end of the stream cancels, and end once their
+// answer is queued: queuing never blocks (send), the queue being bounded
+// by MaxSessionUnread. Release, renew and hello are answered inline by the
+// reader. The session is the
 // Owner of the leases acquired or renewed on it, so the engine's
 // OnLeaseEnded reaches pushEvent.
 type session struct {
@@ -106,7 +108,8 @@ type pendingReq struct {
 }
 
 func newSession(srv *Server, stream tollgatev1.LimiterService_SessionServer) *session {
-	ctx, cancel := context.WithCancelCause(stream.Context())
+	// The stream's requests all come from one caller: identify it once.
+	ctx, cancel := context.WithCancelCause(srv.auth().WithIdentity(stream.Context()))
 	return &session{
 		srv:      srv,
 		stream:   stream,
@@ -349,7 +352,8 @@ func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Welcome{Welcome: &tollgatev1.Welcome{ClientId: s.clientID}}})
 }
 
-// startAcquire validates an acquire and waits for its grant in a worker.
+// startAcquire validates an acquire and answers it on the reader when it
+// needs no wait; only an acquire that waits (or is traced) gets a worker.
 func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	ar, err := acquireFromProto(r)
 	if err != nil {
@@ -360,26 +364,69 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 		ar.ClientID = s.clientID
 	}
 	ar.Owner = s
+	if s.srv.tracing != nil {
+		s.startWorker(id, "Session.acquire", func(ctx context.Context) (limiter.Lease, error) {
+			return s.srv.acquireTraced(ctx, ar, r.GetTraceContext())
+		}, ar.Pool)
+		return
+	}
+	if !s.mayStart(id) {
+		return
+	}
+	lease, wait, err := s.srv.startAcquireCounted(s.ctx, ar)
+	if wait != nil {
+		s.startWorker(id, "Session.acquire", wait, ar.Pool)
+		return
+	}
+	s.answerAcquire(id, lease, err, ar.Pool)
+}
+
+// startWorker waits for an acquire's grant in a worker goroutine. A wait
+// the session cannot take (it is closed) is given up at once.
+func (s *session) startWorker(id uint64, op string, wait func(context.Context) (limiter.Lease, error), pool string) {
 	ctx, cancel, ok := s.register(id)
 	if !ok {
+		done, cancel := context.WithCancel(s.ctx)
+		cancel()
+		if lease, err := wait(done); err == nil {
+			s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+		}
 		return
 	}
 	go func() {
 		defer s.workerDone()
-		defer s.recoverWorker(id, "Session.acquire")
-		lease, err := s.srv.acquireTraced(ctx, ar, r.GetTraceContext())
+		defer s.recoverWorker(id, op)
+		lease, err := wait(ctx)
 		s.unregister(id, cancel)
-		if err != nil {
-			s.answerErr(id, err, errCtx{pool: ar.Pool})
-			return
-		}
-		// A grant that raced with a CancelRequest stands; one whose stream
-		// is gone is released by send's caller below or by close.
-		resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: s.srv.leaseToProto(lease)}}}
-		if !s.send(resp) {
-			s.srv.releaseQuietly(lease, "session ended before the grant was sent")
-		}
+		s.answerAcquire(id, lease, err, pool)
 	}()
+}
+
+// answerAcquire queues the answer to an acquire. A grant that raced with a
+// CancelRequest stands; one whose stream is gone is released here or by
+// close.
+func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool string) {
+	if err != nil {
+		s.answerErr(id, err, errCtx{pool: pool})
+		return
+	}
+	resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: s.srv.leaseToProto(lease)}}}
+	if !s.send(resp) {
+		s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+	}
+}
+
+// mayStart reports whether the session may take another acquire or take,
+// refusing it (with an answer) past MaxSessionPending; it returns false
+// without an answer once the session is closed.
+func (s *session) mayStart(id uint64) bool {
+	s.mu.Lock()
+	closed, full := s.closed, s.inflight >= MaxSessionPending
+	s.mu.Unlock()
+	if full && !closed {
+		s.refuseTooMany(id)
+	}
+	return !closed && !full
 }
 
 // startTake validates a take and runs it in a worker.
@@ -416,8 +463,7 @@ func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool
 	}
 	if s.inflight >= MaxSessionPending {
 		s.mu.Unlock()
-		s.answerErr(id, &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
-			Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxSessionPending)}, errCtx{})
+		s.refuseTooMany(id)
 		return nil, nil, false
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -426,6 +472,12 @@ func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool
 	s.workers.Add(1)
 	s.mu.Unlock()
 	return ctx, cancel, true
+}
+
+// refuseTooMany answers request id that it is one past MaxSessionPending.
+func (s *session) refuseTooMany(id uint64) {
+	s.answerErr(id, &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
+		Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxSessionPending)}, errCtx{})
 }
 
 // unregister frees a worker request's id once its outcome is known, before

@@ -362,3 +362,34 @@ func TestSessionConcurrentCancelsLeakNothing(t *testing.T) {
 	}
 	t.Logf("granted %d, cancelled %d", granted.Load(), cancelled.Load())
 }
+
+// Acquires that need no wait are granted by the stream's reader, one after
+// the other: their answers come in the order they were sent, with fencing
+// tokens in that order, while an acquire that waits does not hold them up.
+func TestSessionImmediateGrantsInOrder(t *testing.T) {
+	e := newEnv(t)
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1000})
+	e.createPool(&tollgatev1.Pool{Name: "one", ConcurrencyLimit: 1})
+	s := e.session()
+	s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "one"}))
+	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "one"})) // waits
+	const n = 500
+	for i := uint64(3); i < 3+n; i++ {
+		s.send(acquireReq(i, &tollgatev1.AcquireRequest{Pool: "db"}))
+	}
+	var last uint64
+	for i := uint64(3); i < 3+n; i++ {
+		a := s.next()
+		l := a.GetAcquire().GetLease()
+		if a.GetRequestId() != i || l == nil {
+			t.Fatalf("answer %d is %v; want the grant of request %d", i-3, a, i)
+		}
+		if l.GetFencingToken() <= last {
+			t.Fatalf("request %d got fencing token %d after %d", i, l.GetFencingToken(), last)
+		}
+		last = l.GetFencingToken()
+	}
+	if st := e.status("one"); st.GetWaiting() != 1 {
+		t.Fatalf("pool one: %v; want its second acquire waiting", st)
+	}
+}
