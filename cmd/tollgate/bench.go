@@ -24,8 +24,9 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure Acquire + Release pairs per second against a server (and a Redis semaphore)",
 		Long: `Measure Acquire + Release pairs of one permit, side by side in one run:
 
-  Tollgate stream   the Go client library (client.Acquire, Lease.Release) on
-                    its one Session stream
+  Tollgate stream   the Go client library on its one Session stream:
+                    client.Acquire, then Lease.Release (which waits for the
+                    server's answer) or Lease.ReleaseAsync (which does not)
   Tollgate unary    the unary LimiterService.Acquire and Release calls
   2 no-op calls     two grpc.health.v1.Health/Check calls of the same server:
                     the floor of two gRPC round trips
@@ -236,9 +237,10 @@ func printBench(w io.Writer, o benchOptions, cases []benchCase, results map[stri
 	fmt.Fprintln(w)
 	for _, n := range o.callers {
 		var parts []string
-		stream, unary, noop := results[caseStream][n], results[caseUnary][n], results[caseNoop][n]
+		unary, noop := results[caseUnary][n], results[caseNoop][n]
 		if rd := results[caseRedis]; rd != nil {
-			parts = append(parts, fmt.Sprintf("Tollgate stream ÷ Redis pairs/s %.2f×", stream.rate()/rd[n].rate()))
+			parts = append(parts, fmt.Sprintf("Tollgate stream ÷ Redis pairs/s %.2f× (Release), %.2f× (ReleaseAsync)",
+				results[caseStream][n].rate()/rd[n].rate(), results[caseStreamAsync][n].rate()/rd[n].rate()))
 		}
 		parts = append(parts, fmt.Sprintf("Tollgate unary ÷ 2 no-op calls, time per pair, %.2f×", noop.rate()/unary.rate()))
 		fmt.Fprintf(w, "- %d caller(s): %s\n", n, strings.Join(parts, "; "))
@@ -247,10 +249,11 @@ func printBench(w io.Writer, o benchOptions, cases []benchCase, results map[stri
 
 // The cases' names.
 const (
-	caseStream = "Tollgate stream (Go client)"
-	caseUnary  = "Tollgate unary"
-	caseNoop   = "2 no-op gRPC calls"
-	caseRedis  = "Redis ZSET+Lua semaphore (go-redis)"
+	caseStream      = "Tollgate stream (Go client, Release)"
+	caseStreamAsync = "Tollgate stream (Go client, ReleaseAsync)"
+	caseUnary       = "Tollgate unary"
+	caseNoop        = "2 no-op gRPC calls"
+	caseRedis       = "Redis ZSET+Lua semaphore (go-redis)"
 )
 
 func fmtMicros(d time.Duration) string {

@@ -114,6 +114,13 @@ func (tg *benchTollgate) cases() []benchCase {
 			}
 			return l.Release(ctx)
 		}},
+		{name: caseStreamAsync, pids: pids, pair: func(ctx context.Context, _ int) error {
+			l, err := tg.c.Acquire(ctx, tg.pool)
+			if err != nil {
+				return err
+			}
+			return l.ReleaseAsync()
+		}},
 		{name: caseUnary, pids: pids, pair: func(ctx context.Context, _ int) error {
 			resp, err := tg.lim.Acquire(ctx, &tollgatev1.AcquireRequest{Pool: tg.pool})
 			if err != nil {

@@ -25,7 +25,7 @@ func TestBench(t *testing.T) {
 		}
 		return stdout.String()
 	}
-	cases := []string{caseStream, caseUnary, caseNoop}
+	cases := []string{caseStream, caseStreamAsync, caseUnary, caseNoop}
 	t.Run("tollgate", func(t *testing.T) {
 		checkBenchTable(t, bench(t), cases)
 	})
