@@ -465,6 +465,38 @@ type AcquireWait struct {
 // or fails or ctx is done, and returns its outcome.
 func (a *AcquireWait) Await(ctx context.Context) (Lease, error) { return a.p.await(ctx, a.w) }
 
+// Notify is the other way to learn the outcome, with no goroutine waiting:
+// then is called once with it, when the acquire is granted or fails (at
+// once if it has already). It is called with the pool locked, or on
+// Notify's caller, so it must neither block nor call the engine. Use
+// either Await or Notify, once. StopWaits does not end a notified wait:
+// its owner ends it with Cancel.
+func (a *AcquireWait) Notify(then func(Lease, error)) {
+	p, w := a.p, a.w
+	p.mu.Lock()
+	if !w.done {
+		w.then = then
+		p.unlock()
+		return
+	}
+	l, err := w.lease, w.err
+	p.unlock()
+	then(l, err)
+}
+
+// Cancel gives up a notified wait, as the end of Acquire's ctx with cause
+// (context.Canceled or context.DeadlineExceeded) would: then gets the
+// error. A wait already granted or failed is left as it ended.
+func (a *AcquireWait) Cancel(cause error) {
+	p, w := a.p, a.w
+	p.mu.Lock()
+	defer p.unlock()
+	if !w.done {
+		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, &w.req))
+		p.dispatchLocked(p.e.clock.Now()) // w may have been the head
+	}
+}
+
 // grantOrEnqueue grants req at once when it can and no waiter of the same
 // or higher priority is ahead of it, or else queues a waiter for it and
 // returns the pool and that waiter to await. With no waiter, it returns

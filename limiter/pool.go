@@ -282,6 +282,9 @@ func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
 	}
 	w.lease, w.err = l, err
 	close(w.ready)
+	if w.then != nil {
+		w.then(l, err)
+	}
 }
 
 // failWaitersLocked ends the wait of every waiter for which fail returns

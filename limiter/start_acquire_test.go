@@ -46,3 +46,47 @@ func TestStartAcquire(t *testing.T) {
 		t.Fatalf("StartAcquire of a missing pool: %v", err)
 	}
 }
+
+// A notified wait needs no goroutine: its callback gets the grant, or the
+// error when it is cancelled; Notify on a wait that has ended calls back
+// at once; a cancelled wait frees its place for the next.
+func TestAcquireWaitNotify(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	holder := te.mustAcquire(t, AcquireRequest{Pool: "db"})
+	type outcome struct {
+		l   Lease
+		err error
+	}
+	start := func(desc string) (*AcquireWait, chan outcome) {
+		_, w, err := te.StartAcquire(AcquireRequest{Pool: "db", Weight: 1, Description: desc})
+		if err != nil || w == nil {
+			t.Fatalf("StartAcquire(%s): %v, %v; want a wait", desc, w, err)
+		}
+		ch := make(chan outcome, 1)
+		w.Notify(func(l Lease, err error) { ch <- outcome{l, err} })
+		return w, ch
+	}
+	cancelled, cancelledCh := start("cancelled")
+	_, grantedCh := start("granted")
+	cancelled.Cancel(context.Canceled)
+	if o := <-cancelledCh; !errors.Is(o.err, ErrCanceled) {
+		t.Fatalf("cancelled wait: %+v; want ErrCanceled", o)
+	}
+	cancelled.Cancel(context.Canceled) // ended already: nothing happens
+	if _, err := te.Release("db", holder.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	o := <-grantedCh
+	if o.err != nil || o.l.Description != "granted" {
+		t.Fatalf("granted wait: %+v", o)
+	}
+	if s := te.status(t, "db"); s.Held != 1 || s.Waiting != 0 || s.Canceled != 1 {
+		t.Fatalf("status %+v; want 1 held, none waiting, 1 cancelled", s)
+	}
+	late := make(chan outcome, 1)
+	cancelled.Notify(func(l Lease, err error) { late <- outcome{l, err} })
+	if o := <-late; !errors.Is(o.err, ErrCanceled) {
+		t.Fatalf("Notify after the end: %+v", o)
+	}
+}

@@ -9,6 +9,7 @@ type waiter struct {
 	req   AcquireRequest
 	seq   uint64 // arrival order, for FIFO within a priority
 	ready chan struct{}
+	then  func(Lease, error) // AcquireWait.Notify's, if any
 	lease Lease
 	err   error
 	done  bool

@@ -23,16 +23,15 @@ import (
 func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
 	lease, wait, err := s.startAcquireCounted(ctx, ar)
 	if wait != nil {
-		return wait(ctx)
+		return wait.Await(ctx)
 	}
 	return lease, err
 }
 
 // startAcquireCounted is acquireCounted without the wait: it returns the
-// outcome of an acquire that needs no wait, or else a wait to call exactly
-// once (with a done context to give up) for the outcome. ctx only names
-// the caller.
-func (s *Server) startAcquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, func(context.Context) (limiter.Lease, error), error) {
+// outcome of an acquire that needs no wait, or else the wait, whose outcome
+// Await or Notify must then learn, once. ctx only names the caller.
+func (s *Server) startAcquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, *countedWait, error) {
 	id := s.auth().Identify(ctx)
 	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
 	if err := s.quotas.BeginAcquire(key); err != nil {
@@ -57,8 +56,28 @@ func (s *Server) startAcquireCounted(ctx context.Context, ar limiter.AcquireRequ
 		lease, err = c.finish(lease, err)
 		return lease, nil, err
 	}
-	return limiter.Lease{}, func(ctx context.Context) (limiter.Lease, error) { return c.finish(w.Await(ctx)) }, nil
+	return limiter.Lease{}, &countedWait{c: c, w: w}, nil
 }
+
+// countedWait is an acquire of startAcquireCounted that waits.
+type countedWait struct {
+	c countedAcquire
+	w *limiter.AcquireWait
+}
+
+// Await waits for the outcome as AcquireWait.Await does.
+func (cw *countedWait) Await(ctx context.Context) (limiter.Lease, error) {
+	return cw.c.finish(cw.w.Await(ctx))
+}
+
+// Notify has then called with the outcome as AcquireWait.Notify does
+// (with the pool locked: then must neither block nor call the engine).
+func (cw *countedWait) Notify(then func(limiter.Lease, error)) {
+	cw.w.Notify(func(l limiter.Lease, err error) { then(cw.c.finish(l, err)) })
+}
+
+// Cancel gives up a notified wait as AcquireWait.Cancel does.
+func (cw *countedWait) Cancel(cause error) { cw.w.Cancel(cause) }
 
 // countedAcquire is an acquire that startAcquireCounted counted.
 type countedAcquire struct {

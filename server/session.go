@@ -56,7 +56,8 @@ func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer)
 // session is one Session stream. The handler goroutine is the only one that
 // calls stream.Send (writeLoop); a reader goroutine receives and dispatches
 // requests. An acquire granted (or refused) at once is answered inline by
-// the reader; an acquire that waits, a traced acquire and every take run
+// the reader; one that waits is a record in its pool's queue, answered by
+// the engine's callback (queueWait); a traced acquire and every take run
 // in a worker goroutine with a context derived from the stream's, which a
 // CancelRequest or the end of the stream cancels, and end once their
 // answer is queued: queuing never blocks (send), the queue being bounded
@@ -102,9 +103,20 @@ type session struct {
 	helloID      string // clientID as hello set it, for other goroutines
 }
 
-// pendingReq is an acquire or take in a worker.
+// pendingReq is an acquire or take in a worker (cancel), or an acquire
+// waiting in its pool's queue (wait).
 type pendingReq struct {
 	cancel context.CancelFunc
+	wait   *countedWait
+}
+
+// stop gives the request up.
+func (p *pendingReq) stop() {
+	if p.wait != nil {
+		p.wait.Cancel(context.Canceled)
+		return
+	}
+	p.cancel()
 }
 
 func newSession(srv *Server, stream tollgatev1.LimiterService_SessionServer) *session {
@@ -198,11 +210,20 @@ func (s *session) close(err error) {
 	s.mu.Lock()
 	s.closed = true
 	s.events = nil
+	var waits []*pendingReq
+	for _, p := range s.pending {
+		if p.wait != nil {
+			waits = append(waits, p)
+		}
+	}
 	s.mu.Unlock()
 	if err == nil {
 		err = errSessionEnded
 	}
 	s.cancel(err)
+	for _, p := range waits {
+		p.stop()
+	}
 	s.workers.Wait()
 	s.mu.Lock()
 	answers := s.answers
@@ -375,45 +396,74 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	}
 	lease, wait, err := s.srv.startAcquireCounted(s.ctx, ar)
 	if wait != nil {
-		s.startWorker(id, "Session.acquire", wait, ar.Pool)
+		s.queueWait(id, wait, ar.Pool)
 		return
 	}
-	s.answerAcquire(id, lease, err, ar.Pool)
+	s.answerAcquire(id, lease, err, ar.Pool, false)
 }
 
-// startWorker waits for an acquire's grant in a worker goroutine. A wait
-// the session cannot take (it is closed) is given up at once.
-func (s *session) startWorker(id uint64, op string, wait func(context.Context) (limiter.Lease, error), pool string) {
+// startWorker runs a traced acquire in a worker goroutine.
+func (s *session) startWorker(id uint64, op string, acquire func(context.Context) (limiter.Lease, error), pool string) {
 	ctx, cancel, ok := s.register(id)
 	if !ok {
-		done, cancel := context.WithCancel(s.ctx)
-		cancel()
-		if lease, err := wait(done); err == nil {
-			s.srv.releaseQuietly(lease, "session ended before the grant was sent")
-		}
 		return
 	}
 	go func() {
 		defer s.workerDone()
 		defer s.recoverWorker(id, op)
-		lease, err := wait(ctx)
+		lease, err := acquire(ctx)
 		s.unregister(id, cancel)
-		s.answerAcquire(id, lease, err, pool)
+		s.answerAcquire(id, lease, err, pool, false)
 	}()
+}
+
+// queueWait keeps an acquire that waits in its pool's queue as a record,
+// with no goroutine: the engine calls back with the outcome, which is
+// answered then. A CancelRequest or the end of the session gives it up.
+func (s *session) queueWait(id uint64, wait *countedWait, pool string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		wait.Notify(func(lease limiter.Lease, err error) {
+			if err == nil { // granted meanwhile: the pool is locked, release apart
+				go s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+			}
+		})
+		wait.Cancel(context.Canceled)
+		return
+	}
+	s.pending[id] = &pendingReq{wait: wait}
+	s.inflight++
+	s.mu.Unlock()
+	wait.Notify(func(lease limiter.Lease, err error) {
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+		s.answerAcquire(id, lease, err, pool, true)
+		s.mu.Lock()
+		s.inflight--
+		s.maybeFinishLocked()
+		s.mu.Unlock()
+	})
 }
 
 // answerAcquire queues the answer to an acquire. A grant that raced with a
 // CancelRequest stands; one whose stream is gone is released here or by
-// close.
-func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool string) {
+// close, apart when the pool is locked (as in a wait's callback).
+func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool string, locked bool) {
 	if err != nil {
 		s.answerErr(id, err, errCtx{pool: pool})
 		return
 	}
 	resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: s.srv.leaseToProto(lease)}}}
-	if !s.send(resp) {
-		s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+	if s.send(resp) {
+		return
 	}
+	if locked {
+		go s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+		return
+	}
+	s.srv.releaseQuietly(lease, "session ended before the grant was sent")
 }
 
 // mayStart reports whether the session may take another acquire or take,
@@ -521,7 +571,7 @@ func (s *session) cancelRequest(id uint64) {
 	p := s.pending[id]
 	s.mu.Unlock()
 	if p != nil {
-		p.cancel()
+		p.stop()
 	}
 }
 
