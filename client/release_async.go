@@ -31,14 +31,9 @@ func (l *Lease) ReleaseAsync() error {
 	l.releaseMu <- struct{}{}
 	defer func() { <-l.releaseMu }()
 	l.mu.Lock()
-	switch l.state {
-	case leaseLost:
-		err := l.err
+	if settled, err := l.settledLocked(); settled {
 		l.mu.Unlock()
 		return err
-	case leaseReleased:
-		l.mu.Unlock()
-		return nil
 	}
 	l.mu.Unlock()
 	l.finish(leaseReleased, ErrReleased)

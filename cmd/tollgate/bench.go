@@ -117,7 +117,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 			f()
 		}
 	}()
-	tg, err := startBenchTollgate(ctx, o, stderr)
+	tg, err := startBenchTollgate(ctx, o)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -32,7 +31,7 @@ type benchTollgate struct {
 
 // startBenchTollgate starts `tollgate serve` (or uses --server), connects
 // and creates the pool the pairs use: one that never makes them wait.
-func startBenchTollgate(ctx context.Context, o benchOptions, stderr io.Writer) (*benchTollgate, error) {
+func startBenchTollgate(ctx context.Context, o benchOptions) (*benchTollgate, error) {
 	tg := &benchTollgate{pool: fmt.Sprintf("tollgate-bench-%d", os.Getpid())}
 	addr := o.server
 	if addr == "" {
@@ -54,7 +53,7 @@ func startBenchTollgate(ctx context.Context, o benchOptions, stderr io.Writer) (
 		}
 		// One client at full speed: no per-client rate or lease limit.
 		tg.proc, err = startBenchProc(bin, []string{"serve", "--listen", addr, "--http", "", "--data-dir", dir,
-			"--client-rate", "-1", "--max-client-leases", "-1", "--log-level", "warn"}, stderr, dir)
+			"--client-rate", "-1", "--max-client-leases", "-1", "--log-level", "warn"}, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -194,7 +193,7 @@ func startBenchRedis(ctx context.Context, callers int) (*benchRedis, error) {
 		return nil, err
 	}
 	p, err := startBenchProc(bin, []string{"--port", port, "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
-		"--daemonize", "no", "--loglevel", "warning"}, io.Discard, dir)
+		"--daemonize", "no", "--loglevel", "warning"}, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -244,14 +243,14 @@ type benchProc struct {
 }
 
 // startBenchProc starts bin with args, its output going to a temporary
-// file (and, for the server, warnings to stderr too).
-func startBenchProc(bin string, args []string, stderr io.Writer, dir string) (*benchProc, error) {
+// file in dir, shown if it fails to start serving.
+func startBenchProc(bin string, args []string, dir string) (*benchProc, error) {
 	out, err := os.CreateTemp(dir, "output-")
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = out, io.MultiWriter(out, stderr)
+	cmd.Stdout, cmd.Stderr = out, out
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		out.Close()
