@@ -96,7 +96,7 @@ func (c *Client) retryRelease(pool, id, why string) {
 		defer cancel()
 		_, err := c.roundTrip(ctx, releaseOp(pool, id))
 		var e *Error
-		if err != nil && !(errors.As(err, &e) && e.Is(ErrLeaseNotFound)) { // not found: the first one got there
+		if firstGotThere := errors.As(err, &e) && e.Is(ErrLeaseNotFound); err != nil && !firstGotThere {
 			c.log.Warn("tollgate: could not release a lease; the server frees it when its TTL passes", "pool", pool, "lease_id", id, "first_try", why, "err", err)
 		}
 	})

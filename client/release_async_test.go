@@ -81,6 +81,6 @@ func TestReleaseAsyncOfALostLease(t *testing.T) {
 	if err := ts.srv.Engine().RevokeLease("db", l.FencingToken(), "test"); err != nil {
 		t.Fatal(err)
 	}
-	waitDone(t, l)
+	mustIs(t, waitDone(t, l), client.ErrLeaseRevoked)
 	mustIs(t, l.ReleaseAsync(), client.ErrLeaseLost)
 }

@@ -44,7 +44,9 @@ func BenchmarkSessionMemory(b *testing.B) {
 	go func() { done <- srv.ServeGRPC(ctx, srv.GRPCServer(), lis) }()
 	defer func() {
 		stop()
-		<-done
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
 	}()
 	for _, p := range []limiter.PoolConfig{{Name: "held", ConcurrencyLimit: memLeases}, {Name: "full", ConcurrencyLimit: 1, MaxWaiters: 2 * memWaiters}} {
 		if _, err := srv.Engine().CreatePool(p); err != nil {
