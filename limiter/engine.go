@@ -463,7 +463,16 @@ type AcquireWait struct {
 
 // Await waits for the queued acquire as Acquire does, until it is granted
 // or fails or ctx is done, and returns its outcome.
-func (a *AcquireWait) Await(ctx context.Context) (Lease, error) { return a.p.await(ctx, a.w) }
+func (a *AcquireWait) Await(ctx context.Context) (Lease, error) {
+	p, w := a.p, a.w
+	p.mu.Lock()
+	w.ready = make(chan struct{}) // only Await needs it: a notified waiter is smaller
+	if w.done {
+		close(w.ready)
+	}
+	p.unlock()
+	return p.await(ctx, w)
+}
 
 // Notify is the other way to learn the outcome, with no goroutine waiting:
 // then is called once with it, when the acquire is granted or fails (at
@@ -523,7 +532,7 @@ func (e *Engine) grantOrEnqueue(req *AcquireRequest) (*pool, *waiter, Lease, err
 		p.stats.Rejected++
 		return nil, nil, Lease{}, err
 	}
-	w := &waiter{req: *req, seq: p.seq, ready: make(chan struct{}), index: -1, enqueued: now}
+	w := &waiter{req: *req, seq: p.seq, index: -1, enqueued: now}
 	p.seq++
 	p.waiters.push(w)
 	p.waitingWeight += req.Weight

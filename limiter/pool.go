@@ -281,7 +281,9 @@ func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
 		w.timer.Stop()
 	}
 	w.lease, w.err = l, err
-	close(w.ready)
+	if w.ready != nil {
+		close(w.ready)
+	}
 	if w.then != nil {
 		w.then(l, err)
 	}
