@@ -78,6 +78,9 @@ type Client struct {
 	wg     sync.WaitGroup
 
 	nextID atomic.Uint64 // request ids, unique over the Client's life
+	// releases counts the releases ReleaseAsync posted that are not yet
+	// answered (release_async.go); Close waits for them.
+	releases sync.WaitGroup
 
 	mu      sync.Mutex
 	closed  bool
@@ -243,7 +246,8 @@ func (c *Client) ClientID() string { return c.clientID }
 // Close.
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
-// Close stops renewing the client's leases, ends the Session stream, waits
+// Close waits (up to 5 s) for the answers to the releases ReleaseAsync
+// sent, stops renewing the client's leases, ends the Session stream, waits
 // for the client's goroutines to finish and closes the connection.
 //
 // Close does not release leases: they stay held on the server until their
@@ -264,6 +268,7 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 
+	c.waitReleases()
 	c.cancel()
 	for _, l := range leases {
 		l.end(lostError(l, ErrClosed))

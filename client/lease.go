@@ -228,15 +228,11 @@ func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
 		return ctx.Err()
 	}
 	l.mu.Lock()
-	switch l.state {
-	case leaseLost:
-		err := l.err
+	if settled, err := l.settledLocked(); settled {
 		l.mu.Unlock()
 		return err
-	case leaseReleased:
-		l.mu.Unlock()
-		return nil
-	case leaseHeld:
+	}
+	if l.state == leaseHeld {
 		l.state = leaseReleasing
 	}
 	retry := l.state == leaseUnconfirmed
@@ -267,6 +263,18 @@ func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
 		return lerr
 	}
 	return err
+}
+
+// settledLocked reports whether a release has nothing to do: for a lease
+// lost (returning its loss error) or released (nil).
+func (l *Lease) settledLocked() (bool, error) {
+	switch l.state {
+	case leaseLost:
+		return true, l.err
+	case leaseReleased:
+		return true, nil
+	}
+	return false, nil
 }
 
 // confirmRelease ends the lease as released by the server's word; an

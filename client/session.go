@@ -42,10 +42,11 @@ type stream struct {
 
 // call is one request waiting for its answer.
 type call struct {
-	ch        chan answer // buffered: receives exactly one answer unless abandoned
-	sentAt    time.Time   // just before the request was sent
-	acquire   bool        // an acquire: the reader turns a grant into a *Lease
-	abandoned bool        // the caller went away; drop the answer (guarded by stream.mu)
+	ch        chan answer  // buffered: receives exactly one answer unless abandoned
+	then      func(answer) // instead of ch, for a posted request (post)
+	sentAt    time.Time    // just before the request was sent
+	acquire   bool         // an acquire: the reader turns a grant into a *Lease
+	abandoned bool         // the caller went away; drop the answer (guarded by stream.mu)
 }
 
 // answer is what a call gets: the server's response (possibly a
@@ -369,6 +370,10 @@ func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
 		return
 	}
 	a := answer{resp: resp, sentAt: cl.sentAt}
+	if cl.then != nil {
+		cl.then(a)
+		return
+	}
 	if g := resp.GetAcquire().GetLease(); g != nil && cl.acquire {
 		if abandoned {
 			st.c.releaseOrphan(g.GetPool(), g.GetId())
@@ -389,7 +394,10 @@ func (st *stream) fail(err error) {
 	st.pending, st.err = nil, err
 	st.mu.Unlock()
 	for _, cl := range pending {
-		if !cl.abandoned {
+		switch {
+		case cl.then != nil:
+			cl.then(answer{err: err})
+		case !cl.abandoned:
 			cl.ch <- answer{err: err}
 		}
 	}
@@ -452,6 +460,27 @@ func (st *stream) do(ctx context.Context, req *tollgatev1.SessionRequest, o op) 
 		st.reset(errors.New("a renew was not answered before its lease's local deadline"))
 	}
 	return answer{}, ctx.Err()
+}
+
+// post sends req without waiting for its answer: then gets it, on the
+// stream's reader (or when the stream breaks first, or at once when it is
+// broken already), and must not block.
+func (st *stream) post(req *tollgatev1.SessionRequest, then func(answer)) {
+	id := st.c.nextID.Add(1)
+	req.RequestId = id
+	st.mu.Lock()
+	if st.pending == nil {
+		err := st.err
+		st.mu.Unlock()
+		then(answer{err: err})
+		return
+	}
+	st.pending[id] = &call{then: then, sentAt: time.Now()}
+	st.mu.Unlock()
+	if err := st.send(req); err != nil {
+		// The stream is broken; the reader notices and answers the call.
+		st.reset(err)
+	}
 }
 
 // releaseOrphan releases, in the background, a lease granted to an acquire

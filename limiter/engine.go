@@ -435,14 +435,80 @@ func (e *Engine) RaiseTokenFloor(floor uint64) {
 // ErrStorageFailed (the token or expiry reservation could not be written;
 // nothing was granted).
 func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
-	if err := checkAcquireRequest(&req); err != nil {
-		return Lease{}, err
-	}
-	p, w, l, err := e.grantOrEnqueue(&req)
+	l, w, err := e.StartAcquire(req)
 	if w == nil {
 		return l, err
 	}
+	return w.Await(ctx)
+}
+
+// StartAcquire is Acquire in two steps, so that a caller serving many
+// requests (a server's stream) needs no goroutine for the grants made at
+// once: it grants req at once or fails as Acquire does, returning a nil
+// wait, or else queues req and returns the wait, whose Await must then be
+// called exactly once (with a done context to give up) to learn the
+// outcome. The queued request keeps its place in the pool's queue, and
+// its WaitTimeout runs, from this call on.
+func (e *Engine) StartAcquire(req AcquireRequest) (Lease, *AcquireWait, error) {
+	if err := checkAcquireRequest(&req); err != nil {
+		return Lease{}, nil, err
+	}
+	p, w, l, err := e.grantOrEnqueue(&req)
+	if w == nil {
+		return l, nil, err
+	}
+	return Lease{}, &AcquireWait{p: p, w: w}, nil
+}
+
+// AcquireWait is an acquire queued by StartAcquire.
+type AcquireWait struct {
+	p *pool
+	w *waiter
+}
+
+// Await waits for the queued acquire as Acquire does, until it is granted
+// or fails or ctx is done, and returns its outcome.
+func (a *AcquireWait) Await(ctx context.Context) (Lease, error) {
+	p, w := a.p, a.w
+	p.mu.Lock()
+	w.ready = make(chan struct{}) // only Await needs it: a notified waiter is smaller
+	if w.done {
+		close(w.ready)
+	}
+	p.unlock()
 	return p.await(ctx, w)
+}
+
+// Notify is the other way to learn the outcome, with no goroutine waiting:
+// then is called once with it, when the acquire is granted or fails (at
+// once if it has already). It is called with the pool locked, or on
+// Notify's caller, so it must neither block nor call the engine. Use
+// either Await or Notify, once. StopWaits does not end a notified wait:
+// its owner ends it with Cancel.
+func (a *AcquireWait) Notify(then func(Lease, error)) {
+	p, w := a.p, a.w
+	p.mu.Lock()
+	if !w.done {
+		w.then = then
+		p.unlock()
+		return
+	}
+	l, err := w.lease, w.err
+	p.unlock()
+	then(l, err)
+}
+
+// Cancel gives up a notified wait, as the end of Acquire's ctx with cause
+// (context.Canceled or context.DeadlineExceeded) would: then gets the
+// error. A wait already granted or failed is left as it ended.
+func (a *AcquireWait) Cancel(cause error) {
+	p, w := a.p, a.w
+	p.mu.Lock()
+	defer p.unlock()
+	if !w.done {
+		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, &w.req))
+		p.dispatchLocked(p.e.clock.Now()) // w may have been the head
+	}
 }
 
 // grantOrEnqueue grants req at once when it can and no waiter of the same
@@ -471,7 +537,7 @@ func (e *Engine) grantOrEnqueue(req *AcquireRequest) (*pool, *waiter, Lease, err
 		p.stats.Rejected++
 		return nil, nil, Lease{}, err
 	}
-	w := &waiter{req: *req, seq: p.seq, ready: make(chan struct{}), index: -1, enqueued: now}
+	w := &waiter{req: *req, seq: p.seq, index: -1, enqueued: now}
 	p.seq++
 	p.waiters.push(w)
 	p.waitingWeight += req.Weight

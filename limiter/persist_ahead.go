@@ -94,6 +94,16 @@ func (p *pool) preReserveLocked(now, expiry time.Time) {
 	if !lowTokens && !lowHorizon && !lowHeld {
 		return
 	}
+	p.startWriteAheadLocked(now, lowTokens, lowHeld)
+}
+
+// startWriteAheadLocked starts preReserveLocked's background write: apart,
+// so that the hot path that writes nothing has a small stack frame (the
+// pool's saved form is large).
+//
+//go:noinline
+func (p *pool) startWriteAheadLocked(now time.Time, lowTokens, lowHeld bool) {
+	st := p.dur.state
 	next := st
 	block := p.dur.tokenBlock
 	if lowTokens { // the block grows and shrinks as in writeReservationLocked

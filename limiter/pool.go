@@ -284,7 +284,12 @@ func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
 		w.timer.Stop()
 	}
 	w.lease, w.err = l, err
-	close(w.ready)
+	if w.ready != nil {
+		close(w.ready)
+	}
+	if w.then != nil {
+		w.then(l, err)
+	}
 }
 
 // failWaitersLocked ends the wait of every waiter for which fail returns

@@ -59,10 +59,19 @@ func (p *pool) flushEnded() {
 	p.unlock()
 	defer p.e.bg.Done()
 	w := &p.dur.w
+	wrote := false
 	for {
 		p.mu.Lock()
 		if !p.dur.endedDirty || p.deleted {
 			p.dur.flushing = false
+			p.unlock()
+			return
+		}
+		if wait := endedFlushDelay - p.e.clock.Now().Sub(p.dur.endedFlushed); wrote && wait > 0 {
+			// Leases ended during the write: they go in the next batch, one
+			// delay after it, not in a write right behind it (which, in a
+			// busy pool, would write back to back).
+			p.e.clock.AfterFunc(wait, p.flushEnded)
 			p.unlock()
 			return
 		}
@@ -84,6 +93,7 @@ func (p *pool) flushEnded() {
 		if !stale {
 			err = p.e.persister.SavePool(saved)
 			w.writes.Add(1)
+			wrote = true
 		}
 		w.mu.Unlock()
 		if stale || err != nil {

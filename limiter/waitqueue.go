@@ -7,8 +7,9 @@ import "time"
 // the wait ends) lease and err no longer change and may be read freely.
 type waiter struct {
 	req   AcquireRequest
-	seq   uint64 // arrival order, for FIFO within a priority
-	ready chan struct{}
+	seq   uint64             // arrival order, for FIFO within a priority
+	ready chan struct{}      // closed when done; made by Await (nil for a notified wait)
+	then  func(Lease, error) // AcquireWait.Notify's, if any
 	lease Lease
 	err   error
 	done  bool

@@ -21,31 +21,84 @@ import (
 // it. An unauthenticated caller chooses its client_id, so while it waits
 // its acquire counts against its connection as well, like a take.
 func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
+	lease, wait, err := s.startAcquireCounted(ctx, ar)
+	if wait != nil {
+		return wait.Await(ctx)
+	}
+	return lease, err
+}
+
+// startAcquireCounted is acquireCounted without the wait: it returns the
+// outcome of an acquire that needs no wait, or else the wait, whose outcome
+// Await or Notify must then learn, once. ctx only names the caller.
+func (s *Server) startAcquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, *countedWait, error) {
 	id := s.auth().Identify(ctx)
 	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
 	if err := s.quotas.BeginAcquire(key); err != nil {
-		return limiter.Lease{}, err
+		return limiter.Lease{}, nil, err
 	}
 	if connKey != key {
 		if err := s.quotas.BeginAcquire(connKey); err != nil {
 			s.quotas.EndAcquire(key, nil)
-			return limiter.Lease{}, err
+			return limiter.Lease{}, nil, err
 		}
-		defer s.quotas.EndAcquire(connKey, nil)
 	}
 	if err := s.quotas.BeginWait(); err != nil {
 		s.quotas.EndAcquire(key, nil)
-		return limiter.Lease{}, err
+		if connKey != key {
+			s.quotas.EndAcquire(connKey, nil)
+		}
+		return limiter.Lease{}, nil, err
 	}
-	start := s.Engine().Clock().Now()
-	lease, err := s.Engine().Acquire(ctx, ar)
+	c := countedAcquire{s: s, key: key, connKey: connKey, start: s.Engine().Clock().Now()}
+	lease, w, err := s.Engine().StartAcquire(ar)
+	if w == nil {
+		lease, err = c.finish(lease, err)
+		return lease, nil, err
+	}
+	return limiter.Lease{}, &countedWait{c: c, w: w}, nil
+}
+
+// countedWait is an acquire of startAcquireCounted that waits.
+type countedWait struct {
+	c countedAcquire
+	w *limiter.AcquireWait
+}
+
+// Await waits for the outcome as AcquireWait.Await does.
+func (cw *countedWait) Await(ctx context.Context) (limiter.Lease, error) {
+	return cw.c.finish(cw.w.Await(ctx))
+}
+
+// Notify has then called with the outcome as AcquireWait.Notify does
+// (with the pool locked: then must neither block nor call the engine).
+func (cw *countedWait) Notify(then func(limiter.Lease, error)) {
+	cw.w.Notify(func(l limiter.Lease, err error) { then(cw.c.finish(l, err)) })
+}
+
+// Cancel gives up a notified wait as AcquireWait.Cancel does.
+func (cw *countedWait) Cancel(cause error) { cw.w.Cancel(cause) }
+
+// countedAcquire is an acquire that startAcquireCounted counted.
+type countedAcquire struct {
+	s            *Server
+	key, connKey string
+	start        time.Time
+}
+
+// finish ends the counts of the acquire's progress, given its outcome.
+func (c countedAcquire) finish(lease limiter.Lease, err error) (limiter.Lease, error) {
+	s := c.s
 	s.quotas.EndWait()
+	if c.connKey != c.key {
+		s.quotas.EndAcquire(c.connKey, nil)
+	}
 	if err != nil {
-		s.quotas.EndAcquire(key, nil)
+		s.quotas.EndAcquire(c.key, nil)
 		return limiter.Lease{}, err
 	}
-	s.quotas.EndAcquire(key, &lease)
-	s.metrics.Waits.Observe(lease.Pool, lease.AcquireTime.Sub(start))
+	s.quotas.EndAcquire(c.key, &lease)
+	s.metrics.Waits.Observe(lease.Pool, lease.AcquireTime.Sub(c.start))
 	return lease, nil
 }
 

@@ -56,11 +56,14 @@ func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer)
 
 // session is one Session stream. The handler goroutine is the only one that
 // calls stream.Send (writeLoop); a reader goroutine receives and dispatches
-// requests; every acquire and take runs in its own worker goroutine with a
-// context derived from the stream's, which a CancelRequest or the end of
-// the stream cancels, and ends once its answer is queued: queuing never
-// blocks (send), the queue being bounded by MaxSessionUnread. Release,
-// renew and hello are answered inline by the reader. The session is the
+// requests. An acquire granted (or refused) at once is answered inline by
+// the reader; one that waits is a record in its pool's queue, answered by
+// the engine's callback (queueWait); a traced acquire and every take run
+// in a worker goroutine with a context derived from the stream's, which a
+// CancelRequest or the end of the stream cancels, and end once their
+// answer is queued: queuing never blocks (send), the queue being bounded
+// by MaxSessionUnread. Release, renew and hello are answered inline by the
+// reader. The session is the
 // Owner of the leases acquired or renewed on it, so the engine's
 // OnLeaseEnded reaches pushEvent.
 type session struct {
@@ -104,13 +107,25 @@ type session struct {
 	helloID      string // clientID as hello set it, for other goroutines
 }
 
-// pendingReq is an acquire or take in a worker.
+// pendingReq is an acquire or take in a worker (cancel), or an acquire
+// waiting in its pool's queue (wait).
 type pendingReq struct {
 	cancel context.CancelFunc
+	wait   *countedWait
+}
+
+// stop gives the request up.
+func (p *pendingReq) stop() {
+	if p.wait != nil {
+		p.wait.Cancel(context.Canceled)
+		return
+	}
+	p.cancel()
 }
 
 func newSession(srv *Server, stream tollgatev1.LimiterService_SessionServer) *session {
-	ctx, cancel := context.WithCancelCause(stream.Context())
+	// The stream's requests all come from one caller: identify it once.
+	ctx, cancel := context.WithCancelCause(srv.auth().WithIdentity(stream.Context()))
 	return &session{
 		srv:      srv,
 		stream:   stream,
@@ -205,11 +220,20 @@ func (s *session) close(err error) {
 	s.mu.Lock()
 	s.closed = true
 	s.events = nil
+	var waits []*pendingReq
+	for _, p := range s.pending {
+		if p.wait != nil {
+			waits = append(waits, p)
+		}
+	}
 	s.mu.Unlock()
 	if err == nil {
 		err = errSessionEnded
 	}
 	s.cancel(err)
+	for _, p := range waits {
+		p.stop()
+	}
 	s.workers.Wait()
 	s.mu.Lock()
 	answers := s.answers
@@ -361,7 +385,8 @@ func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Welcome{Welcome: &tollgatev1.Welcome{ClientId: s.clientID}}})
 }
 
-// startAcquire validates an acquire and waits for its grant in a worker.
+// startAcquire validates an acquire and answers it on the reader when it
+// needs no wait; only an acquire that waits (or is traced) gets a worker.
 func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	ar, err := apiconv.AcquireFromProto(r)
 	if err != nil {
@@ -372,26 +397,98 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 		ar.ClientID = s.clientID
 	}
 	ar.Owner = s
+	if s.srv.tracing != nil {
+		s.startWorker(id, "Session.acquire", func(ctx context.Context) (limiter.Lease, error) {
+			return s.srv.acquireTraced(ctx, ar, r.GetTraceContext())
+		}, ar.Pool)
+		return
+	}
+	if !s.mayStart(id) {
+		return
+	}
+	lease, wait, err := s.srv.startAcquireCounted(s.ctx, ar)
+	if wait != nil {
+		s.queueWait(id, wait, ar.Pool)
+		return
+	}
+	s.answerAcquire(id, lease, err, ar.Pool, false)
+}
+
+// startWorker runs a traced acquire in a worker goroutine.
+func (s *session) startWorker(id uint64, op string, acquire func(context.Context) (limiter.Lease, error), pool string) {
 	ctx, cancel, ok := s.register(id)
 	if !ok {
 		return
 	}
 	go func() {
 		defer s.workerDone()
-		defer s.recoverWorker(id, "Session.acquire")
-		lease, err := s.srv.acquireTraced(ctx, ar, r.GetTraceContext())
+		defer s.recoverWorker(id, op)
+		lease, err := acquire(ctx)
 		s.unregister(id, cancel)
-		if err != nil {
-			s.answerErr(id, err, errCtx{pool: ar.Pool})
-			return
-		}
-		// A grant that raced with a CancelRequest stands; one whose stream
-		// is gone is released by send's caller below or by close.
-		resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}}
-		if !s.send(resp) {
-			s.srv.releaseQuietly(lease, "session ended before the grant was sent")
-		}
+		s.answerAcquire(id, lease, err, pool, false)
 	}()
+}
+
+// queueWait keeps an acquire that waits in its pool's queue as a record,
+// with no goroutine: the engine calls back with the outcome, which is
+// answered then. A CancelRequest or the end of the session gives it up.
+func (s *session) queueWait(id uint64, wait *countedWait, pool string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		wait.Notify(func(lease limiter.Lease, err error) {
+			if err == nil { // granted meanwhile: the pool is locked, release apart
+				go s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+			}
+		})
+		wait.Cancel(context.Canceled)
+		return
+	}
+	s.pending[id] = &pendingReq{wait: wait}
+	s.inflight++
+	s.mu.Unlock()
+	wait.Notify(func(lease limiter.Lease, err error) {
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+		s.answerAcquire(id, lease, err, pool, true)
+		s.mu.Lock()
+		s.inflight--
+		s.maybeFinishLocked()
+		s.mu.Unlock()
+	})
+}
+
+// answerAcquire queues the answer to an acquire. A grant that raced with a
+// CancelRequest stands; one whose stream is gone is released here or by
+// close, apart when the pool is locked (as in a wait's callback).
+func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool string, locked bool) {
+	if err != nil {
+		s.answerErr(id, err, errCtx{pool: pool})
+		return
+	}
+	resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}}
+	if s.send(resp) {
+		return
+	}
+	if locked {
+		go s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+		return
+	}
+	s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+}
+
+// mayStart reports whether the session may take another acquire or take,
+// refusing it (with an answer) past MaxSessionPending; it returns false
+// without an answer once the session is closed.
+func (s *session) mayStart(id uint64) bool {
+	s.mu.Lock()
+	closed, full := s.closed, s.inflight >= MaxSessionPending
+	s.mu.Unlock()
+	if full && !closed {
+		s.refuseTooMany(id)
+	}
+	return !closed && !full
 }
 
 // startTake validates a take and runs it in a worker.
@@ -428,8 +525,7 @@ func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool
 	}
 	if s.inflight >= MaxSessionPending {
 		s.mu.Unlock()
-		s.answerErr(id, &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
-			Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxSessionPending)}, errCtx{})
+		s.refuseTooMany(id)
 		return nil, nil, false
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -438,6 +534,12 @@ func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool
 	s.workers.Add(1)
 	s.mu.Unlock()
 	return ctx, cancel, true
+}
+
+// refuseTooMany answers request id that it is one past MaxSessionPending.
+func (s *session) refuseTooMany(id uint64) {
+	s.answerErr(id, &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
+		Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxSessionPending)}, errCtx{})
 }
 
 // unregister frees a worker request's id once its outcome is known, before
@@ -481,7 +583,7 @@ func (s *session) cancelRequest(id uint64) {
 	p := s.pending[id]
 	s.mu.Unlock()
 	if p != nil {
-		p.cancel()
+		p.stop()
 	}
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,4 +362,61 @@ func TestSessionConcurrentCancelsLeakNothing(t *testing.T) {
 		t.Fatalf("granted %d, cancelled %d of %d; status %v", granted.Load(), cancelled.Load(), callers*rounds, st)
 	}
 	t.Logf("granted %d, cancelled %d", granted.Load(), cancelled.Load())
+}
+
+// Acquires that need no wait are granted by the stream's reader, one after
+// the other: their answers come in the order they were sent, with fencing
+// tokens in that order, while an acquire that waits does not hold them up.
+func TestSessionImmediateGrantsInOrder(t *testing.T) {
+	e := newEnv(t)
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1000})
+	e.createPool(&tollgatev1.Pool{Name: "one", ConcurrencyLimit: 1})
+	s := e.session()
+	s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "one"}))
+	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "one"})) // waits
+	const n = 500
+	for i := uint64(3); i < 3+n; i++ {
+		s.send(acquireReq(i, &tollgatev1.AcquireRequest{Pool: "db"}))
+	}
+	var last uint64
+	for i := uint64(3); i < 3+n; i++ {
+		a := s.next()
+		l := a.GetAcquire().GetLease()
+		if a.GetRequestId() != i || l == nil {
+			t.Fatalf("answer %d is %v; want the grant of request %d", i-3, a, i)
+		}
+		if l.GetFencingToken() <= last {
+			t.Fatalf("request %d got fencing token %d after %d", i, l.GetFencingToken(), last)
+		}
+		last = l.GetFencingToken()
+	}
+	if st := e.status("one"); st.GetWaiting() != 1 {
+		t.Fatalf("pool one: %v; want its second acquire waiting", st)
+	}
+}
+
+// An acquire that waits is a record in its pool's queue, not a goroutine:
+// a thousand of them add no goroutines to the server; a cancel and the
+// stream's end still give them up.
+func TestSessionWaitsHoldNoGoroutine(t *testing.T) {
+	e := newEnv(t)
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1, MaxWaiters: 2000})
+	s := e.session()
+	s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db"}))
+	before := runtime.NumGoroutine()
+	const n = 1000
+	for i := uint64(2); i < 2+n; i++ {
+		s.send(acquireReq(i, &tollgatev1.AcquireRequest{Pool: "db"}))
+	}
+	waitFor(t, "the acquires to wait", func() bool { return e.status("db").GetWaiting() == n })
+	if grew := runtime.NumGoroutine() - before; grew > n/10 {
+		t.Fatalf("%d waiting acquires added %d goroutines", n, grew)
+	}
+	s.send(cancelReq(2+n, 2))
+	wantSessionError(t, s.next(), codes.Canceled, limiter.ReasonCanceled)
+	s.cancel()
+	waitFor(t, "the waiters to go", func() bool { return e.status("db").GetWaiting() == 0 })
+	if st := e.status("db"); st.GetHeld() != 1 || st.GetCanceled() != n {
+		t.Fatalf("status = %v", st)
+	}
 }

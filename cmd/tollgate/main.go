@@ -13,6 +13,7 @@
 //	tollgate version                    the version and build of this binary
 //	tollgate healthcheck [--url U]      GET a server's /readyz (for container health checks)
 //	tollgate status                     each server of --server a,b,c: its role, the leader, its epoch
+//	tollgate bench [--peer redis]       pairs/s of Acquire + Release (bench.go), beside a Redis semaphore
 //
 // Every client command talks to --server (default 127.0.0.1:7070, or the
 // TOLLGATE_SERVER environment variable): one address, or a comma-separated
@@ -131,7 +132,7 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 	}
 	root.Version = versionString()
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newServeCmd(), newVersionCmd(), newHealthcheckCmd())
+	root.AddCommand(newServeCmd(), newVersionCmd(), newHealthcheckCmd(), newBenchCmd())
 	for _, c := range []*cobra.Command{newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newRunCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g), newStatusCmd(g)} {
 		g.register(c.PersistentFlags(), server)
 		root.AddCommand(c)

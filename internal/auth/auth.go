@@ -86,10 +86,25 @@ func New(c *Config) *Authorizer {
 	return a
 }
 
-// Identify returns the caller's identity.
+// Identify returns the caller's identity: the one WithIdentity stored in
+// ctx, if any, else the one ctx's call proves.
 func (a *Authorizer) Identify(ctx context.Context) Identity {
+	if id, ok := ctx.Value(identityKey{}).(*Identity); ok {
+		return *id
+	}
 	return identityOf(ctx, a.token)
 }
+
+// WithIdentity returns ctx carrying the identity its call proves, worked
+// out once, for a stream whose many requests all come from that caller
+// (its peer and credentials do not change while it lasts).
+func (a *Authorizer) WithIdentity(ctx context.Context) context.Context {
+	id := identityOf(ctx, a.token)
+	return context.WithValue(ctx, identityKey{}, &id)
+}
+
+// identityKey is the context key of WithIdentity's identity.
+type identityKey struct{}
 
 // HasPolicy reports whether a policy restricts which pools callers use.
 func (a *Authorizer) HasPolicy() bool { return a.policy != nil }

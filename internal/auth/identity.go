@@ -33,6 +33,8 @@ type Identity struct {
 	// conn is the peer's address with its port, which names its
 	// connection: the key of limits on callers without names.
 	conn string
+	// connKey is ClientKey for a caller without names or client id.
+	connKey string
 }
 
 // Principal names the caller for logs and limits: its first certificate
@@ -59,10 +61,7 @@ func (id Identity) ClientKey(declaredID string) string {
 	if declaredID != "" {
 		return "client:" + declaredID
 	}
-	if id.conn != "" {
-		return "conn:" + id.conn
-	}
-	return "addr:" + id.Addr
+	return id.connKey
 }
 
 // DescribeKey turns a ClientKey back into words for messages.
@@ -110,6 +109,10 @@ func identityOf(ctx context.Context, token *[sha256.Size]byte) Identity {
 	if tok, ok := bearerToken(ctx); ok {
 		id.token = true
 		id.tokenOK = token != nil && tokenMatches(tok, token)
+	}
+	id.connKey = "addr:" + id.Addr
+	if id.conn != "" {
+		id.connKey = "conn:" + id.conn
 	}
 	return id
 }

@@ -98,3 +98,20 @@ func BenchmarkSavePool(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEncodeEnded encodes a pool record carrying as many ended leases
+// as a busy pool keeps (limiter's maxEnded, 16,384): the CPU of each of its
+// background writes.
+func BenchmarkEncodeEnded(b *testing.B) {
+	sp := limiter.SavedPool{Config: limiter.PoolConfig{Name: "busy", ConcurrencyLimit: 100}}
+	at := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	for i := range 1 << 14 {
+		sp.State.Ended = append(sp.State.Ended, limiter.EndedLease{Token: uint64(i + 1), Expiry: at.Add(time.Duration(i) * time.Millisecond)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := encode(sp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

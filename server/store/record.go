@@ -49,8 +49,16 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 	if sp.State.HeldBound >= 0 { // unset: unknown
 		r.State.HeldBound = proto.Int64(sp.State.HeldBound)
 	}
-	for _, e := range sp.State.Ended {
-		r.State.Ended = append(r.State.Ended, &storev1.EndedLease{Token: e.Token, Expiry: timestamppb.New(e.Expiry), Revoked: e.Revoked})
+	// A busy pool writes thousands of ended leases, often: allocate their
+	// messages in two blocks rather than two each.
+	ended := make([]storev1.EndedLease, len(sp.State.Ended))
+	expiries := make([]timestamppb.Timestamp, len(sp.State.Ended))
+	r.State.Ended = make([]*storev1.EndedLease, len(sp.State.Ended))
+	for i, e := range sp.State.Ended {
+		ts, en := &expiries[i], &ended[i]
+		ts.Seconds, ts.Nanos = e.Expiry.Unix(), int32(e.Expiry.Nanosecond())
+		en.Token, en.Expiry, en.Revoked = e.Token, ts, e.Revoked
+		r.State.Ended[i] = en
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
 	if err != nil {
