@@ -29,8 +29,11 @@ func ExampleClient_NewSemaphore() {
 	if err := sem.Acquire(ctx, 1); err != nil { // like x/sync/semaphore
 		log.Fatal(err)
 	}
-	query(ctx)
+	err = query(ctx)
 	sem.Release(1)
+	if err != nil {
+		log.Print(err)
+	}
 
 	g := c.NewGroup(ctx, "orders-db", client.WithSemaphore(sem))
 	for range 100 {

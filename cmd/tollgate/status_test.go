@@ -74,7 +74,9 @@ func clusterServer(t *testing.T, lis net.Listener, view server.ClusterView) {
 	go func() { done <- srv.Serve(ctx, lis) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("serving %s: %v", view.Self, err)
+		}
 	})
 }
 
