@@ -160,7 +160,11 @@ func (e *Engine) Close() {
 // that the next start restores it with no recovery window. A server calls
 // it when it shuts down gracefully; a crash never does. For the other
 // pools it writes the leases released or revoked that the background has
-// not written yet. It does nothing before Close, or without a Persister.
+// not written yet, and lowers the held-weight bound to the weight held:
+// nothing is granted after Close, so no lease can hold more, and the next
+// start grants at once what fits beside it. A failed write leaves the
+// bound written ahead, higher, which is merely more cautious. It does
+// nothing before Close, or without a Persister.
 func (e *Engine) RecordCleanStop() {
 	if !e.closed.Load() {
 		return

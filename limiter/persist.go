@@ -275,11 +275,11 @@ func (p *pool) heldWithinLocked(weight int64) bool {
 // grant), capped at the limit; it only grows while leases covered by the
 // last write may be live (the horizon is ahead), like TTLBound.
 func (p *pool) heldBoundLocked(st DurableState, now time.Time, weight int64) int64 {
-	limit := p.cfg.ConcurrencyLimit
-	if limit == 0 || p.res != nil || p.rec.unboundedHeld() {
+	held, limit := p.exactHeldLocked(), p.cfg.ConcurrencyLimit
+	if held < 0 {
 		return -1
 	}
-	need := p.held + weight + p.rec.unknownHeld()
+	need := held + weight
 	b := max(need, min(need+max(1, limit/8), limit))
 	if st.HeldBound >= 0 && st.LeaseHorizon.After(now) {
 		b = max(b, st.HeldBound)
@@ -338,16 +338,21 @@ func (p *pool) writeReservationLocked(now, expiry time.Time, weight int64) error
 // merely more cautious.
 //
 // A pool that holds something gets the leases released or revoked and not
-// written yet written now.
+// written yet written now, and its held-weight bound lowered to the weight
+// held (exactHeldLocked), so that the next start grants at once beside it.
 func (p *pool) recordCleanStopLocked() {
 	if p.e.persister == nil || p.deleted {
 		return
 	}
 	st := p.dur.state
 	if len(p.leases) > 0 || p.held > 0 || p.recoveringLocked() || len(p.shr.byID) > 0 || !p.shr.rec.until.IsZero() {
-		if p.dur.endedDirty {
+		exact := p.exactHeldLocked()
+		if p.dur.endedDirty || (exact >= 0 && exact != st.HeldBound) {
 			st.Ended = liveEnded(st.Ended, p.e.clock.Now())
-			_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the released leases of pool "+quote(p.name))
+			if exact >= 0 {
+				st.HeldBound = exact
+			}
+			_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the released leases and the held weight of pool "+quote(p.name))
 		}
 		return
 	}
@@ -362,6 +367,20 @@ func (p *pool) recordCleanStopLocked() {
 	}
 	st.ReadoptFloor = max(st.ReadoptFloor, p.lastToken)
 	_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the clean stop of pool "+quote(p.name))
+}
+
+// exactHeldLocked is the weight the pool's live leases may hold now: the
+// weight held, and what leases from before a restart not re-adopted yet
+// may hold (-1 where no HeldBound is kept). Once the engine is closed
+// nothing is granted or re-adopted any more, held can only fall, and it
+// is an exact HeldBound for the final write of a clean stop. Before, the
+// written bound must stay ahead of it (and only rise), so that a grant
+// that fits under the bound writes nothing.
+func (p *pool) exactHeldLocked() int64 {
+	if p.cfg.ConcurrencyLimit == 0 || p.res != nil || p.rec.unboundedHeld() {
+		return -1
+	}
+	return p.held + p.rec.unknownHeld()
 }
 
 // storageErr turns a Persister's error into ErrStorageFailed, saying what

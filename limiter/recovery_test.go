@@ -488,6 +488,80 @@ func TestCleanStopNeedsNoWindow(t *testing.T) {
 	}
 }
 
+// TestCleanStopWritesExactHeldBound: the final write of a clean stop
+// lowers a pool's held-weight bound to the weight its leases hold, and no
+// other write ever lowers it; the next start grants at once beside them,
+// re-adopted or not, gets a re-adopted lease's weight back when it is
+// released, and the rest once the window ends. When the final write fails,
+// the next start keeps the higher bound written ahead.
+func TestCleanStopWritesExactHeldBound(t *testing.T) {
+	for _, finalFails := range []bool{false, true} {
+		m := newMemPersister()
+		final, lowered := false, 0
+		m.setFail(func(old, sp SavedPool, deleting bool) error {
+			if final && finalFails {
+				return errors.New("fenced")
+			}
+			if !deleting && old.State.HeldBound >= 0 && sp.State.HeldBound < old.State.HeldBound {
+				if !final {
+					t.Errorf("held bound lowered from %d to %d outside the final write", old.State.HeldBound, sp.State.HeldBound)
+				}
+				lowered++
+			}
+			return nil
+		})
+		te := newPersistentTestEngine(t, m)
+		te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 16, MaxLeaseTTL: 10 * time.Second})
+		a := te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 3, TTL: 4 * time.Second})
+		b := te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 5, TTL: 4 * time.Second})
+		te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 2, TTL: 4 * time.Second}) // its holder never renews
+		if _, err := te.Release("db", b.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+		sp, _ := m.saved("db")
+		ahead := sp.State.HeldBound
+		if ahead != 10 { // 8 held + 16/8, not lowered by the release
+			t.Fatalf("held bound %d before the stop, want 10", ahead)
+		}
+		te.Engine.Close()
+		final = true
+		te.RecordCleanStop()
+		final = false
+		want := int64(5) // 3 + 2 held
+		if finalFails {
+			want = ahead
+		}
+		if sp, _ := m.saved("db"); sp.State.HeldBound != want || (lowered == 1) == finalFails {
+			t.Fatalf("final write failing %v: saved held bound %d (lowered %d times), want %d", finalFails, sp.State.HeldBound, lowered, want)
+		}
+
+		te2 := te.restart(t, m, 100*time.Millisecond)
+		te2.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 16 - want, NoWait: true, TTL: 10 * time.Second})
+		_, err := te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
+		wantReason(t, err, ErrRecovering)
+		if finalFails {
+			continue
+		}
+		if _, err := te2.RenewOrReadopt("db", a.FencingToken, 10*time.Second, nil, readopt(3)); err != nil {
+			t.Fatalf("re-adopting beside the new grant: %v", err)
+		}
+		_, err = te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
+		wantReason(t, err, ErrRecovering) // 11 + 3 held, 2 may be
+		if _, err := te2.Release("db", a.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+		te2.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 3, NoWait: true, TTL: 10 * time.Second})
+		te2.clk.Advance(4*time.Second - time.Millisecond) // the silent holder's lease may still be live
+		_, err = te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
+		wantReason(t, err, ErrRecovering)
+		te2.clk.Advance(time.Millisecond) // restart + TTL bound: it is over
+		te2.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 2, NoWait: true})
+		if s := te2.status(t, "db"); s.Held != 16 || !s.RecoveringUntil.IsZero() {
+			t.Fatalf("after the window: %+v", s)
+		}
+	}
+}
+
 // TestWallClockStepNeverShortensTheWindow: the engine's clock stepping
 // forward by up to ClockStepTolerance just before a crash (the saved
 // horizon, in wall time, then looks that much earlier than the lease it

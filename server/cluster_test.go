@@ -200,14 +200,22 @@ func TestClusterTakeoverReadopts(t *testing.T) {
 }
 
 // SIGTERM on the leader (the end of Serve) hands off: final write, resign;
-// a follower leads well under a second later, and pools that held nothing
-// need no recovery window.
+// a follower leads well under a second later, pools that held nothing
+// need no recovery window, and a pool holding leases grants at once (on
+// the fake clock, which does not move: not after a TTL) all that the
+// weight held at the hand-off leaves, not only what the bound written
+// ahead does.
 func TestClusterGracefulHandOff(t *testing.T) {
 	fc := fakeclock.New(testStart)
-	ms := startCluster(t, etcdtest.Start(t), fc, 2, []limiter.PoolConfig{{Name: "idle", ConcurrencyLimit: 1}})
+	ms := startCluster(t, etcdtest.Start(t), fc, 2, []limiter.PoolConfig{{Name: "idle", ConcurrencyLimit: 1}, {Name: "busy", ConcurrencyLimit: 16}})
 	lead := leader(t, ms)
 	l := lead.acquire(&tollgatev1.AcquireRequest{Pool: "idle", Weight: i64(1)})
 	if _, err := lead.lim.Release(lead.ctx(), &tollgatev1.ReleaseRequest{Pool: "idle", LeaseId: l.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	held := lead.acquire(&tollgatev1.AcquireRequest{Pool: "busy", Weight: i64(3), ClientId: "holder"})
+	gone := lead.acquire(&tollgatev1.AcquireRequest{Pool: "busy", Weight: i64(5)}) // the bound written ahead: 8 + 16/8
+	if _, err := lead.lim.Release(lead.ctx(), &tollgatev1.ReleaseRequest{Pool: "busy", LeaseId: gone.GetId()}); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
@@ -225,6 +233,17 @@ func TestClusterGracefulHandOff(t *testing.T) {
 	l2 := next.acquire(&tollgatev1.AcquireRequest{Pool: "idle", Weight: i64(1), NoWait: true})
 	if l2.GetFencingToken() <= l.GetFencingToken() {
 		t.Fatalf("token %d after hand-off, not above %d", l2.GetFencingToken(), l.GetFencingToken())
+	}
+
+	next.acquire(&tollgatev1.AcquireRequest{Pool: "busy", Weight: i64(13), NoWait: true}) // 16 − the 3 held
+	_, err := next.lim.Acquire(next.ctx(), &tollgatev1.AcquireRequest{Pool: "busy", Weight: i64(1), NoWait: true})
+	wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
+	resp, err := next.lim.Renew(next.ctx(), &tollgatev1.RenewRequest{Pool: "busy", LeaseId: held.GetId(), Weight: i64(3), ClientId: "holder", ExpiryReceipt: held.GetExpiryReceipt()})
+	if err != nil || resp.GetLease().GetFencingToken() != held.GetFencingToken() {
+		t.Fatalf("renew of the lease held across the hand-off: %v, %v", resp, err)
+	}
+	if st := next.status("busy"); st.GetHeld() != 16 || st.GetReadopted() != 1 {
+		t.Fatalf("after the hand-off and the re-adoption: %v", st)
 	}
 }
 

@@ -505,8 +505,9 @@ func TestCleanStopNeedsNoWindow(t *testing.T) {
 }
 
 // After a restart on a data directory, a pool with headroom grants at once
-// what its leases from before the restart cannot hold (the held-weight
-// bound written ahead: 3 held + 16/8), and holds back the rest.
+// what its leases from before the restart cannot hold, and holds back the
+// rest: a graceful stop (as here) records the weight they held (3) as the
+// held-weight bound, in place of the bound written ahead (3 held + 16/8).
 func TestRestartGrantsBesideTheHeldBound(t *testing.T) {
 	d := newDurableEnv(t)
 	d.start([]limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 16, MaxLeaseTTL: time.Minute}})
@@ -514,7 +515,7 @@ func TestRestartGrantsBesideTheHeldBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.restart(time.Second, nil)
-	if _, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(11), NoWait: true}); err != nil {
+	if _, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(13), NoWait: true}); err != nil {
 		t.Fatalf("grant beside the old leases' bound: %v", err)
 	}
 	_, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true})

@@ -172,16 +172,85 @@ func TestHAEtcdRestart(t *testing.T) {
 }
 
 // TestHAGracefulHandoff sends SIGTERM to the leader: it hands off and
-// exits by itself.
+// exits by itself. A probe holds 3 of a pool of 16 across the hand-off
+// (and never renews), then asks the other servers, from the SIGTERM on,
+// for the other 13 without waiting: the new leader must grant them at
+// once (the weight held at the hand-off is written as the pool's
+// held-weight bound, not the bound written ahead), and the time is logged.
 func TestHAGracefulHandoff(t *testing.T) {
 	haScenario(t, "graceful hand-off (SIGTERM to the leader)", embedded, func(c *hatest.Cluster, leader *hatest.Server) outcome {
+		probe := newProbe(t, c, leader)
 		at := time.Now()
+		granted := make(chan time.Duration, 1)
+		go func() { granted <- probe.grant(at) }()
 		if !leader.Terminate(10 * time.Second) {
 			t.Errorf("the leader did not exit within 10s of SIGTERM")
 		}
 		seen := newLeader(t, c, at, leader)
+		if d := <-granted; d < 0 {
+			t.Errorf("no server granted the probe 13 of 16 beside the 3 held across the hand-off within %v", probeFor)
+		} else {
+			t.Logf("probe: SIGTERM → 13 of 16 granted by the new leader beside 3 held across the hand-off: %v", d.Round(time.Millisecond))
+		}
 		return outcome{at: at, faulted: leader, quiet: seen}
 	})
+}
+
+// probeFor is how long a probe tries: less than a recovery window (a lease
+// TTL), so that a grant that waited the window out fails the probe.
+const probeFor = leaseTTL / 2
+
+// probe is a pool of 16, "probe", with 3 held on the leader, and clients
+// of the other servers.
+type probe struct {
+	rest []tollgatev1.LimiterServiceClient
+}
+
+func newProbe(t *testing.T, c *hatest.Cluster, leader *hatest.Server) *probe {
+	t.Helper()
+	conn := func(addr string) *grpc.ClientConn {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lc := conn(leader.Addr)
+	pool := &tollgatev1.Pool{Name: "probe", ConcurrencyLimit: 16, DefaultLeaseTtl: durationpb.New(leaseTTL), MaxLeaseTtl: durationpb.New(maxTTL)}
+	if _, err := tollgatev1.NewAdminServiceClient(lc).CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: pool}); err != nil {
+		t.Fatal(err)
+	}
+	w := int64(3)
+	if _, err := tollgatev1.NewLimiterServiceClient(lc).Acquire(ctx, &tollgatev1.AcquireRequest{Pool: "probe", Weight: &w, ClientId: "probe"}); err != nil {
+		t.Fatal(err)
+	}
+	p := &probe{}
+	for _, s := range c.Servers {
+		if s != leader {
+			p.rest = append(p.rest, tollgatev1.NewLimiterServiceClient(conn(s.Addr)))
+		}
+	}
+	return p
+}
+
+// grant asks the other servers in turn for 13 without waiting, until one
+// grants them or probeFor has passed since at. It returns the time from at
+// to the grant, or -1.
+func (p *probe) grant(at time.Time) time.Duration {
+	w := int64(13)
+	for i := 0; time.Since(at) < probeFor; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, err := p.rest[i%len(p.rest)].Acquire(ctx, &tollgatev1.AcquireRequest{Pool: "probe", Weight: &w, ClientId: "probe", NoWait: true})
+		cancel()
+		if err == nil {
+			return time.Since(at)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return -1
 }
 
 // mustNotGrant asks the server at addr, directly, for a lease on headroom
