@@ -118,6 +118,9 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 		if r.Weight > p.cfg.ConcurrencyLimit || (queued && head.req.Priority >= l.Priority) || !p.admitLocked(r.Weight-l.Weight, now) {
 			return Lease{}, errorf(ErrNoCapacity, "lease %d of pool %q cannot grow from %d to %d now (%s)", r.Token, p.name, l.Weight, r.Weight, p.busyLocked(now))
 		}
+		if err := p.reserveLocked(now, l.ExpireTime, r.Weight-l.Weight); err != nil { // within the written held bound, as a grant
+			return Lease{}, err
+		}
 	}
 	if r.Owner != nil {
 		l.owner = r.Owner
@@ -194,7 +197,8 @@ func (p *pool) rebalanceConcSharesLocked(now time.Time) {
 	for _, tok := range tokens {
 		cs, l := p.csh.byToken[tok], p.leases[tok]
 		cs.fair.target = max(cs.fair.target, 1)
-		if grow := min(cs.fair.target-l.Weight, p.ad.limit-p.held); grow > 0 && len(p.waiters) == 0 && p.admitLocked(grow, now) {
+		if grow := min(cs.fair.target-l.Weight, p.ad.limit-p.held); grow > 0 && len(p.waiters) == 0 && p.admitLocked(grow, now) &&
+			p.reserveLocked(now, l.ExpireTime, grow) == nil { // a share that cannot write its bound grows later
 			p.setWeightLocked(l, l.Weight+grow)
 		}
 		if cur := [2]int64{l.Weight, cs.fair.target}; cur != cs.pushed {

@@ -297,6 +297,14 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			holders = nil
 			cfg.MaxLeaseTTL, cfg.DefaultLeaseTTL = maxTTL, maxTTL/2
 			te.mustCreate(t, cfg)
+		case op < 75 && kind == ResourceFree:
+			what = "resize" // a concurrency share growing and shrinking: it must stay within the written bound
+			if hs := valid(); len(hs) > 0 {
+				h := hs[rng.IntN(len(hs))]
+				if l, err := te.ResizeLease(LeaseResize{Pool: "db", Token: h.token, Weight: 1 + rng.Int64N(6)}); err == nil {
+					h.weight = l.Weight
+				}
+			}
 		case op < 93 && kind == ResourcePassive && provider == nil && rng.IntN(4) == 0:
 			what = "provider returns"
 			register()

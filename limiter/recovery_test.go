@@ -582,3 +582,29 @@ func TestWallClockStepNeverShortensTheWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestShareGrowthWithinHeldBound: a concurrency share that grows, by its
+// holder's resize or by the fair split, never holds more than the
+// written bound: a successor after a crash counts on it.
+func TestShareGrowthWithinHeldBound(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 64, MaxLeaseTTL: 10 * time.Second})
+	check := func(what string) {
+		t.Helper()
+		held := te.status(t, "db").Held
+		if sp, _ := m.saved("db"); sp.State.HeldBound < held {
+			t.Fatalf("%s: held %d above the written bound %d", what, held, sp.State.HeldBound)
+		}
+	}
+	a := te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 1, TTL: 10 * time.Second})
+	if _, err := te.ResizeLease(LeaseResize{Pool: "db", Token: a.FencingToken, Weight: 40}); err != nil {
+		t.Fatal(err)
+	}
+	check("grown by its holder to 40")
+	b := te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 1, TTL: 10 * time.Second})
+	if l, err := te.ResizeLease(LeaseResize{Pool: "db", Token: b.FencingToken, Want: 64}); err != nil || l.Weight != 24 {
+		t.Fatalf("a share wanting 64 beside 40 held: %+v, %v; want it grown to 24", l, err)
+	}
+	check("grown by the fair split to 24")
+}
