@@ -115,7 +115,7 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	}
 	if r.Weight > l.Weight {
 		head, queued := p.waiters.top()
-		if r.Weight > p.cfg.ConcurrencyLimit || (queued && head.req.Priority >= l.Priority) || !p.admitLocked(r.Weight-l.Weight, now) {
+		if r.Weight > p.cfg.ConcurrencyLimit || (queued && head.g.priority >= l.Priority) || !p.admitLocked(r.Weight-l.Weight, now) {
 			return Lease{}, errorf(ErrNoCapacity, "lease %d of pool %q cannot grow from %d to %d now (%s)", r.Token, p.name, l.Weight, r.Weight, p.busyLocked(now))
 		}
 		if err := p.reserveLocked(now, l.ExpireTime, r.Weight-l.Weight); err != nil { // within the written held bound, as a grant

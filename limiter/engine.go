@@ -351,8 +351,8 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallO
 	p.enforceLimitByLocked(now, actor) // RevocationRevoke
 	p.applyRateLocked(now)
 	p.failWaitersLocked(func(w *waiter) error {
-		if err := p.checkWeightLocked(w.req.Weight); err != nil {
-			return errorf(ErrLimitBelowWeight, "pool %q was changed while this acquire waited and can no longer grant weight %d: %v", p.name, w.req.Weight, err)
+		if err := p.checkWeightLocked(w.g.weight); err != nil {
+			return errorf(ErrLimitBelowWeight, "pool %q was changed while this acquire waited and can no longer grant weight %d: %v", p.name, w.g.weight, err)
 		}
 		return nil
 	})
@@ -457,27 +457,26 @@ func (e *Engine) StartAcquire(req AcquireRequest) (Lease, *AcquireWait, error) {
 	if err := checkAcquireRequest(&req); err != nil {
 		return Lease{}, nil, err
 	}
-	p, w, l, err := e.grantOrEnqueue(&req)
-	if w == nil {
-		return l, nil, err
-	}
-	return Lease{}, &AcquireWait{p: p, w: w}, nil
+	return e.grantOrEnqueue(&req)
 }
 
-// AcquireWait is an acquire queued by StartAcquire.
+// AcquireWait is an acquire queued by StartAcquire: its record in the
+// pool's queue.
 type AcquireWait struct {
-	p *pool
-	w *waiter
+	w waiter
 }
 
 // Await waits for the queued acquire as Acquire does, until it is granted
 // or fails or ctx is done, and returns its outcome.
 func (a *AcquireWait) Await(ctx context.Context) (Lease, error) {
-	p, w := a.p, a.w
+	w := &a.w
+	p := w.p
 	p.mu.Lock()
-	w.ready = make(chan struct{}) // only Await needs it: a notified waiter is smaller
-	if w.done {
-		close(w.ready)
+	if w.out == nil { // only Await needs the channel: a notified waiter is smaller
+		w.out = &waitOutcome{ready: make(chan struct{})}
+	} else {
+		w.out.ready = make(chan struct{})
+		close(w.out.ready) // ended already
 	}
 	p.unlock()
 	return p.await(ctx, w)
@@ -490,58 +489,64 @@ func (a *AcquireWait) Await(ctx context.Context) (Lease, error) {
 // either Await or Notify, once. StopWaits does not end a notified wait:
 // its owner ends it with Cancel.
 func (a *AcquireWait) Notify(then func(Lease, error)) {
-	p, w := a.p, a.w
+	w := &a.w
+	p := w.p
 	p.mu.Lock()
 	if !w.done {
 		w.then = then
 		p.unlock()
 		return
 	}
-	l, err := w.lease, w.err
+	out := w.out
 	p.unlock()
-	then(l, err)
+	if out == nil {
+		panic("limiter: AcquireWait.Notify called twice")
+	}
+	then(out.lease, out.err)
 }
 
 // Cancel gives up a notified wait, as the end of Acquire's ctx with cause
 // (context.Canceled or context.DeadlineExceeded) would: then gets the
 // error. A wait already granted or failed is left as it ended.
 func (a *AcquireWait) Cancel(cause error) {
-	p, w := a.p, a.w
+	w := &a.w
+	p := w.p
 	p.mu.Lock()
 	defer p.unlock()
 	if !w.done {
-		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, &w.req))
+		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, w.g.weight))
 		p.dispatchLocked(p.e.clock.Now()) // w may have been the head
 	}
 }
 
 // grantOrEnqueue grants req at once when it can and no waiter of the same
 // or higher priority is ahead of it, or else queues a waiter for it and
-// returns the pool and that waiter to await. With no waiter, it returns
-// the lease or the error.
-func (e *Engine) grantOrEnqueue(req *AcquireRequest) (*pool, *waiter, Lease, error) {
+// returns that wait. With no wait, it returns the lease or the error.
+func (e *Engine) grantOrEnqueue(req *AcquireRequest) (Lease, *AcquireWait, error) {
 	p, err := e.lockPool(req.Pool)
 	if err != nil {
-		return nil, nil, Lease{}, err
+		return Lease{}, nil, err
 	}
 	defer p.unlock()
 	if err := p.checkWeightLocked(req.Weight); err != nil {
-		return nil, nil, Lease{}, err
+		return Lease{}, nil, err
 	}
 	if req.TTL, err = p.resolveTTLLocked(req.TTL); err != nil {
-		return nil, nil, Lease{}, err
+		return Lease{}, nil, err
 	}
 	now := e.clock.Now()
 	head, queued := p.waiters.top()
-	if (!queued || req.Priority > head.req.Priority) && p.admitLocked(req.Weight, now) {
-		l, err := p.grantLocked(req, now, 0)
-		return nil, nil, l, err
+	if (!queued || req.Priority > head.g.priority) && p.admitLocked(req.Weight, now) {
+		g := grantOf(req)
+		l, err := p.grantLocked(&g, now, 0)
+		return l, nil, err
 	}
 	if err := p.refuseWaitLocked(req, now); err != nil {
 		p.stats.Rejected++
-		return nil, nil, Lease{}, err
+		return Lease{}, nil, err
 	}
-	w := &waiter{req: *req, seq: p.seq, index: -1, enqueued: now}
+	a := &AcquireWait{w: waiter{p: p, g: grantOf(req), seq: p.seq, index: -1, waitTimeout: req.WaitTimeout, enqueued: now}}
+	w := &a.w
 	p.seq++
 	p.waiters.push(w)
 	p.waitingWeight += req.Weight
@@ -550,7 +555,7 @@ func (e *Engine) grantOrEnqueue(req *AcquireRequest) (*pool, *waiter, Lease, err
 		w.timer = e.clock.AfterFunc(req.WaitTimeout, func() { p.timeOutWaiter(w) })
 	}
 	p.dispatchLocked(now) // a new head may be blocked by tokens only: arm the rate timer
-	return p, w, Lease{}, nil
+	return Lease{}, a, nil
 }
 
 // refuseWaitLocked returns why req may not wait for capacity, or nil if
@@ -573,16 +578,17 @@ func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
 // ends the wait if it has not ended; if it ended in a grant, it undoes the
 // grant: nobody will hold it.
 func (p *pool) await(ctx context.Context, w *waiter) (Lease, error) {
+	out := w.out
 	select {
-	case <-w.ready:
+	case <-out.ready:
 	case <-ctx.Done():
 	case <-p.e.stopping:
 	}
 	cause := ctx.Err()
 	if cause == nil {
 		select {
-		case <-w.ready: // granted (or ended), even if waits stopped meanwhile
-			return w.lease, w.err
+		case <-out.ready: // granted (or ended), even if waits stopped meanwhile
+			return out.lease, out.err
 		default:
 			cause = errWaitsStopped
 		}
@@ -591,19 +597,19 @@ func (p *pool) await(ctx context.Context, w *waiter) (Lease, error) {
 	defer p.unlock()
 	now := p.e.clock.Now()
 	if !w.done {
-		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, &w.req))
+		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, w.g.weight))
 		p.dispatchLocked(now) // w may have been the head
-		return Lease{}, w.err
+		return Lease{}, out.err
 	}
-	if w.err != nil {
-		return Lease{}, w.err
+	if out.err != nil {
+		return Lease{}, out.err
 	}
-	if l := p.leases[w.lease.FencingToken]; l != nil {
+	if l := p.leases[out.lease.FencingToken]; l != nil {
 		p.removeLeaseLocked(l)
 		p.stats.Granted--
 		p.dispatchLocked(now)
 	}
-	return Lease{}, p.abandonErrLocked(cause, &w.req)
+	return Lease{}, p.abandonErrLocked(cause, w.g.weight)
 }
 
 // checkAcquireRequest validates what can be checked without the pool.
@@ -624,16 +630,16 @@ func checkAcquireRequest(req *AcquireRequest) error {
 }
 
 // abandonErrLocked counts and explains a wait that its caller ended.
-func (p *pool) abandonErrLocked(cause error, req *AcquireRequest) error {
+func (p *pool) abandonErrLocked(cause error, weight int64) error {
 	if cause == errWaitsStopped {
 		return errShuttingDown()
 	}
 	if errors.Is(cause, context.DeadlineExceeded) {
 		p.stats.WaitTimeouts++
-		return errorf(ErrWaitTimeout, "the call's deadline passed while waiting for weight %d in pool %q (%s)", req.Weight, p.name, p.busyLocked(p.e.clock.Now()))
+		return errorf(ErrWaitTimeout, "the call's deadline passed while waiting for weight %d in pool %q (%s)", weight, p.name, p.busyLocked(p.e.clock.Now()))
 	}
 	p.stats.Canceled++
-	return errorf(ErrCanceled, "the acquire of weight %d in pool %q was cancelled while waiting", req.Weight, p.name)
+	return errorf(ErrCanceled, "the acquire of weight %d in pool %q was cancelled while waiting", weight, p.name)
 }
 
 // timeOutWaiter ends w's wait when its WaitTimeout passes.
@@ -645,7 +651,7 @@ func (p *pool) timeOutWaiter(w *waiter) {
 	}
 	now := p.e.clock.Now()
 	p.stats.WaitTimeouts++
-	p.finishWaiterLocked(w, Lease{}, errorf(ErrWaitTimeout, "waited %v (the wait timeout) for weight %d in pool %q without a grant (%s)", w.req.WaitTimeout, w.req.Weight, p.name, p.busyLocked(now)))
+	p.finishWaiterLocked(w, Lease{}, errorf(ErrWaitTimeout, "waited %v (the wait timeout) for weight %d in pool %q without a grant (%s)", w.waitTimeout, w.g.weight, p.name, p.busyLocked(now)))
 	p.dispatchLocked(now)
 }
 

@@ -69,8 +69,8 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 	}
 	var ww int64
 	for i, w := range p.waiters {
-		ww += w.req.Weight
-		if w.done || w.index != i {
+		ww += w.g.weight
+		if w.done || int(w.index) != i {
 			return fmt.Errorf("waiter %d: done=%v index=%d", i, w.done, w.index)
 		}
 		if i > 0 && w.before(p.waiters[(i-1)/2]) {
@@ -81,8 +81,8 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 		return fmt.Errorf("waiting weight %d, counted %d", p.waitingWeight, ww)
 	}
 	if head, ok := p.waiters.top(); ok && (p.cfg.ConcurrencyLimit > 0 || p.res != nil) && p.bucket == nil && !p.recoveryBlocksLocked() && !p.susp.on &&
-		(p.cfg.ConcurrencyLimit == 0 || p.held+head.req.Weight <= p.ad.limit) && (p.res == nil || int64(p.res.free.Len()) >= head.req.Weight) {
-		return fmt.Errorf("head waiter of weight %d fits (held %d, effective limit %d) but waits", head.req.Weight, p.held, p.ad.limit)
+		(p.cfg.ConcurrencyLimit == 0 || p.held+head.g.weight <= p.ad.limit) && (p.res == nil || int64(p.res.free.Len()) >= head.g.weight) {
+		return fmt.Errorf("head waiter of weight %d fits (held %d, effective limit %d) but waits", head.g.weight, p.held, p.ad.limit)
 	}
 	if err := p.checkResourcesLocked(); err != nil {
 		return err

@@ -206,9 +206,9 @@ func (p *pool) admitLocked(weight int64, now time.Time) bool {
 // wait times). It fails only when the token or expiry reservation cannot
 // be written; then nothing is granted, and the rate tokens admitLocked
 // took stay spent (erring on the side of granting less).
-func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Duration) (Lease, error) {
-	ttl := min(req.TTL, p.cfg.MaxLeaseTTL) // the maximum may have been lowered while req waited
-	if err := p.reserveLocked(now, now.Add(ttl), req.Weight); err != nil {
+func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration) (Lease, error) {
+	ttl := min(g.ttl, p.cfg.MaxLeaseTTL) // the maximum may have been lowered while g waited
+	if err := p.reserveLocked(now, now.Add(ttl), g.weight); err != nil {
 		p.stats.Rejected++
 		return Lease{}, err
 	}
@@ -217,22 +217,22 @@ func (p *pool) grantLocked(req *AcquireRequest, now time.Time, waited time.Durat
 		Lease: Lease{
 			Pool:         p.name,
 			FencingToken: p.lastToken,
-			Weight:       req.Weight,
-			Priority:     req.Priority,
-			ClientID:     req.ClientID,
-			Description:  req.Description,
+			Weight:       g.weight,
+			Priority:     g.priority,
+			ClientID:     g.clientID,
+			Description:  g.description,
 			TTL:          ttl,
 			AcquireTime:  now,
 			ExpireTime:   now.Add(ttl),
 		},
-		owner: req.Owner,
+		owner: g.owner,
 	}
 	if p.res != nil {
 		p.bindLocked(l)
 	}
 	p.leases[l.FencingToken] = l
 	p.expiry.push(l)
-	p.held += req.Weight
+	p.held += g.weight
 	p.stats.Granted++
 	p.waits.record(now, waited)
 	p.armExpiryTimerLocked(l.ExpireTime, now)
@@ -260,10 +260,10 @@ func (p *pool) removeLeaseLocked(l *lease) {
 func (p *pool) dispatchLocked(now time.Time) {
 	for {
 		w, ok := p.waiters.top()
-		if !ok || !p.admitLocked(w.req.Weight, now) {
+		if !ok || !p.admitLocked(w.g.weight, now) {
 			break
 		}
-		l, err := p.grantLocked(&w.req, now, now.Sub(w.enqueued)) // on error, w fails and the next head is tried
+		l, err := p.grantLocked(&w.g, now, now.Sub(w.enqueued)) // on error, w fails and the next head is tried
 		p.finishWaiterLocked(w, l, err)
 	}
 	p.rebalanceConcSharesLocked(now)
@@ -277,33 +277,40 @@ func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
 	w.done = true
 	if w.index >= 0 {
 		p.waiters.remove(w)
-		p.waitingWeight -= w.req.Weight
+		p.waitingWeight -= w.g.weight
 		p.marksLocked()
 	}
 	if w.timer != nil {
 		w.timer.Stop()
 	}
-	w.lease, w.err = l, err
-	if w.ready != nil {
-		close(w.ready)
-	}
 	if w.then != nil {
 		w.then(l, err)
+		return
+	}
+	if w.out == nil { // nobody listens yet: keep it for Await or Notify
+		w.out = &waitOutcome{}
+	}
+	w.out.lease, w.out.err = l, err
+	if w.out.ready != nil {
+		close(w.out.ready)
 	}
 }
 
 // failWaitersLocked ends the wait of every waiter for which fail returns
 // an error.
 func (p *pool) failWaitersLocked(fail func(*waiter) error) {
-	var failed []*waiter
+	type failure struct {
+		w   *waiter
+		err error
+	}
+	var failed []failure
 	for _, w := range p.waiters {
 		if err := fail(w); err != nil {
-			w.err = err
-			failed = append(failed, w)
+			failed = append(failed, failure{w, err})
 		}
 	}
-	for _, w := range failed {
-		p.finishWaiterLocked(w, Lease{}, w.err)
+	for _, f := range failed {
+		p.finishWaiterLocked(f.w, Lease{}, f.err)
 	}
 }
 

@@ -37,16 +37,16 @@ func (e *Engine) QueuePositions(pool, clientID string) ([]QueuedAcquire, int64, 
 	now := e.clock.Now()
 	var out []QueuedAcquire
 	for _, w := range p.waiters {
-		if w.req.ClientID != clientID {
+		if w.g.clientID != clientID {
 			continue
 		}
 		pos := int64(1)
 		for _, o := range p.waiters {
-			if o.req.Priority > w.req.Priority || (o.req.Priority == w.req.Priority && o.seq < w.seq) {
+			if o.g.priority > w.g.priority || (o.g.priority == w.g.priority && o.seq < w.seq) {
 				pos++
 			}
 		}
-		out = append(out, QueuedAcquire{Position: pos, Weight: w.req.Weight, Priority: w.req.Priority, Waited: now.Sub(w.enqueued)})
+		out = append(out, QueuedAcquire{Position: pos, Weight: w.g.weight, Priority: w.g.priority, Waited: now.Sub(w.enqueued)})
 	}
 	slices.SortFunc(out, func(a, b QueuedAcquire) int { return int(a.Position - b.Position) })
 	if len(out) > MaxQueuePositions {

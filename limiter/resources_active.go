@@ -120,8 +120,8 @@ func (p *pool) removeAndDispatchLocked(ins []*instance, wait bool, reason, actor
 		}
 	}
 	p.failWaitersLocked(func(w *waiter) error {
-		if err := p.checkWeightLocked(w.req.Weight); err != nil {
-			return errorf(ErrLimitBelowWeight, "pool %q lost instances while this acquire waited and can no longer grant weight %d: %v", p.name, w.req.Weight, err)
+		if err := p.checkWeightLocked(w.g.weight); err != nil {
+			return errorf(ErrLimitBelowWeight, "pool %q lost instances while this acquire waited and can no longer grant weight %d: %v", p.name, w.g.weight, err)
 		}
 		return nil
 	})

@@ -84,8 +84,13 @@ func TestAcquireWaitNotify(t *testing.T) {
 	if s := te.status(t, "db"); s.Held != 1 || s.Waiting != 0 || s.Canceled != 1 {
 		t.Fatalf("status %+v; want 1 held, none waiting, 1 cancelled", s)
 	}
+	_, ended, err := te.StartAcquire(AcquireRequest{Pool: "db", Weight: 1})
+	if err != nil || ended == nil {
+		t.Fatalf("StartAcquire: %v, %v; want a wait", ended, err)
+	}
+	ended.Cancel(context.Canceled)
 	late := make(chan outcome, 1)
-	cancelled.Notify(func(l Lease, err error) { late <- outcome{l, err} })
+	ended.Notify(func(l Lease, err error) { late <- outcome{l, err} })
 	if o := <-late; !errors.Is(o.err, ErrCanceled) {
 		t.Fatalf("Notify after the end: %+v", o)
 	}

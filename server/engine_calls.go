@@ -22,25 +22,26 @@ import (
 // its acquire counts against its connection as well, like a take.
 func (s *Server) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
 	lease, wait, err := s.startAcquireCounted(ctx, ar)
-	if wait != nil {
+	if wait.w != nil {
 		return wait.Await(ctx)
 	}
 	return lease, err
 }
 
 // startAcquireCounted is acquireCounted without the wait: it returns the
-// outcome of an acquire that needs no wait, or else the wait, whose outcome
-// Await or Notify must then learn, once. ctx only names the caller.
-func (s *Server) startAcquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, *countedWait, error) {
+// outcome of an acquire that needs no wait, or else the wait (whose w is
+// not nil), whose outcome Await or Notify must then learn, once. ctx only
+// names the caller.
+func (s *Server) startAcquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, countedWait, error) {
 	id := s.auth().Identify(ctx)
 	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
 	if err := s.quotas.BeginAcquire(key); err != nil {
-		return limiter.Lease{}, nil, err
+		return limiter.Lease{}, countedWait{}, err
 	}
 	if connKey != key {
 		if err := s.quotas.BeginAcquire(connKey); err != nil {
 			s.quotas.EndAcquire(key, nil)
-			return limiter.Lease{}, nil, err
+			return limiter.Lease{}, countedWait{}, err
 		}
 	}
 	if err := s.quotas.BeginWait(); err != nil {
@@ -48,18 +49,19 @@ func (s *Server) startAcquireCounted(ctx context.Context, ar limiter.AcquireRequ
 		if connKey != key {
 			s.quotas.EndAcquire(connKey, nil)
 		}
-		return limiter.Lease{}, nil, err
+		return limiter.Lease{}, countedWait{}, err
 	}
 	c := countedAcquire{s: s, key: key, connKey: connKey, start: s.Engine().Clock().Now()}
 	lease, w, err := s.Engine().StartAcquire(ar)
 	if w == nil {
 		lease, err = c.finish(lease, err)
-		return lease, nil, err
+		return lease, countedWait{}, err
 	}
-	return limiter.Lease{}, &countedWait{c: c, w: w}, nil
+	return limiter.Lease{}, countedWait{c: c, w: w}, nil
 }
 
-// countedWait is an acquire of startAcquireCounted that waits.
+// countedWait is an acquire of startAcquireCounted that waits, kept by
+// value in whatever keeps the wait (one record per waiter).
 type countedWait struct {
 	c countedAcquire
 	w *limiter.AcquireWait
@@ -68,12 +70,6 @@ type countedWait struct {
 // Await waits for the outcome as AcquireWait.Await does.
 func (cw *countedWait) Await(ctx context.Context) (limiter.Lease, error) {
 	return cw.c.finish(cw.w.Await(ctx))
-}
-
-// Notify has then called with the outcome as AcquireWait.Notify does
-// (with the pool locked: then must neither block nor call the engine).
-func (cw *countedWait) Notify(then func(limiter.Lease, error)) {
-	cw.w.Notify(func(l limiter.Lease, err error) { then(cw.c.finish(l, err)) })
 }
 
 // Cancel gives up a notified wait as AcquireWait.Cancel does.

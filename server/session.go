@@ -97,10 +97,10 @@ type session struct {
 	sessionInfo // id, peer, identity, times, for ListClients: clients.go
 
 	mu           sync.Mutex
-	closed       bool                   // no new workers or events
-	pending      map[uint64]*pendingReq // unanswered worker requests by id
-	inflight     int                    // workers that have not yet queued their answer
-	eof          bool                   // the client half-closed
+	closed       bool                  // no new workers or events
+	pending      map[uint64]pendingReq // unanswered worker requests by id
+	inflight     int                   // workers that have not yet queued their answer
+	eof          bool                  // the client half-closed
 	finishClosed bool
 	answers      []*tollgatev1.SessionResponse // queued for the writer
 	events       []*tollgatev1.SessionResponse
@@ -111,13 +111,13 @@ type session struct {
 // waiting in its pool's queue (wait).
 type pendingReq struct {
 	cancel context.CancelFunc
-	wait   *countedWait
+	wait   *sessionWait
 }
 
 // stop gives the request up.
-func (p *pendingReq) stop() {
+func (p pendingReq) stop() {
 	if p.wait != nil {
-		p.wait.Cancel(context.Canceled)
+		p.wait.cw.Cancel(context.Canceled)
 		return
 	}
 	p.cancel()
@@ -133,7 +133,7 @@ func newSession(srv *Server, stream tollgatev1.LimiterService_SessionServer) *se
 		cancel:   cancel,
 		ready:    make(chan struct{}, 1),
 		finished: make(chan struct{}),
-		pending:  make(map[uint64]*pendingReq),
+		pending:  make(map[uint64]pendingReq),
 		termDone: srv.termDone(),
 	}
 }
@@ -220,7 +220,7 @@ func (s *session) close(err error) {
 	s.mu.Lock()
 	s.closed = true
 	s.events = nil
-	var waits []*pendingReq
+	var waits []pendingReq
 	for _, p := range s.pending {
 		if p.wait != nil {
 			waits = append(waits, p)
@@ -407,7 +407,7 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 		return
 	}
 	lease, wait, err := s.srv.startAcquireCounted(s.ctx, ar)
-	if wait != nil {
+	if wait.w != nil {
 		s.queueWait(id, wait, ar.Pool)
 		return
 	}
@@ -429,34 +429,54 @@ func (s *session) startWorker(id uint64, op string, acquire func(context.Context
 	}()
 }
 
+// sessionWait is an acquire of a session waiting in its pool's queue: one
+// record, with no goroutine. The engine calls back with the outcome (done),
+// which is answered then.
+type sessionWait struct {
+	s    *session
+	id   uint64
+	pool string
+	cw   countedWait
+}
+
 // queueWait keeps an acquire that waits in its pool's queue as a record,
 // with no goroutine: the engine calls back with the outcome, which is
 // answered then. A CancelRequest or the end of the session gives it up.
-func (s *session) queueWait(id uint64, wait *countedWait, pool string) {
+func (s *session) queueWait(id uint64, wait countedWait, pool string) {
+	sw := &sessionWait{s: s, id: id, pool: pool, cw: wait}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		wait.Notify(func(lease limiter.Lease, err error) {
-			if err == nil { // granted meanwhile: the pool is locked, release apart
-				go s.srv.releaseQuietly(lease, "session ended before the grant was sent")
-			}
-		})
+		wait.w.Notify(sw.grantedAfterClose)
 		wait.Cancel(context.Canceled)
 		return
 	}
-	s.pending[id] = &pendingReq{wait: wait}
+	s.pending[id] = pendingReq{wait: sw}
 	s.inflight++
 	s.mu.Unlock()
-	wait.Notify(func(lease limiter.Lease, err error) {
-		s.mu.Lock()
-		delete(s.pending, id)
-		s.mu.Unlock()
-		s.answerAcquire(id, lease, err, pool, true)
-		s.mu.Lock()
-		s.inflight--
-		s.maybeFinishLocked()
-		s.mu.Unlock()
-	})
+	wait.w.Notify(sw.done)
+}
+
+// done answers the wait's outcome (called with the pool locked).
+func (sw *sessionWait) done(lease limiter.Lease, err error) {
+	s := sw.s
+	lease, err = sw.cw.c.finish(lease, err)
+	s.mu.Lock()
+	delete(s.pending, sw.id)
+	s.mu.Unlock()
+	s.answerAcquire(sw.id, lease, err, sw.pool, true)
+	s.mu.Lock()
+	s.inflight--
+	s.maybeFinishLocked()
+	s.mu.Unlock()
+}
+
+// grantedAfterClose releases a wait's grant that raced with the session's
+// end (called with the pool locked: the release is made apart).
+func (sw *sessionWait) grantedAfterClose(lease limiter.Lease, err error) {
+	if lease, err = sw.cw.c.finish(lease, err); err == nil {
+		go sw.s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+	}
 }
 
 // answerAcquire queues the answer to an acquire. A grant that raced with a
@@ -529,7 +549,7 @@ func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool
 		return nil, nil, false
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
-	s.pending[id] = &pendingReq{cancel: cancel}
+	s.pending[id] = pendingReq{cancel: cancel}
 	s.inflight++
 	s.workers.Add(1)
 	s.mu.Unlock()
@@ -566,7 +586,7 @@ func (s *session) workerDone() {
 func (s *session) recoverWorker(id uint64, op string) {
 	if p := recover(); p != nil {
 		s.mu.Lock()
-		if pr := s.pending[id]; pr != nil {
+		if pr, ok := s.pending[id]; ok {
 			pr.cancel()
 			delete(s.pending, id)
 		}
@@ -580,9 +600,9 @@ func (s *session) recoverWorker(id uint64, op string) {
 // answered, or never sent) are ignored.
 func (s *session) cancelRequest(id uint64) {
 	s.mu.Lock()
-	p := s.pending[id]
+	p, ok := s.pending[id]
 	s.mu.Unlock()
-	if p != nil {
+	if ok {
 		p.stop()
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 
@@ -63,6 +64,9 @@ type Authorizer struct {
 	// clientCerts: client certificates are verified (see
 	// Config.ClientCerts).
 	clientCerts bool
+	// conns: what each connection's peer proves, worked out once per
+	// connection (see connOf).
+	conns sync.Map
 }
 
 // New returns the Authorizer of c.
@@ -92,14 +96,14 @@ func (a *Authorizer) Identify(ctx context.Context) Identity {
 	if id, ok := ctx.Value(identityKey{}).(*Identity); ok {
 		return *id
 	}
-	return identityOf(ctx, a.token)
+	return a.identityOf(ctx)
 }
 
 // WithIdentity returns ctx carrying the identity its call proves, worked
 // out once, for a stream whose many requests all come from that caller
 // (its peer and credentials do not change while it lasts).
 func (a *Authorizer) WithIdentity(ctx context.Context) context.Context {
-	id := identityOf(ctx, a.token)
+	id := a.identityOf(ctx)
 	return context.WithValue(ctx, identityKey{}, &id)
 }
 

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net"
+	"runtime"
 	"strings"
+	"weak"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -78,43 +80,77 @@ func DescribeKey(key string) string {
 	return "address " + v
 }
 
-// identityOf reads the caller's identity from a call's context. token is
-// the admin token's SHA-256 (nil when none is configured).
-func identityOf(ctx context.Context, token *[sha256.Size]byte) Identity {
+// identityOf reads the caller's identity from a call's context: what its
+// connection proves (worked out once per connection) and its bearer token.
+func (a *Authorizer) identityOf(ctx context.Context) Identity {
 	var id Identity
 	if p, ok := peer.FromContext(ctx); ok {
-		switch a := p.Addr.(type) {
-		case *net.TCPAddr:
-			id.Addr = a.IP.String()
-			id.conn = a.String()
-		case nil:
-		default:
-			id.Addr = a.String()
-			if host, _, err := net.SplitHostPort(id.Addr); err == nil {
-				id.Addr = host
-			}
-		}
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.PeerCertificates) > 0 {
-			c := ti.State.PeerCertificates[0]
-			if c.Subject.CommonName != "" {
-				id.names = append(id.names, c.Subject.CommonName)
-			}
-			for _, n := range c.DNSNames {
-				if n != c.Subject.CommonName {
-					id.names = append(id.names, n)
-				}
-			}
-		}
+		c := a.connOf(p)
+		id.names, id.Addr, id.conn, id.connKey = c.names, c.addr, c.conn, c.connKey
+	} else {
+		id.connKey = "addr:"
 	}
 	if tok, ok := bearerToken(ctx); ok {
 		id.token = true
-		id.tokenOK = token != nil && tokenMatches(tok, token)
-	}
-	id.connKey = "addr:" + id.Addr
-	if id.conn != "" {
-		id.connKey = "conn:" + id.conn
+		id.tokenOK = a.token != nil && tokenMatches(tok, a.token)
 	}
 	return id
+}
+
+// connIdentity is what a connection's peer proves: Identity's fields
+// that do not change while the connection lasts.
+type connIdentity struct {
+	names               []string
+	addr, conn, connKey string
+}
+
+// connOf returns what p proves. grpc-go gives every call of a connection
+// the same *peer.Peer, so it is worked out once per connection and kept
+// until the peer is collected (a peer that differs per call is only
+// worked out each time).
+func (a *Authorizer) connOf(p *peer.Peer) *connIdentity {
+	k := weak.Make(p)
+	if c, ok := a.conns.Load(k); ok {
+		return c.(*connIdentity)
+	}
+	c := peerIdentity(p)
+	if _, loaded := a.conns.LoadOrStore(k, c); !loaded {
+		runtime.AddCleanup(p, func(k weak.Pointer[peer.Peer]) { a.conns.Delete(k) }, k)
+	}
+	return c
+}
+
+// peerIdentity works out what p proves: its address and its verified
+// client certificate's names.
+func peerIdentity(p *peer.Peer) *connIdentity {
+	var c connIdentity
+	switch a := p.Addr.(type) {
+	case *net.TCPAddr:
+		c.addr = a.IP.String()
+		c.conn = a.String()
+	case nil:
+	default:
+		c.addr = a.String()
+		if host, _, err := net.SplitHostPort(c.addr); err == nil {
+			c.addr = host
+		}
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.PeerCertificates) > 0 {
+		cert := ti.State.PeerCertificates[0]
+		if cert.Subject.CommonName != "" {
+			c.names = append(c.names, cert.Subject.CommonName)
+		}
+		for _, n := range cert.DNSNames {
+			if n != cert.Subject.CommonName {
+				c.names = append(c.names, n)
+			}
+		}
+	}
+	c.connKey = "addr:" + c.addr
+	if c.conn != "" {
+		c.connKey = "conn:" + c.conn
+	}
+	return &c
 }
 
 // bearerToken returns the token of "authorization: Bearer <token>"

@@ -5,6 +5,7 @@ import (
 	"net"
 	"testing"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
 
@@ -31,5 +32,29 @@ func TestWithIdentity(t *testing.T) {
 	}
 	if got := a.Identify(context.Background()).ClientKey(""); got != "addr:" {
 		t.Fatalf("ClientKey of a call without a peer = %q", got)
+	}
+}
+
+// TestIdentifyOncePerConnection: calls of one connection (one *peer.Peer,
+// as grpc-go gives them) get the same keys as before, with the peer read
+// once: no allocation per call; the bearer token is still read per call,
+// and another connection gets its own keys.
+func TestIdentifyOncePerConnection(t *testing.T) {
+	a := New(&Config{AdminToken: "s3cret"})
+	p := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv6loopback, Port: 4242}}
+	ctx := peer.NewContext(context.Background(), p)
+	if got := a.Identify(ctx); got.ClientKey("") != "conn:[::1]:4242" || got.Addr != "::1" || got.Principal() != "" {
+		t.Fatalf("Identify = %+v; want the connection [::1]:4242", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { a.Identify(ctx) }); n != 0 {
+		t.Fatalf("Identify of a known connection allocates %v times; want 0", n)
+	}
+	withToken := metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer s3cret"))
+	if got := a.Identify(withToken); got.Principal() != TokenPrincipal || got.ClientKey("") != "id:"+TokenPrincipal {
+		t.Fatalf("Identify with the admin token = %+v; want its principal", got)
+	}
+	other := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 2), Port: 7}})
+	if got := a.Identify(other).ClientKey(""); got != "conn:10.0.0.2:7" {
+		t.Fatalf("ClientKey of another connection = %q", got)
 	}
 }
