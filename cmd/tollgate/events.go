@@ -1,14 +1,17 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/tollgate/tollgate/client"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -32,7 +35,12 @@ before (up to 256). --pool keeps only one pool's events. With -o json each
 event is one line of JSON (a PoolEvent message).
 
 A watcher that cannot keep up is disconnected by the server
-(RESOURCE_EXHAUSTED); run the command again, with --recent to catch up.`,
+(RESOURCE_EXHAUSTED); run the command again, with --recent to catch up.
+
+On a cluster (--server a,b,c) it follows the leader: when the server it
+watches stops leading (NOT_LEADER) or shuts down, it goes on with the new
+leader's events, starting with those the new leader kept (its
+leader_changed among them).`,
 		Example: `  tollgate events
   tollgate events --pool orders-db --recent
   tollgate events -o json | jq .`,
@@ -50,14 +58,38 @@ A watcher that cannot keep up is disconnected by the server
 				return err
 			}
 			w := cmd.OutOrStdout()
+			following := false // after a NOT_LEADER, until the next event
 			for {
 				resp, err := st.Recv()
 				if err != nil {
 					if ctx.Err() != nil && status.Code(err) == codes.Canceled {
 						return nil // Ctrl-C
 					}
-					return err
+					e, ok := client.FromError(err)
+					handedOff := ok && (errors.Is(e, client.ErrNotLeader) ||
+						errors.Is(e, client.ErrShuttingDown) && strings.Contains(g.server, ","))
+					if !handedOff {
+						return err
+					}
+					// The server stopped leading, or one server of several
+					// shut down: follow the leader, from the events it kept
+					// (its leader_changed among them), trying again as long
+					// as no server leads yet.
+					if !following {
+						fmt.Fprintf(cmd.ErrOrStderr(), "tollgate: %v; following the new leader\n", err)
+						following = true
+					}
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(max(e.RetryAfter, 50*time.Millisecond)):
+					}
+					if next, err := adm.WatchEvents(ctx, &tollgatev1.WatchEventsRequest{Pool: pool, IncludeRecent: true}); err == nil {
+						st = next
+					}
+					continue
 				}
+				following = false
 				ev := resp.GetEvent()
 				var line string
 				if format.json {

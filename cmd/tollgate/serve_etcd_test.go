@@ -95,3 +95,51 @@ func TestServeEtcd(t *testing.T) {
 		}
 	}
 }
+
+// "tollgate events" on a cluster follows the leader: when the server it
+// watches hands off, it goes on with the successor's events, the
+// successor's leader_changed among them.
+func TestEventsFollowTheLeader(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	var addrs []string
+	stops := map[string]func(){}
+	for i := 0; i < 2; i++ {
+		addr := hatest.FreeAddr(t)
+		_, _, stop := startStoppableServe(t, "--listen", addr, "--advertise", addr, "--etcd", etcd.Endpoint(), "--etcd-session-ttl", "2s")
+		addrs = append(addrs, addr)
+		stops[addr] = stop
+	}
+	list := strings.Join(addrs, ",")
+	leader := func(not string) string {
+		t.Helper()
+		deadline := time.Now().Add(cliWaitLimit)
+		for {
+			for _, a := range addrs {
+				resp, err := insecureCall(t, a, func(ctx context.Context, conn *grpc.ClientConn) (*tollgatev1.GetClusterResponse, error) {
+					return tollgatev1.NewAdminServiceClient(conn).GetCluster(ctx, &tollgatev1.GetClusterRequest{})
+				})
+				if err == nil && resp.GetLeadershipRemaining() != nil && a != not {
+					return a
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no leader other than %q", not)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first := leader("")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, done := startCLI(t, ctx, list, "events", "--recent")
+	waitOutput(t, out, done, "leader_changed")
+	stops[first]()
+	second := leader(first)
+	waitOutput(t, out, done, second+" leads, epoch")
+	runCLI(t, list, "pool", "create", "after-failover", "--concurrency", "1").mustSucceed(t)
+	waitOutput(t, out, done, "pool_created  after-failover")
+	cancel()
+	if code := exitStatus(t, done); code != 0 {
+		t.Fatalf("events exited with %d", code)
+	}
+}

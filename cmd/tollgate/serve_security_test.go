@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,17 +22,29 @@ import (
 // and HTTP addresses it prints; it stops at the end of the test.
 func startServe(t *testing.T, args ...string) (grpcAddr, httpAddr string) {
 	t.Helper()
+	grpcAddr, httpAddr, _ = startStoppableServe(t, args...)
+	return grpcAddr, httpAddr
+}
+
+// startStoppableServe is startServe that also returns a stop function:
+// it shuts the server down (as SIGTERM does) and waits for it to exit.
+func startStoppableServe(t *testing.T, args ...string) (grpcAddr, httpAddr string, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stderr cliBuffer
 	done := make(chan int, 1)
 	args = append([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--shutdown-timeout", "2s"}, args...)
 	go func() { done <- run(ctx, args, io.Discard, &stderr, func(string) string { return "" }) }()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited with %d:\n%s", code, stderr.String())
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if code := <-done; code != 0 {
+				t.Errorf("serve exited with %d:\n%s", code, stderr.String())
+			}
+		})
+	}
+	t.Cleanup(stop)
 	grpcRe := regexp.MustCompile(`serving on (\S+)`)
 	httpRe := regexp.MustCompile(`metrics on https?://(\S+)/`)
 	deadline := time.Now().Add(cliWaitLimit)
@@ -39,7 +52,7 @@ func startServe(t *testing.T, args ...string) (grpcAddr, httpAddr string) {
 		out := stderr.String()
 		g, h := grpcRe.FindStringSubmatch(out), httpRe.FindStringSubmatch(out)
 		if g != nil && h != nil {
-			return g[1], h[1]
+			return g[1], h[1], stop
 		}
 		select {
 		case code := <-done:
