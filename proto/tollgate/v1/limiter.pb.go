@@ -880,6 +880,7 @@ type SessionRequest struct {
 	//	*SessionRequest_RefreshShare
 	//	*SessionRequest_ReleaseShare
 	//	*SessionRequest_ResizeLease
+	//	*SessionRequest_Batch
 	Kind          isSessionRequest_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1028,6 +1029,15 @@ func (x *SessionRequest) GetResizeLease() *ResizeLeaseRequest {
 	return nil
 }
 
+func (x *SessionRequest) GetBatch() *SessionRequestBatch {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionRequest_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Kind interface {
 	isSessionRequest_Kind()
 }
@@ -1093,6 +1103,16 @@ type SessionRequest_ResizeLease struct {
 	ResizeLease *ResizeLeaseRequest `protobuf:"bytes,12,opt,name=resize_lease,json=resizeLease,proto3,oneof"`
 }
 
+type SessionRequest_Batch struct {
+	// Several requests in one message, for a client that coalesces the
+	// requests of many callers: each is handled in order exactly as if it
+	// had come in a message of its own, and answered by its own
+	// request_id. A batch's own request_id is not used (leave it 0); a
+	// batch holds at most 1024 requests and no batch, or is refused with
+	// INVALID_ARGUMENT.
+	Batch *SessionRequestBatch `protobuf:"bytes,13,opt,name=batch,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Kind() {}
 
 func (*SessionRequest_Acquire) isSessionRequest_Kind() {}
@@ -1115,19 +1135,71 @@ func (*SessionRequest_ReleaseShare) isSessionRequest_Kind() {}
 
 func (*SessionRequest_ResizeLease) isSessionRequest_Kind() {}
 
+func (*SessionRequest_Batch) isSessionRequest_Kind() {}
+
+// SessionRequestBatch is several requests sent in one message.
+type SessionRequestBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The requests, handled in this order.
+	Requests      []*SessionRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequestBatch) Reset() {
+	*x = SessionRequestBatch{}
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequestBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequestBatch) ProtoMessage() {}
+
+func (x *SessionRequestBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequestBatch.ProtoReflect.Descriptor instead.
+func (*SessionRequestBatch) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SessionRequestBatch) GetRequests() []*SessionRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
 // Hello names the client of a Session stream.
 type Hello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Client identifier used for acquires on this stream that do not name
 	// one. At most 256 bytes.
-	ClientId      string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientId string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// The client reads SessionResponse.batch: the server may then send
+	// several answers and events in one message. Without it every answer
+	// and event is a message of its own.
+	BatchAnswers  bool `protobuf:"varint,2,opt,name=batch_answers,json=batchAnswers,proto3" json:"batch_answers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[12]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1211,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[12]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1224,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{12}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Hello) GetClientId() string {
@@ -1160,6 +1232,13 @@ func (x *Hello) GetClientId() string {
 		return x.ClientId
 	}
 	return ""
+}
+
+func (x *Hello) GetBatchAnswers() bool {
+	if x != nil {
+		return x.BatchAnswers
+	}
+	return false
 }
 
 // CancelRequest names the request to cancel.
@@ -1173,7 +1252,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[13]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1264,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[13]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1277,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{13}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelRequest) GetRequestId() uint64 {
@@ -1230,6 +1309,7 @@ type SessionResponse struct {
 	//	*SessionResponse_ReleaseShare
 	//	*SessionResponse_ShareEvent
 	//	*SessionResponse_ResizeLease
+	//	*SessionResponse_Batch
 	Kind          isSessionResponse_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1237,7 +1317,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[14]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1329,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[14]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1342,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{14}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SessionResponse) GetRequestId() uint64 {
@@ -1396,6 +1476,15 @@ func (x *SessionResponse) GetResizeLease() *ResizeLeaseResponse {
 	return nil
 }
 
+func (x *SessionResponse) GetBatch() *SessionResponseBatch {
+	if x != nil {
+		if x, ok := x.Kind.(*SessionResponse_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Kind interface {
 	isSessionResponse_Kind()
 }
@@ -1466,6 +1555,13 @@ type SessionResponse_ResizeLease struct {
 	ResizeLease *ResizeLeaseResponse `protobuf:"bytes,14,opt,name=resize_lease,json=resizeLease,proto3,oneof"`
 }
 
+type SessionResponse_Batch struct {
+	// Several answers and events in one message (request_id 0), sent only
+	// to a client that said Hello with batch_answers; each is read exactly
+	// as if it had come in a message of its own. A batch holds no batch.
+	Batch *SessionResponseBatch `protobuf:"bytes,15,opt,name=batch,proto3,oneof"`
+}
+
 func (*SessionResponse_Welcome) isSessionResponse_Kind() {}
 
 func (*SessionResponse_Acquire) isSessionResponse_Kind() {}
@@ -1492,6 +1588,54 @@ func (*SessionResponse_ShareEvent) isSessionResponse_Kind() {}
 
 func (*SessionResponse_ResizeLease) isSessionResponse_Kind() {}
 
+func (*SessionResponse_Batch) isSessionResponse_Kind() {}
+
+// SessionResponseBatch is several answers and events sent in one message.
+type SessionResponseBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answers and events, in the order the server queued them.
+	Responses     []*SessionResponse `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponseBatch) Reset() {
+	*x = SessionResponseBatch{}
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponseBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponseBatch) ProtoMessage() {}
+
+func (x *SessionResponseBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponseBatch.ProtoReflect.Descriptor instead.
+func (*SessionResponseBatch) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SessionResponseBatch) GetResponses() []*SessionResponse {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
 // Welcome answers Hello.
 type Welcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1503,7 +1647,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[15]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1659,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[15]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1672,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{15}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Welcome) GetClientId() string {
@@ -1556,7 +1700,7 @@ type SessionError struct {
 
 func (x *SessionError) Reset() {
 	*x = SessionError{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[16]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1712,7 @@ func (x *SessionError) String() string {
 func (*SessionError) ProtoMessage() {}
 
 func (x *SessionError) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[16]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1725,7 @@ func (x *SessionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
 func (*SessionError) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{16}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SessionError) GetCode() int32 {
@@ -1627,7 +1771,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[17]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1783,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_limiter_proto_msgTypes[17]
+	mi := &file_tollgate_v1_limiter_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1796,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{17}
+	return file_tollgate_v1_limiter_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseEvent) GetType() LeaseEventType {
@@ -1737,7 +1881,7 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\a_tokens\"Y\n" +
 	"\fTakeResponse\x12\x16\n" +
 	"\x06tokens\x18\x01 \x01(\x03R\x06tokens\x121\n" +
-	"\x06waited\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xc5\x05\n" +
+	"\x06waited\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xff\x05\n" +
 	"\x0eSessionRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12*\n" +
@@ -1752,13 +1896,17 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\rrefresh_share\x18\n" +
 	" \x01(\v2 .tollgate.v1.RefreshShareRequestH\x00R\frefreshShare\x12G\n" +
 	"\rrelease_share\x18\v \x01(\v2 .tollgate.v1.ReleaseShareRequestH\x00R\freleaseShare\x12D\n" +
-	"\fresize_lease\x18\f \x01(\v2\x1f.tollgate.v1.ResizeLeaseRequestH\x00R\vresizeLeaseB\x06\n" +
-	"\x04kind\"$\n" +
+	"\fresize_lease\x18\f \x01(\v2\x1f.tollgate.v1.ResizeLeaseRequestH\x00R\vresizeLease\x128\n" +
+	"\x05batch\x18\r \x01(\v2 .tollgate.v1.SessionRequestBatchH\x00R\x05batchB\x06\n" +
+	"\x04kind\"N\n" +
+	"\x13SessionRequestBatch\x127\n" +
+	"\brequests\x18\x01 \x03(\v2\x1b.tollgate.v1.SessionRequestR\brequests\"I\n" +
 	"\x05Hello\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\".\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12#\n" +
+	"\rbatch_answers\x18\x02 \x01(\bR\fbatchAnswers\".\n" +
 	"\rCancelRequest\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\x04R\trequestId\"\xbf\x06\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\"\xfa\x06\n" +
 	"\x0fSessionResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x120\n" +
@@ -1776,8 +1924,11 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\rrelease_share\x18\f \x01(\v2!.tollgate.v1.ReleaseShareResponseH\x00R\freleaseShare\x12:\n" +
 	"\vshare_event\x18\r \x01(\v2\x17.tollgate.v1.ShareEventH\x00R\n" +
 	"shareEvent\x12E\n" +
-	"\fresize_lease\x18\x0e \x01(\v2 .tollgate.v1.ResizeLeaseResponseH\x00R\vresizeLeaseB\x06\n" +
-	"\x04kind\"&\n" +
+	"\fresize_lease\x18\x0e \x01(\v2 .tollgate.v1.ResizeLeaseResponseH\x00R\vresizeLease\x129\n" +
+	"\x05batch\x18\x0f \x01(\v2!.tollgate.v1.SessionResponseBatchH\x00R\x05batchB\x06\n" +
+	"\x04kind\"R\n" +
+	"\x14SessionResponseBatch\x12:\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1c.tollgate.v1.SessionResponseR\tresponses\"&\n" +
 	"\aWelcome\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x90\x01\n" +
 	"\fSessionError\x12\x12\n" +
@@ -1822,7 +1973,7 @@ func file_tollgate_v1_limiter_proto_rawDescGZIP() []byte {
 }
 
 var file_tollgate_v1_limiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tollgate_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_tollgate_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_tollgate_v1_limiter_proto_goTypes = []any{
 	(LeaseEventType)(0),              // 0: tollgate.v1.LeaseEventType
 	(*GetQueuePositionRequest)(nil),  // 1: tollgate.v1.GetQueuePositionRequest
@@ -1837,98 +1988,104 @@ var file_tollgate_v1_limiter_proto_goTypes = []any{
 	(*TakeRequest)(nil),              // 10: tollgate.v1.TakeRequest
 	(*TakeResponse)(nil),             // 11: tollgate.v1.TakeResponse
 	(*SessionRequest)(nil),           // 12: tollgate.v1.SessionRequest
-	(*Hello)(nil),                    // 13: tollgate.v1.Hello
-	(*CancelRequest)(nil),            // 14: tollgate.v1.CancelRequest
-	(*SessionResponse)(nil),          // 15: tollgate.v1.SessionResponse
-	(*Welcome)(nil),                  // 16: tollgate.v1.Welcome
-	(*SessionError)(nil),             // 17: tollgate.v1.SessionError
-	(*LeaseEvent)(nil),               // 18: tollgate.v1.LeaseEvent
-	nil,                              // 19: tollgate.v1.AcquireRequest.TraceContextEntry
-	nil,                              // 20: tollgate.v1.TakeRequest.TraceContextEntry
-	(*durationpb.Duration)(nil),      // 21: google.protobuf.Duration
-	(*Lease)(nil),                    // 22: tollgate.v1.Lease
-	(*Outcome)(nil),                  // 23: tollgate.v1.Outcome
-	(*ReportRequest)(nil),            // 24: tollgate.v1.ReportRequest
-	(*AcquireShareRequest)(nil),      // 25: tollgate.v1.AcquireShareRequest
-	(*RefreshShareRequest)(nil),      // 26: tollgate.v1.RefreshShareRequest
-	(*ReleaseShareRequest)(nil),      // 27: tollgate.v1.ReleaseShareRequest
-	(*ResizeLeaseRequest)(nil),       // 28: tollgate.v1.ResizeLeaseRequest
-	(*ReportResponse)(nil),           // 29: tollgate.v1.ReportResponse
-	(*AcquireShareResponse)(nil),     // 30: tollgate.v1.AcquireShareResponse
-	(*RefreshShareResponse)(nil),     // 31: tollgate.v1.RefreshShareResponse
-	(*ReleaseShareResponse)(nil),     // 32: tollgate.v1.ReleaseShareResponse
-	(*ShareEvent)(nil),               // 33: tollgate.v1.ShareEvent
-	(*ResizeLeaseResponse)(nil),      // 34: tollgate.v1.ResizeLeaseResponse
-	(*ProvideRequest)(nil),           // 35: tollgate.v1.ProvideRequest
-	(*ProvideResponse)(nil),          // 36: tollgate.v1.ProvideResponse
+	(*SessionRequestBatch)(nil),      // 13: tollgate.v1.SessionRequestBatch
+	(*Hello)(nil),                    // 14: tollgate.v1.Hello
+	(*CancelRequest)(nil),            // 15: tollgate.v1.CancelRequest
+	(*SessionResponse)(nil),          // 16: tollgate.v1.SessionResponse
+	(*SessionResponseBatch)(nil),     // 17: tollgate.v1.SessionResponseBatch
+	(*Welcome)(nil),                  // 18: tollgate.v1.Welcome
+	(*SessionError)(nil),             // 19: tollgate.v1.SessionError
+	(*LeaseEvent)(nil),               // 20: tollgate.v1.LeaseEvent
+	nil,                              // 21: tollgate.v1.AcquireRequest.TraceContextEntry
+	nil,                              // 22: tollgate.v1.TakeRequest.TraceContextEntry
+	(*durationpb.Duration)(nil),      // 23: google.protobuf.Duration
+	(*Lease)(nil),                    // 24: tollgate.v1.Lease
+	(*Outcome)(nil),                  // 25: tollgate.v1.Outcome
+	(*ReportRequest)(nil),            // 26: tollgate.v1.ReportRequest
+	(*AcquireShareRequest)(nil),      // 27: tollgate.v1.AcquireShareRequest
+	(*RefreshShareRequest)(nil),      // 28: tollgate.v1.RefreshShareRequest
+	(*ReleaseShareRequest)(nil),      // 29: tollgate.v1.ReleaseShareRequest
+	(*ResizeLeaseRequest)(nil),       // 30: tollgate.v1.ResizeLeaseRequest
+	(*ReportResponse)(nil),           // 31: tollgate.v1.ReportResponse
+	(*AcquireShareResponse)(nil),     // 32: tollgate.v1.AcquireShareResponse
+	(*RefreshShareResponse)(nil),     // 33: tollgate.v1.RefreshShareResponse
+	(*ReleaseShareResponse)(nil),     // 34: tollgate.v1.ReleaseShareResponse
+	(*ShareEvent)(nil),               // 35: tollgate.v1.ShareEvent
+	(*ResizeLeaseResponse)(nil),      // 36: tollgate.v1.ResizeLeaseResponse
+	(*ProvideRequest)(nil),           // 37: tollgate.v1.ProvideRequest
+	(*ProvideResponse)(nil),          // 38: tollgate.v1.ProvideResponse
 }
 var file_tollgate_v1_limiter_proto_depIdxs = []int32{
 	3,  // 0: tollgate.v1.GetQueuePositionResponse.acquires:type_name -> tollgate.v1.QueuedAcquire
-	21, // 1: tollgate.v1.QueuedAcquire.waited:type_name -> google.protobuf.Duration
-	21, // 2: tollgate.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	21, // 3: tollgate.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
-	19, // 4: tollgate.v1.AcquireRequest.trace_context:type_name -> tollgate.v1.AcquireRequest.TraceContextEntry
-	22, // 5: tollgate.v1.AcquireResponse.lease:type_name -> tollgate.v1.Lease
-	23, // 6: tollgate.v1.ReleaseRequest.outcome:type_name -> tollgate.v1.Outcome
-	21, // 7: tollgate.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	22, // 8: tollgate.v1.RenewResponse.lease:type_name -> tollgate.v1.Lease
-	21, // 9: tollgate.v1.TakeRequest.max_wait:type_name -> google.protobuf.Duration
-	20, // 10: tollgate.v1.TakeRequest.trace_context:type_name -> tollgate.v1.TakeRequest.TraceContextEntry
-	21, // 11: tollgate.v1.TakeResponse.waited:type_name -> google.protobuf.Duration
-	13, // 12: tollgate.v1.SessionRequest.hello:type_name -> tollgate.v1.Hello
+	23, // 1: tollgate.v1.QueuedAcquire.waited:type_name -> google.protobuf.Duration
+	23, // 2: tollgate.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	23, // 3: tollgate.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	21, // 4: tollgate.v1.AcquireRequest.trace_context:type_name -> tollgate.v1.AcquireRequest.TraceContextEntry
+	24, // 5: tollgate.v1.AcquireResponse.lease:type_name -> tollgate.v1.Lease
+	25, // 6: tollgate.v1.ReleaseRequest.outcome:type_name -> tollgate.v1.Outcome
+	23, // 7: tollgate.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	24, // 8: tollgate.v1.RenewResponse.lease:type_name -> tollgate.v1.Lease
+	23, // 9: tollgate.v1.TakeRequest.max_wait:type_name -> google.protobuf.Duration
+	22, // 10: tollgate.v1.TakeRequest.trace_context:type_name -> tollgate.v1.TakeRequest.TraceContextEntry
+	23, // 11: tollgate.v1.TakeResponse.waited:type_name -> google.protobuf.Duration
+	14, // 12: tollgate.v1.SessionRequest.hello:type_name -> tollgate.v1.Hello
 	4,  // 13: tollgate.v1.SessionRequest.acquire:type_name -> tollgate.v1.AcquireRequest
 	6,  // 14: tollgate.v1.SessionRequest.release:type_name -> tollgate.v1.ReleaseRequest
 	8,  // 15: tollgate.v1.SessionRequest.renew:type_name -> tollgate.v1.RenewRequest
 	10, // 16: tollgate.v1.SessionRequest.take:type_name -> tollgate.v1.TakeRequest
-	14, // 17: tollgate.v1.SessionRequest.cancel:type_name -> tollgate.v1.CancelRequest
-	24, // 18: tollgate.v1.SessionRequest.report:type_name -> tollgate.v1.ReportRequest
-	25, // 19: tollgate.v1.SessionRequest.acquire_share:type_name -> tollgate.v1.AcquireShareRequest
-	26, // 20: tollgate.v1.SessionRequest.refresh_share:type_name -> tollgate.v1.RefreshShareRequest
-	27, // 21: tollgate.v1.SessionRequest.release_share:type_name -> tollgate.v1.ReleaseShareRequest
-	28, // 22: tollgate.v1.SessionRequest.resize_lease:type_name -> tollgate.v1.ResizeLeaseRequest
-	16, // 23: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
-	5,  // 24: tollgate.v1.SessionResponse.acquire:type_name -> tollgate.v1.AcquireResponse
-	7,  // 25: tollgate.v1.SessionResponse.release:type_name -> tollgate.v1.ReleaseResponse
-	9,  // 26: tollgate.v1.SessionResponse.renew:type_name -> tollgate.v1.RenewResponse
-	11, // 27: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
-	17, // 28: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
-	18, // 29: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
-	29, // 30: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
-	30, // 31: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
-	31, // 32: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
-	32, // 33: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
-	33, // 34: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
-	34, // 35: tollgate.v1.SessionResponse.resize_lease:type_name -> tollgate.v1.ResizeLeaseResponse
-	21, // 36: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
-	0,  // 37: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
-	22, // 38: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
-	4,  // 39: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
-	6,  // 40: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
-	8,  // 41: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
-	10, // 42: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
-	24, // 43: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
-	25, // 44: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
-	26, // 45: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
-	27, // 46: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
-	12, // 47: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
-	35, // 48: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
-	1,  // 49: tollgate.v1.LimiterService.GetQueuePosition:input_type -> tollgate.v1.GetQueuePositionRequest
-	5,  // 50: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
-	7,  // 51: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
-	9,  // 52: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
-	11, // 53: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
-	29, // 54: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
-	30, // 55: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
-	31, // 56: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
-	32, // 57: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
-	15, // 58: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
-	36, // 59: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
-	2,  // 60: tollgate.v1.LimiterService.GetQueuePosition:output_type -> tollgate.v1.GetQueuePositionResponse
-	50, // [50:61] is the sub-list for method output_type
-	39, // [39:50] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	15, // 17: tollgate.v1.SessionRequest.cancel:type_name -> tollgate.v1.CancelRequest
+	26, // 18: tollgate.v1.SessionRequest.report:type_name -> tollgate.v1.ReportRequest
+	27, // 19: tollgate.v1.SessionRequest.acquire_share:type_name -> tollgate.v1.AcquireShareRequest
+	28, // 20: tollgate.v1.SessionRequest.refresh_share:type_name -> tollgate.v1.RefreshShareRequest
+	29, // 21: tollgate.v1.SessionRequest.release_share:type_name -> tollgate.v1.ReleaseShareRequest
+	30, // 22: tollgate.v1.SessionRequest.resize_lease:type_name -> tollgate.v1.ResizeLeaseRequest
+	13, // 23: tollgate.v1.SessionRequest.batch:type_name -> tollgate.v1.SessionRequestBatch
+	12, // 24: tollgate.v1.SessionRequestBatch.requests:type_name -> tollgate.v1.SessionRequest
+	18, // 25: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
+	5,  // 26: tollgate.v1.SessionResponse.acquire:type_name -> tollgate.v1.AcquireResponse
+	7,  // 27: tollgate.v1.SessionResponse.release:type_name -> tollgate.v1.ReleaseResponse
+	9,  // 28: tollgate.v1.SessionResponse.renew:type_name -> tollgate.v1.RenewResponse
+	11, // 29: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
+	19, // 30: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
+	20, // 31: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
+	31, // 32: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
+	32, // 33: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
+	33, // 34: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
+	34, // 35: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
+	35, // 36: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
+	36, // 37: tollgate.v1.SessionResponse.resize_lease:type_name -> tollgate.v1.ResizeLeaseResponse
+	17, // 38: tollgate.v1.SessionResponse.batch:type_name -> tollgate.v1.SessionResponseBatch
+	16, // 39: tollgate.v1.SessionResponseBatch.responses:type_name -> tollgate.v1.SessionResponse
+	23, // 40: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
+	0,  // 41: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
+	24, // 42: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
+	4,  // 43: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
+	6,  // 44: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
+	8,  // 45: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
+	10, // 46: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
+	26, // 47: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
+	27, // 48: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
+	28, // 49: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
+	29, // 50: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
+	12, // 51: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
+	37, // 52: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
+	1,  // 53: tollgate.v1.LimiterService.GetQueuePosition:input_type -> tollgate.v1.GetQueuePositionRequest
+	5,  // 54: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
+	7,  // 55: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
+	9,  // 56: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
+	11, // 57: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
+	31, // 58: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
+	32, // 59: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
+	33, // 60: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
+	34, // 61: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
+	16, // 62: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
+	38, // 63: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
+	2,  // 64: tollgate.v1.LimiterService.GetQueuePosition:output_type -> tollgate.v1.GetQueuePositionResponse
+	54, // [54:65] is the sub-list for method output_type
+	43, // [43:54] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_limiter_proto_init() }
@@ -1956,8 +2113,9 @@ func file_tollgate_v1_limiter_proto_init() {
 		(*SessionRequest_RefreshShare)(nil),
 		(*SessionRequest_ReleaseShare)(nil),
 		(*SessionRequest_ResizeLease)(nil),
+		(*SessionRequest_Batch)(nil),
 	}
-	file_tollgate_v1_limiter_proto_msgTypes[14].OneofWrappers = []any{
+	file_tollgate_v1_limiter_proto_msgTypes[15].OneofWrappers = []any{
 		(*SessionResponse_Welcome)(nil),
 		(*SessionResponse_Acquire)(nil),
 		(*SessionResponse_Release)(nil),
@@ -1971,6 +2129,7 @@ func file_tollgate_v1_limiter_proto_init() {
 		(*SessionResponse_ReleaseShare)(nil),
 		(*SessionResponse_ShareEvent)(nil),
 		(*SessionResponse_ResizeLease)(nil),
+		(*SessionResponse_Batch)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1978,7 +2137,7 @@ func file_tollgate_v1_limiter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_limiter_proto_rawDesc), len(file_tollgate_v1_limiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
