@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/pagetoken"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -25,7 +26,7 @@ import (
 func (a *adminService) ListClients(ctx context.Context, req *tollgatev1.ListClientsRequest) (*tollgatev1.ListClientsResponse, error) {
 	resp, err := a.listClients(req)
 	if err != nil {
-		return nil, toStatus(a.srv.log, "ListClients", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(a.srv.log, "ListClients", err, refuse.About{Pool: req.GetPool()})
 	}
 	return resp, nil
 }
@@ -38,7 +39,7 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 		}
 	}
 	if n := len(clientID); n > limiter.MaxClientIDLen {
-		return nil, invalidArg("client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen)
+		return nil, refuse.InvalidArg("client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen)
 	}
 	size, err := pageSize(req.GetPageSize())
 	if err != nil {

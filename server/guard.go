@@ -35,7 +35,7 @@ func rateExempt(method string) bool {
 func (s *Server) rateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if s.quotas.RateLimited() && !rateExempt(info.FullMethod) {
 		if err := s.quotas.AllowRate(s.auth().Identify(ctx).ClientKey("")); err != nil {
-			return nil, statusOf(err, errCtx{}).Err()
+			return nil, refuse.StatusOf(err, refuse.About{}).Err()
 		}
 	}
 	return handler(ctx, req)
@@ -50,7 +50,7 @@ func (s *Server) poolsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		s.createPoolMu.Lock()
 		defer s.createPoolMu.Unlock()
 		if err := s.quotas.AdmitPool(s.Engine().NumPools()); err != nil {
-			return nil, statusOf(err, errCtx{}).Err()
+			return nil, refuse.StatusOf(err, refuse.About{}).Err()
 		}
 	}
 	return handler(ctx, req)
@@ -67,14 +67,14 @@ func (s *Server) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	key := s.auth().Identify(ss.Context()).ClientKey("")
 	if !rateExempt(info.FullMethod) {
 		if err := s.quotas.AllowRate(key); err != nil {
-			return statusOf(err, errCtx{}).Err()
+			return refuse.StatusOf(err, refuse.About{}).Err()
 		}
 	}
 	if info.FullMethod != sessionMethod {
 		return handler(srv, ss)
 	}
 	if err := s.quotas.OpenSession(key); err != nil {
-		return toStatus(s.log, "Session", err, errCtx{})
+		return refuse.ToStatus(s.log, "Session", err, refuse.About{})
 	}
 	defer s.quotas.CloseSession(key)
 	return handler(srv, ss)
@@ -115,7 +115,7 @@ func (s *session) answerRefusal(id uint64, err error) {
 		}}})
 		return
 	}
-	s.answerErr(id, err, errCtx{})
+	s.answerErr(id, err, refuse.About{})
 }
 
 // sessionKinds index the per-kind counters of Session requests.

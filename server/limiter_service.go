@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -25,7 +26,7 @@ type limiterService struct {
 func (l *limiterService) Acquire(ctx context.Context, req *tollgatev1.AcquireRequest) (*tollgatev1.AcquireResponse, error) {
 	lease, err := l.srv.acquire(ctx, req, nil, "")
 	if err != nil {
-		return nil, toStatus(l.srv.log, "Acquire", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(l.srv.log, "Acquire", err, refuse.About{Pool: req.GetPool()})
 	}
 	return &tollgatev1.AcquireResponse{Lease: apiconv.LeaseToProto(l.srv.ids, lease)}, nil
 }
@@ -33,7 +34,7 @@ func (l *limiterService) Acquire(ctx context.Context, req *tollgatev1.AcquireReq
 // Release ends a lease.
 func (l *limiterService) Release(ctx context.Context, req *tollgatev1.ReleaseRequest) (*tollgatev1.ReleaseResponse, error) {
 	if err := l.srv.release(req); err != nil {
-		return nil, toStatus(l.srv.log, "Release", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
+		return nil, refuse.ToStatus(l.srv.log, "Release", err, refuse.About{Pool: req.GetPool(), LeaseID: req.GetLeaseId()})
 	}
 	return &tollgatev1.ReleaseResponse{}, nil
 }
@@ -43,7 +44,7 @@ func (l *limiterService) Release(ctx context.Context, req *tollgatev1.ReleaseReq
 func (l *limiterService) Renew(ctx context.Context, req *tollgatev1.RenewRequest) (*tollgatev1.RenewResponse, error) {
 	lease, err := l.srv.renew(ctx, req, nil)
 	if err != nil {
-		return nil, toStatus(l.srv.log, "Renew", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
+		return nil, refuse.ToStatus(l.srv.log, "Renew", err, refuse.About{Pool: req.GetPool(), LeaseID: req.GetLeaseId()})
 	}
 	return &tollgatev1.RenewResponse{Lease: apiconv.LeaseToProto(l.srv.ids, lease)}, nil
 }
@@ -53,7 +54,7 @@ func (l *limiterService) Renew(ctx context.Context, req *tollgatev1.RenewRequest
 func (l *limiterService) Take(ctx context.Context, req *tollgatev1.TakeRequest) (*tollgatev1.TakeResponse, error) {
 	res, err := l.srv.take(ctx, req)
 	if err != nil {
-		return nil, toStatus(l.srv.log, "Take", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(l.srv.log, "Take", err, refuse.About{Pool: req.GetPool()})
 	}
 	return &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}, nil
 }
@@ -73,7 +74,7 @@ func (l *limiterService) GetQueuePosition(ctx context.Context, req *tollgatev1.G
 			return resp, nil
 		}
 	}
-	return nil, toStatus(l.srv.log, "GetQueuePosition", err, errCtx{pool: req.GetPool()})
+	return nil, refuse.ToStatus(l.srv.log, "GetQueuePosition", err, refuse.About{Pool: req.GetPool()})
 }
 
 // Session is implemented in session.go.

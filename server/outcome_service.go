@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -14,7 +15,7 @@ import (
 // Report counts batches of outcomes.
 func (l *limiterService) Report(ctx context.Context, req *tollgatev1.ReportRequest) (*tollgatev1.ReportResponse, error) {
 	if err := l.srv.report(ctx, req); err != nil {
-		return nil, toStatus(l.srv.log, "Report", err, errCtx{})
+		return nil, refuse.ToStatus(l.srv.log, "Report", err, refuse.About{})
 	}
 	return &tollgatev1.ReportResponse{}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/tollgate/tollgate/internal/leaseid"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/server/store"
@@ -189,11 +190,11 @@ func (s *Server) closeEngine() {
 func readoptFromProto(r *tollgatev1.RenewRequest) (limiter.Readopt, error) {
 	ra := limiter.Readopt{ClientID: r.GetClientId(), Description: r.GetDescription(), Priority: r.GetPriority(), Resources: r.GetResourceIds()}
 	if n := len(ra.Resources); n > limiter.MaxResourcesPerPool {
-		return ra, invalidArg("resource_ids has %d ids; a lease holds at most %d", n, limiter.MaxResourcesPerPool)
+		return ra, refuse.InvalidArg("resource_ids has %d ids; a lease holds at most %d", n, limiter.MaxResourcesPerPool)
 	}
 	if r.Weight != nil {
 		if r.GetWeight() < 1 {
-			return ra, invalidArg("weight is %d; it must be the lease's weight, at least 1 (or leave it unset)", r.GetWeight())
+			return ra, refuse.InvalidArg("weight is %d; it must be the lease's weight, at least 1 (or leave it unset)", r.GetWeight())
 		}
 		ra.Weight = r.GetWeight()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -47,7 +48,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 	defer end(nil)
 	h, err := s.registerProvider(ctx, first, &providerStream{end: end})
 	if err != nil {
-		return toStatus(s.log, "Provide", err, errCtx{pool: first.GetRegister().GetPool()})
+		return refuse.ToStatus(s.log, "Provide", err, refuse.About{Pool: first.GetRegister().GetPool()})
 	}
 	left := "its Provide stream ended"
 	defer func() {
@@ -57,7 +58,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 	}()
 	info, err := h.Info()
 	if err != nil {
-		return toStatus(s.log, "Provide", err, errCtx{pool: first.GetRegister().GetPool()})
+		return refuse.ToStatus(s.log, "Provide", err, refuse.About{Pool: first.GetRegister().GetPool()})
 	}
 	if err := stream.Send(&tollgatev1.ProvideResponse{RequestId: first.GetRequestId(), Provider: apiconv.ProviderToProto(info)}); err != nil {
 		left = "its Provide stream broke"
@@ -89,7 +90,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		case <-ctx.Done():
 			left = "its Provide stream ended"
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-				return toStatus(s.log, "Provide", cause, errCtx{pool: pool})
+				return refuse.ToStatus(s.log, "Provide", cause, refuse.About{Pool: pool})
 			}
 			left = "its connection was lost"
 			return stream.Context().Err()
@@ -101,8 +102,8 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 			// are not taken away (that would revoke their holders' leases,
 			// which a restarted server re-adopts); it registers again.
 			left = ""
-			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
-				Message: "the server is shutting down; register again (on another server if there is one): the leases on your instances were not revoked"}, errCtx{}).Err()
+			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+				Message: "the server is shutting down; register again (on another server if there is one): the leases on your instances were not revoked"}, refuse.About{}).Err()
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				left = "it closed its Provide stream"
@@ -113,7 +114,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		case m := <-msgs:
 			resp, err := s.provideMessage(h, m, rateKey)
 			if err != nil { // the provider is gone: end the stream with why
-				return toStatus(s.log, "Provide", err, errCtx{pool: pool})
+				return refuse.ToStatus(s.log, "Provide", err, refuse.About{Pool: pool})
 			}
 			if err := stream.Send(resp); err != nil {
 				left = "its Provide stream broke"
@@ -128,7 +129,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.ProvideRequest, owner *providerStream) (*limiter.Provider, error) {
 	reg := first.GetRegister()
 	if reg == nil {
-		return nil, invalidArg("the first message of a Provide stream must be register (pool, provider_id, ttl)")
+		return nil, refuse.InvalidArg("the first message of a Provide stream must be register (pool, provider_id, ttl)")
 	}
 	if err := apiconv.CheckPoolName("register.pool", reg.GetPool()); err != nil {
 		return nil, err
@@ -176,16 +177,16 @@ func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideReques
 			resp.Removed, resp.Revoked = int64(r.Removed), int64(r.Revoked)
 		}
 	case *tollgatev1.ProvideRequest_Register:
-		err = invalidArg("this Provide stream is registered already, as provider %q; open another stream to register another provider", h.ID())
+		err = refuse.InvalidArg("this Provide stream is registered already, as provider %q; open another stream to register another provider", h.ID())
 	default:
-		err = invalidArg("the message sets no kind; set offer, withdraw or keep_alive")
+		err = refuse.InvalidArg("the message sets no kind; set offer, withdraw or keep_alive")
 	}
 	if errors.Is(err, limiter.ErrProviderNotFound) {
 		return nil, err
 	}
 	if err != nil {
-		le := classify(s.log, "Provide", err, errCtx{})
-		resp.Error = &tollgatev1.ProvideError{Code: int32(grpcCode(le.Code)), Reason: string(le.Reason), Message: le.Message}
+		le := refuse.Classify(s.log, "Provide", err, refuse.About{})
+		resp.Error = &tollgatev1.ProvideError{Code: int32(refuse.GRPCCode(le.Code)), Reason: string(le.Reason), Message: le.Message}
 		if info, err = h.Info(); err != nil {
 			return nil, err
 		}

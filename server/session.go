@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -160,8 +161,8 @@ func (s *session) writeLoop() error {
 		case <-s.ctx.Done():
 			return s.endStatus()
 		case <-s.srv.draining:
-			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
-				Message: "the server is shutting down; reconnect (to another server if there is one) and renew your leases on the new stream: they were not released"}, errCtx{}).Err()
+			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+				Message: "the server is shutting down; reconnect (to another server if there is one) and renew your leases on the new stream: they were not released"}, refuse.About{}).Err()
 		case <-s.termDone:
 			return s.srv.notLeader()
 		}
@@ -268,8 +269,8 @@ func (s *session) releaseUndelivered(r *tollgatev1.SessionResponse) {
 func (s *session) readLoop() {
 	defer func() {
 		if p := recover(); p != nil {
-			le := classify(s.srv.log, "Session", fmt.Errorf("panic: %v", p), errCtx{})
-			s.cancel(statusOf(le, errCtx{}).Err())
+			le := refuse.Classify(s.srv.log, "Session", fmt.Errorf("panic: %v", p), refuse.About{})
+			s.cancel(refuse.StatusOf(le, refuse.About{}).Err())
 		}
 	}()
 	for {
@@ -320,7 +321,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 		s.cancelRequest(k.Cancel.GetRequestId())
 		return
 	case nil:
-		s.answerErr(id, invalidArg("request %d has nothing in it; set one of hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id), errCtx{})
+		s.answerErr(id, refuse.InvalidArg("request %d has nothing in it; set one of hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id), refuse.About{})
 		return
 	}
 	s.mu.Lock()
@@ -328,7 +329,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 	s.mu.Unlock()
 	if busy {
 		s.answerErr(id, &limiter.Error{Code: limiter.CodeInvalidArgument, Reason: ReasonRequestIDInUse,
-			Message: fmt.Sprintf("request_id %d is already in use by an unanswered request of this stream; use a request_id not in use (for example a counter)", id)}, errCtx{})
+			Message: fmt.Sprintf("request_id %d is already in use by an unanswered request of this stream; use a request_id not in use (for example a counter)", id)}, refuse.About{})
 		return
 	}
 	switch k := req.GetKind().(type) {
@@ -341,7 +342,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 	case *tollgatev1.SessionRequest_Release:
 		r := k.Release
 		if err := s.srv.release(r); err != nil {
-			s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
+			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
 		}
 		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Release{Release: &tollgatev1.ReleaseResponse{}}})
@@ -349,7 +350,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 		r := k.Renew
 		lease, err := s.srv.renew(s.ctx, r, s)
 		if err != nil {
-			s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
+			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
 		}
 		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}})
@@ -364,18 +365,18 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 	case *tollgatev1.SessionRequest_ResizeLease: // concurrency shares: session_concshares.go
 		s.resizeLease(id, k.ResizeLease)
 	default:
-		s.answerErr(id, invalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id, k), errCtx{})
+		s.answerErr(id, refuse.InvalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id, k), refuse.About{})
 	}
 }
 
 // hello sets the stream's default client id.
 func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 	if !first {
-		s.answerErr(id, invalidArg("hello must be the first request of a stream, and come at most once; open a new stream to change the client id, or set client_id on each acquire"), errCtx{})
+		s.answerErr(id, refuse.InvalidArg("hello must be the first request of a stream, and come at most once; open a new stream to change the client id, or set client_id on each acquire"), refuse.About{})
 		return
 	}
 	if n := len(h.GetClientId()); n > limiter.MaxClientIDLen {
-		s.answerErr(id, invalidArg("hello.client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen), errCtx{})
+		s.answerErr(id, refuse.InvalidArg("hello.client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen), refuse.About{})
 		return
 	}
 	s.clientID = h.GetClientId()
@@ -390,7 +391,7 @@ func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	ar, err := apiconv.AcquireFromProto(r)
 	if err != nil {
-		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
 	if ar.ClientID == "" {
@@ -484,7 +485,7 @@ func (sw *sessionWait) grantedAfterClose(lease limiter.Lease, err error) {
 // close, apart when the pool is locked (as in a wait's callback).
 func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool string, locked bool) {
 	if err != nil {
-		s.answerErr(id, err, errCtx{pool: pool})
+		s.answerErr(id, err, refuse.About{Pool: pool})
 		return
 	}
 	resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}}
@@ -514,7 +515,7 @@ func (s *session) mayStart(id uint64) bool {
 // startTake validates a take and runs it in a worker.
 func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 	if err := apiconv.CheckPoolName("pool", r.GetPool()); err != nil {
-		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
 	ctx, cancel, ok := s.register(id)
@@ -527,7 +528,7 @@ func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 		res, err := s.srv.take(ctx, r)
 		s.unregister(id, cancel)
 		if err != nil {
-			s.answerErr(id, err, errCtx{pool: r.GetPool()})
+			s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 			return
 		}
 		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Take{Take: &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}}})
@@ -559,7 +560,7 @@ func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool
 // refuseTooMany answers request id that it is one past MaxSessionPending.
 func (s *session) refuseTooMany(id uint64) {
 	s.answerErr(id, &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
-		Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxSessionPending)}, errCtx{})
+		Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxSessionPending)}, refuse.About{})
 }
 
 // unregister frees a worker request's id once its outcome is known, before
@@ -591,8 +592,8 @@ func (s *session) recoverWorker(id uint64, op string) {
 			delete(s.pending, id)
 		}
 		s.mu.Unlock()
-		le := classify(s.srv.log, op, fmt.Errorf("panic: %v", p), errCtx{})
-		s.answerErr(id, le, errCtx{})
+		le := refuse.Classify(s.srv.log, op, fmt.Errorf("panic: %v", p), refuse.About{})
+		s.answerErr(id, le, refuse.About{})
 	}
 }
 
@@ -626,8 +627,8 @@ func (s *session) send(r *tollgatev1.SessionResponse) bool {
 			what = fmt.Sprintf("%d answers were waiting to be read on this client's streams, the most one client may have (%d)", c, 4*most)
 		}
 		s.srv.log.Warn("ending a session stream whose client does not read its answers", "queued", n, "client_queued", c)
-		s.cancel(statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonSessionOverflow,
-			Message: "the stream was ended because " + what + "; read the stream as fast as you send, then reconnect and renew your leases (they were not released)"}, errCtx{}).Err())
+		s.cancel(refuse.StatusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonSessionOverflow,
+			Message: "the stream was ended because " + what + "; read the stream as fast as you send, then reconnect and renew your leases (they were not released)"}, refuse.About{}).Err())
 		return false
 	}
 	s.answers = append(s.answers, r)
@@ -647,10 +648,10 @@ func (s *session) signal() {
 }
 
 // answerErr queues a SessionError answer for request id.
-func (s *session) answerErr(id uint64, err error, ec errCtx) {
-	le := classify(s.srv.log, "Session", err, ec)
+func (s *session) answerErr(id uint64, err error, ec refuse.About) {
+	le := refuse.Classify(s.srv.log, "Session", err, ec)
 	se := &tollgatev1.SessionError{
-		Code:    int32(grpcCode(le.Code)),
+		Code:    int32(refuse.GRPCCode(le.Code)),
 		Message: le.Message,
 		Reason:  string(le.Reason),
 	}
@@ -680,8 +681,8 @@ func (s *session) queueEvent(resp *tollgatev1.SessionResponse) {
 		s.events = nil
 		s.mu.Unlock()
 		s.srv.log.Warn("ending a session stream whose client does not read its events", "queued", n)
-		s.cancel(statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonSessionOverflow,
-			Message: fmt.Sprintf("the stream was ended because %d lease and share events were waiting to be read; read the stream faster, then reconnect and renew your leases and shares (they were not released)", n)}, errCtx{}).Err())
+		s.cancel(refuse.StatusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonSessionOverflow,
+			Message: fmt.Sprintf("the stream was ended because %d lease and share events were waiting to be read; read the stream faster, then reconnect and renew your leases and shares (they were not released)", n)}, refuse.About{}).Err())
 		return
 	}
 	s.events = append(s.events, resp)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -20,7 +21,7 @@ func (s *session) resizeLease(id uint64, r *tollgatev1.ResizeLeaseRequest) {
 	}
 	lease, err := s.srv.resizeLease(r, s)
 	if err != nil {
-		s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
+		s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 		return
 	}
 	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_ResizeLease{ResizeLease: &tollgatev1.ResizeLeaseResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}})
@@ -36,10 +37,10 @@ func (s *Server) resizeLease(req *tollgatev1.ResizeLeaseRequest, owner any) (lim
 		return limiter.Lease{}, err
 	}
 	if req.Weight != nil && req.GetWeight() < 1 {
-		return limiter.Lease{}, invalidArg("weight %d is invalid; a lease holds at least 1 permit (release it to give back the last one)", req.GetWeight())
+		return limiter.Lease{}, refuse.InvalidArg("weight %d is invalid; a lease holds at least 1 permit (release it to give back the last one)", req.GetWeight())
 	}
 	if req.Want != nil && req.GetWant() < 1 {
-		return limiter.Lease{}, invalidArg("want %d is invalid; a share wants at least 1 permit", req.GetWant())
+		return limiter.Lease{}, refuse.InvalidArg("want %d is invalid; a share wants at least 1 permit", req.GetWant())
 	}
 	return s.Engine().ResizeLease(limiter.LeaseResize{Pool: req.GetPool(), Token: tok, Weight: req.GetWeight(), Want: req.GetWant(), Owner: owner})
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -37,7 +38,7 @@ func (s *session) acquireShare(id uint64, r *tollgatev1.AcquireShareRequest) {
 	}
 	sh, err := s.srv.acquireShare(r, s, s.clientID) // the reader owns clientID
 	if err != nil {
-		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
 	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_AcquireShare{AcquireShare: &tollgatev1.AcquireShareResponse{Share: apiconv.ShareToProto(s.srv.ids, sh)}}})
@@ -51,7 +52,7 @@ func (s *session) refreshShare(id uint64, r *tollgatev1.RefreshShareRequest) {
 	}
 	sh, err := s.srv.refreshShare(r, s)
 	if err != nil {
-		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
 	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_RefreshShare{RefreshShare: &tollgatev1.RefreshShareResponse{Share: apiconv.ShareToProto(s.srv.ids, sh)}}})
@@ -64,7 +65,7 @@ func (s *session) releaseShare(id uint64, r *tollgatev1.ReleaseShareRequest) {
 		return
 	}
 	if err := s.srv.releaseShare(r); err != nil {
-		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
 	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_ReleaseShare{ReleaseShare: &tollgatev1.ReleaseShareResponse{}}})

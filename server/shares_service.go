@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -18,7 +19,7 @@ import (
 func (l *limiterService) AcquireShare(ctx context.Context, req *tollgatev1.AcquireShareRequest) (*tollgatev1.AcquireShareResponse, error) {
 	sh, err := l.srv.acquireShare(req, nil, "")
 	if err != nil {
-		return nil, toStatus(l.srv.log, "AcquireShare", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(l.srv.log, "AcquireShare", err, refuse.About{Pool: req.GetPool()})
 	}
 	return &tollgatev1.AcquireShareResponse{Share: apiconv.ShareToProto(l.srv.ids, sh)}, nil
 }
@@ -28,7 +29,7 @@ func (l *limiterService) AcquireShare(ctx context.Context, req *tollgatev1.Acqui
 func (l *limiterService) RefreshShare(ctx context.Context, req *tollgatev1.RefreshShareRequest) (*tollgatev1.RefreshShareResponse, error) {
 	sh, err := l.srv.refreshShare(req, nil)
 	if err != nil {
-		return nil, toStatus(l.srv.log, "RefreshShare", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(l.srv.log, "RefreshShare", err, refuse.About{Pool: req.GetPool()})
 	}
 	return &tollgatev1.RefreshShareResponse{Share: apiconv.ShareToProto(l.srv.ids, sh)}, nil
 }
@@ -36,7 +37,7 @@ func (l *limiterService) RefreshShare(ctx context.Context, req *tollgatev1.Refre
 // ReleaseShare gives a share back.
 func (l *limiterService) ReleaseShare(ctx context.Context, req *tollgatev1.ReleaseShareRequest) (*tollgatev1.ReleaseShareResponse, error) {
 	if err := l.srv.releaseShare(req); err != nil {
-		return nil, toStatus(l.srv.log, "ReleaseShare", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(l.srv.log, "ReleaseShare", err, refuse.About{Pool: req.GetPool()})
 	}
 	return &tollgatev1.ReleaseShareResponse{}, nil
 }
