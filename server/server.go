@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/cluster"
+	"github.com/tollgate/tollgate/internal/holder"
 	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/tracing"
@@ -73,6 +74,9 @@ type Config struct {
 
 	// persister is set by Open: the engine's Persister.
 	persister limiter.Persister
+	// leaseIDKey is set by Open and OpenCluster: the key that signs lease
+	// ids, kept where they stay valid across restarts and leaders.
+	leaseIDKey []byte
 }
 
 // Server is the gRPC face of one limiter.Engine. Create it with New,
@@ -97,6 +101,8 @@ type Server struct {
 	drainOnce sync.Once
 	// ids signs and checks the lease ids holders get.
 	ids *leaseid.IDs
+	// calls are the holders' calls, unary and on Session streams.
+	calls *holder.Calls
 	// liveSessions counts Session streams whose handler is running.
 	liveSessions atomic.Int64
 	// sessions are those streams, for ListClients.
@@ -132,7 +138,7 @@ func New(cfg Config) *Server {
 		health:          health.NewServer(),
 		draining:        make(chan struct{}),
 		tracing:         tracing.New(cfg.TracerProvider, cfg.Propagator),
-		ids:             leaseid.New(nil), // Open uses the data directory's key
+		ids:             leaseid.New(cfg.leaseIDKey), // nil: a key of its own
 		envoyRLS:        cfg.EnvoyRLS,
 		leadership:      cfg.Leadership,
 		advertise:       cfg.Advertise,
@@ -146,6 +152,8 @@ func New(cfg Config) *Server {
 	}
 	s.engine.Store(s.newEngine(cfg.persister))
 	s.initOps(cfg)
+	s.calls = &holder.Calls{Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Limits: s.limits, Metrics: s.metrics,
+		IDs: s.ids, Tracing: s.tracing, Log: s.log}
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
 	return s

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/holder"
 	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -260,7 +261,7 @@ func (s *session) releaseUndelivered(r *tollgatev1.SessionResponse) {
 	if l == nil {
 		return
 	}
-	err := s.srv.releaseLease(l.GetPool(), l.GetFencingToken(), nil)
+	err := s.srv.calls.ReleaseLease(l.GetPool(), l.GetFencingToken(), nil)
 	s.srv.log.Debug("released a lease whose grant could not be sent on its session", "pool", l.GetPool(), "lease_id", l.GetId(), "err", err)
 }
 
@@ -341,14 +342,14 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 		s.startTake(id, k.Take)
 	case *tollgatev1.SessionRequest_Release:
 		r := k.Release
-		if err := s.srv.release(r); err != nil {
+		if err := s.srv.calls.Release(r); err != nil {
 			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
 		}
 		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Release{Release: &tollgatev1.ReleaseResponse{}}})
 	case *tollgatev1.SessionRequest_Renew:
 		r := k.Renew
-		lease, err := s.srv.renew(s.ctx, r, s)
+		lease, err := s.srv.calls.Renew(s.ctx, r, s, s.clientID)
 		if err != nil {
 			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
@@ -400,15 +401,15 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	ar.Owner = s
 	if s.srv.tracing != nil {
 		s.startWorker(id, "Session.acquire", func(ctx context.Context) (limiter.Lease, error) {
-			return s.srv.acquireTraced(ctx, ar, r.GetTraceContext())
+			return s.srv.calls.AcquireTraced(ctx, ar, r.GetTraceContext())
 		}, ar.Pool)
 		return
 	}
 	if !s.mayStart(id) {
 		return
 	}
-	lease, wait, err := s.srv.startAcquireCounted(s.ctx, ar)
-	if wait.w != nil {
+	lease, wait, err := s.srv.calls.StartAcquire(s.ctx, ar)
+	if wait.Waits() {
 		s.queueWait(id, wait, ar.Pool)
 		return
 	}
@@ -437,31 +438,31 @@ type sessionWait struct {
 	s    *session
 	id   uint64
 	pool string
-	cw   countedWait
+	cw   holder.Wait
 }
 
 // queueWait keeps an acquire that waits in its pool's queue as a record,
 // with no goroutine: the engine calls back with the outcome, which is
 // answered then. A CancelRequest or the end of the session gives it up.
-func (s *session) queueWait(id uint64, wait countedWait, pool string) {
+func (s *session) queueWait(id uint64, wait holder.Wait, pool string) {
 	sw := &sessionWait{s: s, id: id, pool: pool, cw: wait}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		wait.w.Notify(sw.grantedAfterClose)
+		wait.Notify(sw.grantedAfterClose)
 		wait.Cancel(context.Canceled)
 		return
 	}
 	s.pending[id] = pendingReq{wait: sw}
 	s.inflight++
 	s.mu.Unlock()
-	wait.w.Notify(sw.done)
+	wait.Notify(sw.done)
 }
 
 // done answers the wait's outcome (called with the pool locked).
 func (sw *sessionWait) done(lease limiter.Lease, err error) {
 	s := sw.s
-	lease, err = sw.cw.c.finish(lease, err)
+	lease, err = sw.cw.Finish(lease, err)
 	s.mu.Lock()
 	delete(s.pending, sw.id)
 	s.mu.Unlock()
@@ -475,8 +476,8 @@ func (sw *sessionWait) done(lease limiter.Lease, err error) {
 // grantedAfterClose releases a wait's grant that raced with the session's
 // end (called with the pool locked: the release is made apart).
 func (sw *sessionWait) grantedAfterClose(lease limiter.Lease, err error) {
-	if lease, err = sw.cw.c.finish(lease, err); err == nil {
-		go sw.s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+	if lease, err = sw.cw.Finish(lease, err); err == nil {
+		go sw.s.srv.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
 	}
 }
 
@@ -493,10 +494,10 @@ func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool 
 		return
 	}
 	if locked {
-		go s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+		go s.srv.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
 		return
 	}
-	s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+	s.srv.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
 }
 
 // mayStart reports whether the session may take another acquire or take,
@@ -525,7 +526,7 @@ func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 	go func() {
 		defer s.workerDone()
 		defer s.recoverWorker(id, "Session.take")
-		res, err := s.srv.take(ctx, r)
+		res, err := s.srv.calls.Take(ctx, r)
 		s.unregister(id, cancel)
 		if err != nil {
 			s.answerErr(id, err, refuse.About{Pool: r.GetPool()})

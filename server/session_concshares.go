@@ -19,30 +19,12 @@ func (s *session) resizeLease(id uint64, r *tollgatev1.ResizeLeaseRequest) {
 		s.answerRefusal(id, err)
 		return
 	}
-	lease, err := s.srv.resizeLease(r, s)
+	lease, err := s.srv.calls.ResizeLease(r, s)
 	if err != nil {
 		s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 		return
 	}
 	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_ResizeLease{ResizeLease: &tollgatev1.ResizeLeaseResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}})
-}
-
-// resizeLease validates req and resizes the lease, making owner the owner.
-func (s *Server) resizeLease(req *tollgatev1.ResizeLeaseRequest, owner any) (limiter.Lease, error) {
-	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
-		return limiter.Lease{}, err
-	}
-	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId())
-	if err != nil {
-		return limiter.Lease{}, err
-	}
-	if req.Weight != nil && req.GetWeight() < 1 {
-		return limiter.Lease{}, refuse.InvalidArg("weight %d is invalid; a lease holds at least 1 permit (release it to give back the last one)", req.GetWeight())
-	}
-	if req.Want != nil && req.GetWant() < 1 {
-		return limiter.Lease{}, refuse.InvalidArg("want %d is invalid; a share wants at least 1 permit", req.GetWant())
-	}
-	return s.Engine().ResizeLease(limiter.LeaseResize{Pool: req.GetPool(), Token: tok, Weight: req.GetWeight(), Want: req.GetWant(), Owner: owner})
 }
 
 // onLeaseResized is the engine's OnLeaseResized callback: it pushes the

@@ -23,7 +23,7 @@ func (s *session) checkPoolAccess(pool string) error {
 
 // report counts a batch of outcomes.
 func (s *session) report(id uint64, r *tollgatev1.ReportRequest) {
-	if err := s.srv.report(s.ctx, r); err != nil {
+	if err := s.srv.calls.Report(s.ctx, r); err != nil {
 		s.answerRefusal(id, err) // a policy refusal, or any other error
 		return
 	}
@@ -36,7 +36,7 @@ func (s *session) acquireShare(id uint64, r *tollgatev1.AcquireShareRequest) {
 		s.answerRefusal(id, err)
 		return
 	}
-	sh, err := s.srv.acquireShare(r, s, s.clientID) // the reader owns clientID
+	sh, err := s.srv.calls.AcquireShare(r, s, s.clientID) // the reader owns clientID
 	if err != nil {
 		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
@@ -50,7 +50,7 @@ func (s *session) refreshShare(id uint64, r *tollgatev1.RefreshShareRequest) {
 		s.answerRefusal(id, err)
 		return
 	}
-	sh, err := s.srv.refreshShare(r, s)
+	sh, err := s.srv.calls.RefreshShare(r, s)
 	if err != nil {
 		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
@@ -64,7 +64,7 @@ func (s *session) releaseShare(id uint64, r *tollgatev1.ReleaseShareRequest) {
 		s.answerRefusal(id, err)
 		return
 	}
-	if err := s.srv.releaseShare(r); err != nil {
+	if err := s.srv.calls.ReleaseShare(r); err != nil {
 		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}

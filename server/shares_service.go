@@ -17,7 +17,7 @@ import (
 // unary call is not pushed changes: its holder learns them when it
 // refreshes.
 func (l *limiterService) AcquireShare(ctx context.Context, req *tollgatev1.AcquireShareRequest) (*tollgatev1.AcquireShareResponse, error) {
-	sh, err := l.srv.acquireShare(req, nil, "")
+	sh, err := l.srv.calls.AcquireShare(req, nil, "")
 	if err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "AcquireShare", err, refuse.About{Pool: req.GetPool()})
 	}
@@ -27,7 +27,7 @@ func (l *limiterService) AcquireShare(ctx context.Context, req *tollgatev1.Acqui
 // RefreshShare extends a share and returns its current grant. A unary
 // refresh does not change which session, if any, is pushed changes.
 func (l *limiterService) RefreshShare(ctx context.Context, req *tollgatev1.RefreshShareRequest) (*tollgatev1.RefreshShareResponse, error) {
-	sh, err := l.srv.refreshShare(req, nil)
+	sh, err := l.srv.calls.RefreshShare(req, nil)
 	if err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "RefreshShare", err, refuse.About{Pool: req.GetPool()})
 	}
@@ -36,48 +36,10 @@ func (l *limiterService) RefreshShare(ctx context.Context, req *tollgatev1.Refre
 
 // ReleaseShare gives a share back.
 func (l *limiterService) ReleaseShare(ctx context.Context, req *tollgatev1.ReleaseShareRequest) (*tollgatev1.ReleaseShareResponse, error) {
-	if err := l.srv.releaseShare(req); err != nil {
+	if err := l.srv.calls.ReleaseShare(req); err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "ReleaseShare", err, refuse.About{Pool: req.GetPool()})
 	}
 	return &tollgatev1.ReleaseShareResponse{}, nil
-}
-
-// acquireShare validates req and grants the share, owned by owner (nil
-// for unary calls; pushes go to it), for client defaultClientID when req
-// names none.
-func (s *Server) acquireShare(req *tollgatev1.AcquireShareRequest, owner any, defaultClientID string) (limiter.Share, error) {
-	sr, err := apiconv.ShareRequestFromProto(req)
-	if err != nil {
-		return limiter.Share{}, err
-	}
-	if sr.ClientID == "" {
-		sr.ClientID = defaultClientID
-	}
-	sr.Owner = owner
-	return s.Engine().AcquireShare(sr)
-}
-
-// refreshShare validates req and refreshes the share, making owner (if not
-// nil) the one pushed its changes.
-func (s *Server) refreshShare(req *tollgatev1.RefreshShareRequest, owner any) (limiter.Share, error) {
-	sr, err := apiconv.ShareRefreshFromProto(s.ids, req)
-	if err != nil {
-		return limiter.Share{}, err
-	}
-	sr.Owner = owner
-	return s.Engine().RefreshShare(sr)
-}
-
-// releaseShare validates req and gives the share back.
-func (s *Server) releaseShare(req *tollgatev1.ReleaseShareRequest) error {
-	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
-		return err
-	}
-	id, err := s.ids.ParseShare(req.GetPool(), req.GetShareId())
-	if err != nil {
-		return err
-	}
-	return s.Engine().ReleaseShare(req.GetPool(), id)
 }
 
 // onShareUpdate is the engine's OnShareUpdate callback: it pushes the
