@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/session"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -74,4 +75,37 @@ func (l *limiterService) GetQueuePosition(ctx context.Context, req *tollgatev1.G
 	return nil, refuse.ToStatus(l.srv.log, "GetQueuePosition", err, refuse.About{Pool: req.GetPool()})
 }
 
-// Session is implemented in session.go.
+// Bounds of one Session stream (see internal/session).
+const (
+	// MaxSessionPending is the most acquire and take requests one Session
+	// stream may have unanswered at once.
+	MaxSessionPending = session.MaxPending
+	// MaxSessionEvents is the most lease events queued for one Session
+	// stream whose client is not reading.
+	MaxSessionEvents = session.DefaultMaxEvents
+	// MaxSessionUnread is the most answers queued for one Session stream
+	// whose client is not reading, and four times it the most for all the
+	// streams of one client.
+	MaxSessionUnread = session.DefaultMaxUnread
+)
+
+// Session serves one bidirectional Session stream: requests are answered
+// in any order, matched by request_id. When the client half-closes, the
+// stream ends once every request in flight is answered; when it breaks,
+// waiting requests are cancelled. Either way its leases are kept, to be
+// renewed on another stream or to expire.
+func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer) error {
+	key := l.srv.auth().Identify(stream.Context()).ClientKey("")
+	defer l.srv.quotas.DropUnreadCounter(key)
+	l.srv.liveSessions.Add(1)
+	defer l.srv.liveSessions.Add(-1)
+	return l.srv.sessions.Serve(stream, l.srv.quotas.UnreadCounter(key))
+}
+
+// sessionHost is the server as its Session streams' host.
+type sessionHost struct{ s *Server }
+
+func (h sessionHost) Draining() <-chan struct{} { return h.s.draining }
+func (h sessionHost) TermDone() <-chan struct{} { return h.s.termDone() }
+func (h sessionHost) NotLeader() error          { return h.s.notLeader() }
+func (h sessionHost) NotLeading() error         { return h.s.notLeading() }

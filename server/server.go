@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/holder"
 	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/session"
 	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -105,13 +106,9 @@ type Server struct {
 	calls *holder.Calls
 	// liveSessions counts Session streams whose handler is running.
 	liveSessions atomic.Int64
-	// sessions are those streams, for ListClients.
-	sessions sessionRegistry
-	// maxSessionEvents is MaxSessionEvents; tests lower it.
-	maxSessionEvents atomic.Int64
-	// maxSessionUnread is MaxSessionUnread (and a client may have four
-	// times that); tests lower it before serving.
-	maxSessionUnread int64
+	// sessions serves those streams and keeps them, for ListClients;
+	// tests lower its bounds.
+	sessions session.Streams
 
 	tracing  *tracing.Tracing // nil when Config.TracerProvider is nil
 	envoyRLS bool             // Config.EnvoyRLS
@@ -145,8 +142,6 @@ func New(cfg Config) *Server {
 		clock:           cfg.Clock,
 		markInterval:    cfg.MarkEventInterval,
 	}
-	s.maxSessionEvents.Store(MaxSessionEvents)
-	s.maxSessionUnread = MaxSessionUnread
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
@@ -154,6 +149,8 @@ func New(cfg Config) *Server {
 	s.initOps(cfg)
 	s.calls = &holder.Calls{Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Limits: s.limits, Metrics: s.metrics,
 		IDs: s.ids, Tracing: s.tracing, Log: s.log}
+	s.sessions.Host, s.sessions.Calls, s.sessions.MaxUnread = sessionHost{s}, s.calls, MaxSessionUnread
+	s.sessions.MaxEvents.Store(MaxSessionEvents)
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
 	return s
@@ -164,7 +161,7 @@ func New(cfg Config) *Server {
 // Session stream that last acquired or renewed them.
 func (s *Server) newEngine(p limiter.Persister) *limiter.Engine {
 	return limiter.New(limiter.Options{Clock: s.clock, OnLeaseEnded: s.onLeaseEnded, Persister: p, PreReserve: true,
-		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: s.onLeaseResized, MarkEventInterval: s.markInterval})
+		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: session.LeaseResized, MarkEventInterval: s.markInterval})
 }
 
 // Engine returns the engine the server serves. Callers may use it directly
@@ -206,7 +203,5 @@ func (s *Server) drain() {
 // owns it, if that session is still live. It never blocks.
 func (s *Server) onLeaseEnded(ev limiter.LeaseEnded) {
 	s.leaseEnded(ev)
-	if sess, ok := ev.Owner.(*session); ok {
-		sess.pushEvent(ev)
-	}
+	session.LeaseEnded(ev)
 }

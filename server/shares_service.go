@@ -5,6 +5,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/session"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -49,7 +50,5 @@ func (s *Server) onShareUpdate(u limiter.ShareUpdate) {
 	if u.Kind != limiter.ShareChanged {
 		s.log.Debug("rate share ended", "pool", u.Share.Pool, "share_id", u.Share.ID, "client_id", u.Share.ClientID, "why", u.Kind.String())
 	}
-	if sess, ok := u.Owner.(*session); ok {
-		sess.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_ShareEvent{ShareEvent: apiconv.ShareEventToProto(s.ids, u)}})
-	}
+	session.ShareUpdated(u)
 }
