@@ -102,10 +102,16 @@ func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer)
 	return l.srv.sessions.Serve(stream, l.srv.quotas.UnreadCounter(key))
 }
 
-// sessionHost is the server as its Session streams' host.
-type sessionHost struct{ s *Server }
+// Provide serves one provider's stream.
+func (l *limiterService) Provide(stream tollgatev1.LimiterService_ProvideServer) error {
+	return l.srv.providers.Serve(stream)
+}
 
-func (h sessionHost) Draining() <-chan struct{} { return h.s.draining }
-func (h sessionHost) TermDone() <-chan struct{} { return h.s.termDone() }
-func (h sessionHost) NotLeader() error          { return h.s.notLeader() }
-func (h sessionHost) NotLeading() error         { return h.s.notLeading() }
+// streamHost is the server as the host of its Session and Provide
+// streams.
+type streamHost struct{ s *Server }
+
+func (h streamHost) Draining() <-chan struct{} { return h.s.draining }
+func (h streamHost) TermDone() <-chan struct{} { return h.s.termDone() }
+func (h streamHost) NotLeader() error          { return h.s.notLeader() }
+func (h streamHost) NotLeading() error         { return h.s.notLeading() }

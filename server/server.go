@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/holder"
 	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/provide"
 	"github.com/tollgate/tollgate/internal/session"
 	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
@@ -109,6 +110,8 @@ type Server struct {
 	// sessions serves those streams and keeps them, for ListClients;
 	// tests lower its bounds.
 	sessions session.Streams
+	// providers serves the Provide streams.
+	providers provide.Streams
 
 	tracing  *tracing.Tracing // nil when Config.TracerProvider is nil
 	envoyRLS bool             // Config.EnvoyRLS
@@ -149,7 +152,8 @@ func New(cfg Config) *Server {
 	s.initOps(cfg)
 	s.calls = &holder.Calls{Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Limits: s.limits, Metrics: s.metrics,
 		IDs: s.ids, Tracing: s.tracing, Log: s.log}
-	s.sessions.Host, s.sessions.Calls, s.sessions.MaxUnread = sessionHost{s}, s.calls, MaxSessionUnread
+	s.sessions.Host, s.sessions.Calls, s.sessions.MaxUnread = streamHost{s}, s.calls, MaxSessionUnread
+	s.providers = provide.Streams{Host: streamHost{s}, Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Log: s.log}
 	s.sessions.MaxEvents.Store(MaxSessionEvents)
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
