@@ -153,8 +153,8 @@ func New(cfg Config) *Server {
 	s.calls = &holder.Calls{Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Limits: s.limits, Metrics: s.metrics,
 		IDs: s.ids, Tracing: s.tracing, Log: s.log}
 	s.sessions.Host, s.sessions.Calls, s.sessions.MaxUnread = streamHost{s}, s.calls, MaxSessionUnread
-	s.providers = provide.Streams{Host: streamHost{s}, Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Log: s.log}
 	s.sessions.MaxEvents.Store(MaxSessionEvents)
+	s.providers = provide.Streams{Host: streamHost{s}, Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Log: s.log}
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
 	return s
