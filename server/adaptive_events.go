@@ -2,6 +2,8 @@ package server
 
 import (
 	"github.com/tollgate/tollgate/internal/audit"
+	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/provide"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -15,4 +17,15 @@ func (s *Server) onPoolEvent(ev limiter.PoolEvent) {
 		return
 	}
 	s.recordEvent(audit.PoolEvent(ev))
+}
+
+// onProviderEvent records a provider joining or leaving a passive pool,
+// and ends the stream of a provider the engine expired.
+func (s *Server) onProviderEvent(ev limiter.PoolEvent) {
+	typ := events.ProviderJoined
+	if ev.Type == limiter.ProviderLeft {
+		typ = events.ProviderLeft
+	}
+	s.recordEvent(events.Event{Time: ev.Time, Type: typ, Pool: ev.Pool, ProviderID: ev.Provider, Detail: ev.Message})
+	provide.ProviderLeft(ev)
 }

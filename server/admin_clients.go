@@ -3,19 +3,20 @@ package server
 import (
 	"context"
 	"strconv"
-	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/pagetoken"
+	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/session"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// This file is AdminService.ListClients: the connected client sessions
-// (the registry of clients.go) and what each holds (the engine's
-// Holdings, summed per session).
+// AdminService.ListClients: the connected client sessions (as
+// session.Streams keeps them) and what each holds (the engine's Holdings,
+// summed per session).
 
 // ListClients returns a page of the open Session streams in session id
 // order, each with the leases and rate shares it owns. The page token is
@@ -25,7 +26,7 @@ import (
 func (a *adminService) ListClients(ctx context.Context, req *tollgatev1.ListClientsRequest) (*tollgatev1.ListClientsResponse, error) {
 	resp, err := a.listClients(req)
 	if err != nil {
-		return nil, toStatus(a.srv.log, "ListClients", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(a.srv.log, "ListClients", err, refuse.About{Pool: req.GetPool()})
 	}
 	return resp, nil
 }
@@ -38,7 +39,7 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 		}
 	}
 	if n := len(clientID); n > limiter.MaxClientIDLen {
-		return nil, invalidArg("client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen)
+		return nil, refuse.InvalidArg("client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen)
 	}
 	size, err := pageSize(req.GetPageSize())
 	if err != nil {
@@ -52,10 +53,10 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 	if err != nil {
 		return nil, err
 	}
-	open := a.srv.sessions.after(0)
+	open := a.srv.sessions.Clients()
 	held := make(map[any]*tollgatev1.ClientSession, len(open))
-	for _, s := range open {
-		held[s] = &tollgatev1.ClientSession{}
+	for _, c := range open {
+		held[c.Owner] = &tollgatev1.ClientSession{}
 	}
 	resp := &tollgatev1.ListClientsResponse{}
 	for _, h := range holdings {
@@ -69,11 +70,11 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 		}
 		addHolding(cs, h)
 	}
-	for _, s := range open {
-		if s.id <= after || (clientID != "" && s.declaredClientID() != clientID) {
+	for _, c := range open {
+		if c.ID <= after || (clientID != "" && c.ClientID != clientID) {
 			continue
 		}
-		cs := held[s]
+		cs := held[c.Owner]
 		if pool != "" && cs.GetLeases() == 0 && cs.GetShares() == 0 {
 			continue
 		}
@@ -82,7 +83,7 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 			resp.NextPageToken = pagetoken.Encode(last)
 			break
 		}
-		fillSession(cs, s)
+		fillSession(cs, c)
 		resp.Clients = append(resp.Clients, cs)
 	}
 	return resp, nil
@@ -108,11 +109,11 @@ func addHolding(cs *tollgatev1.ClientSession, h limiter.Holding) {
 }
 
 // fillSession sets the fields of cs that describe the session itself.
-func fillSession(cs *tollgatev1.ClientSession, s *session) {
-	cs.SessionId = strconv.FormatUint(s.id, 10)
-	cs.ClientId = s.declaredClientID()
-	cs.PeerAddress = s.peerAddr
-	cs.Identity = s.identity
-	cs.ConnectTime = timestamppb.New(s.connectTime)
-	cs.LastActivityTime = timestamppb.New(time.Unix(0, s.lastActive.Load()))
+func fillSession(cs *tollgatev1.ClientSession, c session.Client) {
+	cs.SessionId = strconv.FormatUint(c.ID, 10)
+	cs.ClientId = c.ClientID
+	cs.PeerAddress = c.PeerAddr
+	cs.Identity = c.Identity
+	cs.ConnectTime = timestamppb.New(c.ConnectTime)
+	cs.LastActivityTime = timestamppb.New(c.LastActive)
 }

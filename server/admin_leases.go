@@ -6,6 +6,7 @@ import (
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/internal/pagetoken"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -19,14 +20,14 @@ import (
 func (a *adminService) RevokeLease(ctx context.Context, req *tollgatev1.RevokeLeaseRequest) (*tollgatev1.RevokeLeaseResponse, error) {
 	tok, err := adminLeaseArgs(req.GetPool(), req.GetLeaseId())
 	if err == nil && len(req.GetReason()) > limiter.MaxRevokeReasonLen {
-		err = invalidArg("reason is %d bytes; the most is %d", len(req.GetReason()), limiter.MaxRevokeReasonLen)
+		err = refuse.InvalidArg("reason is %d bytes; the most is %d", len(req.GetReason()), limiter.MaxRevokeReasonLen)
 	}
 	if err == nil {
 		if err = a.srv.Engine().RevokeLease(req.GetPool(), tok, req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.RevokeLeaseResponse{}, nil
 		}
 	}
-	return nil, toStatus(a.srv.log, "RevokeLease", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
+	return nil, refuse.ToStatus(a.srv.log, "RevokeLease", err, refuse.About{Pool: req.GetPool(), LeaseID: req.GetLeaseId()})
 }
 
 // GetLease returns a live lease.
@@ -38,7 +39,7 @@ func (a *adminService) GetLease(ctx context.Context, req *tollgatev1.GetLeaseReq
 			return &tollgatev1.GetLeaseResponse{Lease: apiconv.LeaseToProto(a.srv.ids, l)}, nil
 		}
 	}
-	return nil, toStatus(a.srv.log, "GetLease", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
+	return nil, refuse.ToStatus(a.srv.log, "GetLease", err, refuse.About{Pool: req.GetPool(), LeaseID: req.GetLeaseId()})
 }
 
 // ListLeases returns a page of a pool's live leases in fencing token
@@ -47,7 +48,7 @@ func (a *adminService) GetLease(ctx context.Context, req *tollgatev1.GetLeaseReq
 func (a *adminService) ListLeases(ctx context.Context, req *tollgatev1.ListLeasesRequest) (*tollgatev1.ListLeasesResponse, error) {
 	resp, err := a.listLeases(req)
 	if err != nil {
-		return nil, toStatus(a.srv.log, "ListLeases", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(a.srv.log, "ListLeases", err, refuse.About{Pool: req.GetPool()})
 	}
 	return resp, nil
 }
@@ -57,7 +58,7 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 		return nil, err
 	}
 	if n := len(req.GetClientId()); n > limiter.MaxClientIDLen {
-		return nil, invalidArg("client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen)
+		return nil, refuse.InvalidArg("client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen)
 	}
 	size, err := pageSize(req.GetPageSize())
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -24,7 +25,7 @@ func (a *adminService) AddResources(ctx context.Context, req *tollgatev1.AddReso
 			return &tollgatev1.AddResourcesResponse{Pool: poolconv.InfoToProto(info), Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
-	return nil, toStatus(a.srv.log, "AddResources", err, errCtx{pool: req.GetPool()})
+	return nil, refuse.ToStatus(a.srv.log, "AddResources", err, refuse.About{Pool: req.GetPool()})
 }
 
 // RemoveResources takes instances out of an active pool, revoking the
@@ -37,7 +38,7 @@ func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.Remo
 			return &tollgatev1.RemoveResourcesResponse{Removed: int64(r.Removed), Removing: int64(r.Removing), Revoked: int64(r.Revoked)}, nil
 		}
 	}
-	return nil, toStatus(a.srv.log, "RemoveResources", err, errCtx{pool: req.GetPool()})
+	return nil, refuse.ToStatus(a.srv.log, "RemoveResources", err, refuse.About{Pool: req.GetPool()})
 }
 
 // ListResources lists a page of a resource pool's instances, in id order,
@@ -45,7 +46,7 @@ func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.Remo
 func (a *adminService) ListResources(ctx context.Context, req *tollgatev1.ListResourcesRequest) (*tollgatev1.ListResourcesResponse, error) {
 	resp, err := a.listResources(req)
 	if err != nil {
-		return nil, toStatus(a.srv.log, "ListResources", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(a.srv.log, "ListResources", err, refuse.About{Pool: req.GetPool()})
 	}
 	return resp, nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -35,13 +36,13 @@ func (a *adminService) CreatePool(ctx context.Context, req *tollgatev1.CreatePoo
 			return &tollgatev1.CreatePoolResponse{Pool: poolconv.InfoToProto(info)}, nil
 		}
 	}
-	return nil, toStatus(a.srv.log, "CreatePool", err, errCtx{pool: req.GetPool().GetName()})
+	return nil, refuse.ToStatus(a.srv.log, "CreatePool", err, refuse.About{Pool: req.GetPool().GetName()})
 }
 
 // createConfig converts the pool of a CreatePool request.
 func createConfig(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 	if p == nil {
-		return limiter.PoolConfig{}, invalidArg("pool is required: give at least its name and a concurrency_limit or rate")
+		return limiter.PoolConfig{}, refuse.InvalidArg("pool is required: give at least its name and a concurrency_limit or rate")
 	}
 	if err := apiconv.CheckPoolName("pool.name", p.GetName()); err != nil {
 		return limiter.PoolConfig{}, err
@@ -58,7 +59,7 @@ func (a *adminService) GetPool(ctx context.Context, req *tollgatev1.GetPoolReque
 			return &tollgatev1.GetPoolResponse{Pool: poolconv.InfoToProto(info), Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
-	return nil, toStatus(a.srv.log, "GetPool", err, errCtx{pool: req.GetName()})
+	return nil, refuse.ToStatus(a.srv.log, "GetPool", err, refuse.About{Pool: req.GetName()})
 }
 
 // pageSize returns the page size a List call asked for: 0 means
@@ -67,7 +68,7 @@ func (a *adminService) GetPool(ctx context.Context, req *tollgatev1.GetPoolReque
 func pageSize(n int32) (int, error) {
 	switch {
 	case n < 0:
-		return 0, invalidArg("page_size is %d; give 1 to %d, or 0 for %d", n, MaxPageSize, DefaultPageSize)
+		return 0, refuse.InvalidArg("page_size is %d; give 1 to %d, or 0 for %d", n, MaxPageSize, DefaultPageSize)
 	case n == 0:
 		return DefaultPageSize, nil
 	}
@@ -79,11 +80,11 @@ func pageSize(n int32) (int, error) {
 func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsRequest) (*tollgatev1.ListPoolsResponse, error) {
 	size, err := pageSize(req.GetPageSize())
 	if err != nil {
-		return nil, toStatus(a.srv.log, "ListPools", err, errCtx{})
+		return nil, refuse.ToStatus(a.srv.log, "ListPools", err, refuse.About{})
 	}
 	after, err := pagetoken.Pool(req.GetPageToken())
 	if err != nil {
-		return nil, toStatus(a.srv.log, "ListPools", err, errCtx{})
+		return nil, refuse.ToStatus(a.srv.log, "ListPools", err, refuse.About{})
 	}
 	infos, more := a.srv.Engine().ListPools(after, size)
 	resp := &tollgatev1.ListPoolsResponse{
@@ -107,7 +108,7 @@ func (a *adminService) UpdatePool(ctx context.Context, req *tollgatev1.UpdatePoo
 	name := req.GetPool().GetName()
 	info, err := a.updatePool(req, a.srv.actorOf(ctx))
 	if err != nil {
-		return nil, toStatus(a.srv.log, "UpdatePool", err, errCtx{pool: name})
+		return nil, refuse.ToStatus(a.srv.log, "UpdatePool", err, refuse.About{Pool: name})
 	}
 	return &tollgatev1.UpdatePoolResponse{Pool: poolconv.InfoToProto(info)}, nil
 }
@@ -115,7 +116,7 @@ func (a *adminService) UpdatePool(ctx context.Context, req *tollgatev1.UpdatePoo
 func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor string) (limiter.PoolInfo, error) {
 	p := req.GetPool()
 	if p == nil {
-		return limiter.PoolInfo{}, invalidArg("pool is required: give its name and the new values of the fields named in update_mask")
+		return limiter.PoolInfo{}, refuse.InvalidArg("pool is required: give its name and the new values of the fields named in update_mask")
 	}
 	if err := apiconv.CheckPoolName("pool.name", p.GetName()); err != nil {
 		return limiter.PoolInfo{}, err
@@ -152,5 +153,5 @@ func (a *adminService) DeletePool(ctx context.Context, req *tollgatev1.DeletePoo
 			return &tollgatev1.DeletePoolResponse{}, nil
 		}
 	}
-	return nil, toStatus(a.srv.log, "DeletePool", err, errCtx{pool: req.GetName()})
+	return nil, refuse.ToStatus(a.srv.log, "DeletePool", err, refuse.About{Pool: req.GetName()})
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -25,7 +26,7 @@ func (a *adminService) SuspendPool(ctx context.Context, req *tollgatev1.SuspendP
 			return &tollgatev1.SuspendPoolResponse{Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
-	return nil, toStatus(a.srv.log, "SuspendPool", err, errCtx{pool: req.GetName()})
+	return nil, refuse.ToStatus(a.srv.log, "SuspendPool", err, refuse.About{Pool: req.GetName()})
 }
 
 // ResumePool lets a suspended pool grant again.
@@ -37,7 +38,7 @@ func (a *adminService) ResumePool(ctx context.Context, req *tollgatev1.ResumePoo
 			return &tollgatev1.ResumePoolResponse{Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
-	return nil, toStatus(a.srv.log, "ResumePool", err, errCtx{pool: req.GetName()})
+	return nil, refuse.ToStatus(a.srv.log, "ResumePool", err, refuse.About{Pool: req.GetName()})
 }
 
 // DrainPool waits, within the call's deadline, until the pool holds no
@@ -57,5 +58,5 @@ func (a *adminService) DrainPool(ctx context.Context, req *tollgatev1.DrainPoolR
 			return &tollgatev1.DrainPoolResponse{Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
-	return nil, toStatus(a.srv.log, "DrainPool", err, errCtx{pool: req.GetName()})
+	return nil, refuse.ToStatus(a.srv.log, "DrainPool", err, refuse.About{Pool: req.GetName()})
 }

@@ -40,8 +40,8 @@ func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 // authStream refuses streams the caller may not open. The pools of the
-// requests on a Session stream are checked one by one as they arrive (see
-// guardSessionRequest).
+// requests on a Session stream are checked one by one as they arrive
+// (internal/session).
 func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if err := s.authorize(ss.Context(), info.FullMethod, nil); err != nil {
 		return err

@@ -229,7 +229,7 @@ func TestSessionUnreadAnswersAreBounded(t *testing.T) {
 	// A fixed window: grpc-go's default grows it to megabytes.
 	fc := fakeclock.New(testStart)
 	srv := New(Config{Clock: fc})
-	srv.maxSessionUnread = 64
+	srv.sessions.MaxUnread = 64
 	e := startEnv(t, srv, fc, grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
 	stream, err := e.lim.Session(e.ctx())
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/cluster"
 	"github.com/tollgate/tollgate/internal/events"
-	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/server/store/etcdstore"
@@ -123,9 +122,9 @@ func OpenCluster(cfg Config, cc ClusterConfig, seed []limiter.PoolConfig) (*Serv
 	c := cluster.New(cluster.Config{Client: cc.Client, Prefix: cc.Prefix, SessionTTL: cc.SessionTTL, Margin: cc.Margin,
 		Advertise: cfg.Advertise, Logger: cfg.Logger})
 	cfg.Leadership = campaignLeadership{c}
+	cfg.leaseIDKey = key // shared by every server: ids stay valid across leaders
 	s := New(cfg)
 	s.campaign = c
-	s.ids = leaseid.New(key) // shared by every server: ids stay valid across leaders
 	h := &terms{s: s, seed: seed, prefix: cc.Prefix, idle: s.Engine()}
 	h.idle.Close() // served, without pools, while no term runs
 	if err := c.Start(h); err != nil {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/internal/envoyrls"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -20,7 +21,7 @@ func (s *Server) registerEnvoyRLS(r grpc.ServiceRegistrar) {
 			return s.auth().CheckPool(s.auth().Identify(ctx), pool)
 		},
 		Status: func(pool string, err error) error {
-			return toStatus(s.log, "ShouldRateLimit", err, errCtx{pool: pool})
+			return refuse.ToStatus(s.log, "ShouldRateLimit", err, refuse.About{Pool: pool})
 		},
 	}))
 }

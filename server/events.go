@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/audit"
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -51,13 +52,13 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 	pool := req.GetPool()
 	if pool != "" {
 		if err := apiconv.CheckPoolName("pool", pool); err != nil {
-			return toStatus(a.srv.log, "WatchEvents", err, errCtx{pool: pool})
+			return refuse.ToStatus(a.srv.log, "WatchEvents", err, refuse.About{Pool: pool})
 		}
 	}
 	w, recent := a.srv.events.Watch(pool, req.GetIncludeRecent())
 	if w == nil {
-		return statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
-			Message: fmt.Sprintf("%d event watchers are already open on this server; close one, or retry later", events.MaxWatchers)}, errCtx{}).Err()
+		return refuse.StatusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
+			Message: fmt.Sprintf("%d event watchers are already open on this server; close one, or retry later", events.MaxWatchers)}, refuse.About{}).Err()
 	}
 	defer a.srv.events.Unwatch(w)
 	for _, ev := range recent {
@@ -75,15 +76,15 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 			}
 		case <-w.Overflow():
 			a.srv.log.Warn("ending an event watch whose client does not read fast enough", "buffer", cap(w.C()))
-			return statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonWatchOverflow,
-				Message: fmt.Sprintf("the event stream was ended because its client fell %d events behind; read faster, then reconnect (with include_recent to catch up on the recent events the server keeps)", cap(w.C()))}, errCtx{}).Err()
+			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonWatchOverflow,
+				Message: fmt.Sprintf("the event stream was ended because its client fell %d events behind; read faster, then reconnect (with include_recent to catch up on the recent events the server keeps)", cap(w.C()))}, refuse.About{}).Err()
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		case <-termDone:
 			return a.srv.notLeader()
 		case <-a.srv.draining:
-			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
-				Message: "the server is shutting down; reconnect (to another server if there is one) to keep watching"}, errCtx{}).Err()
+			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+				Message: "the server is shutting down; reconnect (to another server if there is one) to keep watching"}, refuse.About{}).Err()
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -134,6 +135,6 @@ func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 
 func (s *Server) panicStatus(method string, p any) error {
 	s.log.Error("panic in handler", "method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-	return statusOf(&limiter.Error{Reason: ReasonInternal,
-		Message: fmt.Sprintf("internal server error in %s; it has been logged on the server; retry, and report it if it persists", method)}, errCtx{}).Err()
+	return refuse.StatusOf(&limiter.Error{Reason: ReasonInternal,
+		Message: fmt.Sprintf("internal server error in %s; it has been logged on the server; retry, and report it if it persists", method)}, refuse.About{}).Err()
 }

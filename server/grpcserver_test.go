@@ -139,46 +139,6 @@ func TestSessionUndeliveredGrantIsReleased(t *testing.T) {
 	}
 }
 
-func TestErrorMapping(t *testing.T) {
-	log := discardLogger()
-	cases := []struct {
-		err    error
-		code   codes.Code
-		reason limiter.Reason
-	}{
-		{&limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonPoolNotFound, Message: "m"}, codes.NotFound, limiter.ReasonPoolNotFound},
-		{&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown, Message: "m"}, codes.Unavailable, limiter.ReasonShuttingDown},
-		{&limiter.Error{Code: limiter.CodeAlreadyExists, Reason: limiter.ReasonPoolExists, Message: "m"}, codes.AlreadyExists, limiter.ReasonPoolExists},
-		{context.Canceled, codes.Canceled, limiter.ReasonCanceled},
-		{context.DeadlineExceeded, codes.DeadlineExceeded, ReasonDeadlineExceeded},
-		{errors.New("boom"), codes.Internal, ReasonInternal},
-		{&limiter.Error{Code: 200, Reason: "ODD", Message: "m"}, codes.Internal, "ODD"},
-	}
-	for _, c := range cases {
-		err := toStatus(log, "Op", c.err, errCtx{pool: "p", leaseID: "7"})
-		st := wantStatus(t, err, c.code, c.reason)
-		if md := errorInfo(st).GetMetadata(); md["pool"] != "p" || md["lease_id"] != "7" {
-			t.Errorf("%v: metadata %v", c.err, md)
-		}
-		if _, ok := retryDelay(err); ok {
-			t.Errorf("%v: unexpected RetryInfo", c.err)
-		}
-	}
-	err := toStatus(log, "Op", &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: limiter.ReasonRateLimited, Message: "m", RetryAfter: 1500 * time.Millisecond}, errCtx{})
-	wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonRateLimited)
-	if d, ok := retryDelay(err); !ok || d != 1500*time.Millisecond {
-		t.Fatalf("RetryInfo = %v, %v", d, ok)
-	}
-	if toStatus(log, "Op", nil, errCtx{}) != nil {
-		t.Fatal("nil error mapped to a status")
-	}
-	// A status error passes through unchanged.
-	in := status.Error(codes.Aborted, "x")
-	if got := toStatus(log, "Op", in, errCtx{}); status.Code(got) != codes.Aborted {
-		t.Fatalf("status passed through as %v", got)
-	}
-}
-
 // startStoppable serves a server with a fake clock and the given shutdown
 // timeout, for tests that stop it themselves with stop and read Serve's
 // result from done.

@@ -2,13 +2,12 @@ package server
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
-	"github.com/tollgate/tollgate/internal/poolconv"
-	"github.com/tollgate/tollgate/internal/tracing"
+	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/session"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -23,17 +22,17 @@ type limiterService struct {
 // the call's context ends. A lease granted after the caller has gone away is
 // released at once, so a caller that gives up never holds a permit.
 func (l *limiterService) Acquire(ctx context.Context, req *tollgatev1.AcquireRequest) (*tollgatev1.AcquireResponse, error) {
-	lease, err := l.srv.acquire(ctx, req, nil, "")
+	lease, err := l.srv.calls.Acquire(ctx, req, nil, "")
 	if err != nil {
-		return nil, toStatus(l.srv.log, "Acquire", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(l.srv.log, "Acquire", err, refuse.About{Pool: req.GetPool()})
 	}
 	return &tollgatev1.AcquireResponse{Lease: apiconv.LeaseToProto(l.srv.ids, lease)}, nil
 }
 
 // Release ends a lease.
 func (l *limiterService) Release(ctx context.Context, req *tollgatev1.ReleaseRequest) (*tollgatev1.ReleaseResponse, error) {
-	if err := l.srv.release(req); err != nil {
-		return nil, toStatus(l.srv.log, "Release", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
+	if err := l.srv.calls.Release(req); err != nil {
+		return nil, refuse.ToStatus(l.srv.log, "Release", err, refuse.About{Pool: req.GetPool(), LeaseID: req.GetLeaseId()})
 	}
 	return &tollgatev1.ReleaseResponse{}, nil
 }
@@ -41,9 +40,9 @@ func (l *limiterService) Release(ctx context.Context, req *tollgatev1.ReleaseReq
 // Renew extends a lease. A unary renew does not change which session, if
 // any, is told about the lease's end.
 func (l *limiterService) Renew(ctx context.Context, req *tollgatev1.RenewRequest) (*tollgatev1.RenewResponse, error) {
-	lease, err := l.srv.renew(ctx, req, nil)
+	lease, err := l.srv.calls.Renew(ctx, req, nil, "")
 	if err != nil {
-		return nil, toStatus(l.srv.log, "Renew", err, errCtx{pool: req.GetPool(), leaseID: req.GetLeaseId()})
+		return nil, refuse.ToStatus(l.srv.log, "Renew", err, refuse.About{Pool: req.GetPool(), LeaseID: req.GetLeaseId()})
 	}
 	return &tollgatev1.RenewResponse{Lease: apiconv.LeaseToProto(l.srv.ids, lease)}, nil
 }
@@ -51,9 +50,9 @@ func (l *limiterService) Renew(ctx context.Context, req *tollgatev1.RenewRequest
 // Take takes rate tokens, waiting up to max_wait, capped by the call's
 // deadline.
 func (l *limiterService) Take(ctx context.Context, req *tollgatev1.TakeRequest) (*tollgatev1.TakeResponse, error) {
-	res, err := l.srv.take(ctx, req)
+	res, err := l.srv.calls.Take(ctx, req)
 	if err != nil {
-		return nil, toStatus(l.srv.log, "Take", err, errCtx{pool: req.GetPool()})
+		return nil, refuse.ToStatus(l.srv.log, "Take", err, refuse.About{Pool: req.GetPool()})
 	}
 	return &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}, nil
 }
@@ -73,122 +72,46 @@ func (l *limiterService) GetQueuePosition(ctx context.Context, req *tollgatev1.G
 			return resp, nil
 		}
 	}
-	return nil, toStatus(l.srv.log, "GetQueuePosition", err, errCtx{pool: req.GetPool()})
+	return nil, refuse.ToStatus(l.srv.log, "GetQueuePosition", err, refuse.About{Pool: req.GetPool()})
 }
 
-// Session is implemented in session.go.
+// Bounds of one Session stream (see internal/session).
+const (
+	// MaxSessionPending is the most acquire and take requests one Session
+	// stream may have unanswered at once.
+	MaxSessionPending = session.MaxPending
+	// MaxSessionEvents is the most lease events queued for one Session
+	// stream whose client is not reading.
+	MaxSessionEvents = session.DefaultMaxEvents
+	// MaxSessionUnread is the most answers queued for one Session stream
+	// whose client is not reading, and four times it the most for all the
+	// streams of one client.
+	MaxSessionUnread = session.DefaultMaxUnread
+)
 
-// acquire validates req, calls the engine with owner (nil for unary calls)
-// and defaultClientID (used when req names no client), and releases a lease
-// granted when ctx is already done, so that it reports a cancelled or
-// timed-out call rather than a lease no one will use.
-func (s *Server) acquire(ctx context.Context, req *tollgatev1.AcquireRequest, owner any, defaultClientID string) (limiter.Lease, error) {
-	ar, err := apiconv.AcquireFromProto(req)
-	if err != nil {
-		return limiter.Lease{}, err
-	}
-	if ar.ClientID == "" {
-		ar.ClientID = defaultClientID
-	}
-	ar.Owner = owner
-	lease, err := s.acquireTraced(ctx, ar, req.GetTraceContext())
-	if err != nil {
-		return limiter.Lease{}, err
-	}
-	if cerr := ctx.Err(); cerr != nil && owner == nil {
-		s.releaseQuietly(lease, "caller went away")
-		return limiter.Lease{}, cerr
-	}
-	return lease, nil
+// Session serves one bidirectional Session stream: requests are answered
+// in any order, matched by request_id. When the client half-closes, the
+// stream ends once every request in flight is answered; when it breaks,
+// waiting requests are cancelled. Either way its leases are kept, to be
+// renewed on another stream or to expire.
+func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer) error {
+	key := l.srv.auth().Identify(stream.Context()).ClientKey("")
+	defer l.srv.quotas.DropUnreadCounter(key)
+	l.srv.liveSessions.Add(1)
+	defer l.srv.liveSessions.Add(-1)
+	return l.srv.sessions.Serve(stream, l.srv.quotas.UnreadCounter(key))
 }
 
-// releaseQuietly releases a lease that was granted but could not be handed
-// to its caller, logging (at debug) why.
-func (s *Server) releaseQuietly(lease limiter.Lease, why string) {
-	err := s.releaseLease(lease.Pool, lease.FencingToken, nil)
-	s.log.Debug("released an undelivered lease", "pool", lease.Pool, "lease_id", lease.FencingToken, "why", why, "err", err)
+// Provide serves one provider's stream.
+func (l *limiterService) Provide(stream tollgatev1.LimiterService_ProvideServer) error {
+	return l.srv.providers.Serve(stream)
 }
 
-// release validates req and ends the lease, counting the outcome it
-// carries, if any (outcome_service.go).
-func (s *Server) release(req *tollgatev1.ReleaseRequest) error {
-	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
-		return err
-	}
-	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId())
-	if err != nil {
-		return err
-	}
-	out, err := apiconv.OutcomeFromProto(req.GetOutcome())
-	if err != nil {
-		return err
-	}
-	return s.releaseLease(req.GetPool(), tok, out)
-}
+// streamHost is the server as the host of its Session and Provide
+// streams.
+type streamHost struct{ s *Server }
 
-// renew validates req and extends the lease, making owner (if not nil) the
-// one told about the lease's end.
-//
-// A lease the renew re-adopted after a restart (or any lease the quotas
-// do not know) starts counting against its client's lease limit here.
-func (s *Server) renew(ctx context.Context, req *tollgatev1.RenewRequest, owner any) (limiter.Lease, error) {
-	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
-		return limiter.Lease{}, err
-	}
-	tok, err := s.parseHolderLeaseID(req.GetPool(), req.GetLeaseId())
-	if err != nil {
-		return limiter.Lease{}, err
-	}
-	ttl, err := poolconv.Duration("ttl", req.GetTtl())
-	if err != nil {
-		return limiter.Lease{}, err
-	}
-	ra, err := readoptFromProto(req) // after a restart: persist.go
-	if err != nil {
-		return limiter.Lease{}, err
-	}
-	if ra.Expiry, err = s.ids.ParseReceipt(req.GetPool(), tok, req.GetExpiryReceipt()); err != nil {
-		return limiter.Lease{}, err
-	}
-	if sess, ok := owner.(*session); ok && ra.ClientID == "" {
-		ra.ClientID = sess.clientID // renew runs on the session's reader goroutine, which owns clientID
-	}
-	lease, err := s.Engine().RenewOrReadopt(req.GetPool(), tok, ttl, owner, ra)
-	if err == nil {
-		s.quotas.Track(lease.Pool, lease.FencingToken, func() string { return s.auth().Identify(ctx).ClientKey(lease.ClientID) })
-	}
-	return lease, err
-}
-
-// take validates req and takes tokens. The wait is max_wait if set, capped
-// by the time left until ctx's deadline; with neither, the tokens must be
-// available at once.
-func (s *Server) take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter.TakeResult, error) {
-	if req == nil {
-		req = &tollgatev1.TakeRequest{}
-	}
-	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
-		return limiter.TakeResult{}, err
-	}
-	tokens, err := apiconv.CountArg("tokens", req.Tokens)
-	if err != nil {
-		return limiter.TakeResult{}, err
-	}
-	maxWait, err := poolconv.Duration("max_wait", req.GetMaxWait())
-	if err != nil {
-		return limiter.TakeResult{}, err
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		left := time.Until(dl)
-		if left < 0 {
-			left = 0
-		}
-		if req.GetMaxWait() == nil || left < maxWait {
-			maxWait = left
-		}
-	}
-	if err := tracing.CheckContext(req.GetTraceContext()); err != nil {
-		return limiter.TakeResult{}, err
-	}
-	return s.takeTraced(ctx, req.GetPool(), tokens, maxWait, req.GetTraceContext())
-}
+func (h streamHost) Draining() <-chan struct{} { return h.s.draining }
+func (h streamHost) TermDone() <-chan struct{} { return h.s.termDone() }
+func (h streamHost) NotLeader() error          { return h.s.notLeader() }
+func (h streamHost) NotLeading() error         { return h.s.notLeading() }

@@ -9,6 +9,7 @@ import (
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/session"
 	"github.com/tollgate/tollgate/internal/wirecodec"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -33,7 +34,7 @@ func (s *Server) initOps(cfg Config) {
 	s.authz.Store(auth.New(cfg.Auth))
 	s.limits = cfg.Limits.WithDefaults()
 	s.quotas = limits.New(s.limits)
-	s.metrics = metrics.New(metricsSource{s}, sessionKindNames[:])
+	s.metrics = metrics.New(metricsSource{s}, session.KindNames[:])
 	s.codec = wirecodec.New()
 }
 

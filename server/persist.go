@@ -6,9 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/limiter"
-	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/server/store"
 )
 
@@ -61,10 +59,9 @@ func Open(cfg Config, dir string, seed []limiter.PoolConfig) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	cfg.persister = st
+	cfg.persister, cfg.leaseIDKey = st, key // ids stay valid across restarts
 	s := New(cfg)
 	s.store = st
-	s.ids = leaseid.New(key) // ids stay valid across restarts
 	if err := s.restore(s.Engine(), st, seed, "dir", dir); err != nil {
 		s.Close()
 		return nil, err
@@ -181,21 +178,4 @@ func (s *Server) closeEngine() {
 	s.Engine().Close()
 	s.Engine().RecordCleanStop()
 	s.closeStore()
-}
-
-// readoptFromProto reads what a renew says about its lease, for a server
-// restarted since the grant (limiter.Engine.RenewOrReadopt). An unset
-// weight is 0: such a lease cannot be re-adopted.
-func readoptFromProto(r *tollgatev1.RenewRequest) (limiter.Readopt, error) {
-	ra := limiter.Readopt{ClientID: r.GetClientId(), Description: r.GetDescription(), Priority: r.GetPriority(), Resources: r.GetResourceIds()}
-	if n := len(ra.Resources); n > limiter.MaxResourcesPerPool {
-		return ra, invalidArg("resource_ids has %d ids; a lease holds at most %d", n, limiter.MaxResourcesPerPool)
-	}
-	if r.Weight != nil {
-		if r.GetWeight() < 1 {
-			return ra, invalidArg("weight is %d; it must be the lease's weight, at least 1 (or leave it unset)", r.GetWeight())
-		}
-		ra.Weight = r.GetWeight()
-	}
-	return ra, nil
 }

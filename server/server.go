@@ -22,8 +22,11 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/cluster"
+	"github.com/tollgate/tollgate/internal/holder"
 	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/provide"
+	"github.com/tollgate/tollgate/internal/session"
 	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -73,6 +76,9 @@ type Config struct {
 
 	// persister is set by Open: the engine's Persister.
 	persister limiter.Persister
+	// leaseIDKey is set by Open and OpenCluster: the key that signs lease
+	// ids, kept where they stay valid across restarts and leaders.
+	leaseIDKey []byte
 }
 
 // Server is the gRPC face of one limiter.Engine. Create it with New,
@@ -97,15 +103,15 @@ type Server struct {
 	drainOnce sync.Once
 	// ids signs and checks the lease ids holders get.
 	ids *leaseid.IDs
+	// calls are the holders' calls, unary and on Session streams.
+	calls *holder.Calls
 	// liveSessions counts Session streams whose handler is running.
 	liveSessions atomic.Int64
-	// sessions are those streams, for ListClients.
-	sessions sessionRegistry
-	// maxSessionEvents is MaxSessionEvents; tests lower it.
-	maxSessionEvents atomic.Int64
-	// maxSessionUnread is MaxSessionUnread (and a client may have four
-	// times that); tests lower it before serving.
-	maxSessionUnread int64
+	// sessions serves those streams and keeps them, for ListClients;
+	// tests lower its bounds.
+	sessions session.Streams
+	// providers serves the Provide streams.
+	providers provide.Streams
 
 	tracing  *tracing.Tracing // nil when Config.TracerProvider is nil
 	envoyRLS bool             // Config.EnvoyRLS
@@ -132,20 +138,23 @@ func New(cfg Config) *Server {
 		health:          health.NewServer(),
 		draining:        make(chan struct{}),
 		tracing:         tracing.New(cfg.TracerProvider, cfg.Propagator),
-		ids:             leaseid.New(nil), // Open uses the data directory's key
+		ids:             leaseid.New(cfg.leaseIDKey), // nil: a key of its own
 		envoyRLS:        cfg.EnvoyRLS,
 		leadership:      cfg.Leadership,
 		advertise:       cfg.Advertise,
 		clock:           cfg.Clock,
 		markInterval:    cfg.MarkEventInterval,
 	}
-	s.maxSessionEvents.Store(MaxSessionEvents)
-	s.maxSessionUnread = MaxSessionUnread
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
 	s.engine.Store(s.newEngine(cfg.persister))
 	s.initOps(cfg)
+	s.calls = &holder.Calls{Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Limits: s.limits, Metrics: s.metrics,
+		IDs: s.ids, Tracing: s.tracing, Log: s.log}
+	s.sessions.Host, s.sessions.Calls, s.sessions.MaxUnread = streamHost{s}, s.calls, MaxSessionUnread
+	s.sessions.MaxEvents.Store(MaxSessionEvents)
+	s.providers = provide.Streams{Host: streamHost{s}, Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Log: s.log}
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
 	return s
@@ -156,7 +165,7 @@ func New(cfg Config) *Server {
 // Session stream that last acquired or renewed them.
 func (s *Server) newEngine(p limiter.Persister) *limiter.Engine {
 	return limiter.New(limiter.Options{Clock: s.clock, OnLeaseEnded: s.onLeaseEnded, Persister: p, PreReserve: true,
-		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: s.onLeaseResized, MarkEventInterval: s.markInterval})
+		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: session.LeaseResized, MarkEventInterval: s.markInterval})
 }
 
 // Engine returns the engine the server serves. Callers may use it directly
@@ -198,7 +207,5 @@ func (s *Server) drain() {
 // owns it, if that session is still live. It never blocks.
 func (s *Server) onLeaseEnded(ev limiter.LeaseEnded) {
 	s.leaseEnded(ev)
-	if sess, ok := ev.Owner.(*session); ok {
-		sess.pushEvent(ev)
-	}
+	session.LeaseEnded(ev)
 }

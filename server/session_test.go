@@ -248,7 +248,7 @@ func TestSessionEventOverflow(t *testing.T) {
 	// A fixed 64 KiB window (no BDP growth) makes the server's sends block
 	// once the unread events fill it.
 	e := newEnv(t, grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
-	e.srv.maxSessionEvents.Store(16)
+	e.srv.sessions.MaxEvents.Store(16)
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 100000})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/pagetoken"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -17,21 +18,21 @@ import (
 func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsRequest) (*tollgatev1.GetStatsResponse, error) {
 	if name := req.GetPool(); name != "" {
 		if err := limiter.ValidatePoolName(name); err != nil {
-			return nil, toStatus(a.srv.log, "GetStats", err, errCtx{pool: name})
+			return nil, refuse.ToStatus(a.srv.log, "GetStats", err, refuse.About{Pool: name})
 		}
 		st, err := a.srv.Engine().PoolStats(name)
 		if err != nil {
-			return nil, toStatus(a.srv.log, "GetStats", err, errCtx{pool: name})
+			return nil, refuse.ToStatus(a.srv.log, "GetStats", err, refuse.About{Pool: name})
 		}
 		return &tollgatev1.GetStatsResponse{Stats: []*tollgatev1.PoolStats{poolStatsToProto(st)}}, nil
 	}
 	size, err := pageSize(req.GetPageSize())
 	if err != nil {
-		return nil, toStatus(a.srv.log, "GetStats", err, errCtx{})
+		return nil, refuse.ToStatus(a.srv.log, "GetStats", err, refuse.About{})
 	}
 	after, err := pagetoken.Pool(req.GetPageToken())
 	if err != nil {
-		return nil, toStatus(a.srv.log, "GetStats", err, errCtx{})
+		return nil, refuse.ToStatus(a.srv.log, "GetStats", err, refuse.About{})
 	}
 	stats, more := a.srv.Engine().ListPoolStats(after, size)
 	resp := &tollgatev1.GetStatsResponse{Stats: make([]*tollgatev1.PoolStats, 0, len(stats))}

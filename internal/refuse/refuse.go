@@ -1,7 +1,8 @@
 // Package refuse builds the errors with which the server's parts refuse a
-// call, and quotes what a caller sent in their messages. An error it
-// builds converts to a gRPC status with a google.rpc.ErrorInfo detail of
-// Domain, like every other Tollgate error.
+// call, quotes what a caller sent in their messages, and converts every
+// error a handler returns (the engine's, a context's, a refusal, a bug)
+// into the gRPC status the caller gets: the code of the same name, a
+// message for people and a google.rpc.ErrorInfo detail of Domain.
 //
 // It is the lowest layer of the server's packages: it may import the
 // engine (limiter) for its error type, and gRPC's status types; nothing

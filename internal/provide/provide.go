@@ -1,26 +1,59 @@
-package server
+// Package provide serves LimiterService's Provide stream: the stream of a
+// provider of a passive pool. The provider lives as long as its stream:
+// when the stream ends, the provider leaves the pool and its instances
+// with it; when the engine expires the provider (nothing heard for its
+// TTL), the stream is ended. The exception is the server's own shutdown:
+// the stream ends with UNAVAILABLE and the provider stays, so that the
+// leases on its instances are not revoked but re-adopted after the
+// restart.
+//
+// It may import the engine (limiter), the wire types, internal/apiconv,
+// internal/auth, internal/limits, internal/poolconv and internal/refuse;
+// nothing of the server, which it reaches through Host.
+package provide
 
 import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 
 	"google.golang.org/grpc/peer"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
-	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// This file is LimiterService.Provide: the stream of a provider of a
-// passive pool. The provider lives as long as its stream: when the stream
-// ends, the provider leaves the pool and its instances with it; when the
-// engine expires the provider (nothing heard for its TTL), the stream is
-// ended. The exception is the server's own shutdown: the stream ends
-// with UNAVAILABLE and the provider stays, so that the leases on its
-// instances are not revoked but re-adopted after the restart.
+// Host is what a Provide stream needs of the server: when to end (the
+// server drains, or its leadership term ends) and the status to end with
+// when it does not lead.
+type Host interface {
+	// Draining is closed when the server starts shutting down.
+	Draining() <-chan struct{}
+	// TermDone is closed when the leadership term the server serves now
+	// ends; nil for a standalone server.
+	TermDone() <-chan struct{}
+	// NotLeader is the status of a server that does not lead.
+	NotLeader() error
+}
+
+// Streams serves a server's Provide streams. Set its fields before the
+// first Serve.
+type Streams struct {
+	Host Host
+	// Engine returns the engine served now (a new one per leadership
+	// term in a cluster).
+	Engine func() *limiter.Engine
+	// Auth returns the authorizer in force now.
+	Auth   func() *auth.Authorizer
+	Quotas *limits.Quotas // the request rate of offers and withdrawals
+	Log    *slog.Logger
+}
 
 // providerStream is the Owner of a provider registered on a Provide
 // stream: the engine hands it back in the provider's events.
@@ -29,12 +62,8 @@ type providerStream struct {
 	end context.CancelCauseFunc
 }
 
-// Provide serves one provider's stream.
-func (l *limiterService) Provide(stream tollgatev1.LimiterService_ProvideServer) error {
-	return l.srv.provide(stream)
-}
-
-func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
+// Serve serves one provider's stream.
+func (s *Streams) Serve(stream tollgatev1.LimiterService_ProvideServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -42,12 +71,12 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		}
 		return err
 	}
-	termDone := s.termDone()
+	termDone := s.Host.TermDone()
 	ctx, end := context.WithCancelCause(stream.Context())
 	defer end(nil)
 	h, err := s.registerProvider(ctx, first, &providerStream{end: end})
 	if err != nil {
-		return toStatus(s.log, "Provide", err, errCtx{pool: first.GetRegister().GetPool()})
+		return refuse.ToStatus(s.Log, "Provide", err, refuse.About{Pool: first.GetRegister().GetPool()})
 	}
 	left := "its Provide stream ended"
 	defer func() {
@@ -57,7 +86,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 	}()
 	info, err := h.Info()
 	if err != nil {
-		return toStatus(s.log, "Provide", err, errCtx{pool: first.GetRegister().GetPool()})
+		return refuse.ToStatus(s.Log, "Provide", err, refuse.About{Pool: first.GetRegister().GetPool()})
 	}
 	if err := stream.Send(&tollgatev1.ProvideResponse{RequestId: first.GetRequestId(), Provider: apiconv.ProviderToProto(info)}); err != nil {
 		left = "its Provide stream broke"
@@ -83,26 +112,26 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		}
 	}()
 	pool := first.GetRegister().GetPool()
-	rateKey := s.auth().Identify(stream.Context()).ClientKey("")
+	rateKey := s.Auth().Identify(stream.Context()).ClientKey("")
 	for {
 		select {
 		case <-ctx.Done():
 			left = "its Provide stream ended"
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-				return toStatus(s.log, "Provide", cause, errCtx{pool: pool})
+				return refuse.ToStatus(s.Log, "Provide", cause, refuse.About{Pool: pool})
 			}
 			left = "its connection was lost"
 			return stream.Context().Err()
 		case <-termDone:
 			left = ""
-			return s.notLeader()
-		case <-s.draining:
+			return s.Host.NotLeader()
+		case <-s.Host.Draining():
 			// The server is shutting down, not the provider: its instances
 			// are not taken away (that would revoke their holders' leases,
 			// which a restarted server re-adopts); it registers again.
 			left = ""
-			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
-				Message: "the server is shutting down; register again (on another server if there is one): the leases on your instances were not revoked"}, errCtx{}).Err()
+			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+				Message: "the server is shutting down; register again (on another server if there is one): the leases on your instances were not revoked"}, refuse.About{}).Err()
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				left = "it closed its Provide stream"
@@ -113,7 +142,7 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 		case m := <-msgs:
 			resp, err := s.provideMessage(h, m, rateKey)
 			if err != nil { // the provider is gone: end the stream with why
-				return toStatus(s.log, "Provide", err, errCtx{pool: pool})
+				return refuse.ToStatus(s.Log, "Provide", err, refuse.About{Pool: pool})
 			}
 			if err := stream.Send(resp); err != nil {
 				left = "its Provide stream broke"
@@ -125,10 +154,10 @@ func (s *Server) provide(stream tollgatev1.LimiterService_ProvideServer) error {
 
 // registerProvider checks the first message of a Provide stream and
 // registers its provider.
-func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.ProvideRequest, owner *providerStream) (*limiter.Provider, error) {
+func (s *Streams) registerProvider(ctx context.Context, first *tollgatev1.ProvideRequest, owner *providerStream) (*limiter.Provider, error) {
 	reg := first.GetRegister()
 	if reg == nil {
-		return nil, invalidArg("the first message of a Provide stream must be register (pool, provider_id, ttl)")
+		return nil, refuse.InvalidArg("the first message of a Provide stream must be register (pool, provider_id, ttl)")
 	}
 	if err := apiconv.CheckPoolName("register.pool", reg.GetPool()); err != nil {
 		return nil, err
@@ -137,9 +166,9 @@ func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.Provide
 	if err != nil {
 		return nil, err
 	}
-	id := s.auth().Identify(ctx)
-	if s.auth().HasPolicy() {
-		if err := s.auth().CheckPool(id, reg.GetPool()); err != nil {
+	id := s.Auth().Identify(ctx)
+	if s.Auth().HasPolicy() {
+		if err := s.Auth().CheckPool(id, reg.GetPool()); err != nil {
 			return nil, err
 		}
 	}
@@ -156,7 +185,7 @@ func (s *Server) registerProvider(ctx context.Context, first *tollgatev1.Provide
 // provideMessage handles one message after the registration. A failed
 // offer or withdrawal is answered with ProvideResponse.error; an error is
 // returned only when the provider is gone.
-func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideRequest, rateKey string) (*tollgatev1.ProvideResponse, error) {
+func (s *Streams) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideRequest, rateKey string) (*tollgatev1.ProvideResponse, error) {
 	resp := &tollgatev1.ProvideResponse{RequestId: m.GetRequestId()}
 	var (
 		info limiter.ProviderInfo
@@ -176,16 +205,16 @@ func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideReques
 			resp.Removed, resp.Revoked = int64(r.Removed), int64(r.Revoked)
 		}
 	case *tollgatev1.ProvideRequest_Register:
-		err = invalidArg("this Provide stream is registered already, as provider %q; open another stream to register another provider", h.ID())
+		err = refuse.InvalidArg("this Provide stream is registered already, as provider %q; open another stream to register another provider", h.ID())
 	default:
-		err = invalidArg("the message sets no kind; set offer, withdraw or keep_alive")
+		err = refuse.InvalidArg("the message sets no kind; set offer, withdraw or keep_alive")
 	}
 	if errors.Is(err, limiter.ErrProviderNotFound) {
 		return nil, err
 	}
 	if err != nil {
-		le := classify(s.log, "Provide", err, errCtx{})
-		resp.Error = &tollgatev1.ProvideError{Code: int32(grpcCode(le.Code)), Reason: string(le.Reason), Message: le.Message}
+		le := refuse.Classify(s.Log, "Provide", err, refuse.About{})
+		resp.Error = &tollgatev1.ProvideError{Code: int32(refuse.GRPCCode(le.Code)), Reason: string(le.Reason), Message: le.Message}
 		if info, err = h.Info(); err != nil {
 			return nil, err
 		}
@@ -197,25 +226,21 @@ func (s *Server) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideReques
 // provideRate counts an offer or withdrawal toward the caller's request
 // rate; keep-alives are exempt, so that a provider refused for its rate
 // is not also expired.
-func (s *Server) provideRate(key string) error {
-	if err := s.quotas.AllowRate(key); err != nil {
+func (s *Streams) provideRate(key string) error {
+	if err := s.Quotas.AllowRate(key); err != nil {
 		return err
 	}
 	return nil
 }
 
-// onProviderEvent records a provider joining or leaving a passive pool,
-// and ends the stream of a provider the engine expired.
-func (s *Server) onProviderEvent(ev limiter.PoolEvent) {
-	typ := events.ProviderJoined
-	if ev.Type == limiter.ProviderLeft {
-		typ = events.ProviderLeft
-	}
-	s.recordEvent(events.Event{Time: ev.Time, Type: typ, Pool: ev.Pool, ProviderID: ev.Provider, Detail: ev.Message})
+// ProviderLeft ends the stream of a provider that left its pool other
+// than by its stream's end (the engine expired it, or an operator took it
+// away), with why.
+func ProviderLeft(ev limiter.PoolEvent) {
 	if ps, ok := ev.Owner.(*providerStream); ok && ev.Type == limiter.ProviderLeft {
 		code, reason := limiter.CodeNotFound, limiter.ReasonProviderNotFound
 		if ev.ProviderExpired {
-			code, reason = limiter.CodeDeadlineExceeded, ReasonProviderExpired
+			code, reason = limiter.CodeDeadlineExceeded, limiter.ReasonProviderExpired
 		}
 		ps.end(&limiter.Error{Code: code, Reason: reason, Message: ev.Message + "; register again to offer instances"})
 	}

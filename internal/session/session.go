@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"context"
@@ -12,45 +12,44 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/holder"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
 // Bounds of one Session stream.
 const (
-	// MaxSessionPending is the most acquire and take requests one Session
+	// MaxPending is the most acquire and take requests one Session
 	// stream may have unanswered at once; past it, new ones are refused
 	// with RESOURCE_EXHAUSTED (TOO_MANY_REQUESTS). Release, renew, hello
 	// and cancel are answered inline and do not count.
-	MaxSessionPending = 1024
-	// MaxSessionEvents is the most lease events queued for one Session
+	MaxPending = 1024
+	// DefaultMaxEvents is the most lease events queued for one Session
 	// stream whose client is not reading; past it the stream is ended
 	// with RESOURCE_EXHAUSTED (SESSION_OVERFLOW) rather than block the
 	// engine or grow memory. Its leases stay, as for any ended stream.
-	MaxSessionEvents = 4096
-	// MaxSessionUnread is the most answers queued for one Session stream
+	DefaultMaxEvents = 4096
+	// DefaultMaxUnread is the most answers queued for one Session stream
 	// whose client is not reading, and four times it the most for all the
-	// streams of one client (see Limits for who is a client); past
+	// streams of one client (see limits.Limits for who is a client); past
 	// either the stream is ended with RESOURCE_EXHAUSTED
 	// (SESSION_OVERFLOW). Queuing an answer never blocks, so a request
 	// holds no goroutine once it is answered.
-	MaxSessionUnread = 4096
+	DefaultMaxUnread = 4096
 )
 
-// Session serves one bidirectional Session stream (see session): requests
+// Serve serves one bidirectional Session stream (see session): requests
 // are answered in any order, matched by request_id. When the client
 // half-closes, the stream ends once every request in flight is answered;
 // when it breaks, waiting requests are cancelled. Either way its leases are
-// kept, to be renewed on another stream or to expire.
-func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer) error {
-	s := newSession(l.srv, stream)
-	key := l.srv.auth().Identify(stream.Context()).ClientKey("")
-	s.clientUnread = l.srv.quotas.UnreadCounter(key)
-	defer l.srv.quotas.DropUnreadCounter(key)
-	l.srv.liveSessions.Add(1)
-	defer l.srv.liveSessions.Add(-1)
-	l.srv.sessions.add(s, l.srv.Engine().Clock().Now()) // for ListClients: clients.go
-	defer l.srv.sessions.remove(s)
+// kept, to be renewed on another stream or to expire. clientUnread counts
+// the answers queued on all the streams of the stream's client.
+func (r *Streams) Serve(stream tollgatev1.LimiterService_SessionServer, clientUnread *atomic.Int64) error {
+	s := newSession(r, stream)
+	s.clientUnread = clientUnread
+	r.add(s, s.calls.Engine().Clock().Now()) // for ListClients
+	defer r.remove(s)
 	return s.run()
 }
 
@@ -62,13 +61,15 @@ func (l *limiterService) Session(stream tollgatev1.LimiterService_SessionServer)
 // in a worker goroutine with a context derived from the stream's, which a
 // CancelRequest or the end of the stream cancels, and end once their
 // answer is queued: queuing never blocks (send), the queue being bounded
-// by MaxSessionUnread. Release, renew and hello are answered inline by the
+// by Streams.MaxUnread. Release, renew and hello are answered inline by the
 // reader. The session is the
 // Owner of the leases acquired or renewed on it, so the engine's
 // OnLeaseEnded reaches pushEvent.
 type session struct {
-	srv    *Server
-	stream tollgatev1.LimiterService_SessionServer
+	streams *Streams
+	host    Host
+	calls   *holder.Calls
+	stream  tollgatev1.LimiterService_SessionServer
 	// ctx ends when the stream ends, the session fails, or the server
 	// drains; its cause is the status the handler returns.
 	ctx    context.Context
@@ -94,7 +95,7 @@ type session struct {
 	clientID   string
 	seenAnyReq bool
 
-	sessionInfo // id, peer, identity, times, for ListClients: clients.go
+	sessionInfo // id, peer, identity, times, for ListClients
 
 	mu           sync.Mutex
 	closed       bool                  // no new workers or events
@@ -123,18 +124,20 @@ func (p pendingReq) stop() {
 	p.cancel()
 }
 
-func newSession(srv *Server, stream tollgatev1.LimiterService_SessionServer) *session {
+func newSession(r *Streams, stream tollgatev1.LimiterService_SessionServer) *session {
 	// The stream's requests all come from one caller: identify it once.
-	ctx, cancel := context.WithCancelCause(srv.auth().WithIdentity(stream.Context()))
+	ctx, cancel := context.WithCancelCause(r.Calls.Auth().WithIdentity(stream.Context()))
 	return &session{
-		srv:      srv,
+		streams:  r,
+		host:     r.Host,
+		calls:    r.Calls,
 		stream:   stream,
 		ctx:      ctx,
 		cancel:   cancel,
 		ready:    make(chan struct{}, 1),
 		finished: make(chan struct{}),
 		pending:  make(map[uint64]pendingReq),
-		termDone: srv.termDone(),
+		termDone: r.Host.TermDone(),
 	}
 }
 
@@ -159,11 +162,11 @@ func (s *session) writeLoop() error {
 			return s.flush()
 		case <-s.ctx.Done():
 			return s.endStatus()
-		case <-s.srv.draining:
-			return statusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
-				Message: "the server is shutting down; reconnect (to another server if there is one) and renew your leases on the new stream: they were not released"}, errCtx{}).Err()
+		case <-s.host.Draining():
+			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+				Message: "the server is shutting down; reconnect (to another server if there is one) and renew your leases on the new stream: they were not released"}, refuse.About{}).Err()
 		case <-s.termDone:
-			return s.srv.notLeader()
+			return s.host.NotLeader()
 		}
 	}
 }
@@ -176,7 +179,7 @@ func (s *session) sendQueued() error {
 	s.answers = nil
 	s.mu.Unlock()
 	for i, r := range answers {
-		err := s.srv.notLeading() // past the deadline no answer goes out: its lease is released
+		err := s.host.NotLeading() // past the deadline no answer goes out: its lease is released
 		if err == nil {
 			err = s.stream.Send(r)
 		}
@@ -259,8 +262,8 @@ func (s *session) releaseUndelivered(r *tollgatev1.SessionResponse) {
 	if l == nil {
 		return
 	}
-	err := s.srv.releaseLease(l.GetPool(), l.GetFencingToken(), nil)
-	s.srv.log.Debug("released a lease whose grant could not be sent on its session", "pool", l.GetPool(), "lease_id", l.GetId(), "err", err)
+	err := s.calls.ReleaseLease(l.GetPool(), l.GetFencingToken(), nil)
+	s.calls.Log.Debug("released a lease whose grant could not be sent on its session", "pool", l.GetPool(), "lease_id", l.GetId(), "err", err)
 }
 
 // readLoop receives requests until the stream ends. A panic while handling
@@ -268,8 +271,8 @@ func (s *session) releaseUndelivered(r *tollgatev1.SessionResponse) {
 func (s *session) readLoop() {
 	defer func() {
 		if p := recover(); p != nil {
-			le := classify(s.srv.log, "Session", fmt.Errorf("panic: %v", p), errCtx{})
-			s.cancel(statusOf(le, errCtx{}).Err())
+			le := refuse.Classify(s.calls.Log, "Session", fmt.Errorf("panic: %v", p), refuse.About{})
+			s.cancel(refuse.StatusOf(le, refuse.About{}).Err())
 		}
 	}()
 	for {
@@ -311,7 +314,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 	id := req.GetRequestId()
 	first := !s.seenAnyReq
 	s.seenAnyReq = true
-	if err := s.srv.guardSessionRequest(s.ctx, req); err != nil { // rate and policy: guard.go
+	if err := s.guardRequest(req); err != nil { // rate and policy
 		s.answerRefusal(id, err)
 		return
 	}
@@ -320,15 +323,15 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 		s.cancelRequest(k.Cancel.GetRequestId())
 		return
 	case nil:
-		s.answerErr(id, invalidArg("request %d has nothing in it; set one of hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id), errCtx{})
+		s.answerErr(id, refuse.InvalidArg("request %d has nothing in it; set one of hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id), refuse.About{})
 		return
 	}
 	s.mu.Lock()
 	_, busy := s.pending[id]
 	s.mu.Unlock()
 	if busy {
-		s.answerErr(id, &limiter.Error{Code: limiter.CodeInvalidArgument, Reason: ReasonRequestIDInUse,
-			Message: fmt.Sprintf("request_id %d is already in use by an unanswered request of this stream; use a request_id not in use (for example a counter)", id)}, errCtx{})
+		s.answerErr(id, &limiter.Error{Code: limiter.CodeInvalidArgument, Reason: limiter.ReasonRequestIDInUse,
+			Message: fmt.Sprintf("request_id %d is already in use by an unanswered request of this stream; use a request_id not in use (for example a counter)", id)}, refuse.About{})
 		return
 	}
 	switch k := req.GetKind().(type) {
@@ -340,20 +343,20 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 		s.startTake(id, k.Take)
 	case *tollgatev1.SessionRequest_Release:
 		r := k.Release
-		if err := s.srv.release(r); err != nil {
-			s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
+		if err := s.calls.Release(r); err != nil {
+			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
 		}
 		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Release{Release: &tollgatev1.ReleaseResponse{}}})
 	case *tollgatev1.SessionRequest_Renew:
 		r := k.Renew
-		lease, err := s.srv.renew(s.ctx, r, s)
+		lease, err := s.calls.Renew(s.ctx, r, s, s.clientID)
 		if err != nil {
-			s.answerErr(id, err, errCtx{pool: r.GetPool(), leaseID: r.GetLeaseId()})
+			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
 		}
-		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}})
-	case *tollgatev1.SessionRequest_Report: // outcomes and rate shares, answered inline: session_shares.go
+		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: apiconv.LeaseToProto(s.calls.IDs, lease)}}})
+	case *tollgatev1.SessionRequest_Report: // outcomes and rate shares, answered inline
 		s.report(id, k.Report)
 	case *tollgatev1.SessionRequest_AcquireShare:
 		s.acquireShare(id, k.AcquireShare)
@@ -361,21 +364,21 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 		s.refreshShare(id, k.RefreshShare)
 	case *tollgatev1.SessionRequest_ReleaseShare:
 		s.releaseShare(id, k.ReleaseShare)
-	case *tollgatev1.SessionRequest_ResizeLease: // concurrency shares: session_concshares.go
+	case *tollgatev1.SessionRequest_ResizeLease: // concurrency shares
 		s.resizeLease(id, k.ResizeLease)
 	default:
-		s.answerErr(id, invalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id, k), errCtx{})
+		s.answerErr(id, refuse.InvalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id, k), refuse.About{})
 	}
 }
 
 // hello sets the stream's default client id.
 func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 	if !first {
-		s.answerErr(id, invalidArg("hello must be the first request of a stream, and come at most once; open a new stream to change the client id, or set client_id on each acquire"), errCtx{})
+		s.answerErr(id, refuse.InvalidArg("hello must be the first request of a stream, and come at most once; open a new stream to change the client id, or set client_id on each acquire"), refuse.About{})
 		return
 	}
 	if n := len(h.GetClientId()); n > limiter.MaxClientIDLen {
-		s.answerErr(id, invalidArg("hello.client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen), errCtx{})
+		s.answerErr(id, refuse.InvalidArg("hello.client_id is %d bytes; the most is %d", n, limiter.MaxClientIDLen), refuse.About{})
 		return
 	}
 	s.clientID = h.GetClientId()
@@ -390,24 +393,24 @@ func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	ar, err := apiconv.AcquireFromProto(r)
 	if err != nil {
-		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
 	if ar.ClientID == "" {
 		ar.ClientID = s.clientID
 	}
 	ar.Owner = s
-	if s.srv.tracing != nil {
+	if s.calls.Tracing != nil {
 		s.startWorker(id, "Session.acquire", func(ctx context.Context) (limiter.Lease, error) {
-			return s.srv.acquireTraced(ctx, ar, r.GetTraceContext())
+			return s.calls.AcquireTraced(ctx, ar, r.GetTraceContext())
 		}, ar.Pool)
 		return
 	}
 	if !s.mayStart(id) {
 		return
 	}
-	lease, wait, err := s.srv.startAcquireCounted(s.ctx, ar)
-	if wait.w != nil {
+	lease, wait, err := s.calls.StartAcquire(s.ctx, ar)
+	if wait.Waits() {
 		s.queueWait(id, wait, ar.Pool)
 		return
 	}
@@ -436,31 +439,31 @@ type sessionWait struct {
 	s    *session
 	id   uint64
 	pool string
-	cw   countedWait
+	cw   holder.Wait
 }
 
 // queueWait keeps an acquire that waits in its pool's queue as a record,
 // with no goroutine: the engine calls back with the outcome, which is
 // answered then. A CancelRequest or the end of the session gives it up.
-func (s *session) queueWait(id uint64, wait countedWait, pool string) {
+func (s *session) queueWait(id uint64, wait holder.Wait, pool string) {
 	sw := &sessionWait{s: s, id: id, pool: pool, cw: wait}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		wait.w.Notify(sw.grantedAfterClose)
+		wait.Notify(sw.grantedAfterClose)
 		wait.Cancel(context.Canceled)
 		return
 	}
 	s.pending[id] = pendingReq{wait: sw}
 	s.inflight++
 	s.mu.Unlock()
-	wait.w.Notify(sw.done)
+	wait.Notify(sw.done)
 }
 
 // done answers the wait's outcome (called with the pool locked).
 func (sw *sessionWait) done(lease limiter.Lease, err error) {
 	s := sw.s
-	lease, err = sw.cw.c.finish(lease, err)
+	lease, err = sw.cw.Finish(lease, err)
 	s.mu.Lock()
 	delete(s.pending, sw.id)
 	s.mu.Unlock()
@@ -474,8 +477,8 @@ func (sw *sessionWait) done(lease limiter.Lease, err error) {
 // grantedAfterClose releases a wait's grant that raced with the session's
 // end (called with the pool locked: the release is made apart).
 func (sw *sessionWait) grantedAfterClose(lease limiter.Lease, err error) {
-	if lease, err = sw.cw.c.finish(lease, err); err == nil {
-		go sw.s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+	if lease, err = sw.cw.Finish(lease, err); err == nil {
+		go sw.s.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
 	}
 }
 
@@ -484,26 +487,26 @@ func (sw *sessionWait) grantedAfterClose(lease limiter.Lease, err error) {
 // close, apart when the pool is locked (as in a wait's callback).
 func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool string, locked bool) {
 	if err != nil {
-		s.answerErr(id, err, errCtx{pool: pool})
+		s.answerErr(id, err, refuse.About{Pool: pool})
 		return
 	}
-	resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: apiconv.LeaseToProto(s.srv.ids, lease)}}}
+	resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: apiconv.LeaseToProto(s.calls.IDs, lease)}}}
 	if s.send(resp) {
 		return
 	}
 	if locked {
-		go s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+		go s.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
 		return
 	}
-	s.srv.releaseQuietly(lease, "session ended before the grant was sent")
+	s.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
 }
 
 // mayStart reports whether the session may take another acquire or take,
-// refusing it (with an answer) past MaxSessionPending; it returns false
+// refusing it (with an answer) past MaxPending; it returns false
 // without an answer once the session is closed.
 func (s *session) mayStart(id uint64) bool {
 	s.mu.Lock()
-	closed, full := s.closed, s.inflight >= MaxSessionPending
+	closed, full := s.closed, s.inflight >= MaxPending
 	s.mu.Unlock()
 	if full && !closed {
 		s.refuseTooMany(id)
@@ -514,7 +517,7 @@ func (s *session) mayStart(id uint64) bool {
 // startTake validates a take and runs it in a worker.
 func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 	if err := apiconv.CheckPoolName("pool", r.GetPool()); err != nil {
-		s.answerErr(id, err, errCtx{pool: r.GetPool()})
+		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
 	ctx, cancel, ok := s.register(id)
@@ -524,10 +527,10 @@ func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 	go func() {
 		defer s.workerDone()
 		defer s.recoverWorker(id, "Session.take")
-		res, err := s.srv.take(ctx, r)
+		res, err := s.calls.Take(ctx, r)
 		s.unregister(id, cancel)
 		if err != nil {
-			s.answerErr(id, err, errCtx{pool: r.GetPool()})
+			s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 			return
 		}
 		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Take{Take: &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}}})
@@ -535,7 +538,7 @@ func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 }
 
 // register records an unanswered worker request under id and returns its
-// context. It refuses (answering the request) past MaxSessionPending, and
+// context. It refuses (answering the request) past MaxPending, and
 // returns false without an answer once the session is closed.
 func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool) {
 	s.mu.Lock()
@@ -543,7 +546,7 @@ func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool
 		s.mu.Unlock()
 		return nil, nil, false
 	}
-	if s.inflight >= MaxSessionPending {
+	if s.inflight >= MaxPending {
 		s.mu.Unlock()
 		s.refuseTooMany(id)
 		return nil, nil, false
@@ -556,10 +559,10 @@ func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool
 	return ctx, cancel, true
 }
 
-// refuseTooMany answers request id that it is one past MaxSessionPending.
+// refuseTooMany answers request id that it is one past MaxPending.
 func (s *session) refuseTooMany(id uint64) {
-	s.answerErr(id, &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
-		Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxSessionPending)}, errCtx{})
+	s.answerErr(id, &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: limiter.ReasonTooManyRequests,
+		Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxPending)}, refuse.About{})
 }
 
 // unregister frees a worker request's id once its outcome is known, before
@@ -591,8 +594,8 @@ func (s *session) recoverWorker(id uint64, op string) {
 			delete(s.pending, id)
 		}
 		s.mu.Unlock()
-		le := classify(s.srv.log, op, fmt.Errorf("panic: %v", p), errCtx{})
-		s.answerErr(id, le, errCtx{})
+		le := refuse.Classify(s.calls.Log, op, fmt.Errorf("panic: %v", p), refuse.About{})
+		s.answerErr(id, le, refuse.About{})
 	}
 }
 
@@ -616,7 +619,7 @@ func (s *session) send(r *tollgatev1.SessionResponse) bool {
 		s.mu.Unlock()
 		return false
 	}
-	n, c, most := s.unread.Load(), s.clientUnread.Load(), s.srv.maxSessionUnread
+	n, c, most := s.unread.Load(), s.clientUnread.Load(), s.streams.MaxUnread
 	if n >= most || c >= 4*most {
 		s.closed = true
 		s.events = nil
@@ -625,9 +628,9 @@ func (s *session) send(r *tollgatev1.SessionResponse) bool {
 		if n < most {
 			what = fmt.Sprintf("%d answers were waiting to be read on this client's streams, the most one client may have (%d)", c, 4*most)
 		}
-		s.srv.log.Warn("ending a session stream whose client does not read its answers", "queued", n, "client_queued", c)
-		s.cancel(statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonSessionOverflow,
-			Message: "the stream was ended because " + what + "; read the stream as fast as you send, then reconnect and renew your leases (they were not released)"}, errCtx{}).Err())
+		s.calls.Log.Warn("ending a session stream whose client does not read its answers", "queued", n, "client_queued", c)
+		s.cancel(refuse.StatusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: limiter.ReasonSessionOverflow,
+			Message: "the stream was ended because " + what + "; read the stream as fast as you send, then reconnect and renew your leases (they were not released)"}, refuse.About{}).Err())
 		return false
 	}
 	s.answers = append(s.answers, r)
@@ -647,10 +650,10 @@ func (s *session) signal() {
 }
 
 // answerErr queues a SessionError answer for request id.
-func (s *session) answerErr(id uint64, err error, ec errCtx) {
-	le := classify(s.srv.log, "Session", err, ec)
+func (s *session) answerErr(id uint64, err error, ec refuse.About) {
+	le := refuse.Classify(s.calls.Log, "Session", err, ec)
 	se := &tollgatev1.SessionError{
-		Code:    int32(grpcCode(le.Code)),
+		Code:    int32(refuse.GRPCCode(le.Code)),
 		Message: le.Message,
 		Reason:  string(le.Reason),
 	}
@@ -660,28 +663,36 @@ func (s *session) answerErr(id uint64, err error, ec errCtx) {
 	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Error{Error: se}})
 }
 
-// pushEvent queues a lease event for the writer without ever blocking: it
-// is called from the engine's OnLeaseEnded. A client that lets
-// MaxSessionEvents events pile up has its stream ended.
-func (s *session) pushEvent(ev limiter.LeaseEnded) {
-	s.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Event{Event: apiconv.LeaseEventToProto(s.srv.ids, ev)}})
+// LeaseEnded pushes the end of a lease (the engine's OnLeaseEnded) to
+// the session that owns it, if it is still live. It never blocks.
+func LeaseEnded(ev limiter.LeaseEnded) {
+	if sess, ok := ev.Owner.(*session); ok {
+		sess.pushEvent(ev)
+	}
 }
 
-// queueEvent queues an event (a lease event, or a share event:
-// session_shares.go) as pushEvent says.
+// pushEvent queues a lease event for the writer without ever blocking: it
+// is called from the engine's OnLeaseEnded. A client that lets
+// Streams.MaxEvents events pile up has its stream ended.
+func (s *session) pushEvent(ev limiter.LeaseEnded) {
+	s.queueEvent(&tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Event{Event: apiconv.LeaseEventToProto(s.calls.IDs, ev)}})
+}
+
+// queueEvent queues an event (a lease event, or a share event) as
+// pushEvent says.
 func (s *session) queueEvent(resp *tollgatev1.SessionResponse) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return
 	}
-	if n := len(s.events); int64(n) >= s.srv.maxSessionEvents.Load() {
+	if n := len(s.events); int64(n) >= s.streams.MaxEvents.Load() {
 		s.closed = true
 		s.events = nil
 		s.mu.Unlock()
-		s.srv.log.Warn("ending a session stream whose client does not read its events", "queued", n)
-		s.cancel(statusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonSessionOverflow,
-			Message: fmt.Sprintf("the stream was ended because %d lease and share events were waiting to be read; read the stream faster, then reconnect and renew your leases and shares (they were not released)", n)}, errCtx{}).Err())
+		s.calls.Log.Warn("ending a session stream whose client does not read its events", "queued", n)
+		s.cancel(refuse.StatusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: limiter.ReasonSessionOverflow,
+			Message: fmt.Sprintf("the stream was ended because %d lease and share events were waiting to be read; read the stream faster, then reconnect and renew your leases and shares (they were not released)", n)}, refuse.About{}).Err())
 		return
 	}
 	s.events = append(s.events, resp)

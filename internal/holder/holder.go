@@ -1,0 +1,437 @@
+// Package holder serves what a holder of leases and shares asks of the
+// engine (LimiterService's acquire, release, renew, take, report, rate
+// shares and concurrency shares) for both the unary calls and the Session
+// stream: it validates the request off the wire, counts what it creates
+// or ends against the limits (internal/limits), traces it, and calls the
+// engine the server serves now.
+//
+// It may import the engine (limiter), the wire types, internal/apiconv,
+// internal/auth, internal/leaseid, internal/limits, internal/metrics,
+// internal/poolconv, internal/refuse and internal/tracing; nothing of the
+// server, which hands it what it needs in Calls.
+package holder
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/leaseid"
+	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/metrics"
+	"github.com/tollgate/tollgate/internal/poolconv"
+	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/tracing"
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// Calls is a holder's calls on the engine the server serves. Its fields
+// are set once, before the first call.
+type Calls struct {
+	// Engine returns the engine served now (a new one per leadership
+	// term in a cluster).
+	Engine func() *limiter.Engine
+	// Auth returns the authorizer in force now.
+	Auth    func() *auth.Authorizer
+	Quotas  *limits.Quotas
+	Limits  limits.Limits // with defaults filled in
+	Metrics *metrics.Metrics
+	IDs     *leaseid.IDs     // signs and checks the ids holders see
+	Tracing *tracing.Tracing // nil: no spans
+	Log     *slog.Logger
+}
+
+// Acquire validates req, calls the engine with owner (nil for unary calls)
+// and defaultClientID (used when req names no client), and releases a lease
+// granted when ctx is already done, so that it reports a cancelled or
+// timed-out call rather than a lease no one will use.
+func (c *Calls) Acquire(ctx context.Context, req *tollgatev1.AcquireRequest, owner any, defaultClientID string) (limiter.Lease, error) {
+	ar, err := apiconv.AcquireFromProto(req)
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	if ar.ClientID == "" {
+		ar.ClientID = defaultClientID
+	}
+	ar.Owner = owner
+	lease, err := c.AcquireTraced(ctx, ar, req.GetTraceContext())
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	if cerr := ctx.Err(); cerr != nil && owner == nil {
+		c.ReleaseQuietly(lease, "caller went away")
+		return limiter.Lease{}, cerr
+	}
+	return lease, nil
+}
+
+// ReleaseQuietly releases a lease that was granted but could not be handed
+// to its caller, logging (at debug) why.
+func (c *Calls) ReleaseQuietly(lease limiter.Lease, why string) {
+	err := c.ReleaseLease(lease.Pool, lease.FencingToken, nil)
+	c.Log.Debug("released an undelivered lease", "pool", lease.Pool, "lease_id", lease.FencingToken, "why", why, "err", err)
+}
+
+// Release validates req and ends the lease, counting the outcome it
+// carries, if any.
+func (c *Calls) Release(req *tollgatev1.ReleaseRequest) error {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
+		return err
+	}
+	tok, err := c.parseLeaseID(req.GetPool(), req.GetLeaseId())
+	if err != nil {
+		return err
+	}
+	out, err := apiconv.OutcomeFromProto(req.GetOutcome())
+	if err != nil {
+		return err
+	}
+	return c.ReleaseLease(req.GetPool(), tok, out)
+}
+
+// Renew validates req and extends the lease, making owner (if not nil) the
+// one told about the lease's end, for client defaultClientID when req
+// names none (a re-adopted lease's).
+//
+// A lease the renew re-adopted after a restart (or any lease the quotas
+// do not know) starts counting against its client's lease limit here.
+func (c *Calls) Renew(ctx context.Context, req *tollgatev1.RenewRequest, owner any, defaultClientID string) (limiter.Lease, error) {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
+		return limiter.Lease{}, err
+	}
+	tok, err := c.parseLeaseID(req.GetPool(), req.GetLeaseId())
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	ttl, err := poolconv.Duration("ttl", req.GetTtl())
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	ra, err := readoptFromProto(req) // after a restart
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	if ra.Expiry, err = c.IDs.ParseReceipt(req.GetPool(), tok, req.GetExpiryReceipt()); err != nil {
+		return limiter.Lease{}, err
+	}
+	if ra.ClientID == "" {
+		ra.ClientID = defaultClientID
+	}
+	lease, err := c.Engine().RenewOrReadopt(req.GetPool(), tok, ttl, owner, ra)
+	if err == nil {
+		c.Quotas.Track(lease.Pool, lease.FencingToken, func() string { return c.Auth().Identify(ctx).ClientKey(lease.ClientID) })
+	}
+	return lease, err
+}
+
+// Take validates req and takes tokens. The wait is max_wait if set, capped
+// by the time left until ctx's deadline; with neither, the tokens must be
+// available at once.
+func (c *Calls) Take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter.TakeResult, error) {
+	if req == nil {
+		req = &tollgatev1.TakeRequest{}
+	}
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
+		return limiter.TakeResult{}, err
+	}
+	tokens, err := apiconv.CountArg("tokens", req.Tokens)
+	if err != nil {
+		return limiter.TakeResult{}, err
+	}
+	maxWait, err := poolconv.Duration("max_wait", req.GetMaxWait())
+	if err != nil {
+		return limiter.TakeResult{}, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left < 0 {
+			left = 0
+		}
+		if req.GetMaxWait() == nil || left < maxWait {
+			maxWait = left
+		}
+	}
+	if err := tracing.CheckContext(req.GetTraceContext()); err != nil {
+		return limiter.TakeResult{}, err
+	}
+	return c.takeTraced(ctx, req.GetPool(), tokens, maxWait, req.GetTraceContext())
+}
+
+// AcquireTraced is acquireCounted in a span under the caller's trace
+// context tc (if any).
+func (c *Calls) AcquireTraced(ctx context.Context, ar limiter.AcquireRequest, tc map[string]string) (limiter.Lease, error) {
+	if c.Tracing == nil {
+		return c.acquireCounted(ctx, ar)
+	}
+	ctx, span := c.Tracing.Start(ctx, "tollgate.Acquire", tc, tracing.AttrPool.String(ar.Pool), tracing.AttrWeight.Int64(ar.Weight))
+	start := c.Engine().Clock().Now()
+	lease, err := c.acquireCounted(ctx, ar)
+	tracing.End(span, err, tracing.AttrWaitMS.Float64(float64(c.Engine().Clock().Now().Sub(start))/1e6), tracing.AttrToken.Int64(int64(lease.FencingToken)))
+	return lease, err
+}
+
+// takeTraced is takeCounted in a span under the caller's trace context tc
+// (if any).
+func (c *Calls) takeTraced(ctx context.Context, pool string, tokens int64, maxWait time.Duration, tc map[string]string) (limiter.TakeResult, error) {
+	if c.Tracing == nil {
+		return c.takeCounted(ctx, pool, tokens, maxWait)
+	}
+	ctx, span := c.Tracing.Start(ctx, "tollgate.Take", tc, tracing.AttrPool.String(pool), tracing.AttrTokens.Int64(tokens))
+	res, err := c.takeCounted(ctx, pool, tokens, maxWait)
+	tracing.End(span, err, tracing.AttrWaitMS.Float64(float64(res.Waited)/1e6))
+	return res, err
+}
+
+// acquireCounted calls the engine's Acquire for ar, counted against
+// Limits.MaxClientLeases (for the caller's client key) and
+// Limits.MaxWaiters while it is in progress, and records its wait in the
+// pool's wait-time histogram when it is granted. A granted lease counts
+// against its client until ReleaseLease or the engine's OnLeaseEnded ends
+// it. An unauthenticated caller chooses its client_id, so while it waits
+// its acquire counts against its connection as well, like a take.
+func (c *Calls) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
+	lease, wait, err := c.StartAcquire(ctx, ar)
+	if wait.Waits() {
+		return wait.Await(ctx)
+	}
+	return lease, err
+}
+
+// StartAcquire is acquireCounted without the wait: it returns the
+// outcome of an acquire that needs no wait, or else the wait (which
+// Waits), whose outcome Await or Notify must then learn, once. ctx only
+// names the caller.
+func (c *Calls) StartAcquire(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, Wait, error) {
+	id := c.Auth().Identify(ctx)
+	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
+	if err := c.Quotas.BeginAcquire(key); err != nil {
+		return limiter.Lease{}, Wait{}, err
+	}
+	if connKey != key {
+		if err := c.Quotas.BeginAcquire(connKey); err != nil {
+			c.Quotas.EndAcquire(key, nil)
+			return limiter.Lease{}, Wait{}, err
+		}
+	}
+	if err := c.Quotas.BeginWait(); err != nil {
+		c.Quotas.EndAcquire(key, nil)
+		if connKey != key {
+			c.Quotas.EndAcquire(connKey, nil)
+		}
+		return limiter.Lease{}, Wait{}, err
+	}
+	ca := countedAcquire{calls: c, key: key, connKey: connKey, start: c.Engine().Clock().Now()}
+	lease, w, err := c.Engine().StartAcquire(ar)
+	if w == nil {
+		lease, err = ca.finish(lease, err)
+		return lease, Wait{}, err
+	}
+	return limiter.Lease{}, Wait{c: ca, w: w}, nil
+}
+
+// Wait is an acquire of StartAcquire that waits, kept by
+// value in whatever keeps the wait (one record per waiter).
+type Wait struct {
+	c countedAcquire
+	w *limiter.AcquireWait
+}
+
+// Await waits for the outcome as AcquireWait.Await does.
+func (cw *Wait) Await(ctx context.Context) (limiter.Lease, error) {
+	return cw.c.finish(cw.w.Await(ctx))
+}
+
+// Cancel gives up a notified wait as AcquireWait.Cancel does.
+func (cw *Wait) Cancel(cause error) { cw.w.Cancel(cause) }
+
+// Waits reports whether the acquire waits (the zero Wait does not).
+func (cw *Wait) Waits() bool { return cw.w != nil }
+
+// Notify has done called with the wait's outcome as AcquireWait.Notify
+// does; done must pass it through Finish.
+func (cw *Wait) Notify(done func(limiter.Lease, error)) { cw.w.Notify(done) }
+
+// Finish ends the counts of the wait, given the outcome Notify delivered.
+func (cw *Wait) Finish(lease limiter.Lease, err error) (limiter.Lease, error) {
+	return cw.c.finish(lease, err)
+}
+
+// countedAcquire is an acquire that StartAcquire counted.
+type countedAcquire struct {
+	calls        *Calls
+	key, connKey string
+	start        time.Time
+}
+
+// finish ends the counts of the acquire's progress, given its outcome.
+func (c countedAcquire) finish(lease limiter.Lease, err error) (limiter.Lease, error) {
+	q := c.calls.Quotas
+	q.EndWait()
+	if c.connKey != c.key {
+		q.EndAcquire(c.connKey, nil)
+	}
+	if err != nil {
+		q.EndAcquire(c.key, nil)
+		return limiter.Lease{}, err
+	}
+	q.EndAcquire(c.key, &lease)
+	c.calls.Metrics.Waits.Observe(lease.Pool, lease.AcquireTime.Sub(c.start))
+	return lease, nil
+}
+
+// takeCounted calls the engine's Take, counted against
+// Limits.MaxClientLeases (for the caller's client key, as an acquire is)
+// and Limits.MaxWaiters while it is in progress. A maxWait past
+// Limits.MaxTakeWait is cut to it, and a take refused only because of
+// that cut says so.
+func (c *Calls) takeCounted(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
+	key := c.Auth().Identify(ctx).ClientKey("")
+	if err := c.Quotas.BeginAcquire(key); err != nil {
+		return limiter.TakeResult{}, err
+	}
+	defer c.Quotas.EndAcquire(key, nil)
+	if err := c.Quotas.BeginWait(); err != nil {
+		return limiter.TakeResult{}, err
+	}
+	defer c.Quotas.EndWait()
+	asked, capped := maxWait, false
+	if most := c.Limits.MaxTakeWait; most > 0 && maxWait > most {
+		maxWait, capped = most, true
+	}
+	res, err := c.Engine().Take(ctx, pool, tokens, maxWait)
+	if le := (*limiter.Error)(nil); capped && errors.As(err, &le) && le.Reason == limiter.ReasonRateLimited && le.RetryAfter <= asked {
+		ce := c.Quotas.Exhausted(limits.KindTakeWait, le.Reason,
+			"pool %q would have %d tokens in %v, longer than the server lets a take wait (%v, its --max-take-wait); retry after that, or ask the operator to raise --max-take-wait",
+			pool, tokens, le.RetryAfter, c.Limits.MaxTakeWait)
+		ce.RetryAfter = le.RetryAfter
+		return res, ce
+	}
+	return res, err
+}
+
+// ReleaseLease releases a lease on the engine, counting out (if not nil)
+// as the engine's WithOutcome does, stops counting the lease against its
+// client, and records how long it was held.
+func (c *Calls) ReleaseLease(pool string, token uint64, out *limiter.ReleaseOutcome) error {
+	var opts []limiter.ReleaseOption
+	if out != nil {
+		opts = append(opts, limiter.WithOutcome(out.Outcome, out.Latency))
+	}
+	lease, err := c.Engine().Release(pool, token, opts...)
+	if err == nil {
+		c.Quotas.LeaseEnded(pool, token)
+		if !lease.AcquireTime.IsZero() { // zero: a pre-restart lease never re-adopted
+			c.Metrics.Holds.Observe(pool, c.Engine().Clock().Now().Sub(lease.AcquireTime))
+		}
+	}
+	return err
+}
+
+// Report validates req, checks that the caller may use every pool it
+// names (a report can lower a pool's limits, so it needs the same right as
+// an acquire), and counts it.
+func (c *Calls) Report(ctx context.Context, req *tollgatev1.ReportRequest) error {
+	rs, err := apiconv.ReportsFromProto(req)
+	if err != nil {
+		return err
+	}
+	if c.Auth().HasPolicy() {
+		id := c.Auth().Identify(ctx)
+		for _, r := range rs {
+			if err := c.Auth().CheckPool(id, r.Pool); err != nil {
+				return err
+			}
+		}
+	}
+	return c.Engine().Report(rs)
+}
+
+// AcquireShare validates req and grants the share, owned by owner (nil
+// for unary calls; pushes go to it), for client defaultClientID when req
+// names none.
+func (c *Calls) AcquireShare(req *tollgatev1.AcquireShareRequest, owner any, defaultClientID string) (limiter.Share, error) {
+	sr, err := apiconv.ShareRequestFromProto(req)
+	if err != nil {
+		return limiter.Share{}, err
+	}
+	if sr.ClientID == "" {
+		sr.ClientID = defaultClientID
+	}
+	sr.Owner = owner
+	return c.Engine().AcquireShare(sr)
+}
+
+// RefreshShare validates req and refreshes the share, making owner (if not
+// nil) the one pushed its changes.
+func (c *Calls) RefreshShare(req *tollgatev1.RefreshShareRequest, owner any) (limiter.Share, error) {
+	sr, err := apiconv.ShareRefreshFromProto(c.IDs, req)
+	if err != nil {
+		return limiter.Share{}, err
+	}
+	sr.Owner = owner
+	return c.Engine().RefreshShare(sr)
+}
+
+// ReleaseShare validates req and gives the share back.
+func (c *Calls) ReleaseShare(req *tollgatev1.ReleaseShareRequest) error {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
+		return err
+	}
+	id, err := c.IDs.ParseShare(req.GetPool(), req.GetShareId())
+	if err != nil {
+		return err
+	}
+	return c.Engine().ReleaseShare(req.GetPool(), id)
+}
+
+// ResizeLease validates req and resizes the lease, making owner the owner.
+func (c *Calls) ResizeLease(req *tollgatev1.ResizeLeaseRequest, owner any) (limiter.Lease, error) {
+	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
+		return limiter.Lease{}, err
+	}
+	tok, err := c.parseLeaseID(req.GetPool(), req.GetLeaseId())
+	if err != nil {
+		return limiter.Lease{}, err
+	}
+	if req.Weight != nil && req.GetWeight() < 1 {
+		return limiter.Lease{}, refuse.InvalidArg("weight %d is invalid; a lease holds at least 1 permit (release it to give back the last one)", req.GetWeight())
+	}
+	if req.Want != nil && req.GetWant() < 1 {
+		return limiter.Lease{}, refuse.InvalidArg("want %d is invalid; a share wants at least 1 permit", req.GetWant())
+	}
+	return c.Engine().ResizeLease(limiter.LeaseResize{Pool: req.GetPool(), Token: tok, Weight: req.GetWeight(), Want: req.GetWant(), Owner: owner})
+}
+
+// parseLeaseID is ids.Parse for a holder's call on pool, except that
+// an id refused in a pool that does not exist reports the missing pool,
+// which says more.
+func (c *Calls) parseLeaseID(pool, id string) (uint64, error) {
+	tok, err := c.IDs.Parse(pool, id)
+	if err != nil && errors.Is(err, limiter.ErrLeaseNotFound) {
+		if _, perr := c.Engine().GetPool(pool); perr != nil {
+			return 0, perr
+		}
+	}
+	return tok, err
+}
+
+// readoptFromProto reads what a renew says about its lease, for a server
+// restarted since the grant (limiter.Engine.RenewOrReadopt). An unset
+// weight is 0: such a lease cannot be re-adopted.
+func readoptFromProto(r *tollgatev1.RenewRequest) (limiter.Readopt, error) {
+	ra := limiter.Readopt{ClientID: r.GetClientId(), Description: r.GetDescription(), Priority: r.GetPriority(), Resources: r.GetResourceIds()}
+	if n := len(ra.Resources); n > limiter.MaxResourcesPerPool {
+		return ra, refuse.InvalidArg("resource_ids has %d ids; a lease holds at most %d", n, limiter.MaxResourcesPerPool)
+	}
+	if r.Weight != nil {
+		if r.GetWeight() < 1 {
+			return ra, refuse.InvalidArg("weight is %d; it must be the lease's weight, at least 1 (or leave it unset)", r.GetWeight())
+		}
+		ra.Weight = r.GetWeight()
+	}
+	return ra, nil
+}
