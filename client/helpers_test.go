@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	"github.com/tollgate/tollgate/server"
@@ -31,6 +32,8 @@ type testServer struct {
 	gs       *grpc.Server
 	served   chan struct{}
 	sessions atomic.Int64 // Session streams opened
+	// wrap, when set before serving, wraps every stream the server serves.
+	wrap func(grpc.ServerStream) grpc.ServerStream
 }
 
 // newTestServer starts a server; it is closed at the end of the test.
@@ -40,7 +43,21 @@ func newTestServer(t testing.TB) *testServer {
 		t:     t,
 		clock: fakeclock.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)),
 	}
-	ts.srv = server.New(server.Config{Clock: ts.clock})
+	return ts.open(server.Config{Clock: ts.clock})
+}
+
+// newBenchServer is a testServer on the real clock, with no per-client
+// request rate, for benchmarks.
+func newBenchServer(b *testing.B) *testServer {
+	b.Helper()
+	ts := &testServer{t: b}
+	return ts.open(server.Config{Limits: limits.Limits{ClientRate: -1}})
+}
+
+// open creates ts's server from cfg and serves it.
+func (ts *testServer) open(cfg server.Config) *testServer {
+	t := ts.t
+	ts.srv = server.New(cfg)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -55,9 +72,13 @@ func newTestServer(t testing.TB) *testServer {
 }
 
 func (ts *testServer) serve(lis net.Listener) {
+	wrap := ts.wrap
 	count := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		if info.FullMethod == "/tollgate.v1.LimiterService/Session" {
 			ts.sessions.Add(1)
+		}
+		if wrap != nil {
+			ss = wrap(ss)
 		}
 		return h(srv, ss)
 	}

@@ -33,7 +33,14 @@ type stream struct {
 	ss     tollgatev1.LimiterService_SessionClient
 	cancel context.CancelCauseFunc
 
-	sendMu sync.Mutex // serializes Send
+	// batch: the server reads batched requests (its Welcome said so).
+	batch bool
+	// sendMu guards the requests queued to send and sending, which is
+	// true while a caller sends them (send).
+	sendMu  sync.Mutex
+	queue   []*tollgatev1.SessionRequest
+	spare   []*tollgatev1.SessionRequest
+	sending bool
 
 	mu      sync.Mutex
 	pending map[uint64]*call // nil once the stream is broken
@@ -268,7 +275,7 @@ func (c *Client) open() (*stream, error) {
 		return nil, err
 	}
 	id := c.nextID.Add(1)
-	hello := &tollgatev1.SessionRequest{RequestId: id, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: c.clientID}}}
+	hello := &tollgatev1.SessionRequest{RequestId: id, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: c.clientID, BatchAnswers: true}}}
 	if err := ss.Send(hello); err != nil {
 		_, err = ss.Recv() // the real error
 		cancel(err)
@@ -301,6 +308,7 @@ func (c *Client) open() (*stream, error) {
 		ss:      ss,
 		cancel:  cancel,
 		pending: make(map[uint64]*call),
+		batch:   resp.GetWelcome().GetBatchRequests(),
 	}, nil
 }
 
@@ -350,6 +358,12 @@ func (st *stream) readLoop() error {
 
 // dispatch hands an answer to its call, or an event to its lease.
 func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
+	if b := resp.GetBatch(); b != nil {
+		for _, r := range b.GetResponses() {
+			st.dispatch(r)
+		}
+		return
+	}
 	id := resp.GetRequestId()
 	if id == 0 {
 		if ev := resp.GetEvent(); ev != nil {
@@ -407,11 +421,59 @@ func (st *stream) fail(err error) {
 // reset ends the stream (the session loop then reconnects).
 func (st *stream) reset(cause error) { st.cancel(cause) }
 
-// send sends one request.
+// send sends one request. When a server that reads batches is sent to by
+// many callers at once, their requests are coalesced: the caller that
+// finds no send under way sends what is queued, in one message, until
+// nothing is; the others only queue theirs. An error is returned only to
+// the caller that met it; the stream is broken then, and its reader fails
+// every request waiting on it.
 func (st *stream) send(req *tollgatev1.SessionRequest) error {
 	st.sendMu.Lock()
-	defer st.sendMu.Unlock()
-	return st.ss.Send(req)
+	if !st.batch {
+		defer st.sendMu.Unlock()
+		return st.ss.Send(req)
+	}
+	st.queue = append(st.queue, req)
+	if st.sending {
+		st.sendMu.Unlock()
+		return nil
+	}
+	st.sending = true
+	var err error
+	for len(st.queue) > 0 && err == nil {
+		reqs := st.queue
+		st.queue, st.spare = st.spare, nil
+		st.sendMu.Unlock()
+		err = st.sendBatch(reqs)
+		clear(reqs)
+		st.sendMu.Lock()
+		st.spare = reqs[:0]
+	}
+	if err != nil {
+		st.queue = nil
+	}
+	st.sending = false
+	st.sendMu.Unlock()
+	return err
+}
+
+// maxBatch is the most requests sent in one message (the server's bound).
+const maxBatch = 1024
+
+// sendBatch sends reqs in as few messages as maxBatch allows.
+func (st *stream) sendBatch(reqs []*tollgatev1.SessionRequest) error {
+	for len(reqs) > 0 {
+		n := min(len(reqs), maxBatch)
+		msg := reqs[0]
+		if n > 1 {
+			msg = &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Batch{Batch: &tollgatev1.SessionRequestBatch{Requests: reqs[:n]}}}
+		}
+		if err := st.ss.Send(msg); err != nil {
+			return err
+		}
+		reqs = reqs[n:]
+	}
+	return nil
 }
 
 // do sends req and waits for its answer, the stream's end, or ctx's end.

@@ -87,6 +87,9 @@ const (
 	// whose client is not reading, and four times it the most for all the
 	// streams of one client.
 	MaxSessionUnread = session.DefaultMaxUnread
+	// MaxSessionBatch is the most requests one SessionRequest.batch may
+	// hold.
+	MaxSessionBatch = session.MaxBatch
 )
 
 // Session serves one bidirectional Session stream: requests are answered

@@ -49,6 +49,9 @@ func FuzzSession(f *testing.F) {
 				break // the server ended the stream: Recv says why
 			}
 			sent[req.GetRequestId()] = true
+			for _, r := range req.GetBatch().GetRequests() {
+				sent[r.GetRequestId()] = true
+			}
 		}
 		if err := stream.CloseSend(); err != nil {
 			t.Fatal(err)
@@ -62,19 +65,33 @@ func FuzzSession(f *testing.F) {
 				checkCallerStatus(t, ctx, "Session", err)
 				return
 			}
-			switch resp.GetKind().(type) {
-			case *tollgatev1.SessionResponse_Welcome, *tollgatev1.SessionResponse_Event, *tollgatev1.SessionResponse_ShareEvent:
-				continue
+			resps := []*tollgatev1.SessionResponse{resp}
+			if b := resp.GetBatch(); b != nil {
+				resps = b.GetResponses()
 			}
-			if !sent[resp.GetRequestId()] {
-				t.Fatalf("answer %v replies to request_id %d, which was not sent", resp, resp.GetRequestId())
-			}
-			if se := resp.GetError(); se != nil {
-				checkCallerCode(t, "Session", codes.Code(se.GetCode()), se.GetMessage())
-				if se.GetCode() == 0 || se.GetReason() == "" {
-					t.Fatalf("SessionError %v lacks a code or a reason", se)
-				}
+			for _, resp := range resps {
+				checkFuzzAnswer(t, sent, resp)
 			}
 		}
 	})
+}
+
+// checkFuzzAnswer checks one answer or event of a fuzzed stream.
+func checkFuzzAnswer(t *testing.T, sent map[uint64]bool, resp *tollgatev1.SessionResponse) {
+	t.Helper()
+	switch resp.GetKind().(type) {
+	case *tollgatev1.SessionResponse_Welcome, *tollgatev1.SessionResponse_Event, *tollgatev1.SessionResponse_ShareEvent:
+		return
+	case *tollgatev1.SessionResponse_Batch:
+		t.Fatalf("a batch of answers %v holds a batch", resp)
+	}
+	if !sent[resp.GetRequestId()] {
+		t.Fatalf("answer %v replies to request_id %d, which was not sent", resp, resp.GetRequestId())
+	}
+	if se := resp.GetError(); se != nil {
+		checkCallerCode(t, "Session", codes.Code(se.GetCode()), se.GetMessage())
+		if se.GetCode() == 0 || se.GetReason() == "" {
+			t.Fatalf("SessionError %v lacks a code or a reason", se)
+		}
+	}
 }

@@ -97,6 +97,9 @@ type session struct {
 
 	sessionInfo // id, peer, identity, times, for ListClients
 
+	// batchAnswers is set when the client said Hello with batch_answers.
+	batchAnswers atomic.Bool
+
 	mu           sync.Mutex
 	closed       bool                  // no new workers or events
 	pending      map[uint64]pendingReq // unanswered worker requests by id
@@ -178,6 +181,9 @@ func (s *session) sendQueued() error {
 	answers := s.answers
 	s.answers = nil
 	s.mu.Unlock()
+	if s.batchAnswers.Load() {
+		return s.sendBatched(answers)
+	}
 	for i, r := range answers {
 		err := s.host.NotLeading() // past the deadline no answer goes out: its lease is released
 		if err == nil {
@@ -289,7 +295,17 @@ func (s *session) readLoop() {
 			return
 		}
 		s.touch()
-		s.handle(req)
+		if b := req.GetBatch(); b != nil {
+			if err := checkBatch(b); err != nil {
+				s.cancel(refuse.StatusOf(err, refuse.About{}).Err())
+				return
+			}
+			for _, r := range b.GetRequests() {
+				s.handle(r)
+			}
+		} else {
+			s.handle(req)
+		}
 	}
 }
 
@@ -382,10 +398,11 @@ func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 		return
 	}
 	s.clientID = h.GetClientId()
+	s.batchAnswers.Store(h.GetBatchAnswers())
 	s.mu.Lock()
 	s.helloID = s.clientID
 	s.mu.Unlock()
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Welcome{Welcome: &tollgatev1.Welcome{ClientId: s.clientID}}})
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Welcome{Welcome: &tollgatev1.Welcome{ClientId: s.clientID, BatchRequests: true}}})
 }
 
 // startAcquire validates an acquire and answers it on the reader when it

@@ -1107,9 +1107,10 @@ type SessionRequest_Batch struct {
 	// Several requests in one message, for a client that coalesces the
 	// requests of many callers: each is handled in order exactly as if it
 	// had come in a message of its own, and answered by its own
-	// request_id. A batch's own request_id is not used (leave it 0); a
-	// batch holds at most 1024 requests and no batch, or is refused with
-	// INVALID_ARGUMENT.
+	// request_id. A batch's own request_id is not used (leave it 0). A
+	// batch holds at most 1024 requests and no batch; one that does not
+	// ends the stream with INVALID_ARGUMENT (its leases are kept, as for
+	// any ended stream).
 	Batch *SessionRequestBatch `protobuf:"bytes,13,opt,name=batch,proto3,oneof"`
 }
 
@@ -1640,7 +1641,10 @@ func (x *SessionResponseBatch) GetResponses() []*SessionResponse {
 type Welcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The client id the session uses.
-	ClientId      string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientId string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// The server reads SessionRequest.batch. A client must not send a batch
+	// to a server whose Welcome does not say so.
+	BatchRequests bool `protobuf:"varint,2,opt,name=batch_requests,json=batchRequests,proto3" json:"batch_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1680,6 +1684,13 @@ func (x *Welcome) GetClientId() string {
 		return x.ClientId
 	}
 	return ""
+}
+
+func (x *Welcome) GetBatchRequests() bool {
+	if x != nil {
+		return x.BatchRequests
+	}
+	return false
 }
 
 // SessionError is a failed request on a Session stream.
@@ -1928,9 +1939,10 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\x05batch\x18\x0f \x01(\v2!.tollgate.v1.SessionResponseBatchH\x00R\x05batchB\x06\n" +
 	"\x04kind\"R\n" +
 	"\x14SessionResponseBatch\x12:\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1c.tollgate.v1.SessionResponseR\tresponses\"&\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1c.tollgate.v1.SessionResponseR\tresponses\"M\n" +
 	"\aWelcome\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x90\x01\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12%\n" +
+	"\x0ebatch_requests\x18\x02 \x01(\bR\rbatchRequests\"\x90\x01\n" +
 	"\fSessionError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +

@@ -1,0 +1,58 @@
+package session
+
+import (
+	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
+
+// Bounds of a Session stream's batches.
+const (
+	// MaxBatch is the most requests one SessionRequest.batch may
+	// hold; a larger batch ends the stream with INVALID_ARGUMENT.
+	MaxBatch = 1024
+	// maxAnswerBatch is the most answers and events sent in one
+	// SessionResponse.batch; more go in the next message.
+	maxAnswerBatch = 256
+)
+
+// checkBatch reports what is wrong with a batch of requests, if anything.
+func checkBatch(b *tollgatev1.SessionRequestBatch) *limiter.Error {
+	reqs := b.GetRequests()
+	if len(reqs) > MaxBatch {
+		return refuse.InvalidArg("a batch holds %d requests; the most is %d: send the rest in another message", len(reqs), MaxBatch)
+	}
+	for i, r := range reqs {
+		if r.GetBatch() != nil {
+			return refuse.InvalidArg("request %d of the batch (request_id %d) is itself a batch; a batch holds no batch: send its requests in the outer one", i, r.GetRequestId())
+		}
+	}
+	return nil
+}
+
+// sendBatched sends answers, then the queued events, in as few messages as
+// maxAnswerBatch allows; it is sendQueued for a client that said
+// Hello with batch_answers. An answer carrying a lease that cannot be
+// delivered has its lease released.
+func (s *session) sendBatched(answers []*tollgatev1.SessionResponse) error {
+	n := len(answers)
+	out := append(answers, s.takeEvents()...)
+	err := s.host.NotLeading() // past the deadline no answer goes out: its lease is released
+	sent := 0
+	for sent < len(out) && err == nil {
+		end := min(sent+maxAnswerBatch, len(out))
+		msg := out[sent]
+		if end-sent > 1 {
+			msg = &tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Batch{Batch: &tollgatev1.SessionResponseBatch{Responses: out[sent:end]}}}
+		}
+		if err = s.stream.Send(msg); err == nil {
+			sent = end
+		}
+	}
+	s.unread.Add(-int64(n))
+	s.clientUnread.Add(-int64(n))
+	for _, r := range out[min(sent, n):n] {
+		s.releaseUndelivered(r)
+	}
+	return err
+}
