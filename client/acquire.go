@@ -77,7 +77,7 @@ func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []Acqu
 			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Acquire{Acquire: req}}, nil
 		},
 	})
-	c.acquireDone(pool, try, start, err) // observer.go
+	c.acquireDone(pool, try, start, err)
 	if err != nil {
 		return nil, err
 	}

@@ -68,8 +68,8 @@ type Client struct {
 	log      *slog.Logger
 	margin   time.Duration // fixed safety margin; used when marginSet
 	marginOK bool
-	settings settings // unavailable policy, observer, classifier: settings.go
-	rates    rates    // rate shares and outcome reports: share_limiter.go, outcome_report.go
+	settings settings // unavailable policy, observer, classifier
+	rates    rates    // rate shares (Limiter) and outcome reports
 
 	// ctx is cancelled by Close; it is the parent of the Session stream and
 	// of every background goroutine.
@@ -79,7 +79,7 @@ type Client struct {
 
 	nextID atomic.Uint64 // request ids, unique over the Client's life
 	// releases counts the releases ReleaseAsync posted that are not yet
-	// answered (release_async.go); Close waits for them.
+	// answered (Lease.ReleaseAsync); Close waits for them.
 	releases sync.WaitGroup
 
 	mu      sync.Mutex
@@ -153,7 +153,7 @@ func Dial(target string, more ...Option) (*Client, error) {
 			Backoff:           reconnectBackoff.grpcConfig(),
 			MinConnectTimeout: 5 * time.Second,
 		}),
-		grpc.WithChainUnaryInterceptor(unaryInterceptor(addrs)), // cluster.go
+		grpc.WithChainUnaryInterceptor(unaryInterceptor(addrs)),
 	)
 	dialOpts = append(dialOpts, o.dialOpts...)
 	conn, err := grpc.NewClient(grpcTarget, dialOpts...)

@@ -34,7 +34,7 @@ func (c *Client) Do(ctx context.Context, pool string, fn func(ctx context.Contex
 	l, err := c.Acquire(ctx, pool, opts...)
 	if err != nil {
 		if c.settings.local != nil && errors.Is(err, ErrUnavailable) {
-			return c.doLocalOnly(ctx, pool, fn, opts, start, err) // fallback.go
+			return c.doLocalOnly(ctx, pool, fn, opts, start, err)
 		}
 		return err
 	}
@@ -50,9 +50,9 @@ func (c *Client) Do(ctx context.Context, pool string, fn func(ctx context.Contex
 	ferr := fn(withLease(lctx, l))
 	returned = true
 	took := time.Since(granted)
-	outcome := c.classify(ferr) // once: the release reports it (lease_outcome.go), the Observer sees it
+	outcome := c.classify(ferr) // once: the release reports it, the Observer sees it
 	rerr := l.releaseDetachedOutcome(ctx, outcome, took)
-	c.workDone(WorkEvent{Pool: pool, Wait: granted.Sub(start), Hold: time.Since(granted), Err: ferr, Outcome: outcome, LeaseLost: errors.Is(rerr, ErrLeaseLost)}) // observer.go
+	c.workDone(WorkEvent{Pool: pool, Wait: granted.Sub(start), Hold: time.Since(granted), Err: ferr, Outcome: outcome, LeaseLost: errors.Is(rerr, ErrLeaseLost)})
 	switch {
 	case ferr != nil:
 		return ferr

@@ -45,7 +45,7 @@ type Group struct {
 	mu        sync.Mutex
 	cond      *sync.Cond // broadcast when a task leaves flight or the reporter idles
 	p         Progress
-	rep       progressReporter // progress.go
+	rep       progressReporter
 	nWorkers  int
 	isStopped bool
 	stopCause error              // why it stopped
@@ -248,7 +248,7 @@ func (g *Group) run(t *task) {
 		return g.c.Do(ctx, g.pool, fn, opts...)
 	}
 	if g.cfg.sem != nil {
-		do = g.cfg.sem.Do // permits from a concurrency share: semaphore.go
+		do = g.cfg.sem.Do // permits from a concurrency share
 	}
 	err := do(tctx, func(ctx context.Context) error {
 		g.mu.Lock()

@@ -58,7 +58,7 @@ type Lease struct {
 	c      *Client
 	id     string
 	pool   string
-	weight atomic.Int64 // changes only for a concurrency share (semaphore.go)
+	weight atomic.Int64 // changes only for a concurrency share (Semaphore)
 	token  uint64
 	margin time.Duration
 	// As granted; sent with every renew so that a restarted server can
@@ -69,7 +69,7 @@ type Lease struct {
 	resources   []Resource // the instances it is bound to (active and passive pools)
 	receipt     string     // the expiry receipt of the last grant or renewal; guarded by mu
 	// share, for a concurrency share, hears every snapshot of the lease
-	// the server sends (semaphore.go).
+	// the server sends (Semaphore).
 	share atomic.Pointer[Semaphore]
 
 	// ctx is done when the lease has ended; its cause is the lease's Err.
@@ -115,7 +115,7 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 	}
 	l.weight.Store(g.GetWeight())
 	l.clientID, l.description, l.priority = g.GetClientId(), g.GetDescription(), g.GetPriority()
-	l.resources = resourcesFromProto(g.GetResources()) // resource.go
+	l.resources = resourcesFromProto(g.GetResources())
 	base, next := sent, sent.Add(ttl/3)
 	if received.Sub(sent) > l.margin {
 		base, next = received, received
@@ -214,7 +214,7 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 //
 // Release waits for a connection while ctx allows; give it a deadline.
 // Concurrent calls are made one at a time. ReleaseWithOutcome also reports
-// how the work ended (lease_outcome.go).
+// how the work ended.
 func (l *Lease) Release(ctx context.Context) error {
 	return l.release(ctx, nil)
 }
@@ -239,7 +239,7 @@ func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
 	l.mu.Unlock()
 
 	o := releaseOp(l.pool, l.id)
-	o.build = withOutcome(o.build, out) // lease_outcome.go
+	o.build = withOutcome(o.build, out)
 	build := o.build
 	o.build = func(n int) (*tollgatev1.SessionRequest, error) {
 		retry = retry || n > 0
@@ -305,7 +305,7 @@ func (l *Lease) finish(st leaseState, err error) bool {
 	l.state, l.err = st, err
 	l.mu.Unlock()
 	l.cancelCtx(err)
-	if s := l.share.Load(); s != nil { // a concurrency share: semaphore_keeper.go
+	if s := l.share.Load(); s != nil { // a concurrency share
 		s.leaseEnded(l)
 	}
 	l.c.mu.Lock()
@@ -427,7 +427,7 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 	if err != nil {
 		return time.Time{}, err
 	}
-	l.shareChanged(a.resp.GetRenew().GetLease()) // semaphore.go
+	l.shareChanged(a.resp.GetRenew().GetLease())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if ttl := a.resp.GetRenew().GetLease().GetTtl().AsDuration(); ttl > 0 {
@@ -450,7 +450,7 @@ func (c *Client) leaseEvent(ev *tollgatev1.LeaseEvent) {
 	if l == nil {
 		return
 	}
-	if ev.GetType() == tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_RESIZED { // a concurrency share: semaphore.go
+	if ev.GetType() == tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_RESIZED { // a concurrency share
 		l.shareChanged(ev.GetLease())
 		return
 	}

@@ -19,7 +19,7 @@ type options struct {
 	margin    time.Duration
 	marginSet bool
 	logger    *slog.Logger
-	settings  settings // settings.go
+	settings  settings
 }
 
 // WithClientID names the client to the server (shown to operators with its

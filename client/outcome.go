@@ -14,8 +14,8 @@ import (
 // of its fn with the Client's Classifier, gives the Outcome to the Observer
 // (WorkEvent.Outcome) and reports it to the server with the release of its
 // lease (Lease.ReleaseWithOutcome): the same classification serves both.
-// Work under rate tokens or shares reports outcomes with Client.Report
-// (outcome_report.go). OutcomeCanceled is never reported to the server.
+// Work under rate tokens or shares reports outcomes with Client.Report.
+// OutcomeCanceled is never reported to the server.
 type Outcome uint8
 
 const (

@@ -31,7 +31,7 @@ type rates struct {
 	counts  map[string]*tollgatev1.PoolReport // outcomes not yet sent, by pool
 	started bool                              // the report loop runs
 	dropped bool                              // logged that counts were dropped
-	shares  map[shareKey]*Limiter             // live shares, for pushed events: share_events.go
+	shares  map[shareKey]*Limiter             // live shares, for pushed events
 }
 
 // Report counts one outcome of work under pool, for the pool's adaptive

@@ -16,7 +16,7 @@ import (
 // server how much the share wants, gives weight back, reports drops in
 // demand every renew interval, releases the lease after a renew interval
 // with no local demand, and drops a lease that was lost. The lease itself
-// is renewed like any lease (lease.go).
+// is renewed like any lease.
 //
 // Safety: cap, the permits local tasks may hold, never exceeds the weight
 // the server holds for the lease. It is lowered before a request giving

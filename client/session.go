@@ -88,7 +88,7 @@ type op struct {
 	// means the stream is dead (renew answers are immediate); reset it.
 	resetOnDeadline bool
 	// failIfUnreachable: give up with ErrUnavailable when the server
-	// cannot be reached, instead of waiting (unavailable.go).
+	// cannot be reached, instead of waiting (FailWhenUnavailable).
 	failIfUnreachable bool
 }
 
@@ -175,7 +175,7 @@ func (c *Client) current(ctx context.Context) (*stream, error) {
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return nil, c.waitEnded(ctx) // cluster.go
+			return nil, c.waitEnded(ctx)
 		case <-c.ctx.Done():
 			return nil, ErrClosed
 		}
@@ -326,7 +326,7 @@ func (c *Client) publish(st *stream) {
 	for _, l := range leases {
 		l.kickRenew()
 	}
-	c.kickShares() // share_events.go
+	c.kickShares()
 }
 
 // unpublish retires a broken stream and fails the requests waiting on it.
@@ -370,7 +370,7 @@ func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
 			st.c.leaseEvent(ev)
 		}
 		if ev := resp.GetShareEvent(); ev != nil {
-			st.c.shareEvent(ev) // share_events.go
+			st.c.shareEvent(ev)
 		}
 		return
 	}

@@ -13,7 +13,7 @@ import (
 
 // This file is a Limiter's keeper: the goroutine that acquires its share,
 // refreshes it every refresh interval over the Client's Session stream,
-// applies the changes the server pushes (share_events.go), and falls back
+// applies the changes the server pushes, and falls back
 // to the safe rate when the share expires unrefreshed.
 
 // keep runs until ctx ends (Close, or the Client's Close).
@@ -144,7 +144,7 @@ func (l *Limiter) acquire(ctx context.Context) (time.Time, error) {
 	l.share = shareGrant{id: sh.GetId()}
 	l.applyLocked(sh, a.sentAt)
 	l.mu.Unlock()
-	l.c.rememberShare(l.pool, sh.GetId(), l) // share_events.go
+	l.c.rememberShare(l.pool, sh.GetId(), l)
 	return a.sentAt, nil
 }
 

@@ -31,7 +31,7 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	gs := grpc.NewServer(opts...)
 	s.Register(gs)
 	if s.envoyRLS {
-		s.registerEnvoyRLS(gs) // envoyrls.go
+		s.registerEnvoyRLS(gs)
 	}
 	healthpb.RegisterHealthServer(gs, s.health)
 	s.setHealth()

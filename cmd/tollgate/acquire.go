@@ -202,7 +202,7 @@ func printAcquired(out io.Writer, asJSON bool, l *client.Lease) error {
 	fmt.Fprintf(out, "acquired lease %s fencing_token=%d weight=%d expires %s (ttl %v, renewed in the background; Ctrl-C to release)\n",
 		l.ID(), l.FencingToken(), l.Weight(), l.Expiry().Format(time.RFC3339Nano), l.TTL())
 	for _, r := range l.Resources() {
-		fmt.Fprintf(out, "  instance %s%s\n", r.ID, resourceSuffix(r.Provider, r.Attributes)) // resource.go
+		fmt.Fprintf(out, "  instance %s%s\n", r.ID, resourceSuffix(r.Provider, r.Attributes))
 	}
 	return nil
 }

@@ -133,7 +133,7 @@ func (p *printer) lease(resp *tollgatev1.GetLeaseResponse, l *tollgatev1.Lease) 
 		row("description", l.GetDescription())
 	}
 	for _, r := range l.GetResources() {
-		row("instance", r.GetId()+resourceSuffix(r.GetProviderId(), r.GetAttributes())) // resource.go
+		row("instance", r.GetId()+resourceSuffix(r.GetProviderId(), r.GetAttributes()))
 	}
 	row("ttl", duration(l.GetTtl()))
 	row("acquire_time", timestamp(l.GetAcquireTime()))

@@ -1,6 +1,6 @@
 // Command tollgate is Tollgate's server and command-line client.
 //
-//	tollgate serve                      run a server (see serve.go)
+//	tollgate serve                      run a server
 //	tollgate pool create|get|list|update|delete|suspend|resume|drain ...
 //	tollgate lease list|get|revoke ...
 //	tollgate resource add|remove|list|provide ...
@@ -13,7 +13,7 @@
 //	tollgate version                    the version and build of this binary
 //	tollgate healthcheck [--url U]      GET a server's /readyz (for container health checks)
 //	tollgate status                     each server of --server a,b,c: its role, the leader, its epoch
-//	tollgate bench [--peer redis]       pairs/s of Acquire + Release (bench.go), beside a Redis semaphore
+//	tollgate bench [--peer redis]       pairs/s of Acquire + Release, beside a Redis semaphore
 //
 // Every client command talks to --server (default 127.0.0.1:7070, or the
 // TOLLGATE_SERVER environment variable): one address, or a comma-separated
@@ -86,7 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 type globals struct {
 	server  string
 	timeout time.Duration
-	sec     clientSecurity // --tls-*, --token-file: client_security.go
+	sec     clientSecurity // --tls-*, --token-file
 }
 
 // newRootCmd returns the tollgate command with all its subcommands. The

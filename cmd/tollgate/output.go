@@ -86,9 +86,9 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 	row("max_lease_ttl", duration(pool.GetMaxLeaseTtl()))
 	row("max_waiters", pool.GetMaxWaiters())
 	row("revocation_policy", poolconv.EnumText(pool.GetRevocationPolicy()))
-	resourceConfigRows(row, pool) // resource.go
-	adaptiveConfigRows(row, pool) // output_adaptive.go
-	markRows(row, pool)           // pool_marks.go
+	resourceConfigRows(row, pool)
+	adaptiveConfigRows(row, pool)
+	markRows(row, pool)
 	otherPoolRows(row, pool)
 	row("create_time", timestamp(pool.GetCreateTime()))
 	row("update_time", timestamp(pool.GetUpdateTime()))
@@ -101,7 +101,7 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 		if st.GetSuspended() {
 			row("suspended", "yes: no leases are granted (tollgate pool resume "+pool.GetName()+")")
 		}
-		resourceStatusRows(row, pool, st) // resource.go
+		resourceStatusRows(row, pool, st)
 		row("leases", st.GetLeases())
 		row("waiting", fmt.Sprintf("%d (weight %d)", st.GetWaiting(), st.GetWaitingWeight()))
 		row("granted", st.GetGranted())
@@ -123,7 +123,7 @@ func (p *printer) pool(resp proto.Message, pool *tollgatev1.Pool, st *tollgatev1
 			row("recovering_until", orNone(st.GetRecoveringUntil() != nil, timestamp(st.GetRecoveringUntil())))
 			row("readopted", st.GetReadopted())
 		}
-		adaptiveStatusRows(row, pool, st) // output_adaptive.go
+		adaptiveStatusRows(row, pool, st)
 	}
 	return tw.Flush()
 }

@@ -42,7 +42,7 @@ Output is readable text; -o json prints the API's messages as JSON.`,
 		newPoolListCmd(g, out),
 		newPoolUpdateCmd(g, out),
 		newPoolDeleteCmd(g, out),
-		newPoolSuspendCmd(g, out), // pool_suspend.go
+		newPoolSuspendCmd(g, out),
 		newPoolResumeCmd(g, out),
 		newPoolDrainCmd(g, out),
 	)
@@ -52,7 +52,7 @@ Output is readable text; -o json prints the API's messages as JSON.`,
 func newPoolCreateCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Command {
 	var (
 		pf poolFlags
-		rf initialResourceFlags // resource.go
+		rf initialResourceFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME [flags]",

@@ -7,7 +7,7 @@
 // download holds a lease of the pool while it runs, so the site sees at
 // most the pool's limit of requests at once, however many processes and
 // workers there are. The processes share the URLs to fetch through a state
-// directory (see frontier.go): a URL is claimed by creating a file named by
+// directory (see frontier.claim): a URL is claimed by creating a file named by
 // its hash with O_CREATE|O_EXCL, so each page is fetched exactly once.
 //
 // Try it against the site it can serve itself:

@@ -14,7 +14,7 @@ import (
 // A pool's record is a storev1.PoolRecord in protobuf's binary form: a
 // version, the API's Pool message (so that a field added to a pool is
 // stored without a change here), the engine's durable state and the
-// suspension. Records of version 1 were JSON (record_json.go); they are
+// suspension. Records of version 1 were JSON; they are
 // told apart by their first byte, '{', which no PoolRecord starts with
 // (it would be field 15 as a group).
 
@@ -36,8 +36,8 @@ func stateFields(s *limiter.DurableState, r *storev1.DurableState) []poolconv.Fi
 	}
 }
 
-// encode returns the stored bytes of sp (its instances are stored apart:
-// resources.go).
+// encode returns the stored bytes of sp (its instances are stored apart,
+// in the resources bucket).
 func encode(sp limiter.SavedPool) ([]byte, error) {
 	r := &storev1.PoolRecord{
 		Version:   recordVersion,

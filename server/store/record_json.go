@@ -9,7 +9,7 @@ import (
 
 // jsonRecord is the first on-disk form of a limiter.SavedPool (version 1):
 // JSON with explicit field names and durations in nanoseconds. Records are
-// no longer written in it (see record.go), but a data directory written by
+// no longer written in it (see Record), but a data directory written by
 // an older server still holds them, and they are read until the engine
 // rewrites them.
 type jsonRecord struct {
@@ -32,7 +32,7 @@ type jsonRecord struct {
 	// Added with persisted adaptive limits: the lowered effective values.
 	EffectiveConcurrency int64   `json:"effective_concurrency,omitempty"`
 	EffectiveRate        float64 `json:"effective_rate,omitempty"`
-	// Added with adaptive limits and rate shares (adaptive_record.go).
+	// Added with adaptive limits and rate shares.
 	SafeRate float64         `json:"safe_rate,omitempty"`
 	Adaptive *adaptiveRecord `json:"adaptive,omitempty"`
 	// Added with revocation: "revoke", or absent for wait.
@@ -47,7 +47,7 @@ type jsonRecord struct {
 	LowUtilisationPeriod int64   `json:"low_utilisation_period_ns,omitempty"`
 	// Added with active and passive pools: "active" or "passive" (absent:
 	// free), "spread" (absent: reuse). An active pool's instances are kept
-	// apart, in the resources bucket (resources.go); Resources is only
+	// apart, in the resources bucket; Resources is only
 	// read, for records written before that.
 	ResourceKind string           `json:"resource_kind,omitempty"`
 	Selection    string           `json:"selection_policy,omitempty"`

@@ -13,8 +13,8 @@
 //
 //	bucket "meta":  "format" -> "2", "initialized" -> RFC 3339 time of the first start,
 //	                "token_floor" -> decimal: the highest fencing token of any deleted pool
-//	bucket "pools": pool name -> the pool's record (see record.go)
-//	bucket "resources": pool name -> an active pool's instances (resources.go)
+//	bucket "pools": pool name -> the pool's record (see Record)
+//	bucket "resources": pool name -> an active pool's instances (see ResourceHashes)
 //
 // Format 1 differs only in that its records were JSON; a file of format 1
 // is marked 2 when opened, and its records are read until rewritten.
@@ -51,7 +51,7 @@ const lockTimeout = time.Second
 var (
 	metaBucket     = []byte("meta")
 	poolsBucket    = []byte("pools")
-	resBucket      = []byte("resources") // an active pool's instances, apart from its record: resources.go
+	resBucket      = []byte("resources") // an active pool's instances, apart from its record
 	formatKey      = []byte("format")
 	initializedKey = []byte("initialized")
 	tokenFloorKey  = []byte("token_floor")
@@ -63,7 +63,7 @@ var (
 type Store struct {
 	db   *bolt.DB
 	path string
-	res  ResourceHashes // what each pool's instances were last written as: resources.go
+	res  ResourceHashes // what each pool's instances were last written as
 }
 
 // Open opens the store in dir, creating dir (mode 0700) and the store
@@ -186,7 +186,7 @@ func (s *Store) SavePool(sp limiter.SavedPool) error {
 			return err
 		}
 		var err error
-		written, err = s.putResources(tx, sp) // only when they changed: resources.go
+		written, err = s.putResources(tx, sp) // only when they changed
 		return err
 	})
 	if err != nil {
