@@ -66,7 +66,10 @@ func pairs(t *testing.T, ts *testServer, callers, n int) {
 					t.Error(err)
 					return
 				}
-				l.ReleaseAsync()
+				if err := l.ReleaseAsync(); err != nil {
+					t.Error(err)
+					return
+				}
 			}
 		})
 	}

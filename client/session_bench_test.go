@@ -31,7 +31,10 @@ func BenchmarkStreamPairs(b *testing.B) {
 						b.Error(err)
 						return
 					}
-					l.ReleaseAsync()
+					if err := l.ReleaseAsync(); err != nil {
+						b.Error(err)
+						return
+					}
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
