@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/election"
 	"github.com/tollgate/tollgate/internal/etcdtest"
+	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
@@ -130,6 +135,24 @@ func TestClusterFollowersAnswerNotLeader(t *testing.T) {
 		}
 		wantHealth(t, f, tollgatev1.LimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 		wantHealth(t, f, "", healthpb.HealthCheckResponse_SERVING)
+		// The HTTP API does not answer a follower's empty engine as
+		// "no pools": it names the leader.
+		for _, path := range []string{"/api/pools", "/api/pools/db/leases"} {
+			rec := httptest.NewRecorder()
+			f.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			var body httpapi.NotLeaderResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != http.StatusServiceUnavailable ||
+				body.Reason != string(limiter.ReasonNotLeader) || body.Leader != lead.addr || body.Epoch != epoch || !strings.Contains(body.Error, lead.addr) {
+				t.Fatalf("follower's %s: %d %q (%v)", path, rec.Code, rec.Body.String(), err)
+			}
+		}
+	}
+	for _, path := range []string{"/api/pools", "/api/pools/db/leases"} {
+		rec := httptest.NewRecorder()
+		lead.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"db"`) && path == "/api/pools" {
+			t.Fatalf("leader's %s: %d %q", path, rec.Code, rec.Body.String())
+		}
 	}
 	wantHealth(t, lead, tollgatev1.LimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	wantHealth(t, lead, "", healthpb.HealthCheckResponse_SERVING)

@@ -19,6 +19,10 @@ import (
 //	GET /healthz      200 while the process runs
 //	GET /readyz       200 while the server serves; 503 once shutdown starts
 //
+// On a server of a cluster that does not lead it, the two pool paths
+// answer 503 with a JSON body naming the leader (reason NOT_LEADER), and
+// the status page says so.
+//
 // When the server's auth.Config requires credentials (admin names, an admin
 // token, or verified client certificates), every path but /healthz and
 // /readyz requires a verified client certificate (any name its client CA
@@ -31,6 +35,7 @@ func (s *Server) HTTPHandler() http.Handler {
 		Auth:         func() httpapi.Authorizer { return s.auth() },
 		Serving:      s.Serving,
 		RecentEvents: s.RecentEvents,
+		Leading:      s.leadingView,
 	})
 }
 
@@ -40,4 +45,14 @@ func (s *Server) HTTPHandler() http.Handler {
 func (s *Server) Serving() bool {
 	resp, err := s.health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}
+
+// leadingView says whether the server serves its pools now (a standalone
+// server always does), and otherwise who leads.
+func (s *Server) leadingView() (bool, string, int64) {
+	if s.leadership == nil {
+		return true, "", 0
+	}
+	v := s.leadership.Cluster()
+	return s.leadership.Leading(), v.Leader, v.Epoch
 }

@@ -30,6 +30,20 @@ type Options struct {
 	Auth         func() Authorizer
 	Serving      func() bool // false once shutdown has started
 	RecentEvents func() []events.Event
+	// Leading reports whether this server serves the pools now, and
+	// otherwise the leader's advertised address ("" while none is known)
+	// and epoch. Nil means always, as for a standalone server.
+	Leading func() (leading bool, leader string, epoch int64)
+}
+
+// NotLeaderResponse is the JSON of a 503 from the pools' endpoints on a
+// server of a cluster that does not lead it: its pools are read on the
+// leader.
+type NotLeaderResponse struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason"` // NOT_LEADER
+	Leader string `json:"leader,omitempty"`
+	Epoch  int64  `json:"epoch,omitempty"`
 }
 
 // Authorizer says whether HTTP callers need credentials and checks the
@@ -64,8 +78,8 @@ func Handler(o Options) http.Handler {
 		Timeout:             30 * time.Second,
 	})
 	mux.Handle("GET /metrics", h.auth(prom))
-	mux.Handle("GET /api/pools", h.auth(http.HandlerFunc(h.pools)))
-	mux.Handle("GET /api/pools/{name}/leases", h.auth(http.HandlerFunc(h.poolLeases)))
+	mux.Handle("GET /api/pools", h.auth(h.leaderOnly(h.pools)))
+	mux.Handle("GET /api/pools/{name}/leases", h.auth(h.leaderOnly(h.poolLeases)))
 	mux.Handle("GET /api/events", h.auth(http.HandlerFunc(h.events)))
 	mux.Handle("GET /assets/{name}", h.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// {name} is one path segment: it cannot leave web/.
@@ -98,6 +112,29 @@ func (h *handler) auth(next http.Handler) http.Handler {
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
 		writeText(w, http.StatusUnauthorized, "this endpoint needs credentials: "+auth.HTTPWays()+"\n")
+	})
+}
+
+// leaderOnly answers 503, with the leader's address, on a server of a
+// cluster that does not lead it: such a server holds no pools, and an
+// empty list would read as "there are none".
+func (h *handler) leaderOnly(next http.HandlerFunc) http.Handler {
+	if h.o.Leading == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leading, leader, epoch := h.o.Leading()
+		if leading {
+			next(w, r)
+			return
+		}
+		resp := NotLeaderResponse{Reason: string(limiter.ReasonNotLeader), Leader: leader, Epoch: epoch,
+			Error: "this server does not lead the cluster: read the pools on the leader, " + leader + " (its gRPC address; its HTTP listener is where it was started with --http)"}
+		if leader == "" {
+			resp.Error = "this server does not lead the cluster and no leader is known yet; retry in a moment"
+		}
+		w.Header().Set("Retry-After", "1")
+		writeJSONStatus(w, http.StatusServiceUnavailable, resp)
 	})
 }
 

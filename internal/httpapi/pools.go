@@ -204,8 +204,11 @@ func (h *handler) events(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, EventsResponse{Events: h.o.RecentEvents()})
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+func writeJSON(w http.ResponseWriter, v any) { writeJSONStatus(w, http.StatusOK, v) }
+
+func writeJSONStatus(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
 }

@@ -197,7 +197,12 @@ function renderEvents(data) {
 
 async function getJSON(path) {
   const r = await fetch(path, { cache: "no-store", credentials: "same-origin" });
-  if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+  if (!r.ok) {
+    const body = await r.json().catch(() => null);
+    const err = new Error(body && body.error ? body.error : path + ": HTTP " + r.status);
+    err.reason = body && body.reason;
+    throw err;
+  }
   return r.json();
 }
 
@@ -212,8 +217,9 @@ async function refresh() {
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString("en-GB", { hour12: false });
   } catch (e) {
     const state = document.getElementById("state");
-    state.textContent = "unreachable";
-    state.className = "badge down";
+    const follower = e.reason === "NOT_LEADER";
+    state.textContent = follower ? "follower" : "unreachable";
+    state.className = follower ? "badge recovering" : "badge down";
     document.getElementById("updated").textContent = String(e.message || e);
   } finally {
     clearTimeout(timer);
