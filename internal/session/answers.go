@@ -1,0 +1,50 @@
+package session
+
+import tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+
+// The answers of the hot path (acquire, release, renew) are each one
+// allocation: the response, its oneof wrapper and its body side by side.
+
+type acquireAnswer struct {
+	resp tollgatev1.SessionResponse
+	kind tollgatev1.SessionResponse_Acquire
+	body tollgatev1.AcquireResponse
+}
+
+// acquired returns the answer to acquire id that granted l.
+func acquired(id uint64, l *tollgatev1.Lease) *tollgatev1.SessionResponse {
+	a := &acquireAnswer{}
+	a.body.Lease = l
+	a.kind.Acquire = &a.body
+	a.resp.RequestId, a.resp.Kind = id, &a.kind
+	return &a.resp
+}
+
+type releaseAnswer struct {
+	resp tollgatev1.SessionResponse
+	kind tollgatev1.SessionResponse_Release
+	body tollgatev1.ReleaseResponse
+}
+
+// released returns the answer to release id.
+func released(id uint64) *tollgatev1.SessionResponse {
+	a := &releaseAnswer{}
+	a.kind.Release = &a.body
+	a.resp.RequestId, a.resp.Kind = id, &a.kind
+	return &a.resp
+}
+
+type renewAnswer struct {
+	resp tollgatev1.SessionResponse
+	kind tollgatev1.SessionResponse_Renew
+	body tollgatev1.RenewResponse
+}
+
+// renewed returns the answer to renew id that renewed l.
+func renewed(id uint64, l *tollgatev1.Lease) *tollgatev1.SessionResponse {
+	a := &renewAnswer{}
+	a.body.Lease = l
+	a.kind.Renew = &a.body
+	a.resp.RequestId, a.resp.Kind = id, &a.kind
+	return &a.resp
+}
