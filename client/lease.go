@@ -78,16 +78,20 @@ type Lease struct {
 	kick      chan struct{} // renew now (a new stream is up)
 	releaseMu chan struct{} // held (filled) by a running Release
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// keeper starts keepAlive when the first renew is due, or at once on a
+	// kick, so that a lease released before then costs no goroutine; nil
+	// once keepAlive started or the lease ended.
+	keeper *time.Timer
 	ttl    time.Duration
 	expiry time.Time  // local estimate: when the server will expire it
 	state  leaseState // see leaseState for the transitions
 	err    error      // set once the lease ends: ErrReleased, or why it was lost
 }
 
-// newLease builds the lease of a grant, registers it for events and starts
-// its renewals. sent and received are when the acquire was sent and its
-// grant arrived. A grant that came back at once counts its expiry from
+// newLease builds the lease of a grant, registers it for events and
+// schedules its renewals (keepAlive starts when the first is due). sent
+// and received are when the acquire was sent and its grant arrived. A grant that came back at once counts its expiry from
 // sent; one that waited in the queue counts from received (the grant was
 // made a one-way trip earlier, which the safety margin covers) and is
 // renewed at once, to count from a renew's send time again.
@@ -122,16 +126,35 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 	}
 	l.expiry = base.Add(ttl)
 
+	first := next // when keepAlive must run: the first renew, or the local deadline if sooner
+	if d := l.expiry.Add(-l.margin); d.Before(first) {
+		first = d
+	}
+	l.mu.Lock()
+	l.keeper = time.AfterFunc(time.Until(first), func() { l.startKeepAlive(next) })
+	l.mu.Unlock()
 	c.mu.Lock()
 	closed := c.closed
 	if !closed {
 		c.leases[leaseKey{l.pool, l.id}] = l
 	}
 	c.mu.Unlock()
-	if closed || !c.goBackground(func(ctx context.Context) { l.keepAlive(ctx, next) }) {
+	if closed {
 		l.end(lostError(l, ErrClosed))
 	}
 	return l
+}
+
+// startKeepAlive starts keepAlive (first renew at next) when the keeper
+// timer fires, unless it has started already or the lease has ended.
+func (l *Lease) startKeepAlive(next time.Time) {
+	l.mu.Lock()
+	start := l.keeper != nil
+	l.keeper = nil
+	l.mu.Unlock()
+	if start && !l.c.goBackground(func(ctx context.Context) { l.keepAlive(ctx, next) }) {
+		l.end(lostError(l, ErrClosed))
+	}
 }
 
 // Resources returns the instances the lease is bound to, in an active or
@@ -303,6 +326,10 @@ func (l *Lease) finish(st leaseState, err error) bool {
 		return false
 	}
 	l.state, l.err = st, err
+	if l.keeper != nil {
+		l.keeper.Stop()
+		l.keeper = nil
+	}
 	l.mu.Unlock()
 	l.cancelCtx(err)
 	if s := l.share.Load(); s != nil { // a concurrency share: semaphore_keeper.go
@@ -323,12 +350,18 @@ func (l *Lease) releasing() bool {
 	return l.state == leaseReleasing
 }
 
-// kickRenew asks the keep-alive loop to renew at once.
+// kickRenew asks the keep-alive loop to renew at once, starting it if it
+// has not started.
 func (l *Lease) kickRenew() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
 	}
+	l.mu.Lock()
+	if l.keeper != nil {
+		l.keeper.Reset(0)
+	}
+	l.mu.Unlock()
 }
 
 // deadline returns the local deadline: Expiry minus the safety margin.
