@@ -229,6 +229,30 @@ func TestReconnectKeepsRenewing(t *testing.T) {
 	mustIs(t, waitDone(t, l), client.ErrLeaseExpired)
 }
 
+// TestReconnectRenewsBeforeTheFirstRenew: a lease whose first renew is not
+// yet due (TTL/3 = 40s, longer than waitFor waits) is renewed at once on
+// a new stream all the same, although its keep-alive has not started.
+func TestReconnectRenewsBeforeTheFirstRenew(t *testing.T) {
+	ts := newTestServer(t)
+	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	c := ts.dial()
+
+	const ttl = 2 * time.Minute
+	l, err := c.Acquire(ctx(t), "db", client.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.stop()
+	restarted := time.Now()
+	ts.start()
+	waitFor(t, "a renew on the new stream", func() bool {
+		if isDone(l) {
+			t.Fatalf("lease lost across the restart: %v", l.Err())
+		}
+		return l.Expiry().After(restarted.Add(ttl))
+	})
+}
+
 func TestReconnectShortTTL(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})

@@ -26,8 +26,9 @@ import (
 // Use Release where the server's word matters (Do and Group do); use
 // ReleaseAsync on hot paths that acquire and release many short leases.
 func (l *Lease) ReleaseAsync() error {
-	l.releaseMu <- struct{}{}
-	defer func() { <-l.releaseMu }()
+	releaseMu := l.releaseLock()
+	releaseMu <- struct{}{}
+	defer func() { <-releaseMu }()
 	l.mu.Lock()
 	if settled, err := l.settledLocked(); settled {
 		l.mu.Unlock()
