@@ -79,10 +79,23 @@ func AcquireFromProto(r *tollgatev1.AcquireRequest) (limiter.AcquireRequest, err
 }
 
 // LeaseToProto converts an engine lease to the wire, with the signed id
-// its holder uses (internal/leaseid). The lease and its times are one
-// allocation (leaseMsg).
+// its holder uses (internal/leaseid).
 func LeaseToProto(ids *leaseid.IDs, l limiter.Lease) *tollgatev1.Lease {
-	m := &leaseMsg{}
+	return new(LeaseMsg).Fill(ids, l)
+}
+
+// LeaseMsg is a wire lease with room for its times, so that a lease costs
+// one allocation rather than four; a response may hold one in its own
+// allocation (Fill).
+type LeaseMsg struct {
+	lease           tollgatev1.Lease
+	expire, acquire timestamppb.Timestamp
+	ttl             durationpb.Duration
+}
+
+// Fill sets m to the wire form of l, as LeaseToProto returns it, and
+// returns it. m must be new: the lease returned points into it.
+func (m *LeaseMsg) Fill(ids *leaseid.IDs, l limiter.Lease) *tollgatev1.Lease {
 	m.lease = tollgatev1.Lease{
 		Id:           ids.Format(l.Pool, l.FencingToken),
 		Pool:         l.Pool,
@@ -101,14 +114,6 @@ func LeaseToProto(ids *leaseid.IDs, l limiter.Lease) *tollgatev1.Lease {
 	}
 	m.ttl.Seconds, m.ttl.Nanos = int64(l.TTL/time.Second), int32(l.TTL%time.Second)
 	return &m.lease
-}
-
-// leaseMsg is a wire lease with room for its times, so that a lease costs
-// one allocation rather than four.
-type leaseMsg struct {
-	lease           tollgatev1.Lease
-	expire, acquire timestamppb.Timestamp
-	ttl             durationpb.Duration
 }
 
 // fillTimestamp sets ts to t and returns it, or nil for the zero time (as

@@ -1,20 +1,27 @@
 package session
 
-import tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+import (
+	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/leaseid"
+	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+)
 
 // The answers of the hot path (acquire, release, renew) are each one
-// allocation: the response, its oneof wrapper and its body side by side.
+// allocation: the response, its oneof wrapper, its body and its lease
+// side by side.
 
 type acquireAnswer struct {
-	resp tollgatev1.SessionResponse
-	kind tollgatev1.SessionResponse_Acquire
-	body tollgatev1.AcquireResponse
+	resp  tollgatev1.SessionResponse
+	kind  tollgatev1.SessionResponse_Acquire
+	body  tollgatev1.AcquireResponse
+	lease apiconv.LeaseMsg
 }
 
 // acquired returns the answer to acquire id that granted l.
-func acquired(id uint64, l *tollgatev1.Lease) *tollgatev1.SessionResponse {
+func acquired(id uint64, ids *leaseid.IDs, l limiter.Lease) *tollgatev1.SessionResponse {
 	a := &acquireAnswer{}
-	a.body.Lease = l
+	a.body.Lease = a.lease.Fill(ids, l)
 	a.kind.Acquire = &a.body
 	a.resp.RequestId, a.resp.Kind = id, &a.kind
 	return &a.resp
@@ -35,15 +42,16 @@ func released(id uint64) *tollgatev1.SessionResponse {
 }
 
 type renewAnswer struct {
-	resp tollgatev1.SessionResponse
-	kind tollgatev1.SessionResponse_Renew
-	body tollgatev1.RenewResponse
+	resp  tollgatev1.SessionResponse
+	kind  tollgatev1.SessionResponse_Renew
+	body  tollgatev1.RenewResponse
+	lease apiconv.LeaseMsg
 }
 
 // renewed returns the answer to renew id that renewed l.
-func renewed(id uint64, l *tollgatev1.Lease) *tollgatev1.SessionResponse {
+func renewed(id uint64, ids *leaseid.IDs, l limiter.Lease) *tollgatev1.SessionResponse {
 	a := &renewAnswer{}
-	a.body.Lease = l
+	a.body.Lease = a.lease.Fill(ids, l)
 	a.kind.Renew = &a.body
 	a.resp.RequestId, a.resp.Kind = id, &a.kind
 	return &a.resp

@@ -371,7 +371,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
 		}
-		s.send(renewed(id, apiconv.LeaseToProto(s.calls.IDs, lease)))
+		s.send(renewed(id, s.calls.IDs, lease))
 	case *tollgatev1.SessionRequest_Report: // outcomes and rate shares, answered inline
 		s.report(id, k.Report)
 	case *tollgatev1.SessionRequest_AcquireShare:
@@ -507,7 +507,7 @@ func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool 
 		s.answerErr(id, err, refuse.About{Pool: pool})
 		return
 	}
-	if s.send(acquired(id, apiconv.LeaseToProto(s.calls.IDs, lease))) {
+	if s.send(acquired(id, s.calls.IDs, lease)) {
 		return
 	}
 	if locked {
