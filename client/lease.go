@@ -84,11 +84,14 @@ type Lease struct {
 	ctx       context.Context
 	cancelCtx context.CancelCauseFunc
 	kick      chan struct{} // renew now (a new stream is up); set before keepAlive starts, then fixed
-	releaseMu chan struct{} // held (filled) by a running Release (releaseLock)
-	ttl       time.Duration
-	expiry    time.Time  // local estimate: when the server will expire it
-	state     leaseState // see leaseState for the transitions
-	err       error      // set once the lease ends: ErrReleased, or why it was lost
+	// A Release (or ReleaseAsync) is running (lockRelease); relFree is
+	// closed when it ends, made by the first call that waits for that.
+	relHeld bool
+	relFree chan struct{}
+	ttl     time.Duration
+	expiry  time.Time  // local estimate: when the server will expire it
+	state   leaseState // see leaseState for the transitions
+	err     error      // set once the lease ends: ErrReleased, or why it was lost
 }
 
 // newLease builds the lease of a grant, registers it for events and
@@ -216,14 +219,37 @@ func (l *Lease) leaseCtx() context.Context {
 	return l.ctx
 }
 
-// releaseLock returns releaseMu, making it on first use.
-func (l *Lease) releaseLock() chan struct{} {
+// lockRelease waits, while ctx allows, until no other Release runs on the
+// lease, and marks one running; unlockRelease ends it.
+func (l *Lease) lockRelease(ctx context.Context) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.releaseMu == nil {
-		l.releaseMu = make(chan struct{}, 1)
+	for l.relHeld {
+		if l.relFree == nil {
+			l.relFree = make(chan struct{})
+		}
+		free := l.relFree
+		l.mu.Unlock()
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		l.mu.Lock()
 	}
-	return l.releaseMu
+	l.relHeld = true
+	l.mu.Unlock()
+	return nil
+}
+
+// unlockRelease ends what lockRelease began.
+func (l *Lease) unlockRelease() {
+	l.mu.Lock()
+	l.relHeld = false
+	if l.relFree != nil {
+		close(l.relFree)
+		l.relFree = nil
+	}
+	l.mu.Unlock()
 }
 
 // Err returns nil while the lease is held, and once Done is closed, why it
@@ -272,13 +298,10 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // release is Release, carrying out (nil: no outcome) to the server.
 func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
-	releaseMu := l.releaseLock()
-	select {
-	case releaseMu <- struct{}{}:
-		defer func() { <-releaseMu }()
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := l.lockRelease(ctx); err != nil {
+		return err
 	}
+	defer l.unlockRelease()
 	l.mu.Lock()
 	if settled, err := l.settledLocked(); settled {
 		l.mu.Unlock()

@@ -253,6 +253,56 @@ func TestReconnectRenewsBeforeTheFirstRenew(t *testing.T) {
 	})
 }
 
+// TestReleasesRunOneAtATime: a Release waits for one already running on
+// the same lease for as long as its context allows, and a ReleaseAsync
+// waits for it to end and then finds the lease released.
+func TestReleasesRunOneAtATime(t *testing.T) {
+	ts := newTestServer(t)
+	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	c := ts.dial()
+	l, err := c.Acquire(ctx(t), "db", client.TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.stop() // the first Release waits for the server
+	first := make(chan error, 1)
+	go func() { first <- l.Release(ctx(t)) }()
+	waitFor(t, "the first release to run", func() bool { running, _ := client.ReleaseRunning(l); return running })
+
+	short, cancel := context.WithCancel(ctx(t))
+	second := make(chan error, 1)
+	go func() { second <- l.Release(short) }()
+	waitFor(t, "the second release to wait", func() bool { _, waited := client.ReleaseRunning(l); return waited })
+	cancel()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the second release, its context cancelled while it waited: %v; want context.Canceled", err)
+	}
+
+	async := make(chan error, 1)
+	go func() { async <- l.ReleaseAsync() }()
+	waitFor(t, "ReleaseAsync to wait", func() bool { _, waited := client.ReleaseRunning(l); return waited })
+	select {
+	case err := <-first:
+		t.Fatalf("the first release returned (%v) with the server down", err)
+	default:
+	}
+	ts.start()
+	if err := <-first; err != nil {
+		t.Fatalf("the first release: %v", err)
+	}
+	select {
+	case err := <-async:
+		if err != nil {
+			t.Fatalf("ReleaseAsync after the release: %v; want nil", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("ReleaseAsync still waits after the release it waited for ended")
+	}
+	if st := ts.status("db"); st.Held != 0 {
+		t.Fatalf("held %d after the releases", st.Held)
+	}
+}
+
 func TestReconnectShortTTL(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})

@@ -26,9 +26,8 @@ import (
 // Use Release where the server's word matters (Do and Group do); use
 // ReleaseAsync on hot paths that acquire and release many short leases.
 func (l *Lease) ReleaseAsync() error {
-	releaseMu := l.releaseLock()
-	releaseMu <- struct{}{}
-	defer func() { <-releaseMu }()
+	_ = l.lockRelease(context.Background()) // only a context's end fails it
+	defer l.unlockRelease()
 	l.mu.Lock()
 	if settled, err := l.settledLocked(); settled {
 		l.mu.Unlock()

@@ -578,8 +578,7 @@ func (st *stream) post(k leaseKey) {
 		st.c.releaseAnswered(k, answer{err: err})
 		return
 	}
-	p.call.sentAt = time.Now()
-	st.pending[id] = &p.call
+	st.pending[id] = &p.call // no sentAt: releaseAnswered needs none
 	st.mu.Unlock()
 	if err := st.send(req); err != nil {
 		// The stream is broken; the reader notices and answers the call.
