@@ -210,17 +210,7 @@ func TestReconnectKeepsRenewing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts.stop()
-	restarted := time.Now()
-	ts.start()
-	// A renew sent after the restart moves the expiry estimate past
-	// restarted+ttl; the client renews on reconnect.
-	waitFor(t, "a renew on the new stream", func() bool {
-		if isDone(l) {
-			t.Fatalf("lease lost across the restart: %v", l.Err())
-		}
-		return l.Expiry().After(restarted.Add(ttl))
-	})
+	restartAndWaitForRenew(t, ts, l, ttl)
 	if n := ts.sessions.Load(); n != 2 {
 		t.Fatalf("%d Session streams opened; want 2", n)
 	}
@@ -242,12 +232,20 @@ func TestReconnectRenewsBeforeTheFirstRenew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	restartAndWaitForRenew(t, ts, l, ttl)
+}
+
+// restartAndWaitForRenew restarts ts and waits for lease l (of TTL ttl) to
+// be renewed on the new stream: a renew sent after the restart moves its
+// expiry estimate past restarted+ttl.
+func restartAndWaitForRenew(t *testing.T, ts *testServer, l *client.Lease, ttl time.Duration) {
+	t.Helper()
 	ts.stop()
 	restarted := time.Now()
 	ts.start()
 	waitFor(t, "a renew on the new stream", func() bool {
 		if isDone(l) {
-			t.Fatalf("lease lost across the restart: %v", l.Err())
+			t.Fatalf("lease lost across a restart: %v", l.Err())
 		}
 		return l.Expiry().After(restarted.Add(ttl))
 	})
@@ -314,15 +312,7 @@ func TestReconnectShortTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		ts.stop()
-		restarted := time.Now()
-		ts.start()
-		waitFor(t, "a renew on the new stream", func() bool {
-			if isDone(l) {
-				t.Fatalf("lease lost across a restart: %v", l.Err())
-			}
-			return l.Expiry().After(restarted.Add(ttl))
-		})
+		restartAndWaitForRenew(t, ts, l, ttl)
 	}
 	if err := l.Release(ctx(t)); err != nil {
 		t.Fatal(err)

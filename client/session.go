@@ -472,7 +472,7 @@ func (st *stream) sendBatch(reqs []*tollgatev1.SessionRequest) error {
 		n := min(len(reqs), maxBatch)
 		msg := reqs[0]
 		if n > 1 {
-			msg = batchOf(reqs[:n])
+			msg = &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Batch{Batch: &tollgatev1.SessionRequestBatch{Requests: reqs[:n]}}}
 		}
 		if err := st.ss.Send(msg); err != nil {
 			return err
@@ -480,23 +480,6 @@ func (st *stream) sendBatch(reqs []*tollgatev1.SessionRequest) error {
 		reqs = reqs[n:]
 	}
 	return nil
-}
-
-// batchMsg is a batch of requests, its oneof wrapper and its body side by
-// side: one allocation.
-type batchMsg struct {
-	req  tollgatev1.SessionRequest
-	kind tollgatev1.SessionRequest_Batch
-	body tollgatev1.SessionRequestBatch
-}
-
-// batchOf returns the message that carries reqs as a batch.
-func batchOf(reqs []*tollgatev1.SessionRequest) *tollgatev1.SessionRequest {
-	m := &batchMsg{}
-	m.body.Requests = reqs
-	m.kind.Batch = &m.body
-	m.req.Kind = &m.kind
-	return &m.req
 }
 
 // do sends req and waits for its answer, the stream's end, or ctx's end.

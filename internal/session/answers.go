@@ -7,9 +7,8 @@ import (
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// The answers of the hot path (acquire, release, renew) are each one
-// allocation: the response, its oneof wrapper, its body and its lease
-// side by side.
+// The answers of the hot path (acquire, release) are each one allocation:
+// the response, its oneof wrapper, its body and its lease side by side.
 
 type acquireAnswer struct {
 	resp  tollgatev1.SessionResponse
@@ -37,22 +36,6 @@ type releaseAnswer struct {
 func released(id uint64) *tollgatev1.SessionResponse {
 	a := &releaseAnswer{}
 	a.kind.Release = &a.body
-	a.resp.RequestId, a.resp.Kind = id, &a.kind
-	return &a.resp
-}
-
-type renewAnswer struct {
-	resp  tollgatev1.SessionResponse
-	kind  tollgatev1.SessionResponse_Renew
-	body  tollgatev1.RenewResponse
-	lease apiconv.LeaseMsg
-}
-
-// renewed returns the answer to renew id that renewed l.
-func renewed(id uint64, ids *leaseid.IDs, l limiter.Lease) *tollgatev1.SessionResponse {
-	a := &renewAnswer{}
-	a.body.Lease = a.lease.Fill(ids, l)
-	a.kind.Renew = &a.body
 	a.resp.RequestId, a.resp.Kind = id, &a.kind
 	return &a.resp
 }

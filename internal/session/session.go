@@ -371,7 +371,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
 		}
-		s.send(renewed(id, s.calls.IDs, lease))
+		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: apiconv.LeaseToProto(s.calls.IDs, lease)}}})
 	case *tollgatev1.SessionRequest_Report: // outcomes and rate shares, answered inline
 		s.report(id, k.Report)
 	case *tollgatev1.SessionRequest_AcquireShare:
