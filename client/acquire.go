@@ -53,7 +53,8 @@ func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []Acqu
 		acquire:           true,
 		failIfUnreachable: c.settings.unavailable.failsWhenUnreachable(),
 		build: func(n int) (*tollgatev1.SessionRequest, error) {
-			req := &tollgatev1.AcquireRequest{
+			m := &acquireMsg{}
+			m.body = tollgatev1.AcquireRequest{
 				Pool:         pool,
 				Weight:       o.weight,
 				Ttl:          o.ttl,
@@ -62,6 +63,7 @@ func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []Acqu
 				Description:  o.description,
 				TraceContext: tc,
 			}
+			req := &m.body
 			switch {
 			case try:
 			case o.waitTimeout > 0:
@@ -74,7 +76,9 @@ func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []Acqu
 			case o.waitTimeout < 0:
 				req.WaitTimeout = durationpb.New(o.waitTimeout) // the server refuses it
 			}
-			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Acquire{Acquire: req}}, nil
+			m.kind.Acquire = req
+			m.req.Kind = &m.kind
+			return &m.req, nil
 		},
 	})
 	c.acquireDone(pool, try, start, err)
@@ -85,4 +89,12 @@ func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []Acqu
 		return nil, &Error{Code: codes.Internal, Message: "the server answered an acquire without a lease"}
 	}
 	return a.lease, nil
+}
+
+// acquireMsg is an acquire request, its oneof wrapper and its body side by
+// side: one allocation.
+type acquireMsg struct {
+	req  tollgatev1.SessionRequest
+	kind tollgatev1.SessionRequest_Acquire
+	body tollgatev1.AcquireRequest
 }

@@ -7,3 +7,12 @@ func SemaphoreWaiters(s *Semaphore) int {
 	defer s.mu.Unlock()
 	return s.waiters.Len()
 }
+
+// ReleaseRunning reports whether a Release (or ReleaseAsync) runs on l, and
+// whether another waits for it to end, for tests that must order
+// releases without sleeping.
+func ReleaseRunning(l *Lease) (running, waited bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.relHeld, l.relFree != nil
+}

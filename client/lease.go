@@ -72,22 +72,31 @@ type Lease struct {
 	// the server sends (Semaphore).
 	share atomic.Pointer[Semaphore]
 
-	// ctx is done when the lease has ended; its cause is the lease's Err.
+	mu sync.Mutex
+	// keeper starts keepAlive when the first renew is due, or at once on a
+	// kick, so that a lease released before then costs no goroutine; nil
+	// once keepAlive started or the lease ended.
+	keeper *time.Timer
+	// Made when first needed (a lease acquired and released with
+	// ReleaseAsync before its first renew needs none of them):
+	// ctx is done when the lease has ended; its cause is the lease's Err
+	// (leaseCtx).
 	ctx       context.Context
 	cancelCtx context.CancelCauseFunc
-	kick      chan struct{} // renew now (a new stream is up)
-	releaseMu chan struct{} // held (filled) by a running Release
-
-	mu     sync.Mutex
-	ttl    time.Duration
-	expiry time.Time  // local estimate: when the server will expire it
-	state  leaseState // see leaseState for the transitions
-	err    error      // set once the lease ends: ErrReleased, or why it was lost
+	kick      chan struct{} // renew now (a new stream is up); set before keepAlive starts, then fixed
+	// A Release (or ReleaseAsync) is running (lockRelease); relFree is
+	// closed when it ends, made by the first call that waits for that.
+	relHeld bool
+	relFree chan struct{}
+	ttl     time.Duration
+	expiry  time.Time  // local estimate: when the server will expire it
+	state   leaseState // see leaseState for the transitions
+	err     error      // set once the lease ends: ErrReleased, or why it was lost
 }
 
-// newLease builds the lease of a grant, registers it for events and starts
-// its renewals. sent and received are when the acquire was sent and its
-// grant arrived. A grant that came back at once counts its expiry from
+// newLease builds the lease of a grant, registers it for events and
+// schedules its renewals (keepAlive starts when the first is due). sent
+// and received are when the acquire was sent and its grant arrived. A grant that came back at once counts its expiry from
 // sent; one that waited in the queue counts from received (the grant was
 // made a one-way trip earlier, which the safety margin covers) and is
 // renewed at once, to count from a renew's send time again.
@@ -99,19 +108,14 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 	if ttl <= 0 {
 		ttl = defaultTTL
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lease{
-		c:         c,
-		id:        g.GetId(),
-		pool:      g.GetPool(),
-		token:     g.GetFencingToken(),
-		margin:    c.safetyMargin(ttl),
-		ctx:       ctx,
-		cancelCtx: cancel,
-		kick:      make(chan struct{}, 1),
-		releaseMu: make(chan struct{}, 1),
-		ttl:       ttl,
-		receipt:   g.GetExpiryReceipt(),
+		c:       c,
+		id:      g.GetId(),
+		pool:    g.GetPool(),
+		token:   g.GetFencingToken(),
+		margin:  c.safetyMargin(ttl),
+		ttl:     ttl,
+		receipt: g.GetExpiryReceipt(),
 	}
 	l.weight.Store(g.GetWeight())
 	l.clientID, l.description, l.priority = g.GetClientId(), g.GetDescription(), g.GetPriority()
@@ -122,16 +126,41 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 	}
 	l.expiry = base.Add(ttl)
 
+	first := next // when keepAlive must run: the first renew, or the local deadline if sooner
+	if d := l.expiry.Add(-l.margin); d.Before(first) {
+		first = d
+	}
+	l.mu.Lock()
+	l.keeper = time.AfterFunc(time.Until(first), func() { l.startKeepAlive(next) })
+	l.mu.Unlock()
 	c.mu.Lock()
 	closed := c.closed
 	if !closed {
 		c.leases[leaseKey{l.pool, l.id}] = l
 	}
 	c.mu.Unlock()
-	if closed || !c.goBackground(func(ctx context.Context) { l.keepAlive(ctx, next) }) {
+	if closed {
 		l.end(lostError(l, ErrClosed))
 	}
 	return l
+}
+
+// startKeepAlive starts keepAlive (first renew at next), when the keeper
+// timer fires or on a kick, unless it has started already or the lease
+// has ended; it reports whether it did.
+func (l *Lease) startKeepAlive(next time.Time) bool {
+	l.mu.Lock()
+	start := l.keeper != nil
+	if start {
+		l.keeper.Stop()
+		l.keeper = nil
+		l.kick = make(chan struct{}, 1)
+	}
+	l.mu.Unlock()
+	if start && !l.c.goBackground(func(ctx context.Context) { l.keepAlive(ctx, next) }) {
+		l.end(lostError(l, ErrClosed))
+	}
+	return start
 }
 
 // Resources returns the instances the lease is bound to, in an active or
@@ -174,7 +203,54 @@ func (l *Lease) Expiry() time.Time {
 // released, it expired or was revoked on the server, a renew was refused,
 // its local deadline (Expiry minus the safety margin) passed without a
 // successful renew, or its Client was closed.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.leaseCtx().Done() }
+
+// leaseCtx returns the lease's context, making it on first use: it is
+// cancelled, with the lease's Err as its cause, when the lease ends.
+func (l *Lease) leaseCtx() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancelCtx = context.WithCancelCause(context.Background())
+		if l.state.ended() {
+			l.cancelCtx(l.err)
+		}
+	}
+	return l.ctx
+}
+
+// lockRelease waits, while ctx allows, until no other Release runs on the
+// lease, and marks one running; unlockRelease ends it.
+func (l *Lease) lockRelease(ctx context.Context) error {
+	l.mu.Lock()
+	for l.relHeld {
+		if l.relFree == nil {
+			l.relFree = make(chan struct{})
+		}
+		free := l.relFree
+		l.mu.Unlock()
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		l.mu.Lock()
+	}
+	l.relHeld = true
+	l.mu.Unlock()
+	return nil
+}
+
+// unlockRelease ends what lockRelease began.
+func (l *Lease) unlockRelease() {
+	l.mu.Lock()
+	l.relHeld = false
+	if l.relFree != nil {
+		close(l.relFree)
+		l.relFree = nil
+	}
+	l.mu.Unlock()
+}
 
 // Err returns nil while the lease is held, and once Done is closed, why it
 // ended: ErrReleased after a Release, or an error matching ErrLeaseLost
@@ -189,10 +265,11 @@ func (l *Lease) Err() error {
 // with the lease's Err as its cause (see context.Cause), when the lease
 // ends. Call the returned CancelFunc when done with the context.
 func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	lctx := l.leaseCtx()
 	ctx, cancel := context.WithCancelCause(parent)
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
-	if l.ctx.Err() != nil { // ended already: be done on return
-		cancel(context.Cause(l.ctx))
+	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
+	if lctx.Err() != nil { // ended already: be done on return
+		cancel(context.Cause(lctx))
 	}
 	return ctx, func() {
 		stop()
@@ -221,12 +298,10 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // release is Release, carrying out (nil: no outcome) to the server.
 func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
-	select {
-	case l.releaseMu <- struct{}{}:
-		defer func() { <-l.releaseMu }()
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := l.lockRelease(ctx); err != nil {
+		return err
 	}
+	defer l.unlockRelease()
 	l.mu.Lock()
 	if settled, err := l.settledLocked(); settled {
 		l.mu.Unlock()
@@ -303,8 +378,15 @@ func (l *Lease) finish(st leaseState, err error) bool {
 		return false
 	}
 	l.state, l.err = st, err
+	if l.keeper != nil {
+		l.keeper.Stop()
+		l.keeper = nil
+	}
+	cancel := l.cancelCtx // nil if no one asked for the context yet (leaseCtx)
 	l.mu.Unlock()
-	l.cancelCtx(err)
+	if cancel != nil {
+		cancel(err)
+	}
 	if s := l.share.Load(); s != nil { // a concurrency share
 		s.leaseEnded(l)
 	}
@@ -323,10 +405,20 @@ func (l *Lease) releasing() bool {
 	return l.state == leaseReleasing
 }
 
-// kickRenew asks the keep-alive loop to renew at once.
+// kickRenew asks the keep-alive loop to renew at once, starting it (to
+// renew at once) if it has not started.
 func (l *Lease) kickRenew() {
+	if l.startKeepAlive(time.Now()) {
+		return
+	}
+	l.mu.Lock()
+	kick := l.kick
+	l.mu.Unlock()
+	if kick == nil {
+		return // the lease ended before keepAlive started
+	}
 	select {
-	case l.kick <- struct{}{}:
+	case kick <- struct{}{}:
 	default:
 	}
 }
@@ -346,6 +438,7 @@ func (l *Lease) keepAlive(ctx context.Context, next time.Time) {
 	failures := 0
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	done := l.Done()
 	for {
 		deadline := l.deadline()
 		now := time.Now()
@@ -361,7 +454,7 @@ func (l *Lease) keepAlive(ctx context.Context, next time.Time) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.ctx.Done():
+		case <-done:
 			return
 		case <-l.kick:
 			next = time.Now()

@@ -210,23 +210,95 @@ func TestReconnectKeepsRenewing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts.stop()
-	restarted := time.Now()
-	ts.start()
-	// A renew sent after the restart moves the expiry estimate past
-	// restarted+ttl; the client renews on reconnect.
-	waitFor(t, "a renew on the new stream", func() bool {
-		if isDone(l) {
-			t.Fatalf("lease lost across the restart: %v", l.Err())
-		}
-		return l.Expiry().After(restarted.Add(ttl))
-	})
+	restartAndWaitForRenew(t, ts, l, ttl)
 	if n := ts.sessions.Load(); n != 2 {
 		t.Fatalf("%d Session streams opened; want 2", n)
 	}
 	// Events now come on the new stream.
 	ts.clock.Advance(ttl + time.Second)
 	mustIs(t, waitDone(t, l), client.ErrLeaseExpired)
+}
+
+// TestReconnectRenewsBeforeTheFirstRenew: a lease whose first renew is not
+// yet due (TTL/3 = 40s, longer than waitFor waits) is renewed at once on
+// a new stream all the same, although its keep-alive has not started.
+func TestReconnectRenewsBeforeTheFirstRenew(t *testing.T) {
+	ts := newTestServer(t)
+	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	c := ts.dial()
+
+	const ttl = 2 * time.Minute
+	l, err := c.Acquire(ctx(t), "db", client.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	restartAndWaitForRenew(t, ts, l, ttl)
+}
+
+// restartAndWaitForRenew restarts ts and waits for lease l (of TTL ttl) to
+// be renewed on the new stream: a renew sent after the restart moves its
+// expiry estimate past restarted+ttl.
+func restartAndWaitForRenew(t *testing.T, ts *testServer, l *client.Lease, ttl time.Duration) {
+	t.Helper()
+	ts.stop()
+	restarted := time.Now()
+	ts.start()
+	waitFor(t, "a renew on the new stream", func() bool {
+		if isDone(l) {
+			t.Fatalf("lease lost across a restart: %v", l.Err())
+		}
+		return l.Expiry().After(restarted.Add(ttl))
+	})
+}
+
+// TestReleasesRunOneAtATime: a Release waits for one already running on
+// the same lease for as long as its context allows, and a ReleaseAsync
+// waits for it to end and then finds the lease released.
+func TestReleasesRunOneAtATime(t *testing.T) {
+	ts := newTestServer(t)
+	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	c := ts.dial()
+	l, err := c.Acquire(ctx(t), "db", client.TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.stop() // the first Release waits for the server
+	first := make(chan error, 1)
+	go func() { first <- l.Release(ctx(t)) }()
+	waitFor(t, "the first release to run", func() bool { running, _ := client.ReleaseRunning(l); return running })
+
+	short, cancel := context.WithCancel(ctx(t))
+	second := make(chan error, 1)
+	go func() { second <- l.Release(short) }()
+	waitFor(t, "the second release to wait", func() bool { _, waited := client.ReleaseRunning(l); return waited })
+	cancel()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the second release, its context cancelled while it waited: %v; want context.Canceled", err)
+	}
+
+	async := make(chan error, 1)
+	go func() { async <- l.ReleaseAsync() }()
+	waitFor(t, "ReleaseAsync to wait", func() bool { _, waited := client.ReleaseRunning(l); return waited })
+	select {
+	case err := <-first:
+		t.Fatalf("the first release returned (%v) with the server down", err)
+	default:
+	}
+	ts.start()
+	if err := <-first; err != nil {
+		t.Fatalf("the first release: %v", err)
+	}
+	select {
+	case err := <-async:
+		if err != nil {
+			t.Fatalf("ReleaseAsync after the release: %v; want nil", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("ReleaseAsync still waits after the release it waited for ended")
+	}
+	if st := ts.status("db"); st.Held != 0 {
+		t.Fatalf("held %d after the releases", st.Held)
+	}
 }
 
 func TestReconnectShortTTL(t *testing.T) {
@@ -240,15 +312,7 @@ func TestReconnectShortTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		ts.stop()
-		restarted := time.Now()
-		ts.start()
-		waitFor(t, "a renew on the new stream", func() bool {
-			if isDone(l) {
-				t.Fatalf("lease lost across a restart: %v", l.Err())
-			}
-			return l.Expiry().After(restarted.Add(ttl))
-		})
+		restartAndWaitForRenew(t, ts, l, ttl)
 	}
 	if err := l.Release(ctx(t)); err != nil {
 		t.Fatal(err)

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-
-	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
 // ReleaseAsync ends the lease like Release, but without waiting for the
@@ -28,8 +26,8 @@ import (
 // Use Release where the server's word matters (Do and Group do); use
 // ReleaseAsync on hot paths that acquire and release many short leases.
 func (l *Lease) ReleaseAsync() error {
-	l.releaseMu <- struct{}{}
-	defer func() { <-l.releaseMu }()
+	_ = l.lockRelease(context.Background()) // only a context's end fails it
+	defer l.unlockRelease()
 	l.mu.Lock()
 	if settled, err := l.settledLocked(); settled {
 		l.mu.Unlock()
@@ -40,14 +38,14 @@ func (l *Lease) ReleaseAsync() error {
 	l.mu.Lock()
 	l.state = leaseReleased // also an unconfirmed one: this is its retry
 	l.mu.Unlock()
-	l.c.postRelease(l.pool, l.id)
+	l.c.postRelease(leaseKey{l.pool, l.id})
 	return nil
 }
 
-// postRelease sends a release of lease id of pool on the live stream
-// without waiting for its answer, or from the background while there is no
-// live stream; Close waits for it (up to releaseTimeout).
-func (c *Client) postRelease(pool, id string) {
+// postRelease sends a release of lease k on the live stream without
+// waiting for its answer, or from the background while there is no live
+// stream; Close waits for it (up to releaseTimeout).
+func (c *Client) postRelease(k leaseKey) {
 	c.mu.Lock()
 	st, closed := c.cur, c.closed
 	if !closed {
@@ -58,19 +56,18 @@ func (c *Client) postRelease(pool, id string) {
 		return
 	}
 	if st == nil {
-		c.retryRelease(pool, id, "no live stream")
+		c.retryRelease(k.pool, k.id, "no live stream")
 		return
 	}
-	req := &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Release{Release: &tollgatev1.ReleaseRequest{Pool: pool, LeaseId: id}}}
-	st.post(req, func(a answer) { c.releaseAnswered(pool, id, a) })
+	st.post(k)
 }
 
-// releaseAnswered handles the answer to a posted release, on the stream's
-// reader: it must not block.
-func (c *Client) releaseAnswered(pool, id string, a answer) {
-	var be *brokenError
+// releaseAnswered handles the answer to a posted release of lease k, on
+// the stream's reader: it must not block.
+func (c *Client) releaseAnswered(k leaseKey, a answer) {
+	pool, id := k.pool, k.id
 	switch se := a.resp.GetError(); {
-	case errors.As(a.err, &be):
+	case a.err != nil && isBroken(a.err):
 		c.retryRelease(pool, id, a.err.Error())
 		return
 	case a.err != nil:

@@ -39,7 +39,6 @@ type stream struct {
 	// true while a caller sends them (send).
 	sendMu  sync.Mutex
 	queue   []*tollgatev1.SessionRequest
-	spare   []*tollgatev1.SessionRequest
 	sending bool
 
 	mu      sync.Mutex
@@ -49,11 +48,12 @@ type stream struct {
 
 // call is one request waiting for its answer.
 type call struct {
-	ch        chan answer  // buffered: receives exactly one answer unless abandoned
-	then      func(answer) // instead of ch, for a posted request (post)
-	sentAt    time.Time    // just before the request was sent
-	acquire   bool         // an acquire: the reader turns a grant into a *Lease
-	abandoned bool         // the caller went away; drop the answer (guarded by stream.mu)
+	ch        chan answer // buffered: receives exactly one answer unless abandoned
+	posted    bool        // instead of ch, a posted release: its answer goes to releaseAnswered
+	release   leaseKey    // the lease a posted release releases
+	sentAt    time.Time   // just before the request was sent
+	acquire   bool        // an acquire: the reader turns a grant into a *Lease
+	abandoned bool        // the caller went away; drop the answer (guarded by stream.mu)
 }
 
 // answer is what a call gets: the server's response (possibly a
@@ -71,6 +71,12 @@ type brokenError struct{ cause error }
 
 func (e *brokenError) Error() string { return "session stream broke: " + e.cause.Error() }
 func (e *brokenError) Unwrap() error { return e.cause }
+
+// isBroken reports whether err is (or wraps) a *brokenError.
+func isBroken(err error) bool {
+	var be *brokenError
+	return errors.As(err, &be)
+}
 
 // op describes a request for roundTrip.
 type op struct {
@@ -108,9 +114,8 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 			return answer{}, err
 		}
 		a, err := st.do(ctx, req, o)
-		var be *brokenError
 		switch {
-		case errors.As(err, &be):
+		case err != nil && isBroken(err):
 			if ctx.Err() != nil {
 				return answer{}, ctx.Err()
 			}
@@ -384,8 +389,8 @@ func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
 		return
 	}
 	a := answer{resp: resp, sentAt: cl.sentAt}
-	if cl.then != nil {
-		cl.then(a)
+	if cl.posted {
+		st.c.releaseAnswered(cl.release, a)
 		return
 	}
 	if g := resp.GetAcquire().GetLease(); g != nil && cl.acquire {
@@ -409,8 +414,8 @@ func (st *stream) fail(err error) {
 	st.mu.Unlock()
 	for _, cl := range pending {
 		switch {
-		case cl.then != nil:
-			cl.then(answer{err: err})
+		case cl.posted:
+			st.c.releaseAnswered(cl.release, answer{err: err})
 		case !cl.abandoned:
 			cl.ch <- answer{err: err}
 		}
@@ -441,13 +446,11 @@ func (st *stream) send(req *tollgatev1.SessionRequest) error {
 	st.sending = true
 	var err error
 	for len(st.queue) > 0 && err == nil {
-		reqs := st.queue
-		st.queue, st.spare = st.spare, nil
+		reqs := st.queue // not reused: a stats handler may read a sent message later
+		st.queue = nil
 		st.sendMu.Unlock()
 		err = st.sendBatch(reqs)
-		clear(reqs)
 		st.sendMu.Lock()
-		st.spare = reqs[:0]
 	}
 	if err != nil {
 		st.queue = nil
@@ -483,11 +486,13 @@ func (st *stream) sendBatch(reqs []*tollgatev1.SessionRequest) error {
 func (st *stream) do(ctx context.Context, req *tollgatev1.SessionRequest, o op) (answer, error) {
 	id := st.c.nextID.Add(1)
 	req.RequestId = id
-	cl := &call{ch: make(chan answer, 1), acquire: o.acquire, sentAt: time.Now()}
+	cl := calls.Get().(*call)
+	cl.acquire, cl.sentAt = o.acquire, time.Now()
 	st.mu.Lock()
 	if st.pending == nil {
 		err := st.err
 		st.mu.Unlock()
+		putCall(cl)
 		return answer{}, err
 	}
 	st.pending[id] = cl
@@ -498,6 +503,7 @@ func (st *stream) do(ctx context.Context, req *tollgatev1.SessionRequest, o op) 
 	}
 	select {
 	case a := <-cl.ch:
+		putCall(cl)
 		return a, a.err
 	case <-ctx.Done():
 	}
@@ -510,6 +516,7 @@ func (st *stream) do(ctx context.Context, req *tollgatev1.SessionRequest, o op) 
 	if !waiting {
 		// Answered (or failed) meanwhile: the answer is on its way; use it.
 		a := <-cl.ch
+		putCall(cl)
 		return a, a.err
 	}
 	if o.cancellable {
@@ -524,25 +531,45 @@ func (st *stream) do(ctx context.Context, req *tollgatev1.SessionRequest, o op) 
 	return answer{}, ctx.Err()
 }
 
-// post sends req without waiting for its answer: then gets it, on the
-// stream's reader (or when the stream breaks first, or at once when it is
-// broken already), and must not block.
-func (st *stream) post(req *tollgatev1.SessionRequest, then func(answer)) {
+// calls keeps the calls of do, each with its channel, for reuse: a call
+// is put back once its answer was received, when nothing else refers to
+// it (an abandoned call stays with its stream and is not reused).
+var calls = sync.Pool{New: func() any { return &call{ch: make(chan answer, 1)} }}
+
+// putCall returns an answered call of do to calls.
+func putCall(cl *call) {
+	*cl = call{ch: cl.ch}
+	calls.Put(cl)
+}
+
+// post sends a release of lease k without waiting for its answer:
+// releaseAnswered gets it, on the stream's reader (or when the stream
+// breaks first, or at once when it is broken already). The request and
+// its call are one allocation.
+func (st *stream) post(k leaseKey) {
+	p := &postedRelease{call: call{posted: true, release: k}}
+	req := p.msg.build(k.pool, k.id)
 	id := st.c.nextID.Add(1)
 	req.RequestId = id
 	st.mu.Lock()
 	if st.pending == nil {
 		err := st.err
 		st.mu.Unlock()
-		then(answer{err: err})
+		st.c.releaseAnswered(k, answer{err: err})
 		return
 	}
-	st.pending[id] = &call{then: then, sentAt: time.Now()}
+	st.pending[id] = &p.call // no sentAt: releaseAnswered needs none
 	st.mu.Unlock()
 	if err := st.send(req); err != nil {
 		// The stream is broken; the reader notices and answers the call.
 		st.reset(err)
 	}
+}
+
+// postedRelease is a posted release and its call.
+type postedRelease struct {
+	msg  releaseMsg
+	call call
 }
 
 // releaseOrphan releases, in the background, a lease granted to an acquire
@@ -559,6 +586,22 @@ func (c *Client) releaseOrphan(pool, id string) {
 // releaseOp is a release of lease id of pool.
 func releaseOp(pool, id string) op {
 	return op{build: func(int) (*tollgatev1.SessionRequest, error) {
-		return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Release{Release: &tollgatev1.ReleaseRequest{Pool: pool, LeaseId: id}}}, nil
+		return new(releaseMsg).build(pool, id), nil
 	}}
+}
+
+// releaseMsg is a release request, its oneof wrapper and its body side by
+// side: one allocation.
+type releaseMsg struct {
+	req  tollgatev1.SessionRequest
+	kind tollgatev1.SessionRequest_Release
+	body tollgatev1.ReleaseRequest
+}
+
+// build fills m as a release of lease id of pool and returns the request.
+func (m *releaseMsg) build(pool, id string) *tollgatev1.SessionRequest {
+	m.body.Pool, m.body.LeaseId = pool, id
+	m.kind.Release = &m.body
+	m.req.Kind = &m.kind
+	return &m.req
 }

@@ -104,6 +104,7 @@ func (a *Authorizer) Identify(ctx context.Context) Identity {
 // (its peer and credentials do not change while it lasts).
 func (a *Authorizer) WithIdentity(ctx context.Context) context.Context {
 	id := a.identityOf(ctx)
+	id.declared = new(declaredKey)
 	return context.WithValue(ctx, identityKey{}, &id)
 }
 

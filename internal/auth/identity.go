@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"weak"
 
 	"google.golang.org/grpc/credentials"
@@ -37,6 +38,29 @@ type Identity struct {
 	conn string
 	// connKey is ClientKey for a caller without names or client id.
 	connKey string
+	// declared keeps the ClientKey of the client id last declared on a
+	// stream (WithIdentity), whose requests mostly declare the same one;
+	// nil for a single call.
+	declared *declaredKey
+}
+
+// declaredKey is the ClientKey of a declared client id, kept so that a
+// stream's acquires need not build it each time.
+type declaredKey struct {
+	last atomic.Pointer[[2]string] // the client id and its key
+}
+
+// of returns the key of client id d.
+func (k *declaredKey) of(d string) string {
+	if k == nil {
+		return "client:" + d
+	}
+	if e := k.last.Load(); e != nil && e[0] == d {
+		return e[1]
+	}
+	e := &[2]string{d, "client:" + d}
+	k.last.Store(e)
+	return e[1]
 }
 
 // Principal names the caller for logs and limits: its first certificate
@@ -61,7 +85,7 @@ func (id Identity) ClientKey(declaredID string) string {
 		return "id:" + p
 	}
 	if declaredID != "" {
-		return "client:" + declaredID
+		return id.declared.of(declaredID)
 	}
 	return id.connKey
 }

@@ -58,3 +58,26 @@ func TestIdentifyOncePerConnection(t *testing.T) {
 		t.Fatalf("ClientKey of another connection = %q", got)
 	}
 }
+
+// TestDeclaredKeyKeptPerStream: on a stream (WithIdentity) the key of a
+// declared client id is built once while the id stays the same, and is
+// the same key a single call gets; another id gets its own.
+func TestDeclaredKeyKeptPerStream(t *testing.T) {
+	a := New(nil)
+	p := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}}
+	call := peer.NewContext(context.Background(), p)
+	stream := a.WithIdentity(call)
+	id := a.Identify(stream)
+	if got, want := id.ClientKey("worker-1"), a.Identify(call).ClientKey("worker-1"); got != want || got != "client:worker-1" {
+		t.Fatalf("ClientKey(worker-1) on a stream = %q, on a call %q; want client:worker-1", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = a.Identify(stream).ClientKey("worker-1") }); n != 0 {
+		t.Fatalf("ClientKey of the stream's declared id allocates %v times; want 0", n)
+	}
+	if got := id.ClientKey("worker-2"); got != "client:worker-2" {
+		t.Fatalf("ClientKey(worker-2) = %q", got)
+	}
+	if got := id.ClientKey("worker-1"); got != "client:worker-1" {
+		t.Fatalf("ClientKey(worker-1) after worker-2 = %q", got)
+	}
+}

@@ -71,18 +71,28 @@ const (
 	kindExpiry byte = 'E'
 )
 
-// tag returns the tag of token in pool.
-func (ids *IDs) tag(pool string, token uint64) string {
-	return ids.tagOf(kindLease, pool, token)
+// maxIDLen bounds an id or receipt this package builds: a 64-bit number in
+// decimal with its sign, the dot and the tag.
+const maxIDLen = 20 + 1 + tagLen
+
+// tagLen is the tag's length in base64.
+const tagLen = 16 // base64.RawURLEncoding.EncodedLen(leaseTagLen)
+
+// signed returns "<num>.<tag>", num being a number in decimal (in a
+// buffer of maxIDLen bytes) and the tag of kind over pool, n and x: one
+// allocation, the string returned.
+func (ids *IDs) signed(num []byte, kind byte, pool string, n uint64, x int64) string {
+	return string(ids.appendMAC(append(num, '.'), kind, pool, n, x))
 }
 
-// tagOf returns the tag of the id n of kind in pool.
-func (ids *IDs) tagOf(kind byte, pool string, n uint64) string {
-	return ids.mac(kind, pool, n, 0)
+// matches reports whether tag is the tag of kind over pool, n and x.
+func (ids *IDs) matches(tag string, kind byte, pool string, n uint64, x int64) bool {
+	var buf [tagLen]byte
+	return hmac.Equal([]byte(tag), ids.appendMAC(buf[:0], kind, pool, n, x))
 }
 
-// mac returns the tag of kind over pool, n and x.
-func (ids *IDs) mac(kind byte, pool string, n uint64, x int64) string {
+// appendMAC appends the tag of kind over pool, n and x to dst.
+func (ids *IDs) appendMAC(dst []byte, kind byte, pool string, n uint64, x int64) []byte {
 	m := ids.macs.Get().(*macer)
 	defer ids.macs.Put(m)
 	m.in = append(m.in[:0], kind)
@@ -93,23 +103,21 @@ func (ids *IDs) mac(kind byte, pool string, n uint64, x int64) string {
 	m.in = append(m.in, pool...)
 	m.h.Reset()
 	m.h.Write(m.in)
-	tag := m.tag[:base64.RawURLEncoding.EncodedLen(leaseTagLen)]
-	base64.RawURLEncoding.Encode(tag, m.h.Sum(m.sum[:0])[:leaseTagLen])
-	return string(tag)
+	return base64.RawURLEncoding.AppendEncode(dst, m.h.Sum(m.sum[:0])[:leaseTagLen])
 }
 
 // macer is an HMAC with buffers of its own, kept in a pool, so that a tag
-// costs one allocation: the string returned.
+// costs no allocation.
 type macer struct {
 	h   hash.Hash
 	in  []byte
 	sum [sha256.Size]byte
-	tag [16]byte // the base64 of leaseTagLen bytes
 }
 
 // Format returns the id a holder gets for lease token of pool.
 func (ids *IDs) Format(pool string, token uint64) string {
-	return strconv.FormatUint(token, 10) + "." + ids.tag(pool, token)
+	var buf [maxIDLen]byte
+	return ids.signed(strconv.AppendUint(buf[:0], token, 10), kindLease, pool, token, 0)
 }
 
 // Parse checks a holder's lease id for pool and returns its fencing
@@ -125,7 +133,7 @@ func (ids *IDs) Parse(pool, id string) (uint64, error) {
 		return 0, &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonLeaseNotFound,
 			Message: "lease_id " + strconv.Quote(refuse.Truncate(id, 64)) + " lacks the tag after the fencing token that identifies its holder; " + Hint}
 	}
-	if !hmac.Equal([]byte(tag), []byte(ids.tag(pool, tok))) {
+	if !ids.matches(tag, kindLease, pool, tok, 0) {
 		return 0, notIssued(pool, tok)
 	}
 	return tok, nil
@@ -159,7 +167,8 @@ const shareHint = "pass the id field of the share that AcquireShare returned, un
 // signed like a lease id, so that only its holder can refresh or release
 // it.
 func (ids *IDs) FormatShare(pool string, id uint64) string {
-	return strconv.FormatUint(id, 10) + "." + ids.tagOf(kindShare, pool, id)
+	var buf [maxIDLen]byte
+	return ids.signed(strconv.AppendUint(buf[:0], id, 10), kindShare, pool, id, 0)
 }
 
 // ParseShare checks a holder's share id for pool and returns the
@@ -175,7 +184,7 @@ func (ids *IDs) ParseShare(pool, id string) (uint64, error) {
 	if err != nil || len(tag) > 64 {
 		return 0, refuse.InvalidArg("share_id %q is not a share id; %s", refuse.Truncate(id, 64), shareHint)
 	}
-	if tag == "" || !hmac.Equal([]byte(tag), []byte(ids.tagOf(kindShare, pool, n))) {
+	if tag == "" || !ids.matches(tag, kindShare, pool, n, 0) {
 		return 0, &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonShareNotFound,
 			Message: "no rate share of pool " + strconv.Quote(pool) + " has the id " + strconv.Quote(refuse.Truncate(id, 64)) + "; " + shareHint}
 	}
@@ -188,7 +197,8 @@ func (ids *IDs) ParseShare(pool, id string) (uint64, error) {
 // expiry is still ahead (docs/recovery.md).
 func (ids *IDs) Receipt(pool string, token uint64, expiry time.Time) string {
 	ns := expiry.UnixNano()
-	return strconv.FormatInt(ns, 10) + "." + ids.mac(kindExpiry, pool, token, ns)
+	var buf [maxIDLen]byte
+	return ids.signed(strconv.AppendInt(buf[:0], ns, 10), kindExpiry, pool, token, ns)
 }
 
 // ParseReceipt returns the expiry an expiry receipt of lease token of
@@ -204,7 +214,7 @@ func (ids *IDs) ParseReceipt(pool string, token uint64, r string) (time.Time, er
 	if err != nil || len(tag) > 64 {
 		return time.Time{}, refuse.InvalidArg("expiry_receipt %q is not an expiry receipt; pass the expiry_receipt field of the lease's last Acquire or Renew answer, unchanged", refuse.Truncate(r, 64))
 	}
-	if !hmac.Equal([]byte(tag), []byte(ids.mac(kindExpiry, pool, token, ns))) {
+	if !ids.matches(tag, kindExpiry, pool, token, ns) {
 		return time.Time{}, nil
 	}
 	return time.Unix(0, ns), nil

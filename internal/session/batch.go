@@ -43,7 +43,7 @@ func (s *session) sendBatched(answers []*tollgatev1.SessionResponse) error {
 		end := min(sent+maxAnswerBatch, len(out))
 		msg := out[sent]
 		if end-sent > 1 {
-			msg = &tollgatev1.SessionResponse{Kind: &tollgatev1.SessionResponse_Batch{Batch: &tollgatev1.SessionResponseBatch{Responses: out[sent:end]}}}
+			msg = batchOf(out[sent:end])
 		}
 		if err = s.stream.Send(msg); err == nil {
 			sent = end
@@ -55,4 +55,21 @@ func (s *session) sendBatched(answers []*tollgatev1.SessionResponse) error {
 		s.releaseUndelivered(r)
 	}
 	return err
+}
+
+// batchMsg is a batch of answers, its oneof wrapper and its body side by
+// side: one allocation.
+type batchMsg struct {
+	resp tollgatev1.SessionResponse
+	kind tollgatev1.SessionResponse_Batch
+	body tollgatev1.SessionResponseBatch
+}
+
+// batchOf returns the message that carries answers as a batch.
+func batchOf(answers []*tollgatev1.SessionResponse) *tollgatev1.SessionResponse {
+	m := &batchMsg{}
+	m.body.Responses = answers
+	m.kind.Batch = &m.body
+	m.resp.Kind = &m.kind
+	return &m.resp
 }

@@ -363,7 +363,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
 		}
-		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Release{Release: &tollgatev1.ReleaseResponse{}}})
+		s.send(released(id))
 	case *tollgatev1.SessionRequest_Renew:
 		r := k.Renew
 		lease, err := s.calls.Renew(s.ctx, r, s, s.clientID)
@@ -507,8 +507,7 @@ func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool 
 		s.answerErr(id, err, refuse.About{Pool: pool})
 		return
 	}
-	resp := &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Acquire{Acquire: &tollgatev1.AcquireResponse{Lease: apiconv.LeaseToProto(s.calls.IDs, lease)}}}
-	if s.send(resp) {
+	if s.send(acquired(id, s.calls.IDs, lease)) {
 		return
 	}
 	if locked {
