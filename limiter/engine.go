@@ -834,20 +834,146 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 // or above the burst, negative maxWait); ErrRateLimited; ErrCanceled;
 // ErrWaitTimeout; ErrShuttingDown.
 func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (TakeResult, error) {
+	res, w, err := e.StartTake(pool, tokens, maxWait)
+	if w == nil {
+		return res, err
+	}
+	return w.Await(ctx)
+}
+
+// StartTake is Take in two steps, so that a caller serving many requests
+// (a server's stream) needs no goroutine while tokens are on their way: it
+// takes the tokens at once or fails as Take does, returning a nil wait, or
+// else reserves them and returns the wait, whose outcome Await or Notify
+// must then learn, once.
+func (e *Engine) StartTake(pool string, tokens int64, maxWait time.Duration) (TakeResult, *TakeWait, error) {
 	if tokens < 1 {
-		return TakeResult{}, errorf(ErrInvalidArgument, "tokens %d is invalid; take at least 1", tokens)
+		return TakeResult{}, nil, errorf(ErrInvalidArgument, "tokens %d is invalid; take at least 1", tokens)
 	}
 	if maxWait < 0 {
-		return TakeResult{}, errorf(ErrInvalidArgument, "max wait %v is negative", maxWait)
+		return TakeResult{}, nil, errorf(ErrInvalidArgument, "max wait %v is negative", maxWait)
 	}
 	p, r, delay, err := e.takeOrReserve(pool, tokens, maxWait)
 	switch {
 	case err != nil:
-		return TakeResult{}, err
+		return TakeResult{}, nil, err
 	case delay == 0:
-		return TakeResult{Tokens: tokens}, nil
+		return TakeResult{Tokens: tokens}, nil, nil
 	}
-	return p.awaitTokens(ctx, r, tokens, delay)
+	w := &TakeWait{p: p, r: r, tokens: tokens, delay: delay}
+	p.mu.Lock()
+	w.timer = e.clock.AfterFunc(delay, w.ready)
+	p.unlock()
+	return TakeResult{}, w, nil
+}
+
+// TakeWait is a take of StartTake waiting for its reserved tokens: one
+// record and a timer, no goroutine.
+type TakeWait struct {
+	p      *pool
+	r      *rate.Reservation
+	tokens int64
+	delay  time.Duration
+	timer  Timer // guarded by p.mu, as is the rest below
+	done   bool
+	res    TakeResult
+	err    error
+	then   func(TakeResult, error)
+}
+
+// Await waits for the tokens as Take does, until they are there, ctx is
+// done or the engine stops its waits, and returns the outcome.
+func (w *TakeWait) Await(ctx context.Context) (TakeResult, error) {
+	ready := make(chan struct{})
+	var res TakeResult
+	var err error
+	w.Notify(func(r TakeResult, e error) { res, err = r, e; close(ready) })
+	select {
+	case <-ready:
+		return res, err
+	case <-ctx.Done():
+		w.Cancel(ctx.Err())
+	case <-w.p.e.done:
+		w.Cancel(nil)
+	case <-w.p.e.stopping:
+		w.Cancel(nil)
+	}
+	<-ready
+	return res, err
+}
+
+// Notify is the other way to learn the outcome, with no goroutine waiting:
+// then is called once with it, when the tokens are there or the wait is
+// cancelled (at once if either has happened), with no lock held. Use
+// either Await or Notify, once. StopWaits does not end a notified wait:
+// its owner ends it with Cancel.
+func (w *TakeWait) Notify(then func(TakeResult, error)) {
+	p := w.p
+	p.mu.Lock()
+	if !w.done {
+		w.then = then
+		p.unlock()
+		return
+	}
+	res, err := w.res, w.err
+	p.unlock()
+	then(res, err)
+}
+
+// Cancel gives up the wait as the end of Take's ctx with cause
+// (context.Canceled or context.DeadlineExceeded) would; a nil cause is the
+// engine stopping its waits. The reserved tokens go back to the bucket as
+// far as later reservations allow. A wait whose tokens are there already
+// is left as it ended.
+func (w *TakeWait) Cancel(cause error) {
+	p := w.p
+	p.mu.Lock()
+	if w.done {
+		p.unlock()
+		return
+	}
+	w.timer.Stop()
+	p.takesWaiting--
+	now := p.e.clock.Now()
+	w.r.CancelAt(now)
+	p.stats.TokensGranted -= w.tokens
+	p.waits.addTokens(now, -w.tokens)
+	switch {
+	case cause == nil:
+		w.err = errShuttingDown()
+	case errors.Is(cause, context.DeadlineExceeded):
+		p.stats.WaitTimeouts++
+		w.err = errorf(ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", w.tokens, p.name)
+	default:
+		p.stats.Canceled++
+		w.err = errorf(ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", w.tokens, p.name)
+	}
+	w.finishLocked()
+}
+
+// ready ends the wait when its tokens are there (its timer).
+func (w *TakeWait) ready() {
+	p := w.p
+	p.mu.Lock()
+	if w.done {
+		p.unlock()
+		return
+	}
+	p.takesWaiting--
+	w.res = TakeResult{Tokens: w.tokens, Waited: w.delay}
+	w.finishLocked()
+}
+
+// finishLocked marks the wait done with its outcome, unlocks the pool and
+// tells the notified owner, if any.
+func (w *TakeWait) finishLocked() {
+	w.done = true
+	then := w.then
+	w.then = nil
+	w.p.unlock()
+	if then != nil {
+		then(w.res, w.err)
+	}
 }
 
 // takeOrReserve takes tokens from pool's bucket, reserving them if they
@@ -893,39 +1019,4 @@ func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration)
 		p.takesWaiting++
 	}
 	return p, r, delay, nil
-}
-
-// awaitTokens waits delay for the tokens r reserved. If ctx ends or the
-// engine closes first, it cancels r and fails.
-func (p *pool) awaitTokens(ctx context.Context, r *rate.Reservation, tokens int64, delay time.Duration) (TakeResult, error) {
-	ready := make(chan struct{})
-	t := p.e.clock.AfterFunc(delay, func() { close(ready) })
-	select {
-	case <-ready:
-		p.mu.Lock()
-		p.takesWaiting--
-		p.unlock()
-		return TakeResult{Tokens: tokens, Waited: delay}, nil
-	case <-ctx.Done():
-	case <-p.e.done:
-	case <-p.e.stopping:
-	}
-	t.Stop()
-	p.mu.Lock()
-	defer p.unlock()
-	p.takesWaiting--
-	now := p.e.clock.Now()
-	r.CancelAt(now)
-	p.stats.TokensGranted -= tokens
-	p.waits.addTokens(now, -tokens)
-	switch {
-	case ctx.Err() == nil: // Close or StopWaits
-		return TakeResult{}, errShuttingDown()
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		p.stats.WaitTimeouts++
-		return TakeResult{}, errorf(ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", tokens, p.name)
-	default:
-		p.stats.Canceled++
-		return TakeResult{}, errorf(ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", tokens, p.name)
-	}
 }

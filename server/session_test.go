@@ -420,3 +420,35 @@ func TestSessionWaitsHoldNoGoroutine(t *testing.T) {
 		t.Fatalf("status = %v", st)
 	}
 }
+
+// Takes waiting for their tokens are records too: a thousand of them add
+// no goroutine per take, are answered as the engine clock brings their
+// tokens, and end with the stream.
+func TestSessionTakesHoldNoGoroutine(t *testing.T) {
+	e := newEnv(t)
+	e.createPool(&tollgatev1.Pool{Name: "api", Rate: 10, Burst: 1, MaxWaiters: 2000})
+	s := e.session()
+	if r := s.call(takeReq(1, &tollgatev1.TakeRequest{Pool: "api"})); r.GetTake().GetTokens() != 1 {
+		t.Fatalf("first take = %v", r)
+	}
+	before := runtime.NumGoroutine()
+	const n = 1000
+	for i := uint64(2); i < 2+n; i++ {
+		s.send(takeReq(i, &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(time.Hour)}))
+	}
+	waitFor(t, "the takes to wait", func() bool { return e.srv.quotas.Waiters() == n })
+	if grew := runtime.NumGoroutine() - before; grew > n/10 {
+		t.Fatalf("%d waiting takes added %d goroutines", n, grew)
+	}
+	s.send(cancelReq(2+n, 2))
+	wantSessionError(t, s.next(), codes.Canceled, limiter.ReasonCanceled)
+	e.clock.Advance(200 * time.Millisecond) // take 3's token
+	if r := s.next(); r.GetRequestId() != 3 || r.GetTake().GetTokens() != 1 || r.GetTake().GetWaited().AsDuration() != 200*time.Millisecond {
+		t.Fatalf("got %v, want take 3 granted after 200ms", r)
+	}
+	s.cancel()
+	waitFor(t, "the waits to go", func() bool { return e.srv.quotas.Waiters() == 0 })
+	if st := e.status("api"); st.GetCanceled() != n-1 {
+		t.Fatalf("status = %v, want %d takes cancelled", st, n-1)
+	}
+}

@@ -132,33 +132,50 @@ func (c *Calls) Renew(ctx context.Context, req *tollgatev1.RenewRequest, owner a
 // by the time left until ctx's deadline; with neither, the tokens must be
 // available at once.
 func (c *Calls) Take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter.TakeResult, error) {
+	pool, tokens, maxWait, err := takeArgs(ctx, req)
+	if err != nil {
+		return limiter.TakeResult{}, err
+	}
+	return c.takeTraced(ctx, pool, tokens, maxWait, req.GetTraceContext())
+}
+
+// StartTake is Take, untraced, without the wait: it returns the outcome
+// of a take that needs no wait, or else the wait (which Waits), whose
+// outcome Notify must then learn, once. ctx names the caller, and its
+// deadline bounds the wait as Take's does.
+func (c *Calls) StartTake(ctx context.Context, req *tollgatev1.TakeRequest) (limiter.TakeResult, TakeWait, error) {
+	pool, tokens, maxWait, err := takeArgs(ctx, req)
+	if err != nil {
+		return limiter.TakeResult{}, TakeWait{}, err
+	}
+	return c.startTakeCounted(ctx, pool, tokens, maxWait)
+}
+
+// takeArgs validates a take request and works out its wait: max_wait if
+// set, capped by the time left until ctx's deadline.
+func takeArgs(ctx context.Context, req *tollgatev1.TakeRequest) (pool string, tokens int64, maxWait time.Duration, err error) {
 	if req == nil {
 		req = &tollgatev1.TakeRequest{}
 	}
 	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
-		return limiter.TakeResult{}, err
+		return "", 0, 0, err
 	}
-	tokens, err := apiconv.CountArg("tokens", req.Tokens)
-	if err != nil {
-		return limiter.TakeResult{}, err
+	if tokens, err = apiconv.CountArg("tokens", req.Tokens); err != nil {
+		return "", 0, 0, err
 	}
-	maxWait, err := poolconv.Duration("max_wait", req.GetMaxWait())
-	if err != nil {
-		return limiter.TakeResult{}, err
+	if maxWait, err = poolconv.Duration("max_wait", req.GetMaxWait()); err != nil {
+		return "", 0, 0, err
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		left := time.Until(dl)
-		if left < 0 {
-			left = 0
-		}
+		left := max(time.Until(dl), 0)
 		if req.GetMaxWait() == nil || left < maxWait {
 			maxWait = left
 		}
 	}
 	if err := tracing.CheckContext(req.GetTraceContext()); err != nil {
-		return limiter.TakeResult{}, err
+		return "", 0, 0, err
 	}
-	return c.takeTraced(ctx, req.GetPool(), tokens, maxWait, req.GetTraceContext())
+	return req.GetPool(), tokens, maxWait, nil
 }
 
 // AcquireTraced is acquireCounted in a span under the caller's trace
@@ -289,24 +306,76 @@ func (c countedAcquire) finish(lease limiter.Lease, err error) (limiter.Lease, e
 // Limits.MaxTakeWait is cut to it, and a take refused only because of
 // that cut says so.
 func (c *Calls) takeCounted(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
+	res, w, err := c.startTakeCounted(ctx, pool, tokens, maxWait)
+	if w.Waits() {
+		return w.c.finish(w.w.Await(ctx))
+	}
+	return res, err
+}
+
+// startTakeCounted is takeCounted without the wait, as StartTake is.
+func (c *Calls) startTakeCounted(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, TakeWait, error) {
 	key := c.Auth().Identify(ctx).ClientKey("")
 	if err := c.Quotas.BeginAcquire(key); err != nil {
-		return limiter.TakeResult{}, err
+		return limiter.TakeResult{}, TakeWait{}, err
 	}
-	defer c.Quotas.EndAcquire(key, nil)
 	if err := c.Quotas.BeginWait(); err != nil {
-		return limiter.TakeResult{}, err
+		c.Quotas.EndAcquire(key, nil)
+		return limiter.TakeResult{}, TakeWait{}, err
 	}
-	defer c.Quotas.EndWait()
-	asked, capped := maxWait, false
+	ct := countedTake{calls: c, key: key, pool: pool, tokens: tokens, asked: maxWait}
 	if most := c.Limits.MaxTakeWait; most > 0 && maxWait > most {
-		maxWait, capped = most, true
+		maxWait, ct.capped = most, true
 	}
-	res, err := c.Engine().Take(ctx, pool, tokens, maxWait)
-	if le := (*limiter.Error)(nil); capped && errors.As(err, &le) && le.Reason == limiter.ReasonRateLimited && le.RetryAfter <= asked {
+	res, w, err := c.Engine().StartTake(pool, tokens, maxWait)
+	if w == nil {
+		res, err = ct.finish(res, err)
+		return res, TakeWait{}, err
+	}
+	return limiter.TakeResult{}, TakeWait{c: ct, w: w}, nil
+}
+
+// TakeWait is a take of StartTake that waits, kept by value in whatever
+// keeps the wait (one record per waiter).
+type TakeWait struct {
+	c countedTake
+	w *limiter.TakeWait
+}
+
+// Waits reports whether the take waits (the zero TakeWait does not).
+func (tw *TakeWait) Waits() bool { return tw.w != nil }
+
+// Notify has done called with the wait's outcome, its counts ended, as
+// limiter.TakeWait.Notify does.
+func (tw *TakeWait) Notify(done func(limiter.TakeResult, error)) {
+	c := tw.c
+	tw.w.Notify(func(res limiter.TakeResult, err error) { done(c.finish(res, err)) })
+}
+
+// Cancel gives up a notified wait as limiter.TakeWait.Cancel does.
+func (tw *TakeWait) Cancel(cause error) { tw.w.Cancel(cause) }
+
+// countedTake is a take that startTakeCounted counted.
+type countedTake struct {
+	calls  *Calls
+	key    string
+	pool   string
+	tokens int64
+	asked  time.Duration // the wait asked for, before Limits.MaxTakeWait
+	capped bool          // the wait was cut to Limits.MaxTakeWait
+}
+
+// finish ends the counts of the take's progress, given its outcome; a
+// take refused only because its wait was cut to Limits.MaxTakeWait says
+// so.
+func (ct countedTake) finish(res limiter.TakeResult, err error) (limiter.TakeResult, error) {
+	c := ct.calls
+	c.Quotas.EndWait()
+	c.Quotas.EndAcquire(ct.key, nil)
+	if le := (*limiter.Error)(nil); ct.capped && errors.As(err, &le) && le.Reason == limiter.ReasonRateLimited && le.RetryAfter <= ct.asked {
 		ce := c.Quotas.Exhausted(limits.KindTakeWait, le.Reason,
 			"pool %q would have %d tokens in %v, longer than the server lets a take wait (%v, its --max-take-wait); retry after that, or ask the operator to raise --max-take-wait",
-			pool, tokens, le.RetryAfter, c.Limits.MaxTakeWait)
+			ct.pool, ct.tokens, le.RetryAfter, c.Limits.MaxTakeWait)
 		ce.RetryAfter = le.RetryAfter
 		return res, ce
 	}

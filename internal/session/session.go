@@ -55,16 +55,16 @@ func (r *Streams) Serve(stream tollgatev1.LimiterService_SessionServer, clientUn
 
 // session is one Session stream. The handler goroutine is the only one that
 // calls stream.Send (writeLoop); a reader goroutine receives and dispatches
-// requests. An acquire granted (or refused) at once is answered inline by
-// the reader; one that waits is a record in its pool's queue, answered by
-// the engine's callback (queueWait); a traced acquire and every take run
-// in a worker goroutine with a context derived from the stream's, which a
-// CancelRequest or the end of the stream cancels, and end once their
-// answer is queued: queuing never blocks (send), the queue being bounded
-// by Streams.MaxUnread. Release, renew and hello are answered inline by the
-// reader. The session is the
-// Owner of the leases acquired or renewed on it, so the engine's
-// OnLeaseEnded reaches pushEvent.
+// requests. An acquire or take decided at once is answered inline by the
+// reader; an acquire that waits is a record in its pool's queue
+// (queueWait), and a take that waits a record with the engine's timer
+// (queueTake), each answered by the engine's callback. Only traced acquires
+// and takes run in a worker goroutine, with a context derived from the
+// stream's, which a CancelRequest or the end of the stream cancels; they
+// end once their answer is queued. Queuing never blocks (send), the queue
+// being bounded by Streams.MaxUnread. Release, renew and hello are answered
+// inline by the reader. The session is the Owner of the leases acquired or
+// renewed on it, so the engine's OnLeaseEnded reaches pushEvent.
 type session struct {
 	streams *Streams
 	host    Host
@@ -111,21 +111,30 @@ type session struct {
 	helloID      string // clientID as hello set it, for other goroutines
 }
 
-// pendingReq is an acquire or take in a worker (cancel), or an acquire
-// waiting in its pool's queue (wait).
+// pendingReq is an acquire or take in a worker (cancel), an acquire
+// waiting in its pool's queue (wait), or a take waiting for its reserved
+// tokens (take).
 type pendingReq struct {
 	cancel context.CancelFunc
 	wait   *sessionWait
+	take   *sessionTake
 }
 
 // stop gives the request up.
 func (p pendingReq) stop() {
-	if p.wait != nil {
+	switch {
+	case p.wait != nil:
 		p.wait.cw.Cancel(context.Canceled)
-		return
+	case p.take != nil:
+		p.take.tw.Cancel(context.Canceled)
+	default:
+		p.cancel()
 	}
-	p.cancel()
 }
+
+// record reports whether the request is a record (a wait or a take) rather
+// than a worker.
+func (p pendingReq) record() bool { return p.wait != nil || p.take != nil }
 
 func newSession(r *Streams, stream tollgatev1.LimiterService_SessionServer) *session {
 	// The stream's requests all come from one caller: identify it once.
@@ -231,7 +240,7 @@ func (s *session) close(err error) {
 	s.events = nil
 	var waits []pendingReq
 	for _, p := range s.pending {
-		if p.wait != nil {
+		if p.record() {
 			waits = append(waits, p)
 		}
 	}
@@ -530,12 +539,31 @@ func (s *session) mayStart(id uint64) bool {
 	return !closed && !full
 }
 
-// startTake validates a take and runs it in a worker.
+// startTake validates a take and answers it on the reader when it needs
+// no wait; one that waits is a record with a timer (queueTake), and only a
+// traced take gets a worker.
 func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 	if err := apiconv.CheckPoolName("pool", r.GetPool()); err != nil {
 		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
+	if s.calls.Tracing != nil {
+		s.takeInWorker(id, r)
+		return
+	}
+	if !s.mayStart(id) {
+		return
+	}
+	res, wait, err := s.calls.StartTake(s.ctx, r)
+	if wait.Waits() {
+		s.queueTake(id, wait, r.GetPool())
+		return
+	}
+	s.answerTake(id, res, err, r.GetPool())
+}
+
+// takeInWorker runs a traced take in a worker goroutine.
+func (s *session) takeInWorker(id uint64, r *tollgatev1.TakeRequest) {
 	ctx, cancel, ok := s.register(id)
 	if !ok {
 		return
@@ -545,12 +573,57 @@ func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 		defer s.recoverWorker(id, "Session.take")
 		res, err := s.calls.Take(ctx, r)
 		s.unregister(id, cancel)
-		if err != nil {
-			s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
-			return
-		}
-		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Take{Take: &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}}})
+		s.answerTake(id, res, err, r.GetPool())
 	}()
+}
+
+// sessionTake is a take of a session waiting for its reserved tokens: one
+// record and the engine's timer, with no goroutine.
+type sessionTake struct {
+	s    *session
+	id   uint64
+	pool string
+	tw   holder.TakeWait
+}
+
+// queueTake keeps a take that waits as a record: the engine calls back
+// with the outcome, which is answered then. A CancelRequest or the end of
+// the session gives it up.
+func (s *session) queueTake(id uint64, wait holder.TakeWait, pool string) {
+	st := &sessionTake{s: s, id: id, pool: pool, tw: wait}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		wait.Notify(func(limiter.TakeResult, error) {})
+		wait.Cancel(context.Canceled)
+		return
+	}
+	s.pending[id] = pendingReq{take: st}
+	s.inflight++
+	s.mu.Unlock()
+	wait.Notify(st.done)
+}
+
+// done answers the take's outcome.
+func (st *sessionTake) done(res limiter.TakeResult, err error) {
+	s := st.s
+	s.mu.Lock()
+	delete(s.pending, st.id)
+	s.mu.Unlock()
+	s.answerTake(st.id, res, err, st.pool)
+	s.mu.Lock()
+	s.inflight--
+	s.maybeFinishLocked()
+	s.mu.Unlock()
+}
+
+// answerTake queues the answer to a take.
+func (s *session) answerTake(id uint64, res limiter.TakeResult, err error, pool string) {
+	if err != nil {
+		s.answerErr(id, err, refuse.About{Pool: pool})
+		return
+	}
+	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Take{Take: &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}}})
 }
 
 // register records an unanswered worker request under id and returns its
