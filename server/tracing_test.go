@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -166,5 +167,67 @@ func TestTraceContextBounded(t *testing.T) {
 		wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)
 		_, err = e.lim.Take(e.ctx(), &tollgatev1.TakeRequest{Pool: "db", TraceContext: tc})
 		wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)
+	}
+}
+
+// Traced acquires and takes that wait on a Session stream are records like
+// untraced ones: no goroutine each. Each span ends with its wait's
+// outcome, under the caller's trace: at the grant, or when the stream ends.
+func TestTracingSessionWaitsHoldNoGoroutine(t *testing.T) {
+	e, rec := newTracedEnv(t)
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1, MaxWaiters: 1000})
+	e.createPool(&tollgatev1.Pool{Name: "api", Rate: 10, Burst: 1, MaxWaiters: 1000})
+	_, caller, carrier := callerSpan(t)
+	s := e.session()
+	first := s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db", TraceContext: carrier})).GetAcquire().GetLease()
+	if r := s.call(takeReq(2, &tollgatev1.TakeRequest{Pool: "api", TraceContext: carrier})); r.GetTake() == nil {
+		t.Fatalf("first take = %v", r)
+	}
+	before := runtime.NumGoroutine()
+	const n = 200
+	for i := range uint64(n) {
+		s.send(acquireReq(100+i, &tollgatev1.AcquireRequest{Pool: "db", TraceContext: carrier}))
+		s.send(takeReq(1000+i, &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(time.Hour), TraceContext: carrier}))
+	}
+	waitFor(t, "the acquires and takes to wait", func() bool { return e.srv.quotas.Waiters() == 2*n })
+	if grew := runtime.NumGoroutine() - before; grew > n/5 {
+		t.Fatalf("%d traced waits added %d goroutines", 2*n, grew)
+	}
+	s.send(releaseReq(3, "db", first.GetId()))
+	for got := 0; got < 2; got++ {
+		if r := s.next(); r.GetRequestId() != 3 && r.GetAcquire().GetLease() == nil {
+			t.Fatalf("got %v, want the release's answer and acquire 100's grant", r)
+		}
+	}
+	granted := 0
+	for _, sp := range spansNamed(rec, "tollgate.Acquire") {
+		if attrs(sp)[tracing.AttrOutcome].AsString() == "granted" {
+			granted++
+		}
+	}
+	if granted != 2 {
+		t.Fatalf("%d granted acquire spans ended, want 2 (the first and the first waiter)", granted)
+	}
+	s.cancel()
+	waitFor(t, "the waits to go", func() bool { return e.srv.quotas.Waiters() == 0 })
+	waitFor(t, "every span to end", func() bool {
+		return len(spansNamed(rec, "tollgate.Acquire")) == n+1 && len(spansNamed(rec, "tollgate.Take")) == n+1
+	})
+	for _, name := range []string{"tollgate.Acquire", "tollgate.Take"} {
+		ended := 0
+		for _, sp := range spansNamed(rec, name) {
+			if sp.SpanContext().TraceID() != caller.TraceID() {
+				t.Fatalf("%s span %v is not in the caller's trace", name, sp.SpanContext())
+			}
+			if attrs(sp)[tracing.AttrOutcome].AsString() != "granted" {
+				ended++
+				if sp.Status().Code != codes.Error {
+					t.Errorf("%s span of a cancelled wait has status %v", name, sp.Status())
+				}
+			}
+		}
+		if want := n - 1; name == "tollgate.Take" && ended != n || name == "tollgate.Acquire" && ended != want {
+			t.Errorf("%d %s spans ended without a grant", ended, name)
+		}
 	}
 }

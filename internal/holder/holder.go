@@ -7,8 +7,8 @@
 //
 // It may import the engine (limiter), the wire types, internal/apiconv,
 // internal/auth, internal/leaseid, internal/limits, internal/metrics,
-// internal/poolconv, internal/refuse and internal/tracing; nothing of the
-// server, which hands it what it needs in Calls.
+// internal/poolconv, internal/refuse, internal/tracing and OpenTelemetry's
+// trace API; nothing of the server, which hands it what it needs in Calls.
 package holder
 
 import (
@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Calls is a holder's calls on the engine the server serves. Its fields
@@ -58,7 +59,7 @@ func (c *Calls) Acquire(ctx context.Context, req *tollgatev1.AcquireRequest, own
 		ar.ClientID = defaultClientID
 	}
 	ar.Owner = owner
-	lease, err := c.AcquireTraced(ctx, ar, req.GetTraceContext())
+	lease, err := c.acquire(ctx, ar, req.GetTraceContext())
 	if err != nil {
 		return limiter.Lease{}, err
 	}
@@ -136,9 +137,10 @@ func (c *Calls) Take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter.
 	if err != nil {
 		return limiter.TakeResult{}, err
 	}
-	return c.takeTraced(ctx, pool, tokens, maxWait, req.GetTraceContext())
+	return c.take(ctx, pool, tokens, maxWait, req.GetTraceContext())
 }
 
+// StartTake is Take without the wait: it returns the outcome
 // StartTake is Take, untraced, without the wait: it returns the outcome
 // of a take that needs no wait, or else the wait (which Waits), whose
 // outcome Notify must then learn, once. ctx names the caller, and its
@@ -148,7 +150,7 @@ func (c *Calls) StartTake(ctx context.Context, req *tollgatev1.TakeRequest) (lim
 	if err != nil {
 		return limiter.TakeResult{}, TakeWait{}, err
 	}
-	return c.startTakeCounted(ctx, pool, tokens, maxWait)
+	return c.startTake(ctx, pool, tokens, maxWait, req.GetTraceContext())
 }
 
 // takeArgs validates a take request and works out its wait: max_wait if
@@ -178,60 +180,41 @@ func takeArgs(ctx context.Context, req *tollgatev1.TakeRequest) (pool string, to
 	return req.GetPool(), tokens, maxWait, nil
 }
 
-// AcquireTraced is acquireCounted in a span under the caller's trace
-// context tc (if any).
-func (c *Calls) AcquireTraced(ctx context.Context, ar limiter.AcquireRequest, tc map[string]string) (limiter.Lease, error) {
-	if c.Tracing == nil {
-		return c.acquireCounted(ctx, ar)
-	}
-	ctx, span := c.Tracing.Start(ctx, "tollgate.Acquire", tc, tracing.AttrPool.String(ar.Pool), tracing.AttrWeight.Int64(ar.Weight))
-	start := c.Engine().Clock().Now()
-	lease, err := c.acquireCounted(ctx, ar)
-	tracing.End(span, err, tracing.AttrWaitMS.Float64(float64(c.Engine().Clock().Now().Sub(start))/1e6), tracing.AttrToken.Int64(int64(lease.FencingToken)))
-	return lease, err
-}
-
-// takeTraced is takeCounted in a span under the caller's trace context tc
-// (if any).
-func (c *Calls) takeTraced(ctx context.Context, pool string, tokens int64, maxWait time.Duration, tc map[string]string) (limiter.TakeResult, error) {
-	if c.Tracing == nil {
-		return c.takeCounted(ctx, pool, tokens, maxWait)
-	}
-	ctx, span := c.Tracing.Start(ctx, "tollgate.Take", tc, tracing.AttrPool.String(pool), tracing.AttrTokens.Int64(tokens))
-	res, err := c.takeCounted(ctx, pool, tokens, maxWait)
-	tracing.End(span, err, tracing.AttrWaitMS.Float64(float64(res.Waited)/1e6))
-	return res, err
-}
-
-// acquireCounted calls the engine's Acquire for ar, counted against
-// Limits.MaxClientLeases (for the caller's client key) and
-// Limits.MaxWaiters while it is in progress, and records its wait in the
-// pool's wait-time histogram when it is granted. A granted lease counts
-// against its client until ReleaseLease or the engine's OnLeaseEnded ends
-// it. An unauthenticated caller chooses its client_id, so while it waits
-// its acquire counts against its connection as well, like a take.
-func (c *Calls) acquireCounted(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, error) {
-	lease, wait, err := c.StartAcquire(ctx, ar)
+// acquire calls the engine's Acquire for ar as StartAcquire does, and
+// waits for the outcome while ctx allows.
+func (c *Calls) acquire(ctx context.Context, ar limiter.AcquireRequest, tc map[string]string) (limiter.Lease, error) {
+	lease, wait, err := c.StartAcquire(ctx, ar, tc)
 	if wait.Waits() {
 		return wait.Await(ctx)
 	}
 	return lease, err
 }
 
-// StartAcquire is acquireCounted without the wait: it returns the
-// outcome of an acquire that needs no wait, or else the wait (which
-// Waits), whose outcome Await or Notify must then learn, once. ctx only
-// names the caller.
-func (c *Calls) StartAcquire(ctx context.Context, ar limiter.AcquireRequest) (limiter.Lease, Wait, error) {
+// StartAcquire is the engine's StartAcquire for ar, counted against
+// Limits.MaxClientLeases (for the caller's client key) and
+// Limits.MaxWaiters while it is in progress, its wait recorded in the
+// pool's wait-time histogram when it is granted, and with tracing on in a
+// span under the caller's trace context tc, ended with the outcome. It
+// returns the outcome of an acquire that needs no wait, or else the wait
+// (which Waits), whose outcome Await or Notify must then learn, once. ctx
+// only names the caller (and parents the span). A granted lease counts
+// against its client until ReleaseLease or the engine's OnLeaseEnded ends
+// it. An unauthenticated caller chooses its client_id, so while it waits
+// its acquire counts against its connection as well, like a take.
+func (c *Calls) StartAcquire(ctx context.Context, ar limiter.AcquireRequest, tc map[string]string) (limiter.Lease, Wait, error) {
+	ca := countedAcquire{calls: c, start: c.Engine().Clock().Now()}
+	if c.Tracing != nil {
+		_, ca.span = c.Tracing.Start(ctx, "tollgate.Acquire", tc, tracing.AttrPool.String(ar.Pool), tracing.AttrWeight.Int64(ar.Weight))
+	}
 	id := c.Auth().Identify(ctx)
 	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
 	if err := c.Quotas.BeginAcquire(key); err != nil {
-		return limiter.Lease{}, Wait{}, err
+		return limiter.Lease{}, Wait{}, ca.refused(err)
 	}
 	if connKey != key {
 		if err := c.Quotas.BeginAcquire(connKey); err != nil {
 			c.Quotas.EndAcquire(key, nil)
-			return limiter.Lease{}, Wait{}, err
+			return limiter.Lease{}, Wait{}, ca.refused(err)
 		}
 	}
 	if err := c.Quotas.BeginWait(); err != nil {
@@ -239,9 +222,9 @@ func (c *Calls) StartAcquire(ctx context.Context, ar limiter.AcquireRequest) (li
 		if connKey != key {
 			c.Quotas.EndAcquire(connKey, nil)
 		}
-		return limiter.Lease{}, Wait{}, err
+		return limiter.Lease{}, Wait{}, ca.refused(err)
 	}
-	ca := countedAcquire{calls: c, key: key, connKey: connKey, start: c.Engine().Clock().Now()}
+	ca.key, ca.connKey = key, connKey
 	lease, w, err := c.Engine().StartAcquire(ar)
 	if w == nil {
 		lease, err = ca.finish(lease, err)
@@ -272,7 +255,8 @@ func (cw *Wait) Waits() bool { return cw.w != nil }
 // does; done must pass it through Finish.
 func (cw *Wait) Notify(done func(limiter.Lease, error)) { cw.w.Notify(done) }
 
-// Finish ends the counts of the wait, given the outcome Notify delivered.
+// Finish ends the counts (and the span) of the wait, given the outcome
+// Notify delivered.
 func (cw *Wait) Finish(lease limiter.Lease, err error) (limiter.Lease, error) {
 	return cw.c.finish(lease, err)
 }
@@ -282,9 +266,11 @@ type countedAcquire struct {
 	calls        *Calls
 	key, connKey string
 	start        time.Time
+	span         trace.Span // nil: not traced
 }
 
-// finish ends the counts of the acquire's progress, given its outcome.
+// finish ends the counts of the acquire's progress, and its span, given
+// its outcome.
 func (c countedAcquire) finish(lease limiter.Lease, err error) (limiter.Lease, error) {
 	q := c.calls.Quotas
 	q.EndWait()
@@ -293,37 +279,56 @@ func (c countedAcquire) finish(lease limiter.Lease, err error) (limiter.Lease, e
 	}
 	if err != nil {
 		q.EndAcquire(c.key, nil)
-		return limiter.Lease{}, err
+		return limiter.Lease{}, c.refused(err)
 	}
 	q.EndAcquire(c.key, &lease)
-	c.calls.Metrics.Waits.Observe(lease.Pool, lease.AcquireTime.Sub(c.start))
+	waited := lease.AcquireTime.Sub(c.start)
+	c.calls.Metrics.Waits.Observe(lease.Pool, waited)
+	if c.span != nil {
+		tracing.End(c.span, nil, tracing.AttrWaitMS.Float64(float64(waited)/1e6), tracing.AttrToken.Int64(int64(lease.FencingToken)))
+	}
 	return lease, nil
 }
 
-// takeCounted calls the engine's Take, counted against
-// Limits.MaxClientLeases (for the caller's client key, as an acquire is)
-// and Limits.MaxWaiters while it is in progress. A maxWait past
-// Limits.MaxTakeWait is cut to it, and a take refused only because of
-// that cut says so.
-func (c *Calls) takeCounted(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
-	res, w, err := c.startTakeCounted(ctx, pool, tokens, maxWait)
+// refused ends the span of an acquire that failed with err, and returns
+// err.
+func (c countedAcquire) refused(err error) error {
+	if c.span != nil {
+		tracing.End(c.span, err, tracing.AttrWaitMS.Float64(float64(c.calls.Engine().Clock().Now().Sub(c.start))/1e6), tracing.AttrToken.Int64(0))
+	}
+	return err
+}
+
+// take calls the engine's Take as StartTake does, and waits for the
+// outcome while ctx allows.
+func (c *Calls) take(ctx context.Context, pool string, tokens int64, maxWait time.Duration, tc map[string]string) (limiter.TakeResult, error) {
+	res, w, err := c.startTake(ctx, pool, tokens, maxWait, tc)
 	if w.Waits() {
 		return w.c.finish(w.w.Await(ctx))
 	}
 	return res, err
 }
 
-// startTakeCounted is takeCounted without the wait, as StartTake is.
-func (c *Calls) startTakeCounted(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, TakeWait, error) {
+// startTake calls the engine's StartTake, counted against
+// Limits.MaxClientLeases (for the caller's client key, as an acquire is)
+// and Limits.MaxWaiters while it is in progress, and with tracing on in a
+// span under the caller's trace context tc, ended with the outcome. A
+// maxWait past Limits.MaxTakeWait is cut to it, and a take refused only
+// because of that cut says so.
+func (c *Calls) startTake(ctx context.Context, pool string, tokens int64, maxWait time.Duration, tc map[string]string) (limiter.TakeResult, TakeWait, error) {
+	ct := countedTake{calls: c, pool: pool, tokens: tokens, asked: maxWait}
+	if c.Tracing != nil {
+		_, ct.span = c.Tracing.Start(ctx, "tollgate.Take", tc, tracing.AttrPool.String(pool), tracing.AttrTokens.Int64(tokens))
+	}
 	key := c.Auth().Identify(ctx).ClientKey("")
 	if err := c.Quotas.BeginAcquire(key); err != nil {
-		return limiter.TakeResult{}, TakeWait{}, err
+		return limiter.TakeResult{}, TakeWait{}, ct.ended(limiter.TakeResult{}, err)
 	}
 	if err := c.Quotas.BeginWait(); err != nil {
 		c.Quotas.EndAcquire(key, nil)
-		return limiter.TakeResult{}, TakeWait{}, err
+		return limiter.TakeResult{}, TakeWait{}, ct.ended(limiter.TakeResult{}, err)
 	}
-	ct := countedTake{calls: c, key: key, pool: pool, tokens: tokens, asked: maxWait}
+	ct.key = key
 	if most := c.Limits.MaxTakeWait; most > 0 && maxWait > most {
 		maxWait, ct.capped = most, true
 	}
@@ -345,8 +350,8 @@ type TakeWait struct {
 // Waits reports whether the take waits (the zero TakeWait does not).
 func (tw *TakeWait) Waits() bool { return tw.w != nil }
 
-// Notify has done called with the wait's outcome, its counts ended, as
-// limiter.TakeWait.Notify does.
+// Notify has done called with the wait's outcome, its counts (and span)
+// ended, as limiter.TakeWait.Notify does.
 func (tw *TakeWait) Notify(done func(limiter.TakeResult, error)) {
 	c := tw.c
 	tw.w.Notify(func(res limiter.TakeResult, err error) { done(c.finish(res, err)) })
@@ -355,7 +360,7 @@ func (tw *TakeWait) Notify(done func(limiter.TakeResult, error)) {
 // Cancel gives up a notified wait as limiter.TakeWait.Cancel does.
 func (tw *TakeWait) Cancel(cause error) { tw.w.Cancel(cause) }
 
-// countedTake is a take that startTakeCounted counted.
+// countedTake is a take that startTake counted.
 type countedTake struct {
 	calls  *Calls
 	key    string
@@ -363,6 +368,7 @@ type countedTake struct {
 	tokens int64
 	asked  time.Duration // the wait asked for, before Limits.MaxTakeWait
 	capped bool          // the wait was cut to Limits.MaxTakeWait
+	span   trace.Span    // nil: not traced
 }
 
 // finish ends the counts of the take's progress, given its outcome; a
@@ -377,9 +383,17 @@ func (ct countedTake) finish(res limiter.TakeResult, err error) (limiter.TakeRes
 			"pool %q would have %d tokens in %v, longer than the server lets a take wait (%v, its --max-take-wait); retry after that, or ask the operator to raise --max-take-wait",
 			ct.pool, ct.tokens, le.RetryAfter, c.Limits.MaxTakeWait)
 		ce.RetryAfter = le.RetryAfter
-		return res, ce
+		err = ce
 	}
-	return res, err
+	return res, ct.ended(res, err)
+}
+
+// ended ends the take's span, if any, with its outcome, and returns err.
+func (ct countedTake) ended(res limiter.TakeResult, err error) error {
+	if ct.span != nil {
+		tracing.End(ct.span, err, tracing.AttrWaitMS.Float64(float64(res.Waited)/1e6))
+	}
+	return err
 }
 
 // ReleaseLease releases a lease on the engine, counting out (if not nil)

@@ -58,11 +58,10 @@ func (r *Streams) Serve(stream tollgatev1.LimiterService_SessionServer, clientUn
 // requests. An acquire or take decided at once is answered inline by the
 // reader; an acquire that waits is a record in its pool's queue
 // (queueWait), and a take that waits a record with the engine's timer
-// (queueTake), each answered by the engine's callback. Only traced acquires
-// and takes run in a worker goroutine, with a context derived from the
-// stream's, which a CancelRequest or the end of the stream cancels; they
-// end once their answer is queued. Queuing never blocks (send), the queue
-// being bounded by Streams.MaxUnread. Release, renew and hello are answered
+// (queueTake), each answered by the engine's callback, traced or not: no
+// request holds a goroutine. A CancelRequest or the end of the stream
+// gives a wait up. Queuing an answer never blocks (send), the queue being
+// bounded by Streams.MaxUnread. Release, renew and hello are answered
 // inline by the reader. The session is the Owner of the leases acquired or
 // renewed on it, so the engine's OnLeaseEnded reaches pushEvent.
 type session struct {
@@ -86,10 +85,9 @@ type session struct {
 	clientUnread *atomic.Int64
 	// unread counts this stream's answers queued or being sent.
 	unread atomic.Int64
-	// finished is closed once the client has half-closed and no worker
-	// is left.
+	// finished is closed once the client has half-closed and every
+	// acquire and take is answered.
 	finished chan struct{}
-	workers  sync.WaitGroup
 
 	// Owned by the reader goroutine.
 	clientID   string
@@ -101,9 +99,9 @@ type session struct {
 	batchAnswers atomic.Bool
 
 	mu           sync.Mutex
-	closed       bool                  // no new workers or events
-	pending      map[uint64]pendingReq // unanswered worker requests by id
-	inflight     int                   // workers that have not yet queued their answer
+	closed       bool                  // no new waits or events
+	pending      map[uint64]pendingReq // waiting acquires and takes by id
+	inflight     int                   // waits that have not yet queued their answer
 	eof          bool                  // the client half-closed
 	finishClosed bool
 	answers      []*tollgatev1.SessionResponse // queued for the writer
@@ -111,30 +109,21 @@ type session struct {
 	helloID      string // clientID as hello set it, for other goroutines
 }
 
-// pendingReq is an acquire or take in a worker (cancel), an acquire
-// waiting in its pool's queue (wait), or a take waiting for its reserved
-// tokens (take).
+// pendingReq is an acquire waiting in its pool's queue (wait) or a take
+// waiting for its reserved tokens (take).
 type pendingReq struct {
-	cancel context.CancelFunc
-	wait   *sessionWait
-	take   *sessionTake
+	wait *sessionWait
+	take *sessionTake
 }
 
 // stop gives the request up.
 func (p pendingReq) stop() {
-	switch {
-	case p.wait != nil:
+	if p.wait != nil {
 		p.wait.cw.Cancel(context.Canceled)
-	case p.take != nil:
-		p.take.tw.Cancel(context.Canceled)
-	default:
-		p.cancel()
+		return
 	}
+	p.take.tw.Cancel(context.Canceled)
 }
-
-// record reports whether the request is a record (a wait or a take) rather
-// than a worker.
-func (p pendingReq) record() bool { return p.wait != nil || p.take != nil }
 
 func newSession(r *Streams, stream tollgatev1.LimiterService_SessionServer) *session {
 	// The stream's requests all come from one caller: identify it once.
@@ -231,18 +220,16 @@ func (s *session) endStatus() error {
 	return status.FromContextError(cause).Err()
 }
 
-// close ends the session after the writer stopped: no new workers or
+// close ends the session after the writer stopped: no new waits or
 // events, waiting requests are cancelled, and leases granted but not sent
 // are released. Leases already delivered are not released.
 func (s *session) close(err error) {
 	s.mu.Lock()
 	s.closed = true
 	s.events = nil
-	var waits []pendingReq
+	waits := make([]pendingReq, 0, len(s.pending))
 	for _, p := range s.pending {
-		if p.record() {
-			waits = append(waits, p)
-		}
+		waits = append(waits, p)
 	}
 	s.mu.Unlock()
 	if err == nil {
@@ -252,7 +239,6 @@ func (s *session) close(err error) {
 	for _, p := range waits {
 		p.stop()
 	}
-	s.workers.Wait()
 	s.mu.Lock()
 	answers := s.answers
 	s.answers = nil
@@ -319,7 +305,7 @@ func (s *session) readLoop() {
 }
 
 // halfClosed records that the client sent its last request; the stream ends
-// once the workers in flight have answered.
+// once the acquires and takes in flight have answered.
 func (s *session) halfClosed() {
 	s.mu.Lock()
 	s.eof = true
@@ -415,7 +401,8 @@ func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 }
 
 // startAcquire validates an acquire and answers it on the reader when it
-// needs no wait; only an acquire that waits (or is traced) gets a worker.
+// needs no wait; one that waits is a record in its pool's queue
+// (queueWait).
 func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	ar, err := apiconv.AcquireFromProto(r)
 	if err != nil {
@@ -426,36 +413,15 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 		ar.ClientID = s.clientID
 	}
 	ar.Owner = s
-	if s.calls.Tracing != nil {
-		s.startWorker(id, "Session.acquire", func(ctx context.Context) (limiter.Lease, error) {
-			return s.calls.AcquireTraced(ctx, ar, r.GetTraceContext())
-		}, ar.Pool)
-		return
-	}
 	if !s.mayStart(id) {
 		return
 	}
-	lease, wait, err := s.calls.StartAcquire(s.ctx, ar)
+	lease, wait, err := s.calls.StartAcquire(s.ctx, ar, r.GetTraceContext())
 	if wait.Waits() {
 		s.queueWait(id, wait, ar.Pool)
 		return
 	}
 	s.answerAcquire(id, lease, err, ar.Pool, false)
-}
-
-// startWorker runs a traced acquire in a worker goroutine.
-func (s *session) startWorker(id uint64, op string, acquire func(context.Context) (limiter.Lease, error), pool string) {
-	ctx, cancel, ok := s.register(id)
-	if !ok {
-		return
-	}
-	go func() {
-		defer s.workerDone()
-		defer s.recoverWorker(id, op)
-		lease, err := acquire(ctx)
-		s.unregister(id, cancel)
-		s.answerAcquire(id, lease, err, pool, false)
-	}()
 }
 
 // sessionWait is an acquire of a session waiting in its pool's queue: one
@@ -540,15 +506,10 @@ func (s *session) mayStart(id uint64) bool {
 }
 
 // startTake validates a take and answers it on the reader when it needs
-// no wait; one that waits is a record with a timer (queueTake), and only a
-// traced take gets a worker.
+// no wait; one that waits is a record with the engine's timer (queueTake).
 func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 	if err := apiconv.CheckPoolName("pool", r.GetPool()); err != nil {
 		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
-		return
-	}
-	if s.calls.Tracing != nil {
-		s.takeInWorker(id, r)
 		return
 	}
 	if !s.mayStart(id) {
@@ -560,21 +521,6 @@ func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 		return
 	}
 	s.answerTake(id, res, err, r.GetPool())
-}
-
-// takeInWorker runs a traced take in a worker goroutine.
-func (s *session) takeInWorker(id uint64, r *tollgatev1.TakeRequest) {
-	ctx, cancel, ok := s.register(id)
-	if !ok {
-		return
-	}
-	go func() {
-		defer s.workerDone()
-		defer s.recoverWorker(id, "Session.take")
-		res, err := s.calls.Take(ctx, r)
-		s.unregister(id, cancel)
-		s.answerTake(id, res, err, r.GetPool())
-	}()
 }
 
 // sessionTake is a take of a session waiting for its reserved tokens: one
@@ -626,66 +572,10 @@ func (s *session) answerTake(id uint64, res limiter.TakeResult, err error, pool 
 	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Take{Take: &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}}})
 }
 
-// register records an unanswered worker request under id and returns its
-// context. It refuses (answering the request) past MaxPending, and
-// returns false without an answer once the session is closed.
-func (s *session) register(id uint64) (context.Context, context.CancelFunc, bool) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, nil, false
-	}
-	if s.inflight >= MaxPending {
-		s.mu.Unlock()
-		s.refuseTooMany(id)
-		return nil, nil, false
-	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	s.pending[id] = pendingReq{cancel: cancel}
-	s.inflight++
-	s.workers.Add(1)
-	s.mu.Unlock()
-	return ctx, cancel, true
-}
-
 // refuseTooMany answers request id that it is one past MaxPending.
 func (s *session) refuseTooMany(id uint64) {
 	s.answerErr(id, &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: limiter.ReasonTooManyRequests,
 		Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxPending)}, refuse.About{})
-}
-
-// unregister frees a worker request's id once its outcome is known, before
-// the answer is queued, so the client may reuse the id as soon as it sees
-// the answer.
-func (s *session) unregister(id uint64, cancel context.CancelFunc) {
-	s.mu.Lock()
-	delete(s.pending, id)
-	s.mu.Unlock()
-	cancel()
-}
-
-// workerDone ends a worker after its answer was queued (or dropped).
-func (s *session) workerDone() {
-	s.mu.Lock()
-	s.inflight--
-	s.maybeFinishLocked()
-	s.mu.Unlock()
-	s.workers.Done()
-}
-
-// recoverWorker turns a panic in a worker into an INTERNAL answer and a log
-// entry, so that no input can crash the server.
-func (s *session) recoverWorker(id uint64, op string) {
-	if p := recover(); p != nil {
-		s.mu.Lock()
-		if pr, ok := s.pending[id]; ok {
-			pr.cancel()
-			delete(s.pending, id)
-		}
-		s.mu.Unlock()
-		le := refuse.Classify(s.calls.Log, op, fmt.Errorf("panic: %v", p), refuse.About{})
-		s.answerErr(id, le, refuse.About{})
-	}
 }
 
 // cancelRequest cancels a waiting acquire or take; unknown ids (already
