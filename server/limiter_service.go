@@ -22,7 +22,7 @@ type limiterService struct {
 // the call's context ends. A lease granted after the caller has gone away is
 // released at once, so a caller that gives up never holds a permit.
 func (l *limiterService) Acquire(ctx context.Context, req *tollgatev1.AcquireRequest) (*tollgatev1.AcquireResponse, error) {
-	lease, err := l.srv.calls.Acquire(ctx, req, nil, "")
+	lease, err := l.srv.calls.Acquire(ctx, req)
 	if err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "Acquire", err, refuse.About{Pool: req.GetPool()})
 	}

@@ -46,24 +46,23 @@ type Calls struct {
 	Log     *slog.Logger
 }
 
-// Acquire validates req, calls the engine with owner (nil for unary calls)
-// and defaultClientID (used when req names no client), and releases a lease
-// granted when ctx is already done, so that it reports a cancelled or
-// timed-out call rather than a lease no one will use.
-func (c *Calls) Acquire(ctx context.Context, req *tollgatev1.AcquireRequest, owner any, defaultClientID string) (limiter.Lease, error) {
+// Acquire validates req and acquires for a unary call, waiting while ctx
+// allows. A lease granted when ctx is already done is released, so that
+// the call reports its cancellation or deadline rather than a lease no one
+// will use.
+func (c *Calls) Acquire(ctx context.Context, req *tollgatev1.AcquireRequest) (limiter.Lease, error) {
 	ar, err := apiconv.AcquireFromProto(req)
 	if err != nil {
 		return limiter.Lease{}, err
 	}
-	if ar.ClientID == "" {
-		ar.ClientID = defaultClientID
+	lease, wait, err := c.StartAcquire(ctx, ar, req.GetTraceContext())
+	if wait.Waits() {
+		lease, err = wait.Await(ctx)
 	}
-	ar.Owner = owner
-	lease, err := c.acquire(ctx, ar, req.GetTraceContext())
 	if err != nil {
 		return limiter.Lease{}, err
 	}
-	if cerr := ctx.Err(); cerr != nil && owner == nil {
+	if cerr := ctx.Err(); cerr != nil {
 		c.ReleaseQuietly(lease, "caller went away")
 		return limiter.Lease{}, cerr
 	}
@@ -137,7 +136,11 @@ func (c *Calls) Take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter.
 	if err != nil {
 		return limiter.TakeResult{}, err
 	}
-	return c.take(ctx, pool, tokens, maxWait, req.GetTraceContext())
+	res, w, err := c.startTake(ctx, pool, tokens, maxWait, req.GetTraceContext())
+	if w.Waits() {
+		return w.c.finish(w.w.Await(ctx))
+	}
+	return res, err
 }
 
 // StartTake is Take without the wait: it returns the outcome
@@ -178,16 +181,6 @@ func takeArgs(ctx context.Context, req *tollgatev1.TakeRequest) (pool string, to
 		return "", 0, 0, err
 	}
 	return req.GetPool(), tokens, maxWait, nil
-}
-
-// acquire calls the engine's Acquire for ar as StartAcquire does, and
-// waits for the outcome while ctx allows.
-func (c *Calls) acquire(ctx context.Context, ar limiter.AcquireRequest, tc map[string]string) (limiter.Lease, error) {
-	lease, wait, err := c.StartAcquire(ctx, ar, tc)
-	if wait.Waits() {
-		return wait.Await(ctx)
-	}
-	return lease, err
 }
 
 // StartAcquire is the engine's StartAcquire for ar, counted against
@@ -297,16 +290,6 @@ func (c countedAcquire) refused(err error) error {
 		tracing.End(c.span, err, tracing.AttrWaitMS.Float64(float64(c.calls.Engine().Clock().Now().Sub(c.start))/1e6), tracing.AttrToken.Int64(0))
 	}
 	return err
-}
-
-// take calls the engine's Take as StartTake does, and waits for the
-// outcome while ctx allows.
-func (c *Calls) take(ctx context.Context, pool string, tokens int64, maxWait time.Duration, tc map[string]string) (limiter.TakeResult, error) {
-	res, w, err := c.startTake(ctx, pool, tokens, maxWait, tc)
-	if w.Waits() {
-		return w.c.finish(w.w.Await(ctx))
-	}
-	return res, err
 }
 
 // startTake calls the engine's StartTake, counted against
