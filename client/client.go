@@ -58,6 +58,10 @@ import (
 // maxClientIDLen is the longest client id the server accepts.
 const maxClientIDLen = 256
 
+// flowWindow is the fixed HTTP/2 receive window of the Client's streams and
+// connections.
+const flowWindow = 1 << 20
+
 // Client is a connection to a Tollgate server (or a list of servers to fail
 // over between). It is safe for concurrent use. Create it with Dial and
 // call Close when done.
@@ -154,6 +158,10 @@ func Dial(target string, more ...Option) (*Client, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		grpc.WithChainUnaryInterceptor(unaryInterceptor(addrs)),
+		// Fixed flow-control windows turn grpc-go's bandwidth-delay
+		// estimate off, whose PING frames would go out with every burst of
+		// answers and come back; a Client's messages are small.
+		grpc.WithInitialWindowSize(flowWindow), grpc.WithInitialConnWindowSize(flowWindow),
 	)
 	dialOpts = append(dialOpts, o.dialOpts...)
 	conn, err := grpc.NewClient(grpcTarget, dialOpts...)

@@ -10,15 +10,18 @@ import (
 // connectionTimeout bounds a new connection's handshake (TLS and the
 // HTTP/2 preface); idleConnTimeout closes a connection that has had no
 // call in progress that long (grpc clients reconnect when they next
-// call).
+// call); flowWindow is the fixed HTTP/2 receive window of every stream and
+// connection.
 const (
 	connectionTimeout = 10 * time.Second
 	idleConnTimeout   = 5 * time.Minute
+	flowWindow        = 1 << 20
 )
 
 // serverOptions are the options GRPCServer builds every *grpc.Server with,
-// before the caller's: the interceptor chains, the keepalive policy and the
-// largest message the server receives (Limits.MaxRecvMsgSize).
+// before the caller's: the interceptor chains, the keepalive policy, the
+// flow-control windows and the largest message the server receives
+// (Limits.MaxRecvMsgSize).
 //
 // Interceptors run outermost first: metrics (so that refusals are counted
 // too), panic recovery, for unary calls the per-client rate (before
@@ -39,6 +42,13 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: idleConnTimeout}),
 		grpc.ConnectionTimeout(connectionTimeout),
+		// Fixed flow-control windows turn grpc-go's bandwidth-delay
+		// estimate off: its PING frames go out with the data received and
+		// come back, which costs every round trip of a small message
+		// frames, system calls and wake-ups. 1 MiB per stream and per
+		// connection is far more than the control plane's messages need,
+		// and less than the 16 MiB the estimate may grow the window to.
+		grpc.InitialWindowSize(flowWindow), grpc.InitialConnWindowSize(flowWindow),
 	}
 	if s.limits.MaxHeaderListSize > 0 {
 		opts = append(opts, grpc.MaxHeaderListSize(uint32(s.limits.MaxHeaderListSize)))
