@@ -67,7 +67,7 @@ func (c *Client) postRelease(k leaseKey) {
 func (c *Client) releaseAnswered(k leaseKey, a answer) {
 	pool, id := k.pool, k.id
 	switch se := a.resp.GetError(); {
-	case a.err != nil && isBroken(a.err):
+	case isBroken(a.err):
 		c.retryRelease(pool, id, a.err.Error())
 		return
 	case a.err != nil:

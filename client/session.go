@@ -75,7 +75,7 @@ func (e *brokenError) Unwrap() error { return e.cause }
 // isBroken reports whether err is (or wraps) a *brokenError.
 func isBroken(err error) bool {
 	var be *brokenError
-	return errors.As(err, &be)
+	return err != nil && errors.As(err, &be)
 }
 
 // op describes a request for roundTrip.
@@ -115,7 +115,7 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 		}
 		a, err := st.do(ctx, req, o)
 		switch {
-		case err != nil && isBroken(err):
+		case isBroken(err):
 			if ctx.Err() != nil {
 				return answer{}, ctx.Err()
 			}

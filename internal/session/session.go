@@ -439,16 +439,11 @@ type sessionWait struct {
 // answered then. A CancelRequest or the end of the session gives it up.
 func (s *session) queueWait(id uint64, wait holder.Wait, pool string) {
 	sw := &sessionWait{s: s, id: id, pool: pool, cw: wait}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.hold(id, pendingReq{wait: sw}) {
 		wait.Notify(sw.grantedAfterClose)
 		wait.Cancel(context.Canceled)
 		return
 	}
-	s.pending[id] = pendingReq{wait: sw}
-	s.inflight++
-	s.mu.Unlock()
 	wait.Notify(sw.done)
 }
 
@@ -456,14 +451,9 @@ func (s *session) queueWait(id uint64, wait holder.Wait, pool string) {
 func (sw *sessionWait) done(lease limiter.Lease, err error) {
 	s := sw.s
 	lease, err = sw.cw.Finish(lease, err)
-	s.mu.Lock()
-	delete(s.pending, sw.id)
-	s.mu.Unlock()
+	s.forget(sw.id)
 	s.answerAcquire(sw.id, lease, err, sw.pool, true)
-	s.mu.Lock()
-	s.inflight--
-	s.maybeFinishLocked()
-	s.mu.Unlock()
+	s.waitEnded()
 }
 
 // grantedAfterClose releases a wait's grant that raced with the session's
@@ -537,26 +527,45 @@ type sessionTake struct {
 // the session gives it up.
 func (s *session) queueTake(id uint64, wait holder.TakeWait, pool string) {
 	st := &sessionTake{s: s, id: id, pool: pool, tw: wait}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.hold(id, pendingReq{take: st}) {
 		wait.Notify(func(limiter.TakeResult, error) {})
 		wait.Cancel(context.Canceled)
 		return
 	}
-	s.pending[id] = pendingReq{take: st}
-	s.inflight++
-	s.mu.Unlock()
 	wait.Notify(st.done)
 }
 
 // done answers the take's outcome.
 func (st *sessionTake) done(res limiter.TakeResult, err error) {
 	s := st.s
-	s.mu.Lock()
-	delete(s.pending, st.id)
-	s.mu.Unlock()
+	s.forget(st.id)
 	s.answerTake(st.id, res, err, st.pool)
+	s.waitEnded()
+}
+
+// hold records a waiting acquire or take under id; once the session is
+// closed it records nothing and reports false.
+func (s *session) hold(id uint64, p pendingReq) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.pending[id] = p
+	s.inflight++
+	return true
+}
+
+// forget frees the id of a wait whose outcome is known, before its answer
+// is queued, so that the client may reuse the id once it sees the answer.
+func (s *session) forget(id uint64) {
+	s.mu.Lock()
+	delete(s.pending, id)
+	s.mu.Unlock()
+}
+
+// waitEnded ends a wait after its answer was queued (or dropped).
+func (s *session) waitEnded() {
 	s.mu.Lock()
 	s.inflight--
 	s.maybeFinishLocked()
