@@ -17,6 +17,7 @@ type QueuedAcquire struct {
 	Position int64
 	Weight   int64
 	Priority int32
+	ClientID string // the acquire's client id; "" when it gave none
 	// Waited is how long it has waited, by the engine's clock.
 	Waited time.Duration
 }
@@ -46,11 +47,36 @@ func (e *Engine) QueuePositions(pool, clientID string) ([]QueuedAcquire, int64, 
 				pos++
 			}
 		}
-		out = append(out, QueuedAcquire{Position: pos, Weight: w.g.weight, Priority: w.g.priority, Waited: now.Sub(w.enqueued)})
+		out = append(out, QueuedAcquire{Position: pos, ClientID: clientID, Weight: w.g.weight, Priority: w.g.priority, Waited: now.Sub(w.enqueued)})
 	}
 	slices.SortFunc(out, func(a, b QueuedAcquire) int { return int(a.Position - b.Position) })
 	if len(out) > MaxQueuePositions {
 		out = out[:MaxQueuePositions]
+	}
+	return out, int64(len(p.waiters)), nil
+}
+
+// MaxListWaiters bounds how many acquires ListWaiters returns.
+const MaxListWaiters = 100
+
+// ListWaiters returns the first limit acquires waiting in pool's queue, in
+// grant order (at most MaxListWaiters), and how many wait in all. It costs
+// O(limit log limit) under the pool's lock, whatever the queue's length.
+// Errors: ErrInvalidArgument, ErrPoolNotFound.
+func (e *Engine) ListWaiters(pool string, limit int) ([]QueuedAcquire, int64, error) {
+	if limit < 1 || limit > MaxListWaiters {
+		return nil, 0, errorf(ErrInvalidArgument, "limit is %d; give 1 to %d", limit, MaxListWaiters)
+	}
+	p, err := e.lockPool(pool)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer p.unlock()
+	now := e.clock.Now()
+	first := p.waiters.first(limit)
+	out := make([]QueuedAcquire, len(first))
+	for i, w := range first {
+		out[i] = QueuedAcquire{Position: int64(i + 1), ClientID: w.g.clientID, Weight: w.g.weight, Priority: w.g.priority, Waited: now.Sub(w.enqueued)}
 	}
 	return out, int64(len(p.waiters)), nil
 }

@@ -14,12 +14,13 @@ import (
 //	GET /             the status page (pools, utilisation, recent events)
 //	GET /api/pools    pools with their configured limits and live status, as JSON
 //	GET /api/pools/{name}/leases  a pool's live leases (who holds what), as JSON
+//	GET /api/pools/{name}/waiters the acquires waiting in a pool's queue, in grant order, as JSON
 //	GET /api/events   recent events, newest first, as JSON
 //	GET /metrics      Prometheus metrics
 //	GET /healthz      200 while the process runs
 //	GET /readyz       200 while the server serves; 503 once shutdown starts
 //
-// On a server of a cluster that does not lead it, the two pool paths
+// On a server of a cluster that does not lead it, the pool paths
 // answer 503 with a JSON body naming the leader (reason NOT_LEADER), and
 // the status page says so.
 //

@@ -74,15 +74,15 @@ func TestStatusPageInChromium(t *testing.T) {
 	// orders-db is suspended, and has revoked one lease; api.example.com
 	// is neither.
 	for _, c := range []struct{ what, re string }{
-		{"orders-db's suspended badge", `data-pool="orders-db"[^>]*><td class="name">orders-db <span class="badge suspended"[^>]*>suspended</span>`},
+		{"orders-db's suspended badge", `data-pool="orders-db"[^>]*><td class="name"[^>]*>orders-db <span class="badge suspended"[^>]*>suspended</span>`},
 		{"orders-db's revoked count of 1", `data-pool="orders-db"[^>]*>.*?<td class="num revoked">1</td>`},
 		{"api.example.com's revoked count of 0", `data-pool="api.example.com"[^>]*>.*?<td class="num revoked">0</td>`},
 		{"the lease revoked event naming its operator", `lease revoked</span>.*?by 127\.0\.0\.1`},
-		{"replicas' instances", `data-pool="replicas"[^>]*><td class="name">replicas<span class="desc resources"[^>]*>active: 3 of 4 instances free</span>`},
+		{"replicas' instances", `data-pool="replicas"[^>]*><td class="name"[^>]*>replicas<span class="desc resources"[^>]*>active: 3 of 4 instances free</span>`},
 		{"replicas' utilisation of 1 of its 4 instances", `data-pool="replicas"[^>]*>.*?width: 25%`},
 		{"orders-db's wait p99 of 0 (every grant at once)", `data-pool="orders-db"[^>]*>.*?<td class="num wait"[^>]*>0</td>`},
-		{"busy's instances, none free", `data-pool="busy"[^>]*><td class="name">busy<span class="desc resources"[^>]*>active: 0 of 1 instances free</span>`},
-		{"api.example.com's rate bar, 30 of its burst of 40 spent", `data-pool="api.example.com".*?width: 75%.*?>10 / 40 tokens left<`},
+		{"busy's instances, none free", `data-pool="busy"[^>]*><td class="name"[^>]*>busy<span class="desc resources"[^>]*>active: 0 of 1 instances free</span>`},
+		{"api.example.com's rate bar, none of its rate in use (the server's clock stands still), and 10 of its 40 tokens left", `data-pool="api.example.com".*?width: 0%.*?>0 / 20 per s<.*?<td class="num rate">20<span class="sub tokens"[^>]*>10 / 40</span>`},
 		{"the leases of orders-db", `Leases of <span id="leases-pool">orders-db</span>`},
 		{"worker-1's lease of weight 2", `<tr data-lease="1"><td class="num">1</td><td>worker-1</td><td class="num">2</td>`},
 		{"worker-2's lease", `<tr data-lease="2"><td class="num">2</td><td>worker-2</td>`},
@@ -92,7 +92,7 @@ func TestStatusPageInChromium(t *testing.T) {
 			t.Errorf("the page does not show %s; DOM:\n%s", c.what, dom)
 		}
 	}
-	if regexp.MustCompile(`data-pool="api.example.com"[^>]*><td class="name">api.example.com <span class="badge suspended"`).MatchString(dom) {
+	if regexp.MustCompile(`data-pool="api.example.com"[^>]*><td class="name"[^>]*>api.example.com <span class="badge suspended"`).MatchString(dom) {
 		t.Errorf("api.example.com is shown suspended; DOM:\n%s", dom)
 	}
 	// The utilisation bar of orders-db is 60% full.

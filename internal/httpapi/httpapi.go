@@ -80,6 +80,7 @@ func Handler(o Options) http.Handler {
 	mux.Handle("GET /metrics", h.auth(prom))
 	mux.Handle("GET /api/pools", h.auth(h.leaderOnly(h.pools)))
 	mux.Handle("GET /api/pools/{name}/leases", h.auth(h.leaderOnly(h.poolLeases)))
+	mux.Handle("GET /api/pools/{name}/waiters", h.auth(h.leaderOnly(h.poolWaiters)))
 	mux.Handle("GET /api/events", h.auth(http.HandlerFunc(h.events)))
 	mux.Handle("GET /assets/{name}", h.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// {name} is one path segment: it cannot leave web/.

@@ -1,5 +1,6 @@
-// Tollgate status page: polls /api/pools and /api/events every second and
-// renders them. Plain DOM, no framework; all text goes through textContent.
+// Tollgate status page: polls /api/pools and /api/events (and a selected
+// pool's leases and waiters) every second and renders them, with charts of
+// the last minutes. Plain DOM, no framework; all text goes through textContent.
 "use strict";
 
 const POLL_MS = 1000;
@@ -39,12 +40,13 @@ function utilisation(p) {
   if (p.resource_kind && !lim) {
     return el("div", { class: "bar" }, el("span", { class: "muted" }, num(held) + " held, no instances"));
   }
-  if (!lim && limits(p).rate && limits(p).burst) {
-    // A rate-only pool: the bar shows how much of its burst is spent.
-    const burst = limits(p).burst;
-    const avail = Math.max(0, Math.min(burst, p.status.tokens_available || 0));
-    return bar((burst - avail) / burst, "% of the burst spent (" + num(limits(p).rate) + " tokens/s refill it)",
-      num(Math.floor(avail)) + " / " + num(burst) + " tokens left");
+  if (!lim && limits(p).rate) {
+    // A rate-only pool: the bar shows how much of its rate is in use,
+    // tokens granted per second since the last poll against the rate.
+    const rate = limits(p).rate;
+    const used = rateUsed(p.name);
+    return bar(used / rate, "% of the rate in use (tokens granted per second, over the last second)",
+      num(Math.round(used * 10) / 10) + " / " + num(rate) + " per s");
   }
   if (!lim) {
     return el("div", { class: "bar" }, el("span", { class: "muted" }, num(held) + " held, no concurrency limit"));
@@ -73,10 +75,94 @@ function waitText(ms) {
   return (Math.round(ms / 100) / 10) + " s";
 }
 
+// history keeps, per pool, the samples of the last HISTORY_MS since the
+// page was opened, one per poll, for the charts.
+const HISTORY_MS = 5 * 60 * 1000;
+const history = new Map();
+
+// record adds one sample per pool of data, at the server's time, and
+// forgets the pools data no longer lists.
+function record(data) {
+  const t = Date.parse(data.time) || Date.now();
+  const seen = new Set();
+  for (const p of data.pools) {
+    seen.add(p.name);
+    let h = history.get(p.name);
+    if (!h) history.set(p.name, h = []);
+    // A sample at the same server time as the last replaces it.
+    if (h.length && t <= h[h.length - 1].t) h.pop();
+    const prev = h[h.length - 1];
+    const lim = limits(p);
+    let granted = 0;
+    if (prev) granted = Math.max(0, p.status.tokens_granted - prev.tokens) * 1000 / (t - prev.t);
+    h.push({ t, held: p.status.held, waiting: p.status.waiting, limit: lim.concurrency_limit,
+      rate: lim.rate, tokens: p.status.tokens_granted, granted });
+    while (h.length && h[0].t < t - HISTORY_MS) h.shift();
+  }
+  for (const name of history.keys()) if (!seen.has(name)) history.delete(name);
+}
+
+// rateUsed is the pool's tokens granted per second at its last sample.
+function rateUsed(name) {
+  const h = history.get(name);
+  return h && h.length ? h[h.length - 1].granted : 0;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  return e;
+}
+
+// chart draws a pool's history, w by h pixels: for a pool with a
+// concurrency limit, held (area) against the limit in force (line) and
+// waiting acquires (red line); for a pool with only a rate, tokens
+// granted per second (area) against the rate (line). With labels it also
+// writes the scale and a legend.
+function chart(name, w, h, labels) {
+  const samples = history.get(name) || [];
+  const box = svg("svg", { width: w, height: h, viewBox: "0 0 " + w + " " + h, class: "spark", role: "img" });
+  const last = samples[samples.length - 1];
+  const rateOnly = last && !last.limit && last.rate;
+  const area = s => rateOnly ? s.granted : s.held;
+  const line = s => rateOnly ? s.rate : s.limit;
+  let top = 1;
+  for (const s of samples) top = Math.max(top, area(s), line(s) || 0, rateOnly ? 0 : s.waiting);
+  const pad = labels ? 14 : 2;
+  const end = last ? last.t : 0;
+  const x = t => w - 1 - (end - t) / HISTORY_MS * (w - 2);
+  const y = v => h - pad - v / top * (h - 2 * pad);
+  const path = (get) => samples.map((s, i) => (i ? "L" : "M") + x(s.t).toFixed(1) + "," + y(get(s)).toFixed(1)).join("");
+  box.append(svg("line", { x1: 0, x2: w, y1: y(0), y2: y(0), class: "axis" }));
+  if (samples.length > 1) {
+    box.append(svg("path", { d: path(area) + "L" + x(end).toFixed(1) + "," + y(0) + "L" + x(samples[0].t).toFixed(1) + "," + y(0) + "Z", class: "area" }));
+    if (line(last)) box.append(svg("path", { d: path(s => line(s) || 0), class: "limit" }));
+    if (!rateOnly) box.append(svg("path", { d: path(s => s.waiting), class: "waiting" }));
+  }
+  const what = rateOnly ? "tokens granted per second against the rate" : "held against the limit in force, and waiting acquires";
+  const title = svg("title", {});
+  title.textContent = name + ": " + what + ", over the last 5 minutes";
+  box.append(title);
+  if (labels) {
+    const text = (tx, ty, str, cls) => { const e = svg("text", { x: tx, y: ty, class: cls || "" }); e.textContent = str; box.append(e); };
+    text(4, 11, num(Math.round(top * 10) / 10));
+    text(4, h - 2, "5 min ago");
+    text(w - 4, h - 2, "now", "end");
+    const legend = rateOnly ? [["area", "granted /s"], ["limit", "rate"]] : [["area", "held"], ["limit", "limit in force"], ["waiting", "waiting"]];
+    let lx = w - 4;
+    for (const [cls, label] of legend.reverse()) {
+      text(lx, 11, label, "end key " + cls);
+      lx -= 8 * label.length + 14;
+    }
+  }
+  return box;
+}
+
 function poolRow(p) {
   const lim = limits(p);
   const st = p.status;
-  const name = el("td", { class: "name" }, p.name);
+  const name = el("td", { class: "name", title: p.name }, p.name);
   if (st.recovering_until) {
     name.append(" ", el("span", { class: "badge recovering", title: "recovering from a restart until " + st.recovering_until + ": renewed leases are re-adopted, new grants wait" }, "recovering"));
   }
@@ -96,20 +182,22 @@ function poolRow(p) {
   const wait = el("td", { class: "num wait", title: st.wait_grants ? "waits of the " + num(st.wait_grants) + " grants of the last minute: median " + waitText(st.wait_p50_ms) + ", 99th percentile " + waitText(st.wait_p99_ms) : "no grants in the last minute" },
     st.wait_grants ? waitText(st.wait_p99_ms) : "—");
   const rate = el("td", { class: "num rate" }, lim.rate ? num(lim.rate) : "—");
+  if (lim.rate) {
+    rate.append(el("span", { class: "sub tokens", title: "tokens in the bucket now, of its burst" }, num(Math.floor(st.tokens_available)) + " / " + num(lim.burst)));
+  }
   if (st.share_holders) {
     rate.append(el("span", { class: "sub", title: "rate granted to " + st.share_holders + " rate share holders" }, num(st.shares_granted) + " in " + num(st.share_holders) + (st.share_holders === 1 ? " share" : " shares")));
   }
-  const tokens = lim.rate ? (Math.floor(st.tokens_available * 10) / 10) + " / " + num(lim.burst) : "—";
   const row = el("tr", { "data-pool": p.name, class: "pool" + (p.name === selectedPool() ? " selected" : ""), title: "show who holds " + p.name });
   row.addEventListener("click", () => { location.hash = "pool=" + encodeURIComponent(p.name); });
   row.append(
     name,
     el("td", { class: "util" }, utilisation(p)),
+    el("td", { class: "trend" }, chart(p.name, 100, 28, false)),
     waiting,
     wait,
     el("td", { class: "num leases" }, num(st.leases)),
     rate,
-    el("td", { class: "num tokens" }, tokens),
     el("td", { class: "num granted" }, num(st.granted)),
     el("td", { class: "num expired" }, num(st.expired)),
     el("td", { class: "num revoked" }, num(st.revoked)),
@@ -151,6 +239,25 @@ function renderLeases(pool, data) {
   document.getElementById("leases-note").textContent = note;
 }
 
+function waiterRow(w) {
+  return el("tr", { "data-waiter": w.position },
+    el("td", { class: "num" }, num(w.position)),
+    el("td", {}, w.client_id || "—"),
+    el("td", { class: "num" }, num(w.weight)),
+    el("td", { class: "num" }, num(w.priority)),
+    el("td", { class: "num" }, waitText(w.waited_ms)));
+}
+
+function renderWaiters(pool, data) {
+  if (!pool) return;
+  document.getElementById("waiter-rows").replaceChildren(...(data ? data.waiters.map(waiterRow) : []));
+  let note = "";
+  if (data && data.total === 0) note = "No acquire waits.";
+  else if (data && data.total > data.waiters.length) note = "Showing the first " + num(data.waiters.length) + " of " + num(data.total) + " waiting acquires.";
+  document.getElementById("waiters-note").textContent = note;
+  document.getElementById("pool-chart").replaceChildren(chart(pool, 720, 140, true));
+}
+
 function eventRow(ev) {
   const t = new Date(ev.time);
   const when = isNaN(t) ? ev.time : t.toLocaleTimeString("en-GB", { hour12: false });
@@ -158,7 +265,7 @@ function eventRow(ev) {
     .filter(Boolean).join(" · ");
   return el("tr", { "data-event": ev.seq },
     el("td", { class: "muted", title: ev.time }, when),
-    el("td", {}, el("span", { class: "ev-type " + ev.type }, ev.type.replace("_", " "))),
+    el("td", {}, el("span", { class: "ev-type " + ev.type }, ev.type.replaceAll("_", " "))),
     el("td", {}, ev.pool),
     el("td", { class: "num" }, ev.lease_id || ""),
     el("td", {}, ev.client_id || ""),
@@ -169,6 +276,7 @@ let lastPools = null;
 let timer = 0;
 
 function renderPools(data) {
+  if (data !== lastPools) record(data);
   lastPools = data;
   const filter = document.getElementById("filter").value.trim().toLowerCase();
   const rows = document.getElementById("pool-rows");
@@ -209,11 +317,14 @@ async function getJSON(path) {
 async function refresh() {
   try {
     const pool = selectedPool();
-    const [pools, events, leases] = await Promise.all([getJSON("/api/pools"), getJSON("/api/events"),
-      pool ? getJSON("/api/pools/" + encodeURIComponent(pool) + "/leases").catch(() => null) : null]);
+    const path = "/api/pools/" + encodeURIComponent(pool);
+    const [pools, events, leases, waiters] = await Promise.all([getJSON("/api/pools"), getJSON("/api/events"),
+      pool ? getJSON(path + "/leases").catch(() => null) : null,
+      pool ? getJSON(path + "/waiters").catch(() => null) : null]);
     renderPools(pools);
     renderEvents(events);
     renderLeases(pool, leases);
+    renderWaiters(pool, waiters);
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString("en-GB", { hour12: false });
   } catch (e) {
     const state = document.getElementById("state");

@@ -1,0 +1,108 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// heapInt is an indexedHeap element for testing the heap alone.
+type heapInt struct {
+	v, seq, index int
+}
+
+func (a *heapInt) before(b *heapInt) bool {
+	if a.v != b.v {
+		return a.v < b.v
+	}
+	return a.seq < b.seq
+}
+func (a *heapInt) setIndex(i int) { a.index = i }
+func (a *heapInt) heapIndex() int { return a.index }
+
+// first gives a heap's first k elements in order, for every k, after
+// random pushes and removals, and leaves the heap as it was.
+func TestHeapFirst(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 200; round++ {
+		var h indexedHeap[*heapInt]
+		var live []*heapInt
+		for i := 0; i < rng.IntN(60); i++ {
+			x := &heapInt{v: rng.IntN(10), seq: i}
+			h.push(x)
+			live = append(live, x)
+			if rng.IntN(4) == 0 {
+				j := rng.IntN(len(live))
+				h.remove(live[j])
+				live = slices.Delete(live, j, j+1)
+			}
+		}
+		sorted := slices.Clone(live)
+		slices.SortFunc(sorted, func(a, b *heapInt) int {
+			if a.before(b) {
+				return -1
+			}
+			return 1
+		})
+		before := slices.Clone(h)
+		for k := 0; k <= len(live)+1; k++ {
+			got := h.first(k)
+			if want := sorted[:min(k, len(sorted))]; !slices.Equal(got, want) {
+				t.Fatalf("round %d: first(%d) = %v, want %v", round, k, got, want)
+			}
+		}
+		if !slices.Equal(before, h) {
+			t.Fatalf("round %d: first changed the heap", round)
+		}
+	}
+}
+
+// ListWaiters lists a pool's queue from its head, in grant order: higher
+// priority first, then arrival.
+func TestListWaiters(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := te.Acquire(ctx, AcquireRequest{Pool: "db", ClientID: "holder", Weight: 1}); err != nil {
+		t.Fatal(err)
+	}
+	queued := int64(0)
+	queue := func(client string, priority int32) {
+		t.Helper()
+		go func() {
+			_, _ = te.Acquire(ctx, AcquireRequest{Pool: "db", ClientID: client, Weight: 1, Priority: priority})
+		}()
+		queued++
+		waitUntil(t, func() bool { _, n, _ := te.ListWaiters("db", 1); return n == queued })
+	}
+	queue("a", 0)
+	te.clk.Advance(time.Second)
+	queue("b", 0)
+	queue("c", 5)
+	queue("d", 0)
+
+	got, n, err := te.ListWaiters("db", 3)
+	if err != nil || n != 4 || len(got) != 3 {
+		t.Fatalf("ListWaiters = %+v of %d, %v; want 3 of 4", got, n, err)
+	}
+	for i, want := range []string{"c", "a", "b"} {
+		if got[i].ClientID != want || got[i].Position != int64(i+1) {
+			t.Fatalf("waiter %d = %+v; want %s at position %d", i, got[i], want, i+1)
+		}
+	}
+	if got[1].Waited != time.Second || got[2].Waited != 0 || got[0].Priority != 5 {
+		t.Fatalf("waits and priority = %+v", got)
+	}
+	for _, limit := range []int{0, MaxListWaiters + 1} {
+		if _, _, err := te.ListWaiters("db", limit); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+	}
+	if _, _, err := te.ListWaiters("nope", 1); !errors.Is(err, ErrPoolNotFound) {
+		t.Fatalf("unknown pool: %v", err)
+	}
+}
