@@ -129,10 +129,10 @@ function chart(name, w, h, labels) {
   const line = s => rateOnly ? s.rate : s.limit;
   let top = 1;
   for (const s of samples) top = Math.max(top, area(s), line(s) || 0, rateOnly ? 0 : s.waiting);
-  const pad = labels ? 14 : 2;
+  const padTop = labels ? 20 : 2, padBottom = labels ? 14 : 2;
   const end = last ? last.t : 0;
   const x = t => w - 1 - (end - t) / HISTORY_MS * (w - 2);
-  const y = v => h - pad - v / top * (h - 2 * pad);
+  const y = v => h - padBottom - v / top * (h - padTop - padBottom);
   const path = (get) => samples.map((s, i) => (i ? "L" : "M") + x(s.t).toFixed(1) + "," + y(get(s)).toFixed(1)).join("");
   box.append(svg("line", { x1: 0, x2: w, y1: y(0), y2: y(0), class: "axis" }));
   if (samples.length > 1) {
