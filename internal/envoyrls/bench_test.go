@@ -3,6 +3,7 @@ package envoyrls_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -47,4 +48,46 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkBucketMemory reports the heap one per-value bucket costs: the
+// live heap after filling a pool's max_buckets with distinct addresses,
+// less the live heap before, over the number of buckets.
+func BenchmarkBucketMemory(b *testing.B) {
+	const n = 50_000
+	ctx := context.Background()
+	reqs := make([]*rlsv3.RateLimitRequest, n)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", fmt.Sprintf("10.%d.%d.%d", i>>16, i>>8&255, i&255))}}
+	}
+	var perBucket float64
+	for b.Loop() {
+		eng := limiter.New(limiter.Options{})
+		if _, err := eng.CreatePool(limiter.PoolConfig{Name: "per-ip", Rate: 1, Burst: 10,
+			Envoy: limiter.EnvoyRule{Domain: "edge", Descriptors: []limiter.EnvoyDescriptorKey{{Key: "remote_address"}}, MaxBuckets: n}}); err != nil {
+			b.Fatal(err)
+		}
+		svc := envoyrls.New(eng, envoyrls.Options{})
+		if _, err := svc.ShouldRateLimit(ctx, reqs[0]); err != nil {
+			b.Fatal(err)
+		}
+		before := liveHeap()
+		for _, r := range reqs[1:] {
+			if _, err := svc.ShouldRateLimit(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		perBucket = float64(liveHeap()-before) / (n - 1)
+		runtime.KeepAlive(svc)
+		eng.Close()
+	}
+	b.ReportMetric(perBucket, "B/bucket")
+}
+
+// liveHeap returns the bytes of live heap objects after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
