@@ -104,8 +104,8 @@ func (t *table) take(eng Engine, pool, key string, hits int64) (decision, error)
 	ok := vb.lim.AllowN(now, int(hits))
 	vb.last = now.UnixNano()
 	level := vb.lim.TokensAt(now)
-	if vb != t.overflow {
-		vb.fullAt = fullAt(now, level, b)
+	if f := fullAt(now, level, b); vb != t.overflow && f != vb.fullAt { // unchanged when nothing was taken
+		vb.fullAt = f
 		heap.Fix(&t.byFull, vb.index)
 	}
 	b.Tokens, b.At = level, now
