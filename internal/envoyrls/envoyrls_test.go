@@ -359,6 +359,31 @@ func TestRuleChangeKeepsBuckets(t *testing.T) {
 	}
 }
 
+// Lowering max_buckets drops the fullest buckets first, after lowering
+// the overflow bucket to their level: a dropped value gets no more than
+// its bucket held.
+func TestLowerMaxBucketsKeepsValuesExact(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	p := edgePool("edge-ip", 1, 2)
+	p.Envoy.MaxBuckets = 2
+	e.createPool(p)
+	a, b := desc("remote_address", "10.0.0.1"), desc("remote_address", "10.0.0.2")
+	if code1(t, e.ask("edge", 2, a)) != ok || code1(t, e.ask("edge", 1, b)) != ok {
+		t.Fatal("first takes")
+	}
+	p.Envoy.MaxBuckets = 1
+	if _, err := e.adm.UpdatePool(e.ctx(), &tollgatev1.UpdatePoolRequest{Pool: p,
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"envoy"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if code1(t, e.ask("edge", 0, a)) != over { // b, the fullest, goes
+		t.Fatal("a after max_buckets went to 1")
+	}
+	if code1(t, e.ask("edge", 0, b)) != ok || code1(t, e.ask("edge", 0, b)) != over {
+		t.Fatal("b after its bucket went, with 1 token left in it: want one pass")
+	}
+}
+
 // Lists of values that join to the same bytes have buckets of their own.
 func TestValueListsDoNotCollide(t *testing.T) {
 	e := newEnv(t, server.Config{})

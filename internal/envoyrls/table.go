@@ -28,6 +28,7 @@ type table struct {
 	byKey    map[string]*valueBucket
 	byFull   fullHeap     // the buckets of byKey, soonest full first
 	overflow *valueBucket // in neither byKey nor byFull; made full at the first decision
+	epoch    time.Time    // of the first decision; the buckets' times count from it
 	last     time.Time    // of the latest decision: the table's clock never goes back
 }
 
@@ -35,8 +36,8 @@ type table struct {
 type valueBucket struct {
 	key    string
 	lim    *rate.Limiter
-	last   int64 // Unix nanoseconds of its latest decision or change
-	fullAt int64 // Unix nanoseconds when it is full again at its rate
+	last   int64 // of its latest decision or change, in nanoseconds from the epoch
+	fullAt int64 // when it is full again at its rate, in nanoseconds from the epoch
 	index  int   // in byFull
 }
 
@@ -93,18 +94,19 @@ func (t *table) take(eng Engine, pool, key string, hits int64) (decision, error)
 	}
 	t.last = now
 	if t.overflow == nil {
-		t.overflow = &valueBucket{lim: rate.NewLimiter(rate.Limit(b.Rate), int(b.Burst)), last: now.UnixNano(), index: -1}
+		t.epoch = now
+		t.overflow = &valueBucket{lim: rate.NewLimiter(rate.Limit(b.Rate), int(b.Burst)), index: -1}
 	}
 	t.shrink(now, b)
 	vb := t.byKey[key]
 	if vb == nil {
 		vb = t.admit(key, now, b)
 	}
-	vb.adapt(now, b)
+	t.adapt(vb, now, b)
 	ok := vb.lim.AllowN(now, int(hits))
-	vb.last = now.UnixNano()
+	vb.last = t.ns(now)
 	level := vb.lim.TokensAt(now)
-	if f := fullAt(now, level, b); vb != t.overflow && f != vb.fullAt { // unchanged when nothing was taken
+	if f := t.fullAt(now, level, b); vb != t.overflow && f != vb.fullAt { // unchanged when nothing was taken
 		vb.fullAt = f
 		heap.Fix(&t.byFull, vb.index)
 	}
@@ -118,9 +120,9 @@ func (t *table) admit(key string, now time.Time, b limiter.BucketState) *valueBu
 	if len(t.byKey) >= t.max && !t.evictFull(now, b) {
 		return t.overflow
 	}
-	t.overflow.adapt(now, b)
-	vb := &valueBucket{key: key, lim: rate.NewLimiter(rate.Limit(b.Rate), int(b.Burst)), last: now.UnixNano()}
-	lowerTo(vb.lim, now, t.overflow.lim.TokensAt(now))
+	t.adapt(t.overflow, now, b)
+	vb := &valueBucket{key: key, lim: rate.NewLimiter(rate.Limit(b.Rate), int(b.Burst)), last: t.ns(now)}
+	t.lowerTo(vb, now, t.overflow.lim.TokensAt(now))
 	t.byKey[key] = vb
 	heap.Push(&t.byFull, vb)
 	return vb
@@ -133,14 +135,14 @@ func (t *table) evictFull(now time.Time, b limiter.BucketState) bool {
 			return false
 		}
 		top := t.byFull[0]
-		top.adapt(now, b)
+		t.adapt(top, now, b)
 		level := top.lim.TokensAt(now)
 		if level >= float64(top.lim.Burst()) {
 			t.drop(top)
 			return true
 		}
 		was := top.fullAt
-		top.fullAt = fullAt(now, level, b)
+		top.fullAt = t.fullAt(now, level, b)
 		if top.fullAt == was {
 			return false // in its place: no bucket is full
 		}
@@ -154,9 +156,9 @@ func (t *table) evictFull(now time.Time, b limiter.BucketState) bool {
 func (t *table) shrink(now time.Time, b limiter.BucketState) {
 	for i := 0; i < maxShrinkPerDecision && len(t.byKey) > t.max && len(t.byFull) > 0; i++ {
 		top := t.byFull[0]
-		top.adapt(now, b)
-		t.overflow.adapt(now, b)
-		lowerTo(t.overflow.lim, now, top.lim.TokensAt(now))
+		t.adapt(top, now, b)
+		t.adapt(t.overflow, now, b)
+		t.lowerTo(t.overflow, now, top.lim.TokensAt(now))
 		t.drop(top)
 	}
 }
@@ -169,44 +171,51 @@ func (t *table) drop(vb *valueBucket) {
 // adapt gives vb the pool's rate and burst, from when they changed (or
 // from vb's latest decision, if later): tokens refilled before then at the
 // old rate stay, and no others appear.
-func (vb *valueBucket) adapt(now time.Time, b limiter.BucketState) {
+func (t *table) adapt(vb *valueBucket, now time.Time, b limiter.BucketState) {
 	r, burst := rate.Limit(b.Rate), int(b.Burst)
 	if vb.lim.Limit() == r && vb.lim.Burst() == burst {
 		return
 	}
-	at := max(b.Since.UnixNano(), vb.last)
-	at = min(at, now.UnixNano())
-	vb.lim.SetLimitAt(time.Unix(0, at), r)
-	vb.lim.SetBurstAt(time.Unix(0, at), burst)
+	at := min(max(t.ns(b.Since), vb.last), t.ns(now))
+	vb.lim.SetLimitAt(t.time(at), r)
+	vb.lim.SetBurstAt(t.time(at), burst)
 	vb.last = at
 }
 
-// lowerTo takes tokens from lim until it holds at most level at now; it
+// lowerTo takes tokens from vb until it holds at most level at now; it
 // may go below zero (a debt later refills pay) to get there.
-func lowerTo(lim *rate.Limiter, now time.Time, level float64) {
-	burst := lim.Burst()
-	for cur := lim.TokensAt(now); cur > level && burst > 0; {
+func (t *table) lowerTo(vb *valueBucket, now time.Time, level float64) {
+	burst := vb.lim.Burst()
+	for cur := vb.lim.TokensAt(now); cur > level && burst > 0; {
 		n := int(min(math.Ceil(cur-level), float64(burst)))
-		lim.ReserveN(now, n) // never refused: n ≤ burst, and it may wait
+		vb.lim.ReserveN(now, n) // never refused: n ≤ burst, and it may wait
 		cur -= float64(n)
+		vb.last = max(vb.last, t.ns(now))
 	}
 }
 
 // fullAt is when a bucket at level now is full again at the pool's rate.
-func fullAt(now time.Time, level float64, b limiter.BucketState) int64 {
+func (t *table) fullAt(now time.Time, level float64, b limiter.BucketState) int64 {
 	missing := float64(b.Burst) - level
 	switch {
 	case missing <= 0:
-		return now.UnixNano()
+		return t.ns(now)
 	case b.Rate <= 0:
 		return math.MaxInt64
 	}
 	ns := math.Ceil(missing / b.Rate * float64(time.Second))
-	if ns >= float64(math.MaxInt64-now.UnixNano()) {
+	if ns >= float64(math.MaxInt64-t.ns(now)) {
 		return math.MaxInt64
 	}
-	return now.UnixNano() + int64(ns)
+	return t.ns(now) + int64(ns)
 }
+
+// ns is x in nanoseconds from the table's epoch, by the monotonic clock
+// when both have it.
+func (t *table) ns(x time.Time) int64 { return int64(x.Sub(t.epoch)) }
+
+// time is the instant ns nanoseconds from the table's epoch.
+func (t *table) time(ns int64) time.Time { return t.epoch.Add(time.Duration(ns)) }
 
 // fullHeap orders buckets by the time they are full again.
 type fullHeap []*valueBucket
