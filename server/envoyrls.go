@@ -14,7 +14,8 @@ import (
 
 // registerEnvoyRLS registers Envoy's rate-limit service on r. A call is
 // checked by the server's auth as a LimiterService call on each pool it
-// matches, and the engine's errors come back as every other call's do.
+// matches, counts one request of the caller's request rate per
+// descriptor, and the engine's errors come back as every other call's do.
 func (s *Server) registerEnvoyRLS(r grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(r, envoyrls.New(servedEngine{s}, envoyrls.Options{
 		Authorize: func(ctx context.Context, pool string) error {
@@ -22,6 +23,15 @@ func (s *Server) registerEnvoyRLS(r grpc.ServiceRegistrar) {
 		},
 		Status: func(pool string, err error) error {
 			return refuse.ToStatus(s.log, "ShouldRateLimit", err, refuse.About{Pool: pool})
+		},
+		Count: func(ctx context.Context, n int) error {
+			if !s.quotas.RateLimited() {
+				return nil
+			}
+			if err := s.quotas.AllowRateN(s.auth().Identify(ctx).ClientKey(""), n); err != nil {
+				return refuse.StatusOf(err, refuse.About{}).Err()
+			}
+			return nil
 		},
 	}))
 }

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	lru "github.com/hashicorp/golang-lru/v2"
-	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/limiter"
@@ -42,60 +39,27 @@ func (s *Service) takeFromPool(ctx context.Context, pool string, hits int64) (re
 	return result{ok: err == nil, hits: hits, bucket: b}, nil
 }
 
-// valueBucket is the token bucket of one descriptor value.
-type valueBucket struct {
-	mu   sync.Mutex
-	lim  *rate.Limiter
-	last time.Time // of the last decision on lim
-}
-
-// takeFromValue takes hits tokens from the bucket of one descriptor value,
-// made on demand with the pool's effective rate and burst. When those
-// changed since the bucket's last decision, the bucket refills at the old
-// rate until the change and at the new one after it.
-func (s *Service) takeFromValue(pool string, buckets *lru.Cache[string, *valueBucket], key string, hits int64) (result, error) {
-	b, err := s.eng.Bucket(pool)
+// takeFromValue takes hits tokens for the values of one descriptor, from
+// their bucket in the pool's table.
+func (s *Service) takeFromValue(pool string, t *table, key string, hits int64) (result, error) {
+	d, err := t.take(s.eng, pool, key, hits)
 	if err != nil {
 		return result{}, err
 	}
-	r, now := rate.Limit(b.Rate), b.At
-	vb, found := buckets.Get(key)
-	if !found {
-		fresh := &valueBucket{lim: rate.NewLimiter(r, int(b.Burst)), last: now} // full
-		if prev, ok, _ := buckets.PeekOrAdd(key, fresh); ok {
-			vb = prev
-		} else {
-			vb = fresh
-		}
+	if s.opts.Decided != nil {
+		s.opts.Decided(Decision{Pool: pool, Key: key, At: d.at, Hits: hits, OK: d.ok, Overflow: d.overflow})
 	}
-	vb.mu.Lock()
-	defer vb.mu.Unlock()
-	if vb.lim.Limit() != r || vb.lim.Burst() != int(b.Burst) {
-		at := vb.last // the change's time, within [last decision, now]
-		if b.Since.After(at) {
-			at = b.Since
-		}
-		if at.After(now) {
-			at = now
-		}
-		vb.lim.SetLimitAt(at, r)
-		vb.lim.SetBurstAt(at, int(b.Burst))
-	}
-	if now.After(vb.last) {
-		vb.last = now
-	}
-	res := vb.lim.ReserveN(now, int(min(hits, math.MaxInt32)))
-	ok := res.OK() && res.DelayFrom(now) == 0
-	if !ok {
-		res.CancelAt(now)
-	}
-	b.Tokens = vb.lim.TokensAt(now)
-	return result{ok: ok, hits: hits, bucket: b}, nil
+	return result{ok: d.ok, hits: hits, bucket: d.bucket}, nil
 }
+
+// never reports whether the hits asked for exceed the bucket's burst: no
+// retry of the descriptor can pass.
+func (r result) never() bool { return !r.ok && r.hits > r.bucket.Burst }
 
 // status is the descriptor's answer. duration_until_reset is when the
 // bucket is full again (OK), or when it holds the hits asked for, the
-// earliest a retry can pass (OVER_LIMIT); unset when it never refills.
+// earliest a retry can pass (OVER_LIMIT); unset when it never refills or
+// no retry can pass (never).
 func (r result) status(pool string) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:           rlsv3.RateLimitResponse_OK,
@@ -105,9 +69,9 @@ func (r result) status(pool string) *rlsv3.RateLimitResponse_DescriptorStatus {
 	want := float64(r.bucket.Burst)
 	if !r.ok {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		want = float64(min(r.hits, r.bucket.Burst))
+		want = float64(r.hits)
 	}
-	if r.bucket.Rate > 0 {
+	if r.bucket.Rate > 0 && !r.never() {
 		secs := max(want-r.bucket.Tokens, 0) / r.bucket.Rate
 		st.DurationUntilReset = durationpb.New(time.Duration(min(secs, float64(math.MaxInt64/2)/float64(time.Second)) * float64(time.Second)))
 	}

@@ -7,10 +7,10 @@ package envoyrls
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,7 +18,6 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -39,6 +38,27 @@ type Options struct {
 	// Status converts an engine error about pool to the error the caller
 	// gets; nil returns it as it is.
 	Status func(pool string, err error) error
+	// Count takes n requests from the caller's request rate, or returns
+	// the error the caller gets; a call counts one request for each of its
+	// descriptors past the first (the call itself). Nil counts nothing.
+	Count func(ctx context.Context, n int) error
+	// Decided, when set, is told of each decision on a per-value bucket.
+	Decided func(Decision)
+}
+
+// Decision is one descriptor's decision on a per-value bucket.
+type Decision struct {
+	Pool string
+	// Key names the descriptor's values (its bucket), opaquely.
+	Key string
+	// At is the decision's time by the engine's clock: the decisions of
+	// one pool are made in the order of their times.
+	At   time.Time
+	Hits int64
+	OK   bool
+	// Overflow is set when the value had no bucket and the pool's table
+	// was full: the overflow bucket answered.
+	Overflow bool
 }
 
 // MaxDescriptors bounds the descriptors of one request.
@@ -50,11 +70,12 @@ type Service struct {
 	eng  Engine
 	opts Options
 
-	mu      sync.Mutex
-	gen     uint64
-	built   bool
-	byDom   map[string][]rule                           // rules by domain, in pool name order
-	buckets map[string]*lru.Cache[string, *valueBucket] // per-value buckets by pool
+	mu     sync.Mutex
+	gen    uint64
+	built  bool
+	rules  map[string]limiter.EnvoyRule // by pool
+	byDom  map[string][]rule            // rules by domain, in pool name order
+	tables map[string]*table            // per-value buckets by pool
 }
 
 type rule struct {
@@ -64,7 +85,7 @@ type rule struct {
 
 // New returns the service over eng.
 func New(eng Engine, opts Options) *Service {
-	return &Service{eng: eng, opts: opts, buckets: make(map[string]*lru.Cache[string, *valueBucket])}
+	return &Service{eng: eng, opts: opts, tables: make(map[string]*table)}
 }
 
 // ShouldRateLimit answers each descriptor of req OK or OVER_LIMIT; the
@@ -73,16 +94,28 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err := check(req); err != nil {
 		return nil, s.status("", err)
 	}
+	if n := len(req.GetDescriptors()); n > 1 && s.opts.Count != nil {
+		if err := s.opts.Count(ctx, n-1); err != nil {
+			return nil, err
+		}
+	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	var never []string
 	for _, d := range req.GetDescriptors() {
-		st, err := s.decide(ctx, req, d)
+		st, res, err := s.decide(ctx, req, d)
 		if err != nil {
 			return nil, err
 		}
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
+		if res.never() {
+			never = append(never, fmt.Sprintf("%d hits exceed the burst %d of pool %q", res.hits, res.bucket.Burst, st.GetCurrentLimit().GetName()))
+		}
 		resp.Statuses = append(resp.Statuses, st)
+	}
+	if len(never) > 0 {
+		resp.RawBody = []byte(strings.Join(never, "; ") + ": no retry of this request can pass\n")
 	}
 	return resp, nil
 }
@@ -104,15 +137,15 @@ func check(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// decide answers one descriptor.
-func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
-	r, buckets, ok := s.match(req.GetDomain(), d.GetEntries())
+// decide answers one descriptor, with the decision it made, if any.
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse_DescriptorStatus, result, error) {
+	r, t, ok := s.match(req.GetDomain(), d.GetEntries())
 	if !ok || d.GetIsNegativeHits() {
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, result{ok: true}, nil
 	}
 	if s.opts.Authorize != nil {
 		if err := s.opts.Authorize(ctx, r.pool); err != nil {
-			return nil, err
+			return nil, result{}, err
 		}
 	}
 	hits := hitsOf(req, d)
@@ -120,19 +153,19 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		res result
 		err error
 	)
-	if buckets == nil {
+	if t == nil {
 		res, err = s.takeFromPool(ctx, r.pool, hits)
 	} else {
-		res, err = s.takeFromValue(r.pool, buckets, valueKey(d.GetEntries()), hits)
+		res, err = s.takeFromValue(r.pool, t, valueKey(r.EnvoyRule, d.GetEntries()), hits)
 	}
 	switch {
 	case errors.Is(err, limiter.ErrPoolNotFound), errors.Is(err, limiter.ErrNoRateLimit):
 		// Deleted, or its rate removed, since the rules were read.
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, result{ok: true}, nil
 	case err != nil:
-		return nil, s.status(r.pool, err)
+		return nil, result{}, s.status(r.pool, err)
 	}
-	return res.status(r.pool), nil
+	return res.status(r.pool), res, nil
 }
 
 // status converts an engine error with Options.Status.
@@ -155,13 +188,13 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) int64 
 // match finds the rule of the first pool, by name, that the descriptor
 // matches, and that pool's per-value buckets (nil for a rule whose keys
 // all fix a value).
-func (s *Service) match(domain string, entries []*commonv3.RateLimitDescriptor_Entry) (rule, *lru.Cache[string, *valueBucket], bool) {
+func (s *Service) match(domain string, entries []*commonv3.RateLimitDescriptor_Entry) (rule, *table, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refreshLocked()
 	for _, r := range s.byDom[domain] {
 		if matches(r.EnvoyRule, entries) {
-			return r, s.buckets[r.pool], true
+			return r, s.tables[r.pool], true
 		}
 	}
 	return rule{}, nil, false
@@ -180,8 +213,10 @@ func matches(r limiter.EnvoyRule, entries []*commonv3.RateLimitDescriptor_Entry)
 	return true
 }
 
-// refreshLocked rereads the rules when a pool changed. The per-value
-// buckets of a pool whose rule is unchanged are kept; the others go.
+// refreshLocked rereads the rules when a pool changed. A pool keeps its
+// per-value buckets while its rule names the same values: the same keys in
+// the same order, the same of them of any value (its domain, fixed values
+// and max_buckets may change).
 func (s *Service) refreshLocked() {
 	gen := s.eng.PoolsGeneration()
 	if s.built && gen == s.gen {
@@ -193,55 +228,68 @@ func (s *Service) refreshLocked() {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	old := s.byDom
 	s.byDom = make(map[string][]rule)
-	buckets := make(map[string]*lru.Cache[string, *valueBucket])
+	tables := make(map[string]*table)
 	for _, name := range names {
 		r := rule{pool: name, EnvoyRule: rules[name]}
 		s.byDom[r.Domain] = append(s.byDom[r.Domain], r)
 		if !r.PerValue() {
 			continue
 		}
-		if c, ok := s.buckets[name]; ok && sameRule(old, r) {
-			buckets[name] = c
+		if t, ok := s.tables[name]; ok && shape(s.rules[name]) == shape(r.EnvoyRule) {
+			t.setMax(int(r.MaxBuckets))
+			tables[name] = t
 			continue
 		}
-		c, err := lru.New[string, *valueBucket](int(r.MaxBuckets))
-		if err != nil { // MaxBuckets < 1: Validate refuses it
-			continue
-		}
-		buckets[name] = c
+		tables[name] = newTable(int(r.MaxBuckets))
 	}
-	s.buckets, s.gen, s.built = buckets, gen, true
+	s.rules, s.tables, s.gen, s.built = rules, tables, gen, true
 }
 
-// sameRule reports whether byDom held r's pool with the same rule.
-func sameRule(byDom map[string][]rule, r rule) bool {
-	for _, o := range byDom[r.Domain] {
-		if o.pool == r.pool {
-			return o.MaxBuckets == r.MaxBuckets && slices.Equal(o.Descriptors, r.Descriptors)
+// shape is a rule's keys, each marked with whether it takes any value.
+func shape(r limiter.EnvoyRule) string {
+	var b []byte
+	for _, d := range r.Descriptors {
+		b = binary.AppendUvarint(b, uint64(len(d.Key)))
+		b = append(b, d.Key...)
+		if d.Value == "" {
+			b = append(b, '*')
+		} else {
+			b = append(b, '=')
 		}
 	}
-	return false
+	return string(b)
 }
 
 // maxKeyLen bounds the per-value buckets' keys: longer keys are hashed.
 const maxKeyLen = 256
 
-// valueKey names the per-value bucket of a descriptor's values.
-func valueKey(entries []*commonv3.RateLimitDescriptor_Entry) string {
-	var b strings.Builder
-	for i, e := range entries {
-		if i > 0 {
-			b.WriteByte(0)
+// Tags of the two kinds of bucket keys: the values themselves, or their
+// hash.
+const (
+	keyValues byte = iota
+	keyHash
+)
+
+// valueKey names the per-value bucket of a descriptor's values: the
+// values of the rule's keys of any value, each with its length, so that
+// no two lists of values share one.
+func valueKey(r limiter.EnvoyRule, entries []*commonv3.RateLimitDescriptor_Entry) string {
+	var buf [64]byte
+	b := append(buf[:0], keyValues)
+	for i, d := range r.Descriptors {
+		if d.Value != "" {
+			continue
 		}
-		b.WriteString(e.GetValue())
+		v := entries[i].GetValue()
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
 	}
-	if b.Len() <= maxKeyLen {
-		return b.String()
+	if len(b) <= maxKeyLen {
+		return string(b)
 	}
-	sum := sha256.Sum256([]byte(b.String()))
-	return string(sum[:])
+	sum := sha256.Sum256(b)
+	return string(append([]byte{keyHash}, sum[:]...))
 }
 
 // invalid is an INVALID_ARGUMENT engine error; Options.Status makes it

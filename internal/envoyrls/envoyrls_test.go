@@ -19,6 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/envoyrls"
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/poolsfile"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
@@ -255,9 +257,9 @@ func TestUnmatchedAndInvalid(t *testing.T) {
 	}
 }
 
-// The per-value buckets of a pool stay within max_buckets: the least
-// recently used one goes, and comes back full.
-func TestMaxBucketsEvictsLeastRecentlyUsed(t *testing.T) {
+// The per-value buckets of a pool stay within max_buckets: a full one
+// goes (it comes back full, as it was), one that is not stays.
+func TestMaxBucketsEvictsOnlyFullBuckets(t *testing.T) {
 	e := newEnv(t, server.Config{})
 	p := edgePool("edge-ip", 1, 1)
 	p.Envoy.MaxBuckets = 2
@@ -268,19 +270,222 @@ func TestMaxBucketsEvictsLeastRecentlyUsed(t *testing.T) {
 			t.Fatalf("first take of %d", i)
 		}
 	}
-	if code1(t, e.ask("edge", 0, ip(1))) != over { // 1 is now the most recent
-		t.Fatal("second take of 1 was not over the limit")
+	e.clock.Advance(time.Second) // 1 and 2 full again
+	if code1(t, e.ask("edge", 0, ip(1))) != ok {
+		t.Fatal("1 after a second")
 	}
-	for i := 3; i <= 100; i++ { // evicts 2 first, then each new one
-		if code1(t, e.ask("edge", 0, ip(i))) != ok {
-			t.Fatalf("first take of %d", i)
+	if code1(t, e.ask("edge", 0, ip(3))) != ok { // 2 goes: it is full
+		t.Fatal("first take of 3")
+	}
+	if code1(t, e.ask("edge", 0, ip(1))) != over || code1(t, e.ask("edge", 0, ip(3))) != over {
+		t.Fatal("1 or 3 lost its bucket")
+	}
+	if code1(t, e.ask("edge", 0, ip(2))) != ok { // from the overflow bucket
+		t.Fatal("2 after it went")
+	}
+}
+
+// A flood of new values cannot make a value's bucket go while it is not
+// full: the value stays within its rate, and the new values are answered
+// from the overflow bucket.
+func TestFloodOfNewValuesKeepsKeysExact(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	p := edgePool("edge-ip", 1, 1)
+	p.Envoy.MaxBuckets = 2
+	e.createPool(p)
+	steady := desc("remote_address", "10.0.0.1")
+	if code1(t, e.ask("edge", 0, steady)) != ok {
+		t.Fatal("first take")
+	}
+	oks := 0
+	for i := range 100 {
+		if code1(t, e.ask("edge", 0, desc("remote_address", fmt.Sprintf("192.0.2.%d", i)))) == ok {
+			oks++
 		}
 	}
-	if code1(t, e.ask("edge", 0, ip(100))) != over {
-		t.Fatal("the most recent bucket was evicted")
+	if oks != 2 { // one with a bucket of its own, one from the overflow bucket
+		t.Fatalf("%d of 100 new values passed; want 2", oks)
 	}
-	if code1(t, e.ask("edge", 0, ip(1))) != ok {
-		t.Fatal("bucket 1 was not evicted: it is still empty")
+	if code1(t, e.ask("edge", 0, steady)) != over {
+		t.Fatal("the steady value's bucket was dropped while empty: it passed again at once")
+	}
+	e.clock.Advance(time.Second)
+	if code1(t, e.ask("edge", 0, steady)) != ok || code1(t, e.ask("edge", 0, steady)) != over {
+		t.Fatal("the steady value after a second: want one pass")
+	}
+}
+
+// A value answered from the overflow bucket gets, when it has a bucket of
+// its own later, no more tokens than the overflow bucket has left.
+func TestOverflowThenOwnBucket(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	p := edgePool("edge-ip", 1, 2)
+	p.Envoy.MaxBuckets = 1
+	e.createPool(p)
+	a, x := desc("remote_address", "10.0.0.1"), desc("remote_address", "10.0.0.2")
+	if code1(t, e.ask("edge", 0, a)) != ok || code1(t, e.ask("edge", 2, x)) != ok { // x: the overflow bucket, now empty
+		t.Fatal("first takes")
+	}
+	e.clock.Advance(time.Second) // a full, the overflow bucket at 1
+	if st := e.ask("edge", 2, x).GetStatuses()[0]; st.GetCode() != over || st.GetLimitRemaining() != 1 {
+		t.Fatalf("x in a bucket of its own, a second after taking 2: %v; want OVER_LIMIT with 1 left", st)
+	}
+	if code1(t, e.ask("edge", 0, x)) != ok || code1(t, e.ask("edge", 0, x)) != over {
+		t.Fatal("x: want one pass")
+	}
+}
+
+// An UpdatePool of a rule that names the same values keeps the buckets:
+// an empty one stays empty.
+func TestRuleChangeKeepsBuckets(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	e.createPool(edgePool("edge-ip", 1, 2))
+	a := desc("remote_address", "10.0.0.1")
+	if code1(t, e.ask("edge", 2, a)) != ok || code1(t, e.ask("edge", 0, a)) != over {
+		t.Fatal("draining a")
+	}
+	rule := &tollgatev1.EnvoyRule{Domain: "edge2", MaxBuckets: 50,
+		Descriptors: []*tollgatev1.EnvoyDescriptorKey{{Key: "remote_address"}}}
+	if _, err := e.adm.UpdatePool(e.ctx(), &tollgatev1.UpdatePoolRequest{
+		Pool:       &tollgatev1.Pool{Name: "edge-ip", Envoy: rule},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"envoy"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.ask("edge2", 0, a).GetStatuses()[0]; st.GetCode() != over || st.GetLimitRemaining() != 0 {
+		t.Fatalf("a after the rule changed: %v; want its empty bucket", st)
+	}
+	if code1(t, e.ask("edge2", 0, desc("remote_address", "10.0.0.2"))) != ok {
+		t.Fatal("another value after the rule changed")
+	}
+}
+
+// Lowering max_buckets drops the fullest buckets first, after lowering
+// the overflow bucket to their level: a dropped value gets no more than
+// its bucket held.
+func TestLowerMaxBucketsKeepsValuesExact(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	p := edgePool("edge-ip", 1, 2)
+	p.Envoy.MaxBuckets = 2
+	e.createPool(p)
+	a, b := desc("remote_address", "10.0.0.1"), desc("remote_address", "10.0.0.2")
+	if code1(t, e.ask("edge", 2, a)) != ok || code1(t, e.ask("edge", 1, b)) != ok {
+		t.Fatal("first takes")
+	}
+	p.Envoy.MaxBuckets = 1
+	if _, err := e.adm.UpdatePool(e.ctx(), &tollgatev1.UpdatePoolRequest{Pool: p,
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"envoy"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if code1(t, e.ask("edge", 0, a)) != over { // b, the fullest, goes
+		t.Fatal("a after max_buckets went to 1")
+	}
+	if code1(t, e.ask("edge", 0, b)) != ok || code1(t, e.ask("edge", 0, b)) != over {
+		t.Fatal("b after its bucket went, with 1 token left in it: want one pass")
+	}
+}
+
+// Lists of values that join to the same bytes have buckets of their own.
+func TestValueListsDoNotCollide(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	e.createPool(&tollgatev1.Pool{Name: "pair", Rate: 1, Burst: 1,
+		Envoy: &tollgatev1.EnvoyRule{Domain: "edge", Descriptors: []*tollgatev1.EnvoyDescriptorKey{{Key: "k1"}, {Key: "k2"}}}})
+	for _, c := range [][2][2]string{{{"a\x00b", "c"}, {"a", "b\x00c"}}, {{"ab", ""}, {"a", "b"}}, {{"", "\x01a"}, {"\x00", "a"}}} {
+		first, second := desc("k1", c[0][0], "k2", c[0][1]), desc("k1", c[1][0], "k2", c[1][1])
+		if code1(t, e.ask("edge", 0, first)) != ok || code1(t, e.ask("edge", 0, second)) != ok {
+			t.Errorf("%q and %q share a bucket", c[0], c[1])
+		}
+	}
+}
+
+// The clock is read under the bucket's lock: a decision that read the
+// time before another decision on the same bucket (which then took the
+// lock first) does not move the bucket back in time, which would refill
+// it twice for the same interval.
+func TestStaleClockReadingCreatesNoToken(t *testing.T) {
+	fc := fakeclock.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	eng := limiter.New(limiter.Options{Clock: fc})
+	t.Cleanup(eng.Close)
+	if _, err := eng.CreatePool(limiter.PoolConfig{Name: "edge-ip", Rate: 1, Burst: 1,
+		Envoy: limiter.EnvoyRule{Domain: "edge", Descriptors: []limiter.EnvoyDescriptorKey{{Key: "remote_address"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	se := &staleEngine{Engine: eng}
+	svc := envoyrls.New(se, envoyrls.Options{})
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "10.0.0.1")}}
+	askCode := func() rlsv3.RateLimitResponse_Code {
+		resp, err := svc.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetOverallCode()
+	}
+	if askCode() != ok {
+		t.Fatal("first take")
+	}
+	fc.Advance(time.Second)
+	stale := fc.Now() // what a decision read before the next one took the lock
+	fc.Advance(time.Second)
+	if askCode() != ok {
+		t.Fatal("take after 2s")
+	}
+	se.at = stale
+	if askCode() != over {
+		t.Fatal("the decision with the older reading passed")
+	}
+	if askCode() != over {
+		t.Fatal("a second token at the same instant, with burst 1")
+	}
+}
+
+// staleEngine is an engine whose next Bucket reads at, once.
+type staleEngine struct {
+	*limiter.Engine
+	at time.Time
+}
+
+func (e *staleEngine) Bucket(pool string) (limiter.BucketState, error) {
+	b, err := e.Engine.Bucket(pool)
+	if !e.at.IsZero() {
+		b.At, e.at = e.at, time.Time{}
+	}
+	return b, err
+}
+
+// Each descriptor of a request counts against the caller's request rate,
+// as each request of a Session batch does.
+func TestDescriptorsCountAgainstClientRate(t *testing.T) {
+	e := newEnv(t, server.Config{Limits: limits.Limits{ClientRate: 0.001, ClientBurst: 12}})
+	e.createPool(edgePool("edge-ip", 100, 100)) // 1 request; 11 left
+	ds := make([]*commonv3.RateLimitDescriptor, 10)
+	for i := range ds {
+		ds[i] = desc("remote_address", fmt.Sprintf("10.0.0.%d", i))
+	}
+	e.ask("edge", 0, ds...) // 10; 1 left
+	_, err := e.rls.ShouldRateLimit(e.ctx(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ds[:2]})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "client-rate") {
+		t.Fatalf("2 descriptors with 1 request left: %v; want RESOURCE_EXHAUSTED naming --client-rate", err)
+	}
+}
+
+// Hits above the burst can never pass: the answer is OVER_LIMIT with no
+// duration_until_reset, and a body that says so.
+func TestHitsAboveBurstNeverPass(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	e.createPool(edgePool("edge-ip", 1, 5))
+	e.createPool(&tollgatev1.Pool{Name: "login", Rate: 1, Burst: 5,
+		Envoy: &tollgatev1.EnvoyRule{Domain: "edge", Descriptors: []*tollgatev1.EnvoyDescriptorKey{{Key: "path", Value: "/login"}}}})
+	for _, d := range []*commonv3.RateLimitDescriptor{desc("remote_address", "10.0.0.1"), desc("path", "/login")} {
+		resp := e.ask("edge", 6, d)
+		st := resp.GetStatuses()[0]
+		if st.GetCode() != over || st.GetDurationUntilReset() != nil || st.GetLimitRemaining() != 5 {
+			t.Errorf("%v, 6 hits with burst 5: %v; want OVER_LIMIT, no duration_until_reset", d, st)
+		}
+		if body := string(resp.GetRawBody()); !strings.Contains(body, "6 hits exceed the burst 5 of pool") || !strings.Contains(body, "no retry") {
+			t.Errorf("%v, 6 hits with burst 5: body %q", d, body)
+		}
+		if resp := e.ask("edge", 5, d); code1(t, resp) != ok || resp.GetRawBody() != nil {
+			t.Errorf("%v, 5 hits: %v", d, resp)
+		}
 	}
 }
 

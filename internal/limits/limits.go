@@ -66,9 +66,10 @@ type Limits struct {
 	// receives (default DefaultMaxRecvMsgSize; flag --max-msg-size). A
 	// negative value leaves gRPC's own default of 4 MiB.
 	MaxRecvMsgSize int
-	// ClientRate bounds the requests per second of one client: unary calls
-	// and Session requests, except releases and cancels, which only give
-	// capacity back (default DefaultClientRate; flag --client-rate).
+	// ClientRate bounds the requests per second of one client: unary calls,
+	// Session requests and the descriptors of Envoy's ShouldRateLimit,
+	// except releases and cancels, which only give capacity back (default
+	// DefaultClientRate; flag --client-rate).
 	ClientRate float64
 	// ClientBurst is how many requests over ClientRate a client may make at
 	// once; 0 means twice ClientRate (flag --client-burst).

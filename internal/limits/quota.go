@@ -91,8 +91,12 @@ func (q *Quotas) RateLimited() bool { return q.rates != nil }
 
 // AllowRate takes a request from client key's rate budget, or refuses it,
 // to retry after a request's share of a second.
-func (q *Quotas) AllowRate(key string) *limiter.Error {
-	if q.rates.Allow(key) {
+func (q *Quotas) AllowRate(key string) *limiter.Error { return q.AllowRateN(key, 1) }
+
+// AllowRateN takes n requests from client key's rate budget, all or none,
+// or refuses them as AllowRate does.
+func (q *Quotas) AllowRateN(key string, n int) *limiter.Error {
+	if q.rates.AllowN(key, n) {
 		return nil
 	}
 	err := q.Exhausted(KindClientRate, limiter.ReasonClientRateLimited,

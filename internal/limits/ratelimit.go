@@ -49,7 +49,11 @@ func NewRates(r float64, b int) *Rates {
 
 // Allow takes one token from key's bucket and reports whether it had one.
 // A nil *Rates allows everything.
-func (c *Rates) Allow(key string) bool {
+func (c *Rates) Allow(key string) bool { return c.AllowN(key, 1) }
+
+// AllowN takes n tokens from key's bucket, all or none, and reports
+// whether it had them; n larger than the burst counts as the burst.
+func (c *Rates) AllowN(key string, n int) bool {
 	if c == nil {
 		return true
 	}
@@ -66,7 +70,7 @@ func (c *Rates) Allow(key string) bool {
 		c.buckets[key] = b
 	}
 	b.last = now
-	return b.lim.AllowN(now, 1)
+	return b.lim.AllowN(now, min(n, c.burst))
 }
 
 // sweepLocked drops the buckets idle for at least c.idle. It runs at most
