@@ -1,0 +1,1 @@
+"""google.api.field_behavior, the one option the API imports."""
