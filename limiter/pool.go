@@ -38,6 +38,7 @@ type pool struct {
 	held      int64
 	lastToken uint64
 	leases    map[uint64]*lease
+	byToken   leaseIndex // the leases in token order
 	expiry    indexedHeap[*lease]
 	ended     tombstones
 
@@ -231,6 +232,7 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 		p.bindLocked(l)
 	}
 	p.leases[l.FencingToken] = l
+	p.byToken.add(l)
 	p.expiry.push(l)
 	p.held += g.weight
 	p.stats.Granted++
@@ -243,6 +245,7 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 // removeLeaseLocked takes l out of the pool and frees its permits.
 func (p *pool) removeLeaseLocked(l *lease) {
 	delete(p.leases, l.FencingToken)
+	p.byToken.remove(l)
 	p.forgetConcShareLocked(l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
