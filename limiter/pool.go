@@ -43,6 +43,8 @@ type pool struct {
 	ended     tombstones
 
 	waiters       indexedHeap[*waiter]
+	ranked        *waiter            // every waiter, in a rank treap (rankTree)
+	clientQueues  map[string]*waiter // client id -> its waiters' rank treap
 	waitingWeight int64
 	seq           uint64
 	takesWaiting  int64 // takes waiting for their tokens; they count toward max_waiters
@@ -280,6 +282,7 @@ func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
 	w.done = true
 	if w.index >= 0 {
 		p.waiters.remove(w)
+		p.rankRemoveLocked(w)
 		p.waitingWeight -= w.g.weight
 		p.marksLocked()
 	}
