@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net"
 	"net/http"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -37,6 +38,16 @@ func (s *Server) HTTPHandler() http.Handler {
 		RecentEvents: s.RecentEvents,
 		Leading:      s.leadingView,
 	})
+}
+
+// LimitHTTP returns lis bounded by Limits.MaxHTTPConns and
+// MaxHTTPConnsPerIP (see limits.ConnLimiter: a keep-alive connection
+// between requests may give its place to a newcomer of its address), and
+// sets hs.ConnState to tell the limiter which connections are in a
+// request. hs must serve the returned listener.
+func (s *Server) LimitHTTP(hs *http.Server, lis net.Listener) net.Listener {
+	hs.ConnState = s.httpConns.HTTPConnState
+	return s.httpConns.Listen(lis)
 }
 
 // Serving reports whether the server serves: true until shutdown starts,
