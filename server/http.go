@@ -30,14 +30,19 @@ import (
 // signed) or the admin token as "Authorization: Bearer <token>", and is
 // refused with 401 otherwise.
 func (s *Server) HTTPHandler() http.Handler {
-	return httpapi.Handler(httpapi.Options{
+	return httpapi.Handler(s.httpOptions())
+}
+
+// httpOptions are what the HTTP handler reads of the server.
+func (s *Server) httpOptions() httpapi.Options {
+	return httpapi.Options{
 		Engine:       s.Engine,
 		Metrics:      s.metrics.Registry(),
 		Auth:         func() httpapi.Authorizer { return s.auth() },
 		Serving:      s.Serving,
 		RecentEvents: s.RecentEvents,
 		Leading:      s.leadingView,
-	})
+	}
 }
 
 // LimitHTTP returns lis bounded by Limits.MaxHTTPConns and
