@@ -216,7 +216,9 @@ func startFloodEnv(b *testing.B) *floodEnv {
 		f.mu.Unlock()
 		hs.Close()
 		stop()
-		<-done
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
 	})
 	if _, err := srv.Engine().CreatePool(limiter.PoolConfig{Name: "honest", ConcurrencyLimit: 100}); err != nil {
 		b.Fatal(err)

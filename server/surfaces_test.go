@@ -77,9 +77,7 @@ func TestEverySurfaceHasItsBounds(t *testing.T) {
 	for _, k := range session.KindNames {
 		want = append(want, "Session "+k)
 	}
-	for _, r := range httpapi.Routes(srv.httpOptions()) {
-		want = append(want, r)
-	}
+	want = append(want, httpapi.Routes(srv.httpOptions())...)
 	slices.Sort(want)
 	for _, s := range want {
 		cells, ok := rows[s]

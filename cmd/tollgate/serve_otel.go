@@ -40,5 +40,5 @@ func newTracerProvider(ctx context.Context) (*sdktrace.TracerProvider, error) {
 	// whatever else a span may carry.
 	limits := sdktrace.NewSpanLimits()
 	limits.AttributeValueLengthLimit = 256
-	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSpanLimits(limits)), nil
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(limits)), nil
 }
