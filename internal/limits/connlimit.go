@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,17 +49,15 @@ type hostConns struct {
 // find the connection again.
 type Conn struct {
 	net.Conn
-	l        *ConnLimiter
-	host     string
-	addr     *ConnAddr
-	accepted time.Time
-	once     sync.Once
+	l    *ConnLimiter
+	host string
+	addr *ConnAddr
+	once sync.Once
 
-	// Guarded by l.mu.
-	called    bool      // a call has begun on it: its handshake is done
-	calls     int       // calls in progress other than watches
-	watches   int       // watches in progress
-	quietFrom time.Time // since when calls is 0
+	called    atomic.Bool  // a call has begun on it: its handshake is done
+	calls     atomic.Int64 // calls in progress other than watches
+	watches   atomic.Int64 // watches in progress
+	quietFrom atomic.Int64 // when calls last went to 0, in Unix nanoseconds
 }
 
 // ConnAddr is the remote address of a Conn: the peer's address, and the
@@ -146,7 +145,8 @@ func (l *ConnLimiter) admit(c net.Conn) *Conn {
 		hc = &hostConns{}
 		l.hosts[host] = hc
 	}
-	lc := &Conn{Conn: c, l: l, host: host, accepted: now, quietFrom: now}
+	lc := &Conn{Conn: c, l: l, host: host}
+	lc.quietFrom.Store(now.UnixNano())
 	lc.addr = &ConnAddr{Addr: c.RemoteAddr(), c: lc}
 	hc.conns = append(hc.conns, lc)
 	l.open++
@@ -165,12 +165,12 @@ func (h *hostConns) victim() *Conn {
 		return nil
 	}
 	for _, c := range h.conns {
-		if !c.called {
+		if !c.called.Load() {
 			return c
 		}
 	}
 	for _, c := range h.conns {
-		if c.calls == 0 {
+		if c.calls.Load() == 0 {
 			return c
 		}
 	}
@@ -201,7 +201,7 @@ func (l *ConnLimiter) Sweep() {
 	now := l.now()
 	for _, h := range l.hosts {
 		for _, c := range h.conns {
-			if c.called && c.calls == 0 && c.watches > 0 && now.Sub(c.quietFrom) >= l.idleAfter {
+			if c.called.Load() && c.calls.Load() == 0 && c.watches.Load() > 0 && now.Sub(time.Unix(0, c.quietFrom.Load())) >= l.idleAfter {
 				idle = append(idle, c)
 			}
 		}
@@ -251,23 +251,18 @@ func Begin(addr net.Addr, watch bool) func() {
 	if !ok {
 		return func() {}
 	}
-	c, l := ca.c, ca.c.l
-	l.mu.Lock()
-	c.called = true
-	if watch {
-		c.watches++
-	} else {
-		c.calls++
+	c := ca.c
+	if !c.called.Load() {
+		c.called.Store(true)
 	}
-	l.mu.Unlock()
+	if watch {
+		c.watches.Add(1)
+		return func() { c.watches.Add(-1) }
+	}
+	c.calls.Add(1)
 	return func() {
-		l.mu.Lock()
-		if watch {
-			c.watches--
-		} else if c.calls--; c.calls == 0 {
-			c.quietFrom = l.now()
-		}
-		l.mu.Unlock()
+		c.quietFrom.Store(c.l.now().UnixNano())
+		c.calls.Add(-1)
 	}
 }
 
@@ -279,15 +274,13 @@ func (l *ConnLimiter) HTTPConnState(c net.Conn, state http.ConnState) {
 	if lc == nil {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch state {
 	case http.StateActive:
-		lc.called = true
-		lc.calls = 1
+		lc.called.Store(true)
+		lc.calls.Store(1)
 	case http.StateIdle:
-		lc.calls = 0
-		lc.quietFrom = l.now()
+		lc.quietFrom.Store(l.now().UnixNano())
+		lc.calls.Store(0)
 	}
 }
 
