@@ -132,7 +132,9 @@ var (
 	// acquiring as many leases as the server allows one client.
 	ErrClientLeaseLimit = &Error{Code: codes.ResourceExhausted, Reason: "CLIENT_LEASE_LIMIT"}
 	// ErrClientSessionLimit (RESOURCE_EXHAUSTED): The client has as many
-	// Session streams open as the server allows one client.
+	// streams open (Session, health Watch, WatchEvents, Provide, reflection) as
+	// the server allows one client, one IP address or the whole server; the
+	// message names which.
 	ErrClientSessionLimit = &Error{Code: codes.ResourceExhausted, Reason: "CLIENT_SESSION_LIMIT"}
 	// ErrClientRateLimited (RESOURCE_EXHAUSTED): The client is over the
 	// server's per-client call rate.

@@ -549,6 +549,7 @@ func (e *Engine) grantOrEnqueue(req *AcquireRequest) (Lease, *AcquireWait, error
 	w := &a.w
 	p.seq++
 	p.waiters.push(w)
+	p.rankAddLocked(w)
 	p.waitingWeight += req.Weight
 	p.marksLocked()
 	if req.WaitTimeout > 0 {

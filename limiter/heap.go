@@ -1,7 +1,5 @@
 package limiter
 
-import "container/heap"
-
 // heapItem is an element of an indexedHeap: it orders itself against
 // another element and remembers its position, so that it can be removed or
 // re-ordered in O(log n) without a search.
@@ -93,43 +91,4 @@ func (h indexedHeap[T]) down(i int) bool {
 		i = m
 	}
 	return i > start
-}
-
-// first returns the first k elements in order, without changing h: a
-// walk from the top that keeps the candidates (the children of the
-// elements taken so far) in a heap of their indices, so it costs
-// O(k log k) whatever h's length.
-func (h indexedHeap[T]) first(k int) []T {
-	k = min(k, len(h))
-	if k <= 0 {
-		return nil
-	}
-	out := make([]T, 0, k)
-	cand := &heapWalk[T]{h: h, idx: []int{0}}
-	for len(out) < k {
-		i := heap.Pop(cand).(int)
-		out = append(out, h[i])
-		for _, c := range [2]int{2*i + 1, 2*i + 2} {
-			if c < len(h) {
-				heap.Push(cand, c)
-			}
-		}
-	}
-	return out
-}
-
-// heapWalk is first's heap of candidate indices into h.
-type heapWalk[T heapItem[T]] struct {
-	h   indexedHeap[T]
-	idx []int
-}
-
-func (w *heapWalk[T]) Len() int           { return len(w.idx) }
-func (w *heapWalk[T]) Less(a, b int) bool { return w.h[w.idx[a]].before(w.h[w.idx[b]]) }
-func (w *heapWalk[T]) Swap(a, b int)      { w.idx[a], w.idx[b] = w.idx[b], w.idx[a] }
-func (w *heapWalk[T]) Push(x any)         { w.idx = append(w.idx, x.(int)) }
-func (w *heapWalk[T]) Pop() any {
-	x := w.idx[len(w.idx)-1]
-	w.idx = w.idx[:len(w.idx)-1]
-	return x
 }

@@ -38,10 +38,13 @@ type pool struct {
 	held      int64
 	lastToken uint64
 	leases    map[uint64]*lease
+	byToken   leaseIndex // the leases in token order
 	expiry    indexedHeap[*lease]
 	ended     tombstones
 
 	waiters       indexedHeap[*waiter]
+	ranked        *waiter            // every waiter, in a rank treap (rankTree)
+	clientQueues  map[string]*waiter // client id -> its waiters' rank treap
 	waitingWeight int64
 	seq           uint64
 	takesWaiting  int64 // takes waiting for their tokens; they count toward max_waiters
@@ -231,6 +234,7 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 		p.bindLocked(l)
 	}
 	p.leases[l.FencingToken] = l
+	p.byToken.add(l)
 	p.expiry.push(l)
 	p.held += g.weight
 	p.stats.Granted++
@@ -243,6 +247,7 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 // removeLeaseLocked takes l out of the pool and frees its permits.
 func (p *pool) removeLeaseLocked(l *lease) {
 	delete(p.leases, l.FencingToken)
+	p.byToken.remove(l)
 	p.forgetConcShareLocked(l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
@@ -277,6 +282,7 @@ func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
 	w.done = true
 	if w.index >= 0 {
 		p.waiters.remove(w)
+		p.rankRemoveLocked(w)
 		p.waitingWeight -= w.g.weight
 		p.marksLocked()
 	}

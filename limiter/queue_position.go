@@ -1,9 +1,6 @@
 package limiter
 
-import (
-	"slices"
-	"time"
-)
+import "time"
 
 // MaxQueuePositions bounds how many acquires QueuePositions reports.
 const MaxQueuePositions = 16
@@ -24,8 +21,9 @@ type QueuedAcquire struct {
 
 // QueuePositions returns where the acquires of client clientID wait in
 // pool's queue, in grant order (at most MaxQueuePositions of them), and how
-// many acquires wait in all. It costs a scan of the queue for each acquire
-// it reports. Errors: ErrInvalidArgument, ErrPoolNotFound.
+// many acquires wait in all. It costs O(log n) under the pool's lock for
+// each acquire it reports, whatever the length of the queue or the number
+// of the client's acquires. Errors: ErrInvalidArgument, ErrPoolNotFound.
 func (e *Engine) QueuePositions(pool, clientID string) ([]QueuedAcquire, int64, error) {
 	if clientID == "" || len(clientID) > MaxClientIDLen {
 		return nil, 0, errorf(ErrInvalidArgument, "client id is %d bytes; give the client id the acquires were made with, 1 to %d bytes", len(clientID), MaxClientIDLen)
@@ -37,22 +35,11 @@ func (e *Engine) QueuePositions(pool, clientID string) ([]QueuedAcquire, int64, 
 	defer p.unlock()
 	now := e.clock.Now()
 	var out []QueuedAcquire
-	for _, w := range p.waiters {
-		if w.g.clientID != clientID {
-			continue
-		}
-		pos := int64(1)
-		for _, o := range p.waiters {
-			if o.g.priority > w.g.priority || (o.g.priority == w.g.priority && o.seq < w.seq) {
-				pos++
-			}
-		}
+	rankTree(inClientQueue).first(p.clientQueues[clientID], func(w *waiter) bool {
+		pos := rankTree(inQueue).rank(p.ranked, w) + 1
 		out = append(out, QueuedAcquire{Position: pos, ClientID: clientID, Weight: w.g.weight, Priority: w.g.priority, Waited: now.Sub(w.enqueued)})
-	}
-	slices.SortFunc(out, func(a, b QueuedAcquire) int { return int(a.Position - b.Position) })
-	if len(out) > MaxQueuePositions {
-		out = out[:MaxQueuePositions]
-	}
+		return len(out) < MaxQueuePositions
+	})
 	return out, int64(len(p.waiters)), nil
 }
 
@@ -61,7 +48,7 @@ const MaxListWaiters = 100
 
 // ListWaiters returns the first limit acquires waiting in pool's queue, in
 // grant order (at most MaxListWaiters), and how many wait in all. It costs
-// O(limit log limit) under the pool's lock, whatever the queue's length.
+// O(log n + limit) under the pool's lock: a walk of the queue's rank tree.
 // Errors: ErrInvalidArgument, ErrPoolNotFound.
 func (e *Engine) ListWaiters(pool string, limit int) ([]QueuedAcquire, int64, error) {
 	if limit < 1 || limit > MaxListWaiters {
@@ -73,10 +60,10 @@ func (e *Engine) ListWaiters(pool string, limit int) ([]QueuedAcquire, int64, er
 	}
 	defer p.unlock()
 	now := e.clock.Now()
-	first := p.waiters.first(limit)
-	out := make([]QueuedAcquire, len(first))
-	for i, w := range first {
-		out[i] = QueuedAcquire{Position: int64(i + 1), ClientID: w.g.clientID, Weight: w.g.weight, Priority: w.g.priority, Waited: now.Sub(w.enqueued)}
-	}
+	out := make([]QueuedAcquire, 0, min(limit, len(p.waiters)))
+	rankTree(inQueue).first(p.ranked, func(w *waiter) bool {
+		out = append(out, QueuedAcquire{Position: int64(len(out) + 1), ClientID: w.g.clientID, Weight: w.g.weight, Priority: w.g.priority, Waited: now.Sub(w.enqueued)})
+		return len(out) < limit
+	})
 	return out, int64(len(p.waiters)), nil
 }

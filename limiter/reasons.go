@@ -134,7 +134,9 @@ const (
 	// acquiring as many leases as the server allows one client.
 	ReasonClientLeaseLimit Reason = "CLIENT_LEASE_LIMIT"
 	// ReasonClientSessionLimit (RESOURCE_EXHAUSTED): The client has as many
-	// Session streams open as the server allows one client.
+	// streams open (Session, health Watch, WatchEvents, Provide, reflection) as
+	// the server allows one client, one IP address or the whole server; the
+	// message names which.
 	ReasonClientSessionLimit Reason = "CLIENT_SESSION_LIMIT"
 	// ReasonClientRateLimited (RESOURCE_EXHAUSTED): The client is over the
 	// server's per-client call rate.

@@ -324,6 +324,7 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 	p.rec.taken[token] = struct{}{}
 	p.rec.unknown = max(0, p.rec.unknown-ra.Weight) // now counted in held
 	p.leases[token] = l
+	p.byToken.add(l)
 	p.expiry.push(l)
 	p.held += ra.Weight
 	p.stats.Readopted++

@@ -129,30 +129,50 @@ func (e *Engine) GetLease(pool string, token uint64) (Lease, error) {
 	return Lease{}, p.missingLeaseErrLocked(token)
 }
 
+// MaxListScan bounds the leases of other clients one page of ListLeases
+// with a client id passes over: past it the page ends early, with a
+// cursor to go on from.
+const MaxListScan = 4096
+
 // ListLeases returns up to limit live leases of pool whose fencing tokens
-// are above after, in token order (oldest grant first), and whether more
-// follow. A non-empty clientID keeps only the leases of that client. A
-// limit below 1 means 1. Leases from before a restart that were not
-// re-adopted are not listed. Errors: ErrPoolNotFound; ErrShuttingDown.
-func (e *Engine) ListLeases(pool, clientID string, after uint64, limit int) ([]Lease, bool, error) {
+// are above after, in token order (oldest grant first), and the token to
+// pass as after for the next page, or 0 when none follow. A non-empty
+// clientID keeps only the leases of that client; such a page passes over
+// at most MaxListScan leases of other clients, and may then be shorter
+// than limit (even empty) with a next token. A limit below 1 means 1.
+// Leases from before a restart that were not re-adopted are not listed.
+//
+// Cost: under the pool's lock, O(log n) to find the first lease and then
+// the leases of the page (and those passed over); never the whole pool.
+// Errors: ErrPoolNotFound; ErrShuttingDown.
+func (e *Engine) ListLeases(pool, clientID string, after uint64, limit int) ([]Lease, uint64, error) {
 	limit = max(limit, 1)
 	p, err := e.lockPool(pool)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, err
 	}
-	var out []Lease
-	for tok, l := range p.leases {
-		if tok > after && (clientID == "" || l.ClientID == clientID) {
-			out = append(out, l.Lease)
+	defer p.unlock()
+	out := make([]Lease, 0, min(limit, 256))
+	var next, last uint64
+	skipped := 0
+	p.byToken.ascendAfter(after, func(l *lease) bool {
+		if clientID != "" && l.ClientID != clientID {
+			if skipped++; skipped > MaxListScan {
+				next = last
+				return false
+			}
+			last = l.FencingToken
+			return true
 		}
-	}
-	p.unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].FencingToken < out[j].FencingToken })
-	more := len(out) > limit
-	if more {
-		out = out[:limit]
-	}
-	return out, more, nil
+		if len(out) == limit {
+			next = last
+			return false
+		}
+		out = append(out, l.Lease)
+		last = l.FencingToken
+		return true
+	})
+	return out, next, nil
 }
 
 // sortLeasesByToken sorts ls by fencing token, oldest grant first.

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -82,17 +83,17 @@ func TestListLeases(t *testing.T) {
 		}
 		toks = append(toks, te.mustAcquire(t, AcquireRequest{Pool: "db", ClientID: c}).FencingToken)
 	}
-	page, more, err := te.ListLeases("db", "", 0, 2)
-	if err != nil || !more || len(page) != 2 || page[0].FencingToken != toks[0] || page[1].FencingToken != toks[1] {
-		t.Fatalf("page 1 = %+v, %v, %v", page, more, err)
+	page, next, err := te.ListLeases("db", "", 0, 2)
+	if err != nil || next != toks[1] || len(page) != 2 || page[0].FencingToken != toks[0] || page[1].FencingToken != toks[1] {
+		t.Fatalf("page 1 = %+v, %v, %v", page, next, err)
 	}
-	page, more, _ = te.ListLeases("db", "", page[1].FencingToken, 10)
-	if more || len(page) != 3 || page[0].FencingToken != toks[2] {
-		t.Fatalf("page 2 = %+v, %v", page, more)
+	page, next, _ = te.ListLeases("db", "", next, 10)
+	if next != 0 || len(page) != 3 || page[0].FencingToken != toks[2] {
+		t.Fatalf("page 2 = %+v, %v", page, next)
 	}
-	page, more, _ = te.ListLeases("db", "b", 0, 10)
-	if more || len(page) != 2 || page[0].ClientID != "b" || page[1].FencingToken != toks[3] {
-		t.Fatalf("client b = %+v, %v", page, more)
+	page, next, _ = te.ListLeases("db", "b", 0, 10)
+	if next != 0 || len(page) != 2 || page[0].ClientID != "b" || page[1].FencingToken != toks[3] {
+		t.Fatalf("client b = %+v, %v", page, next)
 	}
 	if _, _, err := te.ListLeases("nope", "", 0, 1); err == nil {
 		t.Fatal("ListLeases of a missing pool succeeded")
@@ -176,5 +177,39 @@ func TestRevocationPolicyOnAdaptiveCut(t *testing.T) {
 	}
 	if s.Held > s.EffectiveConcurrencyLimit || s.Revoked == 0 {
 		t.Fatalf("after the cut: %+v", s)
+	}
+}
+
+// TestListLeasesPageCostsThePage: a page of one lease of a pool of 50,000
+// copies one lease, not all of them (it copied and sorted every lease
+// under the pool's lock on every page), and a page filtered by a client
+// holding none passes over at most MaxListScan leases, with a cursor.
+func TestListLeasesPageCostsThePage(t *testing.T) {
+	te := newTestEngine(t)
+	const n = 50_000
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: n})
+	var toks []uint64
+	for range n {
+		toks = append(toks, te.mustAcquire(t, AcquireRequest{Pool: "db", ClientID: "a"}).FencingToken)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const calls = 20
+	for i := range calls {
+		page, next, err := te.ListLeases("db", "", toks[i*100], 1)
+		if err != nil || len(page) != 1 || page[0].FencingToken != toks[i*100+1] || next != toks[i*100+1] {
+			t.Fatalf("page after %d = %+v, %d, %v", toks[i*100], page, next, err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / calls; per > 16<<10 {
+		t.Fatalf("a page of one lease of %d allocates %d bytes; want at most 16 KiB", n, per)
+	}
+	page, next, err := te.ListLeases("db", "nobody", 0, 10)
+	if err != nil || len(page) != 0 || next != toks[MaxListScan-1] {
+		t.Fatalf("page of a client with no lease = %+v, next %d (want %d), %v", page, next, toks[MaxListScan-1], err)
+	}
+	if _, next, _ := te.ListLeases("db", "", toks[n-2], 1); next != 0 {
+		t.Fatalf("the last page has next %d; want 0", next)
 	}
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // TestWaiterIsSmall: a queued acquire with a notified wait is a small
-// record (about 160 bytes; it embedded a whole Lease and took 400), not a
-// lease: the memory per waiter in docs/benchmarks.md depends on it.
+// record (about 200 bytes, 40 of them its links in the rank treaps of
+// QueuePositions; it embedded a whole Lease and took 400), not a lease:
+// the memory per waiter in docs/benchmarks.md depends on it.
 func TestWaiterIsSmall(t *testing.T) {
 	te := newTestEngine(t)
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, MaxWaiters: 10_000})
@@ -28,8 +29,8 @@ func TestWaiterIsSmall(t *testing.T) {
 		waits = append(waits, w)
 	}
 	runtime.ReadMemStats(&after)
-	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 220 {
-		t.Fatalf("a queued acquire allocates %d bytes; want at most 220", per)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 256 {
+		t.Fatalf("a queued acquire allocates %d bytes; want at most 256", per)
 	}
 	runtime.KeepAlive(waits)
 }

@@ -3,62 +3,9 @@ package limiter
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 )
-
-// heapInt is an indexedHeap element for testing the heap alone.
-type heapInt struct {
-	v, seq, index int
-}
-
-func (a *heapInt) before(b *heapInt) bool {
-	if a.v != b.v {
-		return a.v < b.v
-	}
-	return a.seq < b.seq
-}
-func (a *heapInt) setIndex(i int) { a.index = i }
-func (a *heapInt) heapIndex() int { return a.index }
-
-// first gives a heap's first k elements in order, for every k, after
-// random pushes and removals, and leaves the heap as it was.
-func TestHeapFirst(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for round := 0; round < 200; round++ {
-		var h indexedHeap[*heapInt]
-		var live []*heapInt
-		for i := 0; i < rng.IntN(60); i++ {
-			x := &heapInt{v: rng.IntN(10), seq: i}
-			h.push(x)
-			live = append(live, x)
-			if rng.IntN(4) == 0 {
-				j := rng.IntN(len(live))
-				h.remove(live[j])
-				live = slices.Delete(live, j, j+1)
-			}
-		}
-		sorted := slices.Clone(live)
-		slices.SortFunc(sorted, func(a, b *heapInt) int {
-			if a.before(b) {
-				return -1
-			}
-			return 1
-		})
-		before := slices.Clone(h)
-		for k := 0; k <= len(live)+1; k++ {
-			got := h.first(k)
-			if want := sorted[:min(k, len(sorted))]; !slices.Equal(got, want) {
-				t.Fatalf("round %d: first(%d) = %v, want %v", round, k, got, want)
-			}
-		}
-		if !slices.Equal(before, h) {
-			t.Fatalf("round %d: first changed the heap", round)
-		}
-	}
-}
 
 // ListWaiters lists a pool's queue from its head, in grant order: higher
 // priority first, then arrival.

@@ -14,8 +14,9 @@ type waiter struct {
 	done  bool
 	// waitTimeout is the request's WaitTimeout, for the timeout's message.
 	waitTimeout time.Duration
-	seq         uint64 // arrival order, for FIFO within a priority
-	timer       Timer  // wait timeout, if any
+	seq         uint64    // arrival order, for FIFO within a priority
+	rank, mine  rankLinks // in the pool's and its client's rank treaps
+	timer       Timer     // wait timeout, if any
 	// enqueued is when the acquire joined the queue, by the engine's
 	// clock: its grant records now minus this as its wait.
 	enqueued time.Time

@@ -44,7 +44,9 @@ func (a *adminService) GetLease(ctx context.Context, req *tollgatev1.GetLeaseReq
 
 // ListLeases returns a page of a pool's live leases in fencing token
 // order. The page token is the base64url encoding of the decimal fencing
-// token of the last lease of the previous page.
+// token the previous page ended at. A page filtered by client_id passes
+// over at most limiter.MaxListScan leases of other clients, so it may be
+// short, or empty, with a next page token.
 func (a *adminService) ListLeases(ctx context.Context, req *tollgatev1.ListLeasesRequest) (*tollgatev1.ListLeasesResponse, error) {
 	resp, err := a.listLeases(req)
 	if err != nil {
@@ -68,7 +70,7 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 	if err != nil {
 		return nil, err
 	}
-	leases, more, err := a.srv.Engine().ListLeases(req.GetPool(), req.GetClientId(), after, size)
+	leases, next, err := a.srv.Engine().ListLeases(req.GetPool(), req.GetClientId(), after, size)
 	if err != nil {
 		return nil, err
 	}
@@ -76,8 +78,8 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 	for _, l := range leases {
 		resp.Leases = append(resp.Leases, apiconv.LeaseToProto(a.srv.ids, l))
 	}
-	if more && len(leases) > 0 {
-		resp.NextPageToken = pagetoken.Encode(apiconv.FormatLeaseID(leases[len(leases)-1].FencingToken))
+	if next != 0 {
+		resp.NextPageToken = pagetoken.Encode(apiconv.FormatLeaseID(next))
 	}
 	return resp, nil
 }

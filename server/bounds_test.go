@@ -122,47 +122,6 @@ func TestUnnamedClientsAreKeyedByConnection(t *testing.T) {
 	}
 }
 
-// Connections past Limits.MaxConnsPerIP are closed at once, while the
-// connections already open go on being served; a closed connection gives
-// its place back.
-func TestConnectionLimit(t *testing.T) {
-	o := startOps(t, Config{Limits: limits.Limits{MaxConnsPerIP: 2}}, nil)
-	e := o.env()
-	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 10})
-	spare, err := net.Dial("tcp", o.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	excess, err := net.Dial("tcp", o.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer excess.Close()
-	if err := excess.SetReadDeadline(time.Now().Add(waitLimit)); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := excess.Read(make([]byte, 1)); err == nil || isTimeout(err) {
-		t.Fatalf("the connection past the limit read %d bytes (%v); want it closed", n, err)
-	}
-	e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
-	spare.Close()
-	waitFor(t, "the closed connection's place to free", func() bool {
-		c, err := net.Dial("tcp", o.addr)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		if err := c.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
-			return false
-		}
-		_, err = c.Read(make([]byte, 1))
-		return err == nil || isTimeout(err)
-	})
-	if n := o.srv.quotas.Refused(limits.KindConnsPerIP); n < 1 {
-		t.Errorf("refused connections counted %d, want at least 1", n)
-	}
-}
-
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()

@@ -47,10 +47,14 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	return s.ServeGRPC(ctx, s.GRPCServer(), lis)
 }
 
+// watchSweepInterval is how often connections with only watches in
+// progress are looked for, to close the ones idle for idleConnTimeout.
+const watchSweepInterval = 30 * time.Second
+
 // ServeGRPC serves gs (which must have this Server registered, as
 // GRPCServer does) on lis until ctx is done or serving fails; connections
-// past Limits.MaxConns or Limits.MaxConnsPerIP are closed as they are
-// accepted. Then it shuts down: health turns NOT_SERVING, Session streams
+// are bounded by Limits.MaxConns and Limits.MaxConnsPerIP as
+// limits.ConnLimiter says. Then it shuts down: health turns NOT_SERVING, Session streams
 // end with UNAVAILABLE (their leases are kept), waiting acquires and takes
 // fail at once with UNAVAILABLE (SHUTTING_DOWN), gs stops gracefully, waiting at most
 // Config.ShutdownTimeout for calls in flight before cutting them off, and
@@ -58,8 +62,20 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // or the error that stopped serving otherwise.
 func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listener) error {
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- gs.Serve(s.quotas.LimitConns(lis)) }()
+	go func() { serveErr <- gs.Serve(s.grpcConns.Listen(lis)) }()
 	s.log.Info("serving", "addr", lis.Addr().String())
+	sweep := time.NewTicker(watchSweepInterval)
+	defer sweep.Stop()
+	go func() {
+		for {
+			select {
+			case <-sweep.C:
+				s.grpcConns.Sweep()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 
 	var err error
 	select {

@@ -5,13 +5,16 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/refuse"
 )
 
 // The interceptors below enforce the per-call parts of limits.Limits: the
-// request rate per client, Session streams per client and the number of
-// pools; the Session stream checks each of its requests as it arrives.
+// request rate per client, streams per client, per address and in all,
+// and the number of pools; the Session stream checks each of its requests
+// as it arrives.
 
 // Methods with limits of their own.
 var (
@@ -54,26 +57,46 @@ func (s *Server) poolsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	return handler(ctx, req)
 }
 
-// limitStream refuses a Session stream over the caller's request rate or
-// past Limits.MaxClientSessions, and counts it while it is open. Other
-// streams (reflection) only count against the rate, and health watches
-// not even that.
+// limitStream refuses a stream over the caller's request rate (but a
+// health Watch), or past Limits.MaxClientSessions, MaxStreamsPerIP or
+// MaxStreams, and counts it while it is open: every kind of stream
+// counts (Session, health Watch, WatchEvents, reflection), since each
+// holds a goroutine and buffers while it lasts.
 func (s *Server) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod != sessionMethod && (!s.quotas.RateLimited() || rateExempt(info.FullMethod)) {
-		return handler(srv, ss)
-	}
-	key := s.auth().Identify(ss.Context()).ClientKey("")
-	if !rateExempt(info.FullMethod) {
+	id := s.auth().Identify(ss.Context())
+	key := id.ClientKey("")
+	if s.quotas.RateLimited() && !rateExempt(info.FullMethod) {
 		if err := s.quotas.AllowRate(key); err != nil {
 			return refuse.StatusOf(err, refuse.About{}).Err()
 		}
 	}
-	if info.FullMethod != sessionMethod {
-		return handler(srv, ss)
+	if err := s.quotas.OpenStream(key, id.Addr); err != nil {
+		return refuse.ToStatus(s.log, "stream", err, refuse.About{})
 	}
-	if err := s.quotas.OpenSession(key); err != nil {
-		return refuse.ToStatus(s.log, "Session", err, refuse.About{})
-	}
-	defer s.quotas.CloseSession(key)
+	defer s.quotas.CloseStream(key, id.Addr)
 	return handler(srv, ss)
+}
+
+// connUnary and connStream tell the connection limiter that a call is in
+// progress on the caller's connection: a connection making calls keeps its
+// place, one with only watches (health Watch, reflection) in progress
+// may give it to a newcomer of its address and is closed when idle.
+func (s *Server) connUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if p, ok := peer.FromContext(ctx); ok {
+		defer limits.Begin(p.Addr, false)()
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) connStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if p, ok := peer.FromContext(ss.Context()); ok {
+		defer limits.Begin(p.Addr, isWatch(info.FullMethod))()
+	}
+	return handler(srv, ss)
+}
+
+// isWatch reports whether a stream method is a watch: it keeps a
+// connection open without using the server for anything.
+func isWatch(method string) bool {
+	return strings.HasPrefix(method, healthPrefix) || strings.HasPrefix(method, "/grpc.reflection.")
 }

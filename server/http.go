@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net"
 	"net/http"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -30,14 +31,29 @@ import (
 // signed) or the admin token as "Authorization: Bearer <token>", and is
 // refused with 401 otherwise.
 func (s *Server) HTTPHandler() http.Handler {
-	return httpapi.Handler(httpapi.Options{
+	return httpapi.Handler(s.httpOptions())
+}
+
+// httpOptions are what the HTTP handler reads of the server.
+func (s *Server) httpOptions() httpapi.Options {
+	return httpapi.Options{
 		Engine:       s.Engine,
 		Metrics:      s.metrics.Registry(),
 		Auth:         func() httpapi.Authorizer { return s.auth() },
 		Serving:      s.Serving,
 		RecentEvents: s.RecentEvents,
 		Leading:      s.leadingView,
-	})
+	}
+}
+
+// LimitHTTP returns lis bounded by Limits.MaxHTTPConns and
+// MaxHTTPConnsPerIP (see limits.ConnLimiter: a keep-alive connection
+// between requests may give its place to a newcomer of its address), and
+// sets hs.ConnState to tell the limiter which connections are in a
+// request. hs must serve the returned listener.
+func (s *Server) LimitHTTP(hs *http.Server, lis net.Listener) net.Listener {
+	hs.ConnState = s.httpConns.HTTPConnState
+	return s.httpConns.Listen(lis)
 }
 
 // Serving reports whether the server serves: true until shutdown starts,

@@ -32,8 +32,8 @@ const (
 func (s *Server) serverOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(s.codec),
-		grpc.ChainUnaryInterceptor(s.metrics.Unary, s.codec.Unary, s.recoverUnary, s.rateUnary, s.authUnary, s.leaderUnary, s.poolsUnary, s.auditUnary),
-		grpc.ChainStreamInterceptor(s.metrics.Stream, s.codec.Stream, s.recoverStream, s.authStream, s.leaderStream, s.limitStream),
+		grpc.ChainUnaryInterceptor(s.metrics.Unary, s.connUnary, s.codec.Unary, s.recoverUnary, s.rateUnary, s.authUnary, s.leaderUnary, s.poolsUnary, s.auditUnary),
+		grpc.ChainStreamInterceptor(s.metrics.Stream, s.connStream, s.codec.Stream, s.recoverStream, s.authStream, s.leaderStream, s.limitStream),
 		// Clients may ping to find dead connections (grpc-go's default
 		// policy sends GOAWAY to any client pinging more often than every
 		// 5 minutes, far longer than a lease TTL); and the server pings
@@ -49,6 +49,9 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 		// connection is far more than the control plane's messages need,
 		// and less than the 16 MiB the estimate may grow the window to.
 		grpc.InitialWindowSize(flowWindow), grpc.InitialConnWindowSize(flowWindow),
+	}
+	if s.limits.MaxConnStreams > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(s.limits.MaxConnStreams)))
 	}
 	if s.limits.MaxHeaderListSize > 0 {
 		opts = append(opts, grpc.MaxHeaderListSize(uint32(s.limits.MaxHeaderListSize)))

@@ -58,9 +58,13 @@ func (l *limiterService) Take(ctx context.Context, req *tollgatev1.TakeRequest) 
 }
 
 // GetQueuePosition reports where a client's acquires wait in a pool's
-// queue.
+// queue, to that client (by its certificate's names) or an admin.
 func (l *limiterService) GetQueuePosition(ctx context.Context, req *tollgatev1.GetQueuePositionRequest) (*tollgatev1.GetQueuePositionResponse, error) {
 	err := apiconv.CheckPoolName("pool", req.GetPool())
+	if err == nil && req.GetClientId() != "" && len(req.GetClientId()) <= limiter.MaxClientIDLen {
+		a := l.srv.auth()
+		err = a.CheckClientOf(a.Identify(ctx), req.GetClientId())
+	}
 	if err == nil {
 		var queued []limiter.QueuedAcquire
 		var waiting int64

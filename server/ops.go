@@ -21,6 +21,8 @@ type ops struct {
 	authz  atomic.Pointer[auth.Authorizer] // swapped by SetAuth
 	limits limits.Limits                   // with defaults filled in
 	quotas *limits.Quotas
+	// grpcConns and httpConns bound the listeners' connections.
+	grpcConns, httpConns *limits.ConnLimiter
 	// createPoolMu serializes CreatePool calls while Limits.MaxPools is
 	// checked.
 	createPoolMu sync.Mutex
@@ -34,6 +36,8 @@ func (s *Server) initOps(cfg Config) {
 	s.authz.Store(auth.New(cfg.Auth))
 	s.limits = cfg.Limits.WithDefaults()
 	s.quotas = limits.New(s.limits)
+	s.grpcConns = s.quotas.NewConnLimiter(s.limits.MaxConns, s.limits.MaxConnsPerIP, limits.KindConns, limits.KindConnsPerIP, idleConnTimeout)
+	s.httpConns = s.quotas.NewConnLimiter(s.limits.MaxHTTPConns, s.limits.MaxHTTPConnsPerIP, limits.KindHTTPConns, limits.KindHTTPConnsPerIP, 0)
 	s.metrics = metrics.New(metricsSource{s}, session.KindNames[:])
 	s.codec = wirecodec.New()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,6 +229,34 @@ func TestTracingSessionWaitsHoldNoGoroutine(t *testing.T) {
 		}
 		if want := n - 1; name == "tollgate.Take" && ended != n || name == "tollgate.Acquire" && ended != want {
 			t.Errorf("%d %s spans ended without a grant", ended, name)
+		}
+	}
+}
+
+// TestTracingKeepsNoRawRequest: refused calls with a 100 KB pool name
+// leave spans whose attributes and status messages are bounded (the span
+// of each took the raw name: 3,000 refused calls with a 1 MB name grew the
+// server by 900 MB while the spans waited for their export).
+func TestTracingKeepsNoRawRequest(t *testing.T) {
+	e, rec := newTracedEnv(t)
+	huge := strings.Repeat("p", 100_000)
+	_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: huge})
+	wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)
+	_, err = e.lim.Take(e.ctx(), &tollgatev1.TakeRequest{Pool: huge})
+	wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)
+	_, err = e.adm.GetPool(e.ctx(), &tollgatev1.GetPoolRequest{Name: huge})
+	wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)
+	s := e.session()
+	s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: huge}))
+	waitFor(t, "the spans of the three calls", func() bool { return len(rec.Ended()) >= 3 })
+	for _, sp := range rec.Ended() {
+		for _, kv := range sp.Attributes() {
+			if n := len(kv.Value.String()); n > 256 {
+				t.Errorf("span %s: attribute %s is %d bytes", sp.Name(), kv.Key, n)
+			}
+		}
+		if n := len(sp.Status().Description); n > tracing.MaxStatusLen+8 {
+			t.Errorf("span %s: status message is %d bytes", sp.Name(), n)
 		}
 	}
 }

@@ -62,6 +62,7 @@ func (s *serveSecurity) serve(ctx context.Context, srv *server.Server, lis, http
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
 		}
+		httpLis = srv.LimitHTTP(hs, httpLis)
 		scheme := "http"
 		if s.tls != nil {
 			hs.TLSConfig = s.tls.HTTP

@@ -36,5 +36,9 @@ func newTracerProvider(ctx context.Context) (*sdktrace.TracerProvider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--otel: the resource: %w", err)
 	}
-	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+	// Attributes come only from validated values; the limit bounds
+	// whatever else a span may carry.
+	limits := sdktrace.NewSpanLimits()
+	limits.AttributeValueLengthLimit = 256
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(limits)), nil
 }

@@ -70,12 +70,17 @@ func (o *securityOptions) register(f *pflag.FlagSet) {
 	f.IntVar(&o.limits.MaxPools, "max-pools", limits.DefaultMaxPools, "most pools CreatePool may bring the server to (-1: no limit)")
 	f.Int64Var(&o.limits.MaxWaiters, "max-waiters", limits.DefaultMaxWaiters, "most acquires and takes in progress across all pools (-1: no limit)")
 	f.Int64Var(&o.limits.MaxClientLeases, "max-client-leases", limits.DefaultMaxClientLeases, "most leases one client may hold or be acquiring (-1: no limit)")
-	f.Int64Var(&o.limits.MaxClientSessions, "max-client-sessions", limits.DefaultMaxClientSessions, "most Session streams one client may have open (-1: no limit)")
+	f.Int64Var(&o.limits.MaxClientSessions, "max-client-sessions", limits.DefaultMaxClientSessions, "most streams (Session, health Watch, WatchEvents, reflection) one client may have open (-1: no limit)")
 	f.IntVar(&o.limits.MaxRecvMsgSize, "max-msg-size", limits.DefaultMaxRecvMsgSize, "largest gRPC message the server receives, in bytes")
 	f.Float64Var(&o.limits.ClientRate, "client-rate", limits.DefaultClientRate, "requests per second one client may make, releases excepted (-1: no limit)")
 	f.IntVar(&o.limits.ClientBurst, "client-burst", 0, "requests one client may make at once above --client-rate (0: twice --client-rate)")
-	f.IntVar(&o.limits.MaxConns, "max-conns", limits.DefaultMaxConns, "most gRPC connections open at once; more are closed when accepted (-1: no limit)")
-	f.IntVar(&o.limits.MaxConnsPerIP, "max-conns-per-ip", limits.DefaultMaxConnsPerIP, "most gRPC connections open at once from one IP address (-1: no limit)")
+	f.IntVar(&o.limits.MaxConns, "max-conns", limits.DefaultMaxConns, "most gRPC connections open at once; a newcomer past it takes the place of a connection making no call, or is closed (-1: as many as the file descriptors allow)")
+	f.IntVar(&o.limits.MaxConnsPerIP, "max-conns-per-ip", limits.DefaultMaxConnsPerIP, "most gRPC connections open at once from one IP address; a newcomer past it takes the place of one of the address's connections making no call, or is closed (-1: no limit)")
+	f.IntVar(&o.limits.MaxHTTPConns, "http-max-conns", limits.DefaultMaxHTTPConns, "most HTTP connections open at once (-1: as many as the file descriptors allow)")
+	f.IntVar(&o.limits.MaxHTTPConnsPerIP, "http-max-conns-per-ip", limits.DefaultMaxHTTPConnsPerIP, "most HTTP connections open at once from one IP address (-1: no limit)")
+	f.IntVar(&o.limits.MaxStreams, "max-streams", limits.DefaultMaxStreams, "most gRPC streams open at once (Session, health Watch, WatchEvents, reflection) (-1: no limit)")
+	f.IntVar(&o.limits.MaxStreamsPerIP, "max-streams-per-ip", limits.DefaultMaxStreamsPerIP, "most gRPC streams open at once from one IP address (-1: no limit)")
+	f.IntVar(&o.limits.MaxConnStreams, "max-conn-streams", limits.DefaultMaxConnStreams, "most streams and calls in progress on one gRPC connection; more wait (-1: no limit)")
 	f.IntVar(&o.limits.MaxHeaderListSize, "max-header-size", limits.DefaultMaxHeaderListSize, "largest metadata (headers) of one gRPC call, in bytes")
 	f.DurationVar(&o.limits.MaxTakeWait, "max-take-wait", limits.DefaultMaxTakeWait, "longest max_wait a take may wait for its tokens; longer waits are refused (-1ns: no limit)")
 }
@@ -170,9 +175,15 @@ func isLoopback(addr net.Addr) bool {
 	return ok && tcp.IP.IsLoopback()
 }
 
-// config adds the security settings to cfg.
+// config adds the security settings to cfg, with the connection limits
+// fitted to the process's file descriptors (Limits.FitFiles; a lowered
+// limit is logged).
 func (s *serveSecurity) config(cfg server.Config) server.Config {
 	cfg.Auth = s.auth
-	cfg.Limits = s.opts.limits
+	l, note := s.opts.limits.WithDefaults().FitFiles(openFilesLimit())
+	if note != "" && cfg.Logger != nil {
+		cfg.Logger.Warn(note)
+	}
+	cfg.Limits = l
 	return cfg
 }

@@ -13,6 +13,7 @@ package auth
 import (
 	"context"
 	"crypto/sha256"
+	"slices"
 	"strings"
 	"sync"
 
@@ -208,6 +209,22 @@ func (a *Authorizer) CheckPool(id Identity, pool string) error {
 	}
 	return refuse.Newf(codes.PermissionDenied, limiter.ReasonPermissionDenied,
 		"client certificate %s may not use pool %q: no rule of the server's --policy file allows it (ask the operator to add a rule with a pattern matching both)", namesList(id.names), pool)
+}
+
+// CheckClientOf refuses a caller that may not read what client id
+// clientID waits for (GetQueuePosition): only an admin, or a caller whose
+// verified client certificate has clientID among its names. On a server
+// without credentials every caller is an admin.
+func (a *Authorizer) CheckClientOf(id Identity, clientID string) error {
+	if a.isAdmin(id) || slices.Contains(id.names, clientID) {
+		return nil
+	}
+	if len(id.names) > 0 {
+		return refuse.Newf(codes.PermissionDenied, limiter.ReasonPermissionDenied,
+			"client certificate %s may ask only about its own acquires (client_id one of its names), not client_id %s; an admin may ask about any", namesList(id.names), refuse.Quote(clientID))
+	}
+	return refuse.Newf(codes.PermissionDenied, limiter.ReasonPermissionDenied,
+		"asking where client_id %s waits needs a client certificate with that name, or %s; this call presented neither", refuse.Quote(clientID), a.adminWays())
 }
 
 // namesList renders certificate names for messages.

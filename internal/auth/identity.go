@@ -153,9 +153,10 @@ func peerIdentity(p *peer.Peer) *connIdentity {
 		c.addr = a.IP.String()
 		c.conn = a.String()
 	case nil:
-	default:
+	default: // a listener's own address type (limits.ConnAddr), or not TCP
 		c.addr = a.String()
 		if host, _, err := net.SplitHostPort(c.addr); err == nil {
+			c.conn = c.addr
 			c.addr = host
 		}
 	}

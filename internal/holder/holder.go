@@ -197,7 +197,7 @@ func takeArgs(ctx context.Context, req *tollgatev1.TakeRequest) (pool string, to
 func (c *Calls) StartAcquire(ctx context.Context, ar limiter.AcquireRequest, tc map[string]string) (limiter.Lease, Wait, error) {
 	ca := countedAcquire{calls: c, start: c.Engine().Clock().Now()}
 	if c.Tracing != nil {
-		_, ca.span = c.Tracing.Start(ctx, "tollgate.Acquire", tc, tracing.AttrPool.String(ar.Pool), tracing.AttrWeight.Int64(ar.Weight))
+		_, ca.span = c.Tracing.Start(ctx, "tollgate.Acquire", tc, tracing.Pool(ar.Pool), tracing.AttrWeight.Int64(ar.Weight))
 	}
 	id := c.Auth().Identify(ctx)
 	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
@@ -301,7 +301,7 @@ func (c countedAcquire) refused(err error) error {
 func (c *Calls) startTake(ctx context.Context, pool string, tokens int64, maxWait time.Duration, tc map[string]string) (limiter.TakeResult, TakeWait, error) {
 	ct := countedTake{calls: c, pool: pool, tokens: tokens, asked: maxWait}
 	if c.Tracing != nil {
-		_, ct.span = c.Tracing.Start(ctx, "tollgate.Take", tc, tracing.AttrPool.String(pool), tracing.AttrTokens.Int64(tokens))
+		_, ct.span = c.Tracing.Start(ctx, "tollgate.Take", tc, tracing.Pool(pool), tracing.AttrTokens.Int64(tokens))
 	}
 	key := c.Auth().Identify(ctx).ClientKey("")
 	if err := c.Quotas.BeginAcquire(key); err != nil {

@@ -61,8 +61,31 @@ type handler struct{ o Options }
 // /api/events), /metrics, /healthz and /readyz, with the authentication
 // that server.Server.HTTPHandler documents.
 func Handler(o Options) http.Handler {
+	return securityHeaders(newMux(o))
+}
+
+// Routes returns the patterns of Handler(o)'s routes, for a test that
+// checks each is documented with its bounds.
+func Routes(o Options) []string { return newMux(o).patterns }
+
+// routeMux is a ServeMux that remembers its patterns.
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+func newMux(o Options) *routeMux {
 	h := &handler{o: o}
-	mux := http.NewServeMux()
+	mux := &routeMux{ServeMux: http.NewServeMux()}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok\n")
 	})
@@ -91,7 +114,7 @@ func Handler(o Options) http.Handler {
 		w.Header().Set("Cache-Control", "no-cache")
 		http.ServeFileFS(w, r, webFiles, "web/index.html")
 	})))
-	return securityHeaders(mux)
+	return mux
 }
 
 // auth requires a verified client certificate or the admin token when

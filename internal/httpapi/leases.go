@@ -55,7 +55,7 @@ func (h *handler) poolLeases(w http.ResponseWriter, r *http.Request) {
 		after = n
 	}
 	name := r.PathValue("name")
-	leases, more, err := h.o.Engine().ListLeases(name, "", after, limit)
+	leases, next, err := h.o.Engine().ListLeases(name, "", after, limit)
 	if errors.Is(err, limiter.ErrPoolNotFound) {
 		writeText(w, http.StatusNotFound, "pool "+strconv.Quote(name)+" not found\n")
 		return
@@ -64,7 +64,7 @@ func (h *handler) poolLeases(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusBadRequest, err.Error()+"\n")
 		return
 	}
-	resp := LeasesResponse{Pool: name, More: more, Leases: make([]Lease, 0, len(leases))}
+	resp := LeasesResponse{Pool: name, More: next != 0, Leases: make([]Lease, 0, len(leases))}
 	for _, l := range leases {
 		al := Lease{
 			ID: strconv.FormatUint(l.FencingToken, 10), Weight: l.Weight, Priority: l.Priority,

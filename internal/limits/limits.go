@@ -28,6 +28,15 @@ const (
 	DefaultMaxConnsPerIP     = 1024
 	DefaultMaxHeaderListSize = 64 << 10
 	DefaultMaxTakeWait       = 5 * time.Minute
+	DefaultMaxStreams        = 16_384
+	DefaultMaxStreamsPerIP   = 2_048
+	DefaultMaxConnStreams    = 1_024
+	DefaultMaxHTTPConns      = 1_024
+	DefaultMaxHTTPConnsPerIP = 64
+	// DefaultFileReserve is the least number of file descriptors
+	// FitFiles keeps out of the listeners' reach, for the store, etcd,
+	// logs and the process's other files.
+	DefaultFileReserve = 256
 )
 
 // Limits bounds what clients can make the server hold, so that no client,
@@ -79,6 +88,22 @@ type Limits struct {
 	// IP address (default DefaultMaxConnsPerIP; flag --max-conns-per-ip).
 	// A connection past either is closed as soon as it is accepted.
 	MaxConns, MaxConnsPerIP int
+	// MaxStreams bounds the streams open at once across the server, and
+	// MaxStreamsPerIP those of one IP address; every kind counts (Session,
+	// health Watch, WatchEvents, reflection), as it does against
+	// MaxClientSessions (defaults DefaultMaxStreams and
+	// DefaultMaxStreamsPerIP; flags --max-streams, --max-streams-per-ip).
+	MaxStreams, MaxStreamsPerIP int
+	// MaxConnStreams bounds the streams and calls in progress on one
+	// gRPC connection, its HTTP/2 MAX_CONCURRENT_STREAMS: a client past it
+	// waits for one to end (default DefaultMaxConnStreams; flag
+	// --max-conn-streams).
+	MaxConnStreams int
+	// MaxHTTPConns bounds the connections of the HTTP listener open at
+	// once, and MaxHTTPConnsPerIP those from one IP address (defaults
+	// DefaultMaxHTTPConns and DefaultMaxHTTPConnsPerIP; flags
+	// --http-max-conns, --http-max-conns-per-ip).
+	MaxHTTPConns, MaxHTTPConnsPerIP int
 	// MaxHeaderListSize bounds the metadata of one call, in bytes
 	// (default DefaultMaxHeaderListSize; flag --max-header-size).
 	MaxHeaderListSize int
@@ -120,6 +145,21 @@ func (l Limits) WithDefaults() Limits {
 	if l.MaxTakeWait == 0 {
 		l.MaxTakeWait = DefaultMaxTakeWait
 	}
+	if l.MaxStreams == 0 {
+		l.MaxStreams = DefaultMaxStreams
+	}
+	if l.MaxStreamsPerIP == 0 {
+		l.MaxStreamsPerIP = DefaultMaxStreamsPerIP
+	}
+	if l.MaxConnStreams == 0 {
+		l.MaxConnStreams = DefaultMaxConnStreams
+	}
+	if l.MaxHTTPConns == 0 {
+		l.MaxHTTPConns = DefaultMaxHTTPConns
+	}
+	if l.MaxHTTPConnsPerIP == 0 {
+		l.MaxHTTPConnsPerIP = DefaultMaxHTTPConnsPerIP
+	}
 	if l.ClientBurst <= 0 && l.ClientRate > 0 {
 		l.ClientBurst = max(1, int(2*l.ClientRate))
 	}
@@ -139,4 +179,35 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("--max-header-size %d is below 4096 bytes; ordinary calls would not fit", l.MaxHeaderListSize)
 	}
 	return nil
+}
+
+// FitFiles lowers MaxConns and MaxHTTPConns so that both listeners'
+// connections together leave at least a reserve of the process's nofile
+// file descriptors (RLIMIT_NOFILE) free: an eighth of them, and at least
+// DefaultFileReserve. The HTTP listener gets at most an eighth of what
+// the listeners may use, so that a flood of HTTP connections cannot take
+// the descriptors gRPC clients need. It returns the limits and, when it
+// lowered one, a sentence saying so (for the log).
+func (l Limits) FitFiles(nofile int) (Limits, string) {
+	if nofile <= 0 {
+		return l, ""
+	}
+	budget := nofile - max(DefaultFileReserve, nofile/8)
+	if budget < 16 {
+		budget = 16
+	}
+	grpcConns, httpConns := l.MaxConns, l.MaxHTTPConns
+	if httpConns < 0 || httpConns > budget/8 {
+		httpConns = max(1, budget/8)
+	}
+	if grpcConns < 0 || grpcConns > budget-httpConns {
+		grpcConns = budget - httpConns
+	}
+	if grpcConns == l.MaxConns && httpConns == l.MaxHTTPConns {
+		return l, ""
+	}
+	msg := fmt.Sprintf("the process may open %d files (RLIMIT_NOFILE): --max-conns lowered from %d to %d and --http-max-conns from %d to %d, keeping %d descriptors in reserve; raise the limit (ulimit -n) for more",
+		nofile, l.MaxConns, grpcConns, l.MaxHTTPConns, httpConns, nofile-grpcConns-httpConns)
+	l.MaxConns, l.MaxHTTPConns = grpcConns, httpConns
+	return l, msg
 }

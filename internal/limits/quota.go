@@ -25,12 +25,16 @@ const (
 	KindConns
 	KindConnsPerIP
 	KindTakeWait
+	KindHTTPConns
+	KindHTTPConnsPerIP
+	KindStreams
+	KindStreamsPerIP
 	numKinds
 )
 
 // Names are the values of the "limit" label of
 // tollgate_limit_refusals_total: the serve flags' names.
-var Names = [numKinds]string{"max-pools", "max-waiters", "max-client-leases", "max-client-sessions", "client-rate", "max-conns", "max-conns-per-ip", "max-take-wait"}
+var Names = [numKinds]string{"max-pools", "max-waiters", "max-client-leases", "max-client-sessions", "client-rate", "max-conns", "max-conns-per-ip", "max-take-wait", "http-max-conns", "http-max-conns-per-ip", "max-streams", "max-streams-per-ip"}
 
 // maxEarlyEnds bounds Quotas.early.
 const maxEarlyEnds = 4096
@@ -51,12 +55,14 @@ type Quotas struct {
 	waiters atomic.Int64
 	refused [numKinds]atomic.Int64
 
-	mu       sync.Mutex
-	clients  map[string]int64    // client key -> leases held + acquires in progress
-	leases   map[leaseRef]string // live lease -> client key
-	early    map[leaseRef]time.Time
-	sessions map[string]int64 // client key -> open Session streams
-	unread   map[string]*unreadCount
+	mu        sync.Mutex
+	clients   map[string]int64    // client key -> leases held + acquires in progress
+	leases    map[leaseRef]string // live lease -> client key
+	early     map[leaseRef]time.Time
+	sessions  map[string]int64 // client key -> open streams
+	ipStreams map[string]int64 // IP address -> open streams
+	streams   int64
+	unread    map[string]*unreadCount
 }
 
 // unreadCount is the answers queued on the Session streams of one client,
@@ -69,13 +75,14 @@ type unreadCount struct {
 // New returns the quotas that enforce l.
 func New(l Limits) *Quotas {
 	return &Quotas{
-		limits:   l,
-		rates:    NewRates(l.ClientRate, l.ClientBurst),
-		clients:  make(map[string]int64),
-		leases:   make(map[leaseRef]string),
-		early:    make(map[leaseRef]time.Time),
-		sessions: make(map[string]int64),
-		unread:   make(map[string]*unreadCount),
+		limits:    l,
+		rates:     NewRates(l.ClientRate, l.ClientBurst),
+		clients:   make(map[string]int64),
+		leases:    make(map[leaseRef]string),
+		early:     make(map[leaseRef]time.Time),
+		sessions:  make(map[string]int64),
+		ipStreams: make(map[string]int64),
+		unread:    make(map[string]*unreadCount),
 	}
 }
 
@@ -229,21 +236,38 @@ func (q *Quotas) ForgetLeases() {
 	clear(q.early)
 }
 
-// OpenSession counts a Session stream of client key, or refuses it past
-// Limits.MaxClientSessions. Each successful call must be matched by
-// CloseSession.
-func (q *Quotas) OpenSession(key string) error {
-	max := q.limits.MaxClientSessions
+// OpenStream counts a stream (Session, health Watch, WatchEvents,
+// reflection: every kind) of client key from IP address ip, or refuses it
+// past Limits.MaxClientSessions, MaxStreamsPerIP or MaxStreams. Each
+// successful call must be matched by CloseStream with the same arguments.
+func (q *Quotas) OpenStream(key, ip string) error {
 	q.mu.Lock()
-	n := q.sessions[key]
-	if max > 0 && n >= max {
-		q.mu.Unlock()
+	defer q.mu.Unlock()
+	n, nip := q.sessions[key], q.ipStreams[ip]
+	switch {
+	case q.limits.MaxClientSessions > 0 && n >= q.limits.MaxClientSessions:
 		return q.Exhausted(KindClientSessions, limiter.ReasonClientSessionLimit,
-			"%s already has %d Session streams open, the most one client may; use one stream per process (the Go client does) and close the others, or ask the operator to raise --max-client-sessions", auth.DescribeKey(key), max)
+			"%s already has %d streams open (Session, health Watch, WatchEvents, reflection), the most one client may; use one Session stream per process (the Go client does) and close the others, or ask the operator to raise --max-client-sessions", auth.DescribeKey(key), q.limits.MaxClientSessions)
+	case q.limits.MaxStreamsPerIP > 0 && nip >= int64(q.limits.MaxStreamsPerIP):
+		return q.Exhausted(KindStreamsPerIP, limiter.ReasonClientSessionLimit,
+			"address %s already has %d streams open, the most one address may; close streams it does not use, or ask the operator to raise --max-streams-per-ip", ip, q.limits.MaxStreamsPerIP)
+	case q.limits.MaxStreams > 0 && q.streams >= int64(q.limits.MaxStreams):
+		return q.Exhausted(KindStreams, limiter.ReasonClientSessionLimit,
+			"the server has %d streams open, its limit; retry later with backoff, or ask the operator to raise --max-streams", q.limits.MaxStreams)
 	}
 	q.sessions[key] = n + 1
-	q.mu.Unlock()
+	q.ipStreams[ip] = nip + 1
+	q.streams++
 	return nil
+}
+
+// CloseStream ends a stream counted by OpenStream.
+func (q *Quotas) CloseStream(key, ip string) {
+	q.mu.Lock()
+	q.decLocked(q.sessions, key)
+	q.decLocked(q.ipStreams, ip)
+	q.streams--
+	q.mu.Unlock()
 }
 
 // UnreadCounter returns the counter of answers queued for client key's
@@ -269,13 +293,6 @@ func (q *Quotas) DropUnreadCounter(key string) {
 			delete(q.unread, key)
 		}
 	}
-}
-
-// CloseSession ends a stream counted by OpenSession.
-func (q *Quotas) CloseSession(key string) {
-	q.mu.Lock()
-	q.decLocked(q.sessions, key)
-	q.mu.Unlock()
 }
 
 // decLocked decrements m[key], deleting it at zero so that memory follows

@@ -12,6 +12,7 @@ package tracing
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
@@ -80,10 +81,27 @@ func (t *Tracing) ServerOptions() []grpc.ServerOption {
 // poolUnary names the pool an RPC is about on its span.
 func (t *Tracing) poolUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if name := poolOf(req); name != "" {
-		trace.SpanFromContext(ctx).SetAttributes(AttrPool.String(name))
+		trace.SpanFromContext(ctx).SetAttributes(Pool(name))
 	}
 	return handler(ctx, req)
 }
+
+// invalidPool stands for a pool name that is not valid in span attributes.
+const invalidPool = "(invalid)"
+
+// Pool is the tollgate.pool attribute of a request's pool name: the name
+// when it is a valid one (at most limiter.MaxPoolNameLen bytes), and
+// "(invalid)" otherwise, so that a span never keeps what a refused
+// request sent (a span waiting for its export would keep a megabyte name).
+func Pool(name string) attribute.KeyValue {
+	if limiter.ValidatePoolName(name) != nil {
+		name = invalidPool
+	}
+	return AttrPool.String(name)
+}
+
+// MaxStatusLen bounds the status message of a span, in bytes.
+const MaxStatusLen = 512
 
 // poolOf returns the name of the pool req is about, or "".
 func poolOf(req any) string {
@@ -112,7 +130,11 @@ func End(span trace.Span, err error, attrs ...attribute.KeyValue) {
 	span.SetAttributes(attrs...)
 	if err != nil {
 		span.SetAttributes(AttrOutcome.String(outcomeOf(err)))
-		span.SetStatus(codes.Error, err.Error())
+		msg := err.Error()
+		if len(msg) > MaxStatusLen {
+			msg = strings.ToValidUTF8(msg[:MaxStatusLen], "") + "…"
+		}
+		span.SetStatus(codes.Error, msg)
 	} else {
 		span.SetAttributes(AttrOutcome.String("granted"))
 	}

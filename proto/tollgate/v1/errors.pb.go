@@ -134,8 +134,9 @@ const (
 	// The client holds or is acquiring as many leases as the server allows
 	// one client.
 	ErrorReason_ERROR_REASON_CLIENT_LEASE_LIMIT ErrorReason = 42
-	// The client has as many Session streams open as the server allows one
-	// client.
+	// The client has as many streams open (Session, health Watch,
+	// WatchEvents, Provide, reflection) as the server allows one client, one
+	// IP address or the whole server; the message names which.
 	ErrorReason_ERROR_REASON_CLIENT_SESSION_LIMIT ErrorReason = 43
 	// The client is over the server's per-client call rate.
 	ErrorReason_ERROR_REASON_CLIENT_RATE_LIMITED ErrorReason = 44

@@ -162,8 +162,12 @@ type LimiterServiceClient interface {
 	Provide(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProvideRequest, ProvideResponse], error)
 	// GetQueuePosition reports where a client's acquires wait in a pool's
 	// queue (position 1 is granted next, when the pool can), for progress
-	// displays such as `tollgate acquire`'s. Errors: INVALID_ARGUMENT (no
-	// client_id, or one over 256 bytes), NOT_FOUND (POOL_NOT_FOUND).
+	// displays such as `tollgate acquire`'s. It answers the client itself
+	// (a caller whose verified client certificate has client_id among its
+	// names) or an admin; on a server without credentials, anyone. Errors:
+	// INVALID_ARGUMENT (no client_id, or one over 256 bytes), NOT_FOUND
+	// (POOL_NOT_FOUND), PERMISSION_DENIED (PERMISSION_DENIED: another
+	// client's client_id).
 	GetQueuePosition(ctx context.Context, in *GetQueuePositionRequest, opts ...grpc.CallOption) (*GetQueuePositionResponse, error)
 }
 
@@ -421,8 +425,12 @@ type LimiterServiceServer interface {
 	Provide(grpc.BidiStreamingServer[ProvideRequest, ProvideResponse]) error
 	// GetQueuePosition reports where a client's acquires wait in a pool's
 	// queue (position 1 is granted next, when the pool can), for progress
-	// displays such as `tollgate acquire`'s. Errors: INVALID_ARGUMENT (no
-	// client_id, or one over 256 bytes), NOT_FOUND (POOL_NOT_FOUND).
+	// displays such as `tollgate acquire`'s. It answers the client itself
+	// (a caller whose verified client certificate has client_id among its
+	// names) or an admin; on a server without credentials, anyone. Errors:
+	// INVALID_ARGUMENT (no client_id, or one over 256 bytes), NOT_FOUND
+	// (POOL_NOT_FOUND), PERMISSION_DENIED (PERMISSION_DENIED: another
+	// client's client_id).
 	GetQueuePosition(context.Context, *GetQueuePositionRequest) (*GetQueuePositionResponse, error)
 	mustEmbedUnimplementedLimiterServiceServer()
 }
