@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/internal/envoyrls"

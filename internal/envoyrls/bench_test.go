@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"testing"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	commonv3 "github.com/tollgate/tollgate/proto/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate/tollgate/internal/envoyrls"
 	"github.com/tollgate/tollgate/limiter"

@@ -16,8 +16,8 @@ import (
 	"sync"
 	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	commonv3 "github.com/tollgate/tollgate/proto/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate/tollgate/limiter"
 )
