@@ -74,7 +74,7 @@ type holder struct {
 	token      uint64
 	weight     int64
 	validUntil time.Time // ExpireTime of the last grant or renewal it saw
-	receipt    time.Time // the same, kept when a renew is refused: what it sends to re-adopt
+	receipt    Receipt   // of the last grant, renewal or resize, kept when a renew is refused: what it sends to re-adopt
 	ended      bool      // the engine ended it for sure (expired, released, revoked, pool re-created)
 	releasedAt time.Time // when it was released or revoked: recorded durably endedFlushDelay later
 	silent     bool      // never renews
@@ -140,7 +140,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			t.Fatalf("seed %d era %d: token %d granted, not above %d issued before the restart", seed, era, l.FencingToken, minToken)
 		}
 		maxToken = max(maxToken, l.FencingToken)
-		h := &holder{token: l.FencingToken, weight: l.Weight, validUntil: l.ExpireTime, receipt: l.ExpireTime, silent: rng.IntN(3) == 0}
+		h := &holder{token: l.FencingToken, weight: l.Weight, validUntil: l.ExpireTime, receipt: Receipt{Expiry: l.ExpireTime, Weight: l.Weight}, silent: rng.IntN(3) == 0}
 		for _, r := range l.Resources {
 			h.resources = append(h.resources, r.ID)
 		}
@@ -164,7 +164,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			if now().Before(h.validUntil) {
 				kept = append(kept, h)
 			} else if len(lost) < 100 {
-				h.ended = !now().Before(h.receipt) // expired, not refused
+				h.ended = !now().Before(h.receipt.Expiry) // expired, not refused
 				lost = append(lost, h)
 			}
 		}
@@ -233,14 +233,14 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 				if h.silent {
 					break
 				}
-				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources, Expiry: h.receipt})
+				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources, Receipt: h.receipt})
 				if err != nil {
 					h.validUntil = time.Time{} // refused: the holder stops
 				} else {
 					if l.FencingToken != h.token || l.Weight != h.weight {
 						t.Fatalf("seed %d: renew of %d/%d returned %+v", seed, h.token, h.weight, l)
 					}
-					h.validUntil, h.receipt = l.ExpireTime, l.ExpireTime
+					h.validUntil, h.receipt = l.ExpireTime, Receipt{Expiry: l.ExpireTime, Weight: l.Weight}
 				}
 			}
 		case op < 55:
@@ -249,7 +249,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 				i := rng.IntN(len(lost))
 				h := lost[i]
 				lost = append(lost[:i], lost[i+1:]...)
-				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources, Expiry: h.receipt})
+				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources, Receipt: h.receipt})
 				if err == nil && h.ended { // it would take the place of a live holder: issue #10
 					t.Fatalf("seed %d era %d: lease %d ended before (expired, released, revoked or its pool re-created) and was re-adopted: %+v", seed, era, h.token, l)
 				}
@@ -302,7 +302,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			if hs := valid(); len(hs) > 0 {
 				h := hs[rng.IntN(len(hs))]
 				if l, err := te.ResizeLease(LeaseResize{Pool: "db", Token: h.token, Weight: 1 + rng.Int64N(6)}); err == nil {
-					h.weight = l.Weight
+					h.weight, h.receipt = l.Weight, Receipt{Expiry: l.ExpireTime, Weight: l.Weight}
 				}
 			}
 		case op < 93 && kind == ResourcePassive && provider == nil && rng.IntN(4) == 0:

@@ -99,18 +99,15 @@ func BenchmarkSavePool(b *testing.B) {
 	}
 }
 
-// BenchmarkEncodeEnded encodes a pool record carrying as many ended leases
-// as a busy pool keeps (limiter's maxEnded, 16,384): the CPU of each of its
-// background writes.
-func BenchmarkEncodeEnded(b *testing.B) {
-	sp := limiter.SavedPool{Config: limiter.PoolConfig{Name: "busy", ConcurrencyLimit: 100}}
-	at := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
-	for i := range 1 << 14 {
-		sp.State.Ended = append(sp.State.Ended, limiter.EndedLease{Token: uint64(i + 1), Expiry: at.Add(time.Duration(i) * time.Millisecond)})
-	}
+// BenchmarkEncodeLiveChunk encodes a chunk of a pool's live set with a
+// few live leases, as churn around long-lived leases leaves it: the CPU of
+// each chunk a background write carries.
+func BenchmarkEncodeLiveChunk(b *testing.B) {
+	c := limiter.LiveChunk{Index: 7}
+	c.Bits[3], c.Bits[40] = 1<<9, 1<<33
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := encode(sp); err != nil {
+		if _, err := EncodeLiveChunk(c); err != nil {
 			b.Fatal(err)
 		}
 	}
