@@ -356,12 +356,6 @@ func (p *pool) releasePreRestartLocked(token uint64) bool {
 // to.
 func (p *pool) endedBeforeRestartLocked(token uint64, ra *Readopt, now time.Time) error {
 	live, resized := p.dur.live.live(token)
-	if !live {
-		if _, ok := p.ended.lookup(token); ok { // it ended since the restart: say how
-			return p.missingLeaseErrLocked(token)
-		}
-		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it ended before the restart (it was released or revoked, or belongs to an earlier pool of that name), or was released since; stop the work it protects and acquire a new lease", token, p.name)
-	}
 	rc := ra.Receipt
 	switch {
 	case rc.Problem != "":
@@ -372,7 +366,14 @@ func (p *pool) endedBeforeRestartLocked(token uint64, ra *Readopt, now time.Time
 		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew says weight %d, but its expiry receipt was signed for weight %d; a lease is re-adopted only with exactly the weight and instances it was granted or last resized to, as its latest receipt shows; stop the work it protects and acquire a new lease", token, p.name, ra.Weight, rc.Weight)
 	case !rc.Expiry.After(now):
 		return errorf(ErrLeaseExpired, "lease %d of pool %q expired at %s, before the server's restart; stop the work it protects and acquire a new lease", token, p.name, rc.Expiry.UTC().Format(time.RFC3339Nano))
-	case resized > 0 && ra.Weight > resized:
+	}
+	if !live {
+		if _, ok := p.ended.lookup(token); ok { // it ended since the restart: say how
+			return p.missingLeaseErrLocked(token)
+		}
+		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it ended before the restart (it was released or revoked, or belongs to an earlier pool of that name), or was released since; stop the work it protects and acquire a new lease", token, p.name)
+	}
+	if resized > 0 && ra.Weight > resized {
 		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart with weight %d: it was resized to weight %d before the restart, and its expiry receipt is from before that; a lease is re-adopted only with exactly the weight it was granted or last resized to; stop the work it protects and acquire a new lease", token, p.name, ra.Weight, resized)
 	}
 	return nil
