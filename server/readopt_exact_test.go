@@ -53,6 +53,7 @@ func TestReadoptExactlyWhatWasGranted(t *testing.T) {
 	t.Run("older receipt", func(t *testing.T) {
 		d, acquire, renew := setup(t)
 		l := acquire(5 * time.Minute)
+		acquire(time.Minute) // live at the restart: the pool recovers
 		first := l.GetExpiryReceipt()
 		r, err := d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: l.GetId(), Ttl: dur(time.Second)})
 		if err != nil {
