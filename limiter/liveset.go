@@ -1,7 +1,7 @@
 package limiter
 
 import (
-	"math/bits"
+	"cmp"
 	"slices"
 )
 
@@ -332,7 +332,7 @@ func (s *liveSet) snapshot() (unsure []TokenRange, chunks []LiveChunk, vers []li
 			for t, w := range c.resized {
 				lc.Resized = append(lc.Resized, ResizedLease{t, w})
 			}
-			slices.SortFunc(lc.Resized, func(a, b ResizedLease) int { return cmpUint(a.Token, b.Token) })
+			slices.SortFunc(lc.Resized, func(a, b ResizedLease) int { return cmp.Compare(a.Token, b.Token) })
 			c.stored = true
 		case c.stored:
 			lc.Delete = true
@@ -380,23 +380,4 @@ func (s *liveSet) drop(idx uint64) {
 	if s.last != nil && s.lastIdx == idx {
 		s.last = nil
 	}
-}
-
-// count is how many tokens c's bits hold.
-func (b *LiveBits) count() int {
-	n := 0
-	for _, w := range b {
-		n += bits.OnesCount64(w)
-	}
-	return n
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"math/bits"
 	"strings"
 	"testing"
 	"time"
@@ -142,4 +143,40 @@ func TestCrashDuringRecoveryKeepsUnsure(t *testing.T) {
 		t.Fatalf("unsure %v after the window ended", sp.State.Unsure)
 	}
 	_ = te4
+}
+
+// count is how many tokens b holds.
+func (b *LiveBits) count() int {
+	n := 0
+	for _, w := range b {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// A record written before the live set was kept (a readopt floor and a
+// list of ended leases) restores as it did: a lease above the floor is
+// re-adopted unless the list has it.
+func TestRestoreLegacyEndedList(t *testing.T) {
+	m := newMemPersister()
+	te := newPersistentTestEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 10, MaxLeaseTTL: time.Minute})
+	a := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: time.Minute})
+	b := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: time.Minute})
+	te.Engine.Close()
+	sp, _ := m.saved("db")
+	sp.LiveChunks = nil
+	sp.State.LiveMark, sp.State.Unsure = 0, nil // the old floor
+	sp.State.LegacyEnded = []EndedLease{{Token: b.FencingToken, Expiry: b.ExpireTime}}
+	te2 := &testEngine{clk: te.clk}
+	te2.Engine = New(Options{Clock: te.clk, Persister: m})
+	t.Cleanup(te2.Close)
+	if _, err := te2.RestorePool(sp); err != nil {
+		t.Fatal(err)
+	}
+	_, err := te2.RenewOrReadopt("db", b.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: Receipt{Expiry: b.ExpireTime, Weight: 1}})
+	wantReason(t, err, ErrLeaseNotReadopted)
+	if _, err := te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: Receipt{Expiry: a.ExpireTime, Weight: 1}}); err != nil {
+		t.Fatalf("a lease above the old floor, not listed as ended: %v", err)
+	}
 }
