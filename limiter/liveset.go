@@ -319,6 +319,7 @@ type liveVer struct {
 func (s *liveSet) snapshot() (unsure []TokenRange, chunks []LiveChunk, vers []liveVer) {
 	unsure = slices.Clone(s.unsure)
 	s.unsureDirty = false
+	s.dedupe()
 	kept := s.dirty[:0]
 	for _, idx := range s.dirty {
 		c := s.chunks[idx]
@@ -364,6 +365,24 @@ func (s *liveSet) written(chunks []LiveChunk, vers []liveVer) {
 	kept := s.dirty[:0]
 	for _, idx := range s.dirty {
 		if c := s.chunks[idx]; c != nil && c.dirty {
+			kept = append(kept, idx)
+		}
+	}
+	s.dirty = kept
+	s.dedupe()
+}
+
+// dedupe drops the repeated indexes of s.dirty: a chunk dropped and made
+// again is listed twice, and a write must carry it once.
+func (s *liveSet) dedupe() {
+	if len(s.dirty) < 2 {
+		return
+	}
+	seen := make(map[uint64]struct{}, len(s.dirty))
+	kept := s.dirty[:0]
+	for _, idx := range s.dirty {
+		if _, dup := seen[idx]; !dup {
+			seen[idx] = struct{}{}
 			kept = append(kept, idx)
 		}
 	}

@@ -180,3 +180,19 @@ func TestRestoreLegacyEndedList(t *testing.T) {
 		t.Fatalf("a lease above the old floor, not listed as ended: %v", err)
 	}
 }
+
+// A chunk dropped (it held nothing and was never written) and made again
+// is carried once by the next write.
+func TestLiveChunkWrittenOnce(t *testing.T) {
+	var s liveSet
+	s.grant(5)
+	s.end(5)
+	s.snapshot() // drops the empty chunk
+	s.grant(6)
+	s.end(7)
+	s.grant(8)
+	_, chunks, _ := s.snapshot()
+	if len(chunks) != 1 || chunks[0].Index != 0 {
+		t.Fatalf("chunks %+v; want chunk 0 once", chunks)
+	}
+}
