@@ -256,7 +256,6 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 						h.validUntil = l.ExpireTime
 						h.note(l)
 					}
-					break
 				case 1: // an older receipt, with the weight it signs
 					old := h.receipts[rng.IntN(len(h.receipts))]
 					l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: old.Weight, Resources: h.resources, Receipt: old})
@@ -269,7 +268,6 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 						h.validUntil, h.weight = l.ExpireTime, l.Weight
 						h.note(l)
 					}
-					break
 				}
 				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources, Receipt: h.receipt})
 				if err != nil {
