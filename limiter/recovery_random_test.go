@@ -142,7 +142,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 		era      int    // number of restarts
 		crashAt  time.Time
 		atCrash  = map[*holder]bool{} // holders whose lease was live at the last crash
-		minToken uint64 // every grant of this era must be above it
+		minToken uint64               // every grant of this era must be above it
 		prevHeld = map[string]int64{}
 	)
 	now := func() time.Time { return te.clk.Now() }
