@@ -317,7 +317,7 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 		p.bindInstancesLocked(l, ins)
 	}
 	if _, resized := p.dur.live.live(token); resized > ra.Weight && p.e.persister != nil {
-		p.dur.live.resize(token, ra.Weight) // it holds less now: after another restart, so may its receipts
+		p.dur.live.resize(token, ra.Weight) // no receipt showing more is re-adopted after another restart
 		p.liveChangedLocked()
 	}
 	p.rec.unknown = max(0, p.rec.unknown-ra.Weight) // now counted in held
