@@ -389,8 +389,9 @@ func (s *liveSet) dedupe() {
 	s.dirty = kept
 }
 
-// failed records that a write of a snapshot failed: its record change is
-// still to write (its chunks are still dirty).
+// failed records that a snapshot was not written (the write failed, or
+// was dropped for another): its record change is still to write (its
+// chunks are still dirty).
 func (s *liveSet) failed() { s.unsureDirty = true }
 
 // drop forgets chunk idx in memory.

@@ -137,6 +137,7 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint6
 		w.mu.Unlock()
 		p.mu.Lock()
 		w.pending = nil
+		p.dur.live.failed() // its snapshot is not written: its unsure ranges are still to write
 		p.unlock()
 		return
 	}

@@ -75,7 +75,8 @@ func (p *pool) flushLive() {
 		w.mu.Unlock()
 		p.mu.Lock()
 		switch {
-		case stale:
+		case stale: // the write that went first may have carried older unsure ranges
+			p.dur.live.failed()
 		case err != nil: // the next change, or any foreground write, tries again
 			p.dur.live.failed()
 			p.dur.flushing = false
