@@ -67,7 +67,12 @@ type Lease struct {
 	description string
 	priority    int32
 	resources   []Resource // the instances it is bound to (active and passive pools)
-	receipt     string     // the expiry receipt of the last grant or renewal; guarded by mu
+	// receipt is the newest expiry receipt the server sent (by expiry, then
+	// share version: receiptAt), and receiptWeight the weight it signs,
+	// which a renew sends with it; guarded by mu.
+	receipt       string
+	receiptWeight int64
+	receiptAt     receiptOrder
 	// share, for a concurrency share, hears every snapshot of the lease
 	// the server sends (Semaphore).
 	share atomic.Pointer[Semaphore]
@@ -109,14 +114,14 @@ func (c *Client) newLease(g *tollgatev1.Lease, sent, received time.Time) *Lease 
 		ttl = defaultTTL
 	}
 	l := &Lease{
-		c:       c,
-		id:      g.GetId(),
-		pool:    g.GetPool(),
-		token:   g.GetFencingToken(),
-		margin:  c.safetyMargin(ttl),
-		ttl:     ttl,
-		receipt: g.GetExpiryReceipt(),
+		c:      c,
+		id:     g.GetId(),
+		pool:   g.GetPool(),
+		token:  g.GetFencingToken(),
+		margin: c.safetyMargin(ttl),
+		ttl:    ttl,
 	}
+	l.noteReceiptLocked(g)
 	l.weight.Store(g.GetWeight())
 	l.clientID, l.description, l.priority = g.GetClientId(), g.GetDescription(), g.GetPriority()
 	l.resources = resourcesFromProto(g.GetResources())
@@ -501,9 +506,12 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 	a, err := l.c.roundTrip(ctx, op{
 		resetOnDeadline: true,
 		build: func(int) (*tollgatev1.SessionRequest, error) {
-			w := l.weight.Load()
 			l.mu.Lock()
-			receipt := l.receipt
+			// The weight the receipt signs: a restarted server re-adopts
+			// the lease only with exactly that weight. It is at least the
+			// weight local tasks may use (a share lowers that first, then
+			// asks the server), so re-adopting it is safe.
+			receipt, w := l.receipt, l.receiptWeight
 			l.mu.Unlock()
 			return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Renew{Renew: &tollgatev1.RenewRequest{
 				// No ttl: the server keeps the lease's TTL, capped at the
@@ -525,9 +533,6 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 	defer l.mu.Unlock()
 	if ttl := a.resp.GetRenew().GetLease().GetTtl().AsDuration(); ttl > 0 {
 		l.ttl = ttl
-	}
-	if r := a.resp.GetRenew().GetLease().GetExpiryReceipt(); r != "" {
-		l.receipt = r
 	}
 	// The server counts the new TTL from when it got the renew, which is
 	// after it was sent.
@@ -566,4 +571,37 @@ func (c *Client) leaseEvent(ev *tollgatev1.LeaseEvent) {
 		}
 	}
 	l.end(lostError(l, e))
+}
+
+// receiptOrder orders the snapshots of a lease the server sends: by
+// expiry (a renew never makes it earlier), then by share version (a
+// resize changes the weight, not the expiry).
+type receiptOrder struct {
+	expiry  time.Time
+	version uint64
+}
+
+func (a receiptOrder) after(b receiptOrder) bool {
+	return a.expiry.After(b.expiry) || a.expiry.Equal(b.expiry) && a.version > b.version
+}
+
+// noteReceiptLocked keeps g's expiry receipt and weight if g is the
+// newest snapshot of the lease seen. l.mu is held, or l is not shared yet.
+func (l *Lease) noteReceiptLocked(g *tollgatev1.Lease) {
+	r := g.GetExpiryReceipt()
+	if r == "" {
+		return
+	}
+	at := receiptOrder{g.GetExpireTime().AsTime(), g.GetShare().GetVersion()}
+	if l.receipt == "" || at.after(l.receiptAt) {
+		l.receipt, l.receiptWeight, l.receiptAt = r, g.GetWeight(), at
+	}
+}
+
+// noteReceipt is noteReceiptLocked for a snapshot that came with a
+// resize answer or event.
+func (l *Lease) noteReceipt(g *tollgatev1.Lease) {
+	l.mu.Lock()
+	l.noteReceiptLocked(g)
+	l.mu.Unlock()
 }

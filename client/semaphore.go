@@ -328,6 +328,9 @@ func (q *semQueue) Pop() any {
 // shareChanged applies a snapshot of l from the server (an answer or a
 // RESIZED event) to the semaphore l belongs to, if any.
 func (l *Lease) shareChanged(g *tollgatev1.Lease) {
+	if g != nil {
+		l.noteReceipt(g)
+	}
 	if s := l.share.Load(); s != nil && g != nil {
 		s.apply(l, g, false)
 	}

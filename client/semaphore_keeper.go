@@ -244,6 +244,7 @@ func (s *Semaphore) resize(ctx context.Context, l *Lease, weight, want int64) er
 		s.sentWant = want
 	}
 	s.mu.Unlock()
+	l.noteReceipt(a.resp.GetResizeLease().GetLease())
 	s.apply(l, a.resp.GetResizeLease().GetLease(), weight > 0)
 	return nil
 }

@@ -323,3 +323,32 @@ func TestSemaphoreDoTellsTheObserver(t *testing.T) {
 		t.Fatalf("work events: %+v", w)
 	}
 }
+
+// TestSemaphoreGrownShareReattachesWithItsWeight: a share that grew is
+// re-adopted with the weight it grew to: the client sends the receipt of
+// the resize (which signs that weight), not the grant's.
+func TestSemaphoreGrownShareReattachesWithItsWeight(t *testing.T) {
+	dir := t.TempDir()
+	first := startDurable(t, dir, "127.0.0.1:0")
+	if _, err := first.srv.Engine().CreatePool(limiter.PoolConfig{Name: "big", ConcurrencyLimit: 5, DefaultLeaseTTL: 3 * time.Second, MaxLeaseTTL: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	c := dialTarget(t, first.addr)
+	sem := c.NewSemaphore("big", client.LocalShare(3))
+	defer sem.Close()
+	holdN(t, sem, 3)
+	l := sem.Lease()
+	hasWeight := func(srv *server.Server) func() bool {
+		return func() bool {
+			got, err := srv.Engine().ResizeLease(limiter.LeaseResize{Pool: "big", Token: l.FencingToken()})
+			return err == nil && got.Weight == 3
+		}
+	}
+	waitFor(t, "the share grew to 3", hasWeight(first.srv))
+	first.stop()
+	second := startDurable(t, dir, first.addr)
+	waitFor(t, "the share is back with weight 3 on the restarted server", hasWeight(second.srv))
+	if isDone(l) || sem.Lease() != l {
+		t.Fatalf("the share's lease was lost across the restart: %v", l.Err())
+	}
+}

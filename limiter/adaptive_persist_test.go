@@ -37,7 +37,7 @@ func TestAdaptiveLimitsSurviveRestart(t *testing.T) {
 	if s := te2.status(t, "db"); s.EffectiveConcurrencyLimit != 10 || s.EffectiveRate != cutRate || s.RecoveringUntil.IsZero() {
 		t.Fatalf("a recovering pool after the restart: %+v", s)
 	}
-	if _, err := te2.RenewOrReadopt("db", l.FencingToken, 0, nil, Readopt{Weight: 1, Expiry: liveReceipt}); err != nil {
+	if _, err := te2.RenewOrReadopt("db", l.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: Receipt{Expiry: liveReceipt, Weight: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	te2.clk.Advance(5 * time.Second) // the window ends

@@ -149,6 +149,10 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 func (p *pool) setWeightLocked(l *lease, w int64) {
 	p.held += w - l.Weight
 	l.Weight = w
+	if p.e.persister != nil { // an older receipt, with another weight, is not re-adopted
+		p.dur.live.resize(l.FencingToken, w)
+		p.liveChangedLocked()
+	}
 	if p.held == 0 {
 		p.notifyDrainedLocked()
 	}

@@ -71,8 +71,9 @@
 // TTL bound, the latest moment a lease granted before the crash can still
 // be live, the pool is in its recovery window:
 //   - RenewOrReadopt of a lease the engine does not know, with a token up
-//     to the old ceiling, re-adopts it (same token, the weight the renew
-//     says) if it fits under the concurrency limit, and fails with
+//     to the old ceiling that the pool's live set says may be live,
+//     re-adopts it (same token, exactly the weight its receipt signs) if
+//     it fits under the concurrency limit, and fails with
 //     ErrLeaseNotReadopted otherwise: its holder must stop;
 //   - Release of such a lease succeeds: nothing was granted over it;
 //   - a pool with a concurrency limit grants nothing new: acquires wait in

@@ -709,7 +709,7 @@ func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Leas
 		// (Renew, by contrast, refuses: extending such a lease would be
 		// wrong.)
 		p.removeLeaseLocked(l)
-		p.recordEndedLocked(l.FencingToken, l.ExpireTime, false) // not re-adopted after a restart
+		p.liveChangedLocked() // not re-adopted after a restart
 		p.stats.Released++
 		if len(p.waiters) > 0 || len(p.csh.byToken) > 0 {
 			p.dispatchLocked(e.clock.Now())
@@ -759,7 +759,9 @@ type ReleaseOutcome struct {
 
 // Renew extends a live lease to ttl from now (0: the TTL it has, capped at
 // the pool's current MaxLeaseTTL) and returns
-// it; a non-nil owner replaces the lease's Owner. A lease whose ExpireTime
+// it; a non-nil owner replaces the lease's Owner. It never makes the
+// expiry earlier: a renew with a TTL shorter than what is left keeps the
+// expiry the lease has (and takes ttl as its TTL for the next renew). A lease whose ExpireTime
 // has passed cannot be renewed, even if the expiry timer has not run yet.
 // It never re-adopts a lease from before a restart; RenewOrReadopt does.
 // Errors: ErrPoolNotFound; ErrLeaseExpired (the holder must stop);
@@ -810,13 +812,18 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	if ttl, err = p.resolveTTLLocked(ttl); err != nil {
 		return Lease{}, err
 	}
-	if err := p.reserveLocked(now, now.Add(ttl), 0); err != nil { // durable horizon first
-		return Lease{}, err
+	// A renew never moves the expiry earlier than one already signed: the
+	// lease then stays live until the latest expiry any of its receipts
+	// shows, so that no receipt outlives it (docs/recovery.md).
+	expiry := now.Add(ttl)
+	if expiry.After(l.ExpireTime) {
+		if err := p.reserveLocked(now, expiry, 0); err != nil { // durable horizon first
+			return Lease{}, err
+		}
+		l.ExpireTime = expiry
+		p.expiry.fix(l.index)
 	}
 	l.TTL = ttl
-	l.ExpireTime = now.Add(ttl)
-	p.expiry.fix(l.index)
-	p.armExpiryTimerLocked(l.ExpireTime, now) // a shorter TTL may make this the earliest expiry
 	if owner != nil {
 		l.owner = owner
 	}

@@ -56,12 +56,19 @@ func TestRenewExtendsAndChangesTTL(t *testing.T) {
 	}
 	_, err := te.Renew("db", l.FencingToken, 2*time.Minute, nil)
 	wantReason(t, err, ErrInvalidArgument)
-	// A shorter TTL makes it expire sooner.
+	// A shorter TTL does not make it expire sooner: a renew never signs an
+	// expiry earlier than one it signed before (docs/recovery.md). The
+	// TTL is the next renews'.
+	before := te.clk.Now().Add(10 * time.Second)
 	r, err := te.Renew("db", l.FencingToken, time.Second, nil)
-	if err != nil || r.TTL != time.Second {
-		t.Fatalf("renew shorter = %+v, %v", r, err)
+	if err != nil || r.TTL != time.Second || !r.ExpireTime.Equal(before) {
+		t.Fatalf("renew shorter = %+v, %v; want TTL 1s and the expiry %v kept", r, err, before)
 	}
 	te.clk.Advance(time.Second)
+	if ended := te.endedLeases(); len(ended) != 0 {
+		t.Fatalf("ended before the expiry it was renewed to: %+v", ended)
+	}
+	te.clk.Advance(9 * time.Second)
 	ended := te.endedLeases()
 	if len(ended) != 1 || ended[0].Owner != "s2" {
 		t.Fatalf("ended = %+v", ended)
@@ -133,8 +140,8 @@ func TestRenewAfterMaxTTLLoweredKeepsLease(t *testing.T) {
 	if err != nil {
 		t.Fatalf("renew after the maximum was lowered: %v", err)
 	}
-	if r.TTL != 10*time.Second || !r.ExpireTime.Equal(te.clk.Now().Add(10*time.Second)) {
-		t.Fatalf("renewed = %+v; want the new 10s maximum", r)
+	if r.TTL != 10*time.Second || !r.ExpireTime.Equal(l.ExpireTime) {
+		t.Fatalf("renewed = %+v; want the new 10s maximum, and the expiry it was granted kept (a renew never signs an earlier one)", r)
 	}
 	// Asking for more than the maximum explicitly is still refused.
 	_, err = te.Renew("db", l.FencingToken, time.Minute, nil)

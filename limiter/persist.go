@@ -46,6 +46,12 @@ type SavedPool struct {
 	// being removed (see AddResources); nil for other pools: a passive
 	// pool's instances come back with their providers.
 	Resources []Resource
+	// LiveChunks are the chunks of the pool's live set: to SavePool, those
+	// that changed since the pool's last write (a chunk with Delete set is
+	// to be forgotten); from the store to RestorePool, every chunk it
+	// holds. See liveSet.
+	LiveChunks []LiveChunk
+	liveVers   []liveVer // the versions of LiveChunks in memory, for liveSet.written
 }
 
 // DurableState is the per-pool state that lets a restarted engine keep its
@@ -78,11 +84,16 @@ type DurableState struct {
 	// fields above they are soft: written after the change, best effort.
 	EffectiveConcurrency int64
 	EffectiveRate        float64
-	// ReadoptFloor: no lease with a fencing token at or below it is
-	// re-adopted after a restart. It starts at the token floor the pool
-	// was created above (tokens of an earlier pool of the same name), and
-	// rises past the oldest Ended when too many are recorded.
-	ReadoptFloor uint64
+	// LiveMark: the last fencing token issued when the record was written
+	// (at first, the token floor the pool was created above: tokens of an
+	// earlier pool of the same name). A lease with a token at or below it
+	// may be live after a restart only if the pool's live set
+	// (SavedPool.LiveChunks) says so, or, where no chunk was written, if
+	// its token lies in Unsure; see liveSet.
+	LiveMark uint64
+	// Unsure are ranges of tokens issued before a restart whose leases may
+	// still be live, until that restart's recovery window ends.
+	Unsure []TokenRange
 	// HeldBound: live leases hold no more weight than it, counting those
 	// from before a restart not re-adopted yet, so that a restarted
 	// engine grants at once from the rest of the concurrency limit. It is
@@ -91,14 +102,15 @@ type DurableState struct {
 	// before it was), and then a restarted engine waits out the whole
 	// recovery window.
 	HeldBound int64
-	// Ended are leases released or revoked before their last granted
-	// expiry, written in the background, so that a
-	// restarted engine does not re-adopt them. Those past their expiry are
-	// dropped: an expiry receipt refuses them already.
-	Ended []EndedLease
+	// LegacyEnded, only in a record written before the live set was kept
+	// (whose LiveMark is its readopt floor, and no chunk), are the leases
+	// released or revoked before their expiry, which RestorePool marks
+	// ended. It is never written.
+	LegacyEnded []EndedLease
 }
 
-// EndedLease is a lease released or revoked before its expiry.
+// EndedLease is a lease released or revoked before its expiry, as records
+// written before the live set was kept list them.
 type EndedLease struct {
 	Token   uint64
 	Expiry  time.Time
@@ -133,11 +145,11 @@ type durable struct {
 	state       DurableState
 	tokenBlock  uint64 // tokens the next write reserves
 	lastTokenAt int64  // when a write last had to move TokenCeiling (Unix ns; 0: never)
-	endedDirty  bool   // state.Ended has leases not written yet
-	flushing    bool   // a background write of state.Ended is running
-	// endedFlushed is when the last background write of state.Ended began.
-	endedFlushed time.Time
-	w            writer // every write of the pool goes through it
+	flushing    bool   // a background write of the live set is running
+	// liveFlushed is when the last background write of the live set began.
+	liveFlushed time.Time
+	live        liveSet
+	w           writer // every write of the pool goes through it
 }
 
 // NewSavedPool returns what CreatePool would record for cfg at now: cfg
@@ -169,8 +181,12 @@ func (p *pool) initDurableLocked(st DurableState) {
 
 // savedLocked returns p as the Persister records it, with state st.
 func (p *pool) savedLocked(cfg PoolConfig, st DurableState) SavedPool {
-	return SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, State: st, Suspended: p.susp.on,
+	sp := SavedPool{Config: cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, Suspended: p.susp.on,
 		Resources: p.durableResourcesLocked(nil, nil)}
+	st.LiveMark, st.LegacyEnded = p.lastToken, nil
+	st.Unsure, sp.LiveChunks, sp.liveVers = p.dur.live.snapshot()
+	sp.State = st
+	return sp
 }
 
 // durableResourcesLocked returns what an active pool records of its
@@ -330,14 +346,14 @@ func (p *pool) writeReservationLocked(now, expiry time.Time, weight int64) error
 // recordCleanStopLocked records, once the engine is closed, that p holds
 // nothing: no lease, no rate share, and no recovery window still open for
 // ones from before a restart. Its horizons become the zero time (none
-// granted), and its readopt floor its last token, so that the next start
+// granted), and its live set empty below its last token, so that the next start
 // needs no recovery window for it. The
 // next grant (or share) passes the zero horizon and so writes a new one
 // before it is made, as any grant past the horizon does: a crash after it
 // finds a horizon again. A failed write leaves the old record, which is
 // merely more cautious.
 //
-// A pool that holds something gets the leases released or revoked and not
+// A pool that holds something gets the changes to its live set not
 // written yet written now, and its held-weight bound lowered to the weight
 // held (exactHeldLocked), so that the next start grants at once beside it.
 func (p *pool) recordCleanStopLocked() {
@@ -347,8 +363,7 @@ func (p *pool) recordCleanStopLocked() {
 	st := p.dur.state
 	if len(p.leases) > 0 || p.held > 0 || p.recoveringLocked() || len(p.shr.byID) > 0 || !p.shr.rec.until.IsZero() {
 		exact := p.exactHeldLocked()
-		if p.dur.endedDirty || (exact >= 0 && exact != st.HeldBound) {
-			st.Ended = liveEnded(st.Ended, p.e.clock.Now())
+		if p.dur.live.pending() || (exact >= 0 && exact != st.HeldBound) {
 			if exact >= 0 {
 				st.HeldBound = exact
 			}
@@ -361,11 +376,11 @@ func (p *pool) recordCleanStopLocked() {
 	}
 	// Nothing issued so far is live: no lease up to the last token may be
 	// re-adopted after a later restart either.
-	st.LeaseHorizon, st.ShareHorizon, st.Ended = time.Time{}, time.Time{}, nil
+	st.LeaseHorizon, st.ShareHorizon = time.Time{}, time.Time{}
 	if st.HeldBound > 0 {
 		st.HeldBound = 0
 	}
-	st.ReadoptFloor = max(st.ReadoptFloor, p.lastToken)
+	p.dur.live.clear() // the mark written is the last token
 	_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the clean stop of pool "+quote(p.name))
 }
 

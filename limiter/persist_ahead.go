@@ -45,7 +45,6 @@ func mergeReservations(a, b DurableState) DurableState {
 		a.ShareHorizon = b.ShareHorizon
 	}
 	a.ShareTTLBound = max(a.ShareTTLBound, b.ShareTTLBound)
-	a.ReadoptFloor = max(a.ReadoptFloor, b.ReadoptFloor)
 	a.HeldBound = max(a.HeldBound, b.HeldBound)
 	return a
 }
@@ -63,10 +62,11 @@ func (p *pool) saveLocked(saved SavedPool, what string) error {
 	p.dur.w.writes.Add(1)
 	p.dur.w.mu.Unlock()
 	if err := storageErr(err, what); err != nil {
+		p.dur.live.failed()
 		return err
 	}
 	p.dur.state = saved.State
-	p.dur.endedDirty = false // the write carried every ended lease
+	p.dur.live.written(saved.LiveChunks, saved.liveVers)
 	return nil
 }
 
@@ -137,6 +137,7 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint6
 		w.mu.Unlock()
 		p.mu.Lock()
 		w.pending = nil
+		p.dur.live.failed() // its snapshot is not written: its unsure ranges are still to write
 		p.unlock()
 		return
 	}
@@ -148,8 +149,10 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint6
 	defer p.unlock()
 	w.pending = nil
 	if err != nil {
+		p.dur.live.failed()
 		return // reserveLocked writes in the foreground when it must, and reports its error
 	}
+	p.dur.live.written(saved.LiveChunks, saved.liveVers)
 	p.dur.state = mergeReservations(p.dur.state, saved.State)
 	if tokens {
 		p.dur.lastTokenAt = decided.UnixNano()

@@ -13,14 +13,17 @@ import (
 type memPersister struct {
 	mu     sync.Mutex
 	pools  map[string]SavedPool
+	chunks map[string]map[uint64]LiveChunk // each pool's live set
 	writes int
-	fail   func(old, new SavedPool, deleting bool) error // nil: succeed
+	// liveBytes counts the chunks written, at their size in memory.
+	liveBytes int
+	fail      func(old, new SavedPool, deleting bool) error // nil: succeed
 
 	tokenFloor uint64 // the highest floor DeletePool recorded
 }
 
 func newMemPersister() *memPersister {
-	return &memPersister{pools: make(map[string]SavedPool)}
+	return &memPersister{pools: make(map[string]SavedPool), chunks: make(map[string]map[uint64]LiveChunk)}
 }
 
 var errDiskFull = errors.New("disk full")
@@ -35,6 +38,20 @@ func (m *memPersister) SavePool(sp SavedPool) error {
 		}
 	}
 	m.writes++
+	m.liveBytes += len(sp.LiveChunks) * (len(LiveBits{})*8 + 8)
+	chunks := m.chunks[sp.Config.Name]
+	if chunks == nil {
+		chunks = make(map[uint64]LiveChunk)
+		m.chunks[sp.Config.Name] = chunks
+	}
+	for _, c := range sp.LiveChunks { // the changes: a store keeps them all
+		if c.Delete {
+			delete(chunks, c.Index)
+		} else {
+			chunks[c.Index] = c
+		}
+	}
+	sp.LiveChunks, sp.liveVers = nil, nil
 	m.pools[sp.Config.Name] = sp
 	return nil
 }
@@ -49,6 +66,7 @@ func (m *memPersister) DeletePool(name string, tokenFloor uint64) error {
 	}
 	m.writes++
 	delete(m.pools, name)
+	delete(m.chunks, name)
 	m.tokenFloor = max(m.tokenFloor, tokenFloor)
 	return nil
 }
@@ -70,7 +88,10 @@ func (m *memPersister) snapshot() []SavedPool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]SavedPool, 0, len(m.pools))
-	for _, sp := range m.pools {
+	for name, sp := range m.pools {
+		for _, c := range m.chunks[name] {
+			sp.LiveChunks = append(sp.LiveChunks, c)
+		}
 		out = append(out, sp)
 	}
 	return out

@@ -127,7 +127,7 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 	}
 	p.initAdaptiveLocked() // effective limits = configured
 	p.applyRateLocked(now)
-	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, ReadoptFloor: tokenFloor})
+	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
 	p.applyMarksLocked() // event marks
 	return p
 }
@@ -235,6 +235,9 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 	}
 	p.leases[l.FencingToken] = l
 	p.byToken.add(l)
+	if p.e.persister != nil {
+		p.dur.live.grant(l.FencingToken)
+	}
 	p.expiry.push(l)
 	p.held += g.weight
 	p.stats.Granted++
@@ -248,6 +251,9 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 func (p *pool) removeLeaseLocked(l *lease) {
 	delete(p.leases, l.FencingToken)
 	p.byToken.remove(l)
+	if p.e.persister != nil {
+		p.dur.live.end(l.FencingToken)
+	}
 	p.forgetConcShareLocked(l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight

@@ -4,12 +4,6 @@ import (
 	"time"
 )
 
-// maxRecoveryEnded bounds how many pre-restart leases one pool remembers
-// as re-adopted or released during its recovery window. Past it, further
-// re-adoptions are refused: real holders are far fewer, and no client can
-// grow the engine's memory without bound.
-const maxRecoveryEnded = 1 << 16
-
 // recovery is a pool's recovery window after a restart (see the package
 // documentation and docs/recovery.md). It is guarded by the pool's mutex; the zero value
 // means "not recovering". Only until, which the hot path reads, is kept in
@@ -26,15 +20,9 @@ type window struct {
 	// restart is when the pool was restored.
 	restart time.Time
 	// ceiling is the highest fencing token that may have been issued
-	// before the restart, and floor the highest that cannot be re-adopted
-	// (DurableState.ReadoptFloor): only tokens between them can be.
-	ceiling, floor uint64
-	// ended are the leases released (false) or revoked (true) before the
-	// restart whose expiry had not passed: DurableState.Ended.
-	ended map[uint64]bool
-	// taken holds the pre-restart tokens re-adopted or released since the
-	// restart: none of them is re-adopted again.
-	taken map[uint64]struct{}
+	// before the restart: only a token up to it that the live set says may
+	// be live (and the engine does not know) can be re-adopted.
+	ceiling uint64
 	// unknown bounds the weight that leases from before the restart not
 	// re-adopted yet may hold (DurableState.HeldBound less what was
 	// re-adopted), unless unbounded (the bound was not kept).
@@ -137,9 +125,14 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		p.bucket.AllowN(now, int(cfg.Burst)) // start empty: the old bucket may have been spent
 	}
 	until := windowEnd(st.LeaseHorizon, st.TTLBound, now)
+	p.dur.live.restore(saved.LiveChunks, st, st.TokenCeiling, until.After(now))
 	if until.After(now) {
-		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling, floor: st.ReadoptFloor,
-			ended: endedSet(st.Ended, now), taken: make(map[uint64]struct{}),
+		for _, e := range st.LegacyEnded { // a record from before the live set was kept
+			if e.Expiry.After(now) && e.Token > st.LiveMark && e.Token <= st.TokenCeiling {
+				p.dur.live.end(e.Token)
+			}
+		}
+		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling,
 			unknown: st.HeldBound, unbounded: st.HeldBound < 0 || cfg.ConcurrencyLimit == 0 || p.res != nil}}
 		p.rec.timer = e.clock.AfterFunc(until.Sub(now), p.onRecoveryEnd)
 	}
@@ -174,17 +167,6 @@ func windowEnd(horizon time.Time, ttlBound time.Duration, now time.Time) time.Ti
 	return until
 }
 
-// endedSet returns the ended leases whose expiry is after now, by token.
-func endedSet(ended []EndedLease, now time.Time) map[uint64]bool {
-	m := make(map[uint64]bool)
-	for _, e := range ended {
-		if e.Expiry.After(now) {
-			m[e.Token] = e.Revoked
-		}
-	}
-	return m
-}
-
 // onRecoveryEnd ends the pool's recovery window: every lease from before
 // the restart that was not re-adopted is over, so the queue is served.
 func (p *pool) onRecoveryEnd() {
@@ -194,6 +176,8 @@ func (p *pool) onRecoveryEnd() {
 		return
 	}
 	p.rec = recovery{}
+	p.dur.live.resolveAll(p.leases) // the leases not re-adopted are over
+	p.liveChangedLocked()
 	now := p.e.clock.Now()
 	p.applyRestoredLimitLocked(now)
 	p.out.ended = append(p.out.ended, p.revokeAwaitedLocked(now)...)
@@ -245,11 +229,24 @@ type Readopt struct {
 	// active or passive pool: Weight of them, each in the pool and free,
 	// or the lease is not re-adopted.
 	Resources []string
-	// Expiry is the expiry the lease was last granted, as the holder was
-	// told it (the server signs it: an expiry receipt). A lease whose
-	// Expiry is zero, or has passed, is not re-adopted: it may have ended
-	// before the restart.
+	// Receipt is what the lease's expiry receipt vouches for: the expiry
+	// and weight it was last granted, renewed or resized with, signed by
+	// the server with its instances. A lease is re-adopted only for a
+	// receipt whose expiry is ahead, whose weight is Weight, and which the
+	// server signed for Resources.
+	Receipt Receipt
+}
+
+// Receipt is what a lease's expiry receipt vouches for, once the server
+// has checked its signature against the instances the renew names.
+type Receipt struct {
+	// Expiry and Weight the lease was granted (or last renewed or resized)
+	// with; the zero time when the receipt vouches for nothing.
 	Expiry time.Time
+	Weight int64
+	// Problem, when the renew carried a receipt that vouches for nothing,
+	// says why (a sentence without a capital or a full stop).
+	Problem string
 }
 
 // RenewOrReadopt is Renew, except that during the pool's recovery window
@@ -269,9 +266,9 @@ func (e *Engine) RenewOrReadopt(pool string, token uint64, ttl time.Duration, ow
 }
 
 // readoptLocked re-adopts token during the recovery window. It returns a
-// nil lease and no error when token is not re-adoptable (no window, a token
-// issued after the restart, or one re-adopted or released since), so that
-// the caller reports it as any unknown lease.
+// nil lease and no error when token cannot name a lease from before the
+// restart (no window, or a token issued after the restart), so that the
+// caller reports it as any unknown lease.
 func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner any, now time.Time) (*lease, error) {
 	if !p.preRestartLocked(token) {
 		return nil, nil
@@ -290,8 +287,6 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 		return nil, errorf(ErrInvalidArgument, "description is %d bytes; the most is %d", len(ra.Description), MaxDescriptionLen)
 	case p.cfg.ConcurrencyLimit > 0 && p.held+ra.Weight > p.ad.limit: // the effective limit
 		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its weight %d does not fit (held %d of limit %d); stop the work it protects and acquire a new lease", token, p.name, since, ra.Weight, p.held, p.ad.limit)
-	case len(p.rec.taken) >= maxRecoveryEnded:
-		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: %d leases were re-adopted already, the most one recovery allows; acquire a new lease", token, p.name, since, maxRecoveryEnded)
 	}
 	ins, err := p.readoptInstancesLocked(token, ra, since)
 	if err != nil {
@@ -321,7 +316,10 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 	if ins != nil {
 		p.bindInstancesLocked(l, ins)
 	}
-	p.rec.taken[token] = struct{}{}
+	if _, resized := p.dur.live.live(token); resized > ra.Weight && p.e.persister != nil {
+		p.dur.live.resize(token, ra.Weight) // no receipt showing more is re-adopted after another restart
+		p.liveChangedLocked()
+	}
 	p.rec.unknown = max(0, p.rec.unknown-ra.Weight) // now counted in held
 	p.leases[token] = l
 	p.byToken.add(l)
@@ -342,46 +340,51 @@ func (p *pool) releasePreRestartLocked(token uint64) bool {
 	if !p.preRestartLocked(token) {
 		return false
 	}
-	if len(p.rec.taken) < maxRecoveryEnded {
-		p.rec.taken[token] = struct{}{}
+	if live, _ := p.dur.live.live(token); !live {
+		return false // released before, or ended before the restart
 	}
-	p.recordEndedLocked(token, p.rec.until, false) // it cannot be live after the window
+	p.dur.live.end(token)
+	p.liveChangedLocked()
 	p.stats.Released++
 	return true
 }
 
 // endedBeforeRestartLocked refuses the re-adoption of a lease that ended
-// before the restart: one of an earlier pool of the same name, released or
-// revoked, or past the expiry its receipt shows (or without a receipt).
+// before the restart (the live set does not have it: released, revoked,
+// or of an earlier pool of the same name; or released since), or past the
+// expiry its receipt shows (or without a receipt that vouches for it), or
+// for another weight than its receipt signs, or than it was last resized
+// to.
 func (p *pool) endedBeforeRestartLocked(token uint64, ra *Readopt, now time.Time) error {
-	if token <= p.rec.floor {
-		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it ended before the restart (it was released or revoked, or belongs to an earlier pool of that name); stop the work it protects and acquire a new lease", token, p.name)
-	}
-	if revoked, ok := p.rec.ended[token]; ok {
-		how := "released"
-		if revoked {
-			how = "revoked"
-		}
-		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it was %s before the restart; stop the work it protects and acquire a new lease", token, p.name, how)
-	}
-	if ra.Expiry.IsZero() {
+	live, resized := p.dur.live.live(token)
+	rc := ra.Receipt
+	switch {
+	case rc.Problem != "":
+		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: %s; stop the work it protects and acquire a new lease", token, p.name, rc.Problem)
+	case rc.Expiry.IsZero():
 		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew did not carry the lease's expiry receipt, so the server cannot tell it from a lease that ended before the restart; stop the work it protects and acquire a new lease (clients that send expiry_receipt with renew re-attach by themselves)", token, p.name)
+	case rc.Weight != ra.Weight:
+		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew says weight %d, but its expiry receipt was signed for weight %d; a lease is re-adopted only with exactly the weight and instances it was granted or last resized to, as its latest receipt shows; stop the work it protects and acquire a new lease", token, p.name, ra.Weight, rc.Weight)
+	case !rc.Expiry.After(now):
+		return errorf(ErrLeaseExpired, "lease %d of pool %q expired at %s, before the server's restart; stop the work it protects and acquire a new lease", token, p.name, rc.Expiry.UTC().Format(time.RFC3339Nano))
 	}
-	if !ra.Expiry.After(now) {
-		return errorf(ErrLeaseExpired, "lease %d of pool %q expired at %s, before the server's restart; stop the work it protects and acquire a new lease", token, p.name, ra.Expiry.UTC().Format(time.RFC3339Nano))
+	if !live {
+		if _, ok := p.ended.lookup(token); ok { // it ended since the restart: say how
+			return p.missingLeaseErrLocked(token)
+		}
+		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it ended before the restart (it was released or revoked, or belongs to an earlier pool of that name), or was released since; stop the work it protects and acquire a new lease", token, p.name)
+	}
+	if resized > 0 && ra.Weight > resized {
+		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart with weight %d: it was resized to weight %d before the restart, and its expiry receipt is from before that; a lease is re-adopted only with exactly the weight it was granted or last resized to; stop the work it protects and acquire a new lease", token, p.name, ra.Weight, resized)
 	}
 	return nil
 }
 
 // preRestartLocked reports whether token may name a lease granted before
-// the restart that is neither re-adopted nor released since, during the
-// recovery window.
+// the restart, during the recovery window (the caller knows the engine
+// does not have it).
 func (p *pool) preRestartLocked(token uint64) bool {
-	if !p.recoveringLocked() || token == 0 || token > p.rec.ceiling {
-		return false
-	}
-	_, taken := p.rec.taken[token]
-	return !taken
+	return p.recoveringLocked() && token != 0 && token <= p.rec.ceiling
 }
 
 // readoptInstancesLocked returns the instances a lease to re-adopt names,

@@ -2,54 +2,34 @@ package limiter
 
 import "time"
 
-// This file keeps a restarted engine from re-adopting a lease that was
-// released or revoked before the restart (docs/recovery.md). An expired
-// lease needs nothing: a re-adopting renew must show the expiry the lease
-// was last granted (Readopt.Expiry, signed by the server), and one that has
-// passed is refused. A released or revoked lease may still show an expiry
-// ahead, so the engine records it in DurableState.Ended, written in the
-// background, never on the grant or release path: at once when the pool
-// wrote none in the last endedFlushDelay, else a batch at the end of it. A
-// lease released less than one write (or, in a busy pool, endedFlushDelay
-// plus one write) before a crash may still be re-adopted: see
+// This file writes a pool's live set (liveSet) in the background, never on
+// the grant or release path: at once when the pool wrote none in the last
+// endedFlushDelay, else a batch at the end of it, one write for every
+// release, revocation and resize since the last. A lease released (or a
+// share shrunk) less than one write (or, in a busy pool, endedFlushDelay
+// plus one write) before a crash may still be re-adopted as it was: see
 // docs/recovery.md for why that is the one case a write per release would
-// be needed to close.
+// be needed to close. An expiry needs no write: a renew never signs an
+// expiry earlier than one it signed before, so every receipt of an expired
+// lease shows an expiry that has passed.
 
 // endedFlushDelay is the least time between two background writes of a
-// pool's ended leases, so that in a busy pool one write carries many.
+// pool's live set, so that in a busy pool one write carries many changes.
 const endedFlushDelay = 100 * time.Millisecond
 
-// maxEnded bounds a pool's recorded ended leases. Past it, the oldest half
-// is folded into DurableState.ReadoptFloor: refusing to re-adopt a lease
-// is always safe (its holder is told to stop), so losing their detail only
-// costs the re-adoption of older live leases.
-const maxEnded = 1 << 14
-
-// recordEndedLocked records that the lease token, granted until expiry,
-// was released (or revoked), and starts writing it in the background.
-func (p *pool) recordEndedLocked(token uint64, expiry time.Time, revoked bool) {
-	if p.e.persister == nil {
-		return
-	}
-	st := &p.dur.state
-	if len(st.Ended) >= maxEnded {
-		half := st.Ended[len(st.Ended)/2:]
-		for _, e := range st.Ended[:len(st.Ended)/2] {
-			st.ReadoptFloor = max(st.ReadoptFloor, e.Token)
-		}
-		st.Ended = append([]EndedLease(nil), half...)
-	}
-	st.Ended = append(st.Ended, EndedLease{Token: token, Expiry: expiry, Revoked: revoked})
-	p.dur.endedDirty = true
-	if p.dur.flushing {
+// liveChangedLocked starts writing the live set in the background: a
+// lease ended or was resized. Grants need no write: a token above the
+// written mark may be live.
+func (p *pool) liveChangedLocked() {
+	if p.e.persister == nil || p.dur.flushing {
 		return
 	}
 	p.dur.flushing = true
-	p.e.clock.AfterFunc(max(0, endedFlushDelay-p.e.clock.Now().Sub(p.dur.endedFlushed)), p.flushEnded)
+	p.e.clock.AfterFunc(max(0, endedFlushDelay-p.e.clock.Now().Sub(p.dur.liveFlushed)), p.flushLive)
 }
 
-// flushEnded writes the pool's ended leases until none is left unwritten.
-func (p *pool) flushEnded() {
+// flushLive writes the pool's live set until nothing is left unwritten.
+func (p *pool) flushLive() {
 	p.mu.Lock()
 	if p.e.closed.Load() {
 		p.unlock()
@@ -62,33 +42,30 @@ func (p *pool) flushEnded() {
 	wrote := false
 	for {
 		p.mu.Lock()
-		if !p.dur.endedDirty || p.deleted {
+		if !p.dur.live.pending() || p.deleted {
 			p.dur.flushing = false
 			p.unlock()
 			return
 		}
-		if wait := endedFlushDelay - p.e.clock.Now().Sub(p.dur.endedFlushed); wrote && wait > 0 {
-			// Leases ended during the write: they go in the next batch, one
+		if wait := endedFlushDelay - p.e.clock.Now().Sub(p.dur.liveFlushed); wrote && wait > 0 {
+			// Changes made during the write go in the next batch, one
 			// delay after it, not in a write right behind it (which, in a
 			// busy pool, would write back to back).
-			p.e.clock.AfterFunc(wait, p.flushEnded)
+			p.e.clock.AfterFunc(wait, p.flushLive)
 			p.unlock()
 			return
 		}
 		st := p.dur.state
-		st.Ended = liveEnded(st.Ended, p.e.clock.Now())
-		p.dur.state.Ended = st.Ended
 		if w.pending != nil {
 			st = mergeReservations(st, *w.pending)
 		}
 		saved := p.savedLocked(p.cfg, st)
-		p.dur.endedDirty = false
-		p.dur.endedFlushed = p.e.clock.Now()
+		p.dur.liveFlushed = p.e.clock.Now()
 		seen := w.writes.Load()
 		p.unlock()
 
 		w.mu.Lock()
-		stale := w.writes.Load() != seen // written meanwhile, maybe from an older snapshot: take a new one
+		stale := w.writes.Load() != seen // written meanwhile, from a newer snapshot: look again
 		var err error
 		if !stale {
 			err = p.e.persister.SavePool(saved)
@@ -96,27 +73,18 @@ func (p *pool) flushEnded() {
 			wrote = true
 		}
 		w.mu.Unlock()
-		if stale || err != nil {
-			p.mu.Lock()
-			p.dur.endedDirty = true
-			if err != nil { // the next release, or any foreground write, tries again
-				p.dur.flushing = false
-				p.unlock()
-				return
-			}
+		p.mu.Lock()
+		switch {
+		case stale: // the write that went first may have carried older unsure ranges
+			p.dur.live.failed()
+		case err != nil: // the next change, or any foreground write, tries again
+			p.dur.live.failed()
+			p.dur.flushing = false
 			p.unlock()
+			return
+		default:
+			p.dur.live.written(saved.LiveChunks, saved.liveVers)
 		}
+		p.unlock()
 	}
-}
-
-// liveEnded returns the ended leases whose expiry is after now, in a new
-// slice (a snapshot being written may share the old one).
-func liveEnded(ended []EndedLease, now time.Time) []EndedLease {
-	out := make([]EndedLease, 0, len(ended))
-	for _, e := range ended {
-		if e.Expiry.After(now) {
-			out = append(out, e)
-		}
-	}
-	return out
 }

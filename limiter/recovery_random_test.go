@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -74,11 +75,19 @@ type holder struct {
 	token      uint64
 	weight     int64
 	validUntil time.Time // ExpireTime of the last grant or renewal it saw
-	receipt    time.Time // the same, kept when a renew is refused: what it sends to re-adopt
+	receipt    Receipt   // of the last grant, renewal or resize, kept when a renew is refused: what it sends to re-adopt
 	ended      bool      // the engine ended it for sure (expired, released, revoked, pool re-created)
 	releasedAt time.Time // when it was released or revoked: recorded durably endedFlushDelay later
 	silent     bool      // never renews
 	resources  []string  // the instances it was granted (active and passive pools)
+	receipts   []Receipt // every receipt it got, oldest first: a holder may show an old one
+	resizedAt  time.Time // when its weight last went down
+}
+
+// note records a receipt the holder got.
+func (h *holder) note(l Lease) {
+	h.receipt = Receipt{Expiry: l.ExpireTime, Weight: l.Weight}
+	h.receipts = append(h.receipts, h.receipt)
 }
 
 func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKind, preReserve ...bool) {
@@ -131,7 +140,9 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 		waiting  []*pending
 		maxToken uint64 // the highest token granted by any engine so far
 		era      int    // number of restarts
-		minToken uint64 // every grant of this era must be above it
+		crashAt  time.Time
+		atCrash  = map[*holder]bool{} // holders whose lease was live at the last crash
+		minToken uint64               // every grant of this era must be above it
 		prevHeld = map[string]int64{}
 	)
 	now := func() time.Time { return te.clk.Now() }
@@ -140,7 +151,8 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			t.Fatalf("seed %d era %d: token %d granted, not above %d issued before the restart", seed, era, l.FencingToken, minToken)
 		}
 		maxToken = max(maxToken, l.FencingToken)
-		h := &holder{token: l.FencingToken, weight: l.Weight, validUntil: l.ExpireTime, receipt: l.ExpireTime, silent: rng.IntN(3) == 0}
+		h := &holder{token: l.FencingToken, weight: l.Weight, validUntil: l.ExpireTime, silent: rng.IntN(3) == 0}
+		h.note(l)
 		for _, r := range l.Resources {
 			h.resources = append(h.resources, r.ID)
 		}
@@ -164,7 +176,7 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			if now().Before(h.validUntil) {
 				kept = append(kept, h)
 			} else if len(lost) < 100 {
-				h.ended = !now().Before(h.receipt) // expired, not refused
+				h.ended = !now().Before(h.receipt.Expiry) // expired, not refused
 				lost = append(lost, h)
 			}
 		}
@@ -233,14 +245,42 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 				if h.silent {
 					break
 				}
-				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources, Expiry: h.receipt})
+				switch rng.IntN(10) {
+				case 0: // a forged weight, with the genuine receipt
+					forged := h.weight + 1 + rng.Int64N(3)
+					l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: forged, Resources: h.resources, Receipt: h.receipt})
+					if err == nil && l.Weight != h.weight {
+						t.Fatalf("seed %d era %d: lease %d of weight %d re-adopted with the forged weight %d", seed, era, h.token, h.weight, l.Weight)
+					}
+					if err == nil {
+						h.validUntil = l.ExpireTime
+						h.note(l)
+					}
+				case 1: // an older receipt, with the weight it signs
+					old := h.receipts[rng.IntN(len(h.receipts))]
+					l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: old.Weight, Resources: h.resources, Receipt: old})
+					if err == nil && l.Weight > h.weight && crashAt.Sub(h.resizedAt) > endedFlushDelay {
+						t.Fatalf("seed %d era %d: lease %d, shrunk to %d before the crash, re-adopted with the weight %d of an older receipt", seed, era, h.token, h.weight, l.Weight)
+					}
+					if err != nil {
+						h.validUntil = time.Time{}
+					} else {
+						h.validUntil, h.weight = l.ExpireTime, l.Weight
+						h.note(l)
+					}
+				}
+				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources, Receipt: h.receipt})
 				if err != nil {
+					if atCrash[h] && !h.ended && strings.Contains(err.Error(), "ended before the restart") {
+						t.Fatalf("seed %d era %d: lease %d, live at the crash, refused: %v", seed, era, h.token, err)
+					}
 					h.validUntil = time.Time{} // refused: the holder stops
 				} else {
 					if l.FencingToken != h.token || l.Weight != h.weight {
 						t.Fatalf("seed %d: renew of %d/%d returned %+v", seed, h.token, h.weight, l)
 					}
-					h.validUntil, h.receipt = l.ExpireTime, l.ExpireTime
+					h.validUntil = l.ExpireTime
+					h.note(l)
 				}
 			}
 		case op < 55:
@@ -249,7 +289,11 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 				i := rng.IntN(len(lost))
 				h := lost[i]
 				lost = append(lost[:i], lost[i+1:]...)
-				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: h.weight, Resources: h.resources, Expiry: h.receipt})
+				rc := h.receipt
+				if rng.IntN(2) == 0 { // whichever of its receipts it shows
+					rc = h.receipts[rng.IntN(len(h.receipts))]
+				}
+				l, err := te.RenewOrReadopt("db", h.token, ttl(), nil, Readopt{Weight: rc.Weight, Resources: h.resources, Receipt: rc})
 				if err == nil && h.ended { // it would take the place of a live holder: issue #10
 					t.Fatalf("seed %d era %d: lease %d ended before (expired, released, revoked or its pool re-created) and was re-adopted: %+v", seed, era, h.token, l)
 				}
@@ -302,7 +346,29 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 			if hs := valid(); len(hs) > 0 {
 				h := hs[rng.IntN(len(hs))]
 				if l, err := te.ResizeLease(LeaseResize{Pool: "db", Token: h.token, Weight: 1 + rng.Int64N(6)}); err == nil {
+					if l.Weight < h.weight {
+						h.resizedAt = now()
+					}
 					h.weight = l.Weight
+					h.note(l)
+				}
+			}
+		case op < 76 && kind == ResourceFree && rng.IntN(8) == 0:
+			what = "churn" // another client's acquire/release pairs, more than the ended leases kept before
+			for i := range 17000 {
+				l, err := te.Acquire(context.Background(), AcquireRequest{Pool: "db", TTL: ttl(), NoWait: true})
+				if err != nil {
+					break
+				}
+				if _, err := te.Release("db", l.FencingToken); err != nil {
+					t.Fatal(err)
+				}
+				if i%2000 == 0 {
+					te.clk.Advance(endedFlushDelay)
+				}
+				if i%5000 == 0 && len(lost) < 100 {
+					lost = append(lost, &holder{token: l.FencingToken, weight: 1, receipt: Receipt{Expiry: l.ExpireTime, Weight: 1},
+						receipts: []Receipt{{Expiry: l.ExpireTime, Weight: 1}}, ended: true, releasedAt: now()})
 				}
 			}
 		case op < 93 && kind == ResourcePassive && provider == nil && rng.IntN(4) == 0:
@@ -323,6 +389,11 @@ func runRandomizedRestart(t *testing.T, seed uint64, steps int, kind ResourceKin
 				w.cancel()
 			}
 			te.Engine.Close()
+			crashAt = now()
+			atCrash = map[*holder]bool{}
+			for _, h := range valid() {
+				atCrash[h] = true
+			}
 			for _, h := range lost { // released too shortly before the crash to be written: docs/recovery.md
 				if h.ended && now().Sub(h.releasedAt) < endedFlushDelay {
 					h.ended = false

@@ -34,7 +34,7 @@ func (te *testEngine) restart(t testing.TB, m *memPersister, downtime time.Durat
 // readopt is what a holder sends to re-adopt a lease of weight w, with an
 // expiry receipt still ahead (its lease was live at the restart).
 func readopt(w int64) Readopt {
-	return Readopt{Weight: w, ClientID: "c", Description: "d", Priority: 2, Expiry: liveReceipt}
+	return Readopt{Weight: w, ClientID: "c", Description: "d", Priority: 2, Receipt: Receipt{Expiry: liveReceipt, Weight: w}}
 }
 
 // liveReceipt is the expiry receipt of a lease still live at any time tests reach.
@@ -251,29 +251,35 @@ func TestReadopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, readopt(2))
-	wantReason(t, err, ErrLeaseNotFound)
+	wantReason(t, err, ErrLeaseNotReadopted)
 
 	// b's holder releases without renewing first: that is fine.
 	if _, err := te2.Release("db", b.FencingToken); err != nil {
 		t.Fatalf("release of a lease from before the restart: %v", err)
 	}
 	_, err = te2.RenewOrReadopt("db", b.FencingToken, 0, nil, readopt(3))
-	wantReason(t, err, ErrLeaseNotFound)
+	wantReason(t, err, ErrLeaseNotReadopted)
 	if s := te2.status(t, "db"); s.Held != 0 || s.Released != 2 {
 		t.Fatalf("after releases: %+v", s)
 	}
 
 	// An expiring re-adopted lease ends like any other.
+	te2.clk.Advance(endedFlushDelay) // the releases are written
 	te3 := te2.restart(t, m, 0)
-	c, err := te3.RenewOrReadopt("db", 1, time.Second, nil, readopt(1))
+	_, err = te3.RenewOrReadopt("db", a.FencingToken, time.Second, nil, readopt(2))
+	wantReason(t, err, ErrLeaseNotReadopted) // released before the restart
+	te3.clk.Advance(10 * time.Second)        // its window ends
+	d := te3.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 5 * time.Second})
+	te4 := te3.restart(t, m, 0)
+	c, err := te4.RenewOrReadopt("db", d.FencingToken, time.Second, nil, readopt(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	te3.clk.Advance(time.Second)
-	if s := te3.status(t, "db"); s.Held != 0 || s.Expired != 1 {
+	te4.clk.Advance(time.Second)
+	if s := te4.status(t, "db"); s.Held != 0 || s.Expired != 1 {
 		t.Fatalf("after the re-adopted lease's TTL: %+v", s)
 	}
-	_, err = te3.RenewOrReadopt("db", c.FencingToken, 0, nil, readopt(1))
+	_, err = te4.RenewOrReadopt("db", c.FencingToken, 0, nil, readopt(1))
 	wantReason(t, err, ErrLeaseExpired)
 }
 
@@ -295,7 +301,7 @@ func TestReadoptRefusals(t *testing.T) {
 	wantReason(t, err, ErrLeaseNotFound)
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, time.Hour, nil, readopt(2))
 	wantReason(t, err, ErrInvalidArgument)
-	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, ClientID: strings.Repeat("x", MaxClientIDLen+1), Expiry: liveReceipt})
+	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, ClientID: strings.Repeat("x", MaxClientIDLen+1), Receipt: Receipt{Expiry: liveReceipt, Weight: 1}})
 	wantReason(t, err, ErrInvalidArgument)
 
 	// A holder that claims more than fits is refused; the others fit.

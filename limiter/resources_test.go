@@ -276,7 +276,7 @@ func TestActiveResourcesSurviveRestart(t *testing.T) {
 	}
 	_, err = te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
 	wantReason(t, err, ErrRecovering)
-	ra := Readopt{Weight: 2, Resources: []string{"c1", "c9"}, Expiry: liveReceipt}
+	ra := Readopt{Weight: 2, Resources: []string{"c1", "c9"}, Receipt: Receipt{Expiry: liveReceipt, Weight: 2}}
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, ra)
 	wantReason(t, err, ErrLeaseNotReadopted)
 	ra.Resources = []string{a.Resources[0].ID, a.Resources[1].ID}
@@ -323,11 +323,11 @@ func TestPassiveLeaseSurvivesRestart(t *testing.T) {
 	lz := te.mustAcquire(t, AcquireRequest{Pool: "gpu", Weight: 2}) // z and one of w1's
 
 	te2 := te.restart(t, m, time.Second)
-	if _, err := te2.RenewOrReadopt("gpu", la.FencingToken, 0, nil, Readopt{Weight: 1, Resources: []string{la.Resources[0].ID}, Expiry: liveReceipt}); err != nil {
+	if _, err := te2.RenewOrReadopt("gpu", la.FencingToken, 0, nil, Readopt{Weight: 1, Resources: []string{la.Resources[0].ID}, Receipt: Receipt{Expiry: liveReceipt, Weight: 1}}); err != nil {
 		t.Fatalf("re-adopting a lease whose provider has not come back yet: %v", err)
 	}
 	ids := []string{lz.Resources[0].ID, lz.Resources[1].ID}
-	if _, err := te2.RenewOrReadopt("gpu", lz.FencingToken, 0, nil, Readopt{Weight: 2, Resources: ids, Expiry: liveReceipt}); err != nil {
+	if _, err := te2.RenewOrReadopt("gpu", lz.FencingToken, 0, nil, Readopt{Weight: 2, Resources: ids, Receipt: Receipt{Expiry: liveReceipt, Weight: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	if s := te2.status(t, "gpu"); s.Held != 3 || s.Resources != 3 || s.ResourcesFree != 0 {

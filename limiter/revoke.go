@@ -62,7 +62,7 @@ func (e *Engine) RevokeLease(pool string, token uint64, reason string, opts ...C
 // returns its report. It does not dispatch.
 func (p *pool) revokeLocked(l *lease, reason, actor string, now time.Time) LeaseEnded {
 	p.removeLeaseLocked(l)
-	p.recordEndedLocked(l.FencingToken, l.ExpireTime, true) // not re-adopted after a restart
+	p.liveChangedLocked() // not re-adopted after a restart
 	p.stats.Revoked++
 	p.ended.addMsg(l.FencingToken, EndRevoked, now, RevokeReasonBy(reason, actor))
 	return LeaseEnded{Lease: l.Lease, Reason: EndRevoked, Owner: l.owner, Message: reason, Actor: actor}

@@ -384,12 +384,12 @@ func TestEndedLeasesAreNotReadopted(t *testing.T) {
 			if _, err := d.lim.Release(d.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: a.GetId()}); err != nil {
 				d.t.Fatal(err)
 			}
-		}, codes.NotFound, limiter.ReasonLeaseNotReadopted, "was released before the restart"},
+		}, codes.NotFound, limiter.ReasonLeaseNotReadopted, "it ended before the restart (it was released or revoked"},
 		{"revoked", func(d *durableEnv, a *tollgatev1.Lease) {
 			if _, err := d.adm.RevokeLease(d.ctx(), &tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: a.GetId(), Reason: "test"}); err != nil {
 				d.t.Fatal(err)
 			}
-		}, codes.NotFound, limiter.ReasonLeaseNotReadopted, "was revoked before the restart"},
+		}, codes.NotFound, limiter.ReasonLeaseNotReadopted, "it ended before the restart (it was released or revoked"},
 		{"re-created pool", func(d *durableEnv, a *tollgatev1.Lease) {
 			if _, err := d.adm.DeletePool(d.ctx(), &tollgatev1.DeletePoolRequest{Name: "db", Force: true}); err != nil {
 				d.t.Fatal(err)

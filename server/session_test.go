@@ -232,7 +232,7 @@ func TestSessionBrokenKeepsLeases(t *testing.T) {
 	if r := s2.call(renewReq(1, "db", l.GetId(), 5*time.Second)); r.GetRenew() == nil {
 		t.Fatalf("renew on the new stream = %v", r)
 	}
-	e.clock.Advance(6 * time.Second)
+	e.clock.Advance(11 * time.Second) // a renew keeps the later expiry it was granted (10s)
 	ev := s2.next()
 	if ev.GetEvent().GetType() != tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED || ev.GetEvent().GetLease().GetId() != l.GetId() {
 		t.Fatalf("event = %v", ev)

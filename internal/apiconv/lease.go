@@ -109,7 +109,7 @@ func (m *LeaseMsg) Fill(ids *leaseid.IDs, l limiter.Lease) *tollgatev1.Lease {
 		AcquireTime:  fillTimestamp(&m.acquire, l.AcquireTime),
 		Resources:    resourcesToProto(l.Resources),
 		// What a restarted server asks to re-adopt the lease
-		ExpiryReceipt: ids.Receipt(l.Pool, l.FencingToken, l.ExpireTime),
+		ExpiryReceipt: ids.Receipt(l.Pool, l.FencingToken, l.ExpireTime, l.Weight, resourceIDs(l.Resources)),
 		Share:         ConcShareToProto(l.Share),
 	}
 	m.ttl.Seconds, m.ttl.Nanos = int64(l.TTL/time.Second), int32(l.TTL%time.Second)
@@ -190,4 +190,16 @@ func LeaseEventToProto(ids *leaseid.IDs, ev limiter.LeaseEnded) *tollgatev1.Leas
 		out.Reason = "the lease ended (" + ev.Reason.String() + "); stop using it"
 	}
 	return out
+}
+
+// resourceIDs returns the ids of rs (nil for none), as a receipt signs them.
+func resourceIDs(rs []limiter.Resource) []string {
+	if len(rs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.ID
+	}
+	return ids
 }

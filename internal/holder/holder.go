@@ -115,7 +115,7 @@ func (c *Calls) Renew(ctx context.Context, req *tollgatev1.RenewRequest, owner a
 	if err != nil {
 		return limiter.Lease{}, err
 	}
-	if ra.Expiry, err = c.IDs.ParseReceipt(req.GetPool(), tok, req.GetExpiryReceipt()); err != nil {
+	if ra.Receipt, err = c.IDs.ParseReceipt(req.GetPool(), tok, req.GetExpiryReceipt(), ra.Resources); err != nil {
 		return limiter.Lease{}, err
 	}
 	if ra.ClientID == "" {

@@ -27,6 +27,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"hash"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,7 +69,9 @@ func New(key []byte) *IDs {
 const (
 	kindLease  byte = 'L'
 	kindShare  byte = 'S'
-	kindExpiry byte = 'E'
+	kindExpiry byte = 'E' // the receipts of earlier servers: expiry only
+	// kindReceipt signs a receipt: expiry, weight and instances.
+	kindReceipt byte = 'R'
 )
 
 // maxIDLen bounds an id or receipt this package builds: a 64-bit number in
@@ -192,32 +195,85 @@ func (ids *IDs) ParseShare(pool, id string) (uint64, error) {
 }
 
 // Receipt returns the expiry receipt of lease token of pool, granted until
-// expiry: "<expiry in Unix ns>.<tag>", the tag signing pool, token and
-// expiry. A restarted server re-adopts a lease only on a receipt whose
-// expiry is still ahead (docs/recovery.md).
-func (ids *IDs) Receipt(pool string, token uint64, expiry time.Time) string {
+// expiry with weight on the instances ids (none in a free pool):
+// "<expiry in Unix ns>.<weight>.<tag>", the tag signing pool, token,
+// expiry, weight and the set of ids. A restarted server re-adopts a lease
+// only on a receipt whose expiry is still ahead, for exactly the weight
+// and instances it signs (docs/recovery.md).
+func (ids *IDs) Receipt(pool string, token uint64, expiry time.Time, weight int64, resources []string) string {
 	ns := expiry.UnixNano()
-	var buf [maxIDLen]byte
-	return ids.signed(strconv.AppendInt(buf[:0], ns, 10), kindExpiry, pool, token, ns)
+	var buf [maxReceiptLen]byte
+	b := strconv.AppendInt(buf[:0], ns, 10)
+	b = strconv.AppendInt(append(b, '.'), weight, 10)
+	return string(ids.appendReceiptMAC(append(b, '.'), pool, token, ns, weight, resources))
 }
 
-// ParseReceipt returns the expiry an expiry receipt of lease token of
-// pool vouches for: the zero time for an empty receipt or one the server
-// did not sign (such a lease is not re-adopted, as when it has none);
-// INVALID_ARGUMENT for one that is not a receipt.
-func (ids *IDs) ParseReceipt(pool string, token uint64, r string) (time.Time, error) {
+// maxReceiptLen bounds a receipt: two 64-bit numbers in decimal with
+// their signs, two dots and the tag.
+const maxReceiptLen = 20 + 1 + 20 + 1 + tagLen
+
+// appendReceiptMAC appends the tag of a receipt (kindReceipt) to dst: over
+// token, expiry ns, weight, the ids in sorted order, each with its length,
+// and pool.
+func (ids *IDs) appendReceiptMAC(dst []byte, pool string, token uint64, ns, weight int64, resources []string) []byte {
+	m := ids.macs.Get().(*macer)
+	defer ids.macs.Put(m)
+	m.in = append(m.in[:0], kindReceipt)
+	m.in = binary.BigEndian.AppendUint64(m.in, token)
+	m.in = binary.BigEndian.AppendUint64(m.in, uint64(ns))
+	m.in = binary.BigEndian.AppendUint64(m.in, uint64(weight))
+	m.in = binary.BigEndian.AppendUint32(m.in, uint32(len(resources)))
+	if len(resources) > 1 && !slices.IsSorted(resources) {
+		resources = slices.Sorted(slices.Values(resources))
+	}
+	for _, id := range resources {
+		m.in = binary.BigEndian.AppendUint32(m.in, uint32(len(id)))
+		m.in = append(m.in, id...)
+	}
+	m.in = append(m.in, pool...)
+	m.h.Reset()
+	m.h.Write(m.in)
+	return base64.RawURLEncoding.AppendEncode(dst, m.h.Sum(m.sum[:0])[:leaseTagLen])
+}
+
+// ParseReceipt returns what an expiry receipt of lease token of pool
+// vouches for, given the instances the renew names: its expiry and
+// weight, or (Readopt.ReceiptProblem) why it vouches for nothing. An empty
+// receipt vouches for nothing and has no problem (such a lease is not
+// re-adopted, as the engine says); INVALID_ARGUMENT for one that is not a
+// receipt.
+func (ids *IDs) ParseReceipt(pool string, token uint64, r string, resources []string) (limiter.Receipt, error) {
 	if r == "" {
-		return time.Time{}, nil
+		return limiter.Receipt{}, nil
 	}
-	num, tag, _ := strings.Cut(r, ".")
+	bad := func() (limiter.Receipt, error) {
+		return limiter.Receipt{}, refuse.InvalidArg("expiry_receipt %q is not an expiry receipt; pass the expiry_receipt field of the lease's last Acquire, Renew or ResizeLease answer, unchanged", refuse.Truncate(r, 64))
+	}
+	num, rest, _ := strings.Cut(r, ".")
 	ns, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || len(tag) > 64 {
-		return time.Time{}, refuse.InvalidArg("expiry_receipt %q is not an expiry receipt; pass the expiry_receipt field of the lease's last Acquire or Renew answer, unchanged", refuse.Truncate(r, 64))
+	if err != nil || len(rest) > 100 {
+		return bad()
 	}
-	if !ids.matches(tag, kindExpiry, pool, token, ns) {
-		return time.Time{}, nil
+	w, tag, signsWeight := strings.Cut(rest, ".")
+	if !signsWeight { // "<ns>.<tag>": a receipt of a server before receipts signed the weight
+		if ids.matches(rest, kindExpiry, pool, token, ns) {
+			return limiter.Receipt{Problem: "its expiry receipt was signed by an earlier version of the server, which did not sign the lease's weight and instances"}, nil
+		}
+		return limiter.Receipt{Problem: "its expiry receipt was not signed by this server for this lease"}, nil
 	}
-	return time.Unix(0, ns), nil
+	weight, err := strconv.ParseInt(w, 10, 64)
+	if err != nil {
+		return bad()
+	}
+	var buf [tagLen]byte
+	if !hmac.Equal([]byte(tag), ids.appendReceiptMAC(buf[:0], pool, token, ns, weight, resources)) {
+		what := "this lease"
+		if len(resources) > 0 {
+			what = "this lease on the instances the renew names (resource_ids must be exactly the lease's instances)"
+		}
+		return limiter.Receipt{Problem: "its expiry receipt was not signed by this server for " + what}, nil
+	}
+	return limiter.Receipt{Expiry: time.Unix(0, ns), Weight: weight}, nil
 }
 
 // notIssued is the error of a lease id whose tag is not the server's:

@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/limiter/fakeclock"
 )
 
 // BenchmarkAcquireReleasePersisted measures one Acquire plus one Release on
@@ -99,19 +101,96 @@ func BenchmarkSavePool(b *testing.B) {
 	}
 }
 
-// BenchmarkEncodeEnded encodes a pool record carrying as many ended leases
-// as a busy pool keeps (limiter's maxEnded, 16,384): the CPU of each of its
-// background writes.
-func BenchmarkEncodeEnded(b *testing.B) {
-	sp := limiter.SavedPool{Config: limiter.PoolConfig{Name: "busy", ConcurrencyLimit: 100}}
-	at := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
-	for i := range 1 << 14 {
-		sp.State.Ended = append(sp.State.Ended, limiter.EndedLease{Token: uint64(i + 1), Expiry: at.Add(time.Duration(i) * time.Millisecond)})
-	}
+// BenchmarkEncodeLiveChunk encodes a chunk of a pool's live set with a
+// few live leases, as churn around long-lived leases leaves it: the CPU of
+// each chunk a background write carries.
+func BenchmarkEncodeLiveChunk(b *testing.B) {
+	c := limiter.LiveChunk{Index: 7}
+	c.Bits[3], c.Bits[40] = 1<<9, 1<<33
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := encode(sp); err != nil {
+		if _, err := EncodeLiveChunk(c); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// churnPersister counts what an engine's writes would store: the record
+// and the chunks of the live set, encoded as a store encodes them.
+type churnPersister struct {
+	mu            sync.Mutex
+	writes, bytes int
+}
+
+func (c *churnPersister) SavePool(sp limiter.SavedPool) error {
+	v, err := encode(sp)
+	if err != nil {
+		return err
+	}
+	n := len(v)
+	for _, ch := range sp.LiveChunks {
+		if ch.Delete {
+			n += 8 // the key
+			continue
+		}
+		cv, err := EncodeLiveChunk(ch)
+		if err != nil {
+			return err
+		}
+		n += 8 + len(cv)
+	}
+	c.mu.Lock()
+	c.writes++
+	c.bytes += n
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *churnPersister) DeletePool(string, uint64) error { return nil }
+
+// BenchmarkChurnWrites measures the background writes of a pool under
+// churn: 1,000 acquire/release pairs a second (one per millisecond of the
+// engine's fake clock, with 60 s leases) beside 50 long-lived leases. It
+// reports the writes per 1,000 pairs and the bytes a write carries
+// (record and live set).
+func BenchmarkChurnWrites(b *testing.B) {
+	clk := fakeclock.New(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC))
+	cp := &churnPersister{}
+	e := limiter.New(limiter.Options{Clock: clk, Persister: cp})
+	defer e.Close()
+	if _, err := e.CreatePool(limiter.PoolConfig{Name: "busy", ConcurrencyLimit: 1000, MaxLeaseTTL: time.Minute}); err != nil {
+		b.Fatal(err)
+	}
+	acquire := func() limiter.Lease {
+		l, err := e.Acquire(context.Background(), limiter.AcquireRequest{Pool: "busy", Weight: 1, TTL: time.Minute, NoWait: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return l
+	}
+	for i := range 50 * 400 { // 50 long-lived leases among the first 20,000 tokens
+		l := acquire()
+		if i%400 != 0 {
+			_, _ = e.Release("busy", l.FencingToken)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	cp.mu.Lock()
+	cp.writes, cp.bytes = 0, 0
+	cp.mu.Unlock()
+	b.ResetTimer()
+	for range b.N {
+		l := acquire()
+		if _, err := e.Release("busy", l.FencingToken); err != nil {
+			b.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	b.StopTimer()
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	b.ReportMetric(float64(cp.writes)*1000/float64(b.N), "writes/1k-pairs")
+	if cp.writes > 0 {
+		b.ReportMetric(float64(cp.bytes)/float64(cp.writes), "bytes/write")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
@@ -18,8 +17,13 @@ import (
 // told apart by their first byte, '{', which no PoolRecord starts with
 // (it would be field 15 as a group).
 
-// recordVersion is the version of the records this code writes.
-const recordVersion = 2
+// recordVersion is the version of the records this code writes; it also
+// reads version 2, whose records kept ended leases and a readopt floor in
+// place of the live set.
+const (
+	recordVersion    = 3
+	oldRecordVersion = 2
+)
 
 // stateFields binds each field of the engine's durable state to its
 // stored field.
@@ -32,7 +36,7 @@ func stateFields(s *limiter.DurableState, r *storev1.DurableState) []poolconv.Fi
 		poolconv.Dur("share_ttl_bound", &s.ShareTTLBound, &r.ShareTtlBound),
 		poolconv.Same("effective_concurrency", &s.EffectiveConcurrency, &r.EffectiveConcurrency),
 		poolconv.Same("effective_rate", &s.EffectiveRate, &r.EffectiveRate),
-		poolconv.Same("readopt_floor", &s.ReadoptFloor, &r.ReadoptFloor),
+		poolconv.Same("live_mark", &s.LiveMark, &r.LiveMark),
 	}
 }
 
@@ -49,16 +53,8 @@ func encode(sp limiter.SavedPool) ([]byte, error) {
 	if sp.State.HeldBound >= 0 { // unset: unknown
 		r.State.HeldBound = proto.Int64(sp.State.HeldBound)
 	}
-	// A busy pool writes thousands of ended leases, often: allocate their
-	// messages in two blocks rather than two each.
-	ended := make([]storev1.EndedLease, len(sp.State.Ended))
-	expiries := make([]timestamppb.Timestamp, len(sp.State.Ended))
-	r.State.Ended = make([]*storev1.EndedLease, len(sp.State.Ended))
-	for i, e := range sp.State.Ended {
-		ts, en := &expiries[i], &ended[i]
-		ts.Seconds, ts.Nanos = e.Expiry.Unix(), int32(e.Expiry.Nanosecond())
-		en.Token, en.Expiry, en.Revoked = e.Token, ts, e.Revoked
-		r.State.Ended[i] = en
+	for _, u := range sp.State.Unsure {
+		r.State.Unsure = append(r.State.Unsure, &storev1.TokenRange{First: u.First, Last: u.Last})
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
 	if err != nil {
@@ -90,8 +86,8 @@ func decodeProto(key, v []byte) (limiter.SavedPool, error) {
 	}
 	switch v := r.GetVersion(); {
 	case v > recordVersion:
-		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q has version %d, but this server reads versions 1 and %d: a newer tollgate wrote it, or the store is damaged; run the version that wrote it, or restore the data directory from a backup", key, v, recordVersion)
-	case v < recordVersion: // no binary record was written with another version
+		return limiter.SavedPool{}, fmt.Errorf("the record of pool %q has version %d, but this server reads versions 1 to %d: a newer tollgate wrote it, or the store is damaged; run the version that wrote it, or restore the data directory from a backup", key, v, recordVersion)
+	case v < oldRecordVersion: // no binary record was written with another version
 		return limiter.SavedPool{}, damaged(key, fmt.Errorf("a binary record of version %d", v))
 	}
 	pool := r.GetPool()
@@ -113,11 +109,20 @@ func decodeProto(key, v []byte) (limiter.SavedPool, error) {
 	if r.State.HeldBound != nil {
 		sp.State.HeldBound = r.State.GetHeldBound()
 	}
-	for _, e := range r.State.GetEnded() {
-		if err := e.GetExpiry().CheckValid(); err != nil {
-			return limiter.SavedPool{}, damaged(key, fmt.Errorf("state.ended: %w", err))
+	for _, u := range r.State.GetUnsure() {
+		if u.GetFirst() > u.GetLast() {
+			return limiter.SavedPool{}, damaged(key, fmt.Errorf("state.unsure: range %d to %d", u.GetFirst(), u.GetLast()))
 		}
-		sp.State.Ended = append(sp.State.Ended, limiter.EndedLease{Token: e.GetToken(), Expiry: e.GetExpiry().AsTime(), Revoked: e.GetRevoked()})
+		sp.State.Unsure = append(sp.State.Unsure, limiter.TokenRange{First: u.GetFirst(), Last: u.GetLast()})
+	}
+	if r.GetVersion() == oldRecordVersion { // ended leases and a readopt floor in place of the live set
+		sp.State.LiveMark = r.State.GetReadoptFloor()
+		for _, e := range r.State.GetEnded() {
+			if err := e.GetExpiry().CheckValid(); err != nil {
+				return limiter.SavedPool{}, damaged(key, fmt.Errorf("state.ended: %w", err))
+			}
+			sp.State.LegacyEnded = append(sp.State.LegacyEnded, limiter.EndedLease{Token: e.GetToken(), Expiry: e.GetExpiry().AsTime(), Revoked: e.GetRevoked()})
+		}
 	}
 	return sp, nil
 }

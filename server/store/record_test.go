@@ -10,6 +10,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tollgate/tollgate/limiter"
 	storev1 "github.com/tollgate/tollgate/proto/tollgate/store/v1"
@@ -107,10 +108,10 @@ func TestRecordVersions(t *testing.T) {
 	if err := proto.Unmarshal(v, &r); err != nil {
 		t.Fatal(err)
 	}
-	r.Version = 3
+	r.Version = recordVersion + 1
 	newer, _ := proto.Marshal(&r)
-	if _, err := decode([]byte("orders-db"), newer); err == nil || !strings.Contains(err.Error(), "version 3") {
-		t.Fatalf("version 3: %v", err)
+	if _, err := decode([]byte("orders-db"), newer); err == nil || !strings.Contains(err.Error(), "version 4") {
+		t.Fatalf("version 4: %v", err)
 	}
 	r.Version, r.Pool = recordVersion, nil
 	empty, _ := proto.Marshal(&r)
@@ -141,8 +142,9 @@ func TestEveryStateFieldIsStored(t *testing.T) {
 			f.SetFloat(float64(i) + 0.5)
 		case f.Kind() == reflect.Bool:
 			f.SetBool(true)
-		case f.Type() == reflect.TypeOf([]limiter.EndedLease{}):
-			f.Set(reflect.ValueOf([]limiter.EndedLease{{Token: 7, Expiry: t0.Add(time.Minute), Revoked: true}, {Token: 9, Expiry: t0.Add(2 * time.Minute)}}))
+		case f.Type() == reflect.TypeOf([]limiter.EndedLease{}): // LegacyEnded: read from version 2 only, never written
+		case f.Type() == reflect.TypeOf([]limiter.TokenRange{}):
+			f.Set(reflect.ValueOf([]limiter.TokenRange{{First: 3, Last: 9}, {First: 20, Last: 20}}))
 		default:
 			t.Fatalf("DurableState.%s: teach this test its type", st.Type().Field(i).Name)
 		}
@@ -175,5 +177,64 @@ func TestHeldBoundRoundTrip(t *testing.T) {
 		if got.State.HeldBound != b {
 			t.Fatalf("held bound %d read back as %d", b, got.State.HeldBound)
 		}
+	}
+}
+
+// A record of version 2 (ended leases and a readopt floor, no live set)
+// opens: its floor is the live mark, its ended leases LegacyEnded.
+func TestReadsVersion2Record(t *testing.T) {
+	sp := fixturePool()
+	sp.Resources = nil
+	v, err := encode(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r storev1.PoolRecord
+	if err := proto.Unmarshal(v, &r); err != nil {
+		t.Fatal(err)
+	}
+	r.Version = 2
+	r.State.LiveMark = 0
+	r.State.ReadoptFloor = 41
+	r.State.Ended = []*storev1.EndedLease{{Token: 45, Expiry: timestamppb.New(t0.Add(time.Minute)), Revoked: true}}
+	old, err := proto.Marshal(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decode([]byte(sp.Config.Name), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []limiter.EndedLease{{Token: 45, Expiry: t0.Add(time.Minute), Revoked: true}}
+	if got.State.LiveMark != 41 || !reflect.DeepEqual(got.State.LegacyEnded, want) {
+		t.Fatalf("version 2: mark %d, ended %+v; want 41, %+v", got.State.LiveMark, got.State.LegacyEnded, want)
+	}
+}
+
+// Live chunks round-trip, sparse (offsets) and dense (a bitmap), with
+// their resized leases.
+func TestLiveChunkRoundTrip(t *testing.T) {
+	sparse := limiter.LiveChunk{Index: 3, Resized: []limiter.ResizedLease{{Token: 3*limiter.LiveChunkTokens + 5, Weight: 2}}}
+	sparse.Bits[0] = 1 << 5
+	sparse.Bits[63] = 1 << 63
+	dense := limiter.LiveChunk{Index: 9}
+	for i := range 40 {
+		dense.Bits[i] = ^uint64(0)
+	}
+	for _, c := range []limiter.LiveChunk{sparse, dense} {
+		v, err := EncodeLiveChunk(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v) > 330 {
+			t.Errorf("chunk %d stored in %d bytes", c.Index, len(v))
+		}
+		got, err := DecodeLiveChunk("db", c.Index, v)
+		if err != nil || !reflect.DeepEqual(got, c) {
+			t.Fatalf("round trip of chunk %d: %v\n got %+v\nwant %+v", c.Index, err, got, c)
+		}
+	}
+	if _, err := DecodeLiveChunk("db", 1, []byte{0x12, 0x01, 0xff}); err == nil {
+		t.Fatal("a damaged chunk was read")
 	}
 }

@@ -15,6 +15,8 @@
 //	                "token_floor" -> decimal: the highest fencing token of any deleted pool
 //	bucket "pools": pool name -> the pool's record (see Record)
 //	bucket "resources": pool name -> an active pool's instances (see ResourceHashes)
+//	bucket "live": pool name -> bucket: chunk index (8 bytes, big-endian) -> a chunk
+//	                of the pool's live set (EncodeLiveChunk)
 //
 // Format 1 differs only in that its records were JSON; a file of format 1
 // is marked 2 when opened, and its records are read until rewritten.
@@ -52,6 +54,7 @@ var (
 	metaBucket     = []byte("meta")
 	poolsBucket    = []byte("pools")
 	resBucket      = []byte("resources") // an active pool's instances, apart from its record
+	liveBucket     = []byte("live")      // each pool's live set, apart from its record
 	formatKey      = []byte("format")
 	initializedKey = []byte("initialized")
 	tokenFloorKey  = []byte("token_floor")
@@ -107,6 +110,9 @@ func (s *Store) init() error {
 		if _, err := tx.CreateBucketIfNotExists(resBucket); err != nil {
 			return err
 		}
+		if _, err := tx.CreateBucketIfNotExists(liveBucket); err != nil {
+			return err
+		}
 		switch v := meta.Get(formatKey); {
 		case v == nil, string(v) == oldFormatVersion:
 			return meta.Put(formatKey, []byte(formatVersion))
@@ -160,6 +166,9 @@ func (s *Store) LoadOrSeed(seed []limiter.SavedPool) (pools []limiter.SavedPool,
 			if sp.Resources, err = s.loadResources(tx, sp.Config.Name, sp.Resources); err != nil {
 				return err
 			}
+			if sp.LiveChunks, err = loadLiveChunks(tx, sp.Config.Name); err != nil {
+				return err
+			}
 			pools = append(pools, sp)
 			return nil
 		})
@@ -185,6 +194,9 @@ func (s *Store) SavePool(sp limiter.SavedPool) error {
 		if err := tx.Bucket(poolsBucket).Put([]byte(sp.Config.Name), v); err != nil {
 			return err
 		}
+		if err := putLiveChunks(tx, sp); err != nil {
+			return err
+		}
 		var err error
 		written, err = s.putResources(tx, sp) // only when they changed
 		return err
@@ -205,6 +217,9 @@ func (s *Store) DeletePool(name string, tokenFloor uint64) error {
 			return err
 		}
 		if err := tx.Bucket(resBucket).Delete([]byte(name)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(liveBucket).DeleteBucket([]byte(name)); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 			return err
 		}
 		s.res.Forget(name)

@@ -61,8 +61,12 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := saved("a", 3), saved("b", 4)
-	a.State = limiter.DurableState{TokenCeiling: 4096, LeaseHorizon: t0.Add(time.Minute), TTLBound: 90 * time.Second, ReadoptFloor: 70,
-		Ended: []limiter.EndedLease{{Token: 71, Expiry: t0.Add(time.Second)}, {Token: 99, Expiry: t0.Add(2 * time.Second), Revoked: true}}}
+	a.State = limiter.DurableState{TokenCeiling: 4096, LeaseHorizon: t0.Add(time.Minute), TTLBound: 90 * time.Second, LiveMark: 70,
+		Unsure: []limiter.TokenRange{{First: 20, Last: 30}}}
+	live, gone := limiter.LiveChunk{Index: 0}, limiter.LiveChunk{Index: 2, Resized: []limiter.ResizedLease{{Token: 2*limiter.LiveChunkTokens + 1, Weight: 3}}}
+	live.Bits[1] = 1 << 7 // token 71
+	gone.Bits[0] = 2
+	a.LiveChunks = []limiter.LiveChunk{live, gone}
 	a.UpdateTime = t0.Add(time.Second)
 	a.Config.OverloadMark, a.Config.NearFullMark, a.Config.LowUtilisationMark, a.Config.LowUtilisationPeriod = 7, limiter.MarkOff, 0.25, time.Hour
 	for _, sp := range []limiter.SavedPool{a, b} {
@@ -70,6 +74,11 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	a.LiveChunks = []limiter.LiveChunk{{Index: 2, Delete: true}} // only what changed
+	if err := s.SavePool(a); err != nil {
+		t.Fatal(err)
+	}
+	a.LiveChunks = []limiter.LiveChunk{live}
 	if err := s.DeletePool("b", 70); err != nil {
 		t.Fatal(err)
 	}

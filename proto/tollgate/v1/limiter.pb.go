@@ -557,15 +557,17 @@ type RenewRequest struct {
 	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// New TTL, counted from now. Unset (or zero) means the TTL the lease
 	// has (for a lease re-adopted after a restart: the pool's
-	// default_lease_ttl). At most the pool's max_lease_ttl.
+	// default_lease_ttl). At most the pool's max_lease_ttl. A TTL that ends
+	// before the lease's expiry keeps that expiry.
 	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// The lease's permit weight, as granted. Sent by clients so a restarted
 	// server can re-adopt the lease: during a pool's recovery window after a
 	// server restart, a renew of a lease the server does not know, whose
 	// fencing token was issued before the restart, gives the lease back to
-	// its holder (same id and fencing token) if this weight fits under the
-	// pool's concurrency limit. Unset means unknown: such a lease cannot be
-	// re-adopted. Ignored for a lease the server knows. At least 1 when set.
+	// its holder (same id and fencing token) if this weight is the one
+	// expiry_receipt signs and fits under the pool's concurrency limit.
+	// Unset means unknown: such a lease cannot be re-adopted. Ignored for a
+	// lease the server knows. At least 1 when set.
 	Weight *int64 `protobuf:"varint,4,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
 	// The lease's client_id, description and priority, as given to Acquire.
 	// Sent with weight so that a re-adopted lease shows them again; ignored
@@ -579,11 +581,15 @@ type RenewRequest struct {
 	// The ids of the instances the lease is bound to, in an active or
 	// passive pool, as granted; sent with weight so that a restarted server
 	// can re-adopt the lease on the same instances. A lease whose instances
-	// are not (or no longer) in the pool, free, is not re-adopted.
+	// are not (or no longer) in the pool, free, or are not exactly those
+	// expiry_receipt signs, is not re-adopted.
 	ResourceIds []string `protobuf:"bytes,8,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
-	// The expiry_receipt of the lease as last granted or renewed, sent with
-	// weight: a restarted server re-adopts a lease only if its receipt shows
-	// an expiry still ahead. Without it a lease is not re-adopted.
+	// The newest expiry_receipt of the lease (from its grant, or its last
+	// renewal or resize), sent with weight: a restarted server re-adopts a
+	// lease only if its receipt shows an expiry still ahead and signs
+	// exactly weight and resource_ids. Without it a lease is not
+	// re-adopted; neither is it with a receipt from a server before
+	// receipts signed the weight.
 	ExpiryReceipt string `protobuf:"bytes,9,opt,name=expiry_receipt,json=expiryReceipt,proto3" json:"expiry_receipt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

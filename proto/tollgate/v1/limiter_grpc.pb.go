@@ -76,14 +76,19 @@ type LimiterServiceClient interface {
 	// nothing is released).
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Renew extends a live lease (keep-alive) and returns its new expiry.
-	// After a server restart, during the pool's recovery window, it also
-	// re-adopts a lease granted before the restart if the request carries
-	// the lease's weight (see RenewRequest.weight and docs/recovery.md).
+	// It never makes the expiry earlier than one already given: with a ttl
+	// shorter than what is left, the lease keeps its expiry (the ttl is
+	// used by the next renewals), so that no older expiry_receipt shows a
+	// later expiry than the lease has. After a server restart, during the
+	// pool's recovery window, it also re-adopts a lease granted before the
+	// restart if the request carries the lease's weight and latest receipt
+	// (see RenewRequest.weight and docs/recovery.md).
 	//
 	// Errors: NOT_FOUND with reason LEASE_EXPIRED (it expired: the holder
 	// must stop), LEASE_NOT_FOUND (released, or never issued),
 	// LEASE_NOT_READOPTED (a lease from before a restart that could not be
-	// taken back: the holder must stop) or POOL_NOT_FOUND; INVALID_ARGUMENT
+	// taken back, such as one whose weight or instances are not those its
+	// receipt signs: the holder must stop) or POOL_NOT_FOUND; INVALID_ARGUMENT
 	// for a ttl above the pool's max_lease_ttl; UNAVAILABLE (STORAGE_FAILED)
 	// when the server could not write its lease horizon (retry). A lease
 	// whose expire_time has passed cannot be renewed.
@@ -339,14 +344,19 @@ type LimiterServiceServer interface {
 	// nothing is released).
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Renew extends a live lease (keep-alive) and returns its new expiry.
-	// After a server restart, during the pool's recovery window, it also
-	// re-adopts a lease granted before the restart if the request carries
-	// the lease's weight (see RenewRequest.weight and docs/recovery.md).
+	// It never makes the expiry earlier than one already given: with a ttl
+	// shorter than what is left, the lease keeps its expiry (the ttl is
+	// used by the next renewals), so that no older expiry_receipt shows a
+	// later expiry than the lease has. After a server restart, during the
+	// pool's recovery window, it also re-adopts a lease granted before the
+	// restart if the request carries the lease's weight and latest receipt
+	// (see RenewRequest.weight and docs/recovery.md).
 	//
 	// Errors: NOT_FOUND with reason LEASE_EXPIRED (it expired: the holder
 	// must stop), LEASE_NOT_FOUND (released, or never issued),
 	// LEASE_NOT_READOPTED (a lease from before a restart that could not be
-	// taken back: the holder must stop) or POOL_NOT_FOUND; INVALID_ARGUMENT
+	// taken back, such as one whose weight or instances are not those its
+	// receipt signs: the holder must stop) or POOL_NOT_FOUND; INVALID_ARGUMENT
 	// for a ttl above the pool's max_lease_ttl; UNAVAILABLE (STORAGE_FAILED)
 	// when the server could not write its lease horizon (retry). A lease
 	// whose expire_time has passed cannot be renewed.

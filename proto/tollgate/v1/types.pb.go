@@ -1284,10 +1284,12 @@ type Lease struct {
 	// The instances the lease is bound to, in an active or passive pool:
 	// weight of them, each held by no other live lease. Empty in a free pool.
 	Resources []*Resource `protobuf:"bytes,11,rep,name=resources,proto3" json:"resources,omitempty"`
-	// The expiry receipt: expire_time signed by the server. A holder sends
-	// the latest one it got with each renew (RenewRequest.expiry_receipt),
-	// so that a restarted server re-adopts the lease only if it was still
-	// live at the restart (docs/recovery.md). Opaque.
+	// The expiry receipt: expire_time, weight and the resources' ids signed
+	// by the server. A holder sends the newest one it got (by expire_time,
+	// then share.version) with each renew (RenewRequest.expiry_receipt),
+	// with the weight of the lease it came in, so that a restarted server
+	// re-adopts the lease only if it was still live at the restart, and
+	// only with what it holds (docs/recovery.md). Opaque.
 	ExpiryReceipt string `protobuf:"bytes,12,opt,name=expiry_receipt,json=expiryReceipt,proto3" json:"expiry_receipt,omitempty"`
 	// Set when the lease is a concurrency share (SessionRequest.resize_lease
 	// with want): a lease whose weight grows and shrinks with its holder's

@@ -14,6 +14,8 @@
 //
 //	pools/NAME      the pool's record (store.EncodeRecord)
 //	resources/NAME  an active pool's instances (store.EncodeResources)
+//	live/NAME@INDEX a chunk of the pool's live set (store.EncodeLiveChunk),
+//	                INDEX in 16 hex digits ('@' is in no pool name)
 //	meta/initialized     RFC 3339 time the pools file was seeded
 //	meta/token_floor     decimal: the highest fencing token of any deleted pool
 //	meta/lease_id_key    the key lease ids are signed with, shared by every server
@@ -74,9 +76,17 @@ func New(c *clientv3.Client, prefix string, opts Options) *Store {
 	return &Store{c: c, prefix: prefix, opts: opts}
 }
 
-func (s *Store) poolKey(name string) string { return s.prefix + "pools/" + name }
-func (s *Store) resKey(name string) string  { return s.prefix + "resources/" + name }
-func (s *Store) metaKey(name string) string { return s.prefix + "meta/" + name }
+func (s *Store) poolKey(name string) string    { return s.prefix + "pools/" + name }
+func (s *Store) resKey(name string) string     { return s.prefix + "resources/" + name }
+func (s *Store) metaKey(name string) string    { return s.prefix + "meta/" + name }
+func (s *Store) livePrefix(name string) string { return s.prefix + "live/" + name + "@" }
+func (s *Store) liveKey(name string, index uint64) string {
+	return fmt.Sprintf("%s%016x", s.livePrefix(name), index)
+}
+
+// maxTxnOps is how many operations one transaction carries at most: etcd
+// refuses more than its --max-txn-ops (128 by default).
+const maxTxnOps = 100
 
 // Path describes the store, for logs.
 func (s *Store) Path() string {
@@ -159,6 +169,24 @@ func (s *Store) load(ctx context.Context) ([]limiter.SavedPool, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("loading pools from %s: %w", s.Path(), err)
 	}
+	live, err := s.c.Get(ctx, s.prefix+"live/", clientv3.WithPrefix(), clientv3.WithRev(recs.Header.Revision))
+	if err != nil {
+		return nil, false, fmt.Errorf("loading pools from %s: %w", s.Path(), err)
+	}
+	chunks := make(map[string][]limiter.LiveChunk)
+	for _, kv := range live.Kvs {
+		k := strings.TrimPrefix(string(kv.Key), s.prefix+"live/")
+		at := strings.LastIndexByte(k, '@')
+		idx, perr := strconv.ParseUint(k[at+1:], 16, 64)
+		if at < 0 || perr != nil {
+			return nil, false, fmt.Errorf("%s: damaged live chunk key %q", s.Path(), kv.Key)
+		}
+		c, err := store.DecodeLiveChunk(k[:at], idx, kv.Value)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", s.Path(), err)
+		}
+		chunks[k[:at]] = append(chunks[k[:at]], c)
+	}
 	instances := make(map[string][]byte, len(res.Kvs))
 	for _, kv := range res.Kvs {
 		instances[strings.TrimPrefix(string(kv.Key), s.prefix+"resources/")] = kv.Value
@@ -176,6 +204,7 @@ func (s *Store) load(ctx context.Context) ([]limiter.SavedPool, bool, error) {
 			}
 			s.res.Set(name, sha256.Sum256(v))
 		}
+		sp.LiveChunks = chunks[name]
 		pools = append(pools, sp)
 	}
 	return pools, false, nil
@@ -207,11 +236,44 @@ func (s *Store) save(sp limiter.SavedPool, onlyNew bool) error {
 			ops = append(ops, clientv3.OpPut(s.resKey(name), string(rv)))
 		}
 	}
+	// The live set's chunks: those put go first, in transactions of their
+	// own when there are many, so that the record's mark never covers a
+	// live lease whose chunk is not written; those deleted (no live lease
+	// in them) go with the record, or after it.
+	var puts, dels []clientv3.Op
+	for _, c := range sp.LiveChunks {
+		if c.Delete {
+			dels = append(dels, clientv3.OpDelete(s.liveKey(name, c.Index)))
+			continue
+		}
+		cv, err := store.EncodeLiveChunk(c)
+		if err != nil {
+			return fmt.Errorf("encoding the live set of pool %q: %w", name, err)
+		}
+		puts = append(puts, clientv3.OpPut(s.liveKey(name, c.Index), string(cv)))
+	}
+	if len(ops)+len(puts)+len(dels) > maxTxnOps {
+		for len(puts) > 0 {
+			n := min(len(puts), maxTxnOps)
+			if _, err := s.fencedTxn(fmt.Sprintf("writing the live set of pool %q", name), nil, puts[:n]...); err != nil {
+				return err
+			}
+			puts = puts[n:]
+		}
+	}
+	ops = append(ops, puts...)
+	n := min(len(dels), maxTxnOps-len(ops))
+	ops, dels = append(ops, dels[:n]...), dels[n:]
 	var ifs []clientv3.Cmp
 	if onlyNew {
 		ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(s.poolKey(name)), "=", 0))
 	}
 	ok, err := s.fencedTxn(fmt.Sprintf("writing pool %q", name), ifs, ops...)
+	for err == nil && ok && len(dels) > 0 {
+		n := min(len(dels), maxTxnOps)
+		_, err = s.fencedTxn(fmt.Sprintf("writing the live set of pool %q", name), nil, dels[:n]...)
+		dels = dels[n:]
+	}
 	if err != nil {
 		return err
 	}
@@ -230,7 +292,8 @@ func (s *Store) DeletePool(name string, tokenFloor uint64) error {
 		if err != nil {
 			return err
 		}
-		ops := []clientv3.Op{clientv3.OpDelete(s.poolKey(name)), clientv3.OpDelete(s.resKey(name))}
+		ops := []clientv3.Op{clientv3.OpDelete(s.poolKey(name)), clientv3.OpDelete(s.resKey(name)),
+			clientv3.OpDelete(s.livePrefix(name), clientv3.WithPrefix())}
 		if tokenFloor > cur {
 			ops = append(ops, clientv3.OpPut(floorKey, strconv.FormatUint(tokenFloor, 10)))
 		}

@@ -171,3 +171,54 @@ func TestResources(t *testing.T) {
 		t.Fatalf("loaded %+v, %v", got, err)
 	}
 }
+
+// A pool's live set is stored as chunks beside its record: a write puts
+// and deletes only the chunks it carries, more than one transaction holds
+// go in several, a pool named like another's prefix keeps its own, and
+// deleting the pool deletes them.
+func TestLiveChunks(t *testing.T) {
+	c := client(t)
+	s := New(c, prefix, campaign(t, c, prefix+"election/live"))
+	if _, _, err := s.LoadOrSeed(nil); err != nil {
+		t.Fatal(err)
+	}
+	a, ab := pool(t, "a", 5), pool(t, "a/b", 5)
+	for i := range uint64(3 * maxTxnOps) {
+		ch := limiter.LiveChunk{Index: i}
+		ch.Bits[0] = 1 << (i % 64)
+		a.LiveChunks = append(a.LiveChunks, ch)
+	}
+	ab.LiveChunks = []limiter.LiveChunk{{Index: 7, Bits: limiter.LiveBits{3}}}
+	for _, sp := range []limiter.SavedPool{a, ab} {
+		if err := s.SavePool(sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.LiveChunks = nil
+	for i := range uint64(2*maxTxnOps + 5) { // deletes, beyond one transaction too
+		a.LiveChunks = append(a.LiveChunks, limiter.LiveChunk{Index: i, Delete: true})
+	}
+	if err := s.SavePool(a); err != nil {
+		t.Fatal(err)
+	}
+	chunks := func() map[string]int {
+		pools, _, err := New(c, prefix, Options{}).load(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int{}
+		for _, p := range pools {
+			m[p.Config.Name] = len(p.LiveChunks)
+		}
+		return m
+	}
+	if got := chunks(); got["a"] != maxTxnOps-5 || got["a/b"] != 1 {
+		t.Fatalf("chunks after the writes: %v; want a %d, a/b 1", got, maxTxnOps-5)
+	}
+	if err := s.DeletePool("a", 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := chunks(); got["a"] != 0 || got["a/b"] != 1 {
+		t.Fatalf("chunks after deleting a: %v", got)
+	}
+}

@@ -31,7 +31,9 @@ const (
 type PoolRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Version of the record's layout; a reader refuses versions it does not
-	// know. This layout is version 2 (version 1 was a JSON document).
+	// know. This layout is version 3: it keeps the live set (live_mark,
+	// unsure, and LiveChunk values stored apart). Version 2 kept ended and
+	// readopt_floor instead; version 1 was a JSON document.
 	Version uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// The pool's configuration with defaults filled in, and its create and
 	// update times.
@@ -122,16 +124,25 @@ type DurableState struct {
 	// Effective rate adaptive control lowered the pool to; 0 when not
 	// lowered.
 	EffectiveRate float64 `protobuf:"fixed64,7,opt,name=effective_rate,json=effectiveRate,proto3" json:"effective_rate,omitempty"`
-	// No lease with a fencing token at or below it is re-adopted after a
-	// restart.
+	// Version 2 only: no lease with a fencing token at or below it is
+	// re-adopted after a restart. Version 3 keeps live_mark instead.
 	ReadoptFloor uint64 `protobuf:"varint,8,opt,name=readopt_floor,json=readoptFloor,proto3" json:"readopt_floor,omitempty"`
-	// Leases released or revoked before their expiry, kept until that
-	// expiry: none of them is re-adopted after a restart.
+	// Version 2 only: leases released or revoked before their expiry, kept
+	// until that expiry: none of them is re-adopted after a restart.
 	Ended []*EndedLease `protobuf:"bytes,9,rep,name=ended,proto3" json:"ended,omitempty"`
 	// No more weight than this is held by live leases, counting those from
 	// before a restart not re-adopted yet. Unset in records written before
 	// it was kept: then the bound is unknown.
-	HeldBound     *int64 `protobuf:"varint,10,opt,name=held_bound,json=heldBound,proto3,oneof" json:"held_bound,omitempty"`
+	HeldBound *int64 `protobuf:"varint,10,opt,name=held_bound,json=heldBound,proto3,oneof" json:"held_bound,omitempty"`
+	// The last fencing token issued when the record was written (at first,
+	// the token floor the pool was created above). A lease with a token at
+	// or below it may be live after a restart only if the pool's LiveChunk
+	// of that token says so, or, where no chunk is stored, if the token lies
+	// in an unsure range.
+	LiveMark uint64 `protobuf:"varint,11,opt,name=live_mark,json=liveMark,proto3" json:"live_mark,omitempty"`
+	// Tokens issued before a restart whose leases may still be live, until
+	// that restart's recovery window ends.
+	Unsure        []*TokenRange `protobuf:"bytes,12,rep,name=unsure,proto3" json:"unsure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -236,6 +247,198 @@ func (x *DurableState) GetHeldBound() int64 {
 	return 0
 }
 
+func (x *DurableState) GetLiveMark() uint64 {
+	if x != nil {
+		return x.LiveMark
+	}
+	return 0
+}
+
+func (x *DurableState) GetUnsure() []*TokenRange {
+	if x != nil {
+		return x.Unsure
+	}
+	return nil
+}
+
+// TokenRange is the fencing tokens first to last, inclusive.
+type TokenRange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first token of the range.
+	First uint64 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	// The last token of the range.
+	Last          uint64 `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenRange) Reset() {
+	*x = TokenRange{}
+	mi := &file_tollgate_store_v1_record_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenRange) ProtoMessage() {}
+
+func (x *TokenRange) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_store_v1_record_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenRange.ProtoReflect.Descriptor instead.
+func (*TokenRange) Descriptor() ([]byte, []int) {
+	return file_tollgate_store_v1_record_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TokenRange) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *TokenRange) GetLast() uint64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+// LiveChunk is one chunk of a pool's live set, stored apart from its
+// record under the chunk's index: chunk i covers the 4096 fencing tokens
+// from i*4096. It lists the chunk's tokens whose leases may be live, as a
+// bitmap or as offsets, whichever is shorter.
+type LiveChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bit j%8 of byte j/8 is the chunk's token j; trailing zero bytes are
+	// left out.
+	Bits []byte `protobuf:"bytes,1,opt,name=bits,proto3" json:"bits,omitempty"`
+	// The offsets of the chunk's live tokens, when bits is empty.
+	Offsets []uint32 `protobuf:"varint,2,rep,packed,name=offsets,proto3" json:"offsets,omitempty"`
+	// Leases of the chunk resized since their grant.
+	Resized       []*ResizedLease `protobuf:"bytes,3,rep,name=resized,proto3" json:"resized,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LiveChunk) Reset() {
+	*x = LiveChunk{}
+	mi := &file_tollgate_store_v1_record_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LiveChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LiveChunk) ProtoMessage() {}
+
+func (x *LiveChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_store_v1_record_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LiveChunk.ProtoReflect.Descriptor instead.
+func (*LiveChunk) Descriptor() ([]byte, []int) {
+	return file_tollgate_store_v1_record_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LiveChunk) GetBits() []byte {
+	if x != nil {
+		return x.Bits
+	}
+	return nil
+}
+
+func (x *LiveChunk) GetOffsets() []uint32 {
+	if x != nil {
+		return x.Offsets
+	}
+	return nil
+}
+
+func (x *LiveChunk) GetResized() []*ResizedLease {
+	if x != nil {
+		return x.Resized
+	}
+	return nil
+}
+
+// ResizedLease is a live lease whose weight changed since its grant.
+type ResizedLease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease's fencing token.
+	Token uint64 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	// The weight it was last resized to.
+	Weight        int64 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizedLease) Reset() {
+	*x = ResizedLease{}
+	mi := &file_tollgate_store_v1_record_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizedLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizedLease) ProtoMessage() {}
+
+func (x *ResizedLease) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_store_v1_record_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizedLease.ProtoReflect.Descriptor instead.
+func (*ResizedLease) Descriptor() ([]byte, []int) {
+	return file_tollgate_store_v1_record_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ResizedLease) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ResizedLease) GetWeight() int64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
 // EndedLease is a lease released or revoked before its expiry.
 type EndedLease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -251,7 +454,7 @@ type EndedLease struct {
 
 func (x *EndedLease) Reset() {
 	*x = EndedLease{}
-	mi := &file_tollgate_store_v1_record_proto_msgTypes[2]
+	mi := &file_tollgate_store_v1_record_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +466,7 @@ func (x *EndedLease) String() string {
 func (*EndedLease) ProtoMessage() {}
 
 func (x *EndedLease) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_store_v1_record_proto_msgTypes[2]
+	mi := &file_tollgate_store_v1_record_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +479,7 @@ func (x *EndedLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndedLease.ProtoReflect.Descriptor instead.
 func (*EndedLease) Descriptor() ([]byte, []int) {
-	return file_tollgate_store_v1_record_proto_rawDescGZIP(), []int{2}
+	return file_tollgate_store_v1_record_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EndedLease) GetToken() uint64 {
@@ -310,7 +513,7 @@ const file_tollgate_store_v1_record_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12%\n" +
 	"\x04pool\x18\x02 \x01(\v2\x11.tollgate.v1.PoolR\x04pool\x125\n" +
 	"\x05state\x18\x03 \x01(\v2\x1f.tollgate.store.v1.DurableStateR\x05state\x12\x1c\n" +
-	"\tsuspended\x18\x04 \x01(\bR\tsuspended\"\x99\x04\n" +
+	"\tsuspended\x18\x04 \x01(\bR\tsuspended\"\xed\x04\n" +
 	"\fDurableState\x12#\n" +
 	"\rtoken_ceiling\x18\x01 \x01(\x04R\ftokenCeiling\x12?\n" +
 	"\rlease_horizon\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fleaseHorizon\x126\n" +
@@ -323,8 +526,21 @@ const file_tollgate_store_v1_record_proto_rawDesc = "" +
 	"\x05ended\x18\t \x03(\v2\x1d.tollgate.store.v1.EndedLeaseR\x05ended\x12\"\n" +
 	"\n" +
 	"held_bound\x18\n" +
-	" \x01(\x03H\x00R\theldBound\x88\x01\x01B\r\n" +
-	"\v_held_bound\"p\n" +
+	" \x01(\x03H\x00R\theldBound\x88\x01\x01\x12\x1b\n" +
+	"\tlive_mark\x18\v \x01(\x04R\bliveMark\x125\n" +
+	"\x06unsure\x18\f \x03(\v2\x1d.tollgate.store.v1.TokenRangeR\x06unsureB\r\n" +
+	"\v_held_bound\"6\n" +
+	"\n" +
+	"TokenRange\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x12\n" +
+	"\x04last\x18\x02 \x01(\x04R\x04last\"t\n" +
+	"\tLiveChunk\x12\x12\n" +
+	"\x04bits\x18\x01 \x01(\fR\x04bits\x12\x18\n" +
+	"\aoffsets\x18\x02 \x03(\rR\aoffsets\x129\n" +
+	"\aresized\x18\x03 \x03(\v2\x1f.tollgate.store.v1.ResizedLeaseR\aresized\"<\n" +
+	"\fResizedLease\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x03R\x06weight\"p\n" +
 	"\n" +
 	"EndedLease\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x122\n" +
@@ -343,29 +559,34 @@ func file_tollgate_store_v1_record_proto_rawDescGZIP() []byte {
 	return file_tollgate_store_v1_record_proto_rawDescData
 }
 
-var file_tollgate_store_v1_record_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_tollgate_store_v1_record_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_tollgate_store_v1_record_proto_goTypes = []any{
 	(*PoolRecord)(nil),            // 0: tollgate.store.v1.PoolRecord
 	(*DurableState)(nil),          // 1: tollgate.store.v1.DurableState
-	(*EndedLease)(nil),            // 2: tollgate.store.v1.EndedLease
-	(*v1.Pool)(nil),               // 3: tollgate.v1.Pool
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
+	(*TokenRange)(nil),            // 2: tollgate.store.v1.TokenRange
+	(*LiveChunk)(nil),             // 3: tollgate.store.v1.LiveChunk
+	(*ResizedLease)(nil),          // 4: tollgate.store.v1.ResizedLease
+	(*EndedLease)(nil),            // 5: tollgate.store.v1.EndedLease
+	(*v1.Pool)(nil),               // 6: tollgate.v1.Pool
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
 }
 var file_tollgate_store_v1_record_proto_depIdxs = []int32{
-	3, // 0: tollgate.store.v1.PoolRecord.pool:type_name -> tollgate.v1.Pool
-	1, // 1: tollgate.store.v1.PoolRecord.state:type_name -> tollgate.store.v1.DurableState
-	4, // 2: tollgate.store.v1.DurableState.lease_horizon:type_name -> google.protobuf.Timestamp
-	5, // 3: tollgate.store.v1.DurableState.ttl_bound:type_name -> google.protobuf.Duration
-	4, // 4: tollgate.store.v1.DurableState.share_horizon:type_name -> google.protobuf.Timestamp
-	5, // 5: tollgate.store.v1.DurableState.share_ttl_bound:type_name -> google.protobuf.Duration
-	2, // 6: tollgate.store.v1.DurableState.ended:type_name -> tollgate.store.v1.EndedLease
-	4, // 7: tollgate.store.v1.EndedLease.expiry:type_name -> google.protobuf.Timestamp
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	6,  // 0: tollgate.store.v1.PoolRecord.pool:type_name -> tollgate.v1.Pool
+	1,  // 1: tollgate.store.v1.PoolRecord.state:type_name -> tollgate.store.v1.DurableState
+	7,  // 2: tollgate.store.v1.DurableState.lease_horizon:type_name -> google.protobuf.Timestamp
+	8,  // 3: tollgate.store.v1.DurableState.ttl_bound:type_name -> google.protobuf.Duration
+	7,  // 4: tollgate.store.v1.DurableState.share_horizon:type_name -> google.protobuf.Timestamp
+	8,  // 5: tollgate.store.v1.DurableState.share_ttl_bound:type_name -> google.protobuf.Duration
+	5,  // 6: tollgate.store.v1.DurableState.ended:type_name -> tollgate.store.v1.EndedLease
+	2,  // 7: tollgate.store.v1.DurableState.unsure:type_name -> tollgate.store.v1.TokenRange
+	4,  // 8: tollgate.store.v1.LiveChunk.resized:type_name -> tollgate.store.v1.ResizedLease
+	7,  // 9: tollgate.store.v1.EndedLease.expiry:type_name -> google.protobuf.Timestamp
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_store_v1_record_proto_init() }
@@ -380,7 +601,7 @@ func file_tollgate_store_v1_record_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_store_v1_record_proto_rawDesc), len(file_tollgate_store_v1_record_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
