@@ -94,6 +94,7 @@ type Client struct {
 	leases  map[leaseKey]*Lease
 
 	cluster   []string // the addresses of a cluster given to Dial; nil for one target
+	servers   *servers // the resolver of a cluster's addresses; nil for one target
 	lastBreak error    // why the last Session stream broke or could not open
 }
 
@@ -147,11 +148,12 @@ func Dial(target string, more ...Option) (*Client, error) {
 	if err := o.settings.check(); err != nil {
 		return nil, err
 	}
-	grpcTarget, addrs, dialOpts, err := dialTarget(target)
+	grpcTarget, addrs, srvs, dialOpts, err := dialTarget(target)
 	if err != nil {
 		return nil, err
 	}
 	dialOpts = append(dialOpts,
+		grpc.WithKeepaliveParams(keepaliveParams),
 		grpc.WithTransportCredentials(transportCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           reconnectBackoff.grpcConfig(),
@@ -182,6 +184,7 @@ func Dial(target string, more ...Option) (*Client, error) {
 		ready:    make(chan struct{}),
 		leases:   make(map[leaseKey]*Lease),
 		cluster:  addrs,
+		servers:  srvs,
 	}, nil
 }
 
@@ -198,8 +201,8 @@ func transportCredentials() credentials.TransportCredentials {
 // and client-side health checking of tollgate.v1.LimiterService, so that
 // calls go to the servers that report SERVING: the leader of a cluster;
 // calls wait for one while their context allows.
-// addrs is the list, or nil for one address.
-func dialTarget(target string) (grpcTarget string, addrs []string, opts []grpc.DialOption, err error) {
+// addrs is the list, or nil for one address; srvs its resolver.
+func dialTarget(target string) (grpcTarget string, addrs []string, srvs *servers, opts []grpc.DialOption, err error) {
 	for _, a := range strings.Split(target, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			addrs = append(addrs, a)
@@ -207,14 +210,14 @@ func dialTarget(target string) (grpcTarget string, addrs []string, opts []grpc.D
 	}
 	switch len(addrs) {
 	case 0:
-		return "", nil, nil, errors.New("tollgate: empty server address; give host:port, or a comma-separated list of them")
+		return "", nil, nil, nil, errors.New("tollgate: empty server address; give host:port, or a comma-separated list of them")
 	case 1:
-		return addrs[0], nil, []grpc.DialOption{grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`)}, nil
+		return addrs[0], nil, nil, []grpc.DialOption{grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`)}, nil
 	}
 	state := resolver.State{}
 	for _, a := range addrs {
 		if strings.Contains(a, "://") {
-			return "", nil, nil, fmt.Errorf("tollgate: address %q in a list must be host:port (a URL target can only be given alone)", a)
+			return "", nil, nil, nil, fmt.Errorf("tollgate: address %q in a list must be host:port (a URL target can only be given alone)", a)
 		}
 		host, _, err := net.SplitHostPort(a)
 		if err != nil {
@@ -224,11 +227,12 @@ func dialTarget(target string) (grpcTarget string, addrs []string, opts []grpc.D
 	}
 	r := manual.NewBuilderWithScheme("tollgate")
 	r.InitialState(state)
-	return r.Scheme() + ":///" + strings.Join(addrs, ","), addrs, []grpc.DialOption{
+	srvs = &servers{res: r, addrs: state.Addresses, local: make(map[string]string)}
+	return r.Scheme() + ":///" + strings.Join(addrs, ","), addrs, srvs, append([]grpc.DialOption{
 		grpc.WithResolvers(r),
 		grpc.WithDefaultServiceConfig(clusterServiceConfig),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)), // wait for a leader
-	}, nil
+	}, srvs.dialOptions()...), nil
 }
 
 // defaultClientID returns "<hostname>-<pid>-<8 hex digits>".

@@ -501,6 +501,14 @@ func (l *Lease) keepAlive(ctx context.Context, next time.Time) {
 // deadline), updates its expiry from the send time of the renew that
 // succeeded, and returns that time.
 func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error) {
+	if l.c.servers != nil { // another server can take over from one that does not answer
+		l.mu.Lock()
+		ttl, margin := l.ttl, l.margin
+		l.mu.Unlock()
+		if d := time.Now().Add(renewTimeout(ttl, margin)); d.Before(deadline) {
+			deadline = d // a server that does not answer by then is abandoned
+		}
+	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	a, err := l.c.roundTrip(ctx, op{

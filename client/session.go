@@ -32,6 +32,8 @@ type stream struct {
 	c      *Client
 	ss     tollgatev1.LimiterService_SessionClient
 	cancel context.CancelCauseFunc
+	server string    // the address of the list it is connected to; "" if not known
+	stuck  sync.Once // the stream was taken for stuck (abandon)
 
 	// batch: the server reads batched requests (its Welcome said so).
 	batch bool
@@ -279,6 +281,10 @@ func (c *Client) open() (*stream, error) {
 		cancel(err)
 		return nil, err
 	}
+	server := ""
+	if c.servers != nil {
+		server = c.servers.addressOf(ss)
+	}
 	id := c.nextID.Add(1)
 	hello := &tollgatev1.SessionRequest{RequestId: id, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: c.clientID, BatchAnswers: true}}}
 	if err := ss.Send(hello); err != nil {
@@ -290,12 +296,15 @@ func (c *Client) open() (*stream, error) {
 		cancel(fmt.Errorf("no Welcome within %v", handshakeTimeout))
 	})
 	resp, err := ss.Recv()
-	t.Stop()
+	stuck := !t.Stop()
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil && c.ctx.Err() == nil {
 			err = cause
 		}
 		cancel(err)
+		if stuck && c.servers != nil && server != "" {
+			c.servers.reconnect(server) // the next stream goes elsewhere
+		}
 		return nil, err
 	}
 	if se := resp.GetError(); se != nil {
@@ -312,6 +321,7 @@ func (c *Client) open() (*stream, error) {
 		c:       c,
 		ss:      ss,
 		cancel:  cancel,
+		server:  server,
 		pending: make(map[uint64]*call),
 		batch:   resp.GetWelcome().GetBatchRequests(),
 	}, nil
@@ -426,6 +436,22 @@ func (st *stream) fail(err error) {
 // reset ends the stream (the session loop then reconnects).
 func (st *stream) reset(cause error) { st.cancel(cause) }
 
+// abandon ends a stream whose server does not answer, and makes the
+// connection to that server start over, so that the next stream goes to a
+// server that answers (servers.reconnect).
+func (st *stream) abandon(cause error) {
+	st.stuck.Do(func() {
+		if st.server != "" {
+			cause = fmt.Errorf("%w (server %s)", cause, st.server)
+		}
+		st.c.log.Warn("tollgate: server does not answer; moving to another", "err", cause)
+		st.reset(cause)
+		if st.c.servers != nil && st.server != "" {
+			st.c.servers.reconnect(st.server)
+		}
+	})
+}
+
 // send sends one request. When a server that reads batches is sent to by
 // many callers at once, their requests are coalesced: the caller that
 // finds no send under way sends what is queued, in one message, until
@@ -526,7 +552,7 @@ func (st *stream) do(ctx context.Context, req *tollgatev1.SessionRequest, o op) 
 		}
 	}
 	if o.resetOnDeadline && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		st.reset(errors.New("a renew was not answered before its lease's local deadline"))
+		st.abandon(errors.New("a renew was not answered in time"))
 	}
 	return answer{}, ctx.Err()
 }

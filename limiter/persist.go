@@ -149,6 +149,13 @@ type durable struct {
 	// liveFlushed is when the last background write of the live set began.
 	liveFlushed time.Time
 	live        liveSet
+	// heldLowered is when a write lowering HeldBound was last decided,
+	// lowerArmed says a timer will try to lower it again
+	// (lowerHeldBoundLocked), and heldUnsure that a write of it failed:
+	// what is on disk may differ from state.HeldBound (heldWriteFailedLocked).
+	heldLowered time.Time
+	lowerArmed  bool
+	heldUnsure  bool
 	w           writer // every write of the pool goes through it
 }
 
@@ -270,7 +277,7 @@ func (p *pool) persistDeleteLocked(tokenFloor uint64) error {
 func (p *pool) reserveLocked(now, expiry time.Time, weight int64) error {
 	st := &p.dur.state
 	if p.lastToken < st.TokenCeiling && !expiry.After(st.LeaseHorizon) && expiry.Sub(now) <= st.TTLBound && p.heldWithinLocked(weight) {
-		p.preReserveLocked(now, expiry) // the next block, in the background
+		p.preReserveLocked(now, expiry, weight) // the next block, in the background
 		return nil
 	}
 	return p.writeReservationLocked(now, expiry, weight)
@@ -283,24 +290,22 @@ func (p *pool) heldWithinLocked(weight int64) bool {
 	return weight == 0 || b < 0 || p.held+weight+p.rec.unknownHeld() <= b
 }
 
-// heldBoundLocked is the HeldBound to write for weight more held, given
-// the one written (st): only a pool with a concurrency limit and no
-// instances keeps one. It covers the weight held, the weight, and the
-// leases from before a restart not re-adopted yet, plus an eighth of the
-// limit (so that a pool filling up writes a few times, not at every
-// grant), capped at the limit; it only grows while leases covered by the
-// last write may be live (the horizon is ahead), like TTLBound.
-func (p *pool) heldBoundLocked(st DurableState, now time.Time, weight int64) int64 {
+// heldBoundLocked is the HeldBound to write for weight more held: only a
+// pool with a concurrency limit and no instances keeps one. It covers the
+// weight held, the weight, and the leases from before a restart not
+// re-adopted yet, plus heldSlack (so that a pool filling up writes a few
+// times, not at every grant), capped at the limit. It may be below the
+// bound written before: the caller holds the pool's lock, so no grant
+// comes between the decision and the write, and every grant after it
+// keeps within it or writes a higher one first (docs/recovery.md, "The
+// held-weight bound follows the weight held").
+func (p *pool) heldBoundLocked(weight int64) int64 {
 	held, limit := p.exactHeldLocked(), p.cfg.ConcurrencyLimit
 	if held < 0 {
 		return -1
 	}
 	need := held + weight
-	b := max(need, min(need+max(1, limit/8), limit))
-	if st.HeldBound >= 0 && st.LeaseHorizon.After(now) {
-		b = max(b, st.HeldBound)
-	}
-	return b
+	return max(need, min(need+heldSlack(limit), limit))
 }
 
 // writeReservationLocked is the slow path of reserveLocked.
@@ -319,7 +324,7 @@ func (p *pool) writeReservationLocked(now, expiry time.Time, weight int64) error
 		}
 		st.TokenCeiling = p.lastToken + block
 	}
-	st.HeldBound = p.heldBoundLocked(st, now, weight)
+	st.HeldBound = p.heldBoundLocked(weight)
 	// Leases granted before this write expire by the old horizon: if it
 	// has passed, they are over and TTLBound starts again from this TTL;
 	// if not, it keeps covering them.
@@ -389,8 +394,8 @@ func (p *pool) recordCleanStopLocked() {
 // may hold (-1 where no HeldBound is kept). Once the engine is closed
 // nothing is granted or re-adopted any more, held can only fall, and it
 // is an exact HeldBound for the final write of a clean stop. Before, the
-// written bound must stay ahead of it (and only rise), so that a grant
-// that fits under the bound writes nothing.
+// written bound stays ahead of it (heldSlack), so that a grant that fits
+// under the bound writes nothing.
 func (p *pool) exactHeldLocked() int64 {
 	if p.cfg.ConcurrencyLimit == 0 || p.res != nil || p.rec.unboundedHeld() {
 		return -1

@@ -63,11 +63,37 @@ func (p *pool) saveLocked(saved SavedPool, what string) error {
 	p.dur.w.mu.Unlock()
 	if err := storageErr(err, what); err != nil {
 		p.dur.live.failed()
+		p.heldWriteFailedLocked(saved.State.HeldBound)
 		return err
 	}
 	p.dur.state = saved.State
 	p.dur.live.written(saved.LiveChunks, saved.liveVers)
+	p.dur.heldUnsure = false
 	return nil
+}
+
+// heldWriteFailedLocked records that a write of held-weight bound h
+// failed: it may have landed all the same, so grants keep within the lower
+// of h and the bound in memory, and the bound is written again
+// (heldHighLocked) once the disk is known to hold neither more nor less.
+func (p *pool) heldWriteFailedLocked(h int64) {
+	if h < 0 {
+		return
+	}
+	if b := &p.dur.state.HeldBound; *b < 0 || h < *b {
+		*b = h
+	}
+	p.dur.heldUnsure = true
+	p.armLowerLocked(heldLowerPeriod)
+}
+
+// armLowerLocked makes lowerHeldBoundLater run after wait, unless it is
+// armed already.
+func (p *pool) armLowerLocked(wait time.Duration) {
+	if !p.dur.lowerArmed && p.e.preReserve && !p.e.closed.Load() {
+		p.dur.lowerArmed = true
+		p.e.clock.AfterFunc(wait, p.lowerHeldBoundLater)
+	}
 }
 
 // deleteLocked forgets the pool on disk, through the pool's writer.
@@ -83,7 +109,7 @@ func (p *pool) deleteLocked(tokenFloor uint64) error {
 // if the pool has used half of its current one and no such write is in
 // flight. It is called on reserveLocked's fast path; without
 // Options.PreReserve it does nothing.
-func (p *pool) preReserveLocked(now, expiry time.Time) {
+func (p *pool) preReserveLocked(now, expiry time.Time, weight int64) {
 	if !p.e.preReserve || p.dur.w.pending != nil || p.e.persister == nil || p.e.closed.Load() {
 		return // Close waits for writes started before it, and none may start after
 	}
@@ -92,9 +118,10 @@ func (p *pool) preReserveLocked(now, expiry time.Time) {
 	lowHorizon := st.LeaseHorizon.Sub(expiry) < p.e.horizonSlack/2
 	lowHeld := p.heldLowLocked()
 	if !lowTokens && !lowHorizon && !lowHeld {
+		p.lowerHeldBoundLocked(now, weight)
 		return
 	}
-	p.startWriteAheadLocked(now, lowTokens, lowHeld)
+	p.startWriteAheadLocked(now, lowTokens, lowHeld, -1)
 }
 
 // startWriteAheadLocked starts preReserveLocked's background write: apart,
@@ -102,7 +129,7 @@ func (p *pool) preReserveLocked(now, expiry time.Time) {
 // pool's saved form is large).
 //
 //go:noinline
-func (p *pool) startWriteAheadLocked(now time.Time, lowTokens, lowHeld bool) {
+func (p *pool) startWriteAheadLocked(now time.Time, lowTokens, lowHeld bool, lower int64) {
 	st := p.dur.state
 	next := st
 	block := p.dur.tokenBlock
@@ -117,19 +144,29 @@ func (p *pool) startWriteAheadLocked(now time.Time, lowTokens, lowHeld bool) {
 	if h := now.Add(st.TTLBound + p.e.horizonSlack); h.After(next.LeaseHorizon) {
 		next.LeaseHorizon = h
 	}
-	if lowHeld { // only ever raised here: grants may use the old bound until the write lands
-		next.HeldBound = max(st.HeldBound, p.heldBoundLocked(st, now, heldAhead(p.cfg.ConcurrencyLimit)))
+	switch {
+	case lowHeld: // grants may use the old bound until the write lands
+		next.HeldBound = max(st.HeldBound, p.heldBoundLocked(heldAhead(p.cfg.ConcurrencyLimit)))
+	case lower >= 0:
+		// Grants keep within the lower bound from now on: the disk holds
+		// the old one or this one, and whichever write comes next
+		// carries at least this one.
+		next.HeldBound = p.heldBoundLocked(lower)
+		if next.HeldBound < st.HeldBound { // (after a failed write it may be higher)
+			p.dur.state.HeldBound = next.HeldBound
+		}
+		p.dur.heldLowered = now
 	}
 	p.dur.w.pending = &next
 	saved := p.savedLocked(p.cfg, next)
 	seen := p.dur.w.writes.Load()
 	p.e.bg.Add(1)
-	go p.writeAhead(saved, seen, lowTokens, block, now)
+	go p.writeAhead(saved, seen, lowTokens, lower >= 0, block, now)
 }
 
 // writeAhead is the background write of preReserveLocked: saved is the
 // pool as it was when the write was decided, after seen writes.
-func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint64, decided time.Time) {
+func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens, lowering bool, block uint64, decided time.Time) {
 	defer p.e.bg.Done()
 	w := &p.dur.w
 	w.mu.Lock()
@@ -138,26 +175,39 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint6
 		p.mu.Lock()
 		w.pending = nil
 		p.dur.live.failed() // its snapshot is not written: its unsure ranges are still to write
+		if h := saved.State.HeldBound; lowering || (h >= 0 && h != p.dur.state.HeldBound) {
+			p.dur.heldUnsure = true // the write that went first may have carried another bound
+		}
+		p.lowerHeldBoundLocked(p.e.clock.Now(), 0)
 		p.unlock()
 		return
 	}
 	err := p.e.persister.SavePool(saved)
-	w.writes.Add(1)
+	last := w.writes.Add(1)
 	w.mu.Unlock()
 
 	p.mu.Lock()
 	defer p.unlock()
 	w.pending = nil
-	if err != nil {
+	if err == nil {
+		p.dur.live.written(saved.LiveChunks, saved.liveVers)
+		p.dur.state = mergeReservations(p.dur.state, saved.State)
+		if h := saved.State.HeldBound; h >= 0 && w.writes.Load() == last {
+			// Still the last write: the disk holds exactly this bound,
+			// lower or higher. (A later one merged it in, and keeps the
+			// higher of the two.)
+			p.dur.state.HeldBound = h
+			p.dur.heldUnsure = false
+		}
+		if tokens {
+			p.dur.lastTokenAt = decided.UnixNano()
+			p.dur.tokenBlock = block
+		}
+	} else { // reserveLocked writes in the foreground when it must, and reports its error
 		p.dur.live.failed()
-		return // reserveLocked writes in the foreground when it must, and reports its error
+		p.heldWriteFailedLocked(saved.State.HeldBound)
 	}
-	p.dur.live.written(saved.LiveChunks, saved.liveVers)
-	p.dur.state = mergeReservations(p.dur.state, saved.State)
-	if tokens {
-		p.dur.lastTokenAt = decided.UnixNano()
-		p.dur.tokenBlock = block
-	}
+	p.lowerHeldBoundLocked(p.e.clock.Now(), 0)
 }
 
 // heldAhead is how close the held weight may come to the written
@@ -171,4 +221,52 @@ func heldAhead(limit int64) int64 { return max(1, limit/16) }
 func (p *pool) heldLowLocked() bool {
 	b, limit := p.dur.state.HeldBound, p.cfg.ConcurrencyLimit
 	return b >= 0 && b < limit && p.res == nil && p.held+p.rec.unknownHeld()+heldAhead(limit) > b
+}
+
+// heldLowerPeriod is the least time between two writes that lower a
+// pool's held-weight bound, so that a pool whose held weight swings writes
+// a few times a second at most.
+const heldLowerPeriod = 500 * time.Millisecond
+
+// heldSlack is how far above the weight held a pool with a concurrency
+// limit of limit writes its held-weight bound: a few grants fit under it
+// before a write must raise it.
+func heldSlack(limit int64) int64 { return max(1, limit/8) }
+
+// heldHighLocked reports whether the written held-weight bound is more
+// than twice heldSlack above the weight live leases may hold now
+// (exactHeldLocked), or may differ from what is on disk (a write of it
+// failed), so that lowering it gives a restarted engine or a successor
+// capacity to grant at once.
+func (p *pool) heldHighLocked(weight int64) bool {
+	b, exact := p.dur.state.HeldBound, p.exactHeldLocked()
+	return b >= 0 && exact >= 0 && (p.dur.heldUnsure || b > exact+weight+2*heldSlack(p.cfg.ConcurrencyLimit))
+}
+
+// lowerHeldBoundLocked starts a background write that lowers the
+// held-weight bound to the weight held plus heldSlack when it is well
+// above it (heldHighLocked): at once, unless a bound was lowered less than
+// heldLowerPeriod ago (a timer then tries again at the period's end) or a
+// write is in flight (its end tries again). From the moment the write is
+// decided, grants keep within the new bound: one
+// that would pass it writes a higher bound first, as any grant past the
+// bound does. It is called when the weight held may have fallen: on the
+// grant and renewal path, when a lease ends, when a recovery window ends.
+func (p *pool) lowerHeldBoundLocked(now time.Time, weight int64) {
+	if !p.e.preReserve || p.e.persister == nil || p.e.closed.Load() || p.deleted || p.dur.w.pending != nil || !p.heldHighLocked(weight) {
+		return
+	}
+	if wait := heldLowerPeriod - now.Sub(p.dur.heldLowered); wait > 0 {
+		p.armLowerLocked(wait)
+		return
+	}
+	p.startWriteAheadLocked(now, false, false, weight)
+}
+
+// lowerHeldBoundLater is lowerHeldBoundLocked's timer.
+func (p *pool) lowerHeldBoundLater() {
+	p.mu.Lock()
+	defer p.unlock()
+	p.dur.lowerArmed = false
+	p.lowerHeldBoundLocked(p.e.clock.Now(), 0)
 }

@@ -257,13 +257,15 @@ func (p *pool) removeLeaseLocked(l *lease) {
 	p.forgetConcShareLocked(l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
+	now := p.e.clock.Now()
 	if p.res != nil {
-		p.unbindLocked(l, p.e.clock.Now())
+		p.unbindLocked(l, now)
 	}
 	if p.held == 0 {
 		p.notifyDrainedLocked()
 	}
 	p.marksLocked()
+	p.lowerHeldBoundLocked(now, 0)
 }
 
 // dispatchLocked grants waiters from the head of the queue while they fit.

@@ -182,6 +182,7 @@ func (p *pool) onRecoveryEnd() {
 	p.applyRestoredLimitLocked(now)
 	p.out.ended = append(p.out.ended, p.revokeAwaitedLocked(now)...)
 	p.dispatchLocked(now)
+	p.lowerHeldBoundLocked(now, 0) // the old leases not re-adopted are over
 }
 
 // admits holds back grants while the window does (recoveryBlocksLocked):

@@ -36,10 +36,13 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 		grpc.ChainStreamInterceptor(s.metrics.Stream, s.connStream, s.codec.Stream, s.recoverStream, s.authStream, s.leaderStream, s.limitStream),
 		// Clients may ping to find dead connections (grpc-go's default
 		// policy sends GOAWAY to any client pinging more often than every
-		// 5 minutes, far longer than a lease TTL); and the server pings
+		// 5 minutes, far longer than a lease TTL): the Go client pings
+		// after 10s without traffic, the least grpc-go allows; half of
+		// that here leaves room for jitter, and a client pinging faster
+		// still is sent GOAWAY after two such pings. The server pings
 		// idle connections itself, so that a vanished client's Session
 		// stream ends and its waiting acquires are cancelled.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: idleConnTimeout}),
 		grpc.ConnectionTimeout(connectionTimeout),
 		// Fixed flow-control windows turn grpc-go's bandwidth-delay

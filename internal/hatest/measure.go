@@ -110,3 +110,16 @@ func Table(title string, rs []Recovery) string {
 	}
 	return b.String()
 }
+
+// LostBetween counts the holds in recs that the client ended (lease lost)
+// from from to before to.
+func LostBetween(recs []Record, from, to time.Time) int {
+	f, e := Nanos(from), Nanos(to)
+	n := 0
+	for _, r := range recs {
+		if r.Kind == KindHold && r.Lost && r.End >= f && r.End < e {
+			n++
+		}
+	}
+	return n
+}

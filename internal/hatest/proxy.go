@@ -22,6 +22,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	open   chan struct{} // closed while forwarding; open (unclosed) while blackholed
 	conns  map[net.Conn]struct{}
+	cut    bool // Cut: connections are closed as they come, until Heal
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -58,10 +59,24 @@ func (p *Proxy) Blackhole() {
 	}
 }
 
+// Cut closes every connection through the proxy, and each new one as it
+// comes, until Heal: a link that fails at once (connection reset), unlike
+// Blackhole's silent one.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
 // Heal forwards again, starting with what waited.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.cut = false
 	select {
 	case <-p.open:
 	default:
@@ -99,11 +114,12 @@ func (p *Proxy) pass() bool {
 	}
 }
 
-// track adds c to the connections Close closes; false when closed.
+// track adds c to the connections Close closes; false when closed (or
+// cut: then c is closed).
 func (p *Proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.cut {
 		c.Close()
 		return false
 	}
@@ -118,7 +134,12 @@ func (p *Proxy) accept() {
 			return
 		}
 		if !p.track(c) {
-			return
+			select {
+			case <-p.done:
+				return
+			default:
+				continue // cut
+			}
 		}
 		p.wg.Go(func() { p.serve(c) })
 	}

@@ -48,6 +48,9 @@ type Record struct {
 	Called int64 `json:"called,omitempty"`
 	Start  int64 `json:"start,omitempty"`
 	End    int64 `json:"end,omitempty"`
+	// Lost: the client ended the hold (its lease was lost) before its
+	// holder was done with it.
+	Lost bool `json:"lost,omitempty"`
 
 	// Config changes: the concurrency limit asked for, whether the change
 	// was acknowledged, and its place in the worker's attempts on Pool.

@@ -121,8 +121,10 @@ func (h *holder) once(ctx context.Context) {
 		d = between(h.rng, h.spec.LongMin, h.spec.LongMax)
 	}
 	t := time.NewTimer(d)
+	lost := false
 	select {
 	case <-l.Done(): // lost: the client says so
+		lost = ctx.Err() == nil
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -141,7 +143,7 @@ func (h *holder) once(ctx context.Context) {
 		ids = append(ids, r.ID)
 	}
 	h.out.emit(hatest.Record{Kind: hatest.KindHold, Pool: h.spec.Pool, Token: l.FencingToken(), Weight: l.Weight(), Instances: ids,
-		Called: hatest.Nanos(called), Start: hatest.Nanos(granted), End: hatest.Nanos(end)})
+		Called: hatest.Nanos(called), Start: hatest.Nanos(granted), End: hatest.Nanos(end), Lost: lost})
 	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 	_ = l.Release(rctx) // the hold ended at end whatever the answer
 	rcancel()
