@@ -140,7 +140,7 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens bool, block uint6
 		p.unlock()
 		return
 	}
-	err := p.e.persister.SavePool(saved)
+	err := p.e.saveLater(saved)
 	w.writes.Add(1)
 	w.mu.Unlock()
 

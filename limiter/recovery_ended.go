@@ -91,7 +91,7 @@ func (p *pool) flushEnded() {
 		stale := w.writes.Load() != seen // written meanwhile, maybe from an older snapshot: take a new one
 		var err error
 		if !stale {
-			err = p.e.persister.SavePool(saved)
+			err = p.e.saveLater(saved)
 			w.writes.Add(1)
 			wrote = true
 		}
