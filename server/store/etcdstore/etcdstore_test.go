@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -169,5 +170,53 @@ func TestResources(t *testing.T) {
 	got, _, err := New(c, prefix, campaign(t, c, prefix+"election/b")).LoadOrSeed(nil)
 	if err != nil || len(got) != 1 || len(got[0].Resources) != 1 || got[0].Resources[0].Attributes["zone"] != "a" {
 		t.Fatalf("loaded %+v, %v", got, err)
+	}
+}
+
+// TestBatchSplitsAtEtcdLimits: a batch of more pool writes than one etcd
+// transaction may carry (each here two operations: an active pool's
+// record and instances) commits in several fenced transactions, every
+// write durable; and a deposed term's batch fails every write with
+// NOT_LEADER.
+func TestBatchSplitsAtEtcdLimits(t *testing.T) {
+	c := client(t)
+	opts := campaign(t, c, "/leader/a")
+	s := New(c, prefix, opts)
+	var batch []poolWrite
+	for i := range 3 * MaxTxnOps {
+		sp := pool(t, fmt.Sprintf("p%03d", i), 2)
+		sp.Config.ResourceKind = limiter.ResourceActive
+		sp.Resources = []limiter.Resource{{ID: "r1"}}
+		w, err := s.poolWrite(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(w.ops) != 2 {
+			t.Fatalf("a new active pool's write is %d operations, want 2", len(w.ops))
+		}
+		batch = append(batch, w)
+	}
+	if errs := s.commit(batch); errs != nil {
+		t.Fatalf("committing %d pools: %v", len(batch), errs)
+	}
+	got, _, err := New(c, prefix, opts).load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(batch) || len(got[0].Resources) != 1 {
+		t.Fatalf("%d pools loaded, want %d", len(got), len(batch))
+	}
+
+	if _, err := c.Delete(context.Background(), "/leader/a"); err != nil {
+		t.Fatal(err)
+	}
+	errs := s.commit(batch[:3])
+	if len(errs) != 3 {
+		t.Fatalf("a deposed term's batch: %v", errs)
+	}
+	for _, err := range errs {
+		if !isNotLeader(err) {
+			t.Fatalf("a deposed term's write: %v, want NOT_LEADER", err)
+		}
 	}
 }
