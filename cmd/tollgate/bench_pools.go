@@ -24,7 +24,7 @@ import (
 type benchPoolServer struct {
 	tg      *benchTollgate
 	n       int
-	label   string // ", b" for --tollgate-bin-b's
+	label   string          // ", b" for --tollgate-bin-b's
 	seq     []atomic.Uint64 // per caller: its pairs so far
 	rssIdle int64
 }
