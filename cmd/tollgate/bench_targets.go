@@ -61,9 +61,10 @@ func startBenchTollgate(ctx context.Context, o benchOptions, pools int) (*benchT
 		if err != nil {
 			return nil, err
 		}
-		// One client at full speed: no per-client rate or lease limit.
+		// One client at full speed: no per-client rate or lease limit, and
+		// as many pools as it asks for.
 		tg.proc, err = startBenchProc(bin, []string{"serve", "--listen", addr, "--http", "", "--data-dir", dir,
-			"--client-rate", "-1", "--max-client-leases", "-1", "--log-level", "warn"}, dir)
+			"--client-rate", "-1", "--max-client-leases", "-1", "--max-pools", "-1", "--log-level", "warn"}, dir)
 		if err != nil {
 			return nil, err
 		}

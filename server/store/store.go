@@ -359,3 +359,7 @@ func (s *Store) LeaseIDKey() ([]byte, error) {
 	}
 	return key, nil
 }
+
+// Commits returns how many transactions of pool writes the store has
+// committed since it was opened.
+func (s *Store) Commits() uint64 { return s.writes.Batches() }
