@@ -41,7 +41,12 @@ loopback: a 'tollgate serve' started from this executable with a temporary
 data directory (or the server at --server), and redis-server on a free port
 (Debian: apt-get install redis-server). CPU per pair is the CPU time of the
 server process and of this process together, divided by the pairs (Linux
-only; not measured for a server given with --server).`,
+only; not measured for a server given with --server).
+
+With --pools N1,N2,... it starts a server per number of pools instead, each
+with that many pools, makes one pair in each pool, then runs the stream and
+unary cases of every server in turn with the pairs spread over its pools,
+and adds each server's resident memory, idle and after the rounds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.check(); err != nil {
