@@ -171,12 +171,26 @@ func (e *Engine) RecordCleanStop() {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, p := range e.pools.snapshot() {
-		p.mu.Lock()
-		p.recordCleanStopLocked()
-		p.mu.Unlock()
+	// Several pools at a time, so that a Persister that batches writes
+	// (group commit) makes few commits for many pools.
+	ps := e.pools.snapshot()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(cleanStopWriters, len(ps)) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(ps)); i = next.Add(1) - 1 {
+				p := ps[i]
+				p.mu.Lock()
+				p.recordCleanStopLocked()
+				p.mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 }
+
+// cleanStopWriters is how many pools RecordCleanStop writes at once.
+const cleanStopWriters = 64
 
 // lookup returns the named pool, or ErrPoolNotFound / ErrShuttingDown.
 func (e *Engine) lookup(name string) (*pool, error) {
@@ -264,19 +278,7 @@ func (e *Engine) GetPool(name string) (PoolInfo, error) {
 // poolsAfter returns up to limit pools whose names sort after `after`, in
 // name order, and whether more follow. A limit below 1 means 1.
 func (e *Engine) poolsAfter(after string, limit int) ([]*pool, bool) {
-	limit = max(limit, 1)
-	var ps []*pool
-	for _, p := range e.pools.snapshot() {
-		if p.name > after {
-			ps = append(ps, p)
-		}
-	}
-	sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
-	more := len(ps) > limit
-	if more {
-		ps = ps[:limit]
-	}
-	return ps, more
+	return e.pools.after(after, max(limit, 1))
 }
 
 // ListPools returns up to limit pools whose names sort after `after`, in

@@ -29,7 +29,8 @@ import (
 //     (so at most once per period), and re-arms after a period in which
 //     utilisation reached the mark, or when the pool's configuration is
 //     updated (an operator who lowered the limit hears again if it is
-//     still too high). An idle pool so reports once, not every period.
+//     still too high). An idle pool so reports once, not every period,
+//     and once reported its timer stops until its next grant.
 //
 // Every mark so has a hysteresis of at least one permit (overload: one
 // waiter, as half the mark is at least one below it). On top of that, two
@@ -155,7 +156,11 @@ type markState struct {
 	peakHeld   int64 // most weight held since the low-utilisation period began
 
 	lowTimer Timer // ends each low-utilisation period; nil when off
-	lowArmed bool  // lowTimer is running
+	lowArmed bool  // lowTimer is running, or idle
+	// lowIdle: lowTimer is stopped because the pool was idle (nothing
+	// held) at the end of a period it was already reported low in: no
+	// period can change anything until a grant, which starts the next.
+	lowIdle bool
 
 	reported   [markKinds]time.Time // when each kind was last reported
 	suppressed MarkEventCounts      // crossings not reported since then
@@ -175,7 +180,7 @@ func (p *pool) applyMarksLocked() {
 		p.mk.nearFull = false
 	}
 	low := p.mk.LowUtilisation > 0
-	if p.mk.lowArmed && low && old.LowUtilisationPeriod == p.mk.LowUtilisationPeriod {
+	if p.mk.lowArmed && !p.mk.lowIdle && low && old.LowUtilisationPeriod == p.mk.LowUtilisationPeriod {
 		return // the period goes on; a new mark applies at its end
 	}
 	p.mk.stop()
@@ -196,7 +201,7 @@ func (m *markState) stop() {
 	if m.lowTimer != nil {
 		m.lowTimer.Stop()
 	}
-	m.lowArmed = false
+	m.lowArmed, m.lowIdle = false, false
 }
 
 // status fills in the utilisation the marks are checked against.
@@ -210,6 +215,11 @@ func (m *markState) status(p *pool, s *PoolStatus, _ time.Time) {
 // change, instances added or removed) change.
 func (p *pool) marksLocked() {
 	m := &p.mk
+	if m.lowIdle && p.held > 0 { // the first grant after an idle period starts the next
+		m.lowIdle = false
+		m.peakHeld = p.held
+		m.lowTimer.Reset(m.LowUtilisationPeriod)
+	}
 	waiting := int64(len(p.waiters))
 	if m.Overload > 0 {
 		switch {
@@ -260,6 +270,10 @@ func (p *pool) onLowUtilisationTimer() {
 		}
 	}
 	m.peakHeld = p.held
+	if m.low && p.held == 0 {
+		m.lowIdle = true // no timer ticks for an idle pool
+		return
+	}
 	m.lowTimer.Reset(m.LowUtilisationPeriod)
 }
 

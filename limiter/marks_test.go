@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -371,5 +372,43 @@ func TestMarkEventsDoNotFlood(t *testing.T) {
 	}
 	if n := ee.status(t, "db").SuppressedMarkEvents.Of(PoolOverload); n < 296 {
 		t.Fatalf("%d overload events suppressed; want the rest of 300", n)
+	}
+}
+
+// TestIdlePoolsRunNoTimers: a pool with nothing held, once reported low,
+// runs no timer (10,000 idle pools would tick every period otherwise); its
+// next grant starts the next period, which reports again once the pool
+// was above the mark and fell back.
+func TestIdlePoolsRunNoTimers(t *testing.T) {
+	ee := newEventEngine(t)
+	for i := range 100 {
+		ee.mustCreate(t, PoolConfig{Name: fmt.Sprintf("p%d", i), ConcurrencyLimit: 10, LowUtilisationPeriod: time.Minute})
+	}
+	ee.clk.Advance(time.Minute) // each reports low once
+	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 100 {
+		t.Fatalf("%d low-utilisation events from 100 idle pools, want 100", len(evs))
+	}
+	if n := ee.clk.Pending(); n != 0 {
+		t.Fatalf("%d timers pending for 100 idle pools, want 0", n)
+	}
+	ee.clk.Advance(time.Hour)
+	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 0 {
+		t.Fatalf("idle pools reported again: %+v", evs)
+	}
+	// Busy above the mark in the period the next grant starts, then idle
+	// for a whole period: low again.
+	var ls []Lease
+	for range 3 {
+		ls = append(ls, ee.mustAcquire(t, AcquireRequest{Pool: "p7", TTL: 10 * time.Second}))
+	}
+	for _, l := range ls {
+		if _, err := ee.Release("p7", l.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ee.clk.Advance(time.Minute)
+	ee.clk.Advance(time.Minute)
+	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 1 || evs[0].Pool != "p7" {
+		t.Fatalf("after a busy period and an idle one: %+v", evs)
 	}
 }

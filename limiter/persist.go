@@ -29,6 +29,25 @@ type Persister interface {
 	DeletePool(name string, tokenFloor uint64) error
 }
 
+// LaterPersister is a Persister that can make the writes no caller waits
+// for (the reservations written ahead, the ended leases) wait a little,
+// to share one commit with other pools' writes. The engine gives those
+// writes to SavePoolLater, with the same promise as SavePool: it returns
+// once the write is durable, or fails and changes nothing.
+type LaterPersister interface {
+	Persister
+	SavePoolLater(SavedPool) error
+}
+
+// saveLater is a background write of saved: through SavePoolLater when the
+// Persister has one.
+func (e *Engine) saveLater(saved SavedPool) error {
+	if lp, ok := e.persister.(LaterPersister); ok {
+		return lp.SavePoolLater(saved)
+	}
+	return e.persister.SavePool(saved)
+}
+
 // SavedPool is a pool as a Persister records it and Engine.RestorePool
 // takes it back after a restart.
 type SavedPool struct {

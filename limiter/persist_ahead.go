@@ -182,7 +182,7 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens, lowering bool, b
 		p.unlock()
 		return
 	}
-	err := p.e.persister.SavePool(saved)
+	err := p.e.saveLater(saved)
 	last := w.writes.Add(1)
 	w.mu.Unlock()
 

@@ -1,6 +1,8 @@
 package limiter
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -17,6 +19,13 @@ type poolIndex struct {
 	// gen counts the changes of pools' configurations: adds, removes
 	// and updates (Engine.PoolsGeneration).
 	gen atomic.Uint64
+
+	// byName is the pools in name order as of generation byNameGen, for
+	// listings: sorted again only after a change, so that listing N pools
+	// a page at a time costs one sort, not one per page.
+	byNameMu  sync.Mutex
+	byName    []*pool
+	byNameGen uint64
 }
 
 // changed records that a pool was added, removed or updated.
@@ -65,6 +74,30 @@ func (x *poolIndex) snapshot() []*pool {
 		ps = append(ps, p)
 	}
 	return ps
+}
+
+// after returns up to limit pools whose names sort after `after`, in
+// name order, and whether more follow.
+func (x *poolIndex) after(after string, limit int) ([]*pool, bool) {
+	x.byNameMu.Lock()
+	defer x.byNameMu.Unlock()
+	if gen := x.gen.Load(); x.byName == nil || x.byNameGen != gen {
+		x.byName = x.snapshot()
+		slices.SortFunc(x.byName, func(a, b *pool) int { return strings.Compare(a.name, b.name) })
+		x.byNameGen = gen // a change meanwhile moved gen past it: the next call sorts again
+	}
+	i, _ := slices.BinarySearchFunc(x.byName, after, func(p *pool, name string) int {
+		if p.name <= name {
+			return -1
+		}
+		return 1
+	})
+	ps := x.byName[i:]
+	more := len(ps) > limit
+	if more {
+		ps = ps[:limit]
+	}
+	return slices.Clone(ps), more
 }
 
 // len returns the number of pools.

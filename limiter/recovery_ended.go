@@ -68,7 +68,7 @@ func (p *pool) flushLive() {
 		stale := w.writes.Load() != seen // written meanwhile, from a newer snapshot: look again
 		var err error
 		if !stale {
-			err = p.e.persister.SavePool(saved)
+			err = p.e.saveLater(saved)
 			w.writes.Add(1)
 			wrote = true
 		}

@@ -58,9 +58,11 @@ type waitSlot struct {
 }
 
 // waitHist is a pool's sliding window of wait times. Guarded by the
-// pool's mutex.
+// pool's mutex. Its slots (3.7 KB) are allocated at the pool's first
+// grant, and let go by a summary that finds them all out of the window,
+// so that an idle pool does not keep them.
 type waitHist struct {
-	slots [WaitSlots]waitSlot
+	slots *[WaitSlots]waitSlot
 }
 
 // waitEpoch returns the slot number of now.
@@ -69,6 +71,9 @@ func waitEpoch(now time.Time) int64 { return now.UnixNano() / int64(WaitSlot) }
 // slot returns now's slot, emptied if it held an older one.
 func (h *waitHist) slot(now time.Time) *waitSlot {
 	ep := waitEpoch(now)
+	if h.slots == nil {
+		h.slots = new([WaitSlots]waitSlot)
+	}
 	s := &h.slots[uint64(ep)%WaitSlots]
 	if s.epoch != ep {
 		*s = waitSlot{epoch: ep}
@@ -95,12 +100,20 @@ func (h *waitHist) addTokens(now time.Time, n int64) {
 func (h *waitHist) tokens(now time.Time) (int64, time.Time) {
 	ep := waitEpoch(now)
 	var n int64
-	for i := range h.slots {
+	for i := range h.live() {
 		if s := &h.slots[i]; s.epoch != 0 && s.epoch <= ep && s.epoch > ep-WaitSlots {
 			n += s.tokens
 		}
 	}
 	return max(n, 0), time.Unix(0, (ep-WaitSlots+1)*int64(WaitSlot))
+}
+
+// live returns the number of slots allocated: 0 or WaitSlots.
+func (h *waitHist) live() int {
+	if h.slots == nil {
+		return 0
+	}
+	return WaitSlots
 }
 
 // waitBucket returns the bucket of a wait of d.
@@ -129,16 +142,21 @@ func (h *waitHist) summary(now time.Time) WaitTimes {
 	wt := WaitTimes{Window: WaitWindow}
 	ep := waitEpoch(now)
 	var counts [waitBuckets]uint64
-	for i := range h.slots {
+	inWindow := false
+	for i := range h.live() {
 		s := &h.slots[i]
 		if s.epoch == 0 || s.epoch > ep || s.epoch <= ep-WaitSlots {
 			continue
 		}
+		inWindow = true
 		wt.Count += s.count
 		wt.Max = max(wt.Max, s.max)
 		for b, c := range s.counts {
 			counts[b] += uint64(c)
 		}
+	}
+	if !inWindow {
+		h.slots = nil // idle for a whole window: nothing to keep
 	}
 	if wt.Count == 0 {
 		return wt

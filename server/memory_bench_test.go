@@ -140,3 +140,61 @@ func memNow() (heap, rss uint64) {
 	}
 	return ms.HeapAlloc + ms.StackInuse, rss
 }
+
+// memPools is the number of pools of BenchmarkPoolMemory.
+const memPools = 10_000
+
+// BenchmarkPoolMemory measures what the server keeps for each pool: the
+// growth of the live heap plus goroutine stacks (after a GC) per pool
+// created (B/idle-pool), and per pool again once each has served one
+// Acquire and Release over unary calls on loopback (B/used-pool). Run it
+// once: -benchtime 1x.
+func BenchmarkPoolMemory(b *testing.B) {
+	srv := New(Config{Limits: limits.Limits{ClientRate: -1, MaxClientLeases: -1, MaxPools: -1}})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeGRPC(ctx, srv.GRPCServer(), lis) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	lim := tollgatev1.NewLimiterServiceClient(conn)
+	for b.Loop() {
+		heap0, _ := memNow()
+		for i := range memPools {
+			if _, err := srv.Engine().CreatePool(limiter.PoolConfig{Name: "p" + strconv.Itoa(i), ConcurrencyLimit: 100}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		heap1, _ := memNow()
+		for i := range memPools {
+			pool := "p" + strconv.Itoa(i)
+			resp, err := lim.Acquire(b.Context(), &tollgatev1.AcquireRequest{Pool: pool})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := lim.Release(b.Context(), &tollgatev1.ReleaseRequest{Pool: pool, LeaseId: resp.GetLease().GetId()}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		heap2, _ := memNow()
+		b.ReportMetric((float64(heap1)-float64(heap0))/memPools, "B/idle-pool")
+		b.ReportMetric((float64(heap2)-float64(heap0))/memPools, "B/used-pool")
+		for i := range memPools {
+			if err := srv.Engine().DeletePool("p"+strconv.Itoa(i), true); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -69,6 +69,10 @@ func Open(cfg Config, dir string, seed []limiter.PoolConfig) (*Server, error) {
 	return s, nil
 }
 
+// maxRecoveringLogged is how many recovering pools restore logs one by
+// one; the rest are counted.
+const maxRecoveringLogged = 10
+
 // restore loads eng (new, writing to st) with the pools of st, seeding it
 // with seed on its first start: every pool in its recovery window while
 // a lease from before may be live, its fencing tokens continuing above
@@ -101,6 +105,9 @@ func (s *Server) restore(eng *limiter.Engine, st durableStore, seed []limiter.Po
 		}
 		if until := info.Status.RecoveringUntil; !until.IsZero() {
 			recovering++
+			if recovering > maxRecoveringLogged {
+				continue // counted in "loaded pools" below
+			}
 			s.log.Info("pool recovering from a restart: renewed leases from before it are re-adopted, new grants wait", "pool", sp.Config.Name, "until", until)
 		}
 	}

@@ -160,11 +160,20 @@ func New(cfg Config) *Server {
 	return s
 }
 
+// HorizonSlack is how far ahead of the leases in use a server writes a
+// pool's lease horizon (limiter.Options.HorizonSlack): a pool with a
+// grant at least every half of it never writes its horizon on the grant
+// path, however many pools share the disk. The cost is only that after a
+// crash a pool whose last write was within it (plus
+// limiter.ClockStepTolerance) waits out its recovery window, at most its
+// TTL bound.
+const HorizonSlack = 5 * time.Minute
+
 // newEngine returns an engine for the server, writing through p (nil:
 // in memory). The engine reports leases that end by themselves to the
 // Session stream that last acquired or renewed them.
 func (s *Server) newEngine(p limiter.Persister) *limiter.Engine {
-	return limiter.New(limiter.Options{Clock: s.clock, OnLeaseEnded: s.onLeaseEnded, Persister: p, PreReserve: true,
+	return limiter.New(limiter.Options{Clock: s.clock, OnLeaseEnded: s.onLeaseEnded, Persister: p, PreReserve: true, HorizonSlack: HorizonSlack,
 		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: session.LeaseResized, MarkEventInterval: s.markInterval})
 }
 

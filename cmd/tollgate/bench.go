@@ -41,7 +41,12 @@ loopback: a 'tollgate serve' started from this executable with a temporary
 data directory (or the server at --server), and redis-server on a free port
 (Debian: apt-get install redis-server). CPU per pair is the CPU time of the
 server process and of this process together, divided by the pairs (Linux
-only; not measured for a server given with --server).`,
+only; not measured for a server given with --server).
+
+With --pools N1,N2,... it starts a server per number of pools instead, each
+with that many pools, makes one pair in each pool, then runs the stream and
+unary cases of every server in turn with the pairs spread over its pools,
+and adds each server's resident memory, idle and after the rounds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.check(); err != nil {
@@ -56,8 +61,12 @@ only; not measured for a server given with --server).`,
 	f.IntSliceVar(&o.callers, "callers", []int{1, 16, 64}, "numbers of concurrent callers, comma-separated")
 	f.DurationVar(&o.duration, "duration", 4*time.Second, "time each case runs per round")
 	f.IntVar(&o.rounds, "rounds", 3, "rounds: every case runs once per round, in turn")
+	f.IntSliceVar(&o.pools, "pools", nil, "numbers of pools, comma-separated: a server per number, with that many pools, the pairs spread over them (stream and unary cases only)")
+	f.DurationVar(&o.warmUp, "warm-up", 0, "time each case runs before the rounds (default: a quarter of --duration, at most 200ms); with --pools, long enough for every pool's first grant")
 	f.StringVar(&o.bin, "tollgate-bin", "", "the tollgate executable to start the server from (default: this one)")
 	_ = f.MarkHidden("tollgate-bin")
+	f.StringVar(&o.binB, "tollgate-bin-b", "", "with --pools: also bench servers started from this executable (before/after, in one interleaved run)")
+	_ = f.MarkHidden("tollgate-bin-b")
 	return cmd
 }
 
@@ -68,7 +77,10 @@ type benchOptions struct {
 	callers  []int
 	duration time.Duration
 	rounds   int
+	pools    []int
+	warmUp   time.Duration
 	bin      string
+	binB     string
 }
 
 func (o benchOptions) check() error {
@@ -85,6 +97,14 @@ func (o benchOptions) check() error {
 	}
 	if o.duration <= 0 {
 		return usageErrorf("--duration must be positive, not %v", o.duration)
+	}
+	for _, n := range o.pools {
+		if n < 1 || n > 1_000_000 {
+			return usageErrorf("--pools %d is out of range: give 1 to 1000000", n)
+		}
+	}
+	if len(o.pools) > 0 && (o.server != "" || o.peer != "") {
+		return usageErrorf("--pools starts a server per number of pools: give it without --server and --peer")
 	}
 	if o.rounds < 1 {
 		return usageErrorf("--rounds must be at least 1, not %d", o.rounds)
@@ -117,7 +137,10 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 			f()
 		}
 	}()
-	tg, err := startBenchTollgate(ctx, o)
+	if len(o.pools) > 0 {
+		return runPoolsBench(ctx, o, stdout, stderr)
+	}
+	tg, err := startBenchTollgate(ctx, o, 1)
 	if err != nil {
 		return err
 	}
@@ -131,9 +154,20 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		cleanups = append(cleanups, rd.close)
 		cases = append(cases, rd.benchCase())
 	}
+	results, err := runBenchRounds(ctx, o, cases, stderr)
+	if err != nil {
+		return err
+	}
+	printBench(stdout, o, cases, results)
+	return nil
+}
+
+// runBenchRounds warms the cases up, then runs every case with every
+// number of callers once per round, taking turns.
+func runBenchRounds(ctx context.Context, o benchOptions, cases []benchCase, stderr io.Writer) (map[string]map[int]*benchResult, error) {
 	for _, c := range cases { // warm up: connections, code paths, pools
-		if _, err := runBenchCell(ctx, c, slices.Max(o.callers), min(o.duration/4, 200*time.Millisecond)); err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
+		if _, err := runBenchCell(ctx, c, slices.Max(o.callers), max(o.warmUp, min(o.duration/4, 200*time.Millisecond))); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.name, err)
 		}
 	}
 	results := make(map[string]map[int]*benchResult)
@@ -150,14 +184,13 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 				c := cases[(i+round)%len(cases)] // a different case first each round
 				r, err := runBenchCell(ctx, c, n, o.duration)
 				if err != nil {
-					return fmt.Errorf("%s, %d callers: %w", c.name, n, err)
+					return nil, fmt.Errorf("%s, %d callers: %w", c.name, n, err)
 				}
 				results[c.name][n].add(r)
 			}
 		}
 	}
-	printBench(stdout, o, cases, results)
-	return nil
+	return results, nil
 }
 
 // runBenchCell runs c with n callers for d.

@@ -63,3 +63,23 @@ func procCPU(pid int) (time.Duration, error) {
 func dieWithParent(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+// procRSS returns the resident memory of a running process, from
+// /proc/PID/status (VmRSS).
+func procRSS(pid int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, false
+			}
+			n, err := strconv.ParseInt(f[0], 10, 64)
+			return n << 10, err == nil
+		}
+	}
+	return 0, false
+}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,14 +27,22 @@ type benchTollgate struct {
 	proc   *benchProc // nil for --server
 	c      *client.Client
 	pool   string
+	pools  []string // the pools the pairs are spread over: pool, or pool-0 to pool-(N-1) for --pools N
 	lim    tollgatev1.LimiterServiceClient
 	health healthpb.HealthClient
 }
 
 // startBenchTollgate starts `tollgate serve` (or uses --server), connects
 // and creates the pool the pairs use: one that never makes them wait.
-func startBenchTollgate(ctx context.Context, o benchOptions) (*benchTollgate, error) {
+func startBenchTollgate(ctx context.Context, o benchOptions, pools int) (*benchTollgate, error) {
 	tg := &benchTollgate{pool: fmt.Sprintf("tollgate-bench-%d", os.Getpid())}
+	tg.pools = []string{tg.pool}
+	if pools > 1 {
+		tg.pools = make([]string, pools)
+		for i := range tg.pools {
+			tg.pools[i] = fmt.Sprintf("%s-%d", tg.pool, i)
+		}
+	}
 	addr := o.server
 	if addr == "" {
 		bin := o.bin
@@ -51,9 +61,10 @@ func startBenchTollgate(ctx context.Context, o benchOptions) (*benchTollgate, er
 		if err != nil {
 			return nil, err
 		}
-		// One client at full speed: no per-client rate or lease limit.
+		// One client at full speed: no per-client rate or lease limit, and
+		// as many pools as it asks for.
 		tg.proc, err = startBenchProc(bin, []string{"serve", "--listen", addr, "--http", "", "--data-dir", dir,
-			"--client-rate", "-1", "--max-client-leases", "-1", "--log-level", "warn"}, dir)
+			"--client-rate", "-1", "--max-client-leases", "-1", "--max-pools", "-1", "--log-level", "warn"}, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -73,30 +84,46 @@ func startBenchTollgate(ctx context.Context, o benchOptions) (*benchTollgate, er
 	return tg, nil
 }
 
-// setUp waits for the server to serve and creates the pool.
+// setUp waits for the server to serve and creates the pools, several at
+// a time.
 func (tg *benchTollgate) setUp(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	hctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	for {
-		_, err := tg.health.Check(ctx, &healthpb.HealthCheckRequest{})
+		_, err := tg.health.Check(hctx, &healthpb.HealthCheckRequest{})
 		if err == nil {
 			break
 		}
 		if tg.proc != nil && tg.proc.exited() {
 			return fmt.Errorf("the server exited before serving: %s", tg.proc.output())
 		}
-		if ctx.Err() != nil {
+		if hctx.Err() != nil {
 			return fmt.Errorf("the server did not answer within %v: %w", startTimeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	adm := tollgatev1.NewAdminServiceClient(tg.c.Conn())
-	_, err := adm.CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: tg.pool, ConcurrencyLimit: 1_000_000}})
-	if err != nil {
-		return fmt.Errorf("creating pool %s: %w", tg.pool, err)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, benchCreators)
+	for range min(benchCreators, len(tg.pools)) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(tg.pools)); i = next.Add(1) - 1 {
+				_, err := adm.CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: tg.pools[i], ConcurrencyLimit: 1_000_000}})
+				if err != nil {
+					errs <- fmt.Errorf("creating pool %s: %w", tg.pools[i], err)
+					return
+				}
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
+
+// benchCreators is how many pools the bench creates at once.
+const benchCreators = 32
 
 // cases returns the Tollgate cases: the Go client's stream, unary calls,
 // and two no-op calls.
@@ -139,12 +166,14 @@ func (tg *benchTollgate) cases() []benchCase {
 	}
 }
 
-// close deletes the pool of a --server, and stops a started server.
+// close deletes the pools of a --server, and stops a started server.
 func (tg *benchTollgate) close() {
 	if tg.c != nil {
 		if tg.proc == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, _ = tollgatev1.NewAdminServiceClient(tg.c.Conn()).DeletePool(ctx, &tollgatev1.DeletePoolRequest{Name: tg.pool, Force: true})
+			for _, name := range tg.pools {
+				_, _ = tollgatev1.NewAdminServiceClient(tg.c.Conn()).DeletePool(ctx, &tollgatev1.DeletePoolRequest{Name: name, Force: true})
+			}
 			cancel()
 		}
 		_ = tg.c.Close()

@@ -39,6 +39,24 @@ func TestBench(t *testing.T) {
 			t.Errorf("no ratio to Redis in:\n%s", out)
 		}
 	})
+	t.Run("pools", func(t *testing.T) {
+		out := bench(t, "--pools", "1,3")
+		for _, c := range []string{caseStream, caseUnary} {
+			for _, callers := range []string{"1", "3"} {
+				for _, n := range []string{"1", "3"} {
+					row := "| " + callers + " | " + c + ", " + n + " pools | "
+					i := strings.Index(out, row)
+					if i < 0 {
+						t.Fatalf("no row %q in:\n%s", row, out)
+					}
+					pairs, _, _ := strings.Cut(out[i+len(row):], " |")
+					if p, err := strconv.ParseInt(strings.ReplaceAll(pairs, ",", ""), 10, 64); err != nil || p <= 0 {
+						t.Errorf("row %q: %q pairs/s", row, pairs)
+					}
+				}
+			}
+		}
+	})
 	t.Run("usage", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), []string{"bench", "--peer", "etcd"}, &stdout, &stderr, func(string) string { return "" }); code != exitUsage {

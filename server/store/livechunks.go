@@ -86,16 +86,16 @@ func DecodeLiveChunk(name string, index uint64, v []byte) (limiter.LiveChunk, er
 // chunkKey is chunk index's key in its pool's bucket.
 func chunkKey(index uint64) []byte { return binary.BigEndian.AppendUint64(nil, index) }
 
-// putLiveChunks applies sp's chunk changes in tx.
-func putLiveChunks(tx *bolt.Tx, sp limiter.SavedPool) error {
-	if len(sp.LiveChunks) == 0 {
+// putLiveChunks applies the chunk changes of pool name in tx.
+func putLiveChunks(tx *bolt.Tx, name string, chunks []limiter.LiveChunk) error {
+	if len(chunks) == 0 {
 		return nil
 	}
-	b, err := tx.Bucket(liveBucket).CreateBucketIfNotExists([]byte(sp.Config.Name))
+	b, err := tx.Bucket(liveBucket).CreateBucketIfNotExists([]byte(name))
 	if err != nil {
 		return err
 	}
-	for _, c := range sp.LiveChunks {
+	for _, c := range chunks {
 		if c.Delete {
 			if err := b.Delete(chunkKey(c.Index)); err != nil {
 				return err

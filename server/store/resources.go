@@ -65,30 +65,25 @@ func encodeResources(rs []limiter.Resource) ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// putResources writes sp's instances in tx if they differ from what was
+// putResources writes w's instances in tx if they differ from what was
 // last written (deleting them when there are none), and returns what to
 // do once tx has committed: remember them as written.
-func (s *Store) putResources(tx *bolt.Tx, sp limiter.SavedPool) (func(), error) {
-	v, err := encodeResources(sp.Resources)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the instances of pool %q: %w", sp.Config.Name, err)
-	}
-	h := sha256.Sum256(v)
-	name := sp.Config.Name
-	if old, ok := s.res.Get(name); ok && old == h {
+func (s *Store) putResources(tx *bolt.Tx, w poolWrite) (func(), error) {
+	if old, ok := s.res.Get(w.name); ok && old == w.resHash {
 		return func() {}, nil
 	}
 	b := tx.Bucket(resBucket)
-	if v == nil {
-		err = b.Delete([]byte(name))
+	var err error
+	if w.res == nil {
+		err = b.Delete([]byte(w.name))
 	} else {
-		err = b.Put([]byte(name), v)
+		err = b.Put([]byte(w.name), w.res)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return func() {
-		s.res.Set(name, h)
+		s.res.Set(w.name, w.resHash)
 		s.res.mu.Lock()
 		s.res.writes++
 		s.res.mu.Unlock()

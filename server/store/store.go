@@ -5,9 +5,13 @@
 // restarted server re-adopts during its recovery window (see
 // docs/recovery.md).
 //
-// A Store implements limiter.Persister. Every write is one bbolt
-// transaction, committed with an fsync before it returns, so a write that
-// returned nil survives a crash of the process or the machine.
+// A Store implements limiter.Persister. A write returns once the bbolt
+// transaction it went in has committed with an fsync, so a write that
+// returned nil survives a crash of the process or the machine. The
+// writes of many pools share transactions (group commit): a pool's
+// write waits while a batch commits, then goes in the next with every
+// other write queued meanwhile; a background write (SavePoolLater) waits
+// up to LaterDelay for others.
 //
 // On disk, in DIR/tollgate.db:
 //
@@ -24,6 +28,7 @@ package store
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -35,6 +40,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/server/store/internal/groupcommit"
 )
 
 // FileName is the name of the store's file in its data directory.
@@ -45,6 +51,14 @@ const FileName = "tollgate.db"
 const (
 	formatVersion    = "2"
 	oldFormatVersion = "1"
+)
+
+// LaterDelay is the longest a background write (SavePoolLater) waits for
+// other writes to share its commit, and MaxBatch the most pool writes one
+// transaction carries.
+const (
+	LaterDelay = 10 * time.Millisecond
+	MaxBatch   = 4096
 )
 
 // lockTimeout bounds the wait for another process's lock on the file.
@@ -64,9 +78,33 @@ var (
 // Store is an open data directory. Its methods are safe for concurrent
 // use. Create it with Open and Close it when done.
 type Store struct {
-	db   *bolt.DB
-	path string
-	res  ResourceHashes // what each pool's instances were last written as
+	db     *bolt.DB
+	path   string
+	res    ResourceHashes // what each pool's instances were last written as
+	writes *groupcommit.Committer[poolWrite]
+}
+
+// poolWrite is a pool's record and instances in their stored form,
+// waiting for a transaction.
+type poolWrite struct {
+	name    string
+	rec     []byte
+	res     []byte // nil: none
+	resHash [sha256.Size]byte
+	live    []limiter.LiveChunk // the chunks of the live set that changed
+}
+
+// newPoolWrite encodes sp for a write.
+func newPoolWrite(sp limiter.SavedPool) (poolWrite, error) {
+	rec, err := encode(sp)
+	if err != nil {
+		return poolWrite{}, err
+	}
+	res, err := encodeResources(sp.Resources)
+	if err != nil {
+		return poolWrite{}, fmt.Errorf("encoding the instances of pool %q: %w", sp.Config.Name, err)
+	}
+	return poolWrite{name: sp.Config.Name, rec: rec, res: res, resHash: sha256.Sum256(res), live: sp.LiveChunks}, nil
 }
 
 // Open opens the store in dir, creating dir (mode 0700) and the store
@@ -89,6 +127,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("cannot open the store %s: %w", path, err)
 	}
 	s := &Store{db: db, path: path}
+	s.writes = groupcommit.New(s.commit, MaxBatch, LaterDelay)
 	if err := s.init(); err != nil {
 		db.Close()
 		return nil, err
@@ -144,14 +183,14 @@ func (s *Store) LoadOrSeed(seed []limiter.SavedPool) (pools []limiter.SavedPool,
 		meta, b := tx.Bucket(metaBucket), tx.Bucket(poolsBucket)
 		if meta.Get(initializedKey) == nil {
 			for _, sp := range seed {
-				v, err := encode(sp)
+				w, err := newPoolWrite(sp)
 				if err != nil {
 					return err
 				}
-				if err := b.Put([]byte(sp.Config.Name), v); err != nil {
+				if err := b.Put([]byte(w.name), w.rec); err != nil {
 					return err
 				}
-				if _, err := s.putResources(tx, sp); err != nil {
+				if _, err := s.putResources(tx, w); err != nil {
 					return err
 				}
 			}
@@ -182,29 +221,71 @@ func (s *Store) LoadOrSeed(seed []limiter.SavedPool) (pools []limiter.SavedPool,
 	return pools, seeded, nil
 }
 
-// SavePool durably writes sp, replacing any record of the same name. It
-// implements limiter.Persister.
+// SavePool durably writes sp, replacing any record of the same name, in
+// the next transaction, shared with the other pools' writes queued
+// meanwhile. It implements limiter.Persister.
 func (s *Store) SavePool(sp limiter.SavedPool) error {
-	v, err := encode(sp)
+	w, err := newPoolWrite(sp)
 	if err != nil {
 		return err
 	}
-	var written func()
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(poolsBucket).Put([]byte(sp.Config.Name), v); err != nil {
-			return err
-		}
-		if err := putLiveChunks(tx, sp); err != nil {
-			return err
-		}
-		var err error
-		written, err = s.putResources(tx, sp) // only when they changed
+	return s.writes.Now(w)
+}
+
+// SavePoolLater is SavePool for a write no caller waits for: it may wait
+// up to LaterDelay for other writes to share its transaction. It
+// implements limiter.LaterPersister.
+func (s *Store) SavePoolLater(sp limiter.SavedPool) error {
+	w, err := newPoolWrite(sp)
+	if err != nil {
 		return err
+	}
+	return s.writes.Later(w)
+}
+
+// commit writes a batch of pool writes in one transaction: all of them,
+// or none (each then fails with the transaction's error). Of two writes
+// of one pool, the later's record wins; the live set takes the chunks of
+// both, in order.
+func (s *Store) commit(batch []poolWrite) []error {
+	var written []func()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		written = written[:0]
+		pools := tx.Bucket(poolsBucket)
+		last := make(map[string]int, len(batch))
+		for i, w := range batch {
+			last[w.name] = i
+		}
+		for i, w := range batch {
+			// Each write carries only the chunks that changed since the
+			// one before it: every write's chunks go in, in order.
+			if err := putLiveChunks(tx, w.name, w.live); err != nil {
+				return fmt.Errorf("writing the live set of pool %q: %w", w.name, err)
+			}
+			if last[w.name] != i {
+				continue
+			}
+			if err := pools.Put([]byte(w.name), w.rec); err != nil {
+				return fmt.Errorf("writing pool %q: %w", w.name, err)
+			}
+			f, err := s.putResources(tx, w) // only when they changed
+			if err != nil {
+				return fmt.Errorf("writing the instances of pool %q: %w", w.name, err)
+			}
+			written = append(written, f)
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("writing pool %q to %s: %w", sp.Config.Name, s.path, err)
+		errs := make([]error, len(batch))
+		for i, w := range batch {
+			errs[i] = fmt.Errorf("writing pool %q to %s: %w", w.name, s.path, err)
+		}
+		return errs
 	}
-	written()
+	for _, f := range written {
+		f()
+	}
 	return nil
 }
 
@@ -264,7 +345,7 @@ func readTokenFloor(meta *bolt.Bucket) (uint64, error) {
 	return n, nil
 }
 
-var _ limiter.Persister = (*Store)(nil)
+var _ limiter.LaterPersister = (*Store)(nil)
 
 // LeaseIDKeyLen is the length of the key LeaseIDKey returns, in bytes.
 const LeaseIDKeyLen = 32
@@ -297,3 +378,7 @@ func (s *Store) LeaseIDKey() ([]byte, error) {
 	}
 	return key, nil
 }
+
+// Commits returns how many transactions of pool writes the store has
+// committed since it was opened.
+func (s *Store) Commits() uint64 { return s.writes.Batches() }

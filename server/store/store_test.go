@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/server/store/internal/groupcommit"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
@@ -172,5 +173,78 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if _, err := Open(file); err == nil || !strings.Contains(err.Error(), "data directory") {
 		t.Fatalf("Open of a file as a directory: %v", err)
+	}
+}
+
+// TestPoolsShareATransaction: a background write waits for a write a
+// caller waits for, and both go in one transaction (one fsync); both are
+// there after a reopen.
+func TestPoolsShareATransaction(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	if _, _, err := s.LoadOrSeed(nil); err != nil {
+		t.Fatal(err)
+	}
+	s.writes = groupcommit.New(s.commit, MaxBatch, time.Hour) // the background write waits for the other
+	done := make(chan error)
+	go func() { done <- s.SavePoolLater(saved("a", 1)) }()
+	for s.writes.Queued() == 0 {
+		time.Sleep(time.Millisecond) // polls the state the test drives; no timing is asserted
+	}
+	if err := s.SavePool(saved("b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := s.writes.Batches(); n != 1 {
+		t.Fatalf("%d transactions for two pools' writes, want 1", n)
+	}
+	s.Close()
+	got := load(t, mustOpen(t, dir))
+	if len(got) != 2 || got["a"].Config.ConcurrencyLimit != 1 || got["b"].Config.ConcurrencyLimit != 2 {
+		t.Fatalf("after a reopen: %+v", got)
+	}
+}
+
+// TestFailedTransactionFailsEachWrite: when the shared transaction fails,
+// every write in it fails and none is on disk.
+func TestFailedTransactionFailsEachWrite(t *testing.T) {
+	s := mustOpen(t, t.TempDir())
+	s.Close()
+	for _, err := range []error{s.SavePool(saved("a", 1)), s.SavePoolLater(saved("b", 1))} {
+		if err == nil || !strings.Contains(err.Error(), "writing pool") {
+			t.Fatalf("a write to a closed store: %v", err)
+		}
+	}
+}
+
+// Two writes of one pool in one transaction: the later's record wins, and
+// the live set takes the chunks of both (each write carries only the
+// chunks that changed since the one before it).
+func TestOneTransactionKeepsEveryWritesLiveChunks(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	if _, _, err := s.LoadOrSeed(nil); err != nil {
+		t.Fatal(err)
+	}
+	first, second := saved("a", 1), saved("a", 2)
+	first.LiveChunks = []limiter.LiveChunk{{Index: 1, Bits: limiter.LiveBits{1}}}
+	second.LiveChunks = []limiter.LiveChunk{{Index: 2, Bits: limiter.LiveBits{1}}}
+	w1, err := newPoolWrite(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, err := newPoolWrite(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := s.commit([]poolWrite{w1, w2}); errs != nil {
+		t.Fatal(errs)
+	}
+	s.Close()
+	got := load(t, mustOpen(t, dir))["a"]
+	if got.Config.ConcurrencyLimit != 2 || len(got.LiveChunks) != 2 {
+		t.Fatalf("after a reopen: limit %d, chunks %+v; want the later record and both chunks", got.Config.ConcurrencyLimit, got.LiveChunks)
 	}
 }

@@ -8,7 +8,11 @@
 // leader resigned, or etcd expired its session) or belongs to a later
 // campaign, the write changes nothing and fails with UNAVAILABLE
 // (NOT_LEADER). A write is not even sent once the leader's own deadline
-// has passed (Options.Leading).
+// has passed (Options.Leading). The pool writes of many pools share
+// transactions (group commit, as in server/store): one fenced
+// transaction carries the writes queued while the last one committed, up
+// to MaxTxnOps operations and MaxTxnBytes bytes, within etcd's default
+// limits.
 //
 // Under PREFIX:
 //
@@ -36,10 +40,21 @@ import (
 
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/server/store"
+	"github.com/tollgate/tollgate/server/store/internal/groupcommit"
 )
 
 // DefaultTimeout bounds each etcd call when Options.Timeout is 0.
 const DefaultTimeout = 5 * time.Second
+
+// MaxTxnOps and MaxTxnBytes bound one transaction of pool writes, within
+// etcd's default --max-txn-ops (128, of which the fenced transaction the
+// writes are nested in takes one) and --max-request-bytes (1.5 MiB); a
+// pool's write is one or two operations. A single pool write larger than
+// MaxTxnBytes goes alone.
+const (
+	MaxTxnOps   = 127
+	MaxTxnBytes = 1 << 20
+)
 
 // Options configures a Store.
 type Options struct {
@@ -65,6 +80,21 @@ type Store struct {
 	opts    Options
 	deposed sync.Once
 	res     store.ResourceHashes // each pool's instances as last written
+	writes  *groupcommit.Committer[poolWrite]
+}
+
+// poolWrite is a pool's write as etcd operations, waiting for a
+// transaction.
+type poolWrite struct {
+	name  string
+	ops   []clientv3.Op
+	size  int               // bytes of keys and values
+	hash  [sha256.Size]byte // of the instances
+	isRes bool              // ops write the instances (they changed)
+	// live are the chunks of the pool's live set that changed since its
+	// last write, by key: a put (the chunk's encoding) or a delete ("").
+	live     map[string]string
+	liveKeys []string // live's keys, in order
 }
 
 // New returns the Store of prefix for the term opts describes. The client
@@ -73,7 +103,9 @@ func New(c *clientv3.Client, prefix string, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Store{c: c, prefix: prefix, opts: opts}
+	s := &Store{c: c, prefix: prefix, opts: opts}
+	s.writes = groupcommit.New(s.commit, store.MaxBatch, store.LaterDelay)
+	return s
 }
 
 func (s *Store) poolKey(name string) string    { return s.prefix + "pools/" + name }
@@ -83,10 +115,6 @@ func (s *Store) livePrefix(name string) string { return s.prefix + "live/" + nam
 func (s *Store) liveKey(name string, index uint64) string {
 	return fmt.Sprintf("%s%016x", s.livePrefix(name), index)
 }
-
-// maxTxnOps is how many operations one transaction carries at most: etcd
-// refuses more than its --max-txn-ops (128 by default).
-const maxTxnOps = 100
 
 // Path describes the store, for logs.
 func (s *Store) Path() string {
@@ -142,7 +170,7 @@ func (s *Store) LoadOrSeed(seed []limiter.SavedPool) (pools []limiter.SavedPool,
 	}
 	if len(init.Kvs) == 0 {
 		for _, sp := range seed {
-			if err := s.save(sp, true); err != nil {
+			if err := s.save(sp); err != nil {
 				return nil, false, err
 			}
 		}
@@ -210,75 +238,207 @@ func (s *Store) load(ctx context.Context) ([]limiter.SavedPool, bool, error) {
 	return pools, false, nil
 }
 
-// SavePool writes sp, replacing any record of the same name, in one fenced
-// transaction. It implements limiter.Persister.
-func (s *Store) SavePool(sp limiter.SavedPool) error { return s.save(sp, false) }
+// SavePool writes sp, replacing any record of the same name, in the next
+// fenced transaction, shared with the other pools' writes queued
+// meanwhile. It implements limiter.Persister.
+func (s *Store) SavePool(sp limiter.SavedPool) error {
+	w, err := s.poolWrite(sp)
+	if err != nil {
+		return err
+	}
+	return s.writes.Now(w)
+}
 
-// save writes sp; onlyNew writes it only when no record of its name is
-// there (seeding).
-func (s *Store) save(sp limiter.SavedPool, onlyNew bool) error {
+// SavePoolLater is SavePool for a write no caller waits for: it may wait
+// up to store.LaterDelay for other writes to share its transaction. It
+// implements limiter.LaterPersister.
+func (s *Store) SavePoolLater(sp limiter.SavedPool) error {
+	w, err := s.poolWrite(sp)
+	if err != nil {
+		return err
+	}
+	return s.writes.Later(w)
+}
+
+// poolWrite returns the operations that write sp: its record, and its
+// instances when they differ from those last written.
+func (s *Store) poolWrite(sp limiter.SavedPool) (poolWrite, error) {
 	name := sp.Config.Name
 	v, err := store.EncodeRecord(sp)
 	if err != nil {
-		return err
+		return poolWrite{}, err
 	}
-	ops := []clientv3.Op{clientv3.OpPut(s.poolKey(name), string(v))}
 	rv, err := store.EncodeResources(sp.Resources)
 	if err != nil {
-		return fmt.Errorf("encoding the instances of pool %q: %w", name, err)
+		return poolWrite{}, fmt.Errorf("encoding the instances of pool %q: %w", name, err)
 	}
-	h := sha256.Sum256(rv)
-	old, known := s.res.Get(name)
-	if !known || old != h {
+	w := poolWrite{name: name, ops: []clientv3.Op{clientv3.OpPut(s.poolKey(name), string(v))},
+		size: len(s.poolKey(name)) + len(v), hash: sha256.Sum256(rv)}
+	if old, known := s.res.Get(name); !known || old != w.hash {
+		w.isRes = true
+		w.size += len(s.resKey(name)) + len(rv)
 		if rv == nil {
-			ops = append(ops, clientv3.OpDelete(s.resKey(name)))
+			w.ops = append(w.ops, clientv3.OpDelete(s.resKey(name)))
 		} else {
-			ops = append(ops, clientv3.OpPut(s.resKey(name), string(rv)))
+			w.ops = append(w.ops, clientv3.OpPut(s.resKey(name), string(rv)))
 		}
 	}
-	// The live set's chunks: those put go first, in transactions of their
-	// own when there are many, so that the record's mark never covers a
-	// live lease whose chunk is not written; those deleted (no live lease
-	// in them) go with the record, or after it.
-	var puts, dels []clientv3.Op
 	for _, c := range sp.LiveChunks {
-		if c.Delete {
-			dels = append(dels, clientv3.OpDelete(s.liveKey(name, c.Index)))
+		v := ""
+		if !c.Delete {
+			cv, err := store.EncodeLiveChunk(c)
+			if err != nil {
+				return poolWrite{}, fmt.Errorf("encoding the live set of pool %q: %w", name, err)
+			}
+			v = string(cv)
+		}
+		w.addLive(s.liveKey(name, c.Index), v)
+	}
+	return w, nil
+}
+
+// addLiveBefore records a chunk change made before w's own: it is kept
+// unless w changes the same chunk.
+func (w *poolWrite) addLiveBefore(key, v string) {
+	if _, ok := w.live[key]; !ok {
+		w.addLive(key, v)
+	}
+}
+
+// addLive records a chunk's put (v) or delete (v == "") in w; a later
+// change of the same chunk replaces an earlier one.
+func (w *poolWrite) addLive(key, v string) {
+	if w.live == nil {
+		w.live = map[string]string{}
+	}
+	if _, ok := w.live[key]; !ok {
+		w.liveKeys = append(w.liveKeys, key)
+	}
+	w.live[key] = v
+}
+
+// liveOps returns the operations of w's live chunks: puts and deletes.
+func (w *poolWrite) liveOps() (puts, dels []clientv3.Op, size int) {
+	for _, k := range w.liveKeys {
+		if v := w.live[k]; v == "" {
+			dels = append(dels, clientv3.OpDelete(k))
+		} else {
+			puts = append(puts, clientv3.OpPut(k, v))
+			size += len(k) + len(v)
+		}
+	}
+	return puts, dels, size
+}
+
+// commit writes a batch of pool writes in as few fenced transactions as
+// etcd's limits allow; each write gets the outcome of the transaction it
+// went in. Of two writes of one pool, the later is written (one
+// transaction may not put a key twice), and both get its outcome.
+func (s *Store) commit(batch []poolWrite) []error {
+	last := make(map[string]int, len(batch))
+	for i, w := range batch {
+		last[w.name] = i
+	}
+	errs := make([]error, len(batch))
+	failed := false
+	// Each write carries only the live chunks that changed since the one
+	// before it: the write that goes in takes those of its pool's earlier
+	// writes in the batch too. A pool with more chunks than fit beside
+	// its record puts them first, in transactions of their own, so that
+	// the record's live mark never covers a live lease whose chunk is not
+	// written, and deletes them after (a chunk with no live lease may
+	// stay a while).
+	var after []clientv3.Op
+	for i := range batch {
+		w := &batch[i]
+		if j := last[w.name]; j != i {
+			for _, k := range w.liveKeys {
+				batch[j].addLiveBefore(k, w.live[k])
+			}
 			continue
 		}
-		cv, err := store.EncodeLiveChunk(c)
-		if err != nil {
-			return fmt.Errorf("encoding the live set of pool %q: %w", name, err)
-		}
-		puts = append(puts, clientv3.OpPut(s.liveKey(name, c.Index), string(cv)))
-	}
-	if len(ops)+len(puts)+len(dels) > maxTxnOps {
-		for len(puts) > 0 {
-			n := min(len(puts), maxTxnOps)
-			if _, err := s.fencedTxn(fmt.Sprintf("writing the live set of pool %q", name), nil, puts[:n]...); err != nil {
-				return err
+		puts, dels, size := w.liveOps()
+		if len(w.ops)+len(puts)+len(dels) > MaxTxnOps || w.size+size > MaxTxnBytes {
+			for len(puts) > 0 && errs[i] == nil {
+				n := min(len(puts), MaxTxnOps)
+				if _, err := s.fencedTxn(fmt.Sprintf("writing the live set of pool %q", w.name), nil, puts[:n]...); err != nil {
+					errs[i], failed = err, true
+				}
+				puts = puts[n:]
 			}
-			puts = puts[n:]
+			after = append(after, dels...)
+			continue
 		}
+		w.ops = append(append(w.ops, puts...), dels...)
+		w.size += size
 	}
-	ops = append(ops, puts...)
-	n := min(len(dels), maxTxnOps-len(ops))
-	ops, dels = append(ops, dels[:n]...), dels[n:]
-	var ifs []clientv3.Cmp
-	if onlyNew {
-		ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(s.poolKey(name)), "=", 0))
+	var txn []int // indexes in batch
+	ops, size := 0, 0
+	flush := func() {
+		if len(txn) == 0 {
+			return
+		}
+		var all []clientv3.Op
+		for _, i := range txn {
+			all = append(all, batch[i].ops...)
+		}
+		what := fmt.Sprintf("writing pool %q", batch[txn[0]].name)
+		if len(txn) > 1 {
+			what = fmt.Sprintf("writing %d pools (%q and others)", len(txn), batch[txn[0]].name)
+		}
+		_, err := s.fencedTxn(what, nil, all...)
+		for _, i := range txn {
+			if err != nil {
+				errs[i] = err
+				failed = true
+			} else if batch[i].isRes {
+				s.res.Set(batch[i].name, batch[i].hash)
+			}
+		}
+		txn, ops, size = txn[:0], 0, 0
 	}
-	ok, err := s.fencedTxn(fmt.Sprintf("writing pool %q", name), ifs, ops...)
-	for err == nil && ok && len(dels) > 0 {
-		n := min(len(dels), maxTxnOps)
-		_, err = s.fencedTxn(fmt.Sprintf("writing the live set of pool %q", name), nil, dels[:n]...)
-		dels = dels[n:]
+	for i, w := range batch {
+		if last[w.name] != i || errs[i] != nil {
+			continue
+		}
+		if ops+len(w.ops) > MaxTxnOps || size+w.size > MaxTxnBytes {
+			flush()
+		}
+		txn = append(txn, i)
+		ops += len(w.ops)
+		size += w.size
 	}
+	flush()
+	for len(after) > 0 && !failed {
+		n := min(len(after), MaxTxnOps)
+		if _, err := s.fencedTxn("deleting chunks of live sets", nil, after[:n]...); err != nil {
+			break // chunks with no live lease in them: harmless where they stay
+		}
+		after = after[n:]
+	}
+	if !failed {
+		return nil
+	}
+	for i, w := range batch {
+		errs[i] = errs[last[w.name]]
+	}
+	return errs
+}
+
+// save writes sp alone, and only when no record of its name is there
+// (seeding).
+func (s *Store) save(sp limiter.SavedPool) error {
+	w, err := s.poolWrite(sp)
 	if err != nil {
 		return err
 	}
-	if ok {
-		s.res.Set(name, h)
+	ifs := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.poolKey(w.name)), "=", 0)}
+	ok, err := s.fencedTxn(fmt.Sprintf("writing pool %q", w.name), ifs, w.ops...)
+	if err != nil {
+		return err
+	}
+	if ok && w.isRes {
+		s.res.Set(w.name, w.hash)
 	}
 	return nil
 }
@@ -362,4 +522,4 @@ func (s *Store) LeaseIDKey() ([]byte, error) {
 	return bytes.Clone(kvs[0].Value), nil
 }
 
-var _ limiter.Persister = (*Store)(nil)
+var _ limiter.LaterPersister = (*Store)(nil)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -183,7 +184,7 @@ func TestLiveChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, ab := pool(t, "a", 5), pool(t, "a/b", 5)
-	for i := range uint64(3 * maxTxnOps) {
+	for i := range uint64(3 * MaxTxnOps) {
 		ch := limiter.LiveChunk{Index: i}
 		ch.Bits[0] = 1 << (i % 64)
 		a.LiveChunks = append(a.LiveChunks, ch)
@@ -195,7 +196,7 @@ func TestLiveChunks(t *testing.T) {
 		}
 	}
 	a.LiveChunks = nil
-	for i := range uint64(2*maxTxnOps + 5) { // deletes, beyond one transaction too
+	for i := range uint64(2*MaxTxnOps + 5) { // deletes, beyond one transaction too
 		a.LiveChunks = append(a.LiveChunks, limiter.LiveChunk{Index: i, Delete: true})
 	}
 	if err := s.SavePool(a); err != nil {
@@ -212,13 +213,61 @@ func TestLiveChunks(t *testing.T) {
 		}
 		return m
 	}
-	if got := chunks(); got["a"] != maxTxnOps-5 || got["a/b"] != 1 {
-		t.Fatalf("chunks after the writes: %v; want a %d, a/b 1", got, maxTxnOps-5)
+	if got := chunks(); got["a"] != MaxTxnOps-5 || got["a/b"] != 1 {
+		t.Fatalf("chunks after the writes: %v; want a %d, a/b 1", got, MaxTxnOps-5)
 	}
 	if err := s.DeletePool("a", 10); err != nil {
 		t.Fatal(err)
 	}
 	if got := chunks(); got["a"] != 0 || got["a/b"] != 1 {
 		t.Fatalf("chunks after deleting a: %v", got)
+	}
+}
+
+// TestBatchSplitsAtEtcdLimits: a batch of more pool writes than one etcd
+// transaction may carry (each here two operations: an active pool's
+// record and instances) commits in several fenced transactions, every
+// write durable; and a deposed term's batch fails every write with
+// NOT_LEADER.
+func TestBatchSplitsAtEtcdLimits(t *testing.T) {
+	c := client(t)
+	opts := campaign(t, c, "/leader/a")
+	s := New(c, prefix, opts)
+	var batch []poolWrite
+	for i := range 3 * MaxTxnOps {
+		sp := pool(t, fmt.Sprintf("p%03d", i), 2)
+		sp.Config.ResourceKind = limiter.ResourceActive
+		sp.Resources = []limiter.Resource{{ID: "r1"}}
+		w, err := s.poolWrite(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(w.ops) != 2 {
+			t.Fatalf("a new active pool's write is %d operations, want 2", len(w.ops))
+		}
+		batch = append(batch, w)
+	}
+	if errs := s.commit(batch); errs != nil {
+		t.Fatalf("committing %d pools: %v", len(batch), errs)
+	}
+	got, _, err := New(c, prefix, opts).load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(batch) || len(got[0].Resources) != 1 {
+		t.Fatalf("%d pools loaded, want %d", len(got), len(batch))
+	}
+
+	if _, err := c.Delete(context.Background(), "/leader/a"); err != nil {
+		t.Fatal(err)
+	}
+	errs := s.commit(batch[:3])
+	if len(errs) != 3 {
+		t.Fatalf("a deposed term's batch: %v", errs)
+	}
+	for _, err := range errs {
+		if !isNotLeader(err) {
+			t.Fatalf("a deposed term's write: %v, want NOT_LEADER", err)
+		}
 	}
 }
