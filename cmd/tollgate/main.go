@@ -11,7 +11,7 @@
 //	tollgate events [--pool P]          tail the server's events until Ctrl-C
 //	tollgate stats [POOL...]            a table of pools' counters, live on a terminal
 //	tollgate version                    the version and build of this binary
-//	tollgate healthcheck [--url U]      GET a server's /readyz (for container health checks)
+//	tollgate healthcheck [--url U]      --server's gRPC health, or GET a server's /readyz
 //	tollgate status                     each server of --server a,b,c: its role, the leader, its epoch
 //	tollgate bench [--peer redis]       pairs/s of Acquire + Release, beside a Redis semaphore
 //
@@ -132,8 +132,8 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 	}
 	root.Version = versionString()
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newServeCmd(), newVersionCmd(), newHealthcheckCmd(), newBenchCmd())
-	for _, c := range []*cobra.Command{newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newRunCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g), newStatusCmd(g)} {
+	root.AddCommand(newServeCmd(), newVersionCmd(), newBenchCmd())
+	for _, c := range []*cobra.Command{newHealthcheckCmd(g), newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newRunCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g), newStatusCmd(g)} {
 		g.register(c.PersistentFlags(), server)
 		root.AddCommand(c)
 	}

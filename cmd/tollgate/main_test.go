@@ -252,3 +252,16 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("with -X main.version: %q", v)
 	}
 }
+
+// freeAddr returns a loopback address where nothing listens (a port that
+// was free a moment ago).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
