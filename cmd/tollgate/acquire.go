@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -147,6 +149,9 @@ func acquireLease(ctx context.Context, g *globals, pool string, try bool, opts [
 	case err != nil && !adminRefused(err): // a non-admin cannot check: let the acquire tell
 	case try:
 		l, err = c.TryAcquire(ctx, pool, opts...)
+		if errors.Is(err, client.ErrNoCapacity) || errors.Is(err, client.ErrRecovering) {
+			err = errors.New(strings.TrimPrefix(formatError(err), "tollgate: ") + "; without --try, tollgate waits in the pool's queue")
+		}
 	default:
 		l, err = c.Acquire(ctx, pool, opts...)
 	}

@@ -58,7 +58,11 @@ func TestAcquireHoldsUntilInterrupted(t *testing.T) {
 	if st := ts.info(t, "db").Status; st.Held != 2 {
 		t.Fatalf("held %d while acquire runs", st.Held)
 	}
-	runCLI(t, ts.addr, "acquire", "db", "--try", "--weight", "2").mustFail(t, 1, "(RESOURCE_EXHAUSTED NO_CAPACITY)")
+	r := runCLI(t, ts.addr, "acquire", "db", "--try", "--weight", "2")
+	r.mustFail(t, 1, "(RESOURCE_EXHAUSTED NO_CAPACITY)", "does not wait", "without --try, tollgate waits")
+	if strings.Contains(r.stderr, "no_wait") {
+		t.Errorf("the CLI's message names the API's field: %s", r.stderr)
+	}
 
 	interrupt() // Ctrl-C
 	if code := <-done; code != 0 {

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate/tollgate/client"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -93,7 +92,7 @@ leader_changed among them).`,
 				ev := resp.GetEvent()
 				var line string
 				if format.json {
-					b, err := protojson.Marshal(ev)
+					b, err := jsonMessage(ev)
 					if err != nil {
 						return err
 					}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate/tollgate/client"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -130,7 +129,7 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 			if a.err != nil {
 				s.Error = formatError(a.err)
 			} else {
-				b, err := protojson.Marshal(a.resp)
+				b, err := jsonMessage(a.resp)
 				if err != nil {
 					return err
 				}
@@ -138,7 +137,7 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 			}
 			out.Servers = append(out.Servers, s)
 		}
-		b, err := json.MarshalIndent(out, "", "  ")
+		b, err := json.Marshal(out)
 		if err != nil {
 			return err
 		}
