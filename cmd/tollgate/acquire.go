@@ -23,28 +23,38 @@ type leaseFlags struct {
 	ttl         time.Duration
 	priority    int32
 	waitTimeout time.Duration
-	waitFlag    string // the name of the wait flag: --wait-timeout or --wait
+	oldWait     string // a deprecated name of --wait-timeout, or ""
 	try         bool
 	description string
 }
 
-func (lf *leaseFlags) register(f *pflag.FlagSet, waitFlag string) {
-	lf.waitFlag = waitFlag
+// register adds the flags to f; oldWait, when not empty, is a deprecated
+// name of --wait-timeout that still works.
+func (lf *leaseFlags) register(f *pflag.FlagSet, oldWait string) {
 	f.Int64Var(&lf.weight, "weight", 1, "permit weight to hold")
 	f.DurationVar(&lf.ttl, "ttl", 0, "lease TTL, renewed every TTL/3 (0: the pool's default_lease_ttl)")
 	f.Int32Var(&lf.priority, "priority", 0, "place in the wait queue: higher is granted first")
-	f.DurationVar(&lf.waitTimeout, waitFlag, 0, "longest wait in the queue (0: until Ctrl-C)")
+	f.DurationVar(&lf.waitTimeout, "wait-timeout", 0, "longest wait in the queue (0: until Ctrl-C)")
+	if oldWait != "" {
+		lf.oldWait = oldWait
+		f.DurationVar(&lf.waitTimeout, oldWait, 0, "the old name of --wait-timeout")
+		deprecate(f, oldWait, "wait-timeout")
+	}
 	f.BoolVar(&lf.try, "try", false, "fail at once (NO_CAPACITY) rather than wait")
 	f.StringVar(&lf.description, "description", "", "note shown to operators with the lease")
 }
 
 // options checks the flags and returns them as acquire options.
 func (lf *leaseFlags) options(f *pflag.FlagSet) ([]client.AcquireOption, error) {
+	waitFlag := "wait-timeout"
+	if lf.oldWait != "" && f.Changed(lf.oldWait) {
+		waitFlag = lf.oldWait
+	}
 	if lf.waitTimeout < 0 {
-		return nil, usageErrorf("--%s must not be negative, not %v", lf.waitFlag, lf.waitTimeout)
+		return nil, usageErrorf("--%s must not be negative, not %v", waitFlag, lf.waitTimeout)
 	}
 	if lf.try && lf.waitTimeout != 0 {
-		return nil, usageErrorf("--try does not wait; drop --%s", lf.waitFlag)
+		return nil, usageErrorf("--try does not wait; drop --%s", waitFlag)
 	}
 	var opts []client.AcquireOption
 	if f.Changed("weight") {
@@ -118,7 +128,7 @@ exits with status 1.`,
 			return err
 		},
 	}
-	lf.register(cmd.Flags(), "wait-timeout")
+	lf.register(cmd.Flags(), "")
 	cmd.Flags().VarP(&format, "output", "o", "output format: text or json")
 	return cmd
 }

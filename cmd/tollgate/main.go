@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/suggest"
 )
 
 // Exit statuses.
@@ -110,6 +111,7 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			*started = true
+			warnDeprecated(cmd)
 			if cmd.Flags().Lookup("server") == nil { // serve, version: no client flags
 				return nil
 			}
@@ -124,7 +126,7 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{flagHint(cmd, err)} })
 
 	server := client.DefaultServer
 	if env := getenv("TOLLGATE_SERVER"); env != "" {
@@ -164,6 +166,48 @@ func cliClientID() string {
 		host = "unknown"
 	}
 	return fmt.Sprintf("tollgate-cli@%s-%d", host, os.Getpid())
+}
+
+// flagHint adds "did you mean --X?" to an unknown flag's error, naming
+// the command's flags closest to it.
+func flagHint(cmd *cobra.Command, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	if !ok {
+		return err
+	}
+	var names []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden && f.Deprecated == "" {
+			names = append(names, f.Name)
+		}
+	})
+	hint := suggest.Hint(suggest.Near(name, names), func(n string) string { return "--" + n })
+	if hint == "" {
+		return err
+	}
+	return fmt.Errorf("%w%s", err, hint)
+}
+
+// deprecatedName is the annotation of a flag kept as the old name of
+// another: its value is the new name.
+const deprecatedName = "tollgate/deprecated-name-of"
+
+// deprecate hides the flag old of f, an old name of the flag named
+// current, which still works: warnDeprecated says so on stderr (pflag's
+// own notice would go to stdout, among the command's output).
+func deprecate(f *pflag.FlagSet, old, current string) {
+	_ = f.MarkHidden(old)                                       // the flag was just added
+	_ = f.SetAnnotation(old, deprecatedName, []string{current}) // likewise
+}
+
+// warnDeprecated prints a line on stderr for each deprecated flag name on
+// cmd's command line.
+func warnDeprecated(cmd *cobra.Command) {
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if cur := f.Annotations[deprecatedName]; len(cur) == 1 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "tollgate: --%s is deprecated; use --%s (it means the same)\n", f.Name, cur[0])
+		}
+	})
 }
 
 // usageError is a mistake in the command line (exit status 2).
