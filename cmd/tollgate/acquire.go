@@ -90,7 +90,8 @@ in the background, until Ctrl-C (or SIGTERM), and release it.
 It prints "acquired lease <id> fencing_token=<n> weight=<w> expires <time>"
 once granted and "released lease <id>" at the end; with -o json, one JSON
 object per line for each ({"event": "acquired", "lease_id": ...} and
-{"event": "released", ...}). While it waits, it prints its place in the
+{"event": "released", ...}, or {"event": "lost", "reason": ...} when the
+lease was lost). While it waits, it prints its place in the
 pool's queue when that changes, checked every second ("waiting in pool
 "db"'s queue: position 2 of 5" on stderr; with -o json, {"event": "waiting",
 "position": 2, "waiting": 5} on stdout). If the lease is lost while held (it expired or
@@ -119,6 +120,11 @@ exits with status 1.`,
 			case <-l.Done():
 			}
 			if err := releaseLease(cmd.Context(), g, l); err != nil {
+				if format.json && errors.Is(err, client.ErrLeaseLost) {
+					if jerr := json.NewEncoder(out).Encode(lostJSON(l, err)); jerr != nil {
+						return errors.Join(err, jerr)
+					}
+				}
 				return err
 			}
 			if format.json {
@@ -205,6 +211,28 @@ func resourcesJSON(rs []client.Resource) []resourceJSON {
 	out := make([]resourceJSON, len(rs))
 	for i, r := range rs {
 		out[i] = resourceJSON{r.ID, r.Provider, r.Attributes}
+	}
+	return out
+}
+
+// leaseLostJSON is a lease that ended without its holder's release, as
+// acquire -o json prints it.
+type leaseLostJSON struct {
+	Event   string `json:"event"` // "lost"
+	Pool    string `json:"pool"`
+	LeaseID string `json:"lease_id"`
+	// Code and Reason are the server's status and reason when it said why
+	// (NOT_FOUND and LEASE_EXPIRED, FAILED_PRECONDITION and LEASE_REVOKED,
+	// ...); absent for a loss by the local deadline.
+	Code    string `json:"code,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message"`
+}
+
+func lostJSON(l *client.Lease, err error) leaseLostJSON {
+	out := leaseLostJSON{Event: "lost", Pool: l.Pool(), LeaseID: l.ID(), Message: strings.TrimPrefix(formatError(err), "tollgate: ")}
+	if e, ok := client.FromError(err); ok {
+		out.Code, out.Reason = client.CodeName(e.Code), e.Reason
 	}
 	return out
 }

@@ -97,6 +97,31 @@ func TestAcquireReportsLoss(t *testing.T) {
 	}
 }
 
+// With -o json, a lost lease is a JSON line on stdout too.
+func TestAcquireReportsLossAsJSON(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+
+	var stdout, stderr cliBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"--server", ts.addr, "acquire", "db", "--ttl", "1m", "-o", "json"}, &stdout, &stderr, func(string) string { return "" })
+	}()
+	waitOutput(t, &stdout, done, `"event":"acquired"`)
+	ts.clock.Advance(2 * time.Minute) // the server expires it
+	if code := <-done; code != 1 {
+		t.Fatalf("acquire of a lost lease exited %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var lost map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &lost); err != nil {
+		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
+	}
+	if lost["event"] != "lost" || lost["pool"] != "db" || lost["reason"] != "LEASE_EXPIRED" || lost["code"] != "NOT_FOUND" || !strings.Contains(lost["message"].(string), "lease lost") {
+		t.Fatalf("lost line: %v", lost)
+	}
+}
+
 func TestAcquireCommandErrors(t *testing.T) {
 	ts := newCLIServer(t)
 	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
