@@ -93,14 +93,16 @@ type Client struct {
 	ready   chan struct{} // closed when cur is set; replaced when it breaks
 	leases  map[leaseKey]*Lease
 
+	target    string   // the gRPC target dialed
 	cluster   []string // the addresses of a cluster given to Dial; nil for one target
 	lastBreak error    // why the last Session stream broke or could not open
 }
 
 type leaseKey struct{ pool, id string }
 
-// Dial returns a Client for target: one server address ("host:port", or any
-// gRPC target such as "dns:///tollgate.internal:7070"), or several
+// Dial returns a Client for target: one server address ("host:port", or
+// "host" for port 7070, or any gRPC target such as
+// "dns:///tollgate.internal:7070"), or several
 // "host:port" addresses of the servers of one cluster, given as more
 // arguments (Dial("a:7070", "b:7070", "c:7070")) or as a comma-separated
 // list ("a:7070,b:7070,c:7070"). The other arguments are Options.
@@ -181,6 +183,7 @@ func Dial(target string, more ...Option) (*Client, error) {
 		cancel:   cancel,
 		ready:    make(chan struct{}),
 		leases:   make(map[leaseKey]*Lease),
+		target:   grpcTarget,
 		cluster:  addrs,
 	}, nil
 }
@@ -202,6 +205,9 @@ func transportCredentials() credentials.TransportCredentials {
 func dialTarget(target string) (grpcTarget string, addrs []string, opts []grpc.DialOption, err error) {
 	for _, a := range strings.Split(target, ",") {
 		if a = strings.TrimSpace(a); a != "" {
+			if a, err = serverAddress(a); err != nil {
+				return "", nil, nil, err
+			}
 			addrs = append(addrs, a)
 		}
 	}

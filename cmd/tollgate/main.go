@@ -27,9 +27,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -72,7 +74,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		}
 		return es.code
 	}
-	fmt.Fprintln(stderr, formatError(err))
+	server := ""
+	if cmd != nil {
+		if f := cmd.Flags().Lookup("server"); f != nil {
+			server = f.Value.String()
+		}
+	}
+	fmt.Fprintln(stderr, formatErrorAt(err, server))
 	var ue usageError
 	if !*started || errors.As(err, &ue) {
 		if cmd != nil {
@@ -145,18 +153,68 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 // register adds the client flags to a client command (and its
 // subcommands); serve has none of them.
 func (g *globals) register(pf *pflag.FlagSet, server string) {
-	pf.StringVar(&g.server, "server", server, "Tollgate server address (host:port), or a comma-separated list of the servers of a cluster (calls go to the leader); env TOLLGATE_SERVER")
+	pf.StringVar(&g.server, "server", server, "Tollgate server address (host:port; host alone means port 7070), or a comma-separated list of the servers of a cluster (calls go to the leader); env TOLLGATE_SERVER")
 	g.sec.register(pf)
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each admin call (pool commands, and acquire's pool check and release), and added to take's --max-wait")
 }
 
-// dial returns a client of the --server address.
+// dial returns a client of the --server address. For a list of servers,
+// whose calls wait for a leader, it first fails fast when no server of
+// the list accepts a connection (probeCluster).
 func (g *globals) dial() (*client.Client, error) {
 	opts, err := g.sec.options()
 	if err != nil {
 		return nil, err
 	}
+	if err := probeCluster(g.server, min(g.timeout, probeTimeout)); err != nil {
+		return nil, err
+	}
 	return client.Dial(g.server, append(opts, client.WithClientID(cliClientID()))...)
+}
+
+// probeTimeout bounds probeCluster's wait for a connection.
+const probeTimeout = 2 * time.Second
+
+// probeCluster opens a TCP connection to each host:port of a
+// comma-separated list of servers at once, within timeout, and returns an
+// error naming every server and why, when each one refused (or could not
+// be resolved). It returns nil for one address (whose calls fail fast by
+// themselves), when any server accepts, and when one did not answer in
+// time (it may be slow, not down: the call's own deadline tells).
+func probeCluster(list string, timeout time.Duration) error {
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil // not host:port: leave it to the client
+			}
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) < 2 {
+		return nil
+	}
+	errs := make([]error, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Go(func() {
+			conn, err := net.DialTimeout("tcp", a, timeout)
+			if err == nil {
+				conn.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	why := make([]string, len(addrs))
+	for i, err := range errs {
+		var ne net.Error
+		if err == nil || errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		why[i] = err.Error()
+	}
+	return fmt.Errorf("no server of the list answered: %s (is one running? set --server or TOLLGATE_SERVER)", strings.Join(why, "; "))
 }
 
 // cliClientID names the CLI to the server: "tollgate-cli@<host>-<pid>".
@@ -257,16 +315,43 @@ func minArgs(names ...string) cobra.PositionalArgs {
 // formatError renders an error for people: a server error as
 // "tollgate: <message> (<CODE> <REASON>)", anything else as
 // "tollgate: <error>".
-func formatError(err error) string {
+func formatError(err error) string { return formatErrorAt(err, "") }
+
+// formatErrorAt is formatError for a command that talked to server (its
+// --server; "" if unknown): a failure to reach it says what was wrong and
+// what to type instead.
+func formatErrorAt(err error, server string) string {
 	msg := err.Error()
 	if e, ok := client.FromError(err); ok && !errors.Is(err, client.ErrLeaseLost) {
 		msg = e.Error()
-		if e.Code == codes.DeadlineExceeded && e.Reason == "" {
+		if e.Code == codes.DeadlineExceeded && e.Reason == "" && !strings.Contains(e.Message, "could be reached") {
 			msg += "; the server did not answer in time (raise --timeout?)"
 		}
 		if e.Code == codes.Unavailable && e.Reason == "" {
-			msg += "; is a server running there? (set --server or TOLLGATE_SERVER)"
+			msg += connectionHint(e.Message, server)
 		}
 	}
 	return "tollgate: " + strings.TrimPrefix(msg, "tollgate: ")
+}
+
+// connectionHint says, from the message of a failed connection to server,
+// what was likely wrong and what to type instead.
+func connectionHint(msg, server string) string {
+	at := "there"
+	if server != "" {
+		at = "at " + server
+	}
+	switch {
+	case strings.Contains(msg, "frame too large") || strings.Contains(msg, "HTTP/1.1"):
+		return "; this looks like Tollgate's HTTP port (serve --http, 7071 by default): use the gRPC port (serve --listen, 7070 by default)"
+	case strings.Contains(msg, "tls: certificate required"):
+		return "; the server requires a client certificate: give --tls-cert and --tls-key"
+	case strings.Contains(msg, "x509:") || strings.Contains(msg, "tls: failed to verify"):
+		return "; the server's certificate could not be verified: give --tls-ca with the CA that signed it"
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return "; the server " + at + " does not use TLS: drop --tls-ca, --tls-cert and --tls-key"
+	case strings.Contains(msg, "error reading server preface: EOF"):
+		return "; the server " + at + " closed the connection before speaking gRPC: if it uses TLS, give --tls-ca (the CA of its certificate); if it is Tollgate's HTTP port, use the gRPC port (7070 by default)"
+	}
+	return "; no server answered " + at + " (is one running? set --server or TOLLGATE_SERVER)"
 }

@@ -127,7 +127,7 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 		for _, a := range answers {
 			s := server{Server: a.server}
 			if a.err != nil {
-				s.Error = formatError(a.err)
+				s.Error = formatErrorAt(a.err, a.server)
 			} else {
 				b, err := jsonMessage(a.resp)
 				if err != nil {
@@ -166,7 +166,7 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 	}
 	for _, a := range answers {
 		if a.err != nil {
-			if _, err := fmt.Fprintf(p.w, "%s: %s\n", a.server, strings.TrimPrefix(formatError(a.err), "tollgate: ")); err != nil {
+			if _, err := fmt.Fprintf(p.w, "%s: %s\n", a.server, strings.TrimPrefix(formatErrorAt(a.err, a.server), "tollgate: ")); err != nil {
 				return err
 			}
 		}
