@@ -185,7 +185,7 @@ func (e *Engine) lookup(name string) (*pool, error) {
 	}
 	p := e.pools.get(name)
 	if p == nil {
-		return nil, poolNotFound(name)
+		return nil, e.poolNotFound(name)
 	}
 	return p, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/server/tlstest"
 )
 
@@ -32,4 +33,11 @@ func TestConnectionErrorsSayWhatToDo(t *testing.T) {
 	down2 := freeAddr(t)
 	runCLI(t, down+","+down2, "--timeout", "1m", "pool", "list").mustFail(t, 1, "no server of the list answered", down, down2, "connection refused")
 	runCLI(t, down+","+down2, "--timeout", "1m", "acquire", "db").mustFail(t, 1, "no server of the list answered")
+}
+
+// A mistyped pool's error names the pools close to it.
+func TestMistypedPoolSuggestsNames(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "orders-db", ConcurrencyLimit: 1})
+	runCLI(t, ts.addr, "acquire", "order-db").mustFail(t, 1, `pool "order-db" not found (did you mean "orders-db"?); create it first`, "(NOT_FOUND POOL_NOT_FOUND)")
 }
