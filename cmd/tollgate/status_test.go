@@ -58,9 +58,12 @@ func statusJSON(t *testing.T, r cliResult, n int) (statusOutput, *tollgatev1.Get
 }
 
 // fakeLeadership is a server's fixed account of a cluster.
-type fakeLeadership struct{ view server.ClusterView }
+type fakeLeadership struct {
+	view    server.ClusterView
+	deposed bool // its view names itself leader, but its deadline passed
+}
 
-func (f fakeLeadership) Leading() bool               { return f.view.Leader == f.view.Self }
+func (f fakeLeadership) Leading() bool               { return f.view.Leader == f.view.Self && !f.deposed }
 func (f fakeLeadership) Cluster() server.ClusterView { return f.view }
 
 // clusterServer serves a server whose Leadership reports view, with
@@ -68,7 +71,14 @@ func (f fakeLeadership) Cluster() server.ClusterView { return f.view }
 func clusterServer(t *testing.T, lis net.Listener, view server.ClusterView) {
 	t.Helper()
 	view.Self = lis.Addr().String()
-	srv := server.New(server.Config{Leadership: fakeLeadership{view}, Advertise: view.Self, ShutdownTimeout: time.Second})
+	clusterServerOf(t, lis, fakeLeadership{view: view})
+}
+
+// clusterServerOf serves a server whose Leadership is f, on lis.
+func clusterServerOf(t *testing.T, lis net.Listener, f fakeLeadership) {
+	t.Helper()
+	view := f.view
+	srv := server.New(server.Config{Leadership: f, Advertise: view.Self, ShutdownTimeout: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
@@ -160,4 +170,16 @@ func TestCommandsTakeAListOfServers(t *testing.T) {
 		t.Fatalf("pool list:\n%s", r.stdout)
 	}
 	runCLI(t, "127.0.0.1:1,"+ts.addr, "take", "db").mustFail(t, 1, "NO_RATE_LIMIT")
+}
+
+// A server whose leadership deadline passed (etcd down) while its
+// election still names it leader shows no leader, not itself.
+func TestStatusOfADeposedLeader(t *testing.T) {
+	lis := listen(t)
+	self := lis.Addr().String()
+	clusterServerOf(t, lis, fakeLeadership{view: server.ClusterView{Self: self, Members: []string{self}, Leader: self, Epoch: 7, Remaining: time.Second}, deposed: true})
+	r := runCLI(t, self, "status").mustSucceed(t)
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(self) + ` +follower +- +7 +-$`).MatchString(r.stdout) {
+		t.Fatalf("status of a deposed leader:\n%s", r.stdout)
+	}
 }
