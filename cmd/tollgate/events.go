@@ -37,9 +37,9 @@ A watcher that cannot keep up is disconnected by the server
 (RESOURCE_EXHAUSTED); run the command again, with --recent to catch up.
 
 On a cluster (--server a,b,c) it follows the leader: when the server it
-watches stops leading (NOT_LEADER) or shuts down, it goes on with the new
-leader's events, starting with those the new leader kept (its
-leader_changed among them).`,
+watches stops leading (NOT_LEADER), shuts down or goes away (killed, its
+connection lost), it goes on with the new leader's events, starting with
+those the new leader kept (its leader_changed among them).`,
 		Example: `  tollgate events
   tollgate events --pool orders-db --recent
   tollgate events -o json | jq .`,
@@ -65,15 +65,18 @@ leader_changed among them).`,
 						return nil // Ctrl-C
 					}
 					e, ok := client.FromError(err)
+					cluster := strings.Contains(g.server, ",")
 					handedOff := ok && (errors.Is(e, client.ErrNotLeader) ||
-						errors.Is(e, client.ErrShuttingDown) && strings.Contains(g.server, ","))
+						cluster && errors.Is(e, client.ErrShuttingDown) ||
+						cluster && e.Code == codes.Unavailable && e.Reason == "") // the connection broke: killed, say
 					if !handedOff {
 						return err
 					}
 					// The server stopped leading, or one server of several
-					// shut down: follow the leader, from the events it kept
-					// (its leader_changed among them), trying again as long
-					// as no server leads yet.
+					// shut down or went away: follow the leader, from the
+					// events it kept (its leader_changed among them),
+					// trying again as long as no server leads yet (the new
+					// call waits for one that reports SERVING).
 					if !following {
 						fmt.Fprintf(cmd.ErrOrStderr(), "tollgate: %v; following the new leader\n", err)
 						following = true

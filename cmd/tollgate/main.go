@@ -37,6 +37,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/client"
@@ -64,6 +65,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	root, started := newRootCmd(stdout, stderr, getenv)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
+	for hops := 0; hops < maxLeaderHops; hops++ {
+		var fl *followLeader
+		if !errors.As(err, &fl) {
+			break
+		}
+		// Nothing was applied: run the command again on the leader.
+		fmt.Fprintf(stderr, "tollgate: %s is not the leader; following its answer to the leader, %s\n", fl.server, fl.leader)
+		args = withServer(args, fl.leader)
+		root, started = newRootCmd(stdout, stderr, getenv)
+		root.SetArgs(args)
+		cmd, err = root.ExecuteContextC(ctx)
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -169,7 +182,59 @@ func (g *globals) dial() (*client.Client, error) {
 	if err := probeCluster(g.server, min(g.timeout, probeTimeout)); err != nil {
 		return nil, err
 	}
+	if !strings.Contains(g.server, ",") {
+		opts = append(opts, client.WithDialOptions(grpc.WithChainUnaryInterceptor(g.stopAtLeaderHint)))
+	}
 	return client.Dial(g.server, append(opts, client.WithClientID(cliClientID()))...)
+}
+
+// maxLeaderHops is how many NOT_LEADER answers naming the leader a
+// command given one server follows.
+const maxLeaderHops = 2
+
+// followLeader is the error of a call that one server (the command's only
+// --server) answered NOT_LEADER naming the leader: run runs the command
+// again with --server set to the leader. It does not unwrap, so that the
+// client does not send the call again to the same follower.
+type followLeader struct {
+	server, leader string
+	err            error
+}
+
+func (e *followLeader) Error() string {
+	return fmt.Sprintf("%s is not the leader (the leader is %s): %v", e.server, e.leader, e.err)
+}
+
+// stopAtLeaderHint is the unary interceptor of a command given one server:
+// a NOT_LEADER answer that names another server as the leader ends the
+// call with a *followLeader.
+func (g *globals) stopAtLeaderHint(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if e, ok := client.FromError(err); ok && e.Is(client.ErrNotLeader) {
+		if leader := e.Metadata["leader"]; leader != "" && leader != g.server {
+			return &followLeader{server: g.server, leader: leader, err: err}
+		}
+	}
+	return err
+}
+
+// withServer returns args with --server set to server: any --server
+// before "--" is dropped and the new one put first.
+func withServer(args []string, server string) []string {
+	out := []string{"--server", server}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return append(out, args[i:]...)
+		case a == "--server":
+			i++
+		case strings.HasPrefix(a, "--server="):
+		default:
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // probeTimeout bounds probeCluster's wait for a connection.

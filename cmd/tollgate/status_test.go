@@ -183,3 +183,22 @@ func TestStatusOfADeposedLeader(t *testing.T) {
 		t.Fatalf("status of a deposed leader:\n%s", r.stdout)
 	}
 }
+
+// Given only a follower's address, a command follows its NOT_LEADER
+// answer to the leader, and says so.
+func TestCommandFollowsTheLeaderHint(t *testing.T) {
+	ll, fl := listen(t), listen(t)
+	leader, follower := ll.Addr().String(), fl.Addr().String()
+	members := []string{leader, follower}
+	clusterServer(t, ll, server.ClusterView{Members: members, Leader: leader, Epoch: 3, Remaining: time.Minute})
+	clusterServer(t, fl, server.ClusterView{Members: members, Leader: leader, Epoch: 3})
+	r := runCLI(t, follower, "--timeout", "1m", "pool", "create", "db", "--concurrency", "1").mustSucceed(t)
+	if !strings.Contains(r.stderr, follower+" is not the leader; following its answer to the leader, "+leader) {
+		t.Fatalf("stderr: %q", r.stderr)
+	}
+	r = runCLI(t, leader, "pool", "get", "db").mustSucceed(t)
+	runCLI(t, follower, "--timeout", "1m", "take", "db").mustFail(t, 1, "NO_RATE_LIMIT") // a limiter call too
+	if got := withServer([]string{"--server", "a", "run", "db", "--server=b", "--", "x", "--server", "c"}, "l"); strings.Join(got, " ") != "--server l run db -- x --server c" {
+		t.Fatalf("withServer: %q", got)
+	}
+}
