@@ -66,6 +66,11 @@ those the new leader kept (its leader_changed among them).`,
 					}
 					e, ok := client.FromError(err)
 					cluster := strings.Contains(g.server, ",")
+					if ok && !cluster && errors.Is(e, client.ErrNotLeader) {
+						if leader := e.Metadata["leader"]; leader != "" && leader != g.server {
+							return &followLeader{server: g.server, leader: leader, err: err} // run follows it
+						}
+					}
 					handedOff := ok && (errors.Is(e, client.ErrNotLeader) ||
 						cluster && errors.Is(e, client.ErrShuttingDown) ||
 						cluster && e.Code == codes.Unavailable && e.Reason == "") // the connection broke: killed, say

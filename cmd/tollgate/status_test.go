@@ -198,6 +198,14 @@ func TestCommandFollowsTheLeaderHint(t *testing.T) {
 	}
 	r = runCLI(t, leader, "pool", "get", "db").mustSucceed(t)
 	runCLI(t, follower, "--timeout", "1m", "take", "db").mustFail(t, 1, "NO_RATE_LIMIT") // a limiter call too
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, done := startCLI(t, ctx, follower, "events", "--recent") // and a stream
+	waitOutput(t, out, done, "pool_created  db")
+	cancel()
+	if code := exitStatus(t, done); code != 0 {
+		t.Fatalf("events exited with %d", code)
+	}
 	if got := withServer([]string{"--server", "a", "run", "db", "--server=b", "--", "x", "--server", "c"}, "l"); strings.Join(got, " ") != "--server l run db -- x --server c" {
 		t.Fatalf("withServer: %q", got)
 	}
