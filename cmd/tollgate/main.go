@@ -415,6 +415,11 @@ func connectionHint(msg, server string) string {
 		return "; the server's certificate could not be verified: give --tls-ca with the CA that signed it"
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return "; the server " + at + " does not use TLS: drop --tls-ca, --tls-cert and --tls-key"
+	case strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset by peer"):
+		// A TLS 1.3 server that wants a client certificate may refuse it
+		// after the client's side of the handshake is done: the first
+		// write fails.
+		return "; the server " + at + " closed the connection: if it requires a client certificate (serve --client-ca), give --tls-cert and --tls-key; if it uses TLS, give --tls-ca; if it is Tollgate's HTTP port, use the gRPC port (7070 by default)"
 	case strings.Contains(msg, "error reading server preface: EOF"):
 		return "; the server " + at + " closed the connection before speaking gRPC: if it uses TLS, give --tls-ca (the CA of its certificate); if it is Tollgate's HTTP port, use the gRPC port (7070 by default)"
 	}
