@@ -31,4 +31,4 @@ EXPOSE 7070 7071
 ENTRYPOINT ["/tollgate"]
 CMD ["serve", "--data-dir", "/data", "--listen", "0.0.0.0:7070", "--http", "0.0.0.0:7071", "--insecure-allow-remote", "--log-format", "json"]
 HEALTHCHECK --interval=10s --timeout=5s --start-period=5s --retries=3 \
-  CMD ["/tollgate", "healthcheck", "--url", "http://127.0.0.1:7071/readyz"]
+  CMD ["/tollgate", "healthcheck", "--url", "http://127.0.0.1:7071/readyz", "--timeout", "4s"]

@@ -93,6 +93,7 @@ type Client struct {
 	ready   chan struct{} // closed when cur is set; replaced when it breaks
 	leases  map[leaseKey]*Lease
 
+	target    string   // the gRPC target dialed
 	cluster   []string // the addresses of a cluster given to Dial; nil for one target
 	servers   *servers // the resolver of a cluster's addresses; nil for one target
 	lastBreak error    // why the last Session stream broke or could not open
@@ -100,8 +101,9 @@ type Client struct {
 
 type leaseKey struct{ pool, id string }
 
-// Dial returns a Client for target: one server address ("host:port", or any
-// gRPC target such as "dns:///tollgate.internal:7070"), or several
+// Dial returns a Client for target: one server address ("host:port", or
+// "host" for port 7070, or any gRPC target such as
+// "dns:///tollgate.internal:7070"), or several
 // "host:port" addresses of the servers of one cluster, given as more
 // arguments (Dial("a:7070", "b:7070", "c:7070")) or as a comma-separated
 // list ("a:7070,b:7070,c:7070"). The other arguments are Options.
@@ -183,6 +185,7 @@ func Dial(target string, more ...Option) (*Client, error) {
 		cancel:   cancel,
 		ready:    make(chan struct{}),
 		leases:   make(map[leaseKey]*Lease),
+		target:   grpcTarget,
 		cluster:  addrs,
 		servers:  srvs,
 	}, nil
@@ -205,6 +208,9 @@ func transportCredentials() credentials.TransportCredentials {
 func dialTarget(target string) (grpcTarget string, addrs []string, srvs *servers, opts []grpc.DialOption, err error) {
 	for _, a := range strings.Split(target, ",") {
 		if a = strings.TrimSpace(a); a != "" {
+			if a, err = serverAddress(a); err != nil {
+				return "", nil, nil, nil, err
+			}
 			addrs = append(addrs, a)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	_ "google.golang.org/grpc/health" // client-side health checking, for clusterServiceConfig
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
 
@@ -119,13 +120,35 @@ func (e *noLeaderError) Error() string {
 
 func (e *noLeaderError) Unwrap() error { return e.ctxErr }
 
-// waitEnded returns the error of a call whose context ended while it
-// waited for a Session stream: ctx.Err(), which a client of several
-// servers wraps in a *noLeaderError that says so.
-func (c *Client) waitEnded(ctx context.Context) error {
-	if c.cluster == nil {
-		return ctx.Err()
+// noServerError is the error of a call of a client of one server whose
+// context ended while no Session stream to it could be opened. It matches
+// the context's error.
+type noServerError struct {
+	ctxErr error
+	target string
+	last   error // why the last Session stream broke or could not open; may be nil
+}
+
+func (e *noServerError) Error() string {
+	if te, ok := FromError(e.last); ok && te.Reason != "" {
+		return fmt.Sprintf("%v: the server at %s did not open a session; last answer: %s", e.ctxErr, e.target, te.Error())
 	}
+	s := fmt.Sprintf("%v: no server answered at %s", e.ctxErr, e.target)
+	if te, ok := FromError(e.last); ok {
+		s += "; last connection error: " + te.Message
+	} else if e.last != nil {
+		s += "; last connection error: " + e.last.Error()
+	}
+	return s
+}
+
+func (e *noServerError) Unwrap() error { return e.ctxErr }
+
+// waitEnded returns the error of a call whose context ended while it
+// waited for a Session stream: ctx.Err(), wrapped in an error that names
+// the server(s) and why the last stream could not open (*noServerError,
+// or for a client of several servers *noLeaderError).
+func (c *Client) waitEnded(ctx context.Context) error {
 	c.mu.Lock()
 	last := c.lastBreak
 	c.mu.Unlock()
@@ -133,5 +156,29 @@ func (c *Client) waitEnded(ctx context.Context) error {
 	if errors.As(last, &be) {
 		last = be.cause
 	}
+	if c.cluster == nil {
+		if last == nil {
+			last = c.connectionError(ctx)
+		}
+		return &noServerError{ctxErr: ctx.Err(), target: c.target, last: last}
+	}
 	return &noLeaderError{ctxErr: ctx.Err(), addrs: c.cluster, last: last}
+}
+
+// connectionError returns why the connection cannot be made, while it is in
+// TRANSIENT_FAILURE (the Session stream waits for it without an error of
+// its own): the UNAVAILABLE answer of a call that does not wait for a
+// connection, which carries gRPC's last connection error. It returns nil
+// in any other state.
+func (c *Client) connectionError(ctx context.Context) error {
+	if c.conn.GetState() != connectivity.TransientFailure {
+		return nil
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 100*time.Millisecond)
+	defer cancel()
+	_, err := healthpb.NewHealthClient(c.conn).Check(qctx, &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Unavailable {
+		return nil
+	}
+	return err
 }

@@ -97,8 +97,15 @@ func TestWaitForServerIsTheDefault(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
 	defer cancel()
 	err := c.Do(short, "db", func(context.Context) error { return nil })
-	if err != context.DeadlineExceeded {
+	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Do returned %v; want the context's deadline (it waits for the server)", err)
+	}
+	// The error says no server answered, where, and the last connection
+	// error.
+	for _, want := range []string{"no server answered at " + ts.addr, "last connection error", "connection refused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Do's error %q does not say %q", err, want)
+		}
 	}
 	got := make(chan error, 1)
 	go func() { got <- c.Do(ctx(t), "db", func(context.Context) error { return nil }) }()

@@ -199,7 +199,7 @@ func (e *Engine) lookup(name string) (*pool, error) {
 	}
 	p := e.pools.get(name)
 	if p == nil {
-		return nil, poolNotFound(name)
+		return nil, e.poolNotFound(name)
 	}
 	return p, nil
 }
@@ -568,7 +568,7 @@ func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
 	case req.NoWait && p.recoveryBlocksLocked(): // after a restart
 		return p.recoveringErrLocked(now)
 	case req.NoWait:
-		return errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s) and no_wait is set", p.name, req.Weight, p.busyLocked(now))
+		return errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s), and the acquire does not wait", p.name, req.Weight, p.busyLocked(now))
 	case p.e.waitsStopped():
 		return errShuttingDown()
 	case int64(len(p.waiters))+p.takesWaiting >= p.cfg.MaxWaiters:

@@ -65,7 +65,7 @@ func (p *pool) recoveringErrLocked(now time.Time) error {
 	}
 	return &Error{Code: CodeUnavailable, Reason: ReasonRecovering, RetryAfter: left,
 		Message: "pool " + quote(p.name) + " is recovering from a server restart until " + p.rec.until.UTC().Format(time.RFC3339Nano) +
-			" (" + left.Round(time.Millisecond).String() + " from now): until then " + grants + "; retry after that, or acquire without no_wait to wait in the queue"}
+			" (" + left.Round(time.Millisecond).String() + " from now): until then " + grants + "; retry after that, or acquire with a wait to join the queue"}
 }
 
 // RestorePool re-creates a pool from what a Persister recorded, after a

@@ -45,7 +45,8 @@ type ClusterView struct {
 }
 
 // GetCluster answers for followers too: it is how a client finds the
-// leader.
+// leader. A server whose view names itself leader while it does not lead
+// (Leading is false: its deadline passed) reports no leader.
 func (a *adminService) GetCluster(ctx context.Context, _ *tollgatev1.GetClusterRequest) (*tollgatev1.GetClusterResponse, error) {
 	l := a.srv.leadership
 	if l == nil {
@@ -58,6 +59,12 @@ func (a *adminService) GetCluster(ctx context.Context, _ *tollgatev1.GetClusterR
 		}, nil
 	}
 	v := l.Cluster()
+	if v.Leader == v.Self && !l.Leading() {
+		// Its leadership deadline passed (etcd unreachable, say) before the
+		// election noticed: it grants nothing and answers NOT_LEADER with
+		// no leader known, and so does this account.
+		v.Leader, v.Remaining = "", 0
+	}
 	resp := &tollgatev1.GetClusterResponse{Leader: v.Leader, Epoch: v.Epoch, Self: v.Self}
 	for _, m := range v.Members {
 		role := tollgatev1.ClusterRole_CLUSTER_ROLE_FOLLOWER

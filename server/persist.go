@@ -108,7 +108,7 @@ func (s *Server) restore(eng *limiter.Engine, st durableStore, seed []limiter.Po
 			if recovering > maxRecoveringLogged {
 				continue // counted in "loaded pools" below
 			}
-			s.log.Info("pool recovering from a restart: renewed leases from before it are re-adopted, new grants wait", "pool", sp.Config.Name, "until", until)
+			s.log.Info("pool recovering from a restart: renewed leases from before it are re-adopted; new grants come at once from the capacity no old lease can hold, the rest wait until the window ends", "pool", sp.Config.Name, "until", until)
 		}
 	}
 	switch {

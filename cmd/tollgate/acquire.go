@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,28 +23,38 @@ type leaseFlags struct {
 	ttl         time.Duration
 	priority    int32
 	waitTimeout time.Duration
-	waitFlag    string // the name of the wait flag: --wait-timeout or --wait
+	oldWait     string // a deprecated name of --wait-timeout, or ""
 	try         bool
 	description string
 }
 
-func (lf *leaseFlags) register(f *pflag.FlagSet, waitFlag string) {
-	lf.waitFlag = waitFlag
+// register adds the flags to f; oldWait, when not empty, is a deprecated
+// name of --wait-timeout that still works.
+func (lf *leaseFlags) register(f *pflag.FlagSet, oldWait string) {
 	f.Int64Var(&lf.weight, "weight", 1, "permit weight to hold")
 	f.DurationVar(&lf.ttl, "ttl", 0, "lease TTL, renewed every TTL/3 (0: the pool's default_lease_ttl)")
 	f.Int32Var(&lf.priority, "priority", 0, "place in the wait queue: higher is granted first")
-	f.DurationVar(&lf.waitTimeout, waitFlag, 0, "longest wait in the queue (0: until Ctrl-C)")
+	f.DurationVar(&lf.waitTimeout, "wait-timeout", 0, "longest wait in the queue (0: until Ctrl-C)")
+	if oldWait != "" {
+		lf.oldWait = oldWait
+		f.DurationVar(&lf.waitTimeout, oldWait, 0, "the old name of --wait-timeout")
+		deprecate(f, oldWait, "wait-timeout")
+	}
 	f.BoolVar(&lf.try, "try", false, "fail at once (NO_CAPACITY) rather than wait")
 	f.StringVar(&lf.description, "description", "", "note shown to operators with the lease")
 }
 
 // options checks the flags and returns them as acquire options.
 func (lf *leaseFlags) options(f *pflag.FlagSet) ([]client.AcquireOption, error) {
+	waitFlag := "wait-timeout"
+	if lf.oldWait != "" && f.Changed(lf.oldWait) {
+		waitFlag = lf.oldWait
+	}
 	if lf.waitTimeout < 0 {
-		return nil, usageErrorf("--%s must not be negative, not %v", lf.waitFlag, lf.waitTimeout)
+		return nil, usageErrorf("--%s must not be negative, not %v", waitFlag, lf.waitTimeout)
 	}
 	if lf.try && lf.waitTimeout != 0 {
-		return nil, usageErrorf("--try does not wait; drop --%s", lf.waitFlag)
+		return nil, usageErrorf("--try does not wait; drop --%s", waitFlag)
 	}
 	var opts []client.AcquireOption
 	if f.Changed("weight") {
@@ -78,7 +90,8 @@ in the background, until Ctrl-C (or SIGTERM), and release it.
 It prints "acquired lease <id> fencing_token=<n> weight=<w> expires <time>"
 once granted and "released lease <id>" at the end; with -o json, one JSON
 object per line for each ({"event": "acquired", "lease_id": ...} and
-{"event": "released", ...}). While it waits, it prints its place in the
+{"event": "released", ...}, or {"event": "lost", "reason": ...} when the
+lease was lost). While it waits, it prints its place in the
 pool's queue when that changes, checked every second ("waiting in pool
 "db"'s queue: position 2 of 5" on stderr; with -o json, {"event": "waiting",
 "position": 2, "waiting": 5} on stdout). If the lease is lost while held (it expired or
@@ -107,6 +120,11 @@ exits with status 1.`,
 			case <-l.Done():
 			}
 			if err := releaseLease(cmd.Context(), g, l); err != nil {
+				if format.json && errors.Is(err, client.ErrLeaseLost) {
+					if jerr := json.NewEncoder(out).Encode(lostJSON(l, err)); jerr != nil {
+						return errors.Join(err, jerr)
+					}
+				}
 				return err
 			}
 			if format.json {
@@ -116,7 +134,7 @@ exits with status 1.`,
 			return err
 		},
 	}
-	lf.register(cmd.Flags(), "wait-timeout")
+	lf.register(cmd.Flags(), "")
 	cmd.Flags().VarP(&format, "output", "o", "output format: text or json")
 	return cmd
 }
@@ -147,6 +165,9 @@ func acquireLease(ctx context.Context, g *globals, pool string, try bool, opts [
 	case err != nil && !adminRefused(err): // a non-admin cannot check: let the acquire tell
 	case try:
 		l, err = c.TryAcquire(ctx, pool, opts...)
+		if errors.Is(err, client.ErrNoCapacity) || errors.Is(err, client.ErrRecovering) {
+			err = errors.New(strings.TrimPrefix(formatError(err), "tollgate: ") + "; without --try, tollgate waits in the pool's queue")
+		}
 	default:
 		l, err = c.Acquire(ctx, pool, opts...)
 	}
@@ -190,6 +211,28 @@ func resourcesJSON(rs []client.Resource) []resourceJSON {
 	out := make([]resourceJSON, len(rs))
 	for i, r := range rs {
 		out[i] = resourceJSON{r.ID, r.Provider, r.Attributes}
+	}
+	return out
+}
+
+// leaseLostJSON is a lease that ended without its holder's release, as
+// acquire -o json prints it.
+type leaseLostJSON struct {
+	Event   string `json:"event"` // "lost"
+	Pool    string `json:"pool"`
+	LeaseID string `json:"lease_id"`
+	// Code and Reason are the server's status and reason when it said why
+	// (NOT_FOUND and LEASE_EXPIRED, FAILED_PRECONDITION and LEASE_REVOKED,
+	// ...); absent for a loss by the local deadline.
+	Code    string `json:"code,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message"`
+}
+
+func lostJSON(l *client.Lease, err error) leaseLostJSON {
+	out := leaseLostJSON{Event: "lost", Pool: l.Pool(), LeaseID: l.ID(), Message: strings.TrimPrefix(formatError(err), "tollgate: ")}
+	if e, ok := client.FromError(err); ok {
+		out.Code, out.Reason = client.CodeName(e.Code), e.Reason
 	}
 	return out
 }

@@ -58,7 +58,11 @@ func TestAcquireHoldsUntilInterrupted(t *testing.T) {
 	if st := ts.info(t, "db").Status; st.Held != 2 {
 		t.Fatalf("held %d while acquire runs", st.Held)
 	}
-	runCLI(t, ts.addr, "acquire", "db", "--try", "--weight", "2").mustFail(t, 1, "(RESOURCE_EXHAUSTED NO_CAPACITY)")
+	r := runCLI(t, ts.addr, "acquire", "db", "--try", "--weight", "2")
+	r.mustFail(t, 1, "(RESOURCE_EXHAUSTED NO_CAPACITY)", "does not wait", "without --try, tollgate waits")
+	if strings.Contains(r.stderr, "no_wait") {
+		t.Errorf("the CLI's message names the API's field: %s", r.stderr)
+	}
 
 	interrupt() // Ctrl-C
 	if code := <-done; code != 0 {
@@ -90,6 +94,31 @@ func TestAcquireReportsLoss(t *testing.T) {
 	r.mustFail(t, 1, "lease lost", "(NOT_FOUND LEASE_EXPIRED)")
 	if strings.Count(r.stderr, "tollgate: ") != 1 {
 		t.Fatalf("stderr repeats the prefix: %q", r.stderr)
+	}
+}
+
+// With -o json, a lost lease is a JSON line on stdout too.
+func TestAcquireReportsLossAsJSON(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+
+	var stdout, stderr cliBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"--server", ts.addr, "acquire", "db", "--ttl", "1m", "-o", "json"}, &stdout, &stderr, func(string) string { return "" })
+	}()
+	waitOutput(t, &stdout, done, `"event":"acquired"`)
+	ts.clock.Advance(2 * time.Minute) // the server expires it
+	if code := <-done; code != 1 {
+		t.Fatalf("acquire of a lost lease exited %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var lost map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &lost); err != nil {
+		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
+	}
+	if lost["event"] != "lost" || lost["pool"] != "db" || lost["reason"] != "LEASE_EXPIRED" || lost["code"] != "NOT_FOUND" || !strings.Contains(lost["message"].(string), "lease lost") {
+		t.Fatalf("lost line: %v", lost)
 	}
 }
 

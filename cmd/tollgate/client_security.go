@@ -31,28 +31,41 @@ func (c *clientSecurity) register(pf *pflag.FlagSet) {
 	pf.StringVar(&c.tokenFile, "token-file", "", `file holding the admin token, sent as "authorization: Bearer <token>"`)
 }
 
+// tlsConfig returns the TLS configuration the --tls-* flags ask for, or
+// nil when they ask for none (plaintext).
+func (c *clientSecurity) tlsConfig() (*tls.Config, error) {
+	if c.ca == "" && c.cert == "" && c.key == "" {
+		return nil, nil
+	}
+	if (c.cert == "") != (c.key == "") {
+		return nil, usageErrorf("--tls-cert and --tls-key go together")
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.ca != "" {
+		pool, err := auth.LoadCertPool(c.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		cfg.RootCAs = pool
+	}
+	if c.cert != "" {
+		cert, err := tls.LoadX509KeyPair(c.cert, c.key)
+		if err != nil {
+			return nil, fmt.Errorf("loading --tls-cert %s and --tls-key %s: %w", c.cert, c.key, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
 // options returns the client options the flags ask for.
 func (c *clientSecurity) options() ([]client.Option, error) {
 	var opts []client.Option
-	if c.ca != "" || c.cert != "" || c.key != "" {
-		if (c.cert == "") != (c.key == "") {
-			return nil, usageErrorf("--tls-cert and --tls-key go together")
-		}
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-		if c.ca != "" {
-			pool, err := auth.LoadCertPool(c.ca)
-			if err != nil {
-				return nil, fmt.Errorf("--tls-ca: %w", err)
-			}
-			cfg.RootCAs = pool
-		}
-		if c.cert != "" {
-			cert, err := tls.LoadX509KeyPair(c.cert, c.key)
-			if err != nil {
-				return nil, fmt.Errorf("loading --tls-cert %s and --tls-key %s: %w", c.cert, c.key, err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
-		}
+	cfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
 		opts = append(opts, client.WithTLS(cfg))
 	}
 	if c.tokenFile != "" {

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate/tollgate/client"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -38,9 +37,9 @@ A watcher that cannot keep up is disconnected by the server
 (RESOURCE_EXHAUSTED); run the command again, with --recent to catch up.
 
 On a cluster (--server a,b,c) it follows the leader: when the server it
-watches stops leading (NOT_LEADER) or shuts down, it goes on with the new
-leader's events, starting with those the new leader kept (its
-leader_changed among them).`,
+watches stops leading (NOT_LEADER), shuts down or goes away (killed, its
+connection lost), it goes on with the new leader's events, starting with
+those the new leader kept (its leader_changed among them).`,
 		Example: `  tollgate events
   tollgate events --pool orders-db --recent
   tollgate events -o json | jq .`,
@@ -66,15 +65,23 @@ leader_changed among them).`,
 						return nil // Ctrl-C
 					}
 					e, ok := client.FromError(err)
+					cluster := strings.Contains(g.server, ",")
+					if ok && !cluster && errors.Is(e, client.ErrNotLeader) {
+						if leader := e.Metadata["leader"]; leader != "" && leader != g.server {
+							return &followLeader{server: g.server, leader: leader, err: err} // run follows it
+						}
+					}
 					handedOff := ok && (errors.Is(e, client.ErrNotLeader) ||
-						errors.Is(e, client.ErrShuttingDown) && strings.Contains(g.server, ","))
+						cluster && errors.Is(e, client.ErrShuttingDown) ||
+						cluster && e.Code == codes.Unavailable && e.Reason == "") // the connection broke: killed, say
 					if !handedOff {
 						return err
 					}
 					// The server stopped leading, or one server of several
-					// shut down: follow the leader, from the events it kept
-					// (its leader_changed among them), trying again as long
-					// as no server leads yet.
+					// shut down or went away: follow the leader, from the
+					// events it kept (its leader_changed among them),
+					// trying again as long as no server leads yet (the new
+					// call waits for one that reports SERVING).
 					if !following {
 						fmt.Fprintf(cmd.ErrOrStderr(), "tollgate: %v; following the new leader\n", err)
 						following = true
@@ -93,7 +100,7 @@ leader_changed among them).`,
 				ev := resp.GetEvent()
 				var line string
 				if format.json {
-					b, err := protojson.Marshal(ev)
+					b, err := jsonMessage(ev)
 					if err != nil {
 						return err
 					}

@@ -11,7 +11,7 @@
 //	tollgate events [--pool P]          tail the server's events until Ctrl-C
 //	tollgate stats [POOL...]            a table of pools' counters, live on a terminal
 //	tollgate version                    the version and build of this binary
-//	tollgate healthcheck [--url U]      GET a server's /readyz (for container health checks)
+//	tollgate healthcheck [--url U]      --server's gRPC health, or GET a server's /readyz
 //	tollgate status                     each server of --server a,b,c: its role, the leader, its epoch
 //	tollgate bench [--peer redis]       pairs/s of Acquire + Release, beside a Redis semaphore
 //
@@ -27,17 +27,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/suggest"
 )
 
 // Exit statuses.
@@ -61,6 +65,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	root, started := newRootCmd(stdout, stderr, getenv)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
+	for hops := 0; hops < maxLeaderHops; hops++ {
+		var fl *followLeader
+		if !errors.As(err, &fl) {
+			break
+		}
+		// Nothing was applied: run the command again on the leader.
+		fmt.Fprintf(stderr, "tollgate: %s is not the leader; following its answer to the leader, %s\n", fl.server, fl.leader)
+		args = withServer(args, fl.leader)
+		root, started = newRootCmd(stdout, stderr, getenv)
+		root.SetArgs(args)
+		cmd, err = root.ExecuteContextC(ctx)
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -71,7 +87,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		}
 		return es.code
 	}
-	fmt.Fprintln(stderr, formatError(err))
+	server := ""
+	if cmd != nil {
+		if f := cmd.Flags().Lookup("server"); f != nil {
+			server = f.Value.String()
+		}
+	}
+	fmt.Fprintln(stderr, formatErrorAt(err, server))
 	var ue usageError
 	if !*started || errors.As(err, &ue) {
 		if cmd != nil {
@@ -110,6 +132,7 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			*started = true
+			warnDeprecated(cmd)
 			if cmd.Flags().Lookup("server") == nil { // serve, version: no client flags
 				return nil
 			}
@@ -124,7 +147,7 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{flagHint(cmd, err)} })
 
 	server := client.DefaultServer
 	if env := getenv("TOLLGATE_SERVER"); env != "" {
@@ -132,8 +155,8 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 	}
 	root.Version = versionString()
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newServeCmd(), newVersionCmd(), newHealthcheckCmd(), newBenchCmd())
-	for _, c := range []*cobra.Command{newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newRunCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g), newStatusCmd(g)} {
+	root.AddCommand(newServeCmd(), newVersionCmd(), newBenchCmd())
+	for _, c := range []*cobra.Command{newHealthcheckCmd(g), newPoolCmd(g), newLeaseCmd(g), newAcquireCmd(g), newRunCmd(g), newTakeCmd(g), newEventsCmd(g), newStatsCmd(g), newResourceCmd(g), newClientCmd(g), newStatusCmd(g)} {
 		g.register(c.PersistentFlags(), server)
 		root.AddCommand(c)
 	}
@@ -143,18 +166,120 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 // register adds the client flags to a client command (and its
 // subcommands); serve has none of them.
 func (g *globals) register(pf *pflag.FlagSet, server string) {
-	pf.StringVar(&g.server, "server", server, "Tollgate server address (host:port), or a comma-separated list of the servers of a cluster (calls go to the leader); env TOLLGATE_SERVER")
+	pf.StringVar(&g.server, "server", server, "Tollgate server address (host:port; host alone means port 7070), or a comma-separated list of the servers of a cluster (calls go to the leader); env TOLLGATE_SERVER")
 	g.sec.register(pf)
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of each admin call (pool commands, and acquire's pool check and release), and added to take's --max-wait")
 }
 
-// dial returns a client of the --server address.
+// dial returns a client of the --server address. For a list of servers,
+// whose calls wait for a leader, it first fails fast when no server of
+// the list accepts a connection (probeCluster).
 func (g *globals) dial() (*client.Client, error) {
 	opts, err := g.sec.options()
 	if err != nil {
 		return nil, err
 	}
+	if err := probeCluster(g.server, min(g.timeout, probeTimeout)); err != nil {
+		return nil, err
+	}
+	if !strings.Contains(g.server, ",") {
+		opts = append(opts, client.WithDialOptions(grpc.WithChainUnaryInterceptor(g.stopAtLeaderHint)))
+	}
 	return client.Dial(g.server, append(opts, client.WithClientID(cliClientID()))...)
+}
+
+// maxLeaderHops is how many NOT_LEADER answers naming the leader a
+// command given one server follows.
+const maxLeaderHops = 2
+
+// followLeader is the error of a call that one server (the command's only
+// --server) answered NOT_LEADER naming the leader: run runs the command
+// again with --server set to the leader. It does not unwrap, so that the
+// client does not send the call again to the same follower.
+type followLeader struct {
+	server, leader string
+	err            error
+}
+
+func (e *followLeader) Error() string {
+	return fmt.Sprintf("%s is not the leader (the leader is %s): %v", e.server, e.leader, e.err)
+}
+
+// stopAtLeaderHint is the unary interceptor of a command given one server:
+// a NOT_LEADER answer that names another server as the leader ends the
+// call with a *followLeader.
+func (g *globals) stopAtLeaderHint(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if e, ok := client.FromError(err); ok && e.Is(client.ErrNotLeader) {
+		if leader := e.Metadata["leader"]; leader != "" && leader != g.server {
+			return &followLeader{server: g.server, leader: leader, err: err}
+		}
+	}
+	return err
+}
+
+// withServer returns args with --server set to server: any --server
+// before "--" is dropped and the new one put first.
+func withServer(args []string, server string) []string {
+	out := []string{"--server", server}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return append(out, args[i:]...)
+		case a == "--server":
+			i++
+		case strings.HasPrefix(a, "--server="):
+		default:
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// probeTimeout bounds probeCluster's wait for a connection.
+const probeTimeout = 2 * time.Second
+
+// probeCluster opens a TCP connection to each host:port of a
+// comma-separated list of servers at once, within timeout, and returns an
+// error naming every server and why, when each one refused (or could not
+// be resolved). It returns nil for one address (whose calls fail fast by
+// themselves), when any server accepts, and when one did not answer in
+// time (it may be slow, not down: the call's own deadline tells).
+func probeCluster(list string, timeout time.Duration) error {
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil // not host:port: leave it to the client
+			}
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) < 2 {
+		return nil
+	}
+	errs := make([]error, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Go(func() {
+			conn, err := net.DialTimeout("tcp", a, timeout)
+			if err == nil {
+				conn.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	why := make([]string, len(addrs))
+	for i, err := range errs {
+		var ne net.Error
+		if err == nil || errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		why[i] = err.Error()
+	}
+	return fmt.Errorf("no server of the list answered: %s (is one running? set --server or TOLLGATE_SERVER)", strings.Join(why, "; "))
 }
 
 // cliClientID names the CLI to the server: "tollgate-cli@<host>-<pid>".
@@ -164,6 +289,48 @@ func cliClientID() string {
 		host = "unknown"
 	}
 	return fmt.Sprintf("tollgate-cli@%s-%d", host, os.Getpid())
+}
+
+// flagHint adds "did you mean --X?" to an unknown flag's error, naming
+// the command's flags closest to it.
+func flagHint(cmd *cobra.Command, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	if !ok {
+		return err
+	}
+	var names []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden && f.Deprecated == "" {
+			names = append(names, f.Name)
+		}
+	})
+	hint := suggest.Hint(suggest.Near(name, names), func(n string) string { return "--" + n })
+	if hint == "" {
+		return err
+	}
+	return fmt.Errorf("%w%s", err, hint)
+}
+
+// deprecatedName is the annotation of a flag kept as the old name of
+// another: its value is the new name.
+const deprecatedName = "tollgate/deprecated-name-of"
+
+// deprecate hides the flag old of f, an old name of the flag named
+// current, which still works: warnDeprecated says so on stderr (pflag's
+// own notice would go to stdout, among the command's output).
+func deprecate(f *pflag.FlagSet, old, current string) {
+	_ = f.MarkHidden(old)                                       // the flag was just added
+	_ = f.SetAnnotation(old, deprecatedName, []string{current}) // likewise
+}
+
+// warnDeprecated prints a line on stderr for each deprecated flag name on
+// cmd's command line.
+func warnDeprecated(cmd *cobra.Command) {
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if cur := f.Annotations[deprecatedName]; len(cur) == 1 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "tollgate: --%s is deprecated; use --%s (it means the same)\n", f.Name, cur[0])
+		}
+	})
 }
 
 // usageError is a mistake in the command line (exit status 2).
@@ -213,16 +380,48 @@ func minArgs(names ...string) cobra.PositionalArgs {
 // formatError renders an error for people: a server error as
 // "tollgate: <message> (<CODE> <REASON>)", anything else as
 // "tollgate: <error>".
-func formatError(err error) string {
+func formatError(err error) string { return formatErrorAt(err, "") }
+
+// formatErrorAt is formatError for a command that talked to server (its
+// --server; "" if unknown): a failure to reach it says what was wrong and
+// what to type instead.
+func formatErrorAt(err error, server string) string {
 	msg := err.Error()
 	if e, ok := client.FromError(err); ok && !errors.Is(err, client.ErrLeaseLost) {
 		msg = e.Error()
-		if e.Code == codes.DeadlineExceeded && e.Reason == "" {
+		if e.Code == codes.DeadlineExceeded && e.Reason == "" && !strings.Contains(e.Message, "could be reached") {
 			msg += "; the server did not answer in time (raise --timeout?)"
 		}
 		if e.Code == codes.Unavailable && e.Reason == "" {
-			msg += "; is a server running there? (set --server or TOLLGATE_SERVER)"
+			msg += connectionHint(e.Message, server)
 		}
 	}
 	return "tollgate: " + strings.TrimPrefix(msg, "tollgate: ")
+}
+
+// connectionHint says, from the message of a failed connection to server,
+// what was likely wrong and what to type instead.
+func connectionHint(msg, server string) string {
+	at := "there"
+	if server != "" {
+		at = "at " + server
+	}
+	switch {
+	case strings.Contains(msg, "frame too large") || strings.Contains(msg, "HTTP/1.1"):
+		return "; this looks like Tollgate's HTTP port (serve --http, 7071 by default): use the gRPC port (serve --listen, 7070 by default)"
+	case strings.Contains(msg, "tls: certificate required"):
+		return "; the server requires a client certificate: give --tls-cert and --tls-key"
+	case strings.Contains(msg, "x509:") || strings.Contains(msg, "tls: failed to verify"):
+		return "; the server's certificate could not be verified: give --tls-ca with the CA that signed it"
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return "; the server " + at + " does not use TLS: drop --tls-ca, --tls-cert and --tls-key"
+	case strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset by peer"):
+		// A TLS 1.3 server that wants a client certificate may refuse it
+		// after the client's side of the handshake is done: the first
+		// write fails.
+		return "; the server " + at + " closed the connection: if it requires a client certificate (serve --client-ca), give --tls-cert and --tls-key; if it uses TLS, give --tls-ca; if it is Tollgate's HTTP port, use the gRPC port (7070 by default)"
+	case strings.Contains(msg, "error reading server preface: EOF"):
+		return "; the server " + at + " closed the connection before speaking gRPC: if it uses TLS, give --tls-ca (the CA of its certificate); if it is Tollgate's HTTP port, use the gRPC port (7070 by default)"
+	}
+	return "; no server answered " + at + " (is one running? set --server or TOLLGATE_SERVER)"
 }

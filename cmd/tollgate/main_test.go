@@ -180,6 +180,11 @@ func TestCLIUsageErrors(t *testing.T) {
 		{[]string{"acquire", "db", "--wait-timeout", "-1s"}, "--wait-timeout must not be negative"},
 		{[]string{"take", "db", "--max-wait", "-1s"}, "--max-wait must not be negative"},
 		{[]string{"take", "db", "-n", "x"}, "invalid argument"},
+		{[]string{"acquire", "db", "--weigth", "2"}, "unknown flag: --weigth (did you mean --weight?)"},
+		{[]string{"pool", "list", "--sever", "x"}, "unknown flag: --sever (did you mean --server?)"},
+		{[]string{"run", "db", "--wait-timeout", "-1s", "--", "true"}, "--wait-timeout must not be negative"},
+		{[]string{"run", "db", "--wait", "-1s", "--", "true"}, "--wait must not be negative"},
+		{[]string{"run", "db", "--try", "--wait", "1s", "--", "true"}, "--try does not wait; drop --wait"},
 	} {
 		t.Run(strings.Join(tc.args, "_"), func(t *testing.T) {
 			r := runCLI(t, ts.addr, tc.args...)
@@ -251,4 +256,17 @@ func TestVersion(t *testing.T) {
 	if v := runCLI(t, "", "version").mustSucceed(t).stdout; !strings.HasPrefix(v, "tollgate v9.8.7 (") {
 		t.Fatalf("with -X main.version: %q", v)
 	}
+}
+
+// freeAddr returns a loopback address where nothing listens (a port that
+// was free a moment ago).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
 }

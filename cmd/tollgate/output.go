@@ -7,7 +7,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -17,7 +16,8 @@ import (
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// printer writes command results as text for people, or as protojson.
+// printer writes command results as text for people, or as JSON
+// (jsonMessage).
 type printer struct {
 	w    io.Writer
 	json bool
@@ -55,9 +55,9 @@ func (o *outputFlag) Type() string { return "format" }
 // printer returns a printer to w in this format.
 func (o *outputFlag) printer(w io.Writer) *printer { return &printer{w: w, json: o.json} }
 
-// message prints m as indented protojson.
+// message prints m as one line of JSON (jsonMessage).
 func (p *printer) message(m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	b, err := jsonMessage(m)
 	if err != nil {
 		return err
 	}

@@ -58,7 +58,7 @@ time), tollgate sends COMMAND SIGTERM, then SIGKILL if it is still running
 after --grace, says so and exits with status 1. A COMMAND that cannot be
 started exits 127 (not found) or 126.`,
 		Example: `  tollgate run nightly-backup -- pg_dump -f /backups/orders.sql orders
-  tollgate run orders-db --weight 2 --wait 10m -- ./migrate.sh
+  tollgate run orders-db --weight 2 --wait-timeout 10m -- ./migrate.sh
   tollgate run gpu --ttl 1m --grace 30s -- sh -c 'train --device "$TOLLGATE_RESOURCES"'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()

@@ -180,3 +180,14 @@ func TestRunForwardsSignals(t *testing.T) {
 		t.Fatalf("after both: held %d, released %d", st.Held, st.Released)
 	}
 }
+
+// --wait is the deprecated name of --wait-timeout: it still works, and
+// says so.
+func TestRunDeprecatedWait(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	r := runCLI(t, ts.addr, "run", "db", "--wait", "1s", "--", "true").mustSucceed(t)
+	if !strings.Contains(r.stderr, "--wait is deprecated; use --wait-timeout") || r.stdout != "" {
+		t.Fatalf("no deprecation notice:\nstdout: %s\nstderr: %s", r.stdout, r.stderr)
+	}
+}

@@ -71,7 +71,10 @@ file that differs from it is only logged as a warning.
 Leases are not written to disk. After a restart, each pool that may still
 have leases from before it is in a recovery window (until its longest lease
 TTL has passed): holders that renew their leases get them back, and new
-acquires wait until the window ends. See docs/recovery.md.
+acquires are granted at once from the capacity no old lease can hold (the
+limit less the held-weight bound written before the restart, plus what
+holders have re-adopted); the rest wait until the window ends. See
+docs/recovery.md.
 
 On SIGINT or SIGTERM the server stops taking new calls, ends Session
 streams (clients reconnect and renew) and waits up to --shutdown-timeout

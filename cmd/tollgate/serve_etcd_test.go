@@ -143,3 +143,27 @@ func TestEventsFollowTheLeader(t *testing.T) {
 		t.Fatalf("events exited with %d", code)
 	}
 }
+
+// "tollgate events" on a cluster follows the leader when the one it
+// watches is killed with SIGKILL (its connection breaks, no hand-off): it
+// goes on with the successor's events.
+func TestEventsFollowTheLeaderAfterKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the tollgate binary and runs a cluster of two")
+	}
+	c := hatest.StartCluster(t, buildTollgate(t), etcdtest.Start(t), 2)
+	first, _ := c.WaitLeader(cliWaitLimit)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, done := startCLI(t, ctx, strings.Join(c.Addrs(), ","), "events", "--recent")
+	waitOutput(t, out, done, "leader_changed")
+	first.Kill()
+	second, _ := c.WaitLeader(4*hatest.SessionTTL+cliWaitLimit, first)
+	waitOutput(t, out, done, second.Addr+" leads, epoch")
+	runCLI(t, second.Addr, "pool", "create", "after-kill", "--concurrency", "1").mustSucceed(t)
+	waitOutput(t, out, done, "pool_created  after-kill")
+	cancel()
+	if code := exitStatus(t, done); code != 0 {
+		t.Fatalf("events exited with %d", code)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate/tollgate/client"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -128,9 +127,9 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 		for _, a := range answers {
 			s := server{Server: a.server}
 			if a.err != nil {
-				s.Error = formatError(a.err)
+				s.Error = formatErrorAt(a.err, a.server)
 			} else {
-				b, err := protojson.Marshal(a.resp)
+				b, err := jsonMessage(a.resp)
 				if err != nil {
 					return err
 				}
@@ -138,7 +137,7 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 			}
 			out.Servers = append(out.Servers, s)
 		}
-		b, err := json.MarshalIndent(out, "", "  ")
+		b, err := json.Marshal(out)
 		if err != nil {
 			return err
 		}
@@ -167,7 +166,7 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 	}
 	for _, a := range answers {
 		if a.err != nil {
-			if _, err := fmt.Fprintf(p.w, "%s: %s\n", a.server, strings.TrimPrefix(formatError(a.err), "tollgate: ")); err != nil {
+			if _, err := fmt.Fprintf(p.w, "%s: %s\n", a.server, strings.TrimPrefix(formatErrorAt(a.err, a.server), "tollgate: ")); err != nil {
 				return err
 			}
 		}

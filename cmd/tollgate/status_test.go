@@ -58,9 +58,12 @@ func statusJSON(t *testing.T, r cliResult, n int) (statusOutput, *tollgatev1.Get
 }
 
 // fakeLeadership is a server's fixed account of a cluster.
-type fakeLeadership struct{ view server.ClusterView }
+type fakeLeadership struct {
+	view    server.ClusterView
+	deposed bool // its view names itself leader, but its deadline passed
+}
 
-func (f fakeLeadership) Leading() bool               { return f.view.Leader == f.view.Self }
+func (f fakeLeadership) Leading() bool               { return f.view.Leader == f.view.Self && !f.deposed }
 func (f fakeLeadership) Cluster() server.ClusterView { return f.view }
 
 // clusterServer serves a server whose Leadership reports view, with
@@ -68,7 +71,14 @@ func (f fakeLeadership) Cluster() server.ClusterView { return f.view }
 func clusterServer(t *testing.T, lis net.Listener, view server.ClusterView) {
 	t.Helper()
 	view.Self = lis.Addr().String()
-	srv := server.New(server.Config{Leadership: fakeLeadership{view}, Advertise: view.Self, ShutdownTimeout: time.Second})
+	clusterServerOf(t, lis, fakeLeadership{view: view})
+}
+
+// clusterServerOf serves a server whose Leadership is f, on lis.
+func clusterServerOf(t *testing.T, lis net.Listener, f fakeLeadership) {
+	t.Helper()
+	view := f.view
+	srv := server.New(server.Config{Leadership: f, Advertise: view.Self, ShutdownTimeout: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
@@ -160,4 +170,43 @@ func TestCommandsTakeAListOfServers(t *testing.T) {
 		t.Fatalf("pool list:\n%s", r.stdout)
 	}
 	runCLI(t, "127.0.0.1:1,"+ts.addr, "take", "db").mustFail(t, 1, "NO_RATE_LIMIT")
+}
+
+// A server whose leadership deadline passed (etcd down) while its
+// election still names it leader shows no leader, not itself.
+func TestStatusOfADeposedLeader(t *testing.T) {
+	lis := listen(t)
+	self := lis.Addr().String()
+	clusterServerOf(t, lis, fakeLeadership{view: server.ClusterView{Self: self, Members: []string{self}, Leader: self, Epoch: 7, Remaining: time.Second}, deposed: true})
+	r := runCLI(t, self, "status").mustSucceed(t)
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(self) + ` +follower +- +7 +-$`).MatchString(r.stdout) {
+		t.Fatalf("status of a deposed leader:\n%s", r.stdout)
+	}
+}
+
+// Given only a follower's address, a command follows its NOT_LEADER
+// answer to the leader, and says so.
+func TestCommandFollowsTheLeaderHint(t *testing.T) {
+	ll, fl := listen(t), listen(t)
+	leader, follower := ll.Addr().String(), fl.Addr().String()
+	members := []string{leader, follower}
+	clusterServer(t, ll, server.ClusterView{Members: members, Leader: leader, Epoch: 3, Remaining: time.Minute})
+	clusterServer(t, fl, server.ClusterView{Members: members, Leader: leader, Epoch: 3})
+	r := runCLI(t, follower, "--timeout", "1m", "pool", "create", "db", "--concurrency", "1").mustSucceed(t)
+	if !strings.Contains(r.stderr, follower+" is not the leader; following its answer to the leader, "+leader) {
+		t.Fatalf("stderr: %q", r.stderr)
+	}
+	r = runCLI(t, leader, "pool", "get", "db").mustSucceed(t)
+	runCLI(t, follower, "--timeout", "1m", "take", "db").mustFail(t, 1, "NO_RATE_LIMIT") // a limiter call too
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, done := startCLI(t, ctx, follower, "events", "--recent") // and a stream
+	waitOutput(t, out, done, "pool_created  db")
+	cancel()
+	if code := exitStatus(t, done); code != 0 {
+		t.Fatalf("events exited with %d", code)
+	}
+	if got := withServer([]string{"--server", "a", "run", "db", "--server=b", "--", "x", "--server", "c"}, "l"); strings.Join(got, " ") != "--server l run db -- x --server c" {
+		t.Fatalf("withServer: %q", got)
+	}
 }

@@ -15,15 +15,19 @@ func newTakeCmd(g *globals) *cobra.Command {
 	var (
 		n       int64
 		maxWait time.Duration
+		format  outputFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "take POOL [flags]",
 		Short: "Take rate tokens from a pool",
 		Long: `Take N rate tokens from POOL's token bucket. If they are not available now,
 the server waits for them up to --max-wait; if they would not come by then,
-it refuses at once (RATE_LIMITED) and says when they would.`,
+it refuses at once (RATE_LIMITED) and says when they would.
+
+It prints "took N tokens from POOL (waited D)"; with -o json, the
+TakeResponse ({"tokens": N, "waited": "0.25s", ...}).`,
 		Example: `  tollgate take api.github.com
-  tollgate take api.github.com -n 10 --max-wait 2s`,
+  tollgate take api.github.com -n 10 --max-wait 2s -o json`,
 		Args: exactArgs("POOL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if maxWait < 0 {
@@ -44,6 +48,9 @@ it refuses at once (RATE_LIMITED) and says when they would.`,
 			if err != nil {
 				return err
 			}
+			if format.json {
+				return format.printer(cmd.OutOrStdout()).message(resp)
+			}
 			unit := "tokens"
 			if resp.GetTokens() == 1 {
 				unit = "token"
@@ -54,5 +61,6 @@ it refuses at once (RATE_LIMITED) and says when they would.`,
 	}
 	cmd.Flags().Int64VarP(&n, "tokens", "n", 1, "number of tokens (at most the pool's burst)")
 	cmd.Flags().DurationVar(&maxWait, "max-wait", 0, "longest time to wait for the tokens (0: they must be available now)")
+	cmd.Flags().VarP(&format, "output", "o", "output format: text or json")
 	return cmd
 }

@@ -5,7 +5,9 @@ package python
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,5 +41,57 @@ func TestPythonExample(t *testing.T) {
 	t.Logf("run_test.py:\n%s", out)
 	if err != nil {
 		t.Fatalf("run_test.py: %v", err)
+	}
+}
+
+// TestReadmeCommands runs the README's commands that generate the stubs,
+// with the interpreter the README names: it must be one where grpc
+// imports, and the stubs (with the google.api option they import) must
+// import in it.
+func TestReadmeCommands(t *testing.T) {
+	if pythonWithGRPC() == "" {
+		citest.SkipOrFail(t, "no python3 with grpc and protobuf: apt-get install python3-grpcio python3-protobuf")
+	}
+	for _, tool := range []string{"protoc", "grpc_python_plugin"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			citest.SkipOrFail(t, tool+" is not installed: apt-get install protobuf-compiler protobuf-compiler-grpc")
+		}
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```sh\n")
+	if !ok {
+		t.Fatal("README.md has no sh block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	block = strings.ReplaceAll(block, "\\\n", " ")
+	stubs := t.TempDir()
+	var python string
+	for _, line := range strings.Split(block, "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) == 0:
+		case fields[0] == "mkdir" || fields[0] == "protoc":
+			cmd := exec.Command("sh", "-c", strings.ReplaceAll(line, "/tmp/tollgate-stubs", stubs))
+			cmd.Dir = "../.."
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", line, err, out)
+			}
+		case strings.HasPrefix(fields[0], "PYTHONPATH=") && len(fields) > 1:
+			python = fields[1]
+		}
+	}
+	if python == "" {
+		t.Fatal("README.md's sh block runs no PYTHONPATH=... PYTHON example.py")
+	}
+	if out, err := exec.Command(python, "-c", "import grpc, google.protobuf").CombinedOutput(); err != nil {
+		t.Fatalf("README.md runs %s, which cannot import grpc (%v): %s", python, err, out)
+	}
+	cmd := exec.Command(python, "-c", "from tollgate.v1 import limiter_pb2_grpc, admin_pb2_grpc")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+stubs)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the stubs README.md generates do not import: %v\n%s", err, out)
 	}
 }

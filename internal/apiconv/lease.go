@@ -184,7 +184,7 @@ func LeaseEventToProto(ids *leaseid.IDs, ev limiter.LeaseEnded) *tollgatev1.Leas
 		out.Reason = "the pool " + strconv.Quote(ev.Lease.Pool) + " was deleted with force; stop using the lease"
 	case limiter.EndRevoked:
 		out.Type = tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED
-		out.Reason = "the lease was revoked: " + limiter.RevokeReasonBy(ev.Message, ev.Actor) + "; its permits are back in the pool; stop using it"
+		out.Reason = "the lease was revoked: " + limiter.RevokeReasonBy(ev.Message, ev.Actor) + "; stop using it"
 	default:
 		out.Type = tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED
 		out.Reason = "the lease ended (" + ev.Reason.String() + "); stop using it"

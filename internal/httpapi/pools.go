@@ -72,7 +72,8 @@ type PoolStatus struct {
 	TokensGranted   int64   `json:"tokens_granted"`
 	TokensAvailable float64 `json:"tokens_available"`
 	// RecoveringUntil is set while the pool is in its recovery window
-	// after a restart (new grants wait until then).
+	// after a restart (until then, new grants come only from the capacity
+	// no old lease can hold).
 	RecoveringUntil *time.Time `json:"recovering_until,omitempty"`
 	// Revoked counts leases the server took back (an operator's revoke,
 	// a revocation policy, or a suspension with revoke_held).

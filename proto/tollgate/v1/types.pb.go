@@ -923,8 +923,9 @@ type PoolStatus struct {
 	// the recovery window, and that the server took back.
 	Readopted int64 `protobuf:"varint,14,opt,name=readopted,proto3" json:"readopted,omitempty"`
 	// Set while the pool is in its recovery window after a server restart:
-	// until then, the server grants only to holders renewing leases from
-	// before the restart, and new acquires wait (see docs/recovery.md).
+	// until then, holders renewing leases from before the restart get them
+	// back, and new acquires are granted only from the capacity no old lease
+	// can hold; the others wait (see docs/recovery.md).
 	// Unset when the pool is not recovering.
 	RecoveringUntil *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=recovering_until,json=recoveringUntil,proto3" json:"recovering_until,omitempty"`
 	// Concurrency limit grants are checked against now: concurrency_limit,
