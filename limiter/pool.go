@@ -348,7 +348,7 @@ func (p *pool) armExpiryTimerLocked(at, now time.Time) {
 func (p *pool) onExpiryTimer() {
 	p.mu.Lock()
 	p.expiryAt = time.Time{}
-	if p.deleted {
+	if p.deleted || !p.e.acting() {
 		p.unlock()
 		return
 	}
@@ -394,7 +394,7 @@ func (p *pool) onRateTimer() {
 	p.mu.Lock()
 	defer p.unlock()
 	p.rateAt = time.Time{}
-	if p.deleted || p.bucket == nil {
+	if p.deleted || p.bucket == nil || !p.e.acting() {
 		return
 	}
 	p.dispatchLocked(p.e.clock.Now())

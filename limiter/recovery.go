@@ -190,7 +190,7 @@ func endedSet(ended []EndedLease, now time.Time) map[uint64]bool {
 func (p *pool) onRecoveryEnd() {
 	p.mu.Lock()
 	defer p.unlock()
-	if p.deleted || !p.recoveringLocked() {
+	if p.deleted || !p.recoveringLocked() || !p.e.acting() {
 		return
 	}
 	p.rec = recovery{}

@@ -51,7 +51,7 @@ func (p *pool) recordEndedLocked(token uint64, expiry time.Time, revoked bool) {
 // flushEnded writes the pool's ended leases until none is left unwritten.
 func (p *pool) flushEnded() {
 	p.mu.Lock()
-	if p.e.closed.Load() {
+	if p.e.closed.Load() || !p.e.acting() {
 		p.unlock()
 		return // Close waits for writes started before it, and none may start after
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/internal/election"
 	"github.com/tollgate/tollgate/internal/etcdtest"
@@ -339,10 +340,11 @@ func poolCount(s *Server) int {
 	return len(pools)
 }
 
-// Between the leadership deadline and the end of the term (the engine
-// still runs), a lease the engine grants to a waiting acquire is not
-// delivered: the unary call and the Session stream answer NOT_LEADER.
-func TestClusterNoGrantDeliveredPastTheDeadline(t *testing.T) {
+// From the leadership deadline on, before the campaign ends the term, the
+// term's engine is frozen: a lease that falls due does not expire (no
+// event, no grant to the acquires waiting), and health says NOT_SERVING
+// at once. The waiting calls end NOT_LEADER with the term.
+func TestClusterFrozenPastTheDeadline(t *testing.T) {
 	fc := fakeclock.New(testStart)
 	ms := startCluster(t, etcdtest.Start(t), fc, 1, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 1}})
 	lead := leader(t, ms)
@@ -356,9 +358,24 @@ func TestClusterNoGrantDeliveredPastTheDeadline(t *testing.T) {
 	sc.send(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Acquire{Acquire: &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)}}})
 	waitFor(t, "two acquires wait", func() bool { return lead.status("db").GetWaiting() == 2 })
 
+	before := lead.srv.RecentEvents()[0].Seq
 	lead.srv.campaign.Lapse() // the deadline passed; the term has not ended yet
-	fc.Advance(time.Second)   // the lease expires: the engine grants a waiter
-	wantStatus(t, <-unary, codes.Unavailable, limiter.ReasonNotLeader)
-	fc.Advance(time.Minute) // the undelivered lease expires too: the engine grants the other
-	wantStatus(t, sc.wantEnd(), codes.Unavailable, limiter.ReasonNotLeader)
+	for _, svc := range []string{tollgatev1.LimiterService_ServiceDesc.ServiceName, tollgatev1.AdminService_ServiceDesc.ServiceName} {
+		wantHealth(t, lead, svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	fc.Advance(time.Minute) // the lease falls due: a live engine would end it and grant a waiter
+	for _, ev := range lead.srv.RecentEvents() {
+		if ev.Seq > before && ev.Pool != "" {
+			t.Errorf("the frozen term recorded %s %s %s %s", ev.Type, ev.Pool, ev.LeaseID, ev.Detail)
+		}
+	}
+	select {
+	case err := <-unary:
+		t.Fatalf("the waiting acquire was answered past the deadline: %v", err)
+	default:
+	}
+	lead.stop() // the term ends: the waits end NOT_LEADER (or shutting down)
+	if err := <-unary; status.Code(err) != codes.Unavailable {
+		t.Fatalf("the waiting acquire ended with %v; want UNAVAILABLE", err)
+	}
 }
