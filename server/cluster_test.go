@@ -12,17 +12,21 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tollgate/tollgate/internal/election"
 	"github.com/tollgate/tollgate/internal/etcdtest"
 	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/server/store"
 )
 
 const clusterTTL = 2 * time.Second
@@ -377,5 +381,45 @@ func TestClusterFrozenPastTheDeadline(t *testing.T) {
 	lead.stop() // the term ends: the waits end NOT_LEADER (or shutting down)
 	if err := <-unary; status.Code(err) != codes.Unavailable {
 		t.Fatalf("the waiting acquire ended with %v; want UNAVAILABLE", err)
+	}
+}
+
+// NOT_LEADER means nothing was applied. A change applied (its fenced
+// write committed) when the term ends before the answer keeps its answer;
+// a failure then becomes NOT_LEADER, unless its outcome is unknown.
+func TestClusterNotLeaderMeansNothingApplied(t *testing.T) {
+	info := &grpc.UnaryServerInfo{FullMethod: tollgatev1.AdminService_UpdatePool_FullMethodName}
+	req := &tollgatev1.UpdatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", ConcurrencyLimit: 7}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"concurrency_limit"}}}
+	// lapsed runs the call, through the leadership gate, on a new leader
+	// whose deadline passes once handle returns.
+	lapsed := func(handle func(*member, context.Context) (any, error)) (*member, error) {
+		lead := leader(t, startCluster(t, etcdtest.Start(t), fakeclock.New(testStart), 1, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 1}}))
+		_, err := lead.srv.leaderUnary(lead.ctx(), req, info, func(ctx context.Context, _ any) (any, error) {
+			defer lead.srv.campaign.Lapse()
+			return handle(lead, ctx)
+		})
+		return lead, err
+	}
+	lead, err := lapsed(func(m *member, ctx context.Context) (any, error) { return m.srv.adminSvc.UpdatePool(ctx, req) })
+	if err != nil {
+		t.Fatalf("a change applied just before the deadline was answered %v", err)
+	}
+	got, err := lead.etcd.Get(context.Background(), DefaultEtcdPrefix+"pools/db")
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("reading the pool from etcd: %v, %v", got, err)
+	}
+	sp, err := store.DecodeRecord([]byte("db"), got.Kvs[0].Value)
+	if err != nil || sp.Config.ConcurrencyLimit != 7 {
+		t.Fatalf("the pool in etcd: %+v, %v; want the change applied", sp.Config, err)
+	}
+	for _, tc := range []struct {
+		err  *limiter.Error
+		want limiter.Reason
+	}{
+		{&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown, Message: "closing"}, limiter.ReasonNotLeader},
+		{&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonOutcomeUnknown, Message: "no answer"}, limiter.ReasonOutcomeUnknown},
+	} {
+		_, err := lapsed(func(*member, context.Context) (any, error) { return nil, refuse.StatusOf(tc.err, refuse.About{}).Err() })
+		wantStatus(t, err, codes.Unavailable, tc.want)
 	}
 }

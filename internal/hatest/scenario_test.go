@@ -276,6 +276,7 @@ type load struct {
 	c       *client.Client
 	adm     tollgatev1.AdminServiceClient
 	workers []*hatest.Worker
+	obs     *hatest.Observer
 }
 
 // startLoad creates the pools through servers and starts the workers.
@@ -286,7 +287,7 @@ func startLoad(t *testing.T, wbin string, servers []string) *load {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	l := &load{t: t, c: c, adm: tollgatev1.NewAdminServiceClient(c.Conn())}
+	l := &load{t: t, c: c, adm: tollgatev1.NewAdminServiceClient(c.Conn()), obs: hatest.Observe(t, servers)}
 	l.createPools()
 	for i := range workers {
 		hold := func(pool string, maxWeight int64, minHold, maxHold time.Duration) hatest.HoldSpec {
@@ -371,6 +372,7 @@ func (l *load) finish(fault string, o outcome) {
 	for _, w := range l.workers {
 		recs = append(recs, w.Stop()...)
 	}
+	recs = append(recs, l.obs.Stop()...)
 	final := map[string]int64{}
 	for _, name := range configPools {
 		l.admin("reading pool "+name+" at the end", func(ctx context.Context) error {
@@ -382,7 +384,8 @@ func (l *load) finish(fault string, o outcome) {
 		})
 	}
 	r := hatest.Check(recs, limits, final)
-	t.Logf("checked %d holds, %d takes, %d acknowledged config changes (%d pools compared at the end)", r.Holds, r.Takes, r.ConfigAcked, r.ConfigChecked)
+	t.Logf("checked %d holds, %d takes, %d acknowledged config changes (%d pools compared at the end), %d events, %d health checks",
+		r.Holds, r.Takes, r.ConfigAcked, r.ConfigChecked, r.Events, r.HealthChecks)
 	for _, v := range r.Violations {
 		t.Errorf("checker: %s", v)
 	}
@@ -398,6 +401,10 @@ func (l *load) finish(fault string, o outcome) {
 			what := map[string]string{"acquire": "a grant", "renew": "a renew"}[a.Op]
 			t.Errorf("the faulted server %s decided %s in pool %s at %s, %v after it should have stopped", exclude, what, a.Pool,
 				hatest.Time(a.Decided).Format("15:04:05.000000"), hatest.Time(a.Decided).Sub(o.quiet).Round(time.Microsecond))
+		}
+		for _, ev := range hatest.EventsAfter(recs, exclude, o.quiet) {
+			t.Errorf("the faulted server %s published %s of pool %s (token %d) at %s, %v after it should have stopped", exclude, ev.Op, ev.Pool, ev.Token,
+				hatest.Time(ev.Decided).Format("15:04:05.000000"), hatest.Time(ev.Decided).Sub(o.quiet).Round(time.Microsecond))
 		}
 	}
 	at := o.at
