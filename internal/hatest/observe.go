@@ -2,6 +2,9 @@ package hatest
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tollgate/tollgate/internal/events"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -20,25 +24,29 @@ const HealthEvery = 10 * time.Millisecond
 // Observer watches every server of a cluster from outside, as operators
 // and balancers do: the events each publishes (WatchEvents, asked again
 // of each server whenever it refuses or its stream ends, with the recent
-// events, so that those published while no watch was open are seen too)
-// and its gRPC health for tollgate.v1.LimiterService, sampled every
-// HealthEvery. Stop returns what it saw as Records (KindEvent,
-// KindHealth), for Check.
+// events; and at Stop, the recent events each running server lists on
+// GET /api/events, which a follower answers too, so that those published
+// while no watch was open are seen) and its gRPC health for
+// tollgate.v1.LimiterService, sampled every HealthEvery. Stop returns what
+// it saw as Records (KindEvent, KindHealth), for Check.
 type Observer struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	servers []*Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	stopped sync.Once
 
 	mu   sync.Mutex
 	recs []Record
 	seen map[string]bool // events already recorded: server, seq, type, time
 }
 
-// Observe starts observing the servers at addrs.
-func Observe(t testing.TB, addrs []string) *Observer {
+// Observe starts observing servers.
+func Observe(t testing.TB, servers ...*Server) *Observer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	o := &Observer{cancel: cancel, seen: map[string]bool{}}
-	for _, addr := range addrs {
+	o := &Observer{servers: servers, cancel: cancel, seen: map[string]bool{}}
+	for _, s := range servers {
+		addr := s.Addr
 		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			cancel()
@@ -58,6 +66,13 @@ func Observe(t testing.TB, addrs []string) *Observer {
 func (o *Observer) Stop() []Record {
 	o.cancel()
 	o.wg.Wait()
+	o.stopped.Do(func() {
+		for _, s := range o.servers {
+			if s.Running() {
+				o.recentEvents(s)
+			}
+		}
+	})
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]Record(nil), o.recs...)
@@ -85,19 +100,48 @@ func (o *Observer) watchEvents(ctx context.Context, addr string, cc *grpc.Client
 	}
 }
 
-// event records ev from server, once.
+// event records ev from server.
 func (o *Observer) event(server string, ev *tollgatev1.PoolEvent) {
+	o.record(server, ev.GetSeq(), ev.GetType(), ev.GetPool(), ev.GetLeaseId(), ev.GetTime().AsTime())
+}
+
+// recentEvents records the recent events s lists over HTTP (bounded by
+// two seconds; a server that does not answer lists nothing).
+func (o *Observer) recentEvents(s *Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.HTTPAddr+"/api/events", nil)
+	if err != nil {
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Events []events.Event `json:"events"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&body) != nil {
+		return
+	}
+	for _, ev := range body.Events {
+		o.record(s.Addr, ev.Seq, ev.Type, ev.Pool, ev.LeaseID, ev.Time)
+	}
+}
+
+// record records an event of server once, however often it was seen.
+func (o *Observer) record(server string, seq uint64, typ, pool, leaseID string, at time.Time) {
 	received := time.Now()
-	at := ev.GetTime().AsTime()
-	key := server + " " + strconv.FormatUint(ev.GetSeq(), 10) + " " + ev.GetType() + " " + at.String()
+	key := server + " " + strconv.FormatUint(seq, 10) + " " + typ + " " + strconv.FormatInt(at.UnixNano(), 10)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.seen[key] {
 		return
 	}
 	o.seen[key] = true
-	token, _ := strconv.ParseUint(ev.GetLeaseId(), 10, 64)
-	o.recs = append(o.recs, Record{Kind: KindEvent, Server: server, Pool: ev.GetPool(), Op: ev.GetType(), Token: token,
+	token, _ := strconv.ParseUint(leaseID, 10, 64)
+	o.recs = append(o.recs, Record{Kind: KindEvent, Server: server, Pool: pool, Op: typ, Token: token,
 		Decided: Nanos(at), Start: Nanos(received)})
 }
 

@@ -74,7 +74,7 @@ func TestStandaloneKill9UnderLoad(t *testing.T) {
 	bin, wbin := binaries(t)
 	srv := hatest.Standalone(t, bin)
 	srv.Start()
-	l := startLoad(t, wbin, []string{srv.Addr})
+	l := startLoad(t, wbin, srv)
 	time.Sleep(warmUp)
 	srv.Kill()
 	fault := time.Now() // answers from now on are the new run's
@@ -101,7 +101,7 @@ func haScenario(t *testing.T, name string, startEtcd func(testing.TB) hatest.Etc
 	c := hatest.StartCluster(t, bin, startEtcd(t), 3)
 	leader, epoch := c.WaitLeader(20 * time.Second)
 	t.Logf("leader %s, epoch %d", leader.Addr, epoch)
-	l := startLoad(t, wbin, c.Addrs())
+	l := startLoad(t, wbin, c.Servers...)
 	time.Sleep(warmUp)
 	l.finish(fmt.Sprintf("%s, session TTL %v", name, hatest.SessionTTL), fault(c, leader))
 	c.CheckLogs()
@@ -279,15 +279,20 @@ type load struct {
 	obs     *hatest.Observer
 }
 
-// startLoad creates the pools through servers and starts the workers.
-func startLoad(t *testing.T, wbin string, servers []string) *load {
+// startLoad creates the pools through srvs, starts the workers and
+// observes the servers.
+func startLoad(t *testing.T, wbin string, srvs ...*hatest.Server) *load {
 	t.Helper()
+	var servers []string
+	for _, s := range srvs {
+		servers = append(servers, s.Addr)
+	}
 	c, err := client.Dial(strings.Join(servers, ","), client.WithClientID("hatest-admin"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	l := &load{t: t, c: c, adm: tollgatev1.NewAdminServiceClient(c.Conn()), obs: hatest.Observe(t, servers)}
+	l := &load{t: t, c: c, adm: tollgatev1.NewAdminServiceClient(c.Conn()), obs: hatest.Observe(t, srvs...)}
 	l.createPools()
 	for i := range workers {
 		hold := func(pool string, maxWeight int64, minHold, maxHold time.Duration) hatest.HoldSpec {
