@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/election"
 	"github.com/tollgate/tollgate/internal/etcdtest"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/refuse"
@@ -394,9 +395,11 @@ func TestClusterNotLeaderMeansNothingApplied(t *testing.T) {
 	// whose deadline passes once handle returns.
 	lapsed := func(handle func(*member, context.Context) (any, error)) (*member, error) {
 		lead := leader(t, startCluster(t, etcdtest.Start(t), fakeclock.New(testStart), 1, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 1}}))
-		_, err := lead.srv.leaderUnary(lead.ctx(), req, info, func(ctx context.Context, _ any) (any, error) {
-			defer lead.srv.campaign.Lapse()
-			return handle(lead, ctx)
+		_, err := lead.srv.leaderUnary(lead.ctx(), req, info, func(ctx context.Context, req any) (any, error) {
+			return lead.srv.auditUnary(ctx, req, info, func(ctx context.Context, _ any) (any, error) {
+				defer lead.srv.campaign.Lapse()
+				return handle(lead, ctx)
+			})
 		})
 		return lead, err
 	}
@@ -411,6 +414,11 @@ func TestClusterNotLeaderMeansNothingApplied(t *testing.T) {
 	sp, err := store.DecodeRecord([]byte("db"), got.Kvs[0].Value)
 	if err != nil || sp.Config.ConcurrencyLimit != 7 {
 		t.Fatalf("the pool in etcd: %+v, %v; want the change applied", sp.Config, err)
+	}
+	for _, ev := range lead.srv.RecentEvents() {
+		if ev.Type == events.PoolUpdated {
+			t.Errorf("the deposed server published %s of %s: the change is the successor's to report", ev.Type, ev.Pool)
+		}
 	}
 	for _, tc := range []struct {
 		err  *limiter.Error
