@@ -116,10 +116,10 @@ func health(server, st string, sent, answered int64) Record {
 // at or after the hold's end is not.
 func TestCheckEndedWhileHeld(t *testing.T) {
 	recs := append(good(),
-		event("s1", "lease_expired", "p", 1, 10),   // a's hold ended at 10: fine
-		event("s1", "lease_revoked", "q", 1, 60),   // f's ended at 50: fine
-		event("s1", "pool_drained", "p", 0, 5),     // not a lease end
-		event("s2", "lease_expired", "p", 4, 25),   // c held it until 30
+		event("s1", "lease_expired", "p", 1, 10),  // a's hold ended at 10: fine
+		event("s1", "lease_revoked", "q", 1, 60),  // f's ended at 50: fine
+		event("s1", "pool_drained", "p", 0, 5),    // not a lease end
+		event("s2", "lease_expired", "p", 4, 25),  // c held it until 30
 		event("s2", "lease_expired", "p", 99, 25)) // no such hold
 	r := Check(recs, testLimits, map[string]int64{"cfg": 3})
 	if r.Count("ended") != 1 || !strings.Contains(strings.Join(r.Violations, "\n"), "s2 published lease_expired of pool p token 4") {
