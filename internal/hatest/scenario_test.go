@@ -397,6 +397,9 @@ func (l *load) finish(fault string, o outcome) {
 	if r.Holds < 50 || r.Takes < 20 || r.ConfigAcked < 10 {
 		t.Errorf("too little load to check: %d holds, %d takes, %d acknowledged config changes", r.Holds, r.Takes, r.ConfigAcked)
 	}
+	if r.Events == 0 || r.HealthChecks < 100 {
+		t.Errorf("too little observed to check: %d events, %d health checks", r.Events, r.HealthChecks)
+	}
 	exclude := ""
 	if o.faulted != nil {
 		exclude = o.faulted.Addr
