@@ -256,8 +256,12 @@ func (p *pool) removeLeaseLocked(l *lease) {
 }
 
 // dispatchLocked grants waiters from the head of the queue while they fit.
-// Call it after anything that may free capacity or change the head.
+// Call it after anything that may free capacity or change the head. A
+// frozen engine (Options.Live) grants nothing, whatever freed capacity.
 func (p *pool) dispatchLocked(now time.Time) {
+	if !p.e.acting() {
+		return
+	}
 	for {
 		w, ok := p.waiters.top()
 		if !ok || !p.admitLocked(w.g.weight, now) {
