@@ -54,7 +54,7 @@ type commandProc struct {
 	pgid     int
 	keeper   *exec.Cmd
 	lifeline *os.File      // the write end of the keeper's pipe
-	tty      int           // the terminal handed to the group, or -1
+	tty      int           // the command's stdin when it is a terminal, or -1
 	stops    chan struct{} // the command stopped (SIGTSTP, SIGTTIN, SIGSTOP...)
 	exited   chan struct{} // closed by wait
 }
@@ -97,19 +97,31 @@ func startCommand(cmd *exec.Cmd) (*commandProc, error) {
 		p.end()
 		return nil, err
 	}
-	if f, ok := cmd.Stdin.(*os.File); ok && foreground(int(f.Fd())) {
-		p.tty = int(f.Fd())
-		_ = unix.IoctlSetPointerInt(p.tty, unix.TIOCSPGRP, p.pgid)
+	if f, ok := cmd.Stdin.(*os.File); ok {
+		if _, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP); err == nil {
+			p.tty = int(f.Fd())
+			p.giveTerminal()
+		}
 	}
 	go p.watchStops()
 	return p, nil
 }
 
-// foreground reports whether fd is a terminal whose foreground process
-// group is tollgate run's.
-func foreground(fd int) bool {
-	pg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
-	return err == nil && pg == syscall.Getpgrp()
+// giveTerminal gives the terminal to the command's group if tollgate
+// run's has it.
+func (p *commandProc) giveTerminal() {
+	if pg, err := unix.IoctlGetInt(p.tty, unix.TIOCGPGRP); err == nil && pg == syscall.Getpgrp() {
+		_ = unix.IoctlSetPointerInt(p.tty, unix.TIOCSPGRP, p.pgid)
+	}
+}
+
+// hasTerminal reports whether the command's group has the terminal.
+func (p *commandProc) hasTerminal() bool {
+	if p.tty < 0 {
+		return false
+	}
+	pg, err := unix.IoctlGetInt(p.tty, unix.TIOCGPGRP)
+	return err == nil && pg == p.pgid
 }
 
 // watchStops sends on p.stops each time the command stops, until it exits
@@ -150,19 +162,24 @@ func (p *commandProc) stopped() <-chan struct{} { return p.stops }
 // suspend follows a stop of the command as a shell would expect: with a
 // job-control shell above tollgate run, it takes the terminal back and
 // stops tollgate run's own job; once continued, it gives the terminal back
-// if its job has it and continues the command. Without one, nothing could
-// continue a stopped job, so the command is continued at once.
+// if its job has it and continues the command. Without one, nothing would
+// continue a stopped job: a command that has the terminal is continued at
+// once (Ctrl-Z does nothing), and any other is left stopped, as it would be
+// without tollgate.
 func (p *commandProc) suspend() {
-	if jobControl() {
+	switch {
+	case jobControl():
 		p.takeTerminal()
 		cont := make(chan os.Signal, 1)
 		signal.Notify(cont, syscall.SIGCONT)
 		_ = syscall.Kill(0, syscall.SIGTSTP)
 		<-cont
 		signal.Stop(cont)
-		if p.tty >= 0 && foreground(p.tty) {
-			_ = unix.IoctlSetPointerInt(p.tty, unix.TIOCSPGRP, p.pgid)
+		if p.tty >= 0 {
+			p.giveTerminal()
 		}
+	case !p.hasTerminal():
+		return
 	}
 	p.signal(syscall.SIGCONT)
 }
@@ -193,7 +210,7 @@ func (p *commandProc) takeTerminal() {
 	// it for this moment changes nothing the command inherits.
 	signal.Ignore(syscall.SIGTTOU)
 	defer signal.Reset(syscall.SIGTTOU)
-	if pg, err := unix.IoctlGetInt(p.tty, unix.TIOCGPGRP); err == nil && pg == p.pgid {
+	if p.hasTerminal() {
 		_ = unix.IoctlSetPointerInt(p.tty, unix.TIOCSPGRP, syscall.Getpgrp())
 	}
 }
