@@ -65,8 +65,9 @@ func unaryInterceptor(cluster []string) grpc.UnaryClientInterceptor {
 
 // retryNotLeader is a unary interceptor that sends a call answered
 // NOT_LEADER again, after the answer's retry delay, while the call's
-// context allows: a follower applies nothing, so every call is safe to send
-// again. When the next try could not start before the context's deadline,
+// context allows: NOT_LEADER means nothing was applied, so every call is
+// safe to send again. A call whose outcome is unknown (OUTCOME_UNKNOWN) is
+// never sent again. When the next try could not start before the context's deadline,
 // it returns the last NOT_LEADER answer, which names the leader.
 func retryNotLeader(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	deadline, _ := ctx.Deadline()

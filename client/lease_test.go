@@ -106,7 +106,7 @@ func TestLeasesShareOneStream(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			leases[i], errs[i] = c.Acquire(ctx(t), "db", client.TTL(300*time.Millisecond))
+			leases[i], errs[i] = c.Acquire(ctx(t), "db", client.TTL(3*time.Second))
 		}()
 	}
 	wg.Wait()
@@ -118,11 +118,16 @@ func TestLeasesShareOneStream(t *testing.T) {
 	if err := c.Take(ctx(t), "db", 5); err != nil {
 		t.Fatal(err)
 	}
-	// Renewals run every 100ms; wait for a few on every lease.
-	start := time.Now()
+	// Renewals run every TTL/3: wait for one on every lease. The TTL leaves
+	// each renewal seconds to be answered on a loaded machine before the
+	// client would give its lease up.
+	granted := make([]time.Time, len(leases))
+	for i, l := range leases {
+		granted[i] = l.Expiry()
+	}
 	waitFor(t, "renewals", func() bool {
-		for _, l := range leases {
-			if !l.Expiry().After(start.Add(300 * time.Millisecond)) {
+		for i, l := range leases {
+			if !l.Expiry().After(granted[i]) {
 				return false
 			}
 		}

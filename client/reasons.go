@@ -145,6 +145,13 @@ var (
 	// metadata ("leader", "epoch"; "leader" is empty while no leader is known)
 	// and a RetryInfo; call the leader, or call again after the delay.
 	ErrNotLeader = &Error{Code: codes.Unavailable, Reason: "NOT_LEADER"}
+	// ErrOutcomeUnknown (UNAVAILABLE): A change was sent to the cluster's store
+	// but its answer was lost (the store did not answer in time, or the
+	// connection broke): it may or may not have been applied. Read the state
+	// back before deciding to send it again; clients do not resend such a call
+	// by themselves. (NOT_LEADER, by contrast, always means nothing was
+	// applied.)
+	ErrOutcomeUnknown = &Error{Code: codes.Unavailable, Reason: "OUTCOME_UNKNOWN"}
 )
 
 // serverErrors are the errors above, in the enum's order.
@@ -194,4 +201,5 @@ var serverErrors = []*Error{
 	ErrClientSessionLimit,
 	ErrClientRateLimited,
 	ErrNotLeader,
+	ErrOutcomeUnknown,
 }

@@ -104,7 +104,9 @@ func TestSemaphoreGivesBackForAWaiterAtOnce(t *testing.T) {
 func TestSemaphoreFairShares(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 10})
-	opts := []client.SemaphoreOption{client.LocalShare(10), client.ShareLeaseOptions(client.TTL(600 * time.Millisecond))}
+	// The TTL leaves each renewal seconds to be answered on a loaded machine
+	// before the share lease would be given up.
+	opts := []client.SemaphoreOption{client.LocalShare(10), client.ShareLeaseOptions(client.TTL(3 * time.Second))}
 	a := ts.dial().NewSemaphore("p", opts...)
 	b := ts.dial().NewSemaphore("p", opts...)
 	defer a.Close()

@@ -131,8 +131,8 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 			return a, nil
 		}
 		e := fromSessionError(se)
-		if e.Code != codes.Unavailable || e.Is(ErrRecovering) || e.Is(ErrStorageFailed) {
-			return a, e // an answer about the request, not about reaching the server
+		if e.Code != codes.Unavailable || e.Is(ErrRecovering) || e.Is(ErrStorageFailed) || e.Is(ErrOutcomeUnknown) {
+			return a, e // an answer about the request, not about reaching the server; never sent again when it may have been applied
 		}
 		if o.failIfUnreachable {
 			return a, unavailableAnswer(e)

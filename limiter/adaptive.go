@@ -353,7 +353,7 @@ func (p *pool) armAdaptiveTimerLocked(now time.Time) {
 func (p *pool) onAdaptiveTimer() {
 	p.mu.Lock()
 	p.ad.timerAt = time.Time{}
-	if p.deleted || !p.cfg.Adaptive.Enabled {
+	if p.deleted || !p.cfg.Adaptive.Enabled || !p.e.acting() {
 		p.unlock()
 		return
 	}

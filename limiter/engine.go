@@ -52,6 +52,15 @@ type Options struct {
 	// events of one kind from one pool; 0 means
 	// DefaultMarkEventInterval, a negative value reports every crossing.
 	MarkEventInterval time.Duration
+	// Live, when set, says whether the engine may still act for its
+	// owner (a server of a cluster passes its leadership term's). Once it
+	// says false the engine is frozen, for good: its timers change nothing
+	// (no lease expires, no waiter is granted or timed out, no mark,
+	// adaptive, provider or recovery tick), no callback is called, and
+	// calls on its pools fail with ErrNotLeader, having changed nothing.
+	// It is asked under pool locks, so it must be cheap and take no lock
+	// of the engine. nil: always live.
+	Live func() bool
 }
 
 // Engine is the limiter: a set of named pools, each with a concurrency limit
@@ -71,6 +80,7 @@ type Engine struct {
 	onShareUpdate func(ShareUpdate)
 	onResized     func(LeaseResized)
 	markInterval  time.Duration // Options.MarkEventInterval, resolved
+	live          func() bool   // Options.Live; nil: always
 
 	pools  poolIndex
 	closed atomic.Bool
@@ -102,7 +112,15 @@ func New(opts Options) *Engine {
 		markInterval = DefaultMarkEventInterval
 	}
 	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, preReserve: opts.PreReserve, done: make(chan struct{}), stopping: make(chan struct{}),
-		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate, onResized: opts.OnLeaseResized, markInterval: markInterval}
+		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate, onResized: opts.OnLeaseResized, markInterval: markInterval, live: opts.Live}
+}
+
+// acting reports whether the engine may act: Options.Live says so.
+func (e *Engine) acting() bool { return e.live == nil || e.live() }
+
+// errNotLeader is the error of a call on a frozen engine (Options.Live).
+func errNotLeader() error {
+	return errorf(ErrNotLeader, "this server no longer leads the cluster; nothing was changed; retry on the leader")
 }
 
 // Clock returns the engine's clock.
@@ -197,6 +215,9 @@ func (e *Engine) lookup(name string) (*pool, error) {
 	if e.closed.Load() {
 		return nil, errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 	}
+	if !e.acting() {
+		return nil, errNotLeader()
+	}
 	p := e.pools.get(name)
 	if p == nil {
 		return nil, e.poolNotFound(name)
@@ -216,6 +237,10 @@ func (e *Engine) lockPool(name string) (*pool, error) {
 	if p.deleted {
 		p.unlock()
 		return nil, poolNotFound(name)
+	}
+	if !e.acting() { // checked again under the lock: the deadline may have passed meanwhile
+		p.mu.Unlock()
+		return nil, errNotLeader()
 	}
 	return p, nil
 }
@@ -649,7 +674,7 @@ func (p *pool) abandonErrLocked(cause error, weight int64) error {
 func (p *pool) timeOutWaiter(w *waiter) {
 	p.mu.Lock()
 	defer p.unlock()
-	if w.done {
+	if w.done || !p.e.acting() {
 		return
 	}
 	now := p.e.clock.Now()
@@ -970,6 +995,11 @@ func (w *TakeWait) ready() {
 		return
 	}
 	p.takesWaiting--
+	if !p.e.acting() { // tokens reserved before the deadline are not handed out after it
+		w.err = errNotLeader()
+		w.finishLocked()
+		return
+	}
 	w.res = TakeResult{Tokens: w.tokens, Waited: w.delay}
 	w.finishLocked()
 }

@@ -70,6 +70,9 @@ var (
 	ErrNoRateLimit      = &Error{Code: CodeFailedPrecondition, Reason: ReasonNoRateLimit}
 	ErrRateLimited      = &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited}
 	ErrShuttingDown     = &Error{Code: CodeUnavailable, Reason: ReasonShuttingDown}
+	// ErrNotLeader: the engine's owner no longer leads (Options.Live);
+	// nothing was changed.
+	ErrNotLeader = &Error{Code: CodeUnavailable, Reason: ReasonNotLeader}
 	// ErrStorageFailed: a Persister write failed; the change was not made.
 	ErrStorageFailed = &Error{Code: CodeUnavailable, Reason: ReasonStorageFailed}
 	// ErrRecovering: a no-wait acquire in a pool still in its recovery

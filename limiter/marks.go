@@ -256,7 +256,7 @@ func (p *pool) onLowUtilisationTimer() {
 	p.mu.Lock()
 	defer p.unlock()
 	m := &p.mk
-	if p.deleted || !m.lowArmed {
+	if p.deleted || !m.lowArmed || !p.e.acting() {
 		return
 	}
 	if m.LowUtilisation > 0 && p.ad.limit > 0 {

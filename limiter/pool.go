@@ -269,8 +269,12 @@ func (p *pool) removeLeaseLocked(l *lease) {
 }
 
 // dispatchLocked grants waiters from the head of the queue while they fit.
-// Call it after anything that may free capacity or change the head.
+// Call it after anything that may free capacity or change the head. A
+// frozen engine (Options.Live) grants nothing, whatever freed capacity.
 func (p *pool) dispatchLocked(now time.Time) {
+	if !p.e.acting() {
+		return
+	}
 	for {
 		w, ok := p.waiters.top()
 		if !ok || !p.admitLocked(w.g.weight, now) {
@@ -362,7 +366,7 @@ func (p *pool) armExpiryTimerLocked(at, now time.Time) {
 func (p *pool) onExpiryTimer() {
 	p.mu.Lock()
 	p.expiryAt = time.Time{}
-	if p.deleted {
+	if p.deleted || !p.e.acting() {
 		p.unlock()
 		return
 	}
@@ -408,7 +412,7 @@ func (p *pool) onRateTimer() {
 	p.mu.Lock()
 	defer p.unlock()
 	p.rateAt = time.Time{}
-	if p.deleted || p.bucket == nil {
+	if p.deleted || p.bucket == nil || !p.e.acting() {
 		return
 	}
 	p.dispatchLocked(p.e.clock.Now())

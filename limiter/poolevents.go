@@ -150,6 +150,9 @@ type outbox struct {
 // deliver calls the engine's callbacks with what ob holds. Call it without
 // pool locks held.
 func (e *Engine) deliver(ob outbox) {
+	if !e.acting() {
+		return // frozen: it publishes nothing
+	}
 	e.notifyEnded(ob.ended)
 	if e.onPoolEvent != nil {
 		for _, ev := range ob.events {

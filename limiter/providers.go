@@ -292,7 +292,7 @@ func (p *pool) leaveLocked(pr *provider, reason string, expired bool, now time.T
 // onProviderTimer runs when pr's keep-alive may have run out.
 func (p *pool) onProviderTimer(pr *provider) {
 	p.mu.Lock()
-	if p.deleted || p.res.providers[pr.ID] != pr {
+	if p.deleted || p.res.providers[pr.ID] != pr || !p.e.acting() {
 		p.unlock()
 		return
 	}

@@ -148,4 +148,11 @@ const (
 	// is known) and a RetryInfo; call the leader, or call again after the
 	// delay.
 	ReasonNotLeader Reason = "NOT_LEADER"
+	// ReasonOutcomeUnknown (UNAVAILABLE): A change was sent to the cluster's
+	// store but its answer was lost (the store did not answer in time, or the
+	// connection broke): it may or may not have been applied. Read the state
+	// back before deciding to send it again; clients do not resend such a call
+	// by themselves. (NOT_LEADER, by contrast, always means nothing was
+	// applied.)
+	ReasonOutcomeUnknown Reason = "OUTCOME_UNKNOWN"
 )

@@ -172,7 +172,7 @@ func windowEnd(horizon time.Time, ttlBound time.Duration, now time.Time) time.Ti
 func (p *pool) onRecoveryEnd() {
 	p.mu.Lock()
 	defer p.unlock()
-	if p.deleted || !p.recoveringLocked() {
+	if p.deleted || !p.recoveringLocked() || !p.e.acting() {
 		return
 	}
 	p.rec = recovery{}

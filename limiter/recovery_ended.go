@@ -31,7 +31,7 @@ func (p *pool) liveChangedLocked() {
 // flushLive writes the pool's live set until nothing is left unwritten.
 func (p *pool) flushLive() {
 	p.mu.Lock()
-	if p.e.closed.Load() {
+	if p.e.closed.Load() || !p.e.acting() {
 		p.unlock()
 		return // Close waits for writes started before it, and none may start after
 	}

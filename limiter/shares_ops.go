@@ -282,7 +282,7 @@ func (p *pool) armShareTimerLocked(at, now time.Time) {
 func (p *pool) onShareTimer() {
 	p.mu.Lock()
 	p.shr.timerAt = time.Time{}
-	if p.deleted {
+	if p.deleted || !p.e.acting() {
 		p.unlock()
 		return
 	}

@@ -58,7 +58,7 @@ func (p *pool) restoreSharesLocked(st DurableState, now time.Time) {
 func (p *pool) onShareRecoveryEnd() {
 	p.mu.Lock()
 	defer p.unlock()
-	if p.deleted || p.shr.rec.until.IsZero() {
+	if p.deleted || p.shr.rec.until.IsZero() || !p.e.acting() {
 		return
 	}
 	p.shr.rec = shareRecovery{}

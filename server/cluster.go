@@ -156,8 +156,8 @@ type terms struct {
 	eng    *limiter.Engine // the term's; nil between terms
 }
 
-func (h *terms) StartTerm(st *etcdstore.Store) error {
-	eng := h.s.newEngine(st)
+func (h *terms) StartTerm(st *etcdstore.Store, live func() bool) error {
+	eng := h.s.newEngine(st, live)
 	if err := h.s.restore(eng, st, h.seed, "etcd", h.prefix); err != nil {
 		eng.Close()
 		return err

@@ -4,9 +4,12 @@ import (
 	"context"
 	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/internal/cluster"
+	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -35,10 +38,15 @@ func gated(method string) bool {
 }
 
 // leaderUnary answers NOT_LEADER for a server of a cluster that does not
-// lead, before the call, and after it when leadership ended meanwhile:
-// an error is then the closing engine's, not the caller's, and a lease
-// granted (say, to a waiting acquire, by an engine timer) must not reach
-// a holder once the deadline has passed.
+// lead, before the call; and after it, when leadership ended meanwhile
+// and the call failed without an unknown outcome: the error is then the
+// frozen or closing engine's, and nothing was applied (the engine
+// applies a change only once its fenced write succeeded, and grants
+// only while its term is live). NOT_LEADER always means nothing was
+// applied, so a client may send the call again. A call that succeeded
+// keeps its answer (it was applied: its write committed, or its lease
+// granted, before the deadline), and one whose write's outcome is
+// unknown keeps OUTCOME_UNKNOWN.
 func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if s.leadership == nil || !gated(info.FullMethod) {
 		return handler(ctx, req)
@@ -47,10 +55,22 @@ func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServe
 		return nil, s.notLeader()
 	}
 	resp, err := handler(ctx, req)
-	if !s.leadership.Leading() {
+	if err != nil && !s.leadership.Leading() && !outcomeUnknown(err) {
 		return nil, s.notLeader()
 	}
 	return resp, err
+}
+
+// outcomeUnknown reports whether err says a change may or may not have
+// been applied (OUTCOME_UNKNOWN).
+func outcomeUnknown(err error) bool {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == string(limiter.ReasonOutcomeUnknown) {
+			return true
+		}
+	}
+	return false
 }
 
 // notLeading is NOT_LEADER for a server of a cluster that does not lead

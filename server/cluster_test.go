@@ -12,16 +12,22 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tollgate/tollgate/internal/election"
 	"github.com/tollgate/tollgate/internal/etcdtest"
+	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/server/store"
 )
 
 const clusterTTL = 2 * time.Second
@@ -339,10 +345,11 @@ func poolCount(s *Server) int {
 	return len(pools)
 }
 
-// Between the leadership deadline and the end of the term (the engine
-// still runs), a lease the engine grants to a waiting acquire is not
-// delivered: the unary call and the Session stream answer NOT_LEADER.
-func TestClusterNoGrantDeliveredPastTheDeadline(t *testing.T) {
+// From the leadership deadline on, before the campaign ends the term, the
+// term's engine is frozen: a lease that falls due does not expire (no
+// event, no grant to the acquires waiting), and health says NOT_SERVING
+// at once. The waiting calls end NOT_LEADER with the term.
+func TestClusterFrozenPastTheDeadline(t *testing.T) {
 	fc := fakeclock.New(testStart)
 	ms := startCluster(t, etcdtest.Start(t), fc, 1, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 1}})
 	lead := leader(t, ms)
@@ -356,9 +363,71 @@ func TestClusterNoGrantDeliveredPastTheDeadline(t *testing.T) {
 	sc.send(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Acquire{Acquire: &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)}}})
 	waitFor(t, "two acquires wait", func() bool { return lead.status("db").GetWaiting() == 2 })
 
+	before := lead.srv.RecentEvents()[0].Seq
 	lead.srv.campaign.Lapse() // the deadline passed; the term has not ended yet
-	fc.Advance(time.Second)   // the lease expires: the engine grants a waiter
-	wantStatus(t, <-unary, codes.Unavailable, limiter.ReasonNotLeader)
-	fc.Advance(time.Minute) // the undelivered lease expires too: the engine grants the other
-	wantStatus(t, sc.wantEnd(), codes.Unavailable, limiter.ReasonNotLeader)
+	for _, svc := range []string{tollgatev1.LimiterService_ServiceDesc.ServiceName, tollgatev1.AdminService_ServiceDesc.ServiceName} {
+		wantHealth(t, lead, svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	fc.Advance(time.Minute) // the lease falls due: a live engine would end it and grant a waiter
+	for _, ev := range lead.srv.RecentEvents() {
+		if ev.Seq > before && ev.Pool != "" {
+			t.Errorf("the frozen term recorded %s %s %s %s", ev.Type, ev.Pool, ev.LeaseID, ev.Detail)
+		}
+	}
+	select {
+	case err := <-unary:
+		t.Fatalf("the waiting acquire was answered past the deadline: %v", err)
+	default:
+	}
+	lead.stop() // the term ends: the waits end NOT_LEADER (or shutting down)
+	if err := <-unary; status.Code(err) != codes.Unavailable {
+		t.Fatalf("the waiting acquire ended with %v; want UNAVAILABLE", err)
+	}
+}
+
+// NOT_LEADER means nothing was applied. A change applied (its fenced
+// write committed) when the term ends before the answer keeps its answer;
+// a failure then becomes NOT_LEADER, unless its outcome is unknown.
+func TestClusterNotLeaderMeansNothingApplied(t *testing.T) {
+	info := &grpc.UnaryServerInfo{FullMethod: tollgatev1.AdminService_UpdatePool_FullMethodName}
+	req := &tollgatev1.UpdatePoolRequest{Pool: &tollgatev1.Pool{Name: "db", ConcurrencyLimit: 7}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"concurrency_limit"}}}
+	// lapsed runs the call, through the leadership gate, on a new leader
+	// whose deadline passes once handle returns.
+	lapsed := func(handle func(*member, context.Context) (any, error)) (*member, error) {
+		lead := leader(t, startCluster(t, etcdtest.Start(t), fakeclock.New(testStart), 1, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 1}}))
+		_, err := lead.srv.leaderUnary(lead.ctx(), req, info, func(ctx context.Context, req any) (any, error) {
+			return lead.srv.auditUnary(ctx, req, info, func(ctx context.Context, _ any) (any, error) {
+				defer lead.srv.campaign.Lapse()
+				return handle(lead, ctx)
+			})
+		})
+		return lead, err
+	}
+	lead, err := lapsed(func(m *member, ctx context.Context) (any, error) { return m.srv.adminSvc.UpdatePool(ctx, req) })
+	if err != nil {
+		t.Fatalf("a change applied just before the deadline was answered %v", err)
+	}
+	got, err := lead.etcd.Get(context.Background(), DefaultEtcdPrefix+"pools/db")
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("reading the pool from etcd: %v, %v", got, err)
+	}
+	sp, err := store.DecodeRecord([]byte("db"), got.Kvs[0].Value)
+	if err != nil || sp.Config.ConcurrencyLimit != 7 {
+		t.Fatalf("the pool in etcd: %+v, %v; want the change applied", sp.Config, err)
+	}
+	for _, ev := range lead.srv.RecentEvents() {
+		if ev.Type == events.PoolUpdated {
+			t.Errorf("the deposed server published %s of %s: the change is the successor's to report", ev.Type, ev.Pool)
+		}
+	}
+	for _, tc := range []struct {
+		err  *limiter.Error
+		want limiter.Reason
+	}{
+		{&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown, Message: "closing"}, limiter.ReasonNotLeader},
+		{&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonOutcomeUnknown, Message: "no answer"}, limiter.ReasonOutcomeUnknown},
+	} {
+		_, err := lapsed(func(*member, context.Context) (any, error) { return nil, refuse.StatusOf(tc.err, refuse.About{}).Err() })
+		wantStatus(t, err, codes.Unavailable, tc.want)
+	}
 }

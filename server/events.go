@@ -19,8 +19,15 @@ import (
 // RecentEvents returns the last events.RecentLen events, newest first.
 func (s *Server) RecentEvents() []events.Event { return s.events.NewestFirst() }
 
-// recordEvent keeps ev and logs it at info level with its fields.
+// recordEvent keeps ev and logs it at info level with its fields. A
+// server of a cluster that does not lead publishes nothing about pools:
+// from its leadership deadline on, an event of its term (a change whose
+// answer came back late, say) is dropped; the leader's pools are the
+// successor's to report.
 func (s *Server) recordEvent(ev events.Event) {
+	if ev.Pool != "" && s.leadership != nil && !s.leadership.Leading() {
+		return
+	}
 	if ev.Time.IsZero() {
 		ev.Time = s.Engine().Clock().Now()
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -33,7 +34,7 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	if s.envoyRLS {
 		s.registerEnvoyRLS(gs)
 	}
-	healthpb.RegisterHealthServer(gs, s.health)
+	healthpb.RegisterHealthServer(gs, leaderHealth{s.health, s})
 	s.setHealth()
 	reflection.Register(gs)
 	return gs
@@ -120,6 +121,8 @@ func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listene
 // (always, standalone) and NOT_SERVING while it follows; "" stays SERVING
 // while the process runs.
 func (s *Server) setHealth() {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
 	st := healthpb.HealthCheckResponse_SERVING
 	if s.leadership != nil && !s.leadership.Leading() {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
@@ -127,6 +130,23 @@ func (s *Server) setHealth() {
 	for _, name := range []string{tollgatev1.LimiterService_ServiceDesc.ServiceName, tollgatev1.AdminService_ServiceDesc.ServiceName} {
 		s.health.SetServingStatus(name, st)
 	}
+}
+
+// leaderHealth is the health service of a Server: a Check of a Tollgate
+// service on a server of a cluster that does not lead answers
+// NOT_SERVING, read at the moment of the Check (health.Server's status is
+// set when leadership changes, a moment later). Watch streams what is set.
+type leaderHealth struct {
+	*health.Server
+	s *Server
+}
+
+func (h leaderHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	resp, err := h.Server.Check(ctx, req)
+	if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING && req.GetService() != "" && h.s.leadership != nil && !h.s.leadership.Leading() {
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
+	}
+	return resp, err
 }
 
 // recoverUnary turns a panic in a unary handler into an INTERNAL status.

@@ -94,6 +94,7 @@ type Server struct {
 	log             *slog.Logger
 	shutdownTimeout time.Duration
 	health          *health.Server
+	healthMu        sync.Mutex // serializes setHealth: the last set is the latest reading
 
 	limiterSvc *limiterService
 	adminSvc   *adminService
@@ -148,7 +149,7 @@ func New(cfg Config) *Server {
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
-	s.engine.Store(s.newEngine(cfg.persister))
+	s.engine.Store(s.newEngine(cfg.persister, nil))
 	s.initOps(cfg)
 	s.calls = &holder.Calls{Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Limits: s.limits, Metrics: s.metrics,
 		IDs: s.ids, Tracing: s.tracing, Log: s.log}
@@ -170,10 +171,11 @@ func New(cfg Config) *Server {
 const HorizonSlack = 5 * time.Minute
 
 // newEngine returns an engine for the server, writing through p (nil:
-// in memory). The engine reports leases that end by themselves to the
-// Session stream that last acquired or renewed them.
-func (s *Server) newEngine(p limiter.Persister) *limiter.Engine {
-	return limiter.New(limiter.Options{Clock: s.clock, OnLeaseEnded: s.onLeaseEnded, Persister: p, PreReserve: true, HorizonSlack: HorizonSlack,
+// in memory) and acting while live says so (nil: always). The engine
+// reports leases that end by themselves to the Session stream that last
+// acquired or renewed them.
+func (s *Server) newEngine(p limiter.Persister, live func() bool) *limiter.Engine {
+	return limiter.New(limiter.Options{Clock: s.clock, OnLeaseEnded: s.onLeaseEnded, Persister: p, PreReserve: true, HorizonSlack: HorizonSlack, Live: live,
 		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: session.LeaseResized, MarkEventInterval: s.markInterval})
 }
 

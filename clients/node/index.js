@@ -141,7 +141,12 @@ class Client {
     if (noWait) timeout = this.timeoutMs;
     const sent = Date.now();
     const {lease} = await this.call('Acquire', req, timeout);
-    return new Lease(this, lease, sent);
+    // The lease counts from the send time, unless the acquire waited in the
+    // pool's queue longer than the safety margin: then from the answer's
+    // time, since the grant came at most one network transit before it,
+    // which the margin covers.
+    const received = Date.now();
+    return new Lease(this, lease, received - sent <= safetyMarginMs(ttlMs) ? sent : received);
   }
 
   // withLease acquires a lease, runs fn(lease), and releases the lease

@@ -49,7 +49,13 @@ func TestPythonClient(t *testing.T) {
 	venv := filepath.Join(t.TempDir(), "venv")
 	run(debianPython, "-m", "venv", "--system-site-packages", venv)
 	py := filepath.Join(venv, "bin", "python")
-	run(py, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", here)
+	// pip builds in the directory it installs from: a copy, so that the
+	// source tree gets no build/ or egg-info.
+	src := filepath.Join(t.TempDir(), "tollgate-client")
+	if err := os.CopyFS(src, os.DirFS(here)); err != nil {
+		t.Fatal(err)
+	}
+	run(py, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", src)
 
 	bin := hatest.Build(t, "github.com/tollgate/tollgate/cmd/tollgate")
 	single := hatest.Standalone(t, bin)

@@ -19,7 +19,7 @@
 // TOLLGATE_SERVER environment variable): one address, or a comma-separated
 // list of the servers of a cluster, whose leader the command finds. Errors are printed as
 // "tollgate: <message> (<CODE> <REASON>)"; the exit status is 0 on success,
-// 1 on failure and 2 on a usage error.
+// 1 on failure and 2 on a usage error (tollgate run: see its help).
 package main
 
 import (

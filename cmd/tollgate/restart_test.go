@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -399,11 +398,9 @@ func (a *adminLoad) check(t *testing.T, want map[string]poolState, kill int) {
 	t.Logf("kill %d: %d acknowledged pool changes so far; %d pools checked", kill, changes, len(want))
 }
 
-// buildTollgate builds the tollgate binary (with the race detector when
-// this test runs with it) and returns its path.
+// buildTollgate builds the tollgate binary once per test binary (with the
+// race detector when this test runs with it) and returns its path.
 func buildTollgate(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tollgate")
-	hatest.GoBuild(t, ".", bin)
-	return bin
+	return hatest.Build(t, "github.com/tollgate/tollgate/cmd/tollgate")
 }

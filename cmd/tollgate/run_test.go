@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,10 +61,47 @@ func TestRunPassesExitStatusAndLease(t *testing.T) {
 	runCLI(t, ts.addr, "run", "db", "true").mustFail(t, 2, "give the command after --")
 	runCLI(t, ts.addr, "run", "--", "true").mustFail(t, 2, "missing POOL")
 	runCLI(t, ts.addr, "run", "db", "--grace", "0s", "--", "true").mustFail(t, 2, "--grace must be positive")
-	runCLI(t, ts.addr, "run", "nope", "--", "true").mustFail(t, 1, "(NOT_FOUND POOL_NOT_FOUND)")
 	if st := ts.info(t, "db").Status; st.Held != 0 || st.Released != 4 {
 		t.Fatalf("after the commands: held %d, released %d", st.Held, st.Released)
 	}
+}
+
+// Each of tollgate run's own outcomes has an exit status of its own, apart
+// from the command's; the busy one can be chosen.
+func TestRunExitStatuses(t *testing.T) {
+	ts := newCLIServer(t)
+	ts.pool(t, limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
+	if _, err := ts.srv.Engine().Acquire(context.Background(), limiter.AcquireRequest{Pool: "db", Weight: 1, TTL: 5 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	runCLI(t, ts.addr, "run", "db", "--try", "--", "true").mustFail(t, 241, "NO_CAPACITY")
+	runCLI(t, ts.addr, "run", "db", "--try", "--conflict-exit-code", "7", "--", "true").mustFail(t, 7, "NO_CAPACITY")
+	if r := runCLI(t, ts.addr, "run", "db", "--try", "-E", "0", "--", "true"); r.code != 0 || !strings.Contains(r.stderr, "NO_CAPACITY") {
+		t.Fatalf("-E 0: exit status %d, stderr:\n%s", r.code, r.stderr)
+	}
+	runCLI(t, ts.addr, "run", "db", "-E", "256", "--", "true").mustFail(t, 2, "--conflict-exit-code must be 0 to 255")
+
+	_, stderr, done := startRun(t, ts.addr, "db", "--wait", "1m", "--", "true")
+	deadline := time.Now().Add(cliWaitLimit)
+	for ts.info(t, "db").Status.Waiting != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run never waited; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	ts.clock.Advance(time.Minute)
+	code := waitExit(t, done, stderr)
+	cliResult{"", stderr.String(), code}.mustFail(t, 241, "WAIT_TIMEOUT")
+
+	runCLI(t, ts.addr, "run", "nope", "--", "true").mustFail(t, 242, "(NOT_FOUND POOL_NOT_FOUND)")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := lis.Addr().String()
+	lis.Close()
+	runCLI(t, down, "run", "db", "--timeout", "5s", "--", "true").mustFail(t, 243, "is a server running there?")
+	runCLI(t, ts.addr, "run", "db", "--weight", "2", "--", "true").mustFail(t, 244, "INVALID_ARGUMENT")
 }
 
 func TestRunGivesTheInstances(t *testing.T) {
@@ -128,7 +166,7 @@ func TestRunLeaseLost(t *testing.T) {
 	}
 	code := waitExit(t, done, stderr)
 	r := cliResult{out.String(), stderr.String(), code}
-	r.mustFail(t, 1, "lease lost", "LEASE_REVOKED", "sending the command SIGTERM (SIGKILL in 10s)", "ran without its lease", "exited with status 3")
+	r.mustFail(t, 246, "lease lost", "LEASE_REVOKED", "sending the command SIGTERM (SIGKILL in 10s)", "ran without its lease", "exited with status 3")
 	if !strings.Contains(r.stdout, "got TERM") {
 		t.Fatalf("the command was not sent SIGTERM:\n%s", r.stdout)
 	}
@@ -139,7 +177,7 @@ func TestRunLeaseLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	code = waitExit(t, done, stderr)
-	cliResult{out.String(), stderr.String(), code}.mustFail(t, 1, "sending SIGKILL", "exited with status 137")
+	cliResult{out.String(), stderr.String(), code}.mustFail(t, 246, "sending SIGKILL", "exited with status 137")
 }
 
 // SIGINT and SIGTERM sent to tollgate run (the real binary) reach the

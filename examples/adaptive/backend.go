@@ -28,19 +28,33 @@ func (s Second) Requests() int64 { return s.Served + s.Refused + s.Hung }
 
 // backend is an HTTP handler with the phases' capacities.
 type backend struct {
-	start    time.Time
 	phases   []Phase
 	service  time.Duration // mean service time (exponential)
 	hang     time.Duration // the longest a hung request is held
 	inFlight atomic.Int64
 
 	mu      sync.Mutex
+	start   time.Time // set by begin
 	seconds []Second
 }
 
-func newBackend(start time.Time, phases []Phase, service, hang time.Duration) *backend {
+func newBackend(phases []Phase, service, hang time.Duration) *backend {
 	n := int(phases[len(phases)-1].Until/time.Second) + 1
-	return &backend{start: start, phases: phases, service: service, hang: hang, seconds: make([]Second, n)}
+	return &backend{phases: phases, service: service, hang: hang, seconds: make([]Second, n)}
+}
+
+// begin sets the time 0 of the phases: the clients send nothing before.
+func (b *backend) begin(start time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.start = start
+}
+
+// since returns the time since the start.
+func (b *backend) since() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Since(b.start)
 }
 
 // capacity returns the capacity of the phase at since, and -1 after the
@@ -70,7 +84,7 @@ func (b *backend) Seconds() []Second {
 }
 
 func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	since := time.Since(b.start)
+	since := b.since()
 	c := b.capacity(since)
 	if c == 0 {
 		t := time.NewTimer(b.hang)

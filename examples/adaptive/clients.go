@@ -25,10 +25,15 @@ type Outcomes struct {
 // limits (client.DefaultClassifier).
 var errRefused = errors.New("backend: 503 Service Unavailable")
 
-// runClients is one client process: goroutines that loop, for duration,
+// readyLine is what a client process prints once started, before it
+// waits for its stdin to close.
+const readyLine = "ready\n"
+
+// runClients is one client process: once started, it prints
+// readyLine and waits for in to close; then goroutines loop, for duration,
 // on client.Do around one GET of the backend, each bounded by timeout.
 // It prints its Outcomes as one JSON line at the end.
-func runClients(ctx context.Context, args []string, out io.Writer) error {
+func runClients(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("clients", flag.ContinueOnError)
 	addr := fs.String("tollgate", client.ServerFromEnv(), "Tollgate server address")
 	url := fs.String("backend", "", "the backend's URL")
@@ -47,6 +52,13 @@ func runClients(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	c.Conn().Connect()
+	if _, err := io.WriteString(out, readyLine); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, in); err != nil {
+		return err
+	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *goroutines}}
 	ctx, cancel := context.WithCancel(ctx) // not a deadline: the end is a cancellation, not a timeout
 	defer cancel()

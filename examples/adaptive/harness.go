@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -111,31 +112,57 @@ func Run(ctx context.Context, sc Scenario, command func(args []string) *exec.Cmd
 	if err != nil {
 		return Result{}, err
 	}
-	start := time.Now()
-	be := newBackend(start, sc.Phases, sc.Service, sc.Timeout)
+	be := newBackend(sc.Phases, sc.Service, sc.Timeout)
 	hs := &http.Server{Handler: be}
 	go func() { _ = hs.Serve(hlis) }()
 	defer hs.Close()
 
+	// The run starts when every client process is ready to send: how long
+	// processes take to start is not part of it.
 	end := sc.Phases[len(sc.Phases)-1].Until
 	type proc struct {
 		cmd      *exec.Cmd
+		goAhead  io.WriteCloser
+		stdout   *bufio.Reader
 		out, err bytes.Buffer
 	}
 	procs := make([]*proc, sc.Processes)
 	for i := range procs {
 		p := &proc{cmd: command([]string{"clients", "-tollgate", glis.Addr().String(), "-backend", "http://" + hlis.Addr().String() + "/",
-			"-pool", sc.Pool.Name, "-goroutines", strconv.Itoa(sc.Goroutines), "-duration", (end - time.Since(start)).String(), "-timeout", sc.Timeout.String()})}
-		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+			"-pool", sc.Pool.Name, "-goroutines", strconv.Itoa(sc.Goroutines), "-duration", end.String(), "-timeout", sc.Timeout.String()})}
+		p.cmd.Stderr = &p.err
+		if p.goAhead, err = p.cmd.StdinPipe(); err != nil {
+			return Result{}, err
+		}
+		stdout, err := p.cmd.StdoutPipe()
+		if err != nil {
+			return Result{}, err
+		}
+		p.stdout = bufio.NewReader(stdout)
 		if err := p.cmd.Start(); err != nil {
 			return Result{}, err
 		}
+		defer func() { _ = p.cmd.Process.Kill() }() // if the run ends early
 		procs[i] = p
+	}
+	for i, p := range procs {
+		if line, err := p.stdout.ReadString('\n'); line != readyLine {
+			_ = p.cmd.Wait()
+			return Result{}, fmt.Errorf("client process %d printed %q before starting (%v)\n%s", i, line, err, p.err.String())
+		}
+	}
+	start := time.Now()
+	be.begin(start)
+	for _, p := range procs {
+		_ = p.goAhead.Close()
 	}
 	var wg sync.WaitGroup
 	waitErrs := make([]error, len(procs))
 	for i, p := range procs {
-		wg.Go(func() { waitErrs[i] = p.cmd.Wait() })
+		wg.Go(func() {
+			_, _ = io.Copy(&p.out, p.stdout) // all of it before Wait
+			waitErrs[i] = p.cmd.Wait()
+		})
 	}
 
 	res := Result{Scenario: sc, Start: start, Events: map[string]int{}, Suppressed: map[string]int64{}}

@@ -39,7 +39,7 @@ func main() {
 // run runs the measurement, or with "clients" first one client process.
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "clients" {
-		return runClients(ctx, args[1:], out)
+		return runClients(ctx, args[1:], os.Stdin, out)
 	}
 	fs := flag.NewFlagSet("adaptive", flag.ContinueOnError)
 	short := fs.Bool("short", false, "run only the first 16s (capacity 4)")

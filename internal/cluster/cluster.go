@@ -45,19 +45,25 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Host serves a Campaign's terms. The Campaign calls it from one
-// goroutine at a time, a term's EndTerm after its StartTerm.
+// Host serves a Campaign's terms. The Campaign calls StartTerm, EndTerm
+// and RecordEvent from one goroutine at a time, a term's EndTerm after
+// its StartTerm; LeadershipChanged also from the goroutine that sees a
+// leadership deadline pass.
 type Host interface {
 	// StartTerm builds an engine writing to st (the term's store, every
-	// write fenced on the leadership), restores it from st and serves
-	// it. The term does not start when it fails; the Campaign retries.
-	StartTerm(st *etcdstore.Store) error
+	// write fenced on the leadership) and acting while live says so (the
+	// engine's Options.Live: false from the leadership deadline on, or
+	// once the term ends, for good), restores it from st and serves it.
+	// The term does not start when it fails; the Campaign retries.
+	StartTerm(st *etcdstore.Store, live func() bool) error
 	// EndTerm stops serving the term's engine: its waiting calls fail
 	// and it closes, after its final write (the pools that hold nothing,
 	// which then need no recovery window) when handOff. No pools are
 	// served until the next StartTerm.
 	EndTerm(handOff bool)
-	// LeadershipChanged is told that Leading may have changed.
+	// LeadershipChanged is told that Leading may have changed; at the
+	// leadership deadline it is told by the deadline's timer, at once. It
+	// must not block.
 	LeadershipChanged()
 	// RecordEvent records an event of the leadership.
 	RecordEvent(ev events.Event)
@@ -81,13 +87,18 @@ type Campaign struct {
 	term *term // nil while not leading
 }
 
-// term is one leadership term.
+// term is one leadership term: one tenure of the election, served by one
+// engine.
 type term struct {
-	key   string // our campaign key
-	epoch int64  // its create revision
-	done  chan struct{}
-	live  atomic.Bool
+	tenure *election.Tenure
+	done   chan struct{}
+	live   atomic.Bool // served: from StartTerm's success to the term's end or Lapse
+	frozen atomic.Bool // ended or lapsed: its engine acts no more
 }
+
+// acting reports whether the term's engine may act: the term was not
+// ended and its tenure is live (its deadline ahead). Once false, always.
+func (t *term) acting() bool { return !t.frozen.Load() && t.tenure.Live() }
 
 // New returns a Campaign that has not started: it does not lead.
 func New(cfg Config) *Campaign {
@@ -101,25 +112,32 @@ func New(cfg Config) *Campaign {
 // Start campaigns for leadership and runs a term on h for each
 // leadership won, until Stop. It returns at once.
 func (c *Campaign) Start(h Host) error {
+	c.host = h
 	el, err := election.Start(election.Config{Client: c.cfg.Client, Prefix: c.cfg.Prefix + "election/",
-		Advertise: c.cfg.Advertise, TTL: c.cfg.SessionTTL, Margin: c.cfg.Margin, Logger: c.log})
+		Advertise: c.cfg.Advertise, TTL: c.cfg.SessionTTL, Margin: c.cfg.Margin, Logger: c.log, Ended: c.tenureEnded})
 	if err != nil {
 		return err
 	}
-	c.host, c.el = h, el
+	c.el = el
 	go c.run()
 	return nil
 }
 
+// tenureEnded is told by the election that a tenure ended (at the
+// deadline, by its timer): health says so at once, not once the term is
+// ended (which may wait on etcd).
+func (c *Campaign) tenureEnded(ten *election.Tenure) {
+	if t := c.current(); t != nil && t.tenure == ten {
+		c.host.LeadershipChanged()
+	}
+}
+
 // Leading reports whether this server leads and serves a term: its term
-// is live, and its leadership is live and its deadline ahead.
+// is served and acting (its tenure's deadline ahead, by the monotonic
+// clock, read now).
 func (c *Campaign) Leading() bool {
 	t := c.current()
-	if t == nil || !t.live.Load() {
-		return false
-	}
-	key, epoch, ok := c.el.Term()
-	return ok && key == t.key && epoch == t.epoch
+	return t != nil && t.live.Load() && t.acting()
 }
 
 // View is a server's account of its cluster.
@@ -163,12 +181,14 @@ func (c *Campaign) TermDone() <-chan struct{} {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// Lapse makes the current term stop leading without ending it, as
-// happens between the leadership deadline and the campaign noticing it:
-// for tests of that moment.
+// Lapse makes the current term stop leading without ending it, as its
+// leadership deadline does before the campaign ends the term: its engine
+// freezes and health is told. For tests of that moment.
 func (c *Campaign) Lapse() {
 	if t := c.current(); t != nil {
+		t.frozen.Store(true)
 		t.live.Store(false)
+		c.host.LeadershipChanged()
 	}
 }
 
@@ -188,13 +208,13 @@ func (c *Campaign) run() {
 	}
 	for {
 		changed := c.el.Changed()
-		key, epoch, ok := c.el.Term()
-		if t := c.current(); t != nil && (!ok || key != t.key || epoch != t.epoch) {
+		ten := c.el.Tenure()
+		if t := c.current(); t != nil && (ten == nil || ten != t.tenure || !t.acting()) {
 			c.endTerm(t, false, "leadership lost")
 		}
 		var retry <-chan time.Time
-		if c.current() == nil && ok && (key != dead.key || epoch != dead.epoch) {
-			if err := c.startTerm(key, epoch); err != nil {
+		if c.current() == nil && ten != nil && (ten.Key != dead.key || ten.Epoch != dead.epoch) {
+			if err := c.startTerm(ten); err != nil {
 				c.log.Error("leading, but cannot load the pools from etcd; retrying", "err", err)
 				retry = time.After(c.cfg.SessionTTL / 3)
 			}
@@ -205,7 +225,7 @@ func (c *Campaign) run() {
 		case <-retry:
 		case t := <-c.deposed:
 			if t == c.current() {
-				dead.key, dead.epoch = t.key, t.epoch
+				dead.key, dead.epoch = t.tenure.Key, t.tenure.Epoch
 				c.endTerm(t, false, "a fenced write failed: another server leads")
 			}
 		case <-c.quit:
@@ -215,17 +235,19 @@ func (c *Campaign) run() {
 }
 
 // startTerm has the host serve a new engine restored from etcd, every
-// write fenced on the leadership of key at epoch.
-func (c *Campaign) startTerm(key string, epoch int64) error {
-	t := &term{key: key, epoch: epoch, done: make(chan struct{})}
-	st := etcdstore.New(c.cfg.Client, c.cfg.Prefix, etcdstore.Options{LeaderKey: key, LeaderRev: epoch, Leading: c.el.Leading,
+// write fenced on the leadership of the tenure ten, the engine acting
+// while the tenure is live.
+func (c *Campaign) startTerm(ten *election.Tenure) error {
+	t := &term{tenure: ten, done: make(chan struct{})}
+	epoch := ten.Epoch
+	st := etcdstore.New(c.cfg.Client, c.cfg.Prefix, etcdstore.Options{LeaderKey: ten.Key, LeaderRev: epoch, Leading: c.el.Leading,
 		Deposed: func() {
 			select {
 			case c.deposed <- t:
 			default:
 			}
 		}})
-	if err := c.host.StartTerm(st); err != nil {
+	if err := c.host.StartTerm(st, t.acting); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -241,6 +263,7 @@ func (c *Campaign) startTerm(key string, epoch int64) error {
 // endTerm stops serving t: no call starts on it, its streams end (on
 // TermDone) and the host stops serving its engine.
 func (c *Campaign) endTerm(t *term, handOff bool, why string) {
+	t.frozen.Store(true) // first: its engine acts no more
 	t.live.Store(false)
 	c.mu.Lock()
 	c.term = nil
@@ -250,7 +273,7 @@ func (c *Campaign) endTerm(t *term, handOff bool, why string) {
 	c.changes.Add(1)
 	c.host.LeadershipChanged()
 	c.host.RecordEvent(events.Event{Type: events.LeaderChanged,
-		Detail: fmt.Sprintf("%s stopped leading epoch %d: %s", c.cfg.Advertise, t.epoch, why)})
+		Detail: fmt.Sprintf("%s stopped leading epoch %d: %s", c.cfg.Advertise, t.tenure.Epoch, why)})
 }
 
 // Stop ends the campaign: a term running is handed off (its final write

@@ -17,6 +17,13 @@
 // margin/TTL, the old leader has stopped before etcd deletes its key and
 // a successor can win. One failed keep-alive does not end leadership: the
 // next, a third of a TTL later, can still renew the deadline.
+//
+// Each unbroken leadership is a Tenure: it ends for good at its deadline
+// (whoever looks first: Tenure.Live reads the monotonic clock itself, and
+// a timer ends it at the deadline and tells Config.Ended), when a read
+// shows another key first, when the session is lost, or at Close. A
+// keep-alive answered after the deadline does not revive it: it starts a
+// new Tenure.
 package election
 
 import (
@@ -26,6 +33,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -48,6 +56,10 @@ type Config struct {
 	Margin time.Duration
 	// Logger receives the election's logs; nil discards them.
 	Logger *slog.Logger
+	// Ended, when set, is called when a Tenure ends, by the goroutine
+	// that ended it (at the deadline, the deadline's timer), with no lock
+	// of the Election held. It must not block.
+	Ended func(*Tenure)
 
 	// keepAlive replaces Client.KeepAliveOnce in tests.
 	keepAlive func(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error)
@@ -82,7 +94,42 @@ type Election struct {
 	view     View
 	changed  chan struct{} // closed and replaced on every change
 	timer    *time.Timer   // fires at the deadline
+	tenure   *Tenure       // the leadership now; nil while not leading
 }
+
+// Tenure is one unbroken leadership of this server, under one campaign
+// key and epoch. It ends once, for good.
+type Tenure struct {
+	// Key is this server's campaign key; Epoch its create revision.
+	Key   string
+	Epoch int64
+
+	base     time.Time    // origin of deadline, with a monotonic reading
+	deadline atomic.Int64 // since base; moved only while the tenure is live
+	ended    atomic.Bool
+	done     chan struct{}
+}
+
+// Live reports whether the tenure goes on: it has not ended and its
+// deadline, by the monotonic clock, is ahead. Once false, always false:
+// the caller that sees the deadline passed ends the tenure.
+func (t *Tenure) Live() bool {
+	if t == nil || t.ended.Load() {
+		return false
+	}
+	if time.Since(t.base) < time.Duration(t.deadline.Load()) {
+		return true
+	}
+	t.ended.Store(true)
+	return false
+}
+
+// Done is closed when the tenure is seen to end (by the deadline's timer
+// at the latest).
+func (t *Tenure) Done() <-chan struct{} { return t.done }
+
+// Deadline is the tenure's leadership deadline.
+func (t *Tenure) Deadline() time.Time { return t.base.Add(time.Duration(t.deadline.Load())) }
 
 // Start starts campaigning; it returns at once. The campaign goes on,
 // through etcd failures, until Close or Resign.
@@ -117,15 +164,49 @@ func Start(cfg Config) (*Election, error) {
 }
 
 // Leading reports whether this server leads now: its key is first and its
-// deadline is ahead.
-func (e *Election) Leading() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.leadingLocked(time.Now())
-}
+// deadline is ahead, in one unbroken tenure.
+func (e *Election) Leading() bool { return e.Tenure() != nil }
 
 func (e *Election) leadingLocked(now time.Time) bool {
 	return e.first && now.Before(e.deadline)
+}
+
+// Tenure returns the leadership now, or nil while this server does not
+// lead.
+func (e *Election) Tenure() *Tenure {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.tenure.Live() {
+		return nil
+	}
+	return e.tenure
+}
+
+// settleLocked makes the tenure match the state: it ends the tenure when
+// this server does not lead now (or leads under another key or epoch),
+// and starts one when it leads and has none. It returns the tenure it
+// ended, if any, for ended.
+func (e *Election) settleLocked(now time.Time) *Tenure {
+	var gone *Tenure
+	if t := e.tenure; t != nil && (!t.Live() || !e.leadingLocked(now) || t.Key != e.key || t.Epoch != e.view.Epoch) {
+		t.ended.Store(true)
+		close(t.done)
+		e.tenure, gone = nil, t
+		e.notifyLocked()
+	}
+	if e.tenure == nil && e.leadingLocked(now) {
+		t := &Tenure{Key: e.key, Epoch: e.view.Epoch, base: now, done: make(chan struct{})}
+		t.deadline.Store(int64(e.deadline.Sub(now)))
+		e.tenure = t
+	}
+	return gone
+}
+
+// ended tells Config.Ended of a tenure that ended; call it without e.mu.
+func (e *Election) ended(t *Tenure) {
+	if t != nil && e.cfg.Ended != nil {
+		e.cfg.Ended(t)
+	}
 }
 
 // Remaining is the time left on the leadership deadline; 0 when not
@@ -151,12 +232,11 @@ func (e *Election) View() View {
 
 // Term returns this server's campaign key and the epoch while it leads.
 func (e *Election) Term() (key string, epoch int64, ok bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.leadingLocked(time.Now()) {
+	t := e.Tenure()
+	if t == nil {
 		return "", 0, false
 	}
-	return e.key, e.view.Epoch, true
+	return t.Key, t.Epoch, true
 }
 
 // Changed returns a channel closed at the next change of leadership, view
@@ -183,8 +263,10 @@ func (e *Election) Close() {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
+	gone := e.settleLocked(time.Now())
 	e.notifyLocked()
 	e.mu.Unlock()
+	e.ended(gone)
 }
 
 // Resign stops campaigning and revokes the session, deleting its key at
@@ -272,8 +354,9 @@ func (e *Election) newSession(timeout time.Duration) error {
 	}
 	e.mu.Lock()
 	e.lease, e.key = g.ID, key
-	e.renewedLocked(sent, time.Duration(g.TTL)*time.Second)
+	gone := e.renewedLocked(sent, time.Duration(g.TTL)*time.Second)
 	e.mu.Unlock()
+	e.ended(gone)
 	e.log.Info("campaigning for leadership", "key", key, "ttl", e.cfg.TTL)
 	return nil
 }
@@ -285,15 +368,18 @@ func (e *Election) keepAlive(id clientv3.LeaseID, timeout time.Duration) bool {
 	defer cancel()
 	sent := time.Now()
 	resp, err := e.cfg.keepAlive(ctx, id)
+	var gone *Tenure
+	defer func() { e.ended(gone) }()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
 	case err == nil && resp.TTL > 0:
-		e.renewedLocked(sent, time.Duration(resp.TTL)*time.Second)
+		gone = e.renewedLocked(sent, time.Duration(resp.TTL)*time.Second)
 		return true
 	case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
 		e.log.Warn("the etcd session expired; leadership (if held) is lost, starting a new session")
 		e.lease, e.key, e.first, e.deadline = 0, "", false, time.Time{}
+		gone = e.settleLocked(time.Now())
 		e.notifyLocked()
 		return false
 	default:
@@ -307,29 +393,49 @@ func (e *Election) keepAlive(id clientv3.LeaseID, timeout time.Duration) bool {
 
 // renewedLocked moves the deadline to sent + ttl − margin (ttl being the
 // lower of the one etcd granted and the configured one) and re-arms the
-// timer that tells watchers when it passes.
-func (e *Election) renewedLocked(sent time.Time, ttl time.Duration) {
+// timer that ends the tenure when it passes. A tenure whose deadline has
+// passed already ends first: it does not revive (a new one starts). It
+// returns the tenure it ended, if any.
+func (e *Election) renewedLocked(sent time.Time, ttl time.Duration) *Tenure {
 	ttl = min(ttl, e.cfg.TTL)
 	d := sent.Add(ttl - e.margin)
 	if !d.After(e.deadline) {
-		return
+		return nil
 	}
-	was := e.leadingLocked(time.Now())
+	now := time.Now()
+	gone := e.settleLocked(now) // ends a tenure whose deadline passed
+	was := e.leadingLocked(now)
 	e.deadline = d
-	if !was && e.leadingLocked(time.Now()) {
+	if t := e.tenure; t != nil {
+		t.deadline.Store(int64(d.Sub(t.base)))
+	}
+	if ended := e.settleLocked(now); ended != nil {
+		gone = ended
+	}
+	if !was && e.leadingLocked(now) {
 		e.notifyLocked()
 	}
 	if e.timer != nil {
 		e.timer.Stop()
 	}
-	e.timer = time.AfterFunc(time.Until(d), func() {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.first && !time.Now().Before(e.deadline) {
-			e.log.Warn("leadership deadline passed without a renewed session; no longer leading")
-			e.notifyLocked()
-		}
-	})
+	e.timer = time.AfterFunc(time.Until(d), e.atDeadline)
+	return gone
+}
+
+// atDeadline ends the tenure whose deadline has passed, at once, and
+// tells Config.Ended.
+func (e *Election) atDeadline() {
+	e.mu.Lock()
+	now := time.Now()
+	if !e.first || now.Before(e.deadline) {
+		e.mu.Unlock()
+		return
+	}
+	e.log.Warn("leadership deadline passed without a renewed session; no longer leading")
+	gone := e.settleLocked(now)
+	e.notifyLocked()
+	e.mu.Unlock()
+	e.ended(gone)
 }
 
 // observe reads the campaign keys (a linearizable read) and updates the
@@ -346,6 +452,8 @@ func (e *Election) observe(timeout time.Duration) {
 		v.Members = append(v.Members, string(kv.Value))
 	}
 	e.mu.Lock()
+	var gone *Tenure
+	defer func() { e.ended(gone) }()
 	defer e.mu.Unlock()
 	first := false
 	if len(resp.Kvs) > 0 {
@@ -356,6 +464,7 @@ func (e *Election) observe(timeout time.Duration) {
 	was := e.leadingLocked(time.Now())
 	old := e.view
 	e.first, e.view = first, v
+	gone = e.settleLocked(time.Now())
 	if was != e.leadingLocked(time.Now()) || old.Leader != v.Leader || old.Epoch != v.Epoch || !slices.Equal(old.Members, v.Members) {
 		e.notifyLocked()
 	}

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"sync"
 	"testing"
@@ -294,4 +295,49 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("Start(%+v) = nil error", cfg)
 		}
 	}
+}
+
+// A tenure ends at its deadline by its timer, telling Ended at once; a
+// keep-alive answered after the deadline starts a new tenure and does
+// not revive the old one.
+func TestTenureEndsAtTheDeadline(t *testing.T) {
+	ended := make(chan *Tenure, 2)
+	e := &Election{cfg: Config{TTL: time.Second, Ended: func(t *Tenure) { ended <- t }}, margin: 250 * time.Millisecond,
+		log: slog.New(slog.DiscardHandler), changed: make(chan struct{})}
+	e.first, e.key, e.view.Epoch = true, "k", 7
+	renew := func(sent time.Time) {
+		e.mu.Lock()
+		gone := e.renewedLocked(sent, time.Second)
+		e.mu.Unlock()
+		e.ended(gone)
+	}
+	renew(time.Now()) // the deadline is 750ms ahead
+	first := e.Tenure()
+	if first == nil || !first.Live() || first.Key != "k" || first.Epoch != 7 {
+		t.Fatalf("tenure %+v after a renewal; want a live one of k, epoch 7", first)
+	}
+	select {
+	case got := <-ended:
+		if got != first {
+			t.Fatalf("Ended told of %p, want %p", got, first)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the deadline's timer did not end the tenure")
+	}
+	if first.Live() || e.Leading() {
+		t.Fatal("live past its deadline")
+	}
+	select {
+	case <-first.Done():
+	default:
+		t.Fatal("Done not closed at the end")
+	}
+	renew(time.Now()) // a late answer: the session lives on, in a new tenure
+	second := e.Tenure()
+	if second == nil || second == first || first.Live() || !e.Leading() {
+		t.Fatalf("after a late renewal: tenure %p (first %p, live %v)", second, first, first.Live())
+	}
+	e.mu.Lock()
+	e.timer.Stop()
+	e.mu.Unlock()
 }

@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/events"
 )
 
 // maxViolations is how many violations of one kind a check reports.
@@ -15,6 +18,8 @@ type Result struct {
 	Holds, Takes  int            // records checked
 	ConfigAcked   int            // acknowledged config changes
 	ConfigChecked int            // pools whose final config was compared
+	Events        int            // events observed (KindEvent)
+	HealthChecks  int            // health checks observed (KindHealth)
 	Violations    []string       // the first few of each kind
 	byKind        map[string]int // violations found, per kind
 }
@@ -23,7 +28,7 @@ type Result struct {
 func (r *Result) OK() bool { return len(r.Violations) == 0 }
 
 // Count returns how many violations of kind (overlap, instance, token,
-// config) were found, including those not listed.
+// config, rate, ended, health) were found, including those not listed.
 func (r *Result) Count(kind string) int { return r.byKind[kind] }
 
 func (r *Result) add(kind, format string, args ...any) {
@@ -64,7 +69,15 @@ type Bucket struct {
 //     the window: called after it began and answered before it ended);
 //   - an acknowledged config change not on the leader at the end (the
 //     last acknowledged limit, or one attempted after it whose outcome is
-//     unknown).
+//     unknown);
+//   - an event that says a lease ended (lease_expired, lease_revoked) at
+//     a time before its holder's hold ended: the holder still held it,
+//     renewing it (a holder's hold ends by its local deadline, before any
+//     server can see the lease expire);
+//   - an instant at which two servers reported tollgate.v1.LimiterService
+//     SERVING: a server counts as SERVING from the answer of one SERVING
+//     check to the sending of its next check, when that also answered
+//     SERVING.
 //
 // A hold counts from its grant (Start) to its end (End); at equal times
 // ends come before starts, so a permit handed from one holder to the next
@@ -73,6 +86,7 @@ func Check(recs []Record, limits Limits, final map[string]int64) Result {
 	var r Result
 	byPool := map[string][]Record{}
 	takes := map[string][]Record{}
+	var evs, health []Record
 	for _, rec := range recs {
 		switch rec.Kind {
 		case KindHold:
@@ -81,8 +95,16 @@ func Check(recs []Record, limits Limits, final map[string]int64) Result {
 		case KindTake:
 			r.Takes++
 			takes[rec.Pool] = append(takes[rec.Pool], rec)
+		case KindEvent:
+			r.Events++
+			evs = append(evs, rec)
+		case KindHealth:
+			r.HealthChecks++
+			health = append(health, rec)
 		}
 	}
+	checkEnded(&r, evs, byPool)
+	checkHealth(&r, health)
 	for _, p := range sortedKeys(byPool) {
 		holds := byPool[p]
 		if limit, ok := limits.Concurrency[p]; ok {
@@ -264,6 +286,59 @@ func checkRate(r *Result, pool string, takes []Record, b Bucket) {
 			if float64(k+1) > allowed {
 				r.add("rate", "pool %s: %d tokens taken between %s and %s; its rate %g/s and burst %d allow %.1f", pool, k+1, stamp(first.Called), stamp(at), b.Rate, b.Burst, allowed)
 				return // one report per pool
+			}
+		}
+	}
+}
+
+// checkEnded finds lease-end events about leases their holders still
+// held.
+func checkEnded(r *Result, evs []Record, holds map[string][]Record) {
+	for _, ev := range evs {
+		if ev.Op != events.LeaseExpired && ev.Op != events.LeaseRevoked {
+			continue
+		}
+		for _, h := range holds[ev.Pool] {
+			if h.Token == ev.Token && ev.Decided < h.End {
+				r.add("ended", "%s published %s of pool %s token %d at %s (received %s), but %s held it until %s", ev.Server, ev.Op, ev.Pool, ev.Token,
+					stamp(ev.Decided), stamp(ev.Start), h.Worker, stamp(h.End))
+			}
+		}
+	}
+}
+
+// checkHealth finds two servers SERVING at one instant.
+func checkHealth(r *Result, checks []Record) {
+	type span struct {
+		server   string
+		from, to int64
+	}
+	byServer := map[string][]Record{}
+	for _, c := range checks {
+		byServer[c.Server] = append(byServer[c.Server], c)
+	}
+	var spans []span
+	for _, s := range sortedKeys(byServer) {
+		cs := byServer[s]
+		slices.SortFunc(cs, func(a, b Record) int { return cmp.Compare(a.Called, b.Called) })
+		for i := 1; i < len(cs); i++ {
+			if cs[i-1].Op == "SERVING" && cs[i].Op == "SERVING" && cs[i-1].Start < cs[i].Called {
+				spans = append(spans, span{s, cs[i-1].Start, cs[i].Called})
+			}
+		}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.from, b.from) })
+	reported := map[string]bool{}
+	for i, a := range spans {
+		for _, b := range spans[i+1:] {
+			if b.from >= a.to {
+				break
+			}
+			first, second := min(a.server, b.server), max(a.server, b.server)
+			key := first + " " + second + " " + strconv.FormatInt(b.from/int64(time.Second), 10)
+			if b.server != a.server && !reported[key] {
+				reported[key] = true // one report a second per pair
+				r.add("health", "%s and %s both reported SERVING from %s to %s", first, second, stamp(b.from), stamp(min(a.to, b.to)))
 			}
 		}
 	}

@@ -103,3 +103,44 @@ func TestCheckReportsEachExcursionOnce(t *testing.T) {
 		t.Fatalf("%d overlaps counted, %d listed; want 30, %d", r.Count("overlap"), len(r.Violations), maxViolations)
 	}
 }
+
+func event(server, typ, pool string, token uint64, at int64) Record {
+	return Record{Kind: KindEvent, Server: server, Op: typ, Pool: pool, Token: token, Decided: at * 1e6, Start: at * 1e6}
+}
+
+func health(server, st string, sent, answered int64) Record {
+	return Record{Kind: KindHealth, Server: server, Op: st, Called: sent * 1e6, Start: answered * 1e6}
+}
+
+// A lease-end event about a lease its holder held later is reported; one
+// at or after the hold's end is not.
+func TestCheckEndedWhileHeld(t *testing.T) {
+	recs := append(good(),
+		event("s1", "lease_expired", "p", 1, 10),  // a's hold ended at 10: fine
+		event("s1", "lease_revoked", "q", 1, 60),  // f's ended at 50: fine
+		event("s1", "pool_drained", "p", 0, 5),    // not a lease end
+		event("s2", "lease_expired", "p", 4, 25),  // c held it until 30
+		event("s2", "lease_expired", "p", 99, 25)) // no such hold
+	r := Check(recs, testLimits, map[string]int64{"cfg": 3})
+	if r.Count("ended") != 1 || !strings.Contains(strings.Join(r.Violations, "\n"), "s2 published lease_expired of pool p token 4") {
+		t.Fatalf("violations %v; want one: s2's expiry of token 4", r.Violations)
+	}
+}
+
+// Two servers SERVING between consecutive checks of each is reported; a
+// hand-over with no common instant is not, nor a single SERVING answer.
+func TestCheckHealthOverlap(t *testing.T) {
+	handOver := []Record{
+		health("a", "SERVING", 0, 1), health("a", "SERVING", 10, 11), health("a", "NOT_SERVING", 20, 21),
+		health("b", "NOT_SERVING", 0, 1), health("b", "SERVING", 12, 13), health("b", "SERVING", 22, 23), health("b", "SERVING", 30, 31),
+		health("c", "SERVING", 5, 6), health("c", "error", 15, 16), // one SERVING answer: no span
+	}
+	if r := Check(handOver, testLimits, nil); r.Count("health") != 0 || r.HealthChecks != len(handOver) {
+		t.Fatalf("a hand-over was reported: %v (%d checks)", r.Violations, r.HealthChecks)
+	}
+	both := append(handOver, health("a", "SERVING", 25, 26), health("a", "SERVING", 35, 36)) // a serves again from 26 to 35, with b
+	r := Check(both, testLimits, nil)
+	if r.Count("health") != 1 || !strings.Contains(r.Violations[0], "a and b both reported SERVING") {
+		t.Fatalf("violations %v; want a and b serving at once", r.Violations)
+	}
+}

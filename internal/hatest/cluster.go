@@ -23,14 +23,15 @@ const SessionTTL = 2 * time.Second
 // Server is one `tollgate serve` process on a loopback address.
 type Server struct {
 	*Proc
-	Addr  string
-	Proxy *Proxy // its link to etcd; nil for a standalone server
+	Addr     string
+	HTTPAddr string // its HTTP listener: the Observer reads its recent events there
+	Proxy    *Proxy // its link to etcd; nil for a standalone server
 }
 
 func newServer(t testing.TB, bin, addr string, extra ...string) *Server {
-	// gRPC only (--http ''): nothing else of the server is under test.
-	args := append([]string{"serve", "--listen", addr, "--http", "", "--log-level", "debug", "--shutdown-timeout", "1s"}, extra...)
-	return &Server{Proc: NewProc(t, "server "+addr, bin, args...), Addr: addr}
+	httpAddr := FreeAddr(t)
+	args := append([]string{"serve", "--listen", addr, "--http", httpAddr, "--log-level", "debug", "--shutdown-timeout", "1s"}, extra...)
+	return &Server{Proc: NewProc(t, "server "+addr, bin, args...), Addr: addr, HTTPAddr: httpAddr}
 }
 
 // Start starts a run of the server and waits until it listens.

@@ -29,6 +29,15 @@ const (
 	// renew or take), with the server that gave it: for measuring
 	// recovery.
 	KindAnswer = "answer"
+	// KindEvent is one event a server published (WatchEvents), seen by
+	// an Observer: Op is its type, Token the lease's fencing token (lease
+	// events), Decided its time by the server's clock (for lease_expired,
+	// the lease's expiry), Start when it was received.
+	KindEvent = "event"
+	// KindHealth is one health check of a server by an Observer: Op is
+	// the status ("SERVING", "NOT_SERVING", or "error"), Called when it
+	// was asked, Start when it was answered.
+	KindHealth = "health"
 )
 
 // Record is one thing a worker saw. Times are wall-clock Unix nanoseconds

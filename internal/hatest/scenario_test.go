@@ -74,7 +74,7 @@ func TestStandaloneKill9UnderLoad(t *testing.T) {
 	bin, wbin := binaries(t)
 	srv := hatest.Standalone(t, bin)
 	srv.Start()
-	l := startLoad(t, wbin, []string{srv.Addr})
+	l := startLoad(t, wbin, srv)
 	time.Sleep(warmUp)
 	srv.Kill()
 	fault := time.Now() // answers from now on are the new run's
@@ -101,7 +101,7 @@ func haScenario(t *testing.T, name string, startEtcd func(testing.TB) hatest.Etc
 	c := hatest.StartCluster(t, bin, startEtcd(t), 3)
 	leader, epoch := c.WaitLeader(20 * time.Second)
 	t.Logf("leader %s, epoch %d", leader.Addr, epoch)
-	l := startLoad(t, wbin, c.Addrs())
+	l := startLoad(t, wbin, c.Servers...)
 	time.Sleep(warmUp)
 	l.finish(fmt.Sprintf("%s, session TTL %v", name, hatest.SessionTTL), fault(c, leader))
 	c.CheckLogs()
@@ -276,17 +276,23 @@ type load struct {
 	c       *client.Client
 	adm     tollgatev1.AdminServiceClient
 	workers []*hatest.Worker
+	obs     *hatest.Observer
 }
 
-// startLoad creates the pools through servers and starts the workers.
-func startLoad(t *testing.T, wbin string, servers []string) *load {
+// startLoad creates the pools through srvs, starts the workers and
+// observes the servers.
+func startLoad(t *testing.T, wbin string, srvs ...*hatest.Server) *load {
 	t.Helper()
+	var servers []string
+	for _, s := range srvs {
+		servers = append(servers, s.Addr)
+	}
 	c, err := client.Dial(strings.Join(servers, ","), client.WithClientID("hatest-admin"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	l := &load{t: t, c: c, adm: tollgatev1.NewAdminServiceClient(c.Conn())}
+	l := &load{t: t, c: c, adm: tollgatev1.NewAdminServiceClient(c.Conn()), obs: hatest.Observe(t, srvs...)}
 	l.createPools()
 	for i := range workers {
 		hold := func(pool string, maxWeight int64, minHold, maxHold time.Duration) hatest.HoldSpec {
@@ -371,6 +377,7 @@ func (l *load) finish(fault string, o outcome) {
 	for _, w := range l.workers {
 		recs = append(recs, w.Stop()...)
 	}
+	recs = append(recs, l.obs.Stop()...)
 	final := map[string]int64{}
 	for _, name := range configPools {
 		l.admin("reading pool "+name+" at the end", func(ctx context.Context) error {
@@ -382,12 +389,16 @@ func (l *load) finish(fault string, o outcome) {
 		})
 	}
 	r := hatest.Check(recs, limits, final)
-	t.Logf("checked %d holds, %d takes, %d acknowledged config changes (%d pools compared at the end)", r.Holds, r.Takes, r.ConfigAcked, r.ConfigChecked)
+	t.Logf("checked %d holds, %d takes, %d acknowledged config changes (%d pools compared at the end), %d events, %d health checks",
+		r.Holds, r.Takes, r.ConfigAcked, r.ConfigChecked, r.Events, r.HealthChecks)
 	for _, v := range r.Violations {
 		t.Errorf("checker: %s", v)
 	}
 	if r.Holds < 50 || r.Takes < 20 || r.ConfigAcked < 10 {
 		t.Errorf("too little load to check: %d holds, %d takes, %d acknowledged config changes", r.Holds, r.Takes, r.ConfigAcked)
+	}
+	if r.Events == 0 || r.HealthChecks < 100 {
+		t.Errorf("too little observed to check: %d events, %d health checks", r.Events, r.HealthChecks)
 	}
 	exclude := ""
 	if o.faulted != nil {
@@ -398,6 +409,10 @@ func (l *load) finish(fault string, o outcome) {
 			what := map[string]string{"acquire": "a grant", "renew": "a renew"}[a.Op]
 			t.Errorf("the faulted server %s decided %s in pool %s at %s, %v after it should have stopped", exclude, what, a.Pool,
 				hatest.Time(a.Decided).Format("15:04:05.000000"), hatest.Time(a.Decided).Sub(o.quiet).Round(time.Microsecond))
+		}
+		for _, ev := range hatest.EventsAfter(recs, exclude, o.quiet) {
+			t.Errorf("the faulted server %s published %s of pool %s (token %d) at %s, %v after it should have stopped", exclude, ev.Op, ev.Pool, ev.Token,
+				hatest.Time(ev.Decided).Format("15:04:05.000000"), hatest.Time(ev.Decided).Sub(o.quiet).Round(time.Microsecond))
 		}
 	}
 	at := o.at

@@ -148,8 +148,9 @@ class Lease:
             timeout = self._client.timeout
         sent = time.monotonic()
         self._lease = self._client._call("Acquire", self._req, timeout).lease
-        self._deadline = sent + self.ttl - _common.safety_margin(self.ttl)
-        self._renewed = sent
+        base = _common.granted_at(sent, time.monotonic(), self.ttl)
+        self._deadline = base + self.ttl - _common.safety_margin(self.ttl)
+        self._renewed = base
         self._thread = threading.Thread(target=self._keep_alive, name="tollgate-lease-%s" % self.id,
                                         daemon=True)
         self._thread.start()

@@ -56,6 +56,15 @@ def safety_margin(ttl):
     return max(ttl / 10, MIN_SAFETY_MARGIN)
 
 
+def granted_at(sent, received, ttl):
+    """When, by this process's clock, a lease answered at received to a
+    call sent at sent counts from: the send time, unless the call waited in
+    the pool's queue longer than the safety margin; then the answer's time,
+    since the grant came at most one network transit before it, which the
+    margin covers."""
+    return sent if received - sent <= safety_margin(ttl) else received
+
+
 def acquire_request(pool, weight, ttl, wait, priority, client_id, description, no_wait):
     req = limiter_pb2.AcquireRequest(pool=pool, weight=weight, ttl=duration(ttl), priority=priority,
                                      client_id=client_id, description=description, no_wait=no_wait)

@@ -103,8 +103,9 @@ class Lease:
             timeout = self._client.timeout
         sent = time.monotonic()
         self._lease = (await self._client._call("Acquire", self._req, timeout)).lease
-        self._deadline = sent + self.ttl - _common.safety_margin(self.ttl)
-        self._renewed = sent
+        base = _common.granted_at(sent, time.monotonic(), self.ttl)
+        self._deadline = base + self.ttl - _common.safety_margin(self.ttl)
+        self._renewed = base
         self._task = asyncio.get_running_loop().create_task(self._keep_alive())
         return self
 

@@ -146,6 +146,12 @@ const (
 	// "epoch"; "leader" is empty while no leader is known) and a RetryInfo;
 	// call the leader, or call again after the delay.
 	ErrorReason_ERROR_REASON_NOT_LEADER ErrorReason = 45
+	// A change was sent to the cluster's store but its answer was lost (the
+	// store did not answer in time, or the connection broke): it may or may
+	// not have been applied. Read the state back before deciding to send it
+	// again; clients do not resend such a call by themselves. (NOT_LEADER,
+	// by contrast, always means nothing was applied.)
+	ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN ErrorReason = 46
 )
 
 // Enum value maps for ErrorReason.
@@ -197,6 +203,7 @@ var (
 		43: "ERROR_REASON_CLIENT_SESSION_LIMIT",
 		44: "ERROR_REASON_CLIENT_RATE_LIMITED",
 		45: "ERROR_REASON_NOT_LEADER",
+		46: "ERROR_REASON_OUTCOME_UNKNOWN",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":          0,
@@ -245,6 +252,7 @@ var (
 		"ERROR_REASON_CLIENT_SESSION_LIMIT": 43,
 		"ERROR_REASON_CLIENT_RATE_LIMITED":  44,
 		"ERROR_REASON_NOT_LEADER":           45,
+		"ERROR_REASON_OUTCOME_UNKNOWN":      46,
 	}
 )
 
@@ -299,7 +307,7 @@ var File_tollgate_v1_errors_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x18tollgate/v1/errors.proto\x12\vtollgate.v1\x1a google/protobuf/descriptor.proto*\xb0\x13\n" +
+	"\x18tollgate/v1/errors.proto\x12\vtollgate.v1\x1a google/protobuf/descriptor.proto*\xe3\x13\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x127\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x1a\x14\x8a\xb5\x18\x10INVALID_ARGUMENT\x12.\n" +
@@ -347,7 +355,8 @@ const file_tollgate_v1_errors_proto_rawDesc = "" +
 	"\x1fERROR_REASON_CLIENT_LEASE_LIMIT\x10*\x1a\x16\x8a\xb5\x18\x12RESOURCE_EXHAUSTED\x12=\n" +
 	"!ERROR_REASON_CLIENT_SESSION_LIMIT\x10+\x1a\x16\x8a\xb5\x18\x12RESOURCE_EXHAUSTED\x12<\n" +
 	" ERROR_REASON_CLIENT_RATE_LIMITED\x10,\x1a\x16\x8a\xb5\x18\x12RESOURCE_EXHAUSTED\x12,\n" +
-	"\x17ERROR_REASON_NOT_LEADER\x10-\x1a\x0f\x8a\xb5\x18\vUNAVAILABLE:@\n" +
+	"\x17ERROR_REASON_NOT_LEADER\x10-\x1a\x0f\x8a\xb5\x18\vUNAVAILABLE\x121\n" +
+	"\x1cERROR_REASON_OUTCOME_UNKNOWN\x10.\x1a\x0f\x8a\xb5\x18\vUNAVAILABLE:@\n" +
 	"\tgrpc_code\x12!.google.protobuf.EnumValueOptions\x18ц\x03 \x01(\tR\bgrpcCodeB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3"
 
 var (

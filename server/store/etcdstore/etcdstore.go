@@ -130,8 +130,16 @@ func errNotLeader() error {
 		Message: "this server no longer leads the cluster; nothing was changed; retry on the leader"}
 }
 
+// outcomeUnknown is the answer to a write that was sent but not answered:
+// etcd may have committed it or not.
+func outcomeUnknown(what, path string, err error) error {
+	return &limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonOutcomeUnknown,
+		Message: fmt.Sprintf("%s in %s got no answer (%v): it may or may not have been made; read the state back before sending the change again", what, path, err)}
+}
+
 // fencedTxn commits ops if the term's leader key is still ours; it
-// answers NOT_LEADER (and reports the deposition) when it is not. ifs are
+// answers NOT_LEADER (and reports the deposition) when it is not, and
+// OUTCOME_UNKNOWN when etcd did not answer. ifs are
 // further conditions; when they fail (and the fence holds), it returns
 // false and no error.
 func (s *Store) fencedTxn(what string, ifs []clientv3.Cmp, ops ...clientv3.Op) (bool, error) {
@@ -143,7 +151,7 @@ func (s *Store) fencedTxn(what string, ifs []clientv3.Cmp, ops ...clientv3.Op) (
 	fence := clientv3.Compare(clientv3.CreateRevision(s.opts.LeaderKey), "=", s.opts.LeaderRev)
 	resp, err := s.c.Txn(ctx).If(fence).Then(clientv3.OpTxn(ifs, ops, nil)).Commit()
 	if err != nil {
-		return false, fmt.Errorf("%s in %s: %w", what, s.Path(), err)
+		return false, outcomeUnknown(what, s.Path(), err)
 	}
 	if !resp.Succeeded {
 		s.deposedNow()

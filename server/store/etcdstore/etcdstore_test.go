@@ -271,3 +271,24 @@ func TestBatchSplitsAtEtcdLimits(t *testing.T) {
 		}
 	}
 }
+
+// A write sent to etcd that gets no answer may have been committed: it
+// fails OUTCOME_UNKNOWN, never NOT_LEADER or a storage failure that says
+// nothing changed.
+func TestWriteWithoutAnswerIsOutcomeUnknown(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	opts := campaign(t, c, prefix+"election/a")
+	opts.Timeout = 300 * time.Millisecond
+	st := New(c, prefix, opts)
+	etcd.Stop()
+	err = st.SavePool(pool(t, "a", 1))
+	var le *limiter.Error
+	if !errors.As(err, &le) || le.Reason != limiter.ReasonOutcomeUnknown || le.Code != limiter.CodeUnavailable {
+		t.Fatalf("a write etcd did not answer: %v; want UNAVAILABLE (OUTCOME_UNKNOWN)", err)
+	}
+}

@@ -1,1 +1,0 @@
-"""google.api.field_behavior, the one option the API imports."""
