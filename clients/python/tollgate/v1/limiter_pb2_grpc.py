@@ -133,14 +133,19 @@ class LimiterServiceServicer(object):
 
     def Renew(self, request, context):
         """Renew extends a live lease (keep-alive) and returns its new expiry.
-        After a server restart, during the pool's recovery window, it also
-        re-adopts a lease granted before the restart if the request carries
-        the lease's weight (see RenewRequest.weight and docs/recovery.md).
+        It never makes the expiry earlier than one already given: with a ttl
+        shorter than what is left, the lease keeps its expiry (the ttl is
+        used by the next renewals), so that no older expiry_receipt shows a
+        later expiry than the lease has. After a server restart, during the
+        pool's recovery window, it also re-adopts a lease granted before the
+        restart if the request carries the lease's weight and latest receipt
+        (see RenewRequest.weight and docs/recovery.md).
 
         Errors: NOT_FOUND with reason LEASE_EXPIRED (it expired: the holder
         must stop), LEASE_NOT_FOUND (released, or never issued),
         LEASE_NOT_READOPTED (a lease from before a restart that could not be
-        taken back: the holder must stop) or POOL_NOT_FOUND; INVALID_ARGUMENT
+        taken back, such as one whose weight or instances are not those its
+        receipt signs: the holder must stop) or POOL_NOT_FOUND; INVALID_ARGUMENT
         for a ttl above the pool's max_lease_ttl; UNAVAILABLE (STORAGE_FAILED)
         when the server could not write its lease horizon (retry). A lease
         whose expire_time has passed cannot be renewed.
@@ -259,8 +264,12 @@ class LimiterServiceServicer(object):
     def GetQueuePosition(self, request, context):
         """GetQueuePosition reports where a client's acquires wait in a pool's
         queue (position 1 is granted next, when the pool can), for progress
-        displays such as `tollgate acquire`'s. Errors: INVALID_ARGUMENT (no
-        client_id, or one over 256 bytes), NOT_FOUND (POOL_NOT_FOUND).
+        displays such as `tollgate acquire`'s. It answers the client itself
+        (a caller whose verified client certificate has client_id among its
+        names) or an admin; on a server without credentials, anyone. Errors:
+        INVALID_ARGUMENT (no client_id, or one over 256 bytes), NOT_FOUND
+        (POOL_NOT_FOUND), PERMISSION_DENIED (PERMISSION_DENIED: another
+        client's client_id).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
