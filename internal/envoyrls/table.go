@@ -62,13 +62,6 @@ func (t *table) setMax(n int) {
 	t.mu.Unlock()
 }
 
-// size returns the number of buckets kept.
-func (t *table) size() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.byKey)
-}
-
 // decision is what a table answered for one value.
 type decision struct {
 	at       time.Time
