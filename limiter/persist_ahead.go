@@ -73,19 +73,25 @@ func (p *pool) saveLocked(saved SavedPool, what string) error {
 
 // backgroundWrittenLocked takes the outcome err of a background write of
 // saved (the pool's write ahead, or its live set's), the pool's write
-// number last. Its outcome says what the disk holds only while it is
-// still the last write: then, on success, its reservations are in force
-// and its held-weight bound is exactly the one on disk. Once a later write
-// was made, that one's outcome decides (it may be taken first: a
-// background write takes the pool's lock after its write), and this one
-// changes nothing but the live set it wrote.
+// number last. Its success puts its reservations in force, and its
+// held-weight bound as exactly the one on disk, only if no later write was
+// made or decided since: else that one decides (its outcome may be taken
+// first: a background write takes the pool's lock after its write; a
+// write ahead decided after it carries the reservations in force then,
+// not this one's), and this one changes nothing but the live set it wrote
+// and, if its bound differs from the one in force, marks the bound to be
+// written again (the disk may hold this one).
 func (p *pool) backgroundWrittenLocked(saved SavedPool, last uint64, err error) {
 	if err != nil {
 		p.writeFailedLocked(saved, last)
 		return
 	}
 	p.dur.live.written(saved.LiveChunks, saved.liveVers)
-	if p.dur.w.writes.Load() != last {
+	if p.dur.w.writes.Load() != last || p.dur.w.pending != nil {
+		if h := saved.State.HeldBound; h >= 0 && h != p.dur.state.HeldBound {
+			p.dur.heldUnsure = true
+			p.armLowerLocked(heldLowerPeriod)
+		}
 		return
 	}
 	p.dur.state = mergeReservations(p.dur.state, saved.State)
