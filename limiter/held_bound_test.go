@@ -169,6 +169,97 @@ func TestHeldBoundLoweringInFlight(t *testing.T) {
 	}
 }
 
+// TestHeldBoundLoweringFailsBehindAGrant: a background write lowering the
+// bound hangs on the disk and then fails, while a grant that passes the
+// lower bound waits to write a higher one. The grant's write lands after
+// the failed one, so the failure says nothing of the disk any more: the
+// bound in force must stay the grant's, and no later write (here the live
+// set's, after a release) may put a bound below what is held on disk.
+func TestHeldBoundLoweringFailsBehindAGrant(t *testing.T) {
+	m := newMemPersister()
+	te := newPreReserveEngine(t, m)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 16, MaxLeaseTTL: 10 * time.Second})
+	var leases []Lease
+	for range 16 {
+		leases = append(leases, te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second}))
+		te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+	}
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	var once sync.Once
+	m.setFail(func(old, new SavedPool, deleting bool) error {
+		failed := false
+		if !deleting && new.State.HeldBound >= 0 && new.State.HeldBound < old.State.HeldBound {
+			once.Do(func() {
+				entered <- struct{}{}
+				<-gate // the first lowering write hangs on the disk, then fails
+				failed = true
+			})
+		}
+		if failed {
+			return errDiskFull
+		}
+		return nil
+	})
+	for _, l := range leases[4:] {
+		if _, err := te.Release("db", l.FencingToken); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no write lowered the bound after 12 of 16 were released")
+	}
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before the engine's Close, which waits for the write
+	acquired := make(chan error, 1)
+	var big Lease
+	go func() {
+		var err error
+		big, err = te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 12, TTL: 10 * time.Second, NoWait: true})
+		acquired <- err
+	}()
+	// The grant holds the pool's lock while it waits for the stuck write,
+	// so its write lands, and its outcome is taken, before the failed
+	// write's outcome is.
+	p := te.pools.get("db")
+	te.waitUntil(t, func() bool {
+		if p.mu.TryLock() {
+			p.mu.Unlock()
+			return false
+		}
+		return true
+	})
+	open()
+	if err := <-acquired; err != nil {
+		t.Fatal(err)
+	}
+	te.waitUntil(t, func() bool { return !te.pendingWrite("db") }) // the failed write's outcome is taken
+	if b := writtenHeldBound(t, m, "db"); b < 16 {
+		t.Fatalf("bound on disk %d with 16 held", b)
+	}
+	p.mu.Lock()
+	inForce := p.dur.state.HeldBound
+	p.mu.Unlock()
+	if inForce < 16 {
+		t.Errorf("bound in force %d with 16 held", inForce)
+	}
+	// A release writes the live set, with the bound in force, before
+	// the timer that writes the bound again.
+	if _, err := te.Release("db", leases[0].FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	te.clk.Advance(endedFlushDelay)
+	te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+	if b := writtenHeldBound(t, m, "db"); b < 15 {
+		t.Fatalf("bound on disk %d with 15 held, after the live set was written", b)
+	}
+	if _, err := te.Release("db", big.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRandomizedHeldBound drives a pool through random acquires, releases,
 // expiries, crashes and background writes that fail (some of them after
 // landing), and checks at every step that the held-weight bound on disk

@@ -59,11 +59,10 @@ func (p *pool) saveLocked(saved SavedPool, what string) error {
 	}
 	p.dur.w.mu.Lock()
 	err := p.e.persister.SavePool(saved)
-	p.dur.w.writes.Add(1)
+	last := p.dur.w.writes.Add(1)
 	p.dur.w.mu.Unlock()
 	if err := storageErr(err, what); err != nil {
-		p.dur.live.failed()
-		p.heldWriteFailedLocked(saved.State.HeldBound)
+		p.writeFailedLocked(saved, last)
 		return err
 	}
 	p.dur.state = saved.State
@@ -72,9 +71,52 @@ func (p *pool) saveLocked(saved SavedPool, what string) error {
 	return nil
 }
 
-// heldWriteFailedLocked records that a write of held-weight bound h
-// failed: it may have landed all the same, so grants keep within the lower
-// of h and the bound in memory, and the bound is written again
+// backgroundWrittenLocked takes the outcome err of a background write of
+// saved (the pool's write ahead, or its live set's), the pool's write
+// number last. Its success puts its reservations in force, and its
+// held-weight bound as exactly the one on disk, only if no later write was
+// made or decided since: else that one decides (its outcome may be taken
+// first: a background write takes the pool's lock after its write; a
+// write ahead decided after it carries the reservations in force then,
+// not this one's), and this one changes nothing but the live set it wrote
+// and, if its bound differs from the one in force, marks the bound to be
+// written again (the disk may hold this one).
+func (p *pool) backgroundWrittenLocked(saved SavedPool, last uint64, err error) {
+	if err != nil {
+		p.writeFailedLocked(saved, last)
+		return
+	}
+	p.dur.live.written(saved.LiveChunks, saved.liveVers)
+	if p.dur.w.writes.Load() != last || p.dur.w.pending != nil {
+		if h := saved.State.HeldBound; h >= 0 && h != p.dur.state.HeldBound {
+			p.dur.heldUnsure = true
+			p.armLowerLocked(heldLowerPeriod)
+		}
+		return
+	}
+	p.dur.state = mergeReservations(p.dur.state, saved.State)
+	if h := saved.State.HeldBound; h >= 0 {
+		p.dur.state.HeldBound = h
+		p.dur.heldUnsure = false
+	}
+}
+
+// writeFailedLocked records that the pool's write number last, of saved,
+// failed: the live set it carried is still to write, and its held-weight
+// bound may have landed all the same (heldWriteFailedLocked), unless a
+// later write was made since: that one's outcome, taken under the pool's
+// lock, decides what the disk holds (it may have landed, and grants relied
+// on its bound).
+func (p *pool) writeFailedLocked(saved SavedPool, last uint64) {
+	p.dur.live.failed()
+	if p.dur.w.writes.Load() == last {
+		p.heldWriteFailedLocked(saved.State.HeldBound)
+	}
+}
+
+// heldWriteFailedLocked records that the last write, of held-weight bound
+// h, failed: it may have landed all the same, so grants keep within the
+// lower of h and the bound in memory, and the bound is written again
 // (heldHighLocked) once the disk is known to hold neither more nor less.
 func (p *pool) heldWriteFailedLocked(h int64) {
 	if h < 0 {
@@ -189,23 +231,10 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens, lowering bool, b
 	p.mu.Lock()
 	defer p.unlock()
 	w.pending = nil
-	if err == nil {
-		p.dur.live.written(saved.LiveChunks, saved.liveVers)
-		p.dur.state = mergeReservations(p.dur.state, saved.State)
-		if h := saved.State.HeldBound; h >= 0 && w.writes.Load() == last {
-			// Still the last write: the disk holds exactly this bound,
-			// lower or higher. (A later one merged it in, and keeps the
-			// higher of the two.)
-			p.dur.state.HeldBound = h
-			p.dur.heldUnsure = false
-		}
-		if tokens {
-			p.dur.lastTokenAt = decided.UnixNano()
-			p.dur.tokenBlock = block
-		}
-	} else { // reserveLocked writes in the foreground when it must, and reports its error
-		p.dur.live.failed()
-		p.heldWriteFailedLocked(saved.State.HeldBound)
+	p.backgroundWrittenLocked(saved, last, err) // on failure, reserveLocked writes in the foreground when it must
+	if err == nil && tokens {
+		p.dur.lastTokenAt = decided.UnixNano()
+		p.dur.tokenBlock = block
 	}
 	p.lowerHeldBoundLocked(p.e.clock.Now(), 0)
 }

@@ -67,23 +67,24 @@ func (p *pool) flushLive() {
 		w.mu.Lock()
 		stale := w.writes.Load() != seen // written meanwhile, from a newer snapshot: look again
 		var err error
+		var last uint64
 		if !stale {
 			err = p.e.saveLater(saved)
-			w.writes.Add(1)
+			last = w.writes.Add(1)
 			wrote = true
 		}
 		w.mu.Unlock()
 		p.mu.Lock()
-		switch {
-		case stale: // the write that went first may have carried older unsure ranges
+		if stale { // the write that went first may have carried older unsure ranges
 			p.dur.live.failed()
-		case err != nil: // the next change, or any foreground write, tries again
-			p.dur.live.failed()
+			p.unlock()
+			continue
+		}
+		p.backgroundWrittenLocked(saved, last, err)
+		if err != nil { // the next change, or any foreground write, tries again
 			p.dur.flushing = false
 			p.unlock()
 			return
-		default:
-			p.dur.live.written(saved.LiveChunks, saved.liveVers)
 		}
 		p.unlock()
 	}
