@@ -12,7 +12,14 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/citest"
+	"github.com/tollgate/tollgate/internal/hatest"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	hatest.CleanBuilds()
+	os.Exit(code)
+}
 
 // pythonWithGRPC returns a python3 that can import grpc and protobuf:
 // the one on PATH, or Debian's (where python3-grpcio installs).
@@ -35,9 +42,14 @@ func TestPythonExample(t *testing.T) {
 			citest.SkipOrFail(t, tool+" is not installed: apt-get install protobuf-compiler protobuf-compiler-grpc")
 		}
 	}
+	// Built like every other package's tests build it (with the race
+	// detector when the test has it, so from the packages go test built):
+	// a build of its own was most of the time the script took, and the
+	// script's bound is for its own work.
+	bin := hatest.Build(t, "github.com/tollgate/tollgate/cmd/tollgate")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, py, "run_test.py").CombinedOutput()
+	out, err := exec.CommandContext(ctx, py, "run_test.py", "--tollgate", bin).CombinedOutput()
 	t.Logf("run_test.py:\n%s", out)
 	if err != nil {
 		t.Fatalf("run_test.py: %v", err)
