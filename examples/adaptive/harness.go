@@ -242,17 +242,23 @@ func (r *Result) addEvents(evs []events.Event, seq uint64) uint64 {
 // ErrorRate returns the backend's 503s and hung requests over all its
 // requests in the ticks (from, to].
 func (r Result) ErrorRate(from, to time.Duration) float64 {
-	var reqs, errs int64
+	reqs, errs := r.Requests(from, to)
+	if reqs == 0 {
+		return 0
+	}
+	return float64(errs) / float64(reqs)
+}
+
+// Requests returns the backend's requests in the ticks (from, to], and
+// the 503s and hung requests among them.
+func (r Result) Requests(from, to time.Duration) (reqs, errs int64) {
 	for i, s := range r.Ticks {
 		if t := time.Duration(i+1) * Tick; t > from && t <= to {
 			reqs += s.Requests()
 			errs += s.Refused + s.Hung
 		}
 	}
-	if reqs == 0 {
-		return 0
-	}
-	return float64(errs) / float64(reqs)
+	return reqs, errs
 }
 
 // MeanEffective returns the mean effective limit over the samples in

@@ -82,7 +82,8 @@ func (r Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "\nerror rate (503s and hung requests / requests): first 2s %.1f%%, whole run %.2f%%\n",
 		100*r.ErrorRate(0, 2*s), 100*r.ErrorRate(0, end))
 	if cut, ok := r.FirstEvent(events.PoolThrottled); ok {
-		fmt.Fprintf(w, "before the first cut (at %.2fs): %.1f%%\n", cut.Seconds(), 100*r.ErrorRate(0, cut))
+		reqs, _ := r.Requests(0, cut)
+		fmt.Fprintf(w, "before the first cut (at %.2fs, %d requests): %.1f%%\n", cut.Seconds(), reqs, 100*r.ErrorRate(0, cut))
 	}
 	if len(ph) == 4 { // Issue15
 		fmt.Fprintf(w, "at the capacity of 4, 30-90s: %.2f%% (mean effective limit %.2f)\n", 100*r.ErrorRate(30*s, 90*s), r.MeanEffective(30*s, 90*s))
