@@ -33,14 +33,17 @@ type backend struct {
 	hang     time.Duration // the longest a hung request is held
 	inFlight atomic.Int64
 
-	mu      sync.Mutex
-	start   time.Time // set by begin
-	seconds []Second
+	mu    sync.Mutex
+	start time.Time // set by begin
+	ticks []Second  // one per Tick of the run
 }
 
+// Tick is the resolution of the backend's counts.
+const Tick = 10 * time.Millisecond
+
 func newBackend(phases []Phase, service, hang time.Duration) *backend {
-	n := int(phases[len(phases)-1].Until/time.Second) + 1
-	return &backend{phases: phases, service: service, hang: hang, seconds: make([]Second, n)}
+	n := int(phases[len(phases)-1].Until/Tick) + int(time.Second/Tick)
+	return &backend{phases: phases, service: service, hang: hang, ticks: make([]Second, n)}
 }
 
 // begin sets the time 0 of the phases: the clients send nothing before.
@@ -71,16 +74,30 @@ func (b *backend) capacity(since time.Duration) int64 {
 func (b *backend) count(since time.Duration, f func(*Second)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if i := int(since / time.Second); i >= 0 && i < len(b.seconds) {
-		f(&b.seconds[i])
+	if i := int(since / Tick); i >= 0 && i < len(b.ticks) {
+		f(&b.ticks[i])
 	}
 }
 
-// Seconds returns a copy of the counts so far.
-func (b *backend) Seconds() []Second {
+// Ticks returns a copy of the counts so far, one per Tick.
+func (b *backend) Ticks() []Second {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]Second(nil), b.seconds...)
+	return append([]Second(nil), b.ticks...)
+}
+
+// second returns the counts of the i-th second of the run.
+func (b *backend) second(i int) Second {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var s Second
+	per := int(time.Second / Tick)
+	for _, t := range b.ticks[min(i*per, len(b.ticks)):min((i+1)*per, len(b.ticks))] {
+		s.Served += t.Served
+		s.Refused += t.Refused
+		s.Hung += t.Hung
+	}
+	return s
 }
 
 func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {

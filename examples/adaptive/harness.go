@@ -74,8 +74,9 @@ type Result struct {
 	Start time.Time
 	// Samples of the effective limit, every SampleEvery.
 	Samples []Sample
-	// Seconds are the backend's counts, one per second of the run.
-	Seconds []Second
+	// Ticks are the backend's counts, one per Tick of the run, by when
+	// each request came.
+	Ticks []Second
 	// Events counts the pool's events recorded by the server, by type;
 	// Suppressed the mark events it counted but did not record. Log has
 	// the events, oldest first.
@@ -186,7 +187,7 @@ func Run(ctx context.Context, sc Scenario, command func(args []string) *exec.Cmd
 		res.Samples = append(res.Samples, Sample{T: t, Effective: info.Status.EffectiveConcurrencyLimit})
 		lastSeq = res.addEvents(tg.RecentEvents(), lastSeq)
 		if len(res.Samples)%int(time.Second/SampleEvery) == 0 && log != nil {
-			s := be.Seconds()[int(t/time.Second)-1]
+			s := be.second(int(t/time.Second) - 1)
 			fmt.Fprintf(log, "%5.1fs effective %2d  requests %4d  503 %4d  hung %3d  held %2d waiting %2d\n",
 				t.Seconds(), info.Status.EffectiveConcurrencyLimit, s.Requests(), s.Refused, s.Hung, info.Status.Held, info.Status.Waiting)
 		}
@@ -206,7 +207,7 @@ func Run(ctx context.Context, sc Scenario, command func(args []string) *exec.Cmd
 		res.Clients.Timeout += o.Timeout
 		res.Clients.Canceled += o.Canceled
 	}
-	res.Seconds = be.Seconds()
+	res.Ticks = be.Ticks()
 	info, err := tg.Engine().GetPool(sc.Pool.Name)
 	if err != nil {
 		return res, err
@@ -239,19 +240,25 @@ func (r *Result) addEvents(evs []events.Event, seq uint64) uint64 {
 }
 
 // ErrorRate returns the backend's 503s and hung requests over all its
-// requests in the seconds (from, to].
+// requests in the ticks (from, to].
 func (r Result) ErrorRate(from, to time.Duration) float64 {
-	var reqs, errs int64
-	for i, s := range r.Seconds {
-		if t := time.Duration(i+1) * time.Second; t > from && t <= to {
-			reqs += s.Requests()
-			errs += s.Refused + s.Hung
-		}
-	}
+	reqs, errs := r.Requests(from, to)
 	if reqs == 0 {
 		return 0
 	}
 	return float64(errs) / float64(reqs)
+}
+
+// Requests returns the backend's requests in the ticks (from, to], and
+// the 503s and hung requests among them.
+func (r Result) Requests(from, to time.Duration) (reqs, errs int64) {
+	for i, s := range r.Ticks {
+		if t := time.Duration(i+1) * Tick; t > from && t <= to {
+			reqs += s.Requests()
+			errs += s.Refused + s.Hung
+		}
+	}
+	return reqs, errs
 }
 
 // MeanEffective returns the mean effective limit over the samples in
@@ -268,6 +275,17 @@ func (r Result) MeanEffective(from, to time.Duration) float64 {
 		return 0
 	}
 	return sum / n
+}
+
+// FirstEvent returns how long after the start the pool first recorded
+// an event of type typ, and false if it never did.
+func (r Result) FirstEvent(typ string) (time.Duration, bool) {
+	for _, ev := range r.Log {
+		if ev.Type == typ {
+			return ev.Time.Sub(r.Start), true
+		}
+	}
+	return 0, false
 }
 
 // FirstAt returns how long after from the effective limit was first at

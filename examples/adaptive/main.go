@@ -25,6 +25,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/events"
 )
 
 func main() {
@@ -79,6 +81,10 @@ func (r Result) Print(w io.Writer) {
 	end := ph[len(ph)-1].Until
 	fmt.Fprintf(w, "\nerror rate (503s and hung requests / requests): first 2s %.1f%%, whole run %.2f%%\n",
 		100*r.ErrorRate(0, 2*s), 100*r.ErrorRate(0, end))
+	if cut, ok := r.FirstEvent(events.PoolThrottled); ok {
+		reqs, _ := r.Requests(0, cut)
+		fmt.Fprintf(w, "before the first cut (at %.2fs, %d requests): %.1f%%\n", cut.Seconds(), reqs, 100*r.ErrorRate(0, cut))
+	}
 	if len(ph) == 4 { // Issue15
 		fmt.Fprintf(w, "at the capacity of 4, 30-90s: %.2f%% (mean effective limit %.2f)\n", 100*r.ErrorRate(30*s, 90*s), r.MeanEffective(30*s, 90*s))
 		fmt.Fprintf(w, "after healing, 140-180s:      %.2f%% (mean effective limit %.2f)\n", 100*r.ErrorRate(140*s, 180*s), r.MeanEffective(140*s, 180*s))

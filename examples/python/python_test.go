@@ -12,7 +12,14 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/citest"
+	"github.com/tollgate/tollgate/internal/hatest"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	hatest.CleanBuilds()
+	os.Exit(code)
+}
 
 // pythonWithGRPC returns a python3 that can import grpc and protobuf:
 // the one on PATH, or Debian's (where python3-grpcio installs).
@@ -35,10 +42,24 @@ func TestPythonExample(t *testing.T) {
 			citest.SkipOrFail(t, tool+" is not installed: apt-get install protobuf-compiler protobuf-compiler-grpc")
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Built like every other package's tests build it (with the race
+	// detector when the test has it, so from the packages go test built):
+	// a build of its own was most of the time the script took, and the
+	// script's bound is for its own work.
+	bin := hatest.Build(t, "github.com/tollgate/tollgate/cmd/tollgate")
+	const bound = 3 * time.Minute // the script's work takes about 10s, 13s on a starved core
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, py, "run_test.py").CombinedOutput()
+	// On a hang, the script is interrupted so that it stops the server
+	// and prints where it was, and killed if it does not exit soon after.
+	cmd := exec.CommandContext(ctx, py, "run_test.py", "--tollgate", bin)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
+	out, err := cmd.CombinedOutput()
 	t.Logf("run_test.py:\n%s", out)
+	if ctx.Err() != nil {
+		t.Fatalf("run_test.py did not finish within %v, so it was stopped: %v", bound, err)
+	}
 	if err != nil {
 		t.Fatalf("run_test.py: %v", err)
 	}

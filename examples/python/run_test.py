@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -74,6 +75,14 @@ def check(records):
         raise SystemExit("FAIL: fencing tokens do not grow with the sections' order: %s" % tokens)
 
 
+START = time.monotonic()
+
+
+def step(what):
+    """Say how long into the run a step starts: where a slow run spent it."""
+    print("%6.1fs %s" % (time.monotonic() - START, what), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tollgate", help="tollgate binary (default: go build ./cmd/tollgate)")
@@ -82,16 +91,20 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tollgate-py-") as tmp:
         stubs = os.path.join(tmp, "stubs")
         os.mkdir(stubs)
+        step("generating the stubs")
         generate_stubs(stubs)
         tollgate = args.tollgate
         if not tollgate:
             tollgate = os.path.join(tmp, "tollgate")
+            step("building tollgate")
             subprocess.run(["go", "build", "-o", tollgate, "./cmd/tollgate"], cwd=ROOT, check=True)
 
+        step("starting tollgate serve")
         server, addr = start_server(tollgate, os.path.join(tmp, "data"))
         try:
             subprocess.run([tollgate, "--server", addr, "pool", "create", POOL,
                             "--concurrency", str(LIMIT)], check=True, stdout=subprocess.DEVNULL)
+            step("running example.py twice at once")
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([stubs, HERE]))
             record = os.path.join(tmp, "intervals")
             runs = [subprocess.Popen([sys.executable, os.path.join(HERE, "example.py"),
@@ -106,6 +119,7 @@ def main():
             server.terminate()
             server.wait(timeout=30)
 
+        step("checking the critical sections")
         with open(record) as f:
             records = [(float(s), float(e), int(tok)) for s, e, tok in (line.split() for line in f)]
         if len(records) != 2 * ROUNDS:
