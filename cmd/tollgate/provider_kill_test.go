@@ -117,7 +117,13 @@ func TestPassivePoolAcrossServerKill9(t *testing.T) {
 		DefaultLeaseTtl: durationpb.New(4 * time.Second)}}, grpc.WaitForReady(true)); err != nil {
 		t.Fatal(err)
 	}
-	_, out, _ := startProvider(t, srv, "--ttl", "3s")
+	var out *strings.Builder
+	t.Cleanup(func() { // after the worker's end (cleanups run last first): its output is complete
+		if t.Failed() {
+			t.Logf("worker:\n%s\nserver, first run:\n%s\nserver, last run:\n%s", out.String(), srv.Log(1), srv.LastLog())
+		}
+	})
+	_, out, _ = startProvider(t, srv, "--ttl", "3s")
 	waitUntil(t, "the worker's slots", func() bool {
 		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
 		return err == nil && len(r.GetResources()) == 2
@@ -130,7 +136,12 @@ func TestPassivePoolAcrossServerKill9(t *testing.T) {
 
 	srv.Kill() // SIGKILL: nothing is released, nothing is told
 	srv.Start()
-	waitUntil(t, "the worker to register again and the lease to be re-adopted", func() bool {
+	// Either the worker registers again and the holder's renewal re-adopts
+	// the lease (within the recovery window), or the lease ends: the
+	// holder's local deadline passes first, or the window ends without
+	// the slot offered and the lease is revoked. Wait for whichever comes;
+	// the bound is only a guard against a hang.
+	readopted := func() bool {
 		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
 		if err != nil || len(r.GetResources()) != 2 || len(r.GetProviders()) != 1 {
 			return false
@@ -141,11 +152,15 @@ func TestPassivePoolAcrossServerKill9(t *testing.T) {
 			}
 		}
 		return false
-	})
-	select {
-	case <-l.Done():
-		t.Fatalf("the lease was lost across the server's kill: %v\nworker:\n%s", l.Err(), out.String())
-	default:
+	}
+	for !readopted() {
+		select {
+		case <-l.Done():
+			t.Fatalf("the lease was lost across the server's kill: %v", l.Err())
+		case <-ctx.Done():
+			t.Fatal("the worker did not register again and the lease was not re-adopted, nor lost, before the test's context ended")
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("release after the restart: %v", err)
