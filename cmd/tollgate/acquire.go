@@ -166,7 +166,7 @@ func acquireLease(ctx context.Context, g *globals, pool string, try bool, opts [
 	case try:
 		l, err = c.TryAcquire(ctx, pool, opts...)
 		if errors.Is(err, client.ErrNoCapacity) || errors.Is(err, client.ErrRecovering) {
-			err = errors.New(strings.TrimPrefix(formatError(err), "tollgate: ") + "; without --try, tollgate waits in the pool's queue")
+			err = hinted{err, "without --try, tollgate waits in the pool's queue"}
 		}
 	default:
 		l, err = c.Acquire(ctx, pool, opts...)

@@ -396,8 +396,23 @@ func formatErrorAt(err error, server string) string {
 			msg += connectionHint(e.Message, server)
 		}
 	}
+	var h hinted
+	if errors.As(err, &h) && !strings.HasSuffix(msg, h.hint) {
+		msg += "; " + h.hint
+	}
 	return "tollgate: " + strings.TrimPrefix(msg, "tollgate: ")
 }
+
+// hinted is err with advice for the person who ran the command: the
+// message ends with it, while the exit status and client.FromError still
+// see err.
+type hinted struct {
+	err  error
+	hint string
+}
+
+func (h hinted) Error() string { return h.err.Error() + "; " + h.hint }
+func (h hinted) Unwrap() error { return h.err }
 
 // connectionHint says, from the message of a failed connection to server,
 // what was likely wrong and what to type instead.

@@ -100,7 +100,7 @@ func TestRunExitStatuses(t *testing.T) {
 	}
 	down := lis.Addr().String()
 	lis.Close()
-	runCLI(t, down, "run", "db", "--timeout", "5s", "--", "true").mustFail(t, 243, "is a server running there?")
+	runCLI(t, down, "run", "db", "--timeout", "5s", "--", "true").mustFail(t, 243, "no server answered there")
 	runCLI(t, ts.addr, "run", "db", "--weight", "2", "--", "true").mustFail(t, 244, "INVALID_ARGUMENT")
 }
 
