@@ -20,8 +20,13 @@ const {TollgateError, LeaseLost, fromGrpcError} = require('./errors');
 const DEFAULT_PORT = 7070;
 const DEFAULT_TTL_MS = 15000;
 
+// The API's .proto files: the copy npm pack puts in the package (its
+// prepack script, sync-proto), or, in a checkout, the repository's own.
+const fs = require('fs');
+const PROTO_DIR = fs.existsSync(path.join(__dirname, 'proto')) ? path.join(__dirname, 'proto') : path.join(__dirname, '..', '..', 'proto');
+
 const api = grpc.loadPackageDefinition(protoLoader.loadSync('tollgate/v1/limiter.proto', {
-  includeDirs: [path.join(__dirname, 'proto')],
+  includeDirs: [PROTO_DIR],
   keepCase: true,
   longs: String, // int64 and uint64 as decimal strings: fencing tokens can exceed 2^53
   enums: String,
