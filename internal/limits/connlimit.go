@@ -32,7 +32,7 @@ type ConnLimiter struct {
 	refusedTotal Kind
 	refusedPerIP Kind
 	idleAfter    time.Duration
-	now          func() time.Time
+	now          atomic.Pointer[func() time.Time] // the clock; SetClock may change it while connections come
 	mu           sync.Mutex
 	open         int
 	hosts        map[string]*hostConns
@@ -82,12 +82,16 @@ func (c *Conn) Close() error {
 // as kinds refusedTotal and refusedPerIP, and which closes a connection
 // with only watches in progress after idleAfter (0: never).
 func (q *Quotas) NewConnLimiter(total, perIP int, refusedTotal, refusedPerIP Kind, idleAfter time.Duration) *ConnLimiter {
-	return &ConnLimiter{q: q, total: total, perIP: perIP, refusedTotal: refusedTotal, refusedPerIP: refusedPerIP,
-		idleAfter: idleAfter, now: time.Now, hosts: make(map[string]*hostConns)}
+	l := &ConnLimiter{q: q, total: total, perIP: perIP, refusedTotal: refusedTotal, refusedPerIP: refusedPerIP,
+		idleAfter: idleAfter, hosts: make(map[string]*hostConns)}
+	l.SetClock(time.Now)
+	return l
 }
 
 // SetClock makes the limiter read the time from now, for tests.
-func (l *ConnLimiter) SetClock(now func() time.Time) { l.now = now }
+func (l *ConnLimiter) SetClock(now func() time.Time) { l.now.Store(&now) }
+
+func (l *ConnLimiter) clock() time.Time { return (*l.now.Load())() }
 
 // Listen wraps lis: its Accept returns *Conn within the bounds.
 func (l *ConnLimiter) Listen(lis net.Listener) net.Listener {
@@ -119,7 +123,7 @@ func (l *ConnLimiter) admit(c net.Conn) *Conn {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	now := l.now()
+	now := l.clock()
 	var victim *Conn
 	l.mu.Lock()
 	hc := l.hosts[host]
@@ -198,7 +202,7 @@ func (l *ConnLimiter) Sweep() {
 	}
 	var idle []*Conn
 	l.mu.Lock()
-	now := l.now()
+	now := l.clock()
 	for _, h := range l.hosts {
 		for _, c := range h.conns {
 			if c.called.Load() && c.calls.Load() == 0 && c.watches.Load() > 0 && now.Sub(time.Unix(0, c.quietFrom.Load())) >= l.idleAfter {
@@ -261,7 +265,7 @@ func Begin(addr net.Addr, watch bool) func() {
 	}
 	c.calls.Add(1)
 	return func() {
-		c.quietFrom.Store(c.l.now().UnixNano())
+		c.quietFrom.Store(c.l.clock().UnixNano())
 		c.calls.Add(-1)
 	}
 }
@@ -279,7 +283,7 @@ func (l *ConnLimiter) HTTPConnState(c net.Conn, state http.ConnState) {
 		lc.called.Store(true)
 		lc.calls.Store(1)
 	case http.StateIdle:
-		lc.quietFrom.Store(l.now().UnixNano())
+		lc.quietFrom.Store(l.clock().UnixNano())
 		lc.calls.Store(0)
 	}
 }
