@@ -107,7 +107,10 @@ func TestClusterFollowersAnswerNotLeader(t *testing.T) {
 	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})
 	epoch := lead.srv.leadership.Cluster().Epoch
 	for _, f := range others(ms, lead) {
-		waitFor(t, "the follower sees the leader", func() bool { return f.srv.leadership.Cluster().Leader == lead.addr })
+		waitFor(t, "the follower sees the leader and every member", func() bool {
+			v := f.srv.leadership.Cluster()
+			return v.Leader == lead.addr && len(v.Members) == len(ms)
+		})
 		for _, err := range []error{
 			func() error {
 				_, err := f.lim.Acquire(f.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})
