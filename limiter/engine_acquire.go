@@ -1,0 +1,261 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+)
+
+// Acquire grants a lease of req.Weight permits from req.Pool.
+//
+// It grants at once when no waiter of the same or higher priority is
+// queued and the pool has the capacity (and, for a pool with a rate,
+// the tokens: each permit of weight costs one token). Otherwise, unless
+// req.NoWait, it joins the pool's queue (higher priority first, FIFO within
+// a priority; only the head is ever granted) and waits until granted,
+// req.WaitTimeout passes by the engine's clock, or ctx is done. A wait that
+// ends ungranted never consumes a permit, and neither does a grant that
+// races with ctx ending: that grant is undone.
+//
+// Errors: ErrPoolNotFound; ErrInvalidArgument (weight < 1, weight above the
+// limit or burst, TTL out of range, client id or description too long);
+// ErrNoCapacity (NoWait); ErrQueueFull; ErrWaitTimeout (WaitTimeout passed,
+// or ctx's deadline); ErrCanceled (ctx cancelled); ErrLimitBelowWeight and
+// ErrPoolDeleted (the pool changed while waiting); ErrShuttingDown;
+// ErrRecovering (NoWait during the pool's recovery window after a restart,
+// see RestorePool; without NoWait the acquire waits for the window to end);
+// ErrStorageFailed (the token or expiry reservation could not be written;
+// nothing was granted).
+func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	l, w, err := e.StartAcquire(req)
+	if w == nil {
+		return l, err
+	}
+	return w.Await(ctx)
+}
+
+// StartAcquire is Acquire in two steps, so that a caller serving many
+// requests (a server's stream) needs no goroutine for the grants made at
+// once: it grants req at once or fails as Acquire does, returning a nil
+// wait, or else queues req and returns the wait, whose Await must then be
+// called exactly once (with a done context to give up) to learn the
+// outcome. The queued request keeps its place in the pool's queue, and
+// its WaitTimeout runs, from this call on.
+func (e *Engine) StartAcquire(req AcquireRequest) (Lease, *AcquireWait, error) {
+	if err := checkAcquireRequest(&req); err != nil {
+		return Lease{}, nil, err
+	}
+	return e.grantOrEnqueue(&req)
+}
+
+// AcquireWait is an acquire queued by StartAcquire: its record in the
+// pool's queue.
+type AcquireWait struct {
+	w waiter
+}
+
+// Await waits for the queued acquire as Acquire does, until it is granted
+// or fails or ctx is done, and returns its outcome.
+func (a *AcquireWait) Await(ctx context.Context) (Lease, error) {
+	w := &a.w
+	p := w.p
+	p.mu.Lock()
+	if w.out == nil { // only Await needs the channel: a notified waiter is smaller
+		w.out = &waitOutcome{ready: make(chan struct{})}
+	} else {
+		w.out.ready = make(chan struct{})
+		close(w.out.ready) // ended already
+	}
+	p.unlock()
+	return p.await(ctx, w)
+}
+
+// Notify is the other way to learn the outcome, with no goroutine waiting:
+// then is called once with it, when the acquire is granted or fails (at
+// once if it has already). It is called with the pool locked, or on
+// Notify's caller, so it must neither block nor call the engine. Use
+// either Await or Notify, once. StopWaits does not end a notified wait:
+// its owner ends it with Cancel.
+func (a *AcquireWait) Notify(then func(Lease, error)) {
+	w := &a.w
+	p := w.p
+	p.mu.Lock()
+	if !w.done {
+		w.then = then
+		p.unlock()
+		return
+	}
+	out := w.out
+	p.unlock()
+	if out == nil {
+		panic("limiter: AcquireWait.Notify called twice")
+	}
+	then(out.lease, out.err)
+}
+
+// Cancel gives up a notified wait, as the end of Acquire's ctx with cause
+// (context.Canceled or context.DeadlineExceeded) would: then gets the
+// error. A wait already granted or failed is left as it ended.
+func (a *AcquireWait) Cancel(cause error) {
+	w := &a.w
+	p := w.p
+	p.mu.Lock()
+	defer p.unlock()
+	if !w.done {
+		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, w.g.weight))
+		p.dispatchLocked(p.e.clock.Now()) // w may have been the head
+	}
+}
+
+// grantOrEnqueue grants req at once when it can and no waiter of the same
+// or higher priority is ahead of it, or else queues a waiter for it and
+// returns that wait. With no wait, it returns the lease or the error.
+func (e *Engine) grantOrEnqueue(req *AcquireRequest) (Lease, *AcquireWait, error) {
+	p, err := e.lockPool(req.Pool)
+	if err != nil {
+		return Lease{}, nil, err
+	}
+	defer p.unlock()
+	if err := p.checkWeightLocked(req.Weight); err != nil {
+		return Lease{}, nil, err
+	}
+	if req.TTL, err = p.resolveTTLLocked(req.TTL); err != nil {
+		return Lease{}, nil, err
+	}
+	now := e.clock.Now()
+	head, queued := p.waiters.top()
+	if (!queued || req.Priority > head.g.priority) && p.admitLocked(req.Weight, now) {
+		g := grantOf(req)
+		l, err := p.grantLocked(&g, now, 0)
+		return l, nil, err
+	}
+	if err := p.refuseWaitLocked(req, now); err != nil {
+		p.stats.Rejected++
+		return Lease{}, nil, err
+	}
+	a := &AcquireWait{w: waiter{p: p, g: grantOf(req), seq: p.seq, index: -1, waitTimeout: req.WaitTimeout, enqueued: now}}
+	w := &a.w
+	p.seq++
+	p.waiters.push(w)
+	p.rankAddLocked(w)
+	p.waitingWeight += req.Weight
+	p.marksLocked()
+	if req.WaitTimeout > 0 {
+		w.timer = e.clock.AfterFunc(req.WaitTimeout, func() { p.timeOutWaiter(w) })
+	}
+	p.dispatchLocked(now) // a new head may be blocked by tokens only: arm the rate timer
+	return Lease{}, a, nil
+}
+
+// refuseWaitLocked returns why req may not wait for capacity, or nil if
+// it may: it asked not to, or the queue is full.
+func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
+	switch {
+	case req.NoWait && p.recoveryBlocksLocked(): // after a restart
+		return p.recoveringErrLocked(now)
+	case req.NoWait:
+		return errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s), and the acquire does not wait", p.name, req.Weight, p.busyLocked(now))
+	case p.e.waitsStopped():
+		return errShuttingDown()
+	case int64(len(p.waiters))+p.takesWaiting >= p.cfg.MaxWaiters:
+		return errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, int64(len(p.waiters))+p.takesWaiting)
+	}
+	return nil
+}
+
+// await waits for w's grant until ctx is done. If ctx ends first, it
+// ends the wait if it has not ended; if it ended in a grant, it undoes the
+// grant: nobody will hold it.
+func (p *pool) await(ctx context.Context, w *waiter) (Lease, error) {
+	out := w.out
+	select {
+	case <-out.ready:
+	case <-ctx.Done():
+	case <-p.e.stopping:
+	}
+	cause := ctx.Err()
+	if cause == nil {
+		select {
+		case <-out.ready: // granted (or ended), even if waits stopped meanwhile
+			return out.lease, out.err
+		default:
+			cause = errWaitsStopped
+		}
+	}
+	p.mu.Lock()
+	defer p.unlock()
+	now := p.e.clock.Now()
+	if !w.done {
+		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, w.g.weight))
+		p.dispatchLocked(now) // w may have been the head
+		return Lease{}, out.err
+	}
+	if out.err != nil {
+		return Lease{}, out.err
+	}
+	if l := p.leases[out.lease.FencingToken]; l != nil {
+		p.removeLeaseLocked(l)
+		p.stats.Granted--
+		p.dispatchLocked(now)
+	}
+	return Lease{}, p.abandonErrLocked(cause, w.g.weight)
+}
+
+// checkAcquireRequest validates what can be checked without the pool.
+func checkAcquireRequest(req *AcquireRequest) error {
+	switch {
+	case req.Weight < 1:
+		return errorf(ErrInvalidArgument, "weight %d is invalid; ask for at least 1 permit", req.Weight)
+	case req.TTL < 0:
+		return errorf(ErrInvalidArgument, "ttl %v is negative", req.TTL)
+	case req.WaitTimeout < 0:
+		return errorf(ErrInvalidArgument, "wait timeout %v is negative", req.WaitTimeout)
+	case len(req.ClientID) > MaxClientIDLen:
+		return errorf(ErrInvalidArgument, "client id is %d bytes; the most is %d", len(req.ClientID), MaxClientIDLen)
+	case len(req.Description) > MaxDescriptionLen:
+		return errorf(ErrInvalidArgument, "description is %d bytes; the most is %d", len(req.Description), MaxDescriptionLen)
+	}
+	return nil
+}
+
+// abandonErrLocked counts and explains a wait that its caller ended.
+func (p *pool) abandonErrLocked(cause error, weight int64) error {
+	if cause == errWaitsStopped {
+		return errShuttingDown()
+	}
+	if errors.Is(cause, context.DeadlineExceeded) {
+		p.stats.WaitTimeouts++
+		return errorf(ErrWaitTimeout, "the call's deadline passed while waiting for weight %d in pool %q (%s)", weight, p.name, p.busyLocked(p.e.clock.Now()))
+	}
+	p.stats.Canceled++
+	return errorf(ErrCanceled, "the acquire of weight %d in pool %q was cancelled while waiting", weight, p.name)
+}
+
+// timeOutWaiter ends w's wait when its WaitTimeout passes.
+func (p *pool) timeOutWaiter(w *waiter) {
+	p.mu.Lock()
+	defer p.unlock()
+	if w.done || !p.e.acting() {
+		return
+	}
+	now := p.e.clock.Now()
+	p.stats.WaitTimeouts++
+	p.finishWaiterLocked(w, Lease{}, errorf(ErrWaitTimeout, "waited %v (the wait timeout) for weight %d in pool %q without a grant (%s)", w.waitTimeout, w.g.weight, p.name, p.busyLocked(now)))
+	p.dispatchLocked(now)
+}
+
+// busyLocked describes why the pool cannot grant now, for messages: what
+// each gate says, the bucket's tokens, and the queue.
+func (p *pool) busyLocked(now time.Time) string {
+	var parts []string
+	for _, g := range p.gates {
+		if d := g.describe(p, now); d != "" {
+			parts = append(parts, d)
+		}
+	}
+	if p.bucket != nil {
+		parts = append(parts, "tokens "+ftoa(p.bucket.TokensAt(now))+" of burst "+itoa(p.cfg.Burst))
+	}
+	return strings.Join(append(parts, itoa(int64(len(p.waiters)))+" waiting"), ", ")
+}

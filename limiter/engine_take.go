@@ -1,0 +1,213 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Take takes tokens from a pool's bucket. If they are not available now,
+// it reserves them and waits until they are, provided that is within
+// maxWait by the engine's clock; otherwise it reserves nothing and fails
+// with ErrRateLimited, whose RetryAfter says how long until they would be.
+// If ctx ends during the wait, the reservation is cancelled (its tokens go
+// back to the bucket as far as later reservations allow) and Take fails
+// with ErrCanceled or ErrWaitTimeout.
+//
+// Errors: ErrPoolNotFound; ErrNoRateLimit; ErrInvalidArgument (tokens < 1
+// or above the burst, negative maxWait); ErrRateLimited; ErrCanceled;
+// ErrWaitTimeout; ErrShuttingDown.
+func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (TakeResult, error) {
+	res, w, err := e.StartTake(pool, tokens, maxWait)
+	if w == nil {
+		return res, err
+	}
+	return w.Await(ctx)
+}
+
+// StartTake is Take in two steps, so that a caller serving many requests
+// (a server's stream) needs no goroutine while tokens are on their way: it
+// takes the tokens at once or fails as Take does, returning a nil wait, or
+// else reserves them and returns the wait, whose outcome Await or Notify
+// must then learn, once.
+func (e *Engine) StartTake(pool string, tokens int64, maxWait time.Duration) (TakeResult, *TakeWait, error) {
+	if tokens < 1 {
+		return TakeResult{}, nil, errorf(ErrInvalidArgument, "tokens %d is invalid; take at least 1", tokens)
+	}
+	if maxWait < 0 {
+		return TakeResult{}, nil, errorf(ErrInvalidArgument, "max wait %v is negative", maxWait)
+	}
+	p, r, delay, err := e.takeOrReserve(pool, tokens, maxWait)
+	switch {
+	case err != nil:
+		return TakeResult{}, nil, err
+	case delay == 0:
+		return TakeResult{Tokens: tokens}, nil, nil
+	}
+	w := &TakeWait{p: p, r: r, tokens: tokens, delay: delay}
+	p.mu.Lock()
+	w.timer = e.clock.AfterFunc(delay, w.ready)
+	p.unlock()
+	return TakeResult{}, w, nil
+}
+
+// TakeWait is a take of StartTake waiting for its reserved tokens: one
+// record and a timer, no goroutine.
+type TakeWait struct {
+	p      *pool
+	r      *rate.Reservation
+	tokens int64
+	delay  time.Duration
+	timer  Timer // guarded by p.mu, as is the rest below
+	done   bool
+	res    TakeResult
+	err    error
+	then   func(TakeResult, error)
+}
+
+// Await waits for the tokens as Take does, until they are there, ctx is
+// done or the engine stops its waits, and returns the outcome.
+func (w *TakeWait) Await(ctx context.Context) (TakeResult, error) {
+	ready := make(chan struct{})
+	var res TakeResult
+	var err error
+	w.Notify(func(r TakeResult, e error) { res, err = r, e; close(ready) })
+	select {
+	case <-ready:
+		return res, err
+	case <-ctx.Done():
+		w.Cancel(ctx.Err())
+	case <-w.p.e.done:
+		w.Cancel(nil)
+	case <-w.p.e.stopping:
+		w.Cancel(nil)
+	}
+	<-ready
+	return res, err
+}
+
+// Notify is the other way to learn the outcome, with no goroutine waiting:
+// then is called once with it, when the tokens are there or the wait is
+// cancelled (at once if either has happened), with no lock held. Use
+// either Await or Notify, once. StopWaits does not end a notified wait:
+// its owner ends it with Cancel.
+func (w *TakeWait) Notify(then func(TakeResult, error)) {
+	p := w.p
+	p.mu.Lock()
+	if !w.done {
+		w.then = then
+		p.unlock()
+		return
+	}
+	res, err := w.res, w.err
+	p.unlock()
+	then(res, err)
+}
+
+// Cancel gives up the wait as the end of Take's ctx with cause
+// (context.Canceled or context.DeadlineExceeded) would; a nil cause is the
+// engine stopping its waits. The reserved tokens go back to the bucket as
+// far as later reservations allow. A wait whose tokens are there already
+// is left as it ended.
+func (w *TakeWait) Cancel(cause error) {
+	p := w.p
+	p.mu.Lock()
+	if w.done {
+		p.unlock()
+		return
+	}
+	w.timer.Stop()
+	p.takesWaiting--
+	now := p.e.clock.Now()
+	w.r.CancelAt(now)
+	p.stats.TokensGranted -= w.tokens
+	p.waits.addTokens(now, -w.tokens)
+	switch {
+	case cause == nil:
+		w.err = errShuttingDown()
+	case errors.Is(cause, context.DeadlineExceeded):
+		p.stats.WaitTimeouts++
+		w.err = errorf(ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", w.tokens, p.name)
+	default:
+		p.stats.Canceled++
+		w.err = errorf(ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", w.tokens, p.name)
+	}
+	w.finishLocked()
+}
+
+// ready ends the wait when its tokens are there (its timer).
+func (w *TakeWait) ready() {
+	p := w.p
+	p.mu.Lock()
+	if w.done {
+		p.unlock()
+		return
+	}
+	p.takesWaiting--
+	if !p.e.acting() { // tokens reserved before the deadline are not handed out after it
+		w.err = errNotLeader()
+		w.finishLocked()
+		return
+	}
+	w.res = TakeResult{Tokens: w.tokens, Waited: w.delay}
+	w.finishLocked()
+}
+
+// finishLocked marks the wait done with its outcome, unlocks the pool and
+// tells the notified owner, if any.
+func (w *TakeWait) finishLocked() {
+	w.done = true
+	then := w.then
+	w.then = nil
+	w.p.unlock()
+	if then != nil {
+		then(w.res, w.err)
+	}
+}
+
+// takeOrReserve takes tokens from pool's bucket, reserving them if they
+// are not there yet, and returns the pool, the reservation and how long
+// until its tokens are there (0: taken now). It reserves nothing, and
+// fails, if that is beyond maxWait.
+func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration) (*pool, *rate.Reservation, time.Duration, error) {
+	p, err := e.lockPool(pool)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer p.unlock()
+	if p.bucket == nil {
+		return nil, nil, 0, errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; use Acquire, or give the pool a rate", pool)
+	}
+	if tokens > p.cfg.Burst {
+		return nil, nil, 0, errorf(ErrInvalidArgument, "tokens %d exceeds pool %q's burst of %d; no wait could satisfy it: take fewer at a time", tokens, pool, p.cfg.Burst)
+	}
+	now := e.clock.Now()
+	r := p.bucket.ReserveN(now, int(tokens))
+	delay := r.DelayFrom(now)
+	if delay > maxWait {
+		r.CancelAt(now)
+		p.stats.Rejected++
+		if p.noRefillLocked() { // rate shares hold the whole rate
+			return nil, nil, 0, p.noRefillErrLocked(tokens)
+		}
+		return nil, nil, 0, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
+			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}
+	}
+	if delay > 0 && e.waitsStopped() {
+		r.CancelAt(now)
+		return nil, nil, 0, errShuttingDown()
+	}
+	if n := int64(len(p.waiters)) + p.takesWaiting; delay > 0 && n >= p.cfg.MaxWaiters {
+		r.CancelAt(now)
+		p.stats.Rejected++
+		return nil, nil, 0, errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", pool, n)
+	}
+	p.stats.TokensGranted += tokens
+	p.waits.addTokens(now, tokens) // for the rate's utilisation
+	if delay > 0 {
+		p.takesWaiting++
+	}
+	return p, r, delay, nil
+}
