@@ -35,8 +35,10 @@ func nodeBinary(t *testing.T) string {
 	if err != nil {
 		citest.SkipOrFail(t, "node is not installed; install Node.js 18 or later to run the Node.js example")
 	}
-	if _, err := os.Stat("node_modules/@grpc/grpc-js"); err != nil {
-		citest.SkipOrFail(t, "examples/node/node_modules is missing: run `npm ci` in examples/node")
+	for _, dir := range []string{"node_modules/@tollgate/client", "../../clients/node/node_modules/@grpc/grpc-js"} {
+		if _, err := os.Stat(dir); err != nil {
+			citest.SkipOrFail(t, "examples/node/"+dir+" is missing: run `npm ci` in clients/node and in examples/node")
+		}
 	}
 	return node
 }
@@ -106,9 +108,8 @@ func checkRun(t *testing.T, out []byte, calls map[string]int, srv *server.Server
 	}
 	id, token := string(acquired[1]), string(acquired[2])
 	for _, want := range []string{
-		`(?m)^renewed lease ` + regexp.QuoteMeta(id) + ` ttl=5s fencing_token=` + token + `$`,
 		`(?m)^released lease ` + regexp.QuoteMeta(id) + `$`,
-		`(?m)^error code=NOT_FOUND reason=POOL_NOT_FOUND domain=tollgate.dev message=".*not found`,
+		`(?m)^error code=NOT_FOUND reason=POOL_NOT_FOUND message=".*not found`,
 	} {
 		if !regexp.MustCompile(want).Match(out) {
 			t.Errorf("output does not match %s", want)
@@ -152,10 +153,6 @@ func TestNodeClientFollowsTheLeaderHint(t *testing.T) {
 	checkRun(t, out, calls, srv)
 	if follower.answered.Load() != 1 {
 		t.Errorf("the follower answered %d calls; want 1 (the first acquire)", follower.answered.Load())
-	}
-	want := `(?m)^` + regexp.QuoteMeta(follower.addr) + ` is not the leader; following the hint to \S+ \(epoch 7\)$`
-	if !regexp.MustCompile(want).Match(out) {
-		t.Errorf("output does not match %s", want)
 	}
 }
 

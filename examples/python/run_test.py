@@ -2,19 +2,19 @@
 
     python3 examples/python/run_test.py [--tollgate PATH]
 
-It generates the Python stubs from proto/ with protoc and
-grpc_python_plugin into a temporary directory, builds the tollgate binary
+It builds the tollgate binary
 from the tree (unless --tollgate names one), starts `tollgate serve` on a
 free 127.0.0.1 port with a temporary data directory, creates a pool with a
 concurrency limit of 1, and runs two example.py processes at once, each
 holding a lease around a critical section several times (one round longer
 than the lease's TTL, so only the keep-alive keeps it). It then checks
 that no two critical sections overlapped and that the fencing tokens grow
-with the order of the sections. Exit status 0 means it passed.
+with the order of the sections. The example imports the tollgate package
+from clients/python (PYTHONPATH), with its committed generated modules.
+Exit status 0 means it passed.
 """
 
 import argparse
-import glob
 import os
 import re
 import subprocess
@@ -30,19 +30,6 @@ ROUNDS = 4
 HOLD = 0.15
 LONG_HOLD = 1.2  # above TTL: only the renewals keep the lease
 TTL = 0.5
-
-
-def generate_stubs(out):
-    # The API and the one option it imports (google.api.field_behavior),
-    # whose module joins the installed google namespace package.
-    protos = sorted(glob.glob(os.path.join(ROOT, "proto", "tollgate", "v1", "*.proto")))
-    protos.append(os.path.join(ROOT, "proto", "google", "api", "field_behavior.proto"))
-    subprocess.run(["protoc", "-I", os.path.join(ROOT, "proto"),
-                    "--python_out=" + out, "--grpc_out=" + out,
-                    "--plugin=protoc-gen-grpc=" + subprocess.run(
-                        ["sh", "-c", "command -v grpc_python_plugin"],
-                        check=True, capture_output=True, text=True).stdout.strip()]
-                   + protos, check=True)
 
 
 def start_server(tollgate, data_dir):
@@ -89,10 +76,6 @@ def main():
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="tollgate-py-") as tmp:
-        stubs = os.path.join(tmp, "stubs")
-        os.mkdir(stubs)
-        step("generating the stubs")
-        generate_stubs(stubs)
         tollgate = args.tollgate
         if not tollgate:
             tollgate = os.path.join(tmp, "tollgate")
@@ -105,7 +88,7 @@ def main():
             subprocess.run([tollgate, "--server", addr, "pool", "create", POOL,
                             "--concurrency", str(LIMIT)], check=True, stdout=subprocess.DEVNULL)
             step("running example.py twice at once")
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join([stubs, HERE]))
+            env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "clients", "python"))
             record = os.path.join(tmp, "intervals")
             runs = [subprocess.Popen([sys.executable, os.path.join(HERE, "example.py"),
                                       "--server", addr, "--pool", POOL, "--rounds", str(ROUNDS),
