@@ -51,7 +51,7 @@ func TestWithTLS(t *testing.T) {
 		if cn != "" {
 			cfg.Certificates = []tls.Certificate{ca.Issue(t, cn)}
 		}
-		c, err := client.Dial(lis.Addr().String(), client.WithTLS(cfg))
+		c, err := client.Dialer{TLS: cfg}.Dial(lis.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
