@@ -170,7 +170,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool, opts []Acqui
 	case n < 1 || n > s.max:
 		s.mu.Unlock()
 		return nil, &Error{Code: codes.InvalidArgument, Reason: ErrInvalidArgument.Reason,
-			Message: fmt.Sprintf("weight %d is out of range for a semaphore whose share holds at most %d permits (LocalShare)", n, s.max)}
+			Message: fmt.Sprintf("weight %d is out of range for a semaphore whose share holds at most %d permits (WithLocalShare)", n, s.max)}
 	case try:
 		s.mu.Unlock()
 		return nil, &Error{Code: codes.ResourceExhausted, Reason: ErrNoCapacity.Reason,

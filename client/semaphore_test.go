@@ -45,7 +45,7 @@ func TestSemaphoreHandsOutPermitsLocally(t *testing.T) {
 	defer sem.Close()
 	holdN(t, sem, 3)
 	if sem.TryAcquire(1) {
-		t.Fatal("TryAcquire beyond LocalShare(3) succeeded")
+		t.Fatal("TryAcquire beyond WithLocalShare(3) succeeded")
 	}
 	if s := ts.status("p"); s.Held != 3 || s.Leases != 1 {
 		t.Fatalf("the server holds %d in %d leases, want one share lease of 3", s.Held, s.Leases)
@@ -58,7 +58,7 @@ func TestSemaphoreHandsOutPermitsLocally(t *testing.T) {
 		t.Fatal("TryAcquire after a Release failed")
 	}
 	if err := sem.Acquire(ctx(t), 4); !errors.Is(err, client.ErrInvalidArgument) {
-		t.Fatalf("Acquire(4) of LocalShare(3): %v, want ErrInvalidArgument", err)
+		t.Fatalf("Acquire(4) of WithLocalShare(3): %v, want ErrInvalidArgument", err)
 	}
 	sem.Release(3)
 }

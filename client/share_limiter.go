@@ -14,7 +14,7 @@ import (
 // Limiter spends a share of a pool's rate locally, like a
 // golang.org/x/time/rate.Limiter: Wait, WaitN, Allow, AllowN and Limit make
 // no call to the server. The server grants the share (its fair part of the
-// pool's rate among the processes that want it; see Client.Limiter) and a
+// pool's rate among the processes that want it; see Client.NewLimiter) and a
 // background goroutine refreshes it over the Client's Session stream, so
 // the local bucket follows the grant as it grows and shrinks.
 //

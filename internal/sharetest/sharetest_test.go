@@ -126,7 +126,7 @@ type hold struct {
 }
 
 // TestSharesHoldThePoolLimitAcrossProcesses: three worker processes, each
-// with a Semaphore of random LocalShare on one pool of limit 6, run tasks
+// with a Semaphore of random WithLocalShare on one pool of limit 6, run tasks
 // of weight 1 and 2 with random priorities, wait timeouts, hold times and
 // idle phases, so that their shares grow, shrink and are asked back all
 // the time. Each reports every local hold; merged, the holds never weigh
