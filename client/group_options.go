@@ -42,8 +42,8 @@ func newGroupConfig(opts []GroupOption) groupConfig {
 }
 
 // ErrorPolicy is what a Group does when a task fails: FailFast (the
-// default), ContinueOnError or HandleErrors. Give it to NewGroup or Map
-// with WithErrorPolicy.
+// default, and the zero value), ContinueOnError or HandleErrors. Give it
+// to NewGroup or Map with WithErrorPolicy.
 type ErrorPolicy struct {
 	kind      errorPolicy
 	maxErrors int
