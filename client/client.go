@@ -20,8 +20,8 @@
 // runs tasks under the pool's global limit with a bound on this process's
 // goroutines; Map maps a slice; Wrap, Wrap1, Wrap2 and WrapR throttle an
 // existing function. A Dialer's Unavailable policy chooses what they do
-// when the server cannot be reached, and its Observer measures them. The guide is
-// docs/client.md.
+// when the server cannot be reached, and its Observer measures them. The
+// guide is docs/client.md.
 //
 // A Client's settings are the fields of a Dialer. The options of a call
 // are named With followed by what they set, and typed by the call that
@@ -29,7 +29,7 @@
 // Semaphore.Acquire, the Wrap functions), GroupOption (NewGroup, Map),
 // SemaphoreOption (NewSemaphore), LimiterOption (NewLimiter) and
 // ProviderOption (NewProvider), so an option given to the wrong call does
-// not compile. Every constructor is a method Client.New<Type>(...)
+// not compile. Every other constructor is a method Client.New<Type>(...)
 // returning (*<Type>, error).
 //
 //	c, err := client.Dial("tollgate-1:7070", "tollgate-2:7070", "tollgate-3:7070")
