@@ -12,7 +12,7 @@ import (
 )
 
 // Acquire acquires a lease from pool, waiting in the pool's queue until it
-// is granted, its WaitTimeout passes (an error matching ErrWaitTimeout) or
+// is granted, its WithWaitTimeout passes (an error matching ErrWaitTimeout) or
 // ctx ends (ctx.Err(); the wait is cancelled on the server and nothing is
 // held). The lease is renewed in the background until it is released or
 // lost; the caller must call Release when done and must stop relying on the
@@ -35,7 +35,7 @@ func (c *Client) Acquire(ctx context.Context, pool string, opts ...AcquireOption
 
 // TryAcquire acquires a lease from pool only if it can be granted at once;
 // otherwise it fails with an error matching ErrNoCapacity. It does not
-// wait in the pool's queue (the WaitTimeout option is ignored), but it does
+// wait in the pool's queue (the WithWaitTimeout option is ignored), but it does
 // wait for a connection while ctx allows. The lease is as Acquire's.
 func (c *Client) TryAcquire(ctx context.Context, pool string, opts ...AcquireOption) (*Lease, error) {
 	return c.acquire(ctx, pool, true, opts)

@@ -26,7 +26,7 @@ func serverAddress(a string) (string, error) {
 			}
 			tls := ""
 			if strings.HasSuffix(strings.ToLower(scheme), "s") {
-				tls = " (TLS is set apart: --tls-ca, or client.WithTLS)"
+				tls = " (TLS is set apart: --tls-ca, or client.Dialer{TLS: ...})"
 			}
 			return "", fmt.Errorf("tollgate: server address %q is a URL; give host:port without %s:// (%s)%s", a, scheme, hostport, tls)
 		}

@@ -19,16 +19,25 @@
 // Do runs one function under a lease. For many, a Group (Client.NewGroup)
 // runs tasks under the pool's global limit with a bound on this process's
 // goroutines; Map maps a slice; Wrap, Wrap1, Wrap2 and WrapR throttle an
-// existing function. WithUnavailablePolicy chooses what they do when the
-// server cannot be reached, and WithObserver measures them. The guide is
-// docs/client.md.
+// existing function. A Dialer's Unavailable policy chooses what they do
+// when the server cannot be reached, and its Observer measures them. The
+// guide is docs/client.md.
+//
+// A Client's settings are the fields of a Dialer. The options of a call
+// are named With followed by what they set, and typed by the call that
+// takes them: AcquireOption (Acquire, TryAcquire, Do, Group.Go,
+// Semaphore.Acquire, the Wrap functions), GroupOption (NewGroup, Map),
+// SemaphoreOption (NewSemaphore), LimiterOption (NewLimiter) and
+// ProviderOption (NewProvider), so an option given to the wrong call does
+// not compile. Every other constructor is a method Client.New<Type>(...)
+// returning (*<Type>, error).
 //
 //	c, err := client.Dial("tollgate-1:7070", "tollgate-2:7070", "tollgate-3:7070")
 //	...
 //	defer c.Close()
 //	err = c.Do(ctx, "orders-db", func(ctx context.Context) error {
 //		return migrate(ctx) // ctx ends if the lease is lost
-//	}, client.Weight(2))
+//	}, client.WithWeight(2))
 package client
 
 import (
@@ -70,10 +79,9 @@ type Client struct {
 	stub     tollgatev1.LimiterServiceClient
 	clientID string
 	log      *slog.Logger
-	margin   time.Duration // fixed safety margin; used when marginSet
-	marginOK bool
-	settings settings // unavailable policy, observer, classifier
-	rates    rates    // rate shares (Limiter) and outcome reports
+	margin   time.Duration // Dialer.SafetyMargin; 0: the default per lease
+	settings settings      // unavailable policy, observer, classifier
+	rates    rates         // rate shares (Limiter) and outcome reports
 
 	// ctx is cancelled by Close; it is the parent of the Session stream and
 	// of every background goroutine.
@@ -101,12 +109,12 @@ type Client struct {
 
 type leaseKey struct{ pool, id string }
 
-// Dial returns a Client for target: one server address ("host:port", or
+// Dial returns a Client for the server at addr, with the default
+// settings; Dialer.Dial takes settings. Each address is "host:port", or
 // "host" for port 7070, or any gRPC target such as
-// "dns:///tollgate.internal:7070"), or several
-// "host:port" addresses of the servers of one cluster, given as more
-// arguments (Dial("a:7070", "b:7070", "c:7070")) or as a comma-separated
-// list ("a:7070,b:7070,c:7070"). The other arguments are Options.
+// "dns:///tollgate.internal:7070"; several "host:port" addresses are the
+// servers of one cluster: Dial("a:7070", "b:7070", "c:7070"), or one
+// comma-separated list ("a:7070,b:7070,c:7070", as in TOLLGATE_SERVER).
 //
 // With several addresses the client reaches the leader by itself: it
 // connects to every address and sends its calls to the one whose gRPC
@@ -118,36 +126,29 @@ type leaseKey struct{ pool, id string }
 //
 // Dial does not connect: the first call that needs the server does, and
 // waits for a connection as long as its context allows. The transport is
-// insecure (plaintext) unless an Option (WithTLS, WithDialOptions) says
+// insecure (plaintext) unless the Dialer's TLS or GRPCOptions say
 // otherwise.
-func Dial(target string, more ...Option) (*Client, error) {
-	var o options
-	targets := []string{target}
-	for i, m := range more {
-		switch m := m.(type) {
-		case string:
-			targets = append(targets, m)
-		case func(*options):
-			m(&o)
-		case nil:
-		default:
-			return nil, fmt.Errorf("tollgate: argument %d of Dial is a %T; want a server address (a string) or an Option of this package", i+2, m)
-		}
+func Dial(addrs ...string) (*Client, error) { return Dialer{}.Dial(addrs...) }
+
+// Dial is the package's Dial with d's settings.
+func (d Dialer) Dial(addrs ...string) (*Client, error) {
+	target := strings.Join(addrs, ",")
+	if d.SafetyMargin < 0 {
+		return nil, fmt.Errorf("tollgate: safety margin %v is negative", d.SafetyMargin)
 	}
-	target = strings.Join(targets, ",")
-	if o.marginSet && o.margin < 0 {
-		return nil, fmt.Errorf("tollgate: safety margin %v is negative", o.margin)
+	clientID := d.ClientID
+	if clientID == "" {
+		clientID = defaultClientID()
 	}
-	if o.clientID == "" {
-		o.clientID = defaultClientID()
+	if len(clientID) > maxClientIDLen {
+		return nil, fmt.Errorf("tollgate: client id is %d bytes; the most is %d", len(clientID), maxClientIDLen)
 	}
-	if len(o.clientID) > maxClientIDLen {
-		return nil, fmt.Errorf("tollgate: client id is %d bytes; the most is %d", len(o.clientID), maxClientIDLen)
+	logger := d.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
-	if o.logger == nil {
-		o.logger = slog.New(slog.DiscardHandler)
-	}
-	if err := o.settings.check(); err != nil {
+	set := settings{unavailable: d.Unavailable, observer: d.Observer, classify: d.Classifier}
+	if err := set.check(); err != nil {
 		return nil, err
 	}
 	grpcTarget, addrs, srvs, dialOpts, err := dialTarget(target)
@@ -167,7 +168,10 @@ func Dial(target string, more ...Option) (*Client, error) {
 		// answers and come back; a Client's messages are small.
 		grpc.WithInitialWindowSize(flowWindow), grpc.WithInitialConnWindowSize(flowWindow),
 	)
-	dialOpts = append(dialOpts, o.dialOpts...)
+	if d.TLS != nil {
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(credentials.NewTLS(d.TLS)))
+	}
+	dialOpts = append(dialOpts, d.GRPCOptions...)
 	conn, err := grpc.NewClient(grpcTarget, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: dial %q: %w", target, err)
@@ -176,11 +180,10 @@ func Dial(target string, more ...Option) (*Client, error) {
 	return &Client{
 		conn:     conn,
 		stub:     tollgatev1.NewLimiterServiceClient(conn),
-		clientID: o.clientID,
-		log:      o.logger,
-		margin:   o.margin,
-		marginOK: o.marginSet,
-		settings: o.settings,
+		clientID: clientID,
+		log:      logger,
+		margin:   d.SafetyMargin,
+		settings: set,
 		ctx:      ctx,
 		cancel:   cancel,
 		ready:    make(chan struct{}),
@@ -192,8 +195,8 @@ func Dial(target string, more ...Option) (*Client, error) {
 }
 
 // transportCredentials is the seam for TLS: today every connection is
-// plaintext unless the caller passes grpc.WithTransportCredentials in
-// WithDialOptions (which is applied later and wins).
+// plaintext unless the Dialer's TLS or GRPCOptions (applied later, so they
+// win) say otherwise.
 func transportCredentials() credentials.TransportCredentials {
 	return insecure.NewCredentials()
 }
@@ -312,10 +315,21 @@ func (c *Client) goBackground(f func(ctx context.Context)) bool {
 	return true
 }
 
+// checkOpen returns ErrClosed once the client is closed: the constructors
+// of the objects that use it call it first.
+func (c *Client) checkOpen() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
 // safetyMargin returns the safety margin of a lease with the given TTL.
 func (c *Client) safetyMargin(ttl time.Duration) time.Duration {
 	m := max(ttl/10, 50*time.Millisecond)
-	if c.marginOK {
+	if c.margin > 0 {
 		m = c.margin
 	}
 	return min(m, ttl/2)

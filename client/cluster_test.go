@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,7 +262,7 @@ func TestFailoverKeepsTheLeaseAndGrantsOnTheNewLeader(t *testing.T) {
 	b.gate.set(false, a.addr)
 	cn.gate.set(false, a.addr)
 	c := dialTarget(t, a.addr, b.addr, cn.addr)
-	l, err := c.Acquire(ctx(t), "db", client.Description("job"))
+	l, err := c.Acquire(ctx(t), "db", client.WithDescription("job"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +363,7 @@ func TestNoLeaderEndsTheCallAtItsDeadline(t *testing.T) {
 	}
 
 	// A caller that does not wait hears at once that there is no leader.
-	failFast := dialTarget(t, a.addr, b.addr, client.WithUnavailablePolicy(client.FailWhenUnavailable()))
+	failFast := dialTargetWith(t, client.Dialer{Unavailable: client.FailWhenUnavailable()}, a.addr, b.addr)
 	_, err = failFast.Acquire(ctx(t), "db")
 	mustIs(t, err, client.ErrUnavailable)
 	if !strings.Contains(err.Error(), "no leader") {
@@ -369,10 +371,49 @@ func TestNoLeaderEndsTheCallAtItsDeadline(t *testing.T) {
 	}
 }
 
-// Dial takes addresses and Options; anything else is a mistake it names.
-func TestDialRefusesOtherArguments(t *testing.T) {
-	_, err := client.Dial("a:7070", "b:7070", 42)
-	if err == nil || !strings.Contains(err.Error(), "argument 3 of Dial is a int") {
-		t.Fatalf("Dial with an int = %v", err)
+// Each option is typed by the call that takes it, so that one given to the
+// wrong call does not compile: no option of one kind is of another kind.
+func TestOptionsAreTypedPerCall(t *testing.T) {
+	kinds := []reflect.Type{
+		reflect.TypeFor[client.AcquireOption](), reflect.TypeFor[client.GroupOption](),
+		reflect.TypeFor[client.SemaphoreOption](), reflect.TypeFor[client.LimiterOption](), reflect.TypeFor[client.ProviderOption](),
+	}
+	opts := []any{
+		client.WithWeight(2), client.WithTTL(time.Second), client.WithPriority(1), client.WithWaitTimeout(time.Second), client.WithDescription("d"),
+		client.WithMaxInFlight(2), client.WithErrorPolicy(client.FailFast()), client.WithProgress(nil), client.WithAcquireOptions(), client.WithSemaphore(nil),
+		client.WithLocalShare(2), client.WithShareLeaseOptions(),
+		client.WithShareWeight(2), client.WithShareTTL(time.Second),
+		client.WithProviderTTL(time.Second), client.WithResources(),
+	}
+	for _, o := range opts {
+		var fits []string
+		for _, k := range kinds {
+			if reflect.TypeOf(o).AssignableTo(k) {
+				fits = append(fits, k.Name())
+			}
+		}
+		if len(fits) != 1 {
+			t.Errorf("option of type %T is a %v; want exactly one option kind", o, fits)
+		}
+	}
+}
+
+// Dial takes the servers of a cluster as separate arguments, or as one
+// comma-separated list; both are the same three addresses.
+func TestDialTakesSeveralAddresses(t *testing.T) {
+	for _, addrs := range [][]string{{"a:7070", "b:7070", "c:7070"}, {"a:7070,b:7070", "c:7070"}, {"a:7070, b:7070, c:7070"}} {
+		c, err := client.Dial(addrs...)
+		if err != nil {
+			t.Fatalf("Dial(%q): %v", addrs, err)
+		}
+		if got := client.ClusterAddrs(c); !slices.Equal(got, []string{"a:7070", "b:7070", "c:7070"}) {
+			t.Errorf("Dial(%q) has servers %q", addrs, got)
+		}
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := client.Dial(); err == nil {
+		t.Error("Dial() with no address succeeded")
 	}
 }

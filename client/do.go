@@ -21,7 +21,7 @@ import (
 //
 // The release is made even when ctx has ended, bounded by 5s. It reports
 // the outcome of fn to the server, for the pool's adaptive limits: the
-// Client's Classifier (WithClassifier; DefaultClassifier: nil is a success,
+// Client's Classifier (Dialer.Classifier; DefaultClassifier: nil is a success,
 // context.DeadlineExceeded a timeout, a cancellation nothing, any other
 // error an error) applied to fn's error, with fn's duration as latency.
 //

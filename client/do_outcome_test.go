@@ -23,13 +23,13 @@ func (e apiStatus) Error() string { return "HTTP " + strconv.Itoa(e.code) }
 func TestDoReportsOutcomes(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 4})
-	c := ts.dial(client.WithClassifier(func(err error) client.Outcome {
+	c := ts.dialWith(client.Dialer{Classifier: func(err error) client.Outcome {
 		var he apiStatus
 		if errors.As(err, &he) && he.code == 404 {
 			return client.OutcomeSuccess
 		}
 		return client.DefaultClassifier(err)
-	}))
+	}})
 	for _, err := range []error{nil, nil, errors.New("boom"), apiStatus{429}, apiStatus{404}, context.DeadlineExceeded, context.Canceled} {
 		_ = c.Do(ctx(t), "db", func(context.Context) error { return err })
 	}

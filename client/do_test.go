@@ -94,7 +94,7 @@ func TestDoReportsOverlap(t *testing.T) {
 		<-ctx.Done()                      // and fn's context ends
 		mustIs(t, context.Cause(ctx), client.ErrLeaseExpired)
 		return nil // but fn claims success
-	}, client.TTL(time.Minute))
+	}, client.WithTTL(time.Minute))
 	mustIs(t, err, client.ErrLeaseLost)
 	if !strings.Contains(err.Error(), "overlapped") {
 		t.Fatalf("error %q does not say the work may have overlapped", err)

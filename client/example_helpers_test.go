@@ -8,8 +8,8 @@ import (
 )
 
 // startServer starts a Tollgate server on a loopback port with pools, for
-// the examples that run; it returns its address and a function that stops
-// it. A real program dials a running server instead.
+// the examples, which all run; it returns its address and a function that
+// stops it. A real program dials a running server instead.
 func startServer(pools ...limiter.PoolConfig) (addr string, stop func()) {
 	srv := server.New(server.Config{})
 	for _, p := range pools {
@@ -27,4 +27,19 @@ func startServer(pools ...limiter.PoolConfig) (addr string, stop func()) {
 		gs.Stop()
 		srv.Close()
 	}
+}
+
+// unreachableAddr returns a loopback address that nothing listens on (a
+// port that was free a moment ago), for the examples of a server that
+// cannot be reached.
+func unreachableAddr() string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	addr := lis.Addr().String()
+	if err := lis.Close(); err != nil {
+		panic(err)
+	}
+	return addr
 }

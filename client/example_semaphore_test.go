@@ -22,7 +22,10 @@ func ExampleClient_NewSemaphore() {
 	}
 	defer c.Close()
 
-	sem := c.NewSemaphore("orders-db", client.LocalShare(20))
+	sem, err := c.NewSemaphore("orders-db", client.WithLocalShare(20))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer sem.Close()
 
 	ctx := context.Background()
@@ -35,15 +38,18 @@ func ExampleClient_NewSemaphore() {
 		log.Print(err)
 	}
 
-	g := c.NewGroup(ctx, "orders-db", client.WithSemaphore(sem))
+	g, err := c.NewGroup(ctx, "orders-db", client.WithSemaphore(sem))
+	if err != nil {
+		log.Fatal(err)
+	}
 	for range 100 {
 		g.Go(func(ctx context.Context) error { return query(ctx) })
 	}
 	if err := g.Wait(); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("done")
-	// Output: done
+	fmt.Printf("%+v\n", g.Progress())
+	// Output: {Submitted:100 Queued:0 Waiting:0 Running:0 Done:100 Failed:0 Skipped:0}
 }
 
 func query(ctx context.Context) error { return ctx.Err() }

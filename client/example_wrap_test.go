@@ -11,7 +11,10 @@ import (
 )
 
 // An existing function, and the code that calls it.
-func chargeCard(ctx context.Context, customerID string, cents int64) error { return nil }
+func chargeCard(ctx context.Context, customerID string, cents int64) error {
+	fmt.Printf("charged %s %d cents\n", customerID, cents)
+	return nil
+}
 
 func checkout(ctx context.Context, charge func(context.Context, string, int64) error) error {
 	return charge(ctx, "cus_42", 1999)
@@ -20,34 +23,48 @@ func checkout(ctx context.Context, charge func(context.Context, string, int64) e
 // Wrap2 throttles an existing two-argument function without changing its
 // callers: checkout still receives a func(ctx, string, int64) error.
 func ExampleWrap2() {
-	c, err := client.Dial("127.0.0.1:7070")
+	addr, stop := startServer(limiter.PoolConfig{Name: "payments-api", ConcurrencyLimit: 2})
+	defer stop()
+	c, err := client.Dial(addr)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
 
-	charge := client.Wrap2(c, "payments-api", chargeCard, client.WaitTimeout(5*time.Second))
+	charge := client.Wrap2(c, "payments-api", chargeCard, client.WithWaitTimeout(5*time.Second))
 	if err := checkout(context.Background(), charge); err != nil {
-		log.Print(err)
+		fmt.Println(err)
 	}
+	// Output: charged cus_42 1999 cents
 }
 
 // Wrap throttles a func(ctx) error; Wrap1 one of one argument.
 func ExampleWrap() {
-	c, err := client.Dial("127.0.0.1:7070")
+	addr, stop := startServer(limiter.PoolConfig{Name: "orders-db", ConcurrencyLimit: 1})
+	defer stop()
+	c, err := client.Dial(addr)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
 
-	vacuum := client.Wrap(c, "orders-db", func(ctx context.Context) error { return nil })
-	reindex := client.Wrap1(c, "orders-db", func(ctx context.Context, table string) error { return nil })
+	vacuum := client.Wrap(c, "orders-db", func(ctx context.Context) error {
+		fmt.Println("vacuumed")
+		return nil
+	})
+	reindex := client.Wrap1(c, "orders-db", func(ctx context.Context, table string) error {
+		fmt.Println("reindexed", table)
+		return nil
+	})
 	if err := vacuum(context.Background()); err != nil {
-		log.Print(err)
+		fmt.Println(err)
 	}
 	if err := reindex(context.Background(), "orders"); err != nil {
-		log.Print(err)
+		fmt.Println(err)
 	}
+	// Output:
+	// vacuumed
+	// reindexed orders
 }
 
 // WrapR throttles a function that returns a result.

@@ -16,3 +16,7 @@ func ReleaseRunning(l *Lease) (running, waited bool) {
 	defer l.mu.Unlock()
 	return l.relHeld, l.relFree != nil
 }
+
+// ClusterAddrs returns the addresses of the cluster c was dialed with (nil
+// for one address).
+func ClusterAddrs(c *Client) []string { return c.cluster }

@@ -17,7 +17,7 @@ func TestFailoverWhenServerStops(t *testing.T) {
 			a, b := newTestServer(t), newTestServer(t)
 			a.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 			b.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
-			c := dialTarget(t, a.addr+","+b.addr, client.WithUnavailablePolicy(policy))
+			c := dialTargetWith(t, client.Dialer{Unavailable: policy}, a.addr+","+b.addr)
 
 			work := func(context.Context) error { return nil }
 			if err := c.Do(ctx(t), "db", work); err != nil {

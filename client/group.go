@@ -13,8 +13,8 @@ import (
 // waits for a lease from the pool, runs with a context that ends if the
 // lease is lost, and always releases the lease.
 //
-// The group bounds its tasks in this process too: at most MaxInFlight (by
-// default DefaultMaxInFlight) are in flight at once — waiting for a lease
+// The group bounds its tasks in this process too: at most WithMaxInFlight (by
+// default 64) are in flight at once — waiting for a lease
 // or running — each on one of the group's goroutines, never more; Go
 // blocks while that many are in flight. So a Group can be handed a
 // million tasks without starting a million goroutines.
@@ -87,7 +87,10 @@ var (
 // NewGroup returns an empty Group whose tasks take their leases from pool.
 // The tasks' contexts derive from ctx: when ctx ends, running tasks see it
 // and tasks not yet started are skipped. The caller must call Wait.
-func (c *Client) NewGroup(ctx context.Context, pool string, opts ...GroupOption) *Group {
+func (c *Client) NewGroup(ctx context.Context, pool string, opts ...GroupOption) (*Group, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
 	g := &Group{
 		c:       c,
 		pool:    pool,
@@ -99,20 +102,20 @@ func (c *Client) NewGroup(ctx context.Context, pool string, opts ...GroupOption)
 	}
 	g.ctx, g.cancel = context.WithCancelCause(ctx)
 	g.cond = sync.NewCond(&g.mu)
-	return g
+	return g, nil
 }
 
 // Go submits a task: fn runs under a lease of the group's pool, acquired
 // with the group's acquire options (WithAcquireOptions) followed by opts —
-// typically Priority (its place in the pool's wait queue) and Description
+// typically WithPriority (its place in the pool's wait queue) and WithDescription
 // (shown to operators, and prefixed to the task's error as `task "<desc>":`).
 // fn's context ends when the lease is lost, the group stops under
 // FailFast, or the group's context ends; LeaseFromContext gives fn its
 // lease.
 //
-// Go blocks while the group has MaxInFlight tasks in flight, until one
+// Go blocks while the group has WithMaxInFlight tasks in flight, until one
 // finishes; tasks start locally in the order their Go calls got a slot.
-// Priority orders them only in the pool's queue, among the tasks of every
+// WithPriority orders them only in the pool's queue, among the tasks of every
 // client that wait there. If the group has stopped, or stops while Go is
 // blocked, Go returns at once and the task is counted Skipped. A panic in
 // fn is not recovered (the lease is released first), as in any goroutine.
@@ -162,7 +165,7 @@ func (g *Group) Go(fn func(ctx context.Context) error, opts ...AcquireOption) {
 //     cause if tasks were skipped because it ended.
 //
 // A task error is the task's fn's error, or its acquire's, prefixed with
-// `task "<description>": ` when the task has a Description. Wait may be
+// `task "<description>": ` when the task has a WithDescription. Wait may be
 // called more than once; later calls return the same result.
 func (g *Group) Wait() error {
 	g.mu.Lock()

@@ -1,9 +1,9 @@
 package client
 
-// DefaultMaxInFlight is how many tasks of one Group may be in flight at
+// defaultMaxInFlight is how many tasks of one Group may be in flight at
 // once in this process (waiting for a lease, or running) unless
 // MaxInFlight says otherwise.
-const DefaultMaxInFlight = 64
+const defaultMaxInFlight = 64
 
 // GroupOption configures a Group (NewGroup) and Map.
 type GroupOption func(*groupConfig)
@@ -21,19 +21,19 @@ type groupConfig struct {
 	policy      errorPolicy
 	maxErrors   int         // continueOnError: stop after this many; 0: never
 	onError     func(error) // handleErrors
-	maxInFlight int
+	maxInFlight int         // WithMaxInFlight
 	progress    func(Progress)
 	acquireOpts []AcquireOption
 	sem         *Semaphore // WithSemaphore
 }
 
 func newGroupConfig(opts []GroupOption) groupConfig {
-	cfg := groupConfig{maxInFlight: DefaultMaxInFlight}
+	cfg := groupConfig{maxInFlight: defaultMaxInFlight}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
 	if cfg.maxInFlight < 1 {
-		cfg.maxInFlight = DefaultMaxInFlight
+		cfg.maxInFlight = defaultMaxInFlight
 	}
 	if cfg.policy == handleErrors && cfg.onError == nil {
 		cfg.onError = func(error) {}
@@ -41,7 +41,20 @@ func newGroupConfig(opts []GroupOption) groupConfig {
 	return cfg
 }
 
-// The error policies below are exclusive: the last one given wins.
+// ErrorPolicy is what a Group does when a task fails: FailFast (the
+// default, and the zero value), ContinueOnError or HandleErrors. Give it
+// to NewGroup or Map with WithErrorPolicy.
+type ErrorPolicy struct {
+	kind      errorPolicy
+	maxErrors int
+	onError   func(error)
+}
+
+// WithErrorPolicy sets the group's error policy (the default is
+// FailFast).
+func WithErrorPolicy(p ErrorPolicy) GroupOption {
+	return func(c *groupConfig) { c.policy, c.maxErrors, c.onError = p.kind, p.maxErrors, p.onError }
+}
 
 // FailFast is the default error policy: the first task error stops the
 // group. The group's context is cancelled with that error as its cause
@@ -49,9 +62,7 @@ func newGroupConfig(opts []GroupOption) groupConfig {
 // started are skipped; Go calls made afterwards do nothing; and Wait
 // returns that first error. The errors and results of the other tasks are
 // dropped. This is errgroup.WithContext's behaviour.
-func FailFast() GroupOption {
-	return func(c *groupConfig) { c.policy, c.onError = failFast, nil }
-}
+func FailFast() ErrorPolicy { return ErrorPolicy{kind: failFast} }
 
 // ContinueOnError keeps the group going past task errors until maxErrors
 // tasks have failed; from then on it starts no new task (tasks waiting for
@@ -61,10 +72,8 @@ func FailFast() GroupOption {
 // the last of them came). maxErrors <= 0 means no maximum: every task runs,
 // and Wait returns all their errors; for a long-lived group use
 // HandleErrors instead, which keeps none.
-func ContinueOnError(maxErrors int) GroupOption {
-	return func(c *groupConfig) {
-		c.policy, c.maxErrors, c.onError = continueOnError, max(maxErrors, 0), nil
-	}
+func ContinueOnError(maxErrors int) ErrorPolicy {
+	return ErrorPolicy{kind: continueOnError, maxErrors: max(maxErrors, 0)}
 }
 
 // HandleErrors is the error policy for queue-style use, where tasks keep
@@ -76,27 +85,27 @@ func ContinueOnError(maxErrors int) GroupOption {
 // The task counts as over once fn has returned, so when Wait returns every
 // error has been handled. fn must not call the group's Go (to retry a task,
 // hand it to the code that calls Go). nil fn drops the errors.
-func HandleErrors(fn func(err error)) GroupOption {
-	return func(c *groupConfig) { c.policy, c.onError = handleErrors, fn }
+func HandleErrors(fn func(err error)) ErrorPolicy {
+	return ErrorPolicy{kind: handleErrors, onError: fn}
 }
 
-// MaxInFlight bounds the tasks of the group that are in flight in this
+// WithMaxInFlight bounds the tasks of the group that are in flight in this
 // process at once — waiting for their lease, or running — and so its
 // goroutines: the group never has more than n goroutines for its tasks,
 // whatever the pool's global limit. When n tasks are in flight, Go blocks
-// until one finishes (or the group stops). n < 1 means DefaultMaxInFlight.
+// until one finishes (or the group stops). n < 1 means the default, 64.
 //
 // The pool's limit is what protects the shared resource; n protects this
 // process (memory, goroutines, the Session stream's 1024 waiting requests).
 // A good n is a little above this process's expected share of the pool's
 // limit, so that a permit freed elsewhere finds a task already waiting.
-func MaxInFlight(n int) GroupOption {
+func WithMaxInFlight(n int) GroupOption {
 	return func(c *groupConfig) { c.maxInFlight = n }
 }
 
 // WithProgress calls fn with the group's counts after they change, for a
 // progress bar or a log line. fn is called one call at a time, on a
-// goroutine of its own (outside the MaxInFlight bound), with the latest
+// goroutine of its own (outside the WithMaxInFlight bound), with the latest
 // counts: changes made while fn runs are coalesced into the next call, so
 // a slow fn never holds up the tasks. Every Progress passed is consistent
 // (see Progress), and Wait returns only after fn has seen the final counts.
@@ -104,8 +113,8 @@ func WithProgress(fn func(Progress)) GroupOption {
 	return func(c *groupConfig) { c.progress = fn }
 }
 
-// WithAcquireOptions sets acquire options (Weight, TTL, WaitTimeout,
-// Priority, Description) for every task of the group; options passed to
+// WithAcquireOptions sets acquire options (WithWeight, WithTTL,
+// WithWaitTimeout, WithPriority, WithDescription) for every task of the group; options passed to
 // Go come after them and win.
 func WithAcquireOptions(opts ...AcquireOption) GroupOption {
 	return func(c *groupConfig) { c.acquireOpts = append(c.acquireOpts, opts...) }
@@ -114,8 +123,8 @@ func WithAcquireOptions(opts ...AcquireOption) GroupOption {
 // WithSemaphore makes the group's tasks (and Map's calls) take their
 // permits from sem, a concurrency share of the pool, with no round trip
 // per task, instead of a lease each (see Semaphore). The group's pool
-// argument is then not used: sem's pool is. The Weight, Priority and
-// WaitTimeout of the tasks apply to sem's local queue.
+// argument is then not used: sem's pool is. The WithWeight, WithPriority
+// and WithWaitTimeout options of the tasks apply to sem's local queue.
 func WithSemaphore(sem *Semaphore) GroupOption {
 	return func(c *groupConfig) { c.sem = sem }
 }

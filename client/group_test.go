@@ -66,7 +66,7 @@ func TestGroupRunsEveryTask(t *testing.T) {
 	c := ts.dial()
 
 	var ran atomic.Int64
-	g := c.NewGroup(ctx(t), "db", client.MaxInFlight(5))
+	g := newGroup(t, c, ctx(t), "db", client.WithMaxInFlight(5))
 	for range 20 {
 		g.Go(func(ctx context.Context) error {
 			if client.LeaseFromContext(ctx) == nil {
@@ -115,7 +115,7 @@ func TestGroupGlobalLimitAcrossClients(t *testing.T) {
 	var wg sync.WaitGroup
 	groups := make([]*client.Group, len(clients))
 	for i, c := range clients {
-		groups[i] = c.NewGroup(ctx(t), "db", client.MaxInFlight(4))
+		groups[i] = newGroup(t, c, ctx(t), "db", client.WithMaxInFlight(4))
 		wg.Go(func() {
 			for range 12 {
 				groups[i].Go(task)
@@ -150,7 +150,7 @@ func TestGroupFailFast(t *testing.T) {
 	causeB := make(chan error, 1)
 	var extraRan atomic.Int64
 
-	g := c.NewGroup(ctx(t), "db")
+	g := newGroup(t, c, ctx(t), "db")
 	g.Go(func(ctx context.Context) error { // A: fails when told
 		started <- struct{}{}
 		<-fail
@@ -202,8 +202,8 @@ func TestGroupFailFast(t *testing.T) {
 func TestGroupFailFastOnAcquireError(t *testing.T) {
 	ts := newTestServer(t)
 	c := ts.dial()
-	g := c.NewGroup(ctx(t), "nope")
-	g.Go(func(context.Context) error { t.Error("ran without a lease"); return nil }, client.Description("first"))
+	g := newGroup(t, c, ctx(t), "nope")
+	g.Go(func(context.Context) error { t.Error("ran without a lease"); return nil }, client.WithDescription("first"))
 	err := g.Wait()
 	mustIs(t, err, client.ErrPoolNotFound)
 	if !strings.HasPrefix(err.Error(), `task "first": `) {
@@ -219,7 +219,7 @@ func TestGroupContinueOnError(t *testing.T) {
 	// One task in flight at a time, so tasks run in order: 1, 3 and 5
 	// fail, the third error stops the group, and 6..9 never start.
 	errs := make([]error, 10)
-	g := c.NewGroup(ctx(t), "db", client.ContinueOnError(3), client.MaxInFlight(1))
+	g := newGroup(t, c, ctx(t), "db", client.WithErrorPolicy(client.ContinueOnError(3)), client.WithMaxInFlight(1))
 	var ran []int
 	for i := range 10 {
 		if i%2 == 1 {
@@ -228,7 +228,7 @@ func TestGroupContinueOnError(t *testing.T) {
 		g.Go(func(context.Context) error {
 			ran = append(ran, i) // one at a time
 			return errs[i]
-		}, client.Description(fmt.Sprintf("t%d", i)))
+		}, client.WithDescription(fmt.Sprintf("t%d", i)))
 	}
 	err := g.Wait()
 	for _, i := range []int{1, 3, 5} {
@@ -259,7 +259,7 @@ func TestGroupContinueWithoutMaximum(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 3})
 	c := ts.dial()
 
-	g := c.NewGroup(ctx(t), "db", client.ContinueOnError(0))
+	g := newGroup(t, c, ctx(t), "db", client.WithErrorPolicy(client.ContinueOnError(0)))
 	for i := range 12 {
 		g.Go(func(context.Context) error {
 			if i%3 == 0 {
@@ -286,7 +286,7 @@ func TestGroupHandleErrors(t *testing.T) {
 	c := ts.dial()
 
 	handled := make(chan error, 100)
-	g := c.NewGroup(ctx(t), "db", client.HandleErrors(func(err error) { handled <- err }), client.MaxInFlight(3))
+	g := newGroup(t, c, ctx(t), "db", client.WithErrorPolicy(client.HandleErrors(func(err error) { handled <- err })), client.WithMaxInFlight(3))
 	jobs := make(chan int)
 	go func() {
 		for i := range 30 {
@@ -331,7 +331,7 @@ func TestGroupMaxInFlight(t *testing.T) {
 	proceed := make(chan struct{})
 	var reports []client.Progress
 	var mu sync.Mutex
-	g := c.NewGroup(ctx(t), "db", client.MaxInFlight(inFlight), client.WithProgress(func(p client.Progress) {
+	g := newGroup(t, c, ctx(t), "db", client.WithMaxInFlight(inFlight), client.WithProgress(func(p client.Progress) {
 		mu.Lock()
 		reports = append(reports, p)
 		mu.Unlock()
@@ -397,10 +397,10 @@ func TestGroupTaskPriority(t *testing.T) {
 	}
 
 	var order []string
-	g := c.NewGroup(ctx(t), "db")
-	g.Go(func(context.Context) error { order = append(order, "low"); return nil }, client.Priority(1))
+	g := newGroup(t, c, ctx(t), "db")
+	g.Go(func(context.Context) error { order = append(order, "low"); return nil }, client.WithPriority(1))
 	waitFor(t, "one waiter", func() bool { return ts.status("db").Waiting == 1 })
-	g.Go(func(context.Context) error { order = append(order, "high"); return nil }, client.Priority(5))
+	g.Go(func(context.Context) error { order = append(order, "high"); return nil }, client.WithPriority(5))
 	waitFor(t, "two waiters", func() bool { return ts.status("db").Waiting == 2 })
 	if _, err := ts.srv.Engine().Release("db", held.FencingToken); err != nil {
 		t.Fatal(err)
@@ -423,7 +423,7 @@ func TestGroupContextEnds(t *testing.T) {
 	stop := errors.New("shutting down")
 	gctx, cancel := context.WithCancelCause(ctx(t))
 	started := make(chan struct{})
-	g := c.NewGroup(gctx, "db", client.HandleErrors(nil))
+	g := newGroup(t, c, gctx, "db", client.WithErrorPolicy(client.HandleErrors(nil)))
 	g.Go(func(ctx context.Context) error {
 		close(started)
 		<-ctx.Done()
@@ -446,7 +446,7 @@ func TestGroupContextEnds(t *testing.T) {
 func TestGroupWaitWithoutTasks(t *testing.T) {
 	ts := newTestServer(t)
 	c := ts.dial()
-	g := c.NewGroup(ctx(t), "db")
+	g := newGroup(t, c, ctx(t), "db")
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}

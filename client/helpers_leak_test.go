@@ -16,12 +16,12 @@ import (
 func TestHelpersLeaveNoGoroutines(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 20})
-	c, err := client.Dial(ts.addr, client.WithUnavailablePolicy(client.LocalLimitOnly(2)))
+	c, err := client.Dialer{Unavailable: client.LocalLimitOnly(2)}.Dial(ts.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	g := c.NewGroup(ctx(t), "db", client.MaxInFlight(4), client.WithProgress(func(client.Progress) {}))
+	g := newGroup(t, c, ctx(t), "db", client.WithMaxInFlight(4), client.WithProgress(func(client.Progress) {}))
 	for i := range 20 {
 		g.Go(func(ctx context.Context) error {
 			if i == 0 {

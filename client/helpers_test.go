@@ -134,14 +134,27 @@ func (ts *testServer) status(pool string) limiter.PoolStatus {
 
 // dial returns a Client of ts, closed at the end of the test (before the
 // server).
-func (ts *testServer) dial(opts ...client.Option) *client.Client {
+func (ts *testServer) dial() *client.Client {
 	ts.t.Helper()
-	return dialTarget(ts.t, ts.addr, opts...)
+	return dialTarget(ts.t, ts.addr)
 }
 
-func dialTarget(t testing.TB, target string, opts ...client.Option) *client.Client {
+// dialWith is dial with d's settings.
+func (ts *testServer) dialWith(d client.Dialer) *client.Client {
+	ts.t.Helper()
+	return dialTargetWith(ts.t, d, ts.addr)
+}
+
+// dialTarget returns a Client of addrs, closed at the end of the test.
+func dialTarget(t testing.TB, addrs ...string) *client.Client {
 	t.Helper()
-	c, err := client.Dial(target, opts...)
+	return dialTargetWith(t, client.Dialer{}, addrs...)
+}
+
+// dialTargetWith is dialTarget with d's settings.
+func dialTargetWith(t testing.TB, d client.Dialer, addrs ...string) *client.Client {
+	t.Helper()
+	c, err := d.Dial(addrs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +164,28 @@ func dialTarget(t testing.TB, target string, opts ...client.Option) *client.Clie
 		}
 	})
 	return c
+}
+
+// newSemaphore returns c.NewSemaphore(pool, opts...), failing the test on
+// an error.
+func newSemaphore(t testing.TB, c *client.Client, pool string, opts ...client.SemaphoreOption) *client.Semaphore {
+	t.Helper()
+	s, err := c.NewSemaphore(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newGroup returns c.NewGroup(ctx, pool, opts...), failing the test on an
+// error.
+func newGroup(t testing.TB, c *client.Client, ctx context.Context, pool string, opts ...client.GroupOption) *client.Group {
+	t.Helper()
+	g, err := c.NewGroup(ctx, pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 // ctx returns a context bounded by waitLimit.

@@ -33,7 +33,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	}
 	var leases []*client.Lease
 	for range 3 {
-		l, err := c.Acquire(ctx(t), "db", client.TTL(time.Second))
+		l, err := c.Acquire(ctx(t), "db", client.WithTTL(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

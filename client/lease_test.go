@@ -15,10 +15,10 @@ import (
 func TestAcquireRelease(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 3})
-	c := ts.dial(client.WithClientID("test-client"))
+	c := ts.dialWith(client.Dialer{ClientID: "test-client"})
 
 	before := time.Now()
-	l, err := c.Acquire(ctx(t), "db", client.Weight(2), client.TTL(time.Minute), client.Description("migration"))
+	l, err := c.Acquire(ctx(t), "db", client.WithWeight(2), client.WithTTL(time.Minute), client.WithDescription("migration"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +60,11 @@ func TestAcquireErrors(t *testing.T) {
 	if !errors.As(err, &e) || e.Code.String() != "NotFound" || !strings.Contains(e.Error(), "(NOT_FOUND POOL_NOT_FOUND)") {
 		t.Fatalf("error %v: want *Error NOT_FOUND POOL_NOT_FOUND", err)
 	}
-	_, err = c.Acquire(ctx(t), "db", client.Weight(3))
+	_, err = c.Acquire(ctx(t), "db", client.WithWeight(3))
 	mustIs(t, err, client.ErrInvalidArgument)
-	_, err = c.Acquire(ctx(t), "db", client.Weight(0))
+	_, err = c.Acquire(ctx(t), "db", client.WithWeight(0))
 	mustIs(t, err, client.ErrInvalidArgument)
-	_, err = c.Acquire(ctx(t), "db", client.TTL(time.Millisecond))
+	_, err = c.Acquire(ctx(t), "db", client.WithTTL(time.Millisecond))
 	mustIs(t, err, client.ErrInvalidArgument)
 }
 
@@ -77,7 +77,7 @@ func TestTryAcquire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.TryAcquire(ctx(t), "db", client.WaitTimeout(time.Hour))
+	_, err = c.TryAcquire(ctx(t), "db", client.WithWaitTimeout(time.Hour))
 	mustIs(t, err, client.ErrNoCapacity)
 	if st := ts.status("db"); st.Waiting != 0 || st.Held != 1 {
 		t.Fatalf("try-acquire left waiting=%d held=%d", st.Waiting, st.Held)
@@ -106,7 +106,7 @@ func TestLeasesShareOneStream(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			leases[i], errs[i] = c.Acquire(ctx(t), "db", client.TTL(3*time.Second))
+			leases[i], errs[i] = c.Acquire(ctx(t), "db", client.WithTTL(3*time.Second))
 		}()
 	}
 	wg.Wait()
@@ -151,7 +151,7 @@ func TestDoneOnServerExpiry(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	c := ts.dial()
 
-	l, err := c.Acquire(ctx(t), "db", client.TTL(time.Minute))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestDoneOnRevoke(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	c := ts.dial()
 
-	l, err := c.Acquire(ctx(t), "db", client.TTL(time.Minute))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestDoneByLocalDeadlineWhenServerUnreachable(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	c := ts.dial()
 
-	l, err := c.Acquire(ctx(t), "db", client.TTL(300*time.Millisecond))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestReconnectKeepsRenewing(t *testing.T) {
 	c := ts.dial()
 
 	const ttl = 30 * time.Second
-	l, err := c.Acquire(ctx(t), "db", client.TTL(ttl))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestReconnectRenewsBeforeTheFirstRenew(t *testing.T) {
 	c := ts.dial()
 
 	const ttl = 2 * time.Minute
-	l, err := c.Acquire(ctx(t), "db", client.TTL(ttl))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestReleasesRunOneAtATime(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	c := ts.dial()
-	l, err := c.Acquire(ctx(t), "db", client.TTL(time.Minute))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestReconnectShortTTL(t *testing.T) {
 	c := ts.dial()
 
 	const ttl = 2 * time.Second
-	l, err := c.Acquire(ctx(t), "db", client.TTL(ttl))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func TestAcquireWaitsAndIsGranted(t *testing.T) {
 	}
 	got := make(chan *client.Lease, 1)
 	go func() {
-		l, err := c.Acquire(ctx(t), "db", client.TTL(time.Minute))
+		l, err := c.Acquire(ctx(t), "db", client.WithTTL(time.Minute))
 		if err != nil {
 			t.Error(err)
 		}
@@ -399,7 +399,7 @@ func TestAcquireWaitTimeout(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Acquire(ctx(t), "db", client.WaitTimeout(time.Second))
+		_, err := c.Acquire(ctx(t), "db", client.WithWaitTimeout(time.Second))
 		errc <- err
 	}()
 	waitFor(t, "a waiter", func() bool { return ts.status("db").Waiting == 1 })
@@ -448,13 +448,13 @@ func TestCloseEndsLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := c.Acquire(ctx(t), "db", client.TTL(time.Minute))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waiting := make(chan error, 1)
 	go func() {
-		_, err := c.Acquire(ctx(t), "db", client.Weight(2))
+		_, err := c.Acquire(ctx(t), "db", client.WithWeight(2))
 		waiting <- err
 	}()
 	waitFor(t, "a waiter", func() bool { return ts.status("db").Waiting == 1 })
@@ -489,10 +489,10 @@ func TestDialErrors(t *testing.T) {
 	if _, err := client.Dial("a:1,dns:///b:2"); err == nil {
 		t.Fatal("Dial of a list with a URL succeeded")
 	}
-	if _, err := client.Dial("a:1", client.WithSafetyMargin(-time.Second)); err == nil {
+	if _, err := (client.Dialer{SafetyMargin: -time.Second}).Dial("a:1"); err == nil {
 		t.Fatal("Dial with a negative margin succeeded")
 	}
-	if _, err := client.Dial("a:1", client.WithClientID(strings.Repeat("x", 257))); err == nil {
+	if _, err := (client.Dialer{ClientID: strings.Repeat("x", 257)}).Dial("a:1"); err == nil {
 		t.Fatal("Dial with a long client id succeeded")
 	}
 	c, err := client.Dial("a:1")
@@ -546,7 +546,7 @@ func TestDoneWhenRenewRefused(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	c := ts.dial()
 
-	l, err := c.Acquire(ctx(t), "db", client.TTL(300*time.Millisecond))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 
 // Map calls fn on every item of items, each call under a lease of pool as
 // a task of a Group (see NewGroup; opts configure it: error policy,
-// MaxInFlight, WithProgress, WithAcquireOptions), and returns the results
+// WithMaxInFlight, WithProgress, WithAcquireOptions), and returns the results
 // in input order: results[i] is fn's result for items[i].
 //
 // The returned slice always has len(items) elements; results[i] is the
@@ -25,7 +25,10 @@ func Map[T, R any](ctx context.Context, c *Client, pool string, items []T, fn fu
 	if len(items) == 0 {
 		return results, nil
 	}
-	g := c.NewGroup(ctx, pool, opts...)
+	g, err := c.NewGroup(ctx, pool, opts...)
+	if err != nil {
+		return results, err
+	}
 	for i, item := range items {
 		g.Go(func(ctx context.Context) error {
 			r, err := fn(ctx, item)

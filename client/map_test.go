@@ -32,7 +32,7 @@ func TestMapKeepsInputOrder(t *testing.T) {
 			runtime.Gosched()
 		}
 		return fmt.Sprint(n * n), nil
-	}, client.MaxInFlight(8))
+	}, client.WithMaxInFlight(8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestMapError(t *testing.T) {
 			return "", boom
 		}
 		return strings.ToUpper(s), nil
-	}, client.ContinueOnError(0))
+	}, client.WithErrorPolicy(client.ContinueOnError(0)))
 	mustIs(t, err, boom)
 	if !strings.Contains(err.Error(), "item 2: boom") {
 		t.Fatalf("error %q does not name the item", err)

@@ -4,7 +4,7 @@ import "time"
 
 // Observer receives client-side measurements, for metrics: how long
 // acquires waited, and how long work held its lease and how it ended. Set
-// it with WithObserver. Its methods are called synchronously on the
+// it in Dialer.Observer. Its methods are called synchronously on the
 // goroutine that made the call, so they must be quick and safe for
 // concurrent use; they must not call the Client.
 //
@@ -58,12 +58,6 @@ type WorkEvent struct {
 	// limit, without a lease, because the server could not be reached: it
 	// was NOT globally limited.
 	LocalOnly bool
-}
-
-// WithObserver sets the Observer that receives the Client's acquire and
-// work measurements. nil (the default) means none.
-func WithObserver(obs Observer) Option {
-	return func(o *options) { o.settings.observer = obs }
 }
 
 // acquireDone reports an acquire to the Observer.

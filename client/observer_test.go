@@ -67,7 +67,7 @@ func TestObserver(t *testing.T) {
 		}
 		return client.DefaultClassifier(err)
 	}
-	c := ts.dial(client.WithObserver(obs), client.WithClassifier(classify), client.WithLogger(slog.New(logs)))
+	c := ts.dialWith(client.Dialer{Observer: obs, Classifier: classify, Logger: slog.New(logs)})
 
 	runs := []struct {
 		err  error
@@ -114,14 +114,14 @@ func TestObserverSeesLeaseLost(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	obs := &observer{}
-	c := ts.dial(client.WithObserver(obs))
+	c := ts.dialWith(client.Dialer{Observer: obs})
 	err := c.Do(ctx(t), "db", func(ctx context.Context) error {
 		if _, err := ts.srv.Engine().Release("db", client.LeaseFromContext(ctx).FencingToken()); err != nil {
 			t.Error(err)
 		}
 		<-ctx.Done() // the next renew (within TTL/3) is refused
 		return nil
-	}, client.TTL(300*time.Millisecond))
+	}, client.WithTTL(300*time.Millisecond))
 	mustIs(t, err, client.ErrLeaseLost)
 	if work := obs.works(); len(work) != 1 || !work[0].LeaseLost || work[0].Outcome != client.OutcomeSuccess {
 		t.Fatalf("events %+v; want one success with LeaseLost", work)

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -8,55 +9,62 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Option configures Dial: the result of one of this package's With...
-// functions. Dial also takes more server addresses, as strings, among its
-// Options; any other value makes Dial fail.
-type Option any
+// Dialer holds a Client's settings; its zero value is the default
+// settings, which Dial uses. It is configuration, read by Dial only.
+type Dialer struct {
+	// ClientID names the client to the server (shown to operators with
+	// its leases; at most 256 bytes). Empty means
+	// "<hostname>-<pid>-<random>".
+	ClientID string
 
-type options struct {
-	clientID  string
-	dialOpts  []grpc.DialOption
-	margin    time.Duration
-	marginSet bool
-	logger    *slog.Logger
-	settings  settings
+	// TLS makes the client connect over TLS with this configuration: set
+	// RootCAs to the CA that signed the server's certificate (nil means the
+	// system's roots), and Certificates to present a client certificate to
+	// a server that requires mutual TLS. ServerName defaults to the host
+	// of the address dialed. The client does not modify it. nil means
+	// plaintext.
+	TLS *tls.Config
+
+	// GRPCOptions are gRPC dial options, applied after the client's
+	// defaults (insecure transport or TLS, pick_first for one address and
+	// round_robin with health checking and WaitForReady calls for several,
+	// a reconnect backoff capped at 2s, which the client cuts short while a
+	// lease's local deadline is near), so they override them: for example
+	// grpc.WithPerRPCCredentials, or grpc.WithKeepaliveParams to detect a
+	// silently dead network sooner (the server must permit the ping rate).
+	GRPCOptions []grpc.DialOption
+
+	// SafetyMargin is how long before a lease's estimated expiry the
+	// client treats it as lost if it could not renew it: a lease's local
+	// deadline is (time its last successful renew was sent) + TTL -
+	// margin. 0 means max(TTL/10, 50ms), per lease. It must not be
+	// negative; one above TTL/2 is treated as TTL/2, so that renewals
+	// (every TTL/3) come before the deadline.
+	SafetyMargin time.Duration
+
+	// Logger receives connection trouble (stream breaks, reconnects,
+	// failed renewals). nil discards it.
+	Logger *slog.Logger
+
+	// Unavailable is what calls that start work do when the server cannot
+	// be reached; see UnavailablePolicy. The zero value is WaitForServer.
+	Unavailable UnavailablePolicy
+
+	// Observer receives the Client's acquire and work measurements. nil
+	// means none.
+	Observer Observer
+
+	// Classifier is how Do classifies the error of its work into an
+	// Outcome (for the Observer, and for the server's adaptive limits). Set
+	// it when an error is not a failure of the protected system, or a
+	// success is: for an HTTP API, a 404 may be a success and a 429 an
+	// error. Delegate to DefaultClassifier for the rest. nil means
+	// DefaultClassifier.
+	Classifier Classifier
 }
 
-// WithClientID names the client to the server (shown to operators with its
-// leases; at most 256 bytes). The default is "<hostname>-<pid>-<random>".
-func WithClientID(id string) Option {
-	return func(o *options) { o.clientID = id }
-}
-
-// WithDialOptions adds gRPC dial options. They are applied after the
-// client's defaults (insecure transport, pick_first for one address and
-// round_robin with health checking and WaitForReady calls for several, a
-// reconnect backoff capped at 2s, which the client cuts short while a
-// lease's local deadline is near), so they override them: pass
-// grpc.WithTransportCredentials to use TLS, and grpc.WithKeepaliveParams to
-// detect a silently dead network sooner (the server must permit the ping
-// rate).
-func WithDialOptions(opts ...grpc.DialOption) Option {
-	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
-}
-
-// WithSafetyMargin sets how long before a lease's estimated expiry the
-// client treats it as lost if it could not renew it: a lease's local
-// deadline is (time its last successful renew was sent) + TTL - margin. The
-// default, per lease, is max(TTL/10, 50ms). A margin must not be negative;
-// one above TTL/2 is treated as TTL/2, so that renewals (every TTL/3) come
-// before the deadline.
-func WithSafetyMargin(d time.Duration) Option {
-	return func(o *options) { o.margin, o.marginSet = d, true }
-}
-
-// WithLogger sets where the client logs connection trouble (stream breaks,
-// reconnects, failed renewals). The default discards logs.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) { o.logger = l }
-}
-
-// AcquireOption configures Client.Acquire, TryAcquire and Do.
+// AcquireOption configures one acquire: Client.Acquire, TryAcquire and Do,
+// Group.Go, Semaphore.Acquire and Do, and the Wrap functions.
 type AcquireOption func(*acquireOptions)
 
 type acquireOptions struct {
@@ -76,7 +84,7 @@ func acquireOptionsOf(opts []AcquireOption) acquireOptions {
 	return o
 }
 
-// weightOr1 is the Weight option's value, 1 when it is not set.
+// weightOr1 is the WithWeight option's value, 1 when it is not set.
 func (o acquireOptions) weightOr1() int64 {
 	if o.weight == nil {
 		return 1
@@ -84,37 +92,37 @@ func (o acquireOptions) weightOr1() int64 {
 	return *o.weight
 }
 
-// Weight sets the permit weight to hold (default 1). It must be at least 1
+// WithWeight sets the permit weight to hold (default 1). It must be at least 1
 // and at most the pool's concurrency limit (and, for a pool with a rate,
 // its burst); the server refuses other values with ErrInvalidArgument.
-func Weight(n int64) AcquireOption {
+func WithWeight(n int64) AcquireOption {
 	return func(o *acquireOptions) { o.weight = &n }
 }
 
-// TTL sets the lease's time to live, renewed in the background every TTL/3.
+// WithTTL sets the lease's time to live, renewed in the background every TTL/3.
 // The default is the pool's default_lease_ttl. The server requires at least
 // 100ms and at most the pool's max_lease_ttl.
-func TTL(d time.Duration) AcquireOption {
+func WithTTL(d time.Duration) AcquireOption {
 	return func(o *acquireOptions) { o.ttl = durationpb.New(d) }
 }
 
-// Priority sets the place in the pool's wait queue: higher values are
+// WithPriority sets the place in the pool's wait queue: higher values are
 // granted first, FIFO within a priority. The default is 0.
-func Priority(p int32) AcquireOption {
+func WithPriority(p int32) AcquireOption {
 	return func(o *acquireOptions) { o.priority = p }
 }
 
-// WaitTimeout bounds the time spent waiting in the pool's queue; when it
+// WithWaitTimeout bounds the time spent waiting in the pool's queue; when it
 // passes ungranted, Acquire fails with an error matching ErrWaitTimeout. It
 // counts from the call to Acquire, including time spent connecting and
 // reconnecting. By default an acquire waits until its context ends. d must
 // be positive; use TryAcquire not to wait at all.
-func WaitTimeout(d time.Duration) AcquireOption {
+func WithWaitTimeout(d time.Duration) AcquireOption {
 	return func(o *acquireOptions) { o.waitTimeout = d }
 }
 
-// Description sets free text shown to operators with the lease (at most
+// WithDescription sets free text shown to operators with the lease (at most
 // 1024 bytes).
-func Description(s string) AcquireOption {
+func WithDescription(s string) AcquireOption {
 	return func(o *acquireOptions) { o.description = s }
 }

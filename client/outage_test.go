@@ -167,7 +167,7 @@ func TestLeaseSurvivesOutageShorterThanTwoThirdsTTL(t *testing.T) {
 		early  = 30 * time.Millisecond * scale // the outage starts this long before a renew is due
 		late   = 100 * time.Millisecond * scale
 	)
-	l, err := c.Acquire(ctx(t), "db", client.TTL(ttl))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}

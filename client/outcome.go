@@ -55,8 +55,8 @@ func (o Outcome) String() string {
 // than the Outcome constants has it treated as OutcomeError.
 type Classifier func(err error) Outcome
 
-// DefaultClassifier is the Classifier a Client uses unless WithClassifier
-// sets another:
+// DefaultClassifier is the Classifier a Client uses unless
+// Dialer.Classifier sets another:
 //   - nil is OutcomeSuccess;
 //   - context.DeadlineExceeded, os.ErrDeadlineExceeded, a gRPC status with
 //     code DEADLINE_EXCEEDED, and any error with a Timeout() bool method that
@@ -87,15 +87,6 @@ func DefaultClassifier(err error) Outcome {
 		}
 	}
 	return OutcomeError
-}
-
-// WithClassifier sets how Do classifies the error of its work into an
-// Outcome (for the Observer, and for the server's adaptive limits).
-// Use it when an error is not a failure of the protected system, or a
-// success is: for an HTTP API, a 404 may be a success and a 429 an error.
-// Delegate to DefaultClassifier for the rest. nil means DefaultClassifier.
-func WithClassifier(f Classifier) Option {
-	return func(o *options) { o.settings.classify = f }
 }
 
 // classify returns the Outcome of err by the Client's classifier.

@@ -10,7 +10,7 @@ package client
 type Progress struct {
 	// Submitted is the number of tasks passed to Go.
 	Submitted int
-	// Queued tasks are waiting for one of the group's MaxInFlight local
+	// Queued tasks are waiting for one of the group's WithMaxInFlight local
 	// slots (their Go call is blocked).
 	Queued int
 	// Waiting tasks have a local slot and are waiting for a lease from the
@@ -34,7 +34,7 @@ type Progress struct {
 func (p Progress) Finished() int { return p.Done + p.Failed + p.Skipped }
 
 // InFlight returns the number of tasks that have a local slot: Waiting +
-// Running. It is at most the group's MaxInFlight.
+// Running. It is at most the group's WithMaxInFlight.
 func (p Progress) InFlight() int { return p.Waiting + p.Running }
 
 // progressReporter is the state of a Group's WithProgress calls; it is

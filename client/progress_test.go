@@ -22,7 +22,7 @@ func TestGroupProgressIsConsistent(t *testing.T) {
 	const tasks = 40
 	var mu sync.Mutex
 	var reports []client.Progress
-	g := c.NewGroup(ctx(t), "db", client.ContinueOnError(0), client.MaxInFlight(4),
+	g := newGroup(t, c, ctx(t), "db", client.WithErrorPolicy(client.ContinueOnError(0)), client.WithMaxInFlight(4),
 		client.WithProgress(func(p client.Progress) {
 			mu.Lock()
 			reports = append(reports, p)

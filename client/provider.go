@@ -12,21 +12,32 @@ import (
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// ProvideOptions configures Client.Provide.
-type ProvideOptions struct {
-	// ID names the provider: unique among the pool's live providers, 1 to
-	// 128 characters of [A-Za-z0-9._:/-]. Required.
-	ID string
-	// TTL is the keep-alive: the server takes the provider's instances out
-	// of the pool if it hears nothing from it for this long. 0 means the
-	// server's default (10s); 1s to 5m. The provider sends a keep-alive
-	// every TTL/3.
-	TTL time.Duration
+// ProviderOption configures Client.NewProvider.
+type ProviderOption func(*providerOptions)
+
+type providerOptions struct {
+	id        string
+	ttl       time.Duration // 0: the server's default
+	resources []Resource
+}
+
+// WithProviderTTL sets the provider's keep-alive: the server takes its
+// instances out of the pool if it hears nothing from it for this long.
+// The default is the server's (10s); 1s to 5m. The provider sends a
+// keep-alive every TTL/3.
+func WithProviderTTL(d time.Duration) ProviderOption {
+	return func(o *providerOptions) { o.ttl = d }
+}
+
+// WithResources sets the instances the provider offers when it registers
+// (more can be offered later with Offer).
+func WithResources(rs ...Resource) ProviderOption {
+	return func(o *providerOptions) { o.resources = append(o.resources, rs...) }
 }
 
 // Provider offers instances to a passive pool for as long as it lives:
 // the instances are the pool's capacity, and leases bound to them are
-// granted to other clients. It is returned by Client.Provide. If its
+// granted to other clients. It is returned by Client.NewProvider. If its
 // stream breaks (the server restarted, the network failed), it registers
 // again with the instances it offers, retrying with backoff; meanwhile its
 // instances are not in the pool, and the leases on them were revoked.
@@ -34,7 +45,7 @@ type ProvideOptions struct {
 type Provider struct {
 	c    *Client
 	pool string
-	opts ProvideOptions
+	opts providerOptions
 
 	ctx    context.Context // ends when the provider ends; its cause is Err
 	cancel context.CancelCauseFunc
@@ -57,19 +68,24 @@ type provideReply struct {
 	err  error
 }
 
-// Provide registers a provider of the passive pool named pool and offers
-// rs. It returns once the server has accepted the registration, or with
+// NewProvider registers a provider of the passive pool named pool, named
+// id (unique among the pool's live providers, 1 to 128 characters of
+// [A-Za-z0-9._:/-]), offering the WithResources instances. It returns once the server has accepted the registration, or with
 // its error: an *Error for INVALID_ARGUMENT, NOT_FOUND (POOL_NOT_FOUND),
 // FAILED_PRECONDITION (NOT_PASSIVE), ALREADY_EXISTS (PROVIDER_EXISTS,
 // RESOURCE_EXISTS) and the like; ctx bounds only this first registration.
 // Call Close to take the instances out of the pool.
-func (c *Client) Provide(ctx context.Context, pool string, opts ProvideOptions, rs ...Resource) (*Provider, error) {
-	if opts.ID == "" {
-		return nil, fmt.Errorf("%w: ProvideOptions.ID is required", ErrInvalidArgument)
+func (c *Client) NewProvider(ctx context.Context, pool, id string, opts ...ProviderOption) (*Provider, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: NewProvider: the provider id is required", ErrInvalidArgument)
+	}
+	o := providerOptions{id: id}
+	for _, opt := range opts {
+		opt(&o)
 	}
 	pctx, cancel := context.WithCancelCause(c.ctx)
-	p := &Provider{c: c, pool: pool, opts: opts, ctx: pctx, cancel: cancel, ops: make(chan provideOp), done: make(chan struct{}),
-		resources: append([]Resource(nil), rs...)}
+	p := &Provider{c: c, pool: pool, opts: o, ctx: pctx, cancel: cancel, ops: make(chan provideOp), done: make(chan struct{}),
+		resources: o.resources}
 	first := make(chan error, 1)
 	if !c.goBackground(func(context.Context) { p.run(first) }) {
 		cancel(ErrClosed)
@@ -202,14 +218,14 @@ func (p *Provider) run(first chan<- error) {
 		}
 		if permanentProvideError(err) {
 			p.finish(err)
-			p.c.log.Warn("tollgate: provider ended: the server refused to register it again", "pool", p.pool, "provider", p.opts.ID, "err", err)
+			p.c.log.Warn("tollgate: provider ended: the server refused to register it again", "pool", p.pool, "provider", p.opts.id, "err", err)
 			return
 		}
 		if registered {
 			attempt = 0
 		}
 		delay := provideBackoff.delay(attempt, time.Time{})
-		p.c.log.Info("tollgate: provider stream broke; registering again", "pool", p.pool, "provider", p.opts.ID, "err", err, "in", delay)
+		p.c.log.Info("tollgate: provider stream broke; registering again", "pool", p.pool, "provider", p.opts.id, "err", err, "in", delay)
 		if pause(p.ctx, p.ctx, delay) != nil {
 			return
 		}
@@ -240,9 +256,9 @@ func (p *Provider) serve(first chan<- error) (bool, error) {
 	defer cancel()
 	stream, err := p.c.stub.Provide(ctx)
 	if err == nil {
-		reg := &tollgatev1.ProvideRegister{Pool: p.pool, ProviderId: p.opts.ID, Resources: resourcesToProto(p.Resources())}
-		if p.opts.TTL > 0 {
-			reg.Ttl = durationpb.New(p.opts.TTL)
+		reg := &tollgatev1.ProvideRegister{Pool: p.pool, ProviderId: p.opts.id, Resources: resourcesToProto(p.Resources())}
+		if p.opts.ttl > 0 {
+			reg.Ttl = durationpb.New(p.opts.ttl)
 		}
 		err = stream.Send(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Register{Register: reg}})
 	}
@@ -275,7 +291,7 @@ func (p *Provider) serve(first chan<- error) (bool, error) {
 			}
 		}
 	}()
-	ttl := p.opts.TTL
+	ttl := p.opts.ttl
 	if ttl <= 0 {
 		ttl = 10 * time.Second
 	}
@@ -284,7 +300,7 @@ func (p *Provider) serve(first chan<- error) (bool, error) {
 	pending := map[uint64]chan provideReply{}
 	defer func() {
 		for _, reply := range pending {
-			reply <- provideReply{err: fmt.Errorf("tollgate: provider %q lost its stream to the server before the answer came; it is registering again: retry", p.opts.ID)}
+			reply <- provideReply{err: fmt.Errorf("tollgate: provider %q lost its stream to the server before the answer came; it is registering again: retry", p.opts.id)}
 		}
 	}()
 	var nextID uint64

@@ -17,8 +17,8 @@ func TestProviderLifecycle(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "gpu", ResourceKind: limiter.ResourcePassive})
 	worker, holder := ts.dial(), ts.dial()
 
-	p, err := worker.Provide(ctx(t), "gpu", client.ProvideOptions{ID: "worker-1", TTL: 5 * time.Second},
-		client.Resource{ID: "slot-1", Attributes: map[string]string{"addr": "10.0.0.7:9000"}})
+	p, err := worker.NewProvider(ctx(t), "gpu", "worker-1", client.WithProviderTTL(5*time.Second),
+		client.WithResources(client.Resource{ID: "slot-1", Attributes: map[string]string{"addr": "10.0.0.7:9000"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,11 +27,11 @@ func TestProviderLifecycle(t *testing.T) {
 	}
 	err = p.Offer(ctx(t), client.Resource{ID: "slot-2"})
 	mustIs(t, err, &client.Error{Reason: "RESOURCE_EXISTS"})
-	if _, err := worker.Provide(ctx(t), "gpu", client.ProvideOptions{ID: "worker-1"}); err == nil || !strings.Contains(err.Error(), "worker-1") {
+	if _, err := worker.NewProvider(ctx(t), "gpu", "worker-1"); err == nil || !strings.Contains(err.Error(), "worker-1") {
 		t.Fatalf("a second provider of the same id: %v", err)
 	}
 
-	l, err := holder.Acquire(ctx(t), "gpu", client.Weight(2))
+	l, err := holder.Acquire(ctx(t), "gpu", client.WithWeight(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +74,6 @@ func TestProviderLifecycle(t *testing.T) {
 
 	// A provider of a pool that is not passive is refused at once.
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
-	_, err = worker.Provide(ctx(t), "db", client.ProvideOptions{ID: "w"})
+	_, err = worker.NewProvider(ctx(t), "db", "w")
 	mustIs(t, err, &client.Error{Reason: "NOT_PASSIVE"})
 }

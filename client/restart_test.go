@@ -52,14 +52,14 @@ func startDurable(t *testing.T, dir, addr string) *durableServer {
 func TestLeaseReattachesAfterServerRestart(t *testing.T) {
 	dir := t.TempDir()
 	first := startDurable(t, dir, "127.0.0.1:0")
-	c, err := client.Dial(first.addr, client.WithClientID("holder"))
+	c, err := client.Dialer{ClientID: "holder"}.Dial(first.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	l, err := c.Acquire(ctx, "db", client.Description("job"))
+	l, err := c.Acquire(ctx, "db", client.WithDescription("job"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestLeaseReattachesAfterServerRestart(t *testing.T) {
 func TestTryAcquireDuringRecoveryFailsFast(t *testing.T) {
 	dir := t.TempDir()
 	first := startDurable(t, dir, "127.0.0.1:0")
-	c, err := client.Dial(first.addr, client.WithClientID("holder"))
+	c, err := client.Dialer{ClientID: "holder"}.Dial(first.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestTryAcquireDuringRecoveryFailsFast(t *testing.T) {
 	if info, _ := second.srv.Engine().GetPool("db"); info.Status.RecoveringUntil.IsZero() {
 		t.Fatalf("the restarted pool is not recovering: %+v", info.Status)
 	}
-	other, err := client.Dial(second.addr, client.WithClientID("other"))
+	other, err := client.Dialer{ClientID: "other"}.Dial(second.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,14 +145,14 @@ func TestActiveLeaseReattachesOnItsInstances(t *testing.T) {
 	if _, err := eng.AddResources("conns", []limiter.Resource{{ID: "c1"}, {ID: "c2"}, {ID: "c3"}}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Dial(first.addr, client.WithClientID("holder"))
+	c, err := client.Dialer{ClientID: "holder"}.Dial(first.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	l, err := c.Acquire(ctx, "conns", client.Weight(2))
+	l, err := c.Acquire(ctx, "conns", client.WithWeight(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,19 +193,19 @@ func TestPassiveLeaseSurvivesServerRestart(t *testing.T) {
 	if _, err := first.srv.Engine().CreatePool(limiter.PoolConfig{Name: "gpu", ResourceKind: limiter.ResourcePassive, DefaultLeaseTTL: 3 * time.Second, MaxLeaseTTL: 3 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	worker, err := client.Dial(first.addr, client.WithClientID("worker"))
+	worker, err := client.Dialer{ClientID: "worker"}.Dial(first.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer worker.Close()
-	holder, err := client.Dial(first.addr, client.WithClientID("holder"))
+	holder, err := client.Dialer{ClientID: "holder"}.Dial(first.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer holder.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	p, err := worker.Provide(ctx, "gpu", client.ProvideOptions{ID: "w1", TTL: 5 * time.Second}, client.Resource{ID: "slot-1"}, client.Resource{ID: "slot-2"})
+	p, err := worker.NewProvider(ctx, "gpu", "w1", client.WithProviderTTL(5*time.Second), client.WithResources(client.Resource{ID: "slot-1"}, client.Resource{ID: "slot-2"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,12 +246,12 @@ func TestShareReattachesAfterServerRestart(t *testing.T) {
 	if _, err := first.srv.Engine().CreatePool(limiter.PoolConfig{Name: "api", Rate: 100, DefaultLeaseTTL: 3 * time.Second, MaxLeaseTTL: 3 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Dial(first.addr, client.WithClientID("spender"))
+	c, err := client.Dialer{ClientID: "spender"}.Dial(first.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	l, err := c.Limiter("api", 60)
+	l, err := c.NewLimiter("api", 60)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func BenchmarkRevokeToDone(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		l, err := c.Acquire(ctx, "db", client.TTL(time.Minute))
+		l, err := c.Acquire(ctx, "db", client.WithTTL(time.Minute))
 		if err != nil {
 			b.Fatal(err)
 		}

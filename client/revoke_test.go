@@ -19,7 +19,7 @@ func TestDoneOnAdminRevokeLease(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	c := ts.dial()
 
-	l, err := c.Acquire(ctx(t), "db", client.TTL(time.Minute))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,39 +56,43 @@ type Semaphore struct {
 // SemaphoreOption configures a Semaphore.
 type SemaphoreOption func(*Semaphore)
 
-// LocalShare sets the most permits the semaphore's share may hold, and so
+// WithLocalShare sets the most permits the semaphore's share may hold, and so
 // the most its goroutines may hold at once (the pool's concurrency limit
 // bounds it too). The default, and the least, is 1.
-func LocalShare(max int64) SemaphoreOption { return func(s *Semaphore) { s.max = max } }
+func WithLocalShare(max int64) SemaphoreOption { return func(s *Semaphore) { s.max = max } }
 
-// ShareLeaseOptions sets the options of the share's lease: TTL (and so
+// WithShareLeaseOptions sets the options of the share's lease: WithTTL (and so
 // the renew interval, TTL/3, which is also how often the share reports a
-// drop in demand), Priority (its place in the pool's queue when it first
-// waits for a permit) and Description. Weight and WaitTimeout are ignored.
-func ShareLeaseOptions(opts ...AcquireOption) SemaphoreOption {
+// drop in demand), WithPriority (its place in the pool's queue when it first
+// waits for a permit) and WithDescription. WithWeight and WithWaitTimeout
+// are ignored.
+func WithShareLeaseOptions(opts ...AcquireOption) SemaphoreOption {
 	return func(s *Semaphore) { s.leaseOpts = append(s.leaseOpts, opts...) }
 }
 
 // NewSemaphore returns a Semaphore on pool. It takes no permit until the
-// first Acquire.
-func (c *Client) NewSemaphore(pool string, opts ...SemaphoreOption) *Semaphore {
+// first Acquire. It fails only with ErrClosed.
+func (c *Client) NewSemaphore(pool string, opts ...SemaphoreOption) (*Semaphore, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
 	s := &Semaphore{c: c, pool: pool, max: 1, kick: make(chan struct{}, 1)}
 	for _, opt := range opts {
 		opt(s)
 	}
 	s.max = max(s.max, 1)
 	s.ctx, s.stop = context.WithCancel(context.Background())
-	return s
+	return s, nil
 }
 
 // errSemaphoreClosed is what calls on a closed Semaphore return.
 var errSemaphoreClosed = fmt.Errorf("tollgate: semaphore closed: %w", ErrClosed)
 
 // Acquire takes n permits, waiting until they are free locally, ctx ends
-// (ctx.Err()) or the WaitTimeout option passes (an error matching
-// ErrWaitTimeout). Waiters are served by Priority (higher first), then in
+// (ctx.Err()) or the WithWaitTimeout option passes (an error matching
+// ErrWaitTimeout). Waiters are served by WithPriority (higher first), then in
 // arrival order; a large request at the head is not passed by smaller
-// ones. n must be at least 1 and at most the LocalShare maximum. If the
+// ones. n must be at least 1 and at most the WithLocalShare maximum. If the
 // share's first lease cannot be had (no such pool, ...), Acquire returns
 // the server's error.
 func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...AcquireOption) error {
@@ -166,7 +170,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool, opts []Acqui
 	case n < 1 || n > s.max:
 		s.mu.Unlock()
 		return nil, &Error{Code: codes.InvalidArgument, Reason: ErrInvalidArgument.Reason,
-			Message: fmt.Sprintf("weight %d is out of range for a semaphore whose share holds at most %d permits (LocalShare)", n, s.max)}
+			Message: fmt.Sprintf("weight %d is out of range for a semaphore whose share holds at most %d permits (WithLocalShare)", n, s.max)}
 	case try:
 		s.mu.Unlock()
 		return nil, &Error{Code: codes.ResourceExhausted, Reason: ErrNoCapacity.Reason,
@@ -248,7 +252,7 @@ func (s *Semaphore) failWaitersLocked(err error) {
 	}
 }
 
-// Do runs fn under n permits (the Weight option; default 1) of the
+// Do runs fn under n permits (the WithWeight option; default 1) of the
 // semaphore, as Client.Do does under a lease: fn's context ends if the
 // share's lease is lost, LeaseFromContext gives fn the lease (for its
 // fencing token), and the permits are released when fn returns (also on a

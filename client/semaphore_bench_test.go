@@ -13,7 +13,7 @@ import (
 func benchSemaphore(b *testing.B, max int64) *client.Semaphore {
 	ts := newTestServer(b)
 	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 1000})
-	sem := ts.dial().NewSemaphore("p", client.LocalShare(max))
+	sem := newSemaphore(b, ts.dial(), "p", client.WithLocalShare(max))
 	b.Cleanup(sem.Close)
 	ctx := b.Context()
 	if err := sem.Acquire(ctx, max); err != nil { // grows the share to max

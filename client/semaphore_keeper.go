@@ -152,7 +152,7 @@ func (s *Semaphore) quit() {
 // false when the keeper should stop (its waiters were failed, or the
 // semaphore or the Client closed).
 func (s *Semaphore) openLease(ctx context.Context) bool {
-	opts := append(s.leaseOpts[:len(s.leaseOpts):len(s.leaseOpts)], Weight(1), func(o *acquireOptions) { o.waitTimeout = 0 })
+	opts := append(s.leaseOpts[:len(s.leaseOpts):len(s.leaseOpts)], WithWeight(1), func(o *acquireOptions) { o.waitTimeout = 0 })
 	octx, abandon := context.WithCancel(ctx)
 	defer abandon()
 	s.mu.Lock()

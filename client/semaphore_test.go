@@ -41,11 +41,11 @@ func TestSemaphoreHandsOutPermitsLocally(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 10})
 	c := ts.dial()
-	sem := c.NewSemaphore("p", client.LocalShare(3))
+	sem := newSemaphore(t, c, "p", client.WithLocalShare(3))
 	defer sem.Close()
 	holdN(t, sem, 3)
 	if sem.TryAcquire(1) {
-		t.Fatal("TryAcquire beyond LocalShare(3) succeeded")
+		t.Fatal("TryAcquire beyond WithLocalShare(3) succeeded")
 	}
 	if s := ts.status("p"); s.Held != 3 || s.Leases != 1 {
 		t.Fatalf("the server holds %d in %d leases, want one share lease of 3", s.Held, s.Leases)
@@ -58,7 +58,7 @@ func TestSemaphoreHandsOutPermitsLocally(t *testing.T) {
 		t.Fatal("TryAcquire after a Release failed")
 	}
 	if err := sem.Acquire(ctx(t), 4); !errors.Is(err, client.ErrInvalidArgument) {
-		t.Fatalf("Acquire(4) of LocalShare(3): %v, want ErrInvalidArgument", err)
+		t.Fatalf("Acquire(4) of WithLocalShare(3): %v, want ErrInvalidArgument", err)
 	}
 	sem.Release(3)
 }
@@ -70,7 +70,7 @@ func TestSemaphoreHandsOutPermitsLocally(t *testing.T) {
 func TestSemaphoreGivesBackForAWaiterAtOnce(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 4})
-	a := ts.dial().NewSemaphore("p", client.LocalShare(4))
+	a := newSemaphore(t, ts.dial(), "p", client.WithLocalShare(4))
 	defer a.Close()
 	holdN(t, a, 4)
 	start := ts.clock.Now()
@@ -106,9 +106,9 @@ func TestSemaphoreFairShares(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 10})
 	// The TTL leaves each renewal seconds to be answered on a loaded machine
 	// before the share lease would be given up.
-	opts := []client.SemaphoreOption{client.LocalShare(10), client.ShareLeaseOptions(client.TTL(3 * time.Second))}
-	a := ts.dial().NewSemaphore("p", opts...)
-	b := ts.dial().NewSemaphore("p", opts...)
+	opts := []client.SemaphoreOption{client.WithLocalShare(10), client.WithShareLeaseOptions(client.WithTTL(3 * time.Second))}
+	a := newSemaphore(t, ts.dial(), "p", opts...)
+	b := newSemaphore(t, ts.dial(), "p", opts...)
 	defer a.Close()
 	defer b.Close()
 
@@ -159,10 +159,10 @@ func TestSemaphoreFairShares(t *testing.T) {
 func TestSemaphoreLocalQueueHonoursPriorityAndWaitTimeout(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 1})
-	sem := ts.dial().NewSemaphore("p", client.LocalShare(1))
+	sem := newSemaphore(t, ts.dial(), "p", client.WithLocalShare(1))
 	defer sem.Close()
 	holdN(t, sem, 1)
-	if err := sem.Acquire(ctx(t), 1, client.WaitTimeout(20*time.Millisecond)); !errors.Is(err, client.ErrWaitTimeout) {
+	if err := sem.Acquire(ctx(t), 1, client.WithWaitTimeout(20*time.Millisecond)); !errors.Is(err, client.ErrWaitTimeout) {
 		t.Fatalf("Acquire with a wait timeout: %v, want ErrWaitTimeout", err)
 	}
 	order := make(chan string, 2)
@@ -175,7 +175,7 @@ func TestSemaphoreLocalQueueHonoursPriorityAndWaitTimeout(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := sem.Acquire(ctx(t), 1, client.Priority(w.prio)); err != nil {
+			if err := sem.Acquire(ctx(t), 1, client.WithPriority(w.prio)); err != nil {
 				t.Error(err)
 				return
 			}
@@ -197,7 +197,7 @@ func TestSemaphoreLocalQueueHonoursPriorityAndWaitTimeout(t *testing.T) {
 func TestSemaphoreLostLeaseCancelsLocalHolders(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 2})
-	sem := ts.dial().NewSemaphore("p", client.LocalShare(2))
+	sem := newSemaphore(t, ts.dial(), "p", client.WithLocalShare(2))
 	defer sem.Close()
 	running := make(chan uint64)
 	done := make(chan error)
@@ -230,7 +230,7 @@ func TestGroupWithSemaphore(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 3})
 	c := ts.dial()
-	sem := c.NewSemaphore("p", client.LocalShare(3))
+	sem := newSemaphore(t, c, "p", client.WithLocalShare(3))
 	defer sem.Close()
 	var now, most atomic.Int64
 	out, err := client.Map(ctx(t), c, "p", make([]int, 50), func(ctx context.Context, _ int) (int, error) {
@@ -259,7 +259,7 @@ func TestSemaphoreShareReattachesAfterServerRestart(t *testing.T) {
 	dir := t.TempDir()
 	first := startDurable(t, dir, "127.0.0.1:0")
 	c := dialTarget(t, first.addr)
-	sem := c.NewSemaphore("db", client.LocalShare(1))
+	sem := newSemaphore(t, c, "db", client.WithLocalShare(1))
 	defer sem.Close()
 	holdN(t, sem, 1)
 	l := sem.Lease()
@@ -293,9 +293,9 @@ func TestSemaphoreStopsWaitingForALeaseNobodyWants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sem := ts.dial().NewSemaphore("p")
+	sem := newSemaphore(t, ts.dial(), "p")
 	defer sem.Close()
-	if err := sem.Acquire(ctx(t), 1, client.WaitTimeout(50*time.Millisecond)); !errors.Is(err, client.ErrWaitTimeout) {
+	if err := sem.Acquire(ctx(t), 1, client.WithWaitTimeout(50*time.Millisecond)); !errors.Is(err, client.ErrWaitTimeout) {
 		t.Fatalf("Acquire: %v, want ErrWaitTimeout", err)
 	}
 	waitFor(t, "the share's acquire left the pool's queue", func() bool { return ts.status("p").Waiting == 0 })
@@ -314,7 +314,7 @@ func TestSemaphoreDoTellsTheObserver(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "p", ConcurrencyLimit: 2})
 	obs := &observer{}
-	sem := ts.dial(client.WithObserver(obs)).NewSemaphore("p")
+	sem := newSemaphore(t, ts.dialWith(client.Dialer{Observer: obs}), "p")
 	defer sem.Close()
 	boom := errors.New("boom")
 	if err := sem.Do(ctx(t), func(context.Context) error { return boom }); err != boom {
@@ -336,7 +336,7 @@ func TestSemaphoreGrownShareReattachesWithItsWeight(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := dialTarget(t, first.addr)
-	sem := c.NewSemaphore("big", client.LocalShare(3))
+	sem := newSemaphore(t, c, "big", client.WithLocalShare(3))
 	defer sem.Close()
 	holdN(t, sem, 3)
 	l := sem.Lease()

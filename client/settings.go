@@ -10,8 +10,8 @@ import (
 // settings are the caller's choices about how a Client behaves around the
 // work it protects (rather than how it connects): what to do when the
 // server cannot be reached, who observes the work, and how the work's
-// errors are classified. Options fill them in; Dial checks them and Client
-// keeps them.
+// errors are classified. A Dialer's fields fill them in; Dial checks them
+// and Client keeps them.
 type settings struct {
 	unavailable UnavailablePolicy
 	observer    Observer

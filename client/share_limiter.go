@@ -14,7 +14,7 @@ import (
 // Limiter spends a share of a pool's rate locally, like a
 // golang.org/x/time/rate.Limiter: Wait, WaitN, Allow, AllowN and Limit make
 // no call to the server. The server grants the share (its fair part of the
-// pool's rate among the processes that want it; see Client.Limiter) and a
+// pool's rate among the processes that want it; see Client.NewLimiter) and a
 // background goroutine refreshes it over the Client's Session stream, so
 // the local bucket follows the grant as it grows and shrinks.
 //
@@ -73,20 +73,20 @@ type shareGrant struct {
 // its Client was closed).
 var ErrLimiterClosed = errors.New("tollgate: limiter closed")
 
-// ShareOption configures Client.Limiter.
-type ShareOption func(*Limiter)
+// LimiterOption configures Client.NewLimiter.
+type LimiterOption func(*Limiter)
 
-// ShareWeight sets the share's weight in the fair division (1 to 1000,
+// WithShareWeight sets the share's weight in the fair division (1 to 1000,
 // default 1): a share of weight 3 gets three times the rate of a share of
 // weight 1 when both want more than they can have.
-func ShareWeight(w int64) ShareOption { return func(l *Limiter) { l.weight = w } }
+func WithShareWeight(w int64) LimiterOption { return func(l *Limiter) { l.weight = w } }
 
-// ShareTTL sets the share's TTL (default: the pool's default_lease_ttl);
+// WithShareTTL sets the share's TTL (default: the pool's default_lease_ttl);
 // it is refreshed every TTL/3. The server requires at least 100ms and at
 // most the pool's max_lease_ttl.
-func ShareTTL(d time.Duration) ShareOption { return func(l *Limiter) { l.ttl = d } }
+func WithShareTTL(d time.Duration) LimiterOption { return func(l *Limiter) { l.ttl = d } }
 
-// Limiter returns a Limiter that spends a share of pool's rate: want is
+// NewLimiter returns a Limiter that spends a share of pool's rate: want is
 // the rate this process would use, in tokens per second. The server
 // divides the pool's (effective) rate among the holders: a process that
 // wants less than an equal part gets what it wants, and the rest goes to
@@ -96,9 +96,9 @@ func ShareTTL(d time.Duration) ShareOption { return func(l *Limiter) { l.ttl = d
 //
 // Errors: a want that is not above 0, ErrClosed. The server's refusals
 // (ErrPoolNotFound, ErrNoRateLimit, ...) come from Wait.
-func (c *Client) Limiter(pool string, want float64, opts ...ShareOption) (*Limiter, error) {
+func (c *Client) NewLimiter(pool string, want float64, opts ...LimiterOption) (*Limiter, error) {
 	if !(want > 0) || math.IsInf(want, 0) {
-		return nil, fmt.Errorf("tollgate: Limiter(%q, %v): want a rate above 0 tokens per second", pool, want)
+		return nil, fmt.Errorf("tollgate: NewLimiter(%q, %v): want a rate above 0 tokens per second", pool, want)
 	}
 	l := &Limiter{c: c, pool: pool, want: want, weight: 1, bucket: rate.NewLimiter(0, 0),
 		kick: make(chan struct{}, 1), done: make(chan struct{}), changed: make(chan struct{})}

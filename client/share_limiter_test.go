@@ -14,9 +14,9 @@ import (
 )
 
 // newLimiter returns a Limiter of c, closed at the end of the test.
-func newLimiter(t *testing.T, c *client.Client, pool string, want float64, opts ...client.ShareOption) *client.Limiter {
+func newLimiter(t *testing.T, c *client.Client, pool string, want float64, opts ...client.LimiterOption) *client.Limiter {
 	t.Helper()
-	l, err := c.Limiter(pool, want, opts...)
+	l, err := c.NewLimiter(pool, want, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestLimiterSpendsAShare(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "api", Rate: 100, Burst: 20, SafeRate: 3})
 	c1, c2 := ts.dial(), ts.dial()
 
-	l1 := newLimiter(t, c1, "api", 100, client.ShareTTL(300*time.Millisecond))
+	l1 := newLimiter(t, c1, "api", 100, client.WithShareTTL(300*time.Millisecond))
 	if err := l1.Wait(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestLimiterSpendsAShare(t *testing.T) {
 	if l1.Burst() != 20 {
 		t.Fatalf("burst %d, want 20 (the pool's, for the whole rate)", l1.Burst())
 	}
-	l2 := newLimiter(t, c2, "api", 100, client.ShareTTL(300*time.Millisecond))
+	l2 := newLimiter(t, c2, "api", 100, client.WithShareTTL(300*time.Millisecond))
 	waitForLimit(t, l1, 50) // at l1's next refresh (100ms)
 	waitForLimit(t, l2, 50) // pushed to l2 at once
 	if s := ts.status("api"); s.ShareHolders != 2 || s.SharesGranted != 100 {
@@ -85,7 +85,7 @@ func TestLimiterSafeRate(t *testing.T) {
 			ts := newTestServer(t)
 			ts.pool(limiter.PoolConfig{Name: "api", Rate: 100, SafeRate: 3})
 			c := ts.dial()
-			l := newLimiter(t, c, "api", 100, client.ShareTTL(600*time.Millisecond))
+			l := newLimiter(t, c, "api", 100, client.WithShareTTL(600*time.Millisecond))
 			waitForLimit(t, l, 100)
 			before := shareIDs(t, ts, "api")
 			ts.stop()
@@ -132,7 +132,7 @@ func TestLimiterRefused(t *testing.T) {
 	if l2.Allow() {
 		t.Fatal("Allow without a share")
 	}
-	if _, err := c.Limiter("db", 0); err == nil {
+	if _, err := c.NewLimiter("db", 0); err == nil {
 		t.Fatal("Limiter with want 0")
 	}
 }
@@ -175,7 +175,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	l, err := c.Limiter("api", 1e9)
+	l, err := c.NewLimiter("api", 1e9)
 	if err != nil {
 		b.Fatal(err)
 	}

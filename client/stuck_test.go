@@ -26,7 +26,7 @@ func TestLeaveServerThatStopsAnswering(t *testing.T) {
 	b.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	pa, pb := hatest.StartProxy(t, a.addr), hatest.StartProxy(t, b.addr)
 	c := dialTarget(t, pa.Addr()+","+pb.Addr())
-	l, err := c.Acquire(ctx(t), "db", client.TTL(3*time.Second))
+	l, err := c.Acquire(ctx(t), "db", client.WithTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestLeaveServerThatStopsAnswering(t *testing.T) {
 	if !errors.As(err, &e) || e.Code != codes.NotFound {
 		t.Fatalf("lease ended with %v; want the other server's NOT_FOUND to its renew", err)
 	}
-	if _, err := c.Acquire(ctx(t), "db", client.TTL(3*time.Second)); err != nil {
+	if _, err := c.Acquire(ctx(t), "db", client.WithTTL(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if other.status("db").Granted != 1 {

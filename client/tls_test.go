@@ -19,9 +19,9 @@ import (
 	"github.com/tollgate/tollgate/server/tlstest"
 )
 
-// A client with WithTLS talks to a server that requires mutual TLS; its
+// A client dialed with a Dialer's TLS talks to a server that requires mutual TLS; its
 // certificate's name decides whether it may call AdminService.
-func TestWithTLS(t *testing.T) {
+func TestDialerTLS(t *testing.T) {
 	ca := tlstest.NewCA(t, "test CA")
 	files := ca.WriteFiles(t, t.TempDir(), "server")
 	st, err := auth.LoadTLS(files.Cert, files.Key, files.CA)
@@ -51,7 +51,7 @@ func TestWithTLS(t *testing.T) {
 		if cn != "" {
 			cfg.Certificates = []tls.Certificate{ca.Issue(t, cn)}
 		}
-		c, err := client.Dial(lis.Addr().String(), client.WithTLS(cfg))
+		c, err := client.Dialer{TLS: cfg}.Dial(lis.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,8 +33,8 @@ const (
 // UnavailablePolicy says what a call that starts work (Acquire, TryAcquire,
 // Take, Wait, Do, and the Group, Map and Wrap helpers built on Do) does when
 // the server cannot be reached. Make one with WaitForServer,
-// FailWhenUnavailable or LocalLimitOnly and pass it to Dial with
-// WithUnavailablePolicy. The zero value is WaitForServer.
+// FailWhenUnavailable or LocalLimitOnly and set it as
+// Dialer.Unavailable. The zero value is WaitForServer.
 //
 // "Cannot be reached" means: the client has no live Session stream and its
 // gRPC connection reports TRANSIENT_FAILURE (every address of the target
@@ -71,7 +71,7 @@ func FailWhenUnavailable() UnavailablePolicy { return UnavailablePolicy{kind: fa
 //
 // Acquire, TryAcquire, Take and Wait cannot run anything locally; under
 // this policy they fail as under FailWhenUnavailable. n must be at least 1
-// (Dial refuses other values); a run whose Weight exceeds n fails with an
+// (Dial refuses other values); a run whose WithWeight exceeds n fails with an
 // error matching ErrInvalidArgument.
 func LocalLimitOnly(n int64) UnavailablePolicy {
 	return UnavailablePolicy{kind: localLimitOnly, limit: n}
@@ -87,12 +87,6 @@ func (p UnavailablePolicy) String() string {
 		return fmt.Sprintf("local-limit-only(%d)", p.limit)
 	}
 	return "wait-for-server"
-}
-
-// WithUnavailablePolicy sets what calls that start work do when the server
-// cannot be reached; see UnavailablePolicy. The default is WaitForServer.
-func WithUnavailablePolicy(p UnavailablePolicy) Option {
-	return func(o *options) { o.settings.unavailable = p }
 }
 
 // failsWhenUnreachable reports whether calls that start work give up when

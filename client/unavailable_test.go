@@ -49,7 +49,7 @@ func (h *logRecorder) count(level slog.Level, s string) int {
 func TestFailWhenUnavailable(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1, Rate: 100})
-	c := ts.dial(client.WithUnavailablePolicy(client.FailWhenUnavailable()))
+	c := ts.dialWith(client.Dialer{Unavailable: client.FailWhenUnavailable()})
 
 	if err := c.Do(ctx(t), "db", func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestFailWhenUnavailableBeforeFirstConnection(t *testing.T) {
 	ts := newTestServer(t)
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	ts.stop()
-	c := ts.dial(client.WithUnavailablePolicy(client.FailWhenUnavailable()))
+	c := ts.dialWith(client.Dialer{Unavailable: client.FailWhenUnavailable()})
 	_, err := c.Acquire(ctx(t), "db")
 	mustIs(t, err, client.ErrUnavailable)
 	if !strings.Contains(err.Error(), ts.addr) {
@@ -120,8 +120,7 @@ func TestLocalLimitOnly(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	logs := &logRecorder{}
 	obs := &observer{}
-	c := ts.dial(client.WithUnavailablePolicy(client.LocalLimitOnly(2)),
-		client.WithLogger(slog.New(logs)), client.WithObserver(obs))
+	c := ts.dialWith(client.Dialer{Unavailable: client.LocalLimitOnly(2), Logger: slog.New(logs), Observer: obs})
 	ts.stop()
 
 	const tasks = 10
@@ -129,7 +128,7 @@ func TestLocalLimitOnly(t *testing.T) {
 	var starts atomic.Int64
 	reached := make(chan struct{})
 	var once sync.Once
-	g := c.NewGroup(ctx(t), "db", client.MaxInFlight(tasks))
+	g := newGroup(t, c, ctx(t), "db", client.WithMaxInFlight(tasks))
 	for range tasks {
 		g.Go(func(ctx context.Context) error {
 			defer running.leave()
@@ -165,7 +164,7 @@ func TestLocalLimitOnly(t *testing.T) {
 	}
 
 	// A weight above the local limit cannot run.
-	err := c.Do(ctx(t), "db", func(context.Context) error { return nil }, client.Weight(3))
+	err := c.Do(ctx(t), "db", func(context.Context) error { return nil }, client.WithWeight(3))
 	mustIs(t, err, client.ErrInvalidArgument)
 	// Plain acquires have nothing to run locally: they fail.
 	_, err = c.Acquire(ctx(t), "db")
@@ -184,7 +183,7 @@ func TestLocalLimitOnly(t *testing.T) {
 }
 
 func TestDialRefusesBadLocalLimit(t *testing.T) {
-	if _, err := client.Dial("a:1", client.WithUnavailablePolicy(client.LocalLimitOnly(0))); err == nil {
+	if _, err := (client.Dialer{Unavailable: client.LocalLimitOnly(0)}).Dial("a:1"); err == nil {
 		t.Fatal("Dial accepted LocalLimitOnly(0)")
 	}
 }

@@ -45,7 +45,7 @@ func TestWrap(t *testing.T) {
 			return boom
 		}
 		return underLease(ctx)
-	}, client.Description("put"))
+	}, client.WithDescription("put"))
 	if err := put(ctx(t), "k", 1); err != nil {
 		t.Fatal(err)
 	}

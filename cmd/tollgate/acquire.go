@@ -58,19 +58,19 @@ func (lf *leaseFlags) options(f *pflag.FlagSet) ([]client.AcquireOption, error) 
 	}
 	var opts []client.AcquireOption
 	if f.Changed("weight") {
-		opts = append(opts, client.Weight(lf.weight))
+		opts = append(opts, client.WithWeight(lf.weight))
 	}
 	if f.Changed("ttl") {
-		opts = append(opts, client.TTL(lf.ttl))
+		opts = append(opts, client.WithTTL(lf.ttl))
 	}
 	if lf.priority != 0 {
-		opts = append(opts, client.Priority(lf.priority))
+		opts = append(opts, client.WithPriority(lf.priority))
 	}
 	if lf.waitTimeout != 0 {
-		opts = append(opts, client.WaitTimeout(lf.waitTimeout))
+		opts = append(opts, client.WithWaitTimeout(lf.waitTimeout))
 	}
 	if lf.description != "" {
-		opts = append(opts, client.Description(lf.description))
+		opts = append(opts, client.WithDescription(lf.description))
 	}
 	return opts, nil
 }

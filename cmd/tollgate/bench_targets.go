@@ -69,7 +69,7 @@ func startBenchTollgate(ctx context.Context, o benchOptions, pools int) (*benchT
 			return nil, err
 		}
 	}
-	c, err := client.Dial(addr, client.WithClientID("tollgate-bench"))
+	c, err := client.Dialer{ClientID: "tollgate-bench"}.Dial(addr)
 	if err != nil {
 		tg.close()
 		return nil, err

@@ -58,28 +58,26 @@ func (c *clientSecurity) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// options returns the client options the flags ask for.
-func (c *clientSecurity) options() ([]client.Option, error) {
-	var opts []client.Option
+// dialer returns the client settings the flags ask for.
+func (c *clientSecurity) dialer() (client.Dialer, error) {
+	var d client.Dialer
 	cfg, err := c.tlsConfig()
 	if err != nil {
-		return nil, err
+		return d, err
 	}
-	if cfg != nil {
-		opts = append(opts, client.WithTLS(cfg))
-	}
+	d.TLS = cfg
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(c.tokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
+			return d, fmt.Errorf("--token-file: %w", err)
 		}
 		tok := strings.TrimSpace(string(b))
 		if tok == "" {
-			return nil, fmt.Errorf("--token-file %s is empty", c.tokenFile)
+			return d, fmt.Errorf("--token-file %s is empty", c.tokenFile)
 		}
-		opts = append(opts, client.WithDialOptions(grpc.WithPerRPCCredentials(bearerToken(tok))))
+		d.GRPCOptions = append(d.GRPCOptions, grpc.WithPerRPCCredentials(bearerToken(tok)))
 	}
-	return opts, nil
+	return d, nil
 }
 
 // adminRefused reports whether err is a server's refusal of an admin call

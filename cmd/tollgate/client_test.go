@@ -17,14 +17,14 @@ import (
 // weight in pool on its session; both end with the test.
 func holdWith(t *testing.T, addr, clientID, pool string, weight int64) {
 	t.Helper()
-	c, err := client.Dial(addr, client.WithClientID(clientID))
+	c, err := client.Dialer{ClientID: clientID}.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), cliWaitLimit)
 	defer cancel()
-	if _, err := c.Acquire(ctx, pool, client.Weight(weight), client.TTL(time.Minute)); err != nil {
+	if _, err := c.Acquire(ctx, pool, client.WithWeight(weight), client.WithTTL(time.Minute)); err != nil {
 		t.Fatalf("%s: Acquire(%s): %v", clientID, pool, err)
 	}
 }

@@ -8,8 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/tollgate/tollgate/client"
 )
 
 // newHealthcheckCmd is "tollgate healthcheck": the gRPC health of --server,
@@ -62,11 +60,12 @@ against --tls-ca (or the system's CA roots without it), and --tls-cert and
 
 // grpcHealth asks the server at addr for its overall gRPC health.
 func (g *globals) grpcHealth(ctx context.Context, cmd *cobra.Command, addr string) error {
-	opts, err := g.sec.options()
+	d, err := g.sec.dialer()
 	if err != nil {
 		return err
 	}
-	c, err := client.Dial(addr, append(opts, client.WithClientID(cliClientID()))...)
+	d.ClientID = cliClientID()
+	c, err := d.Dial(addr)
 	if err != nil {
 		return err
 	}

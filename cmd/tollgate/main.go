@@ -175,7 +175,7 @@ func (g *globals) register(pf *pflag.FlagSet, server string) {
 // whose calls wait for a leader, it first fails fast when no server of
 // the list accepts a connection (probeCluster).
 func (g *globals) dial() (*client.Client, error) {
-	opts, err := g.sec.options()
+	d, err := g.sec.dialer()
 	if err != nil {
 		return nil, err
 	}
@@ -183,9 +183,10 @@ func (g *globals) dial() (*client.Client, error) {
 		return nil, err
 	}
 	if !strings.Contains(g.server, ",") {
-		opts = append(opts, client.WithDialOptions(grpc.WithChainUnaryInterceptor(g.stopAtLeaderHint)))
+		d.GRPCOptions = append(d.GRPCOptions, grpc.WithChainUnaryInterceptor(g.stopAtLeaderHint))
 	}
-	return client.Dial(g.server, append(opts, client.WithClientID(cliClientID()))...)
+	d.ClientID = cliClientID()
+	return d.Dial(g.server)
 }
 
 // maxLeaderHops is how many NOT_LEADER answers naming the leader a

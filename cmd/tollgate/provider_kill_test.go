@@ -31,7 +31,7 @@ func TestProviderKill9(t *testing.T) {
 	srv := newE2EServer(t)
 	srv.Start()
 
-	c, err := client.Dial(srv.Addr, client.WithClientID("holder"))
+	c, err := client.Dialer{ClientID: "holder"}.Dial(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestProviderKill9(t *testing.T) {
 		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
 		return err == nil && len(r.GetResources()) == 2
 	})
-	l, err := c.Acquire(ctx, "gpu", client.TTL(time.Minute))
+	l, err := c.Acquire(ctx, "gpu", client.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestPassivePoolAcrossServerKill9(t *testing.T) {
 	srv := newE2EServer(t)
 	srv.Start()
 
-	c, err := client.Dial(srv.Addr, client.WithClientID("holder"))
+	c, err := client.Dialer{ClientID: "holder"}.Dial(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

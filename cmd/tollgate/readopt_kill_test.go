@@ -26,7 +26,7 @@ func TestKill9EndedLeaseNotReadopted(t *testing.T) {
 	}
 	srv := newE2EServer(t)
 	srv.Start()
-	c, err := client.Dial(srv.Addr, client.WithClientID("c1"))
+	c, err := client.Dialer{ClientID: "c1"}.Dial(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -271,7 +271,7 @@ registers again by itself.`,
 			defer c.Close()
 			ctx := cmd.Context()
 			rctx, cancel := context.WithTimeout(ctx, g.timeout)
-			p, err := c.Provide(rctx, args[0], client.ProvideOptions{ID: id, TTL: ttl}, clientResources(rs)...)
+			p, err := c.NewProvider(rctx, args[0], id, client.WithProviderTTL(ttl), client.WithResources(clientResources(rs)...))
 			cancel()
 			if err != nil {
 				return err

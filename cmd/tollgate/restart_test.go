@@ -61,7 +61,7 @@ func TestKill9Restart(t *testing.T) {
 	srv := newE2EServer(t)
 	srv.Start()
 
-	admc, err := client.Dial(srv.Addr, client.WithClientID("e2e-admin"))
+	admc, err := client.Dialer{ClientID: "e2e-admin"}.Dial(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestKill9Restart(t *testing.T) {
 	// reconnects after a kill in its own time. The first two hold long,
 	// so that leases are held across every kill.
 	for i := 0; i < e2eHolders; i++ {
-		c, err := client.Dial(srv.Addr, client.WithSafetyMargin(e2eMargin), client.WithClientID(fmt.Sprintf("holder-%d", i)))
+		c, err := client.Dialer{SafetyMargin: e2eMargin, ClientID: fmt.Sprintf("holder-%d", i)}.Dial(srv.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func holdOnce(c *client.Client, rng *rand.Rand, long bool, stop <-chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	h := hold{called: time.Now()}
-	l, err := c.Acquire(ctx, "work", client.TTL(e2eTTL))
+	l, err := c.Acquire(ctx, "work", client.WithTTL(e2eTTL))
 	if err != nil {
 		select { // nothing held; do not spin while the server is away
 		case <-time.After(10 * time.Millisecond):

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tollgate/tollgate/client"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -71,11 +70,11 @@ type clusterAnswer struct {
 // askCluster asks every --server address for GetCluster at once, each on a
 // connection of its own, and returns the answers in the order of the list.
 func (g *globals) askCluster(ctx context.Context) ([]clusterAnswer, error) {
-	opts, err := g.sec.options()
+	d, err := g.sec.dialer()
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, client.WithClientID(cliClientID()))
+	d.ClientID = cliClientID()
 	var answers []clusterAnswer
 	for _, s := range strings.Split(g.server, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -86,7 +85,7 @@ func (g *globals) askCluster(ctx context.Context) ([]clusterAnswer, error) {
 	for i := range answers {
 		a := &answers[i]
 		wg.Go(func() {
-			c, err := client.Dial(a.server, opts...)
+			c, err := d.Dial(a.server)
 			if err != nil {
 				a.err = err
 				return

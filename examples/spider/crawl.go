@@ -50,19 +50,22 @@ func (cr *crawler) crawl(ctx context.Context, start string, workers int, progres
 		return err
 	}
 	opts := []client.GroupOption{
-		client.MaxInFlight(workers),
-		client.WithAcquireOptions(client.TTL(cr.ttl)),
+		client.WithMaxInFlight(workers),
+		client.WithAcquireOptions(client.WithTTL(cr.ttl)),
 		// A page that fails is logged and the crawl goes on.
-		client.HandleErrors(func(err error) {
+		client.WithErrorPolicy(client.HandleErrors(func(err error) {
 			cr.failed.Add(1)
 			cr.log.Warn("fetch failed", "err", err)
-		}),
+		})),
 	}
 	if progress != nil {
 		opts = append(opts, client.WithProgress(progress))
 	}
-	g := cr.tg.NewGroup(ctx, cr.pool, opts...)
-	err := cr.feed(ctx, g)
+	g, err := cr.tg.NewGroup(ctx, cr.pool, opts...)
+	if err != nil {
+		return err
+	}
+	err = cr.feed(ctx, g)
 	if werr := g.Wait(); err == nil {
 		err = werr
 	}
@@ -82,7 +85,7 @@ func (cr *crawler) feed(ctx context.Context, g *client.Group) error {
 		if u != "" {
 			// Go blocks while this process has `workers` downloads in
 			// flight, so the process claims no more than it can start.
-			g.Go(func(ctx context.Context) error { return cr.fetch(ctx, u) }, client.Description(u))
+			g.Go(func(ctx context.Context) error { return cr.fetch(ctx, u) }, client.WithDescription(u))
 			continue
 		}
 		if done, err := cr.frontier.complete(); err != nil || done {

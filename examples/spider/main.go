@@ -89,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tg, err := client.Dial(*tollgate, client.WithLogger(log), client.WithClientID(fmt.Sprintf("spider-%d", os.Getpid())))
+	tg, err := client.Dialer{Logger: log, ClientID: fmt.Sprintf("spider-%d", os.Getpid())}.Dial(*tollgate)
 	if err != nil {
 		return err
 	}

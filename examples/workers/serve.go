@@ -50,7 +50,7 @@ func serve(ctx context.Context, addr, pool string, args []string, out io.Writer)
 	go func() { _ = web.Serve(lis) }()
 	defer web.Close()
 
-	c, err := client.Dial(addr, client.WithClientID("worker-"+*id))
+	c, err := client.Dialer{ClientID: "worker-" + *id}.Dial(addr)
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func serve(ctx context.Context, addr, pool string, args []string, out io.Writer)
 		offer[i] = client.Resource{ID: fmt.Sprintf("%s/slot-%d", *id, i+1), Attributes: map[string]string{"url": url}}
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	p, err := c.Provide(rctx, pool, client.ProvideOptions{ID: *id, TTL: 3 * time.Second}, offer...)
+	p, err := c.NewProvider(rctx, pool, *id, client.WithProviderTTL(3*time.Second), client.WithResources(offer...))
 	cancel()
 	if err != nil {
 		return err

@@ -25,7 +25,7 @@ func submit(ctx context.Context, addr, pool string, args []string, out io.Writer
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c, err := client.Dial(addr, client.WithClientID("submitter"))
+	c, err := client.Dialer{ClientID: "submitter"}.Dial(addr)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package hatest_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +26,7 @@ func TestHAFrozenLeaderKeepsLeases(t *testing.T) {
 	c := hatest.StartCluster(t, bin, embedded(t), 3)
 	leader, epoch := c.WaitLeader(20 * time.Second)
 	t.Logf("leader %s, epoch %d", leader.Addr, epoch)
-	cl, err := client.Dial(strings.Join(c.Addrs(), ","), client.WithClientID("frozen-leader-test"))
+	cl, err := client.Dialer{ClientID: "frozen-leader-test"}.Dial(c.Addrs()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +42,7 @@ func TestHAFrozenLeaderKeepsLeases(t *testing.T) {
 	var leases []*client.Lease
 	for i := range n {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		ls, err := cl.Acquire(ctx, "frozen", client.TTL(ttl))
+		ls, err := cl.Acquire(ctx, "frozen", client.WithTTL(ttl))
 		cancel()
 		if err != nil {
 			t.Fatalf("lease %d: %v", i, err)

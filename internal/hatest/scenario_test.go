@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -325,7 +324,7 @@ func startLoad(t *testing.T, wbin string, srvs ...*hatest.Server) *load {
 	for _, s := range srvs {
 		servers = append(servers, s.Addr)
 	}
-	c, err := client.Dial(strings.Join(servers, ","), client.WithClientID("hatest-admin"))
+	c, err := client.Dialer{ClientID: "hatest-admin"}.Dial(servers...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -185,7 +185,7 @@ func waitEpoch(t *testing.T, fault string, c *hatest.Cluster, epoch int64, not .
 // startTableLoad creates the pools and starts the workers.
 func startTableLoad(t *testing.T, wbin string, servers []string, limits hatest.Limits) []*hatest.Worker {
 	t.Helper()
-	cl, err := client.Dial(strings.Join(servers, ","), client.WithClientID("hatest-table-admin"))
+	cl, err := client.Dialer{ClientID: "hatest-table-admin"}.Dial(servers...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,7 +126,7 @@ type hold struct {
 }
 
 // TestSharesHoldThePoolLimitAcrossProcesses: three worker processes, each
-// with a Semaphore of random LocalShare on one pool of limit 6, run tasks
+// with a Semaphore of random WithLocalShare on one pool of limit 6, run tasks
 // of weight 1 and 2 with random priorities, wait timeouts, hold times and
 // idle phases, so that their shares grow, shrink and are asked back all
 // the time. Each reports every local hold; merged, the holds never weigh
@@ -269,7 +269,10 @@ func runWorker(mode string, args []string) error {
 		return loadWorker(ctx, c, seed, d)
 	case "hold":
 		ttl, _ := time.ParseDuration(args[1])
-		sem := c.NewSemaphore(pool, client.LocalShare(limit), client.ShareLeaseOptions(client.TTL(ttl)))
+		sem, err := c.NewSemaphore(pool, client.WithLocalShare(limit), client.WithShareLeaseOptions(client.WithTTL(ttl)))
+		if err != nil {
+			return err
+		}
 		defer sem.Close()
 		if err := sem.Acquire(ctx, limit); err != nil { // limit tasks of 1 would do the same
 			return err
@@ -298,7 +301,10 @@ func runWorker(mode string, args []string) error {
 // then prints every hold: "start end weight" in wall-clock nanoseconds.
 func loadWorker(ctx context.Context, c *client.Client, seed uint64, d time.Duration) error {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	sem := c.NewSemaphore(pool, client.LocalShare(3+rng.Int64N(limit-2)), client.ShareLeaseOptions(client.TTL(900*time.Millisecond)))
+	sem, err := c.NewSemaphore(pool, client.WithLocalShare(3+rng.Int64N(limit-2)), client.WithShareLeaseOptions(client.WithTTL(900*time.Millisecond)))
+	if err != nil {
+		return err
+	}
 	var mu sync.Mutex
 	var holds []hold
 	stop := time.Now().Add(d)
@@ -313,9 +319,9 @@ func loadWorker(ctx context.Context, c *client.Client, seed uint64, d time.Durat
 					time.Sleep(time.Duration(r.IntN(80)) * time.Millisecond)
 				}
 				w := 1 + r.Int64N(2)
-				opts := []client.AcquireOption{client.Priority(int32(r.IntN(3)))}
+				opts := []client.AcquireOption{client.WithPriority(int32(r.IntN(3)))}
 				if r.IntN(3) == 0 {
-					opts = append(opts, client.WaitTimeout(time.Duration(1+r.IntN(30))*time.Millisecond))
+					opts = append(opts, client.WithWaitTimeout(time.Duration(1+r.IntN(30))*time.Millisecond))
 				}
 				if err := sem.Acquire(ctx, w, opts...); err != nil {
 					continue // a wait timeout

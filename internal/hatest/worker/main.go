@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -39,11 +38,7 @@ func run() error {
 		return err
 	}
 	out := &output{enc: json.NewEncoder(os.Stdout), worker: wl.Worker}
-	c, err := client.Dial(strings.Join(wl.Servers, ","),
-		client.WithClientID(wl.Worker),
-		client.WithSafetyMargin(wl.Margin),
-		client.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
-		client.WithDialOptions(grpc.WithChainStreamInterceptor(out.intercept)))
+	c, err := client.Dialer{ClientID: wl.Worker, SafetyMargin: wl.Margin, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), GRPCOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(out.intercept)}}.Dial(wl.Servers...)
 	if err != nil {
 		return err
 	}
@@ -108,7 +103,7 @@ func (h *holder) run(ctx context.Context) {
 func (h *holder) once(ctx context.Context) {
 	called := time.Now()
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	l, err := h.c.Acquire(actx, h.spec.Pool, client.TTL(h.spec.TTL), client.Weight(1+h.rng.Int64N(h.spec.MaxWeight)))
+	l, err := h.c.Acquire(actx, h.spec.Pool, client.WithTTL(h.spec.TTL), client.WithWeight(1+h.rng.Int64N(h.spec.MaxWeight)))
 	cancel()
 	if err != nil {
 		pause(ctx) // nothing held; do not spin while no server answers
