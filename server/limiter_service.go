@@ -6,8 +6,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
-	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/internal/holder"
+	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/internal/session"
 	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
