@@ -8,8 +8,8 @@
 // restart.
 //
 // It may import the engine (limiter), the wire types, internal/apiconv,
-// internal/auth, internal/limits, internal/poolconv and internal/refuse;
-// nothing of the server, which it reaches through Host.
+// internal/auth, internal/limits, internal/poolconv, internal/refuse and
+// internal/term; nothing of the server, which it reaches through Host.
 package provide
 
 import (
