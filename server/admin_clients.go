@@ -24,14 +24,14 @@ import (
 // previous page. Each call walks every live lease and share of the pools
 // it covers once (limiter.Engine.Holdings) and the open sessions.
 func (a *adminService) ListClients(ctx context.Context, req *tollgatev1.ListClientsRequest) (*tollgatev1.ListClientsResponse, error) {
-	resp, err := a.listClients(req)
+	resp, err := a.listClients(ctx, req)
 	if err != nil {
 		return nil, refuse.ToStatus(a.srv.log, "ListClients", err, refuse.About{Pool: req.GetPool()})
 	}
 	return resp, nil
 }
 
-func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgatev1.ListClientsResponse, error) {
+func (a *adminService) listClients(ctx context.Context, req *tollgatev1.ListClientsRequest) (*tollgatev1.ListClientsResponse, error) {
 	pool, clientID := req.GetPool(), req.GetClientId()
 	if pool != "" {
 		if err := apiconv.CheckPoolName("pool", pool); err != nil {
@@ -49,7 +49,7 @@ func (a *adminService) listClients(req *tollgatev1.ListClientsRequest) (*tollgat
 	if err != nil {
 		return nil, err
 	}
-	holdings, err := a.srv.Engine().Holdings(pool)
+	holdings, err := a.srv.termOf(ctx).Engine().Holdings(pool)
 	if err != nil {
 		return nil, err
 	}

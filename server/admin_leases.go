@@ -23,7 +23,7 @@ func (a *adminService) RevokeLease(ctx context.Context, req *tollgatev1.RevokeLe
 		err = refuse.InvalidArg("reason is %d bytes; the most is %d", len(req.GetReason()), limiter.MaxRevokeReasonLen)
 	}
 	if err == nil {
-		if err = a.srv.Engine().RevokeLease(req.GetPool(), tok, req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
+		if err = a.srv.termOf(ctx).Engine().RevokeLease(req.GetPool(), tok, req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.RevokeLeaseResponse{}, nil
 		}
 	}
@@ -35,7 +35,7 @@ func (a *adminService) GetLease(ctx context.Context, req *tollgatev1.GetLeaseReq
 	tok, err := adminLeaseArgs(req.GetPool(), req.GetLeaseId())
 	if err == nil {
 		var l limiter.Lease
-		if l, err = a.srv.Engine().GetLease(req.GetPool(), tok); err == nil {
+		if l, err = a.srv.termOf(ctx).Engine().GetLease(req.GetPool(), tok); err == nil {
 			return &tollgatev1.GetLeaseResponse{Lease: apiconv.LeaseToProto(a.srv.ids, l)}, nil
 		}
 	}
@@ -48,14 +48,14 @@ func (a *adminService) GetLease(ctx context.Context, req *tollgatev1.GetLeaseReq
 // over at most limiter.MaxListScan leases of other clients, so it may be
 // short, or empty, with a next page token.
 func (a *adminService) ListLeases(ctx context.Context, req *tollgatev1.ListLeasesRequest) (*tollgatev1.ListLeasesResponse, error) {
-	resp, err := a.listLeases(req)
+	resp, err := a.listLeases(ctx, req)
 	if err != nil {
 		return nil, refuse.ToStatus(a.srv.log, "ListLeases", err, refuse.About{Pool: req.GetPool()})
 	}
 	return resp, nil
 }
 
-func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev1.ListLeasesResponse, error) {
+func (a *adminService) listLeases(ctx context.Context, req *tollgatev1.ListLeasesRequest) (*tollgatev1.ListLeasesResponse, error) {
 	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func (a *adminService) listLeases(req *tollgatev1.ListLeasesRequest) (*tollgatev
 	if err != nil {
 		return nil, err
 	}
-	leases, next, err := a.srv.Engine().ListLeases(req.GetPool(), req.GetClientId(), after, size)
+	leases, next, err := a.srv.termOf(ctx).Engine().ListLeases(req.GetPool(), req.GetClientId(), after, size)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ func (a *adminService) AddResources(ctx context.Context, req *tollgatev1.AddReso
 	err := apiconv.CheckPoolName("pool", req.GetPool())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.Engine().AddResources(req.GetPool(), apiconv.ResourcesFromProto(req.GetResources())); err == nil {
+		if info, err = a.srv.termOf(ctx).Engine().AddResources(req.GetPool(), apiconv.ResourcesFromProto(req.GetResources())); err == nil {
 			return &tollgatev1.AddResourcesResponse{Pool: poolconv.InfoToProto(info), Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
@@ -34,7 +34,7 @@ func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.Remo
 	err := apiconv.CheckPoolName("pool", req.GetPool())
 	if err == nil {
 		var r limiter.RemoveResult
-		if r, err = a.srv.Engine().RemoveResources(req.GetPool(), req.GetIds(), req.GetWait(), req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
+		if r, err = a.srv.termOf(ctx).Engine().RemoveResources(req.GetPool(), req.GetIds(), req.GetWait(), req.GetReason(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.RemoveResourcesResponse{Removed: int64(r.Removed), Removing: int64(r.Removing), Revoked: int64(r.Revoked)}, nil
 		}
 	}
@@ -44,14 +44,14 @@ func (a *adminService) RemoveResources(ctx context.Context, req *tollgatev1.Remo
 // ListResources lists a page of a resource pool's instances, in id order,
 // and (on the first page) its providers.
 func (a *adminService) ListResources(ctx context.Context, req *tollgatev1.ListResourcesRequest) (*tollgatev1.ListResourcesResponse, error) {
-	resp, err := a.listResources(req)
+	resp, err := a.listResources(ctx, req)
 	if err != nil {
 		return nil, refuse.ToStatus(a.srv.log, "ListResources", err, refuse.About{Pool: req.GetPool()})
 	}
 	return resp, nil
 }
 
-func (a *adminService) listResources(req *tollgatev1.ListResourcesRequest) (*tollgatev1.ListResourcesResponse, error) {
+func (a *adminService) listResources(ctx context.Context, req *tollgatev1.ListResourcesRequest) (*tollgatev1.ListResourcesResponse, error) {
 	if err := apiconv.CheckPoolName("pool", req.GetPool()); err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (a *adminService) listResources(req *tollgatev1.ListResourcesRequest) (*tol
 	if err != nil {
 		return nil, err
 	}
-	states, providers, err := a.srv.Engine().ListResources(req.GetPool())
+	states, providers, err := a.srv.termOf(ctx).Engine().ListResources(req.GetPool())
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func (a *adminService) CreatePool(ctx context.Context, req *tollgatev1.CreatePoo
 	cfg, err := createConfig(req.GetPool())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.Engine().CreatePool(cfg); err == nil {
+		if info, err = a.srv.termOf(ctx).Engine().CreatePool(cfg); err == nil {
 			return &tollgatev1.CreatePoolResponse{Pool: poolconv.InfoToProto(info)}, nil
 		}
 	}
@@ -55,7 +55,7 @@ func (a *adminService) GetPool(ctx context.Context, req *tollgatev1.GetPoolReque
 	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.Engine().GetPool(req.GetName()); err == nil {
+		if info, err = a.srv.termOf(ctx).Engine().GetPool(req.GetName()); err == nil {
 			return &tollgatev1.GetPoolResponse{Pool: poolconv.InfoToProto(info), Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
@@ -86,7 +86,7 @@ func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsR
 	if err != nil {
 		return nil, refuse.ToStatus(a.srv.log, "ListPools", err, refuse.About{})
 	}
-	infos, more := a.srv.Engine().ListPools(after, size)
+	infos, more := a.srv.termOf(ctx).Engine().ListPools(after, size)
 	resp := &tollgatev1.ListPoolsResponse{
 		Pools:    make([]*tollgatev1.Pool, 0, len(infos)),
 		Statuses: make([]*tollgatev1.PoolStatus, 0, len(infos)),
@@ -106,14 +106,14 @@ func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsR
 // revokes name the caller (actorOf).
 func (a *adminService) UpdatePool(ctx context.Context, req *tollgatev1.UpdatePoolRequest) (*tollgatev1.UpdatePoolResponse, error) {
 	name := req.GetPool().GetName()
-	info, err := a.updatePool(req, a.srv.actorOf(ctx))
+	info, err := a.updatePool(ctx, req, a.srv.actorOf(ctx))
 	if err != nil {
 		return nil, refuse.ToStatus(a.srv.log, "UpdatePool", err, refuse.About{Pool: name})
 	}
 	return &tollgatev1.UpdatePoolResponse{Pool: poolconv.InfoToProto(info)}, nil
 }
 
-func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor string) (limiter.PoolInfo, error) {
+func (a *adminService) updatePool(ctx context.Context, req *tollgatev1.UpdatePoolRequest, actor string) (limiter.PoolInfo, error) {
 	p := req.GetPool()
 	if p == nil {
 		return limiter.PoolInfo{}, refuse.InvalidArg("pool is required: give its name and the new values of the fields named in update_mask")
@@ -131,7 +131,7 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 		return limiter.PoolInfo{}, err
 	}
 	var mergeErr error
-	info, err := a.srv.Engine().UpdatePool(p.GetName(), func(c *limiter.PoolConfig) {
+	info, err := a.srv.termOf(ctx).Engine().UpdatePool(p.GetName(), func(c *limiter.PoolConfig) {
 		cfg, err := poolconv.FromProto(mask.Merge(poolconv.ToProto(*c, time.Time{}, time.Time{}), p))
 		if err != nil {
 			mergeErr = err // unreachable: the fields of both sides convert
@@ -149,7 +149,7 @@ func (a *adminService) updatePool(req *tollgatev1.UpdatePoolRequest, actor strin
 func (a *adminService) DeletePool(ctx context.Context, req *tollgatev1.DeletePoolRequest) (*tollgatev1.DeletePoolResponse, error) {
 	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
-		if err = a.srv.Engine().DeletePool(req.GetName(), req.GetForce()); err == nil {
+		if err = a.srv.termOf(ctx).Engine().DeletePool(req.GetName(), req.GetForce()); err == nil {
 			return &tollgatev1.DeletePoolResponse{}, nil
 		}
 	}

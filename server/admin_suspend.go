@@ -22,7 +22,7 @@ func (a *adminService) SuspendPool(ctx context.Context, req *tollgatev1.SuspendP
 	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.Engine().SuspendPool(req.GetName(), req.GetRevokeHeld(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
+		if info, err = a.srv.termOf(ctx).Engine().SuspendPool(req.GetName(), req.GetRevokeHeld(), limiter.ByActor(a.srv.actorOf(ctx))); err == nil {
 			return &tollgatev1.SuspendPoolResponse{Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
@@ -34,7 +34,7 @@ func (a *adminService) ResumePool(ctx context.Context, req *tollgatev1.ResumePoo
 	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.Engine().ResumePool(req.GetName()); err == nil {
+		if info, err = a.srv.termOf(ctx).Engine().ResumePool(req.GetName()); err == nil {
 			return &tollgatev1.ResumePoolResponse{Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}
@@ -54,7 +54,7 @@ func (a *adminService) DrainPool(ctx context.Context, req *tollgatev1.DrainPoolR
 	err := apiconv.CheckPoolName("name", req.GetName())
 	if err == nil {
 		var info limiter.PoolInfo
-		if info, err = a.srv.Engine().DrainPool(ctx, req.GetName()); err == nil {
+		if info, err = a.srv.termOf(ctx).Engine().DrainPool(ctx, req.GetName()); err == nil {
 			return &tollgatev1.DrainPoolResponse{Status: apiconv.StatusToProto(info.Status)}, nil
 		}
 	}

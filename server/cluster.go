@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/cluster"
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/server/store/etcdstore"
@@ -134,6 +135,7 @@ func OpenCluster(cfg Config, cc ClusterConfig, seed []limiter.PoolConfig) (*Serv
 	s.campaign = c
 	h := &terms{s: s, seed: seed, prefix: cc.Prefix, idle: s.Engine()}
 	h.idle.Close() // served, without pools, while no term runs
+	s.terms.Serve(term.Ended(h.idle))
 	if err := c.Start(h); err != nil {
 		return nil, err
 	}
@@ -146,43 +148,42 @@ type campaignLeadership struct{ *cluster.Campaign }
 
 func (l campaignLeadership) Cluster() ClusterView { return ClusterView(l.View()) }
 
-// terms serves a server's leadership terms (cluster.Host): each a new
-// engine restored from etcd, as a restart would.
+// terms serves a server's leadership terms (cluster.Host): each with a
+// new engine restored from etcd, as a restart would.
 type terms struct {
 	s      *Server
 	seed   []limiter.PoolConfig
 	prefix string
 	idle   *limiter.Engine // closed and empty: served between terms
-	eng    *limiter.Engine // the term's; nil between terms
 }
 
-func (h *terms) StartTerm(st *etcdstore.Store, live func() bool) error {
-	eng := h.s.newEngine(st, live)
-	if err := h.s.restore(eng, st, h.seed, "etcd", h.prefix); err != nil {
-		eng.Close()
-		return err
+func (h *terms) StartTerm(st *etcdstore.Store, epoch int64, tenure func() bool) (*term.Term, error) {
+	t, err := term.New(epoch, tenure, func(acting func() bool) (*limiter.Engine, error) {
+		eng := h.s.newEngine(st, acting)
+		if err := h.s.restore(eng, st, h.seed, "etcd", h.prefix); err != nil {
+			eng.Close()
+			return nil, err
+		}
+		return eng, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	h.eng = eng
-	h.serve(eng)
-	return nil
+	h.s.terms.Serve(t)
+	return t, nil
 }
 
-// EndTerm fails the term's waiting calls and closes its engine; the
+// EndTerm fails the ended term's waiting calls and closes its engine; the
 // server then serves no pools, not even the last term's.
-func (h *terms) EndTerm(handOff bool) {
-	h.eng.StopWaits()
-	h.eng.Close()
+func (h *terms) EndTerm(t *term.Term, handOff bool) {
+	eng := t.Engine()
+	eng.StopWaits()
+	eng.Close()
 	if handOff {
-		h.eng.RecordCleanStop()
+		eng.RecordCleanStop()
 	}
-	h.eng = nil
-	h.serve(h.idle)
+	h.s.terms.Serve(term.Ended(h.idle))
 	h.s.quotas.ForgetLeases() // its leases are gone with its engine
-}
-
-func (h *terms) serve(eng *limiter.Engine) {
-	h.s.engines.Add(1)
-	h.s.engine.Store(eng)
 }
 
 func (h *terms) LeadershipChanged()          { h.s.setHealth() }

@@ -19,15 +19,6 @@ func (s *Server) notLeader() error {
 	return cluster.NotLeader(cluster.View(s.leadership.Cluster()))
 }
 
-// termDone is closed when the term the server serves ends: never for a
-// standalone server.
-func (s *Server) termDone() <-chan struct{} {
-	if s.campaign == nil {
-		return nil
-	}
-	return s.campaign.TermDone()
-}
-
 // gated reports whether a method is answered by the leader only: every
 // Tollgate and Envoy call but GetCluster; not health or reflection.
 func gated(method string) bool {
@@ -37,9 +28,10 @@ func gated(method string) bool {
 	return strings.HasPrefix(method, "/tollgate.v1.") || strings.HasPrefix(method, "/envoy.service.ratelimit.")
 }
 
-// leaderUnary answers NOT_LEADER for a server of a cluster that does not
-// lead, before the call; and after it, when leadership ended meanwhile
-// and the call failed without an unknown outcome: the error is then the
+// leaderUnary takes the term served now for the call of a server of a
+// cluster (termOf), and answers NOT_LEADER when that term does not lead,
+// before the call; and after it, when the term stopped leading meanwhile
+// and the call failed without an unknown outcome: the error is then its
 // frozen or closing engine's, and nothing was applied (the engine
 // applies a change only once its fenced write succeeded, and grants
 // only while its term is live). NOT_LEADER always means nothing was
@@ -51,11 +43,12 @@ func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServe
 	if s.leadership == nil || !gated(info.FullMethod) {
 		return handler(ctx, req)
 	}
-	if !s.leadership.Leading() {
+	ctx, t := s.terms.Capture(ctx)
+	if !t.Leading() {
 		return nil, s.notLeader()
 	}
 	resp, err := handler(ctx, req)
-	if err != nil && !s.leadership.Leading() && !outcomeUnknown(err) {
+	if err != nil && !t.Leading() && !outcomeUnknown(err) {
 		return nil, s.notLeader()
 	}
 	return resp, err
@@ -73,27 +66,28 @@ func outcomeUnknown(err error) bool {
 	return false
 }
 
-// notLeading is NOT_LEADER for a server of a cluster that does not lead
-// now, and nil for one that does (or a standalone one).
-func (s *Server) notLeading() error {
-	if s.leadership == nil || s.leadership.Leading() {
-		return nil
-	}
-	return s.notLeader()
-}
-
-// leaderStream refuses streams on a server that does not lead; those it
-// serves end with NOT_LEADER when its term ends.
+// leaderStream takes the term served now for the stream of a server of a
+// cluster (termOf), and refuses the stream when that term does not lead;
+// a stream it serves ends with NOT_LEADER when its term ends.
 func (s *Server) leaderStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if s.leadership == nil || !gated(info.FullMethod) {
 		return handler(srv, ss)
 	}
-	if !s.leadership.Leading() {
+	ctx, t := s.terms.Capture(ss.Context())
+	if !t.Leading() {
 		return s.notLeader()
 	}
-	err := handler(srv, ss)
-	if err != nil && !s.leadership.Leading() {
+	err := handler(srv, termStream{ServerStream: ss, ctx: ctx})
+	if err != nil && !t.Leading() {
 		return s.notLeader()
 	}
 	return err
 }
+
+// termStream is a stream whose context carries its term.
+type termStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s termStream) Context() context.Context { return s.ctx }

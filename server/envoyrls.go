@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"time"
 
 	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -17,7 +16,7 @@ import (
 // matches, counts one request of the caller's request rate per
 // descriptor, and the engine's errors come back as every other call's do.
 func (s *Server) registerEnvoyRLS(r grpc.ServiceRegistrar) {
-	rlsv3.RegisterRateLimitServiceServer(r, envoyrls.New(servedEngine{s}, envoyrls.Options{
+	rlsv3.RegisterRateLimitServiceServer(r, envoyrls.New(termEngines{s}, envoyrls.Options{
 		Authorize: func(ctx context.Context, pool string) error {
 			return s.auth().CheckPool(s.auth().Identify(ctx), pool)
 		},
@@ -36,21 +35,20 @@ func (s *Server) registerEnvoyRLS(r grpc.ServiceRegistrar) {
 	}))
 }
 
-// servedEngine is the engine the server serves at each call: a server of
-// a cluster has a new one for each term it leads.
-type servedEngine struct{ s *Server }
+// termEngines gives each call the engine of its term: a server of a
+// cluster has a new one for each term it leads.
+type termEngines struct{ s *Server }
+
+func (e termEngines) Engine(ctx context.Context) envoyrls.Engine {
+	t := e.s.termOf(ctx)
+	return termEngine{Engine: t.Engine(), seq: t.Seq()}
+}
+
+// termEngine is the engine of the term seq.
+type termEngine struct {
+	*limiter.Engine
+	seq uint64
+}
 
 // PoolsGeneration tells the rules of one term's engine from another's.
-func (e servedEngine) PoolsGeneration() uint64 {
-	return e.s.engines.Load()<<40 + e.s.Engine().PoolsGeneration()
-}
-
-func (e servedEngine) EnvoyRules() map[string]limiter.EnvoyRule { return e.s.Engine().EnvoyRules() }
-
-func (e servedEngine) Bucket(pool string) (limiter.BucketState, error) {
-	return e.s.Engine().Bucket(pool)
-}
-
-func (e servedEngine) Take(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
-	return e.s.Engine().Take(ctx, pool, tokens, maxWait)
-}
+func (e termEngine) PoolsGeneration() uint64 { return e.seq<<40 + e.Engine.PoolsGeneration() }

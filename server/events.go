@@ -74,7 +74,7 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 		}
 	}
 	ctx := stream.Context()
-	termDone := a.srv.termDone()
+	termDone := a.srv.termOf(ctx).Done()
 	for {
 		select {
 		case ev := <-w.C():

@@ -50,7 +50,7 @@ func (s *Server) poolsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		// the limit together; they are rare.
 		s.createPoolMu.Lock()
 		defer s.createPoolMu.Unlock()
-		if err := s.quotas.AdmitPool(s.Engine().NumPools()); err != nil {
+		if err := s.quotas.AdmitPool(s.termOf(ctx).Engine().NumPools()); err != nil {
 			return nil, refuse.StatusOf(err, refuse.About{}).Err()
 		}
 	}

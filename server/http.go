@@ -37,12 +37,12 @@ func (s *Server) HTTPHandler() http.Handler {
 // httpOptions are what the HTTP handler reads of the server.
 func (s *Server) httpOptions() httpapi.Options {
 	return httpapi.Options{
-		Engine:       s.Engine,
+		Terms:        &s.terms,
 		Metrics:      s.metrics.Registry(),
 		Auth:         func() httpapi.Authorizer { return s.auth() },
 		Serving:      s.Serving,
 		RecentEvents: s.RecentEvents,
-		Leading:      s.leadingView,
+		Leader:       s.leader,
 	}
 }
 
@@ -64,12 +64,12 @@ func (s *Server) Serving() bool {
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 }
 
-// leadingView says whether the server serves its pools now (a standalone
-// server always does), and otherwise who leads.
-func (s *Server) leadingView() (bool, string, int64) {
+// leader is who leads the cluster, as this server sees it (for a
+// standalone server, no one: it always leads).
+func (s *Server) leader() (string, int64) {
 	if s.leadership == nil {
-		return true, "", 0
+		return "", 0
 	}
 	v := s.leadership.Cluster()
-	return s.leadership.Leading(), v.Leader, v.Epoch
+	return v.Leader, v.Epoch
 }

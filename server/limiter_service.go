@@ -6,8 +6,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/apiconv"
+	"github.com/tollgate/tollgate/internal/holder"
 	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/internal/session"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -22,7 +24,7 @@ type limiterService struct {
 // the call's context ends. A lease granted after the caller has gone away is
 // released at once, so a caller that gives up never holds a permit.
 func (l *limiterService) Acquire(ctx context.Context, req *tollgatev1.AcquireRequest) (*tollgatev1.AcquireResponse, error) {
-	lease, err := l.srv.calls.Acquire(ctx, req)
+	lease, err := l.srv.callsOf(ctx).Acquire(ctx, req)
 	if err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "Acquire", err, refuse.About{Pool: req.GetPool()})
 	}
@@ -31,7 +33,7 @@ func (l *limiterService) Acquire(ctx context.Context, req *tollgatev1.AcquireReq
 
 // Release ends a lease.
 func (l *limiterService) Release(ctx context.Context, req *tollgatev1.ReleaseRequest) (*tollgatev1.ReleaseResponse, error) {
-	if err := l.srv.calls.Release(req); err != nil {
+	if err := l.srv.callsOf(ctx).Release(req); err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "Release", err, refuse.About{Pool: req.GetPool(), LeaseID: req.GetLeaseId()})
 	}
 	return &tollgatev1.ReleaseResponse{}, nil
@@ -40,7 +42,7 @@ func (l *limiterService) Release(ctx context.Context, req *tollgatev1.ReleaseReq
 // Renew extends a lease. A unary renew does not change which session, if
 // any, is told about the lease's end.
 func (l *limiterService) Renew(ctx context.Context, req *tollgatev1.RenewRequest) (*tollgatev1.RenewResponse, error) {
-	lease, err := l.srv.calls.Renew(ctx, req, nil, "")
+	lease, err := l.srv.callsOf(ctx).Renew(ctx, req, nil, "")
 	if err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "Renew", err, refuse.About{Pool: req.GetPool(), LeaseID: req.GetLeaseId()})
 	}
@@ -50,7 +52,7 @@ func (l *limiterService) Renew(ctx context.Context, req *tollgatev1.RenewRequest
 // Take takes rate tokens, waiting up to max_wait, capped by the call's
 // deadline.
 func (l *limiterService) Take(ctx context.Context, req *tollgatev1.TakeRequest) (*tollgatev1.TakeResponse, error) {
-	res, err := l.srv.calls.Take(ctx, req)
+	res, err := l.srv.callsOf(ctx).Take(ctx, req)
 	if err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "Take", err, refuse.About{Pool: req.GetPool()})
 	}
@@ -68,7 +70,7 @@ func (l *limiterService) GetQueuePosition(ctx context.Context, req *tollgatev1.G
 	if err == nil {
 		var queued []limiter.QueuedAcquire
 		var waiting int64
-		if queued, waiting, err = l.srv.Engine().QueuePositions(req.GetPool(), req.GetClientId()); err == nil {
+		if queued, waiting, err = l.srv.termOf(ctx).Engine().QueuePositions(req.GetPool(), req.GetClientId()); err == nil {
 			resp := &tollgatev1.GetQueuePositionResponse{Waiting: waiting}
 			for _, q := range queued {
 				resp.Acquires = append(resp.Acquires, &tollgatev1.QueuedAcquire{Position: q.Position, Weight: q.Weight, Priority: q.Priority, Waited: durationpb.New(q.Waited)})
@@ -114,11 +116,13 @@ func (l *limiterService) Provide(stream tollgatev1.LimiterService_ProvideServer)
 	return l.srv.providers.Serve(stream)
 }
 
+// callsOf is the holder's calls of the call of ctx, on its term's engine.
+func (s *Server) callsOf(ctx context.Context) *holder.Calls { return s.calls.In(s.termOf(ctx)) }
+
 // streamHost is the server as the host of its Session and Provide
 // streams.
 type streamHost struct{ s *Server }
 
-func (h streamHost) Draining() <-chan struct{} { return h.s.draining }
-func (h streamHost) TermDone() <-chan struct{} { return h.s.termDone() }
-func (h streamHost) NotLeader() error          { return h.s.notLeader() }
-func (h streamHost) NotLeading() error         { return h.s.notLeading() }
+func (h streamHost) Term(ctx context.Context) *term.Term { return h.s.termOf(ctx) }
+func (h streamHost) Draining() <-chan struct{}           { return h.s.draining }
+func (h streamHost) NotLeader() error                    { return h.s.notLeader() }

@@ -13,7 +13,7 @@ import (
 
 // Report counts batches of outcomes.
 func (l *limiterService) Report(ctx context.Context, req *tollgatev1.ReportRequest) (*tollgatev1.ReportResponse, error) {
-	if err := l.srv.calls.Report(ctx, req); err != nil {
+	if err := l.srv.callsOf(ctx).Report(ctx, req); err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "Report", err, refuse.About{})
 	}
 	return &tollgatev1.ReportResponse{}, nil

@@ -10,6 +10,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/provide"
 	"github.com/tollgate/tollgate/internal/session"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -85,10 +87,10 @@ type Config struct {
 // register it on a grpc.Server with Register (or build one with
 // GRPCServer), and run it with Serve. It is safe for concurrent use.
 type Server struct {
-	// engine is the engine served now: one for the Server's life when
-	// standalone, a new one for each leadership term in a cluster.
-	engine          atomic.Pointer[limiter.Engine]
-	engines         atomic.Uint64 // engines served so far, less one
+	// terms is the term served now: one for the Server's life when
+	// standalone, a new one for each leadership term in a cluster. Every
+	// call and stream takes it once (termOf) and uses its engine.
+	terms           term.Current
 	clock           limiter.Clock // Config.Clock
 	markInterval    time.Duration // Config.MarkEventInterval
 	log             *slog.Logger
@@ -149,13 +151,19 @@ func New(cfg Config) *Server {
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
-	s.engine.Store(s.newEngine(cfg.persister, nil))
+	var tenure func() bool // nil: standalone, leads for good
+	if cfg.Leadership != nil {
+		tenure = cfg.Leadership.Leading
+	}
+	t, _ := term.New(0, tenure, func(func() bool) (*limiter.Engine, error) { return s.newEngine(cfg.persister, nil), nil })
+	t.Begin()
+	s.terms.Serve(t)
 	s.initOps(cfg)
-	s.calls = &holder.Calls{Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Limits: s.limits, Metrics: s.metrics,
+	s.calls = &holder.Calls{Auth: s.auth, Quotas: s.quotas, Limits: s.limits, Metrics: s.metrics,
 		IDs: s.ids, Tracing: s.tracing, Log: s.log}
 	s.sessions.Host, s.sessions.Calls, s.sessions.MaxUnread = streamHost{s}, s.calls, MaxSessionUnread
 	s.sessions.MaxEvents.Store(MaxSessionEvents)
-	s.providers = provide.Streams{Host: streamHost{s}, Engine: s.Engine, Auth: s.auth, Quotas: s.quotas, Log: s.log}
+	s.providers = provide.Streams{Host: streamHost{s}, Auth: s.auth, Quotas: s.quotas, Log: s.log}
 	s.limiterSvc = &limiterService{srv: s}
 	s.adminSvc = &adminService{srv: s}
 	return s
@@ -179,11 +187,16 @@ func (s *Server) newEngine(p limiter.Persister, live func() bool) *limiter.Engin
 		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: session.LeaseResized, MarkEventInterval: s.markInterval})
 }
 
-// Engine returns the engine the server serves. Callers may use it directly
-// (for example to declare pools at start-up); it is closed by Serve's
-// shutdown or by Close. A server of a cluster serves a new engine for
-// each term it leads (see OpenCluster).
-func (s *Server) Engine() *limiter.Engine { return s.engine.Load() }
+// Engine returns the engine the server serves now. Callers may use it
+// directly (for example to declare pools at start-up); it is closed by
+// Serve's shutdown or by Close. A server of a cluster serves a new engine
+// for each term it leads (see OpenCluster).
+func (s *Server) Engine() *limiter.Engine { return s.terms.Get().Engine() }
+
+// termOf is the term of the call or stream of ctx: the one the leader
+// gate took when it started (for a server of a cluster), else the one
+// served now. A call uses its term's engine and leadership throughout.
+func (s *Server) termOf(ctx context.Context) *term.Term { return s.terms.For(ctx) }
 
 // Register registers LimiterService and AdminService on r. It does not
 // register health or reflection; GRPCServer does.

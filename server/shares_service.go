@@ -18,7 +18,7 @@ import (
 // unary call is not pushed changes: its holder learns them when it
 // refreshes.
 func (l *limiterService) AcquireShare(ctx context.Context, req *tollgatev1.AcquireShareRequest) (*tollgatev1.AcquireShareResponse, error) {
-	sh, err := l.srv.calls.AcquireShare(req, nil, "")
+	sh, err := l.srv.callsOf(ctx).AcquireShare(req, nil, "")
 	if err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "AcquireShare", err, refuse.About{Pool: req.GetPool()})
 	}
@@ -28,7 +28,7 @@ func (l *limiterService) AcquireShare(ctx context.Context, req *tollgatev1.Acqui
 // RefreshShare extends a share and returns its current grant. A unary
 // refresh does not change which session, if any, is pushed changes.
 func (l *limiterService) RefreshShare(ctx context.Context, req *tollgatev1.RefreshShareRequest) (*tollgatev1.RefreshShareResponse, error) {
-	sh, err := l.srv.calls.RefreshShare(req, nil)
+	sh, err := l.srv.callsOf(ctx).RefreshShare(req, nil)
 	if err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "RefreshShare", err, refuse.About{Pool: req.GetPool()})
 	}
@@ -37,7 +37,7 @@ func (l *limiterService) RefreshShare(ctx context.Context, req *tollgatev1.Refre
 
 // ReleaseShare gives a share back.
 func (l *limiterService) ReleaseShare(ctx context.Context, req *tollgatev1.ReleaseShareRequest) (*tollgatev1.ReleaseShareResponse, error) {
-	if err := l.srv.calls.ReleaseShare(req); err != nil {
+	if err := l.srv.callsOf(ctx).ReleaseShare(req); err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "ReleaseShare", err, refuse.About{Pool: req.GetPool()})
 	}
 	return &tollgatev1.ReleaseShareResponse{}, nil

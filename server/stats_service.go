@@ -20,7 +20,7 @@ func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsReq
 		if err := limiter.ValidatePoolName(name); err != nil {
 			return nil, refuse.ToStatus(a.srv.log, "GetStats", err, refuse.About{Pool: name})
 		}
-		st, err := a.srv.Engine().PoolStats(name)
+		st, err := a.srv.termOf(ctx).Engine().PoolStats(name)
 		if err != nil {
 			return nil, refuse.ToStatus(a.srv.log, "GetStats", err, refuse.About{Pool: name})
 		}
@@ -34,7 +34,7 @@ func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsReq
 	if err != nil {
 		return nil, refuse.ToStatus(a.srv.log, "GetStats", err, refuse.About{})
 	}
-	stats, more := a.srv.Engine().ListPoolStats(after, size)
+	stats, more := a.srv.termOf(ctx).Engine().ListPoolStats(after, size)
 	resp := &tollgatev1.GetStatsResponse{Stats: make([]*tollgatev1.PoolStats, 0, len(stats))}
 	for _, st := range stats {
 		resp.Stats = append(resp.Stats, poolStatsToProto(st))

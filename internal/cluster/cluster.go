@@ -6,9 +6,10 @@
 // server that does not lead answers.
 //
 // The server serves the terms: it is the campaign's Host, told when a
-// term starts (to build an engine on the term's store, restore it and
-// serve it) and when it ends. The package may import internal/election,
-// internal/events, internal/refuse, the engine (limiter),
+// term starts (to build the term, its engine restored from the term's
+// store, and serve it) and when it ends. The package may import
+// internal/election, internal/events, internal/refuse, internal/term, the
+// engine (limiter),
 // server/store/etcdstore, etcd's client and Prometheus; nothing of the
 // server.
 package cluster
@@ -26,6 +27,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/election"
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/server/store/etcdstore"
 )
 
@@ -50,17 +52,20 @@ type Config struct {
 // its StartTerm; LeadershipChanged also from the goroutine that sees a
 // leadership deadline pass.
 type Host interface {
-	// StartTerm builds an engine writing to st (the term's store, every
-	// write fenced on the leadership) and acting while live says so (the
-	// engine's Options.Live: false from the leadership deadline on, or
-	// once the term ends, for good), restores it from st and serves it.
-	// The term does not start when it fails; the Campaign retries.
-	StartTerm(st *etcdstore.Store, live func() bool) error
-	// EndTerm stops serving the term's engine: its waiting calls fail
-	// and it closes, after its final write (the pools that hold nothing,
-	// which then need no recovery window) when handOff. No pools are
-	// served until the next StartTerm.
-	EndTerm(handOff bool)
+	// StartTerm builds the term of the leadership of epoch (term.New,
+	// with tenure, the leadership's liveness), its engine writing to st
+	// (the term's store, every write fenced on the leadership) and acting
+	// while the term does (the engine's Options.Live: false from the
+	// leadership deadline on, or once the term ends, for good), restores
+	// the engine from st and serves the term. The Campaign begins and
+	// ends it. The term does not start when StartTerm fails; the Campaign
+	// retries.
+	StartTerm(st *etcdstore.Store, epoch int64, tenure func() bool) (*term.Term, error)
+	// EndTerm stops serving t, which has ended: its engine's waiting
+	// calls fail and it closes, after its final write (the pools that
+	// hold nothing, which then need no recovery window) when handOff. No
+	// pools are served until the next StartTerm.
+	EndTerm(t *term.Term, handOff bool)
 	// LeadershipChanged is told that Leading may have changed; at the
 	// leadership deadline it is told by the deadline's timer, at once. It
 	// must not block.
@@ -77,28 +82,22 @@ type Campaign struct {
 	log     *slog.Logger
 	host    Host
 	el      *election.Election
-	deposed chan *term // a term whose fenced write failed
+	deposed chan *lead // a term whose fenced write failed
 	quit    chan struct{}
 	done    chan struct{}
 	stopped sync.Once
 	changes atomic.Int64 // leadership gained or lost
 
 	mu   sync.Mutex
-	term *term // nil while not leading
+	term *lead // nil while not leading
 }
 
-// term is one leadership term: one tenure of the election, served by one
-// engine.
-type term struct {
+// lead is one leadership term: one tenure of the election, and the term
+// it is served by.
+type lead struct {
 	tenure *election.Tenure
-	done   chan struct{}
-	live   atomic.Bool // served: from StartTerm's success to the term's end or Lapse
-	frozen atomic.Bool // ended or lapsed: its engine acts no more
+	t      *term.Term // nil until the host has started it
 }
-
-// acting reports whether the term's engine may act: the term was not
-// ended and its tenure is live (its deadline ahead). Once false, always.
-func (t *term) acting() bool { return !t.frozen.Load() && t.tenure.Live() }
 
 // New returns a Campaign that has not started: it does not lead.
 func New(cfg Config) *Campaign {
@@ -106,7 +105,7 @@ func New(cfg Config) *Campaign {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Campaign{cfg: cfg, log: log, deposed: make(chan *term, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	return &Campaign{cfg: cfg, log: log, deposed: make(chan *lead, 1), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 // Start campaigns for leadership and runs a term on h for each
@@ -133,11 +132,11 @@ func (c *Campaign) tenureEnded(ten *election.Tenure) {
 }
 
 // Leading reports whether this server leads and serves a term: its term
-// is served and acting (its tenure's deadline ahead, by the monotonic
+// has begun and acts (its tenure's deadline ahead, by the monotonic
 // clock, read now).
 func (c *Campaign) Leading() bool {
-	t := c.current()
-	return t != nil && t.live.Load() && t.acting()
+	l := c.current()
+	return l != nil && l.t.Leading()
 }
 
 // View is a server's account of its cluster.
@@ -170,29 +169,17 @@ func (c *Campaign) View() View {
 // Election is the campaign's election.
 func (c *Campaign) Election() *election.Election { return c.el }
 
-// TermDone is closed when the current term ends (already closed when none
-// runs): streams end on it.
-func (c *Campaign) TermDone() <-chan struct{} {
-	if t := c.current(); t != nil {
-		return t.done
-	}
-	return closedChan
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
 // Lapse makes the current term stop leading without ending it, as its
 // leadership deadline does before the campaign ends the term: its engine
 // freezes and health is told. For tests of that moment.
 func (c *Campaign) Lapse() {
-	if t := c.current(); t != nil {
-		t.frozen.Store(true)
-		t.live.Store(false)
+	if l := c.current(); l != nil {
+		l.t.Lapse()
 		c.host.LeadershipChanged()
 	}
 }
 
-func (c *Campaign) current() *term {
+func (c *Campaign) current() *lead {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.term
@@ -209,8 +196,8 @@ func (c *Campaign) run() {
 	for {
 		changed := c.el.Changed()
 		ten := c.el.Tenure()
-		if t := c.current(); t != nil && (ten == nil || ten != t.tenure || !t.acting()) {
-			c.endTerm(t, false, "leadership lost")
+		if l := c.current(); l != nil && (ten == nil || ten != l.tenure || !l.t.Acting()) {
+			c.endTerm(l, false, "leadership lost")
 		}
 		var retry <-chan time.Time
 		if c.current() == nil && ten != nil && (ten.Key != dead.key || ten.Epoch != dead.epoch) {
@@ -223,10 +210,10 @@ func (c *Campaign) run() {
 		select {
 		case <-changed:
 		case <-retry:
-		case t := <-c.deposed:
-			if t == c.current() {
-				dead.key, dead.epoch = t.tenure.Key, t.tenure.Epoch
-				c.endTerm(t, false, "a fenced write failed: another server leads")
+		case l := <-c.deposed:
+			if l == c.current() {
+				dead.key, dead.epoch = l.tenure.Key, l.tenure.Epoch
+				c.endTerm(l, false, "a fenced write failed: another server leads")
 			}
 		case <-c.quit:
 			return
@@ -234,46 +221,46 @@ func (c *Campaign) run() {
 	}
 }
 
-// startTerm has the host serve a new engine restored from etcd, every
-// write fenced on the leadership of the tenure ten, the engine acting
+// startTerm has the host serve a new term, its engine restored from
+// etcd, every write fenced on the leadership of the tenure ten, acting
 // while the tenure is live.
 func (c *Campaign) startTerm(ten *election.Tenure) error {
-	t := &term{tenure: ten, done: make(chan struct{})}
+	l := &lead{tenure: ten}
 	epoch := ten.Epoch
 	st := etcdstore.New(c.cfg.Client, c.cfg.Prefix, etcdstore.Options{LeaderKey: ten.Key, LeaderRev: epoch, Leading: c.el.Leading,
 		Deposed: func() {
 			select {
-			case c.deposed <- t:
+			case c.deposed <- l:
 			default:
 			}
 		}})
-	if err := c.host.StartTerm(st, t.acting); err != nil {
+	t, err := c.host.StartTerm(st, epoch, ten.Live)
+	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	c.term = t
+	l.t = t
+	c.term = l
 	c.mu.Unlock()
-	t.live.Store(true)
+	t.Begin()
 	c.changes.Add(1)
 	c.host.RecordEvent(events.Event{Type: events.LeaderChanged,
 		Detail: fmt.Sprintf("%s leads, epoch %d", c.cfg.Advertise, epoch)})
 	return nil
 }
 
-// endTerm stops serving t: no call starts on it, its streams end (on
-// TermDone) and the host stops serving its engine.
-func (c *Campaign) endTerm(t *term, handOff bool, why string) {
-	t.frozen.Store(true) // first: its engine acts no more
-	t.live.Store(false)
+// endTerm ends l's term: its engine acts no more, no call starts on it,
+// its streams end (on its Done) and the host stops serving it.
+func (c *Campaign) endTerm(l *lead, handOff bool, why string) {
+	l.t.End()
 	c.mu.Lock()
 	c.term = nil
 	c.mu.Unlock()
-	close(t.done)
-	c.host.EndTerm(handOff)
+	c.host.EndTerm(l.t, handOff)
 	c.changes.Add(1)
 	c.host.LeadershipChanged()
 	c.host.RecordEvent(events.Event{Type: events.LeaderChanged,
-		Detail: fmt.Sprintf("%s stopped leading epoch %d: %s", c.cfg.Advertise, t.tenure.Epoch, why)})
+		Detail: fmt.Sprintf("%s stopped leading epoch %d: %s", c.cfg.Advertise, l.tenure.Epoch, why)})
 }
 
 // Stop ends the campaign: a term running is handed off (its final write
@@ -283,8 +270,8 @@ func (c *Campaign) Stop() {
 	c.stopped.Do(func() {
 		close(c.quit)
 		<-c.done
-		if t := c.current(); t != nil {
-			c.endTerm(t, true, "shutting down")
+		if l := c.current(); l != nil {
+			c.endTerm(l, true, "shutting down")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.SessionTTL)
 		defer cancel()

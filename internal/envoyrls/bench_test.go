@@ -30,7 +30,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	svc := envoyrls.New(eng, envoyrls.Options{})
+	svc := envoyrls.New(envoyrls.One(eng), envoyrls.Options{})
 	ips := make([]*rlsv3.RateLimitRequest, 1000)
 	for i := range ips {
 		ips[i] = &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", fmt.Sprintf("10.0.%d.%d", i/256, i%256))}}
@@ -81,7 +81,7 @@ func BenchmarkBucketMemory(b *testing.B) {
 			Envoy: limiter.EnvoyRule{Domain: "edge", Descriptors: []limiter.EnvoyDescriptorKey{{Key: "remote_address"}}, MaxBuckets: n}}); err != nil {
 			b.Fatal(err)
 		}
-		svc := envoyrls.New(eng, envoyrls.Options{})
+		svc := envoyrls.New(envoyrls.One(eng), envoyrls.Options{})
 		if _, err := svc.ShouldRateLimit(ctx, reqs[0]); err != nil {
 			b.Fatal(err)
 		}

@@ -22,8 +22,8 @@ type result struct {
 // takeFromPool takes hits tokens from the pool's own bucket, through the
 // engine's Take without waiting, so that adaptive cuts, rate shares and
 // live changes apply as to any take.
-func (s *Service) takeFromPool(ctx context.Context, pool string, hits int64) (result, error) {
-	_, err := s.eng.Take(ctx, pool, hits, 0)
+func (s *Service) takeFromPool(ctx context.Context, eng Engine, pool string, hits int64) (result, error) {
+	_, err := eng.Take(ctx, pool, hits, 0)
 	var le *limiter.Error
 	switch {
 	case err == nil:
@@ -32,7 +32,7 @@ func (s *Service) takeFromPool(ctx context.Context, pool string, hits int64) (re
 	default:
 		return result{}, err
 	}
-	b, berr := s.eng.Bucket(pool)
+	b, berr := eng.Bucket(pool)
 	if berr != nil {
 		return result{}, berr
 	}
@@ -41,8 +41,8 @@ func (s *Service) takeFromPool(ctx context.Context, pool string, hits int64) (re
 
 // takeFromValue takes hits tokens for the values of one descriptor, from
 // their bucket in the pool's table.
-func (s *Service) takeFromValue(pool string, t *table, key string, hits int64) (result, error) {
-	d, err := t.take(s.eng, pool, key, hits)
+func (s *Service) takeFromValue(eng Engine, pool string, t *table, key string, hits int64) (result, error) {
+	d, err := t.take(eng, pool, key, hits)
 	if err != nil {
 		return result{}, err
 	}

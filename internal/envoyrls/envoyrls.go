@@ -30,6 +30,20 @@ type Engine interface {
 	Take(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error)
 }
 
+// Engines gives each call the engine it uses throughout: the one served
+// when the call started (a server of a cluster serves a new one for each
+// term it leads, whose PoolsGeneration differs from every earlier one's).
+type Engines interface {
+	Engine(ctx context.Context) Engine
+}
+
+// One is the Engines of a service that has one engine for good.
+func One(eng Engine) Engines { return one{eng} }
+
+type one struct{ eng Engine }
+
+func (o one) Engine(context.Context) Engine { return o.eng }
+
 // Options adapt the service to the server that serves it.
 type Options struct {
 	// Authorize refuses a caller that may not use pool, with the error
@@ -67,8 +81,8 @@ const MaxDescriptors = 64
 // Service implements RateLimitService.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	eng  Engine
-	opts Options
+	engines Engines
+	opts    Options
 
 	mu     sync.Mutex
 	gen    uint64
@@ -83,9 +97,9 @@ type rule struct {
 	limiter.EnvoyRule
 }
 
-// New returns the service over eng.
-func New(eng Engine, opts Options) *Service {
-	return &Service{eng: eng, opts: opts, tables: make(map[string]*table)}
+// New returns the service over the engines of engines.
+func New(engines Engines, opts Options) *Service {
+	return &Service{engines: engines, opts: opts, tables: make(map[string]*table)}
 }
 
 // ShouldRateLimit answers each descriptor of req OK or OVER_LIMIT; the
@@ -101,8 +115,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	var never []string
+	eng := s.engines.Engine(ctx)
 	for _, d := range req.GetDescriptors() {
-		st, res, err := s.decide(ctx, req, d)
+		st, res, err := s.decide(ctx, eng, req, d)
 		if err != nil {
 			return nil, err
 		}
@@ -138,8 +153,8 @@ func check(req *rlsv3.RateLimitRequest) error {
 }
 
 // decide answers one descriptor, with the decision it made, if any.
-func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse_DescriptorStatus, result, error) {
-	r, t, ok := s.match(req.GetDomain(), d.GetEntries())
+func (s *Service) decide(ctx context.Context, eng Engine, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse_DescriptorStatus, result, error) {
+	r, t, ok := s.match(eng, req.GetDomain(), d.GetEntries())
 	if !ok || d.GetIsNegativeHits() {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, result{ok: true}, nil
 	}
@@ -154,9 +169,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		err error
 	)
 	if t == nil {
-		res, err = s.takeFromPool(ctx, r.pool, hits)
+		res, err = s.takeFromPool(ctx, eng, r.pool, hits)
 	} else {
-		res, err = s.takeFromValue(r.pool, t, valueKey(r.EnvoyRule, d.GetEntries()), hits)
+		res, err = s.takeFromValue(eng, r.pool, t, valueKey(r.EnvoyRule, d.GetEntries()), hits)
 	}
 	switch {
 	case errors.Is(err, limiter.ErrPoolNotFound), errors.Is(err, limiter.ErrNoRateLimit):
@@ -188,10 +203,10 @@ func hitsOf(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) int64 
 // match finds the rule of the first pool, by name, that the descriptor
 // matches, and that pool's per-value buckets (nil for a rule whose keys
 // all fix a value).
-func (s *Service) match(domain string, entries []*commonv3.RateLimitDescriptor_Entry) (rule, *table, bool) {
+func (s *Service) match(eng Engine, domain string, entries []*commonv3.RateLimitDescriptor_Entry) (rule, *table, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.refreshLocked()
+	s.refreshLocked(eng)
 	for _, r := range s.byDom[domain] {
 		if matches(r.EnvoyRule, entries) {
 			return r, s.tables[r.pool], true
@@ -213,16 +228,16 @@ func matches(r limiter.EnvoyRule, entries []*commonv3.RateLimitDescriptor_Entry)
 	return true
 }
 
-// refreshLocked rereads the rules when a pool changed. A pool keeps its
+// refreshLocked rereads the rules of eng when a pool changed. A pool keeps its
 // per-value buckets while its rule names the same values: the same keys in
 // the same order, the same of them of any value (its domain, fixed values
 // and max_buckets may change).
-func (s *Service) refreshLocked() {
-	gen := s.eng.PoolsGeneration()
+func (s *Service) refreshLocked(eng Engine) {
+	gen := eng.PoolsGeneration()
 	if s.built && gen == s.gen {
 		return
 	}
-	rules := s.eng.EnvoyRules()
+	rules := eng.EnvoyRules()
 	names := make([]string, 0, len(rules))
 	for name := range rules {
 		names = append(names, name)

@@ -410,7 +410,7 @@ func TestStaleClockReadingCreatesNoToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	se := &staleEngine{Engine: eng}
-	svc := envoyrls.New(se, envoyrls.Options{})
+	svc := envoyrls.New(envoyrls.One(se), envoyrls.Options{})
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "10.0.0.1")}}
 	askCode := func() rlsv3.RateLimitResponse_Code {
 		resp, err := svc.ShouldRateLimit(context.Background(), req)

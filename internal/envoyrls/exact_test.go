@@ -57,7 +57,7 @@ func TestExactPerKeyAcrossProcesses(t *testing.T) {
 		decisions []envoyrls.Decision
 	)
 	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, envoyrls.New(eng, envoyrls.Options{Decided: func(d envoyrls.Decision) {
+	rlsv3.RegisterRateLimitServiceServer(srv, envoyrls.New(envoyrls.One(eng), envoyrls.Options{Decided: func(d envoyrls.Decision) {
 		mu.Lock()
 		decisions = append(decisions, d)
 		mu.Unlock()

@@ -3,12 +3,14 @@
 // shares and concurrency shares) for both the unary calls and the Session
 // stream: it validates the request off the wire, counts what it creates
 // or ends against the limits (internal/limits), traces it, and calls the
-// engine the server serves now.
+// engine of the call's term (internal/term): each call or stream is
+// served by Calls bound to the term it started in (In).
 //
 // It may import the engine (limiter), the wire types, internal/apiconv,
 // internal/auth, internal/leaseid, internal/limits, internal/metrics,
-// internal/poolconv, internal/refuse, internal/tracing and OpenTelemetry's
-// trace API; nothing of the server, which hands it what it needs in Calls.
+// internal/poolconv, internal/refuse, internal/term, internal/tracing and
+// OpenTelemetry's trace API; nothing of the server, which hands it what
+// it needs in Calls.
 package holder
 
 import (
@@ -24,18 +26,17 @@ import (
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Calls is a holder's calls on the engine the server serves. Its fields
-// are set once, before the first call.
+// Calls is a holder's calls on the engine of one term. The server sets
+// its exported fields once, and serves each call or stream with the
+// Calls that In binds to the term it started in.
 type Calls struct {
-	// Engine returns the engine served now (a new one per leadership
-	// term in a cluster).
-	Engine func() *limiter.Engine
 	// Auth returns the authorizer in force now.
 	Auth    func() *auth.Authorizer
 	Quotas  *limits.Quotas
@@ -44,7 +45,20 @@ type Calls struct {
 	IDs     *leaseid.IDs     // signs and checks the ids holders see
 	Tracing *tracing.Tracing // nil: no spans
 	Log     *slog.Logger
+
+	term *term.Term // set by In: the calls use its engine only
 }
+
+// In returns c bound to t: its calls use t's engine, whatever term the
+// server serves meanwhile.
+func (c *Calls) In(t *term.Term) *Calls {
+	b := *c
+	b.term = t
+	return &b
+}
+
+// Engine is the engine of the term c is bound to.
+func (c *Calls) Engine() *limiter.Engine { return c.term.Engine() }
 
 // Acquire validates req and acquires for a unary call, waiting while ctx
 // allows. A lease granted when ctx is already done is released, so that

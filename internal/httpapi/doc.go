@@ -4,6 +4,7 @@
 // the admin credentials when the server asks for them.
 //
 // It may import the engine (limiter), internal/events (the events it
-// serves) and Prometheus; it reads the rest of the server through
+// serves), internal/term (the term whose engine a request reads) and
+// Prometheus; it reads the rest of the server through
 // Options, and imports nothing of the server.
 package httpapi

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -21,19 +22,20 @@ var webFiles embed.FS
 
 // Options are what the handler reads of the server.
 type Options struct {
-	// Engine returns the engine served now (a server of a cluster serves
-	// a new one for each term it leads).
-	Engine  func() *limiter.Engine
+	// Terms is the term the server serves now (a server of a cluster
+	// serves a new one for each term it leads): a request for the pools
+	// takes it once and reads that term's engine only.
+	Terms   *term.Current
 	Metrics prometheus.Gatherer
 	// Auth returns the authorizer in force; the handler asks it once,
 	// when it is built.
 	Auth         func() Authorizer
 	Serving      func() bool // false once shutdown has started
 	RecentEvents func() []events.Event
-	// Leading reports whether this server serves the pools now, and
-	// otherwise the leader's advertised address ("" while none is known)
-	// and epoch. Nil means always, as for a standalone server.
-	Leading func() (leading bool, leader string, epoch int64)
+	// Leader is the leader's advertised address ("" while none is known)
+	// and epoch, told to a request for the pools on a server of a cluster
+	// whose term does not lead.
+	Leader func() (leader string, epoch int64)
 }
 
 // NotLeaderResponse is the JSON of a 503 from the pools' endpoints on a
@@ -139,19 +141,19 @@ func (h *handler) auth(next http.Handler) http.Handler {
 	})
 }
 
-// leaderOnly answers 503, with the leader's address, on a server of a
-// cluster that does not lead it: such a server holds no pools, and an
-// empty list would read as "there are none".
-func (h *handler) leaderOnly(next http.HandlerFunc) http.Handler {
-	if h.o.Leading == nil {
-		return next
-	}
+// leaderOnly serves a request for the pools from the engine of the term
+// served when it comes, and answers 503, with the leader's address, when
+// that term does not lead (a server of a cluster that does not lead it):
+// such a server holds no pools, and an empty list would read as "there
+// are none".
+func (h *handler) leaderOnly(next func(http.ResponseWriter, *http.Request, *limiter.Engine)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		leading, leader, epoch := h.o.Leading()
-		if leading {
-			next(w, r)
+		t := h.o.Terms.Get()
+		if t.Leading() {
+			next(w, r, t.Engine())
 			return
 		}
+		leader, epoch := h.o.Leader()
 		resp := NotLeaderResponse{Reason: string(limiter.ReasonNotLeader), Leader: leader, Epoch: epoch,
 			Error: "this server does not lead the cluster: read the pools on the leader, " + leader + " (its gRPC address; its HTTP listener is where it was started with --http)"}
 		if leader == "" {

@@ -39,7 +39,7 @@ type Lease struct {
 	Resources   []string  `json:"resources,omitempty"`
 }
 
-func (h *handler) poolLeases(w http.ResponseWriter, r *http.Request) {
+func (h *handler) poolLeases(w http.ResponseWriter, r *http.Request, eng *limiter.Engine) {
 	q := r.URL.Query()
 	limit, ok := queryLimit(w, q, leasesDefaultLimit, leasesMaxLimit)
 	if !ok {
@@ -55,7 +55,7 @@ func (h *handler) poolLeases(w http.ResponseWriter, r *http.Request) {
 		after = n
 	}
 	name := r.PathValue("name")
-	leases, next, err := h.o.Engine().ListLeases(name, "", after, limit)
+	leases, next, err := eng.ListLeases(name, "", after, limit)
 	if errors.Is(err, limiter.ErrPoolNotFound) {
 		writeText(w, http.StatusNotFound, "pool "+strconv.Quote(name)+" not found\n")
 		return

@@ -107,23 +107,23 @@ type EventsResponse struct {
 	Events []events.Event `json:"events"`
 }
 
-func (h *handler) pools(w http.ResponseWriter, r *http.Request) {
+func (h *handler) pools(w http.ResponseWriter, r *http.Request, eng *limiter.Engine) {
 	q := r.URL.Query()
 	limit, ok := queryLimit(w, q, poolsDefaultLimit, poolsMaxLimit)
 	if !ok {
 		return
 	}
-	infos, more := h.o.Engine().ListPools(q.Get("after"), limit)
+	infos, more := eng.ListPools(q.Get("after"), limit)
 	resp := PoolsResponse{
-		Time:    h.o.Engine().Clock().Now(),
+		Time:    eng.Clock().Now(),
 		Serving: h.o.Serving(),
-		Total:   h.o.Engine().NumPools(),
+		Total:   eng.NumPools(),
 		More:    more,
 		Pools:   make([]Pool, 0, len(infos)),
 	}
 	for i := range infos {
 		ap := poolOf(&infos[i])
-		if st, err := h.o.Engine().PoolStats(infos[i].Config.Name); err == nil { // deleted meanwhile: no waits
+		if st, err := eng.PoolStats(infos[i].Config.Name); err == nil { // deleted meanwhile: no waits
 			wt := st.WaitTimes
 			ap.Status.WaitGrants = wt.Count
 			ap.Status.WaitP50Ms, ap.Status.WaitP99Ms = millis(wt.P50), millis(wt.P99)

@@ -30,13 +30,13 @@ type Waiter struct {
 	WaitedMS float64 `json:"waited_ms"`
 }
 
-func (h *handler) poolWaiters(w http.ResponseWriter, r *http.Request) {
+func (h *handler) poolWaiters(w http.ResponseWriter, r *http.Request, eng *limiter.Engine) {
 	limit, ok := queryLimit(w, r.URL.Query(), waitersDefaultLimit, limiter.MaxListWaiters)
 	if !ok {
 		return
 	}
 	name := r.PathValue("name")
-	queued, total, err := h.o.Engine().ListWaiters(name, limit)
+	queued, total, err := eng.ListWaiters(name, limit)
 	if errors.Is(err, limiter.ErrPoolNotFound) {
 		writeText(w, http.StatusNotFound, "pool "+strconv.Quote(name)+" not found\n")
 		return

@@ -8,8 +8,8 @@
 // restart.
 //
 // It may import the engine (limiter), the wire types, internal/apiconv,
-// internal/auth, internal/limits, internal/poolconv and internal/refuse;
-// nothing of the server, which it reaches through Host.
+// internal/auth, internal/limits, internal/poolconv, internal/refuse and
+// internal/term; nothing of the server, which it reaches through Host.
 package provide
 
 import (
@@ -25,19 +25,21 @@ import (
 	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
-// Host is what a Provide stream needs of the server: when to end (the
-// server drains, or its leadership term ends) and the status to end with
-// when it does not lead.
+// Host is what a Provide stream needs of the server: its term, when to
+// end (the server drains, or the stream's term ends) and the status to
+// end with when its term does not lead.
 type Host interface {
+	// Term is the term of the stream of ctx, taken when it started: the
+	// provider registers with its engine, and the stream ends when it
+	// ends.
+	Term(ctx context.Context) *term.Term
 	// Draining is closed when the server starts shutting down.
 	Draining() <-chan struct{}
-	// TermDone is closed when the leadership term the server serves now
-	// ends; nil for a standalone server.
-	TermDone() <-chan struct{}
 	// NotLeader is the status of a server that does not lead.
 	NotLeader() error
 }
@@ -46,9 +48,6 @@ type Host interface {
 // first Serve.
 type Streams struct {
 	Host Host
-	// Engine returns the engine served now (a new one per leadership
-	// term in a cluster).
-	Engine func() *limiter.Engine
 	// Auth returns the authorizer in force now.
 	Auth   func() *auth.Authorizer
 	Quotas *limits.Quotas // the request rate of offers and withdrawals
@@ -71,10 +70,10 @@ func (s *Streams) Serve(stream tollgatev1.LimiterService_ProvideServer) error {
 		}
 		return err
 	}
-	termDone := s.Host.TermDone()
+	t := s.Host.Term(stream.Context())
 	ctx, end := context.WithCancelCause(stream.Context())
 	defer end(nil)
-	h, err := s.registerProvider(ctx, first, &providerStream{end: end})
+	h, err := s.registerProvider(ctx, t.Engine(), first, &providerStream{end: end})
 	if err != nil {
 		return refuse.ToStatus(s.Log, "Provide", err, refuse.About{Pool: first.GetRegister().GetPool()})
 	}
@@ -122,7 +121,7 @@ func (s *Streams) Serve(stream tollgatev1.LimiterService_ProvideServer) error {
 			}
 			left = "its connection was lost"
 			return stream.Context().Err()
-		case <-termDone:
+		case <-t.Done():
 			left = ""
 			return s.Host.NotLeader()
 		case <-s.Host.Draining():
@@ -154,7 +153,7 @@ func (s *Streams) Serve(stream tollgatev1.LimiterService_ProvideServer) error {
 
 // registerProvider checks the first message of a Provide stream and
 // registers its provider.
-func (s *Streams) registerProvider(ctx context.Context, first *tollgatev1.ProvideRequest, owner *providerStream) (*limiter.Provider, error) {
+func (s *Streams) registerProvider(ctx context.Context, eng *limiter.Engine, first *tollgatev1.ProvideRequest, owner *providerStream) (*limiter.Provider, error) {
 	reg := first.GetRegister()
 	if reg == nil {
 		return nil, refuse.InvalidArg("the first message of a Provide stream must be register (pool, provider_id, ttl)")
@@ -179,7 +178,7 @@ func (s *Streams) registerProvider(ctx context.Context, first *tollgatev1.Provid
 	if spec.Identity == "" {
 		spec.Identity = spec.Address
 	}
-	return s.Engine().RegisterProvider(reg.GetPool(), spec, apiconv.ResourcesFromProto(reg.GetResources()))
+	return eng.RegisterProvider(reg.GetPool(), spec, apiconv.ResourcesFromProto(reg.GetResources()))
 }
 
 // provideMessage handles one message after the registration. A failed

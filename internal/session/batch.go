@@ -37,7 +37,7 @@ func checkBatch(b *tollgatev1.SessionRequestBatch) *limiter.Error {
 func (s *session) sendBatched(answers []*tollgatev1.SessionResponse) error {
 	n := len(answers)
 	out := append(answers, s.takeEvents()...)
-	err := s.host.NotLeading() // past the deadline no answer goes out: its lease is released
+	err := s.notLeading() // past the deadline no answer goes out: its lease is released
 	sent := 0
 	for sent < len(out) && err == nil {
 		end := min(sent+maxAnswerBatch, len(out))

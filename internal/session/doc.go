@@ -9,6 +9,7 @@
 // policy as it arrives, and keeps the open streams for ListClients.
 //
 // It may import the engine (limiter), the wire types, internal/holder
-// (whose calls it answers requests with), internal/apiconv and
-// internal/refuse; nothing of the server, which it reaches through Host.
+// (whose calls, bound to the stream's term, it answers requests with),
+// internal/apiconv, internal/refuse and internal/term; nothing of the
+// server, which it reaches through Host.
 package session

@@ -1,29 +1,28 @@
 package session
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/holder"
+	"github.com/tollgate/tollgate/internal/term"
 	"google.golang.org/grpc/peer"
 )
 
 // Host is what a Session stream needs of the server beyond a holder's
-// calls: when to end (the server drains, or its leadership term ends) and
-// the status to end with when it does not lead.
+// calls: its term, when to end (the server drains, or the stream's term
+// ends) and the status to end with when its term does not lead.
 type Host interface {
+	// Term is the term of the stream of ctx, taken when it started: the
+	// stream uses its engine and ends when it ends.
+	Term(ctx context.Context) *term.Term
 	// Draining is closed when the server starts shutting down.
 	Draining() <-chan struct{}
-	// TermDone is closed when the leadership term the server serves now
-	// ends; nil for a standalone server.
-	TermDone() <-chan struct{}
 	// NotLeader is the status of a server that does not lead.
 	NotLeader() error
-	// NotLeading is NotLeader when the server does not lead now, and nil
-	// when it does.
-	NotLeading() error
 }
 
 // Streams serves a server's Session streams and keeps the open ones, for

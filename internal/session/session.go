@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/holder"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -73,9 +74,9 @@ type session struct {
 	// drains; its cause is the status the handler returns.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	// termDone is closed when the leadership term the stream began in
-	// ends (nil for a standalone server).
-	termDone <-chan struct{}
+	// term is the term the stream began in: its calls use its engine,
+	// and the stream ends when it ends.
+	term *term.Term
 
 	// ready is signalled (non-blocking, capacity 1) after answers or
 	// events grow.
@@ -128,17 +129,18 @@ func (p pendingReq) stop() {
 func newSession(r *Streams, stream tollgatev1.LimiterService_SessionServer) *session {
 	// The stream's requests all come from one caller: identify it once.
 	ctx, cancel := context.WithCancelCause(r.Calls.Auth().WithIdentity(stream.Context()))
+	t := r.Host.Term(stream.Context())
 	return &session{
 		streams:  r,
 		host:     r.Host,
-		calls:    r.Calls,
+		calls:    r.Calls.In(t),
 		stream:   stream,
 		ctx:      ctx,
 		cancel:   cancel,
 		ready:    make(chan struct{}, 1),
 		finished: make(chan struct{}),
 		pending:  make(map[uint64]pendingReq),
-		termDone: r.Host.TermDone(),
+		term:     t,
 	}
 }
 
@@ -166,10 +168,19 @@ func (s *session) writeLoop() error {
 		case <-s.host.Draining():
 			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
 				Message: "the server is shutting down; reconnect (to another server if there is one) and renew your leases on the new stream: they were not released"}, refuse.About{}).Err()
-		case <-s.termDone:
+		case <-s.term.Done():
 			return s.host.NotLeader()
 		}
 	}
+}
+
+// notLeading is the host's NotLeader once the stream's term does not
+// lead, and nil while it does.
+func (s *session) notLeading() error {
+	if s.term.Leading() {
+		return nil
+	}
+	return s.host.NotLeader()
 }
 
 // sendQueued sends the queued answers, then the queued events. An answer
@@ -183,7 +194,7 @@ func (s *session) sendQueued() error {
 		return s.sendBatched(answers)
 	}
 	for i, r := range answers {
-		err := s.host.NotLeading() // past the deadline no answer goes out: its lease is released
+		err := s.notLeading() // past the deadline no answer goes out: its lease is released
 		if err == nil {
 			err = s.stream.Send(r)
 		}

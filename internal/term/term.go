@@ -1,0 +1,124 @@
+// Package term is the unit in which a server serves pools: a Term is one
+// span during which the server serves them from one engine, started when
+// it begins to lead (a standalone server: when it starts) and ended when
+// it stops, for good. A call or a stream takes the term served when it
+// starts (Current.Get) and uses that term's engine and leadership
+// throughout; when the term ends, its streams end (Done) and its engine
+// acts no more, while new calls get the next term.
+//
+// It may import the engine (limiter); nothing of the server.
+package term
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// seqs numbers the terms of the process.
+var seqs atomic.Uint64
+
+// Term is one term: its engine, its leadership (the epoch and whether its
+// tenure is live) and its end. Its methods are safe for concurrent use.
+type Term struct {
+	seq    uint64
+	epoch  int64
+	eng    *limiter.Engine
+	tenure func() bool // nil: lives until it ends
+	served atomic.Bool // from Begin to Lapse or End
+	frozen atomic.Bool // lapsed or ended: its engine acts no more
+	end    sync.Once
+	done   chan struct{}
+}
+
+// New returns a term of the leadership of epoch (0 for a standalone
+// server) that acts while tenure says so (nil: until it ends), served by
+// the engine build returns; build is given the term's Acting (for the
+// engine's Options.Live). The term leads once Begin is called.
+func New(epoch int64, tenure func() bool, build func(acting func() bool) (*limiter.Engine, error)) (*Term, error) {
+	t := &Term{seq: seqs.Add(1), epoch: epoch, tenure: tenure, done: make(chan struct{})}
+	eng, err := build(t.Acting)
+	if err != nil {
+		return nil, err
+	}
+	t.eng = eng
+	return t, nil
+}
+
+// Ended returns a term that has ended, served by eng (closed, without
+// pools): what a server of a cluster serves between two terms.
+func Ended(eng *limiter.Engine) *Term {
+	t := &Term{seq: seqs.Add(1), eng: eng, done: make(chan struct{})}
+	t.End()
+	return t
+}
+
+// Engine is the term's engine.
+func (t *Term) Engine() *limiter.Engine { return t.eng }
+
+// Epoch is the epoch of the term's leadership; 0 for a standalone server.
+func (t *Term) Epoch() int64 { return t.epoch }
+
+// Seq tells the terms of one process apart: each has its own, and a later
+// term a larger one.
+func (t *Term) Seq() uint64 { return t.seq }
+
+// Begin makes the term lead: it is served, and leads while it acts.
+func (t *Term) Begin() { t.served.Store(true) }
+
+// Acting reports whether the term's engine may act: the term has not
+// lapsed or ended, and its tenure is live. Once false, always.
+func (t *Term) Acting() bool { return !t.frozen.Load() && (t.tenure == nil || t.tenure()) }
+
+// Leading reports whether the term leads now: it has begun and acts.
+func (t *Term) Leading() bool { return t.served.Load() && t.Acting() }
+
+// Lapse makes the term stop leading without ending it, as the leadership
+// deadline does before the term is ended: its engine freezes.
+func (t *Term) Lapse() {
+	t.frozen.Store(true)
+	t.served.Store(false)
+}
+
+// End ends the term for good: it stops leading and Done is closed. It is
+// idempotent.
+func (t *Term) End() {
+	t.end.Do(func() {
+		t.Lapse()
+		close(t.done)
+	})
+}
+
+// Done is closed when the term ends: its streams end on it.
+func (t *Term) Done() <-chan struct{} { return t.done }
+
+// Current is the term a server serves now: the one a call or a stream
+// that starts takes. The zero value serves none; Serve one before the
+// first Get.
+type Current struct{ p atomic.Pointer[Term] }
+
+// Get returns the term served now.
+func (c *Current) Get() *Term { return c.p.Load() }
+
+// Serve makes t the term served to the calls that start from now on.
+func (c *Current) Serve(t *Term) { c.p.Store(t) }
+
+type ctxKey struct{}
+
+// Capture takes the term served now for the call or stream of ctx: it
+// returns that term and ctx carrying it, for For.
+func (c *Current) Capture(ctx context.Context) (context.Context, *Term) {
+	t := c.Get()
+	return context.WithValue(ctx, ctxKey{}, t), t
+}
+
+// For returns the term of the call or stream of ctx: the one Capture took
+// when it started, or, for one that took none, the term served now.
+func (c *Current) For(ctx context.Context) *Term {
+	if t, ok := ctx.Value(ctxKey{}).(*Term); ok {
+		return t
+	}
+	return c.Get()
+}

@@ -1,0 +1,113 @@
+package term_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tollgate/tollgate/internal/term"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+func newTerm(t *testing.T, tenure func() bool) *term.Term {
+	t.Helper()
+	var acting func() bool
+	tm, err := term.New(7, tenure, func(a func() bool) (*limiter.Engine, error) {
+		acting = a
+		return limiter.New(limiter.Options{Live: a}), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tm.Engine().Close)
+	if acting == nil {
+		t.Fatal("build was not given the term's Acting")
+	}
+	return tm
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// A term leads from Begin while its tenure is live; Lapse stops it for
+// good without ending it, End ends it.
+func TestTermLifecycle(t *testing.T) {
+	var live atomic.Bool
+	live.Store(true)
+	tm := newTerm(t, live.Load)
+	if tm.Leading() || !tm.Acting() || tm.Epoch() != 7 {
+		t.Fatalf("before Begin: leading %v acting %v epoch %d; want not leading, acting, epoch 7", tm.Leading(), tm.Acting(), tm.Epoch())
+	}
+	tm.Begin()
+	if !tm.Leading() {
+		t.Fatal("a begun term with a live tenure does not lead")
+	}
+	live.Store(false)
+	if tm.Leading() || tm.Acting() {
+		t.Fatal("a term whose tenure ended still leads")
+	}
+	live.Store(true)
+	tm.Lapse()
+	if tm.Leading() || tm.Acting() || closed(tm.Done()) {
+		t.Fatalf("a lapsed term: leading %v acting %v done %v; want none", tm.Leading(), tm.Acting(), closed(tm.Done()))
+	}
+	tm.End()
+	tm.End()
+	if !closed(tm.Done()) || tm.Leading() {
+		t.Fatal("an ended term is not done, or leads")
+	}
+}
+
+// A standalone term (no tenure) leads from Begin until it ends.
+func TestStandaloneTerm(t *testing.T) {
+	tm := newTerm(t, nil)
+	tm.Begin()
+	if !tm.Leading() {
+		t.Fatal("a begun standalone term does not lead")
+	}
+	tm.End()
+	if tm.Leading() || tm.Acting() {
+		t.Fatal("an ended standalone term leads")
+	}
+}
+
+// A term that cannot build its engine does not exist.
+func TestNewFails(t *testing.T) {
+	boom := errors.New("boom")
+	if _, err := term.New(1, nil, func(func() bool) (*limiter.Engine, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Fatalf("New: %v; want %v", err, boom)
+	}
+}
+
+// A call keeps the term it captured, whatever the server serves next;
+// one that captured none gets the term served now.
+func TestCaptureKeepsTheTerm(t *testing.T) {
+	var cur term.Current
+	first, next := newTerm(t, nil), newTerm(t, nil)
+	cur.Serve(first)
+	ctx, got := cur.Capture(context.Background())
+	if got != first {
+		t.Fatal("Capture did not take the term served")
+	}
+	cur.Serve(next)
+	if cur.For(ctx) != first {
+		t.Fatal("a call that captured the first term sees another")
+	}
+	if cur.For(context.Background()) != next {
+		t.Fatal("a call that captured none does not see the term served now")
+	}
+	if first.Seq() >= next.Seq() {
+		t.Fatalf("seq %d then %d; want increasing", first.Seq(), next.Seq())
+	}
+	idle := term.Ended(first.Engine())
+	if !closed(idle.Done()) || idle.Leading() || idle.Engine() != first.Engine() || idle.Seq() <= next.Seq() {
+		t.Fatal("Ended is not an ended term of its engine with a new seq")
+	}
+}
