@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // FailWhenUnavailable: when the server cannot be reached, fail at once
@@ -136,7 +137,7 @@ func ExampleClient_TryAcquire() {
 
 	l, err := c.TryAcquire(context.Background(), "nightly-report")
 	switch {
-	case errors.Is(err, client.ErrNoCapacity):
+	case errors.Is(err, apierr.ErrNoCapacity):
 		log.Print("another instance is writing the report; nothing to do")
 		return
 	case err != nil:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func migrate(ctx context.Context, fencingToken uint64) error { return nil }
@@ -37,7 +38,7 @@ func ExampleClient_Do() {
 		return migrate(ctx, 0)
 	}, client.Weight(2), client.WaitTimeout(10*time.Second))
 	switch {
-	case errors.Is(err, client.ErrWaitTimeout):
+	case errors.Is(err, apierr.ErrWaitTimeout):
 		log.Print("orders-db is busy; try later")
 	case errors.Is(err, client.ErrLeaseLost):
 		log.Print("the lease was lost while migrating; the work may have overlapped another holder")

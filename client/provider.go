@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // ProvideOptions configures Client.Provide.
@@ -65,7 +66,7 @@ type provideReply struct {
 // Call Close to take the instances out of the pool.
 func (c *Client) Provide(ctx context.Context, pool string, opts ProvideOptions, rs ...Resource) (*Provider, error) {
 	if opts.ID == "" {
-		return nil, fmt.Errorf("%w: ProvideOptions.ID is required", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: ProvideOptions.ID is required", apierr.ErrInvalidArgument)
 	}
 	pctx, cancel := context.WithCancelCause(c.ctx)
 	p := &Provider{c: c, pool: pool, opts: opts, ctx: pctx, cancel: cancel, ops: make(chan provideOp), done: make(chan struct{}),
@@ -317,7 +318,7 @@ func (p *Provider) serve(first chan<- error) (bool, error) {
 			}
 			delete(pending, r.GetRequestId())
 			if pe := r.GetError(); pe != nil {
-				reply <- provideReply{resp: r, err: &Error{Code: codes.Code(pe.GetCode()), Reason: pe.GetReason(), Message: pe.GetMessage()}}
+				reply <- provideReply{resp: r, err: &Error{Code: codes.Code(pe.GetCode()), Reason: apierr.Reason(pe.GetReason()), Message: pe.GetMessage()}}
 				continue
 			}
 			reply <- provideReply{resp: r}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // A provider's instances reach another client's lease with their
@@ -62,7 +63,7 @@ func TestProviderLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = waitDone(t, l)
-	mustIs(t, err, client.ErrLeaseRevoked)
+	mustIs(t, err, apierr.ErrLeaseRevoked)
 	if !strings.Contains(err.Error(), `provider "worker-1"`) {
 		t.Fatalf("the holder was told %q", err)
 	}

@@ -8,9 +8,8 @@
 // The server serves the terms: it is the campaign's Host, told when a
 // term starts (to build an engine on the term's store, restore it and
 // serve it) and when it ends. The package may import internal/election,
-// internal/events, internal/refuse, the engine (limiter),
-// server/store/etcdstore, etcd's client and Prometheus; nothing of the
-// server.
+// internal/events, internal/refuse, apierr, server/store/etcdstore, etcd's
+// client and Prometheus; nothing of the server.
 package cluster
 
 import (

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // webFiles are the status page's files: plain HTML, CSS and JavaScript,
@@ -152,7 +153,7 @@ func (h *handler) leaderOnly(next http.HandlerFunc) http.Handler {
 			next(w, r)
 			return
 		}
-		resp := NotLeaderResponse{Reason: string(limiter.ReasonNotLeader), Leader: leader, Epoch: epoch,
+		resp := NotLeaderResponse{Reason: string(apierr.ReasonNotLeader), Leader: leader, Epoch: epoch,
 			Error: "this server does not lead the cluster: read the pools on the leader, " + leader + " (its gRPC address; its HTTP listener is where it was started with --http)"}
 		if leader == "" {
 			resp.Error = "this server does not lead the cluster and no leader is known yet; retry in a moment"

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Paging of /api/pools/{name}/leases.
@@ -56,7 +56,7 @@ func (h *handler) poolLeases(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("name")
 	leases, next, err := h.o.Engine().ListLeases(name, "", after, limit)
-	if errors.Is(err, limiter.ErrPoolNotFound) {
+	if errors.Is(err, apierr.ErrPoolNotFound) {
 		writeText(w, http.StatusNotFound, "pool "+strconv.Quote(name)+" not found\n")
 		return
 	}
