@@ -2,6 +2,11 @@
 // permits and rate tokens, plain Go with no gRPC, and time from an injected
 // Clock so that every behaviour can be tested without sleeping.
 //
+// The engine's errors are *apierr.Error values (package
+// proto/tollgate/v1/apierr: the API's reasons, shared with the server and
+// the client); match their kind with errors.Is against apierr's Err* values,
+// which each call's documentation lists.
+//
 // # Model
 //
 // A pool has a concurrency limit (the most permit weight live leases may hold
