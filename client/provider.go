@@ -66,7 +66,7 @@ type provideReply struct {
 // Call Close to take the instances out of the pool.
 func (c *Client) Provide(ctx context.Context, pool string, opts ProvideOptions, rs ...Resource) (*Provider, error) {
 	if opts.ID == "" {
-		return nil, fmt.Errorf("%w: ProvideOptions.ID is required", apierr.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: ProvideOptions.ID is required", &Error{Code: codes.InvalidArgument, Reason: apierr.ReasonInvalidArgument})
 	}
 	pctx, cancel := context.WithCancelCause(c.ctx)
 	p := &Provider{c: c, pool: pool, opts: opts, ctx: pctx, cancel: cancel, ops: make(chan provideOp), done: make(chan struct{}),

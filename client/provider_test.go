@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
@@ -77,4 +80,15 @@ func TestProviderLifecycle(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	_, err = worker.Provide(ctx(t), "db", client.ProvideOptions{ID: "w"})
 	mustIs(t, err, &client.Error{Reason: "NOT_PASSIVE"})
+}
+
+// A Provide without an id is refused before any call, with an *Error like
+// the server's: INVALID_ARGUMENT for status.Code and FromError alike.
+func TestProvideWithoutID(t *testing.T) {
+	c := newTestServer(t).dial()
+	_, err := c.Provide(ctx(t), "gpu", client.ProvideOptions{})
+	mustIs(t, err, apierr.ErrInvalidArgument)
+	if e, ok := client.FromError(err); !ok || e.Code != codes.InvalidArgument || status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Provide without an id: %v (FromError %v %v, status code %v)", err, e, ok, status.Code(err))
+	}
 }
