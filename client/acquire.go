@@ -9,10 +9,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Acquire acquires a lease from pool, waiting in the pool's queue until it
-// is granted, its WithWaitTimeout passes (an error matching ErrWaitTimeout) or
+// is granted, its WithWaitTimeout passes (an error matching apierr.ErrWaitTimeout) or
 // ctx ends (ctx.Err(); the wait is cancelled on the server and nothing is
 // held). The lease is renewed in the background until it is released or
 // lost; the caller must call Release when done and must stop relying on the
@@ -24,9 +25,9 @@ import (
 // server granted the first attempt but the grant was lost with the stream,
 // that lease stays held, by no one, until its TTL passes.
 //
-// Errors: ErrPoolNotFound, ErrInvalidArgument (bad weight, TTL or wait
-// timeout), ErrQueueFull, ErrWaitTimeout, ErrLimitBelowWeight,
-// ErrPoolDeleted, ErrTooManyRequests (as *Error), ctx.Err(), ErrClosed, and
+// Errors: apierr.ErrPoolNotFound, apierr.ErrInvalidArgument (bad weight, TTL or wait
+// timeout), apierr.ErrQueueFull, apierr.ErrWaitTimeout, apierr.ErrLimitBelowWeight,
+// apierr.ErrPoolDeleted, apierr.ErrTooManyRequests (as *Error), ctx.Err(), ErrClosed, and
 // ErrUnavailable under a policy that does not wait for an unreachable
 // server (see UnavailablePolicy).
 func (c *Client) Acquire(ctx context.Context, pool string, opts ...AcquireOption) (*Lease, error) {
@@ -34,7 +35,7 @@ func (c *Client) Acquire(ctx context.Context, pool string, opts ...AcquireOption
 }
 
 // TryAcquire acquires a lease from pool only if it can be granted at once;
-// otherwise it fails with an error matching ErrNoCapacity. It does not
+// otherwise it fails with an error matching apierr.ErrNoCapacity. It does not
 // wait in the pool's queue (the WithWaitTimeout option is ignored), but it does
 // wait for a connection while ctx allows. The lease is as Acquire's.
 func (c *Client) TryAcquire(ctx context.Context, pool string, opts ...AcquireOption) (*Lease, error) {
@@ -69,7 +70,7 @@ func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []Acqu
 			case o.waitTimeout > 0:
 				left := o.waitTimeout - time.Since(start)
 				if left <= 0 {
-					return nil, &Error{Code: codes.DeadlineExceeded, Reason: ErrWaitTimeout.Reason,
+					return nil, &Error{Code: codes.DeadlineExceeded, Reason: apierr.ErrWaitTimeout.Reason,
 						Message: fmt.Sprintf("the wait timeout of %v passed while connecting to the server (attempt %d)", o.waitTimeout, n+1)}
 				}
 				req.WaitTimeout = durationpb.New(left)

@@ -13,6 +13,8 @@ import (
 	_ "google.golang.org/grpc/health" // client-side health checking, for clusterServiceConfig
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // This file is how a client of several servers (a cluster: one leader,
@@ -35,7 +37,7 @@ const clusterServiceConfig = `{
 // answer.
 func notLeaderPause(err error, n int, deadline time.Time) (d time.Duration, ok bool) {
 	e, isErr := FromError(err)
-	if !isErr || !e.Is(ErrNotLeader) {
+	if !isErr || !e.Is(apierr.ErrNotLeader) {
 		return 0, false
 	}
 	if e.RetryAfter > 0 {
@@ -94,7 +96,7 @@ func (c *Client) noteBreak(err error) time.Duration {
 	c.mu.Lock()
 	c.lastBreak = err
 	c.mu.Unlock()
-	if e, ok := FromError(err); ok && e.Is(ErrNotLeader) {
+	if e, ok := FromError(err); ok && e.Is(apierr.ErrNotLeader) {
 		return e.RetryAfter
 	}
 	return 0

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestDo(t *testing.T) {
@@ -92,7 +93,7 @@ func TestDoReportsOverlap(t *testing.T) {
 	err := c.Do(ctx(t), "db", func(ctx context.Context) error {
 		ts.clock.Advance(2 * time.Minute) // the lease expires on the server
 		<-ctx.Done()                      // and fn's context ends
-		mustIs(t, context.Cause(ctx), client.ErrLeaseExpired)
+		mustIs(t, context.Cause(ctx), apierr.ErrLeaseExpired)
 		return nil // but fn claims success
 	}, client.WithTTL(time.Minute))
 	mustIs(t, err, client.ErrLeaseLost)
@@ -108,5 +109,5 @@ func TestDoAcquireError(t *testing.T) {
 		t.Fatal("fn ran without a lease")
 		return nil
 	})
-	mustIs(t, err, client.ErrPoolNotFound)
+	mustIs(t, err, apierr.ErrPoolNotFound)
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // ErrorDomain is the domain of the google.rpc.ErrorInfo detail that every
@@ -20,16 +21,17 @@ const ErrorDomain = "tollgate.dev"
 // Error is a failure reported by a Tollgate server: a gRPC status with a
 // google.rpc.ErrorInfo detail, or a SessionError on the Session stream.
 //
-// Match a kind of failure with errors.Is against the Err* values of type
-// *Error below; they compare by Reason only. Read Code for the broad class
-// and Message for people.
+// Match a kind of failure with errors.Is against the Err* values of package
+// apierr (one for every reason the server sends, such as
+// apierr.ErrNoCapacity); they compare by Reason only. Read Code for the broad
+// class and Message for people.
 type Error struct {
 	// Code is the gRPC status code.
 	Code codes.Code
 	// Reason is the machine-readable reason (ErrorInfo.reason or
 	// SessionError.reason), such as "NO_CAPACITY". It is empty when the
 	// status carried none, as for transport failures.
-	Reason string
+	Reason apierr.Reason
 	// Message is the status message, for people.
 	Message string
 	// RetryAfter, when positive, is the server's google.rpc.RetryInfo
@@ -47,21 +49,28 @@ type Error struct {
 func (e *Error) Error() string {
 	msg := e.Message
 	if msg == "" {
-		msg = e.Reason
+		msg = string(e.Reason)
 	}
 	if msg == "" {
 		msg = "error"
 	}
-	if e.Reason == "" || e.Reason == CodeName(e.Code) {
+	if e.Reason == "" || string(e.Reason) == CodeName(e.Code) {
 		return fmt.Sprintf("%s (%s)", msg, CodeName(e.Code))
 	}
 	return fmt.Sprintf("%s (%s %s)", msg, CodeName(e.Code), e.Reason)
 }
 
-// Is reports whether target is an *Error with the same, non-empty Reason.
+// Is reports whether target is an *Error or an *apierr.Error with the same,
+// non-empty Reason.
 func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Reason != "" && t.Reason == e.Reason
+	var r apierr.Reason
+	switch t := target.(type) {
+	case *Error:
+		r = t.Reason
+	case *apierr.Error:
+		r = t.Reason
+	}
+	return r != "" && r == e.Reason
 }
 
 // GRPCStatus returns e as a gRPC status (with its ErrorInfo detail), so that
@@ -71,7 +80,7 @@ func (e *Error) GRPCStatus() *status.Status {
 	if e.Reason == "" {
 		return st
 	}
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: e.Reason, Domain: ErrorDomain, Metadata: e.Metadata}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(e.Reason), Domain: ErrorDomain, Metadata: e.Metadata}); err == nil {
 		return d
 	}
 	return st
@@ -82,8 +91,8 @@ var (
 	// ErrLeaseLost matches every error that says a lease ended without its
 	// holder's release: expired or revoked on the server, refused at renew,
 	// its local deadline passed without a successful renew, or its Client
-	// was closed. Such errors also match their cause (ErrLeaseExpired,
-	// ErrLeaseRevoked, ErrLeaseNotFound, ErrClosed, ...) when it has one.
+	// was closed. Such errors also match their cause (apierr.ErrLeaseExpired,
+	// apierr.ErrLeaseRevoked, apierr.ErrLeaseNotFound, ErrClosed, ...) when it has one.
 	ErrLeaseLost = errors.New("tollgate: lease lost")
 	// ErrReleased is Lease.Err after the holder released the lease.
 	ErrReleased = errors.New("tollgate: lease released")
@@ -121,7 +130,7 @@ func FromError(err error) (*Error, bool) {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
 			if d.GetDomain() == ErrorDomain || d.GetDomain() == "" {
-				e.Reason, e.Metadata = d.GetReason(), d.GetMetadata()
+				e.Reason, e.Metadata = apierr.Reason(d.GetReason()), d.GetMetadata()
 			}
 		case *errdetails.RetryInfo:
 			e.RetryAfter = d.GetRetryDelay().AsDuration()
@@ -132,7 +141,7 @@ func FromError(err error) (*Error, bool) {
 
 // fromSessionError converts a Session stream error answer.
 func fromSessionError(se *tollgatev1.SessionError) *Error {
-	return &Error{Code: codes.Code(se.GetCode()), Reason: se.GetReason(), Message: se.GetMessage(), RetryAfter: se.GetRetryAfter().AsDuration()}
+	return &Error{Code: codes.Code(se.GetCode()), Reason: apierr.Reason(se.GetReason()), Message: se.GetMessage(), RetryAfter: se.GetRetryAfter().AsDuration()}
 }
 
 // lostError returns the error of a lease that ended without its holder's

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestFromError(t *testing.T) {
@@ -30,7 +31,7 @@ func TestFromError(t *testing.T) {
 	if e.Code != codes.ResourceExhausted || e.Reason != "RATE_LIMITED" || e.Message != "slow down" || e.RetryAfter != 1500*time.Millisecond {
 		t.Fatalf("FromError = %+v", e)
 	}
-	if !errors.Is(e, client.ErrRateLimited) || errors.Is(e, client.ErrNoCapacity) {
+	if !errors.Is(e, apierr.ErrRateLimited) || errors.Is(e, apierr.ErrNoCapacity) {
 		t.Fatal("Is does not match by reason")
 	}
 	if got, want := e.Error(), "slow down (RESOURCE_EXHAUSTED RATE_LIMITED)"; got != want {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // FailWhenUnavailable: when the server cannot be reached, fail at once
@@ -169,7 +170,7 @@ func ExampleClient_TryAcquire() {
 	for instance := range 2 {
 		l, err := c.TryAcquire(context.Background(), "nightly-report")
 		switch {
-		case errors.Is(err, client.ErrNoCapacity):
+		case errors.Is(err, apierr.ErrNoCapacity):
 			fmt.Printf("instance %d: another instance is writing the report; nothing to do\n", instance)
 			continue
 		case err != nil:

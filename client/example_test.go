@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func migrate(ctx context.Context, fencingToken uint64) error { return nil }
@@ -48,7 +49,7 @@ func ExampleClient_Do() {
 		return migrate(ctx, 0)
 	}, client.WithWeight(2), client.WithWaitTimeout(10*time.Second))
 	switch {
-	case errors.Is(err, client.ErrWaitTimeout):
+	case errors.Is(err, apierr.ErrWaitTimeout):
 		fmt.Println("orders-db is busy; try later")
 	case errors.Is(err, client.ErrLeaseLost):
 		fmt.Println("the lease was lost while migrating; the work may have overlapped another holder")

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // doLocalOnly runs fn for Do under LocalLimitOnly's local limit, after
@@ -16,7 +18,7 @@ func (c *Client) doLocalOnly(ctx context.Context, pool string, fn func(ctx conte
 	weight := o.weightOr1()
 	local := c.settings.local
 	if weight < 1 || weight > local.size {
-		return &Error{Code: codes.InvalidArgument, Reason: ErrInvalidArgument.Reason,
+		return &Error{Code: codes.InvalidArgument, Reason: apierr.ErrInvalidArgument.Reason,
 			Message: fmt.Sprintf("the server is unreachable (%v) and weight %d does not fit the local fallback limit %d", unreachable, weight, local.size)}
 	}
 	if err := local.sem.Acquire(ctx, weight); err != nil {

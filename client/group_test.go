@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // concurrency counts the calls running at once and remembers the most.
@@ -205,7 +206,7 @@ func TestGroupFailFastOnAcquireError(t *testing.T) {
 	g := newGroup(t, c, ctx(t), "nope")
 	g.Go(func(context.Context) error { t.Error("ran without a lease"); return nil }, client.WithDescription("first"))
 	err := g.Wait()
-	mustIs(t, err, client.ErrPoolNotFound)
+	mustIs(t, err, apierr.ErrPoolNotFound)
 	if !strings.HasPrefix(err.Error(), `task "first": `) {
 		t.Fatalf("error %q does not name the task", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // leaseState is where a lease is in its life. Its transitions:
@@ -259,7 +260,7 @@ func (l *Lease) unlockRelease() {
 
 // Err returns nil while the lease is held, and once Done is closed, why it
 // ended: ErrReleased after a Release, or an error matching ErrLeaseLost
-// (and its cause, such as ErrLeaseExpired, ErrLeaseRevoked or ErrClosed).
+// (and its cause, such as apierr.ErrLeaseExpired, apierr.ErrLeaseRevoked or ErrClosed).
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -330,7 +331,7 @@ func (l *Lease) release(ctx context.Context, out *tollgatev1.Outcome) error {
 	switch {
 	case err == nil:
 		l.confirmRelease()
-	case errors.As(err, &e) && retry && e.Is(ErrLeaseNotFound):
+	case errors.As(err, &e) && retry && e.Is(apierr.ErrLeaseNotFound):
 		// An earlier attempt may have released it already.
 		l.confirmRelease()
 		err = nil
@@ -563,17 +564,17 @@ func (c *Client) leaseEvent(ev *tollgatev1.LeaseEvent) {
 	e := &Error{Code: codes.NotFound, Message: ev.GetReason()}
 	switch ev.GetType() {
 	case tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED:
-		e.Reason = ErrLeaseExpired.Reason
+		e.Reason = apierr.ErrLeaseExpired.Reason
 		if e.Message == "" {
 			e.Message = "the lease expired on the server"
 		}
 	case tollgatev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:
-		e.Reason = ErrLeaseRevoked.Reason
+		e.Reason = apierr.ErrLeaseRevoked.Reason
 		if e.Message == "" {
 			e.Message = "the server revoked the lease"
 		}
 	default:
-		e.Reason = ev.GetType().String()
+		e.Reason = apierr.Reason(ev.GetType().String())
 		if e.Message == "" {
 			e.Message = "the lease ended on the server"
 		}

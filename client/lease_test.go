@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestAcquireRelease(t *testing.T) {
@@ -55,17 +56,17 @@ func TestAcquireErrors(t *testing.T) {
 	c := ts.dial()
 
 	_, err := c.Acquire(ctx(t), "nope")
-	mustIs(t, err, client.ErrPoolNotFound)
+	mustIs(t, err, apierr.ErrPoolNotFound)
 	var e *client.Error
 	if !errors.As(err, &e) || e.Code.String() != "NotFound" || !strings.Contains(e.Error(), "(NOT_FOUND POOL_NOT_FOUND)") {
 		t.Fatalf("error %v: want *Error NOT_FOUND POOL_NOT_FOUND", err)
 	}
 	_, err = c.Acquire(ctx(t), "db", client.WithWeight(3))
-	mustIs(t, err, client.ErrInvalidArgument)
+	mustIs(t, err, apierr.ErrInvalidArgument)
 	_, err = c.Acquire(ctx(t), "db", client.WithWeight(0))
-	mustIs(t, err, client.ErrInvalidArgument)
+	mustIs(t, err, apierr.ErrInvalidArgument)
 	_, err = c.Acquire(ctx(t), "db", client.WithTTL(time.Millisecond))
-	mustIs(t, err, client.ErrInvalidArgument)
+	mustIs(t, err, apierr.ErrInvalidArgument)
 }
 
 func TestTryAcquire(t *testing.T) {
@@ -78,7 +79,7 @@ func TestTryAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.TryAcquire(ctx(t), "db", client.WithWaitTimeout(time.Hour))
-	mustIs(t, err, client.ErrNoCapacity)
+	mustIs(t, err, apierr.ErrNoCapacity)
 	if st := ts.status("db"); st.Waiting != 0 || st.Held != 1 {
 		t.Fatalf("try-acquire left waiting=%d held=%d", st.Waiting, st.Held)
 	}
@@ -160,9 +161,9 @@ func TestDoneOnServerExpiry(t *testing.T) {
 	ts.clock.Advance(61 * time.Second) // the server expires it and tells the stream
 	err = waitDone(t, l)
 	mustIs(t, err, client.ErrLeaseLost)
-	mustIs(t, err, client.ErrLeaseExpired)
+	mustIs(t, err, apierr.ErrLeaseExpired)
 	<-lctx.Done()
-	mustIs(t, context.Cause(lctx), client.ErrLeaseExpired)
+	mustIs(t, context.Cause(lctx), apierr.ErrLeaseExpired)
 
 	// Release of a lost lease returns the loss at once.
 	mustIs(t, l.Release(ctx(t)), client.ErrLeaseLost)
@@ -182,7 +183,7 @@ func TestDoneOnRevoke(t *testing.T) {
 	}
 	err = waitDone(t, l)
 	mustIs(t, err, client.ErrLeaseLost)
-	mustIs(t, err, client.ErrLeaseRevoked)
+	mustIs(t, err, apierr.ErrLeaseRevoked)
 }
 
 func TestDoneByLocalDeadlineWhenServerUnreachable(t *testing.T) {
@@ -197,7 +198,7 @@ func TestDoneByLocalDeadlineWhenServerUnreachable(t *testing.T) {
 	ts.stop() // the server (whose clock stands still) never expires it
 	err = waitDone(t, l)
 	mustIs(t, err, client.ErrLeaseLost)
-	if errors.Is(err, client.ErrLeaseExpired) || !strings.Contains(err.Error(), "local deadline") {
+	if errors.Is(err, apierr.ErrLeaseExpired) || !strings.Contains(err.Error(), "local deadline") {
 		t.Fatalf("loss %v: want the local deadline", err)
 	}
 	if d := l.Expiry(); time.Now().Before(d.Add(-300 * time.Millisecond / 2)) {
@@ -221,7 +222,7 @@ func TestReconnectKeepsRenewing(t *testing.T) {
 	}
 	// Events now come on the new stream.
 	ts.clock.Advance(ttl + time.Second)
-	mustIs(t, waitDone(t, l), client.ErrLeaseExpired)
+	mustIs(t, waitDone(t, l), apierr.ErrLeaseExpired)
 }
 
 // TestReconnectRenewsBeforeTheFirstRenew: a lease whose first renew is not
@@ -404,7 +405,7 @@ func TestAcquireWaitTimeout(t *testing.T) {
 	}()
 	waitFor(t, "a waiter", func() bool { return ts.status("db").Waiting == 1 })
 	ts.clock.Advance(time.Second)
-	mustIs(t, <-errc, client.ErrWaitTimeout)
+	mustIs(t, <-errc, apierr.ErrWaitTimeout)
 }
 
 func TestAcquireWaitsForServer(t *testing.T) {
@@ -557,8 +558,8 @@ func TestDoneWhenRenewRefused(t *testing.T) {
 	}
 	err = waitDone(t, l)
 	mustIs(t, err, client.ErrLeaseLost)
-	mustIs(t, err, client.ErrLeaseNotFound)
-	mustIs(t, l.Release(ctx(t)), client.ErrLeaseNotFound)
+	mustIs(t, err, apierr.ErrLeaseNotFound)
+	mustIs(t, l.Release(ctx(t)), apierr.ErrLeaseNotFound)
 }
 
 func TestLeaseContext(t *testing.T) {

@@ -32,7 +32,7 @@ type AcquireEvent struct {
 	// Try is set for TryAcquire.
 	Try bool
 	// Err is nil when the lease was granted; otherwise the call's error
-	// (ErrWaitTimeout, ErrUnavailable, ctx.Err(), ...).
+	// (apierr.ErrWaitTimeout, ErrUnavailable, ctx.Err(), ...).
 	Err error
 }
 

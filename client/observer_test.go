@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // observer records what a Client reports.
@@ -85,7 +86,7 @@ func TestObserver(t *testing.T) {
 		}
 	}
 	_, err := c.TryAcquire(ctx(t), "nope")
-	mustIs(t, err, client.ErrPoolNotFound)
+	mustIs(t, err, apierr.ErrPoolNotFound)
 
 	work := obs.works()
 	if len(work) != len(runs) {
@@ -102,7 +103,7 @@ func TestObserver(t *testing.T) {
 		t.Fatalf("%d AcquireDone events; want %d", len(acq), len(runs)+1)
 	}
 	last := acq[len(acq)-1]
-	if last.Pool != "nope" || !last.Try || !errors.Is(last.Err, client.ErrPoolNotFound) {
+	if last.Pool != "nope" || !last.Try || !errors.Is(last.Err, apierr.ErrPoolNotFound) {
 		t.Fatalf("failed acquire reported as %+v", last)
 	}
 	if n := logs.count(slog.LevelDebug, "work done"); n != len(runs) {

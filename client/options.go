@@ -94,7 +94,7 @@ func (o acquireOptions) weightOr1() int64 {
 
 // WithWeight sets the permit weight to hold (default 1). It must be at least 1
 // and at most the pool's concurrency limit (and, for a pool with a rate,
-// its burst); the server refuses other values with ErrInvalidArgument.
+// its burst); the server refuses other values with apierr.ErrInvalidArgument.
 func WithWeight(n int64) AcquireOption {
 	return func(o *acquireOptions) { o.weight = &n }
 }
@@ -113,7 +113,7 @@ func WithPriority(p int32) AcquireOption {
 }
 
 // WithWaitTimeout bounds the time spent waiting in the pool's queue; when it
-// passes ungranted, Acquire fails with an error matching ErrWaitTimeout. It
+// passes ungranted, Acquire fails with an error matching apierr.ErrWaitTimeout. It
 // counts from the call to Acquire, including time spent connecting and
 // reconnecting. By default an acquire waits until its context ends. d must
 // be positive; use TryAcquire not to wait at all.

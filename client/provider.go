@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // ProviderOption configures Client.NewProvider.
@@ -77,7 +78,7 @@ type provideReply struct {
 // Call Close to take the instances out of the pool.
 func (c *Client) NewProvider(ctx context.Context, pool, id string, opts ...ProviderOption) (*Provider, error) {
 	if id == "" {
-		return nil, fmt.Errorf("%w: NewProvider: the provider id is required", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: NewProvider: the provider id is required", &Error{Code: codes.InvalidArgument, Reason: apierr.ReasonInvalidArgument})
 	}
 	o := providerOptions{id: id}
 	for _, opt := range opts {
@@ -333,7 +334,7 @@ func (p *Provider) serve(first chan<- error) (bool, error) {
 			}
 			delete(pending, r.GetRequestId())
 			if pe := r.GetError(); pe != nil {
-				reply <- provideReply{resp: r, err: &Error{Code: codes.Code(pe.GetCode()), Reason: pe.GetReason(), Message: pe.GetMessage()}}
+				reply <- provideReply{resp: r, err: &Error{Code: codes.Code(pe.GetCode()), Reason: apierr.Reason(pe.GetReason()), Message: pe.GetMessage()}}
 				continue
 			}
 			reply <- provideReply{resp: r}

@@ -5,8 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // A provider's instances reach another client's lease with their
@@ -62,7 +66,7 @@ func TestProviderLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = waitDone(t, l)
-	mustIs(t, err, client.ErrLeaseRevoked)
+	mustIs(t, err, apierr.ErrLeaseRevoked)
 	if !strings.Contains(err.Error(), `provider "worker-1"`) {
 		t.Fatalf("the holder was told %q", err)
 	}
@@ -76,4 +80,15 @@ func TestProviderLifecycle(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	_, err = worker.NewProvider(ctx(t), "db", "w")
 	mustIs(t, err, &client.Error{Reason: "NOT_PASSIVE"})
+}
+
+// A NewProvider without an id is refused before any call, with an *Error like
+// the server's: INVALID_ARGUMENT for status.Code and FromError alike.
+func TestProvideWithoutID(t *testing.T) {
+	c := newTestServer(t).dial()
+	_, err := c.NewProvider(ctx(t), "gpu", "")
+	mustIs(t, err, apierr.ErrInvalidArgument)
+	if e, ok := client.FromError(err); !ok || e.Code != codes.InvalidArgument || status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("NewProvider without an id: %v (FromError %v %v, status code %v)", err, e, ok, status.Code(err))
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // ReleaseAsync ends the lease like Release, but without waiting for the
@@ -93,7 +95,7 @@ func (c *Client) retryRelease(pool, id, why string) {
 		defer cancel()
 		_, err := c.roundTrip(ctx, releaseOp(pool, id))
 		var e *Error
-		if firstGotThere := errors.As(err, &e) && e.Is(ErrLeaseNotFound); err != nil && !firstGotThere {
+		if firstGotThere := errors.As(err, &e) && e.Is(apierr.ErrLeaseNotFound); err != nil && !firstGotThere {
 			c.log.Warn("tollgate: could not release a lease; the server frees it when its TTL passes", "pool", pool, "lease_id", id, "first_try", why, "err", err)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // ReleaseAsync ends the lease at once and frees its permit on the server
@@ -81,6 +82,6 @@ func TestReleaseAsyncOfALostLease(t *testing.T) {
 	if err := ts.srv.Engine().RevokeLease("db", l.FencingToken(), "test"); err != nil {
 		t.Fatal(err)
 	}
-	mustIs(t, waitDone(t, l), client.ErrLeaseRevoked)
+	mustIs(t, waitDone(t, l), apierr.ErrLeaseRevoked)
 	mustIs(t, l.ReleaseAsync(), client.ErrLeaseLost)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -123,7 +124,7 @@ func TestTryAcquireDuringRecoveryFailsFast(t *testing.T) {
 	}
 	defer other.Close()
 	_, err = other.TryAcquire(ctx, "db")
-	if !errors.Is(err, client.ErrRecovering) {
+	if !errors.Is(err, apierr.ErrRecovering) {
 		t.Fatalf("TryAcquire during recovery = %v; want ErrRecovering", err)
 	}
 	var e *client.Error

@@ -9,6 +9,7 @@ import (
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // An operator's RevokeLease ends the holder's lease at once: Done is
@@ -29,8 +30,8 @@ func TestDoneOnAdminRevokeLease(t *testing.T) {
 	}
 	err = waitDone(t, l)
 	mustIs(t, err, client.ErrLeaseLost)
-	mustIs(t, err, client.ErrLeaseRevoked)
-	mustIs(t, l.Err(), client.ErrLeaseRevoked)
+	mustIs(t, err, apierr.ErrLeaseRevoked)
+	mustIs(t, l.Err(), apierr.ErrLeaseRevoked)
 	if !strings.Contains(err.Error(), "disk full on shard 3") {
 		t.Fatalf("loss %q does not carry the reason", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // A Semaphore hands out a pool's permits to this process's goroutines
@@ -90,7 +91,7 @@ var errSemaphoreClosed = fmt.Errorf("tollgate: semaphore closed: %w", ErrClosed)
 
 // Acquire takes n permits, waiting until they are free locally, ctx ends
 // (ctx.Err()) or the WithWaitTimeout option passes (an error matching
-// ErrWaitTimeout). Waiters are served by WithPriority (higher first), then in
+// apierr.ErrWaitTimeout). Waiters are served by WithPriority (higher first), then in
 // arrival order; a large request at the head is not passed by smaller
 // ones. n must be at least 1 and at most the WithLocalShare maximum. If the
 // share's first lease cannot be had (no such pool, ...), Acquire returns
@@ -169,11 +170,11 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool, opts []Acqui
 		return nil, errSemaphoreClosed
 	case n < 1 || n > s.max:
 		s.mu.Unlock()
-		return nil, &Error{Code: codes.InvalidArgument, Reason: ErrInvalidArgument.Reason,
+		return nil, &Error{Code: codes.InvalidArgument, Reason: apierr.ErrInvalidArgument.Reason,
 			Message: fmt.Sprintf("weight %d is out of range for a semaphore whose share holds at most %d permits (WithLocalShare)", n, s.max)}
 	case try:
 		s.mu.Unlock()
-		return nil, &Error{Code: codes.ResourceExhausted, Reason: ErrNoCapacity.Reason,
+		return nil, &Error{Code: codes.ResourceExhausted, Reason: apierr.ErrNoCapacity.Reason,
 			Message: fmt.Sprintf("the semaphore on pool %q has %d of %d permits held locally and cannot take %d now", s.pool, s.inUse, s.cap, n)}
 	}
 	o := acquireOptionsOf(opts)
@@ -198,7 +199,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool, opts []Acqui
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timeout:
-		err = &Error{Code: codes.DeadlineExceeded, Reason: ErrWaitTimeout.Reason,
+		err = &Error{Code: codes.DeadlineExceeded, Reason: apierr.ErrWaitTimeout.Reason,
 			Message: fmt.Sprintf("waited %v (the wait timeout) for %d permits of the semaphore on pool %q", o.waitTimeout, n, s.pool)}
 	}
 	s.mu.Lock()

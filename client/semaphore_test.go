@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -57,7 +58,7 @@ func TestSemaphoreHandsOutPermitsLocally(t *testing.T) {
 	if !sem.TryAcquire(1) {
 		t.Fatal("TryAcquire after a Release failed")
 	}
-	if err := sem.Acquire(ctx(t), 4); !errors.Is(err, client.ErrInvalidArgument) {
+	if err := sem.Acquire(ctx(t), 4); !errors.Is(err, apierr.ErrInvalidArgument) {
 		t.Fatalf("Acquire(4) of WithLocalShare(3): %v, want ErrInvalidArgument", err)
 	}
 	sem.Release(3)
@@ -162,7 +163,7 @@ func TestSemaphoreLocalQueueHonoursPriorityAndWaitTimeout(t *testing.T) {
 	sem := newSemaphore(t, ts.dial(), "p", client.WithLocalShare(1))
 	defer sem.Close()
 	holdN(t, sem, 1)
-	if err := sem.Acquire(ctx(t), 1, client.WithWaitTimeout(20*time.Millisecond)); !errors.Is(err, client.ErrWaitTimeout) {
+	if err := sem.Acquire(ctx(t), 1, client.WithWaitTimeout(20*time.Millisecond)); !errors.Is(err, apierr.ErrWaitTimeout) {
 		t.Fatalf("Acquire with a wait timeout: %v, want ErrWaitTimeout", err)
 	}
 	order := make(chan string, 2)
@@ -295,7 +296,7 @@ func TestSemaphoreStopsWaitingForALeaseNobodyWants(t *testing.T) {
 	}
 	sem := newSemaphore(t, ts.dial(), "p")
 	defer sem.Close()
-	if err := sem.Acquire(ctx(t), 1, client.WithWaitTimeout(50*time.Millisecond)); !errors.Is(err, client.ErrWaitTimeout) {
+	if err := sem.Acquire(ctx(t), 1, client.WithWaitTimeout(50*time.Millisecond)); !errors.Is(err, apierr.ErrWaitTimeout) {
 		t.Fatalf("Acquire: %v, want ErrWaitTimeout", err)
 	}
 	waitFor(t, "the share's acquire left the pool's queue", func() bool { return ts.status("p").Waiting == 0 })

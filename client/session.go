@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // This file keeps the Client's one Session stream: a loop (run) opens it,
@@ -131,7 +132,7 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 			return a, nil
 		}
 		e := fromSessionError(se)
-		if e.Code != codes.Unavailable || e.Is(ErrRecovering) || e.Is(ErrStorageFailed) || e.Is(ErrOutcomeUnknown) {
+		if e.Code != codes.Unavailable || e.Is(apierr.ErrRecovering) || e.Is(apierr.ErrStorageFailed) || e.Is(apierr.ErrOutcomeUnknown) {
 			return a, e // an answer about the request, not about reaching the server; never sent again when it may have been applied
 		}
 		if o.failIfUnreachable {

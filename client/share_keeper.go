@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // This file is a Limiter's keeper: the goroutine that acquires its share,
@@ -75,7 +76,7 @@ func (l *Limiter) keep(ctx context.Context) {
 			next = sent.Add(l.refreshInterval())
 		case ctx.Err() != nil:
 			return
-		case errors.As(err, &e) && e.Is(ErrShareNotFound):
+		case errors.As(err, &e) && e.Is(apierr.ErrShareNotFound):
 			l.dropShare(g.id, stateWaiting, nil) // the server dropped it: get a new one at once
 		case errors.As(err, &e) && e.Code != codes.Unavailable:
 			l.dropShare(g.id, stateRefused, err) // the pool was deleted or lost its rate

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Limiter spends a share of a pool's rate locally, like a
@@ -95,7 +97,7 @@ func WithShareTTL(d time.Duration) LimiterOption { return func(l *Limiter) { l.t
 // arrives.
 //
 // Errors: a want that is not above 0, ErrClosed. The server's refusals
-// (ErrPoolNotFound, ErrNoRateLimit, ...) come from Wait.
+// (apierr.ErrPoolNotFound, apierr.ErrNoRateLimit, ...) come from Wait.
 func (c *Client) NewLimiter(pool string, want float64, opts ...LimiterOption) (*Limiter, error) {
 	if !(want > 0) || math.IsInf(want, 0) {
 		return nil, fmt.Errorf("tollgate: NewLimiter(%q, %v): want a rate above 0 tokens per second", pool, want)
@@ -140,7 +142,7 @@ func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 // WaitN waits until n tokens may be spent and spends them, or returns an
 // error: ctx.Err(); an error if n exceeds the burst while tokens come in
 // (as x/time/rate does) or if the wait would outlast ctx's deadline; the
-// server's refusal of the share (ErrPoolNotFound, ErrNoRateLimit, ...);
+// server's refusal of the share (apierr.ErrPoolNotFound, apierr.ErrNoRateLimit, ...);
 // ErrLimiterClosed. While the Limiter grants nothing (no share yet, a
 // share of 0, a safe rate of 0), it waits for that to change.
 func (l *Limiter) WaitN(ctx context.Context, n int) error {
@@ -244,7 +246,7 @@ func (l *Limiter) Close() error {
 	defer cancel()
 	err := l.c.releaseShare(ctx, l.pool, id)
 	var e *Error
-	if errors.As(err, &e) && e.Is(ErrShareNotFound) || errors.Is(err, ErrClosed) {
+	if errors.As(err, &e) && e.Is(apierr.ErrShareNotFound) || errors.Is(err, ErrClosed) {
 		err = nil // expired already, or the Client is closed: it expires by itself
 	}
 	return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -126,9 +127,9 @@ func TestLimiterRefused(t *testing.T) {
 	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	c := ts.dial()
 	l := newLimiter(t, c, "nope", 5)
-	mustIs(t, l.Wait(ctx(t)), client.ErrPoolNotFound)
+	mustIs(t, l.Wait(ctx(t)), apierr.ErrPoolNotFound)
 	l2 := newLimiter(t, c, "db", 5)
-	mustIs(t, l2.Wait(ctx(t)), client.ErrNoRateLimit)
+	mustIs(t, l2.Wait(ctx(t)), apierr.ErrNoRateLimit)
 	if l2.Allow() {
 		t.Fatal("Allow without a share")
 	}

@@ -18,7 +18,7 @@ const MaxTakeWait = time.Hour
 // it reserves the tokens and answers when they are due. The wait is bounded
 // by ctx's deadline, or by MaxTakeWait without one; if the tokens would not
 // come within it, the server refuses at once with an error matching
-// ErrRateLimited (whose RetryAfter says when they would) and reserves
+// apierr.ErrRateLimited (whose RetryAfter says when they would) and reserves
 // nothing.
 //
 // If ctx ends while the server waits, the take is cancelled (its tokens
@@ -28,8 +28,8 @@ const MaxTakeWait = time.Hour
 // just before the break then costs its tokens twice (never more tokens than
 // the rate allows, only fewer).
 //
-// Errors: ErrPoolNotFound, ErrNoRateLimit, ErrInvalidArgument (n < 1 or
-// above the pool's burst), ErrRateLimited (as *Error), ctx.Err(),
+// Errors: apierr.ErrPoolNotFound, apierr.ErrNoRateLimit, apierr.ErrInvalidArgument (n < 1 or
+// above the pool's burst), apierr.ErrRateLimited (as *Error), ctx.Err(),
 // ErrClosed, and ErrUnavailable under a policy that does not wait for an
 // unreachable server (see UnavailablePolicy).
 func (c *Client) Take(ctx context.Context, pool string, n int64) error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestTake(t *testing.T) {
@@ -23,14 +24,14 @@ func TestTake(t *testing.T) {
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	err := c.Take(short, "api", 1)
-	mustIs(t, err, client.ErrRateLimited)
+	mustIs(t, err, apierr.ErrRateLimited)
 	if e, _ := client.FromError(err); e == nil || e.RetryAfter != 100*time.Millisecond {
 		t.Fatalf("RATE_LIMITED over the stream: %#v; want RetryAfter 100ms", err)
 	}
-	mustIs(t, c.Take(ctx(t), "api", 3), client.ErrInvalidArgument)
-	mustIs(t, c.Take(ctx(t), "api", 0), client.ErrInvalidArgument)
-	mustIs(t, c.Take(ctx(t), "db", 1), client.ErrNoRateLimit)
-	mustIs(t, c.Take(ctx(t), "nope", 1), client.ErrPoolNotFound)
+	mustIs(t, c.Take(ctx(t), "api", 3), apierr.ErrInvalidArgument)
+	mustIs(t, c.Take(ctx(t), "api", 0), apierr.ErrInvalidArgument)
+	mustIs(t, c.Take(ctx(t), "db", 1), apierr.ErrNoRateLimit)
+	mustIs(t, c.Take(ctx(t), "nope", 1), apierr.ErrPoolNotFound)
 
 	// Without a deadline, Wait waits (by the server's clock) for the token,
 	// like rate.Limiter.Wait.

@@ -72,7 +72,7 @@ func FailWhenUnavailable() UnavailablePolicy { return UnavailablePolicy{kind: fa
 // Acquire, TryAcquire, Take and Wait cannot run anything locally; under
 // this policy they fail as under FailWhenUnavailable. n must be at least 1
 // (Dial refuses other values); a run whose WithWeight exceeds n fails with an
-// error matching ErrInvalidArgument.
+// error matching apierr.ErrInvalidArgument.
 func LocalLimitOnly(n int64) UnavailablePolicy {
 	return UnavailablePolicy{kind: localLimitOnly, limit: n}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // logRecorder is a slog.Handler that keeps the records it is given.
@@ -165,7 +166,7 @@ func TestLocalLimitOnly(t *testing.T) {
 
 	// A weight above the local limit cannot run.
 	err := c.Do(ctx(t), "db", func(context.Context) error { return nil }, client.WithWeight(3))
-	mustIs(t, err, client.ErrInvalidArgument)
+	mustIs(t, err, apierr.ErrInvalidArgument)
 	// Plain acquires have nothing to run locally: they fail.
 	_, err = c.Acquire(ctx(t), "db")
 	mustIs(t, err, client.ErrUnavailable)

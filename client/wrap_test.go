@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestWrap(t *testing.T) {
@@ -74,7 +75,7 @@ func TestWrap(t *testing.T) {
 		return 1, nil
 	})
 	r, err := missing(ctx(t), 1)
-	mustIs(t, err, client.ErrPoolNotFound)
+	mustIs(t, err, apierr.ErrPoolNotFound)
 	if r != 0 {
 		t.Fatalf("result %d without a run", r)
 	}

@@ -3,6 +3,8 @@ package limiter
 import (
 	"math"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // AdaptiveTarget says which of a pool's limits adaptive control moves.
@@ -194,7 +196,7 @@ func (a AdaptiveConfig) validate(name string, limit int64, rate float64) error {
 		return nil
 	}
 	bad := func(format string, args ...any) error {
-		return errorf(ErrInvalidArgument, "pool %q: adaptive."+format, append([]any{name}, args...)...)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: adaptive."+format, append([]any{name}, args...)...)
 	}
 	switch {
 	case a.Target > AdaptRate:

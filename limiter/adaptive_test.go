@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // adaptiveConc is an adaptive pool of 10 permits with small, round
@@ -115,7 +117,7 @@ func TestAdaptiveLoweredLimitHoldsGrants(t *testing.T) {
 	}
 	ee.checkAll(t, prev)
 	_, err := ee.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrNoCapacity)
+	wantReason(t, err, apierr.ErrNoCapacity)
 	if !strings.Contains(err.Error(), "held 10 of limit 8 (lowered from 10 by adaptive control)") {
 		t.Fatalf("message does not explain the lowered limit: %v", err)
 	}
@@ -260,7 +262,7 @@ func TestAdaptiveConfigValidation(t *testing.T) {
 		{PoolConfig{Name: "a", ConcurrencyLimit: 5, SafeRate: 1}, "safe_rate"},
 	} {
 		_, err := ee.CreatePool(tc.cfg)
-		wantReason(t, err, ErrInvalidArgument)
+		wantReason(t, err, apierr.ErrInvalidArgument)
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v; want it to name %s", tc.cfg, err, tc.want)
 		}
@@ -276,7 +278,7 @@ func TestReportAndOutcomeErrors(t *testing.T) {
 	ee := newEventEngine(t)
 	ee.mustCreate(t, PoolConfig{Name: "a", ConcurrencyLimit: 5})
 	err := ee.Report([]OutcomeReport{{Pool: "a", Errors: 5}, {Pool: "nope", Errors: 1}})
-	wantReason(t, err, ErrPoolNotFound)
+	wantReason(t, err, apierr.ErrPoolNotFound)
 	if s := ee.status(t, "a"); s.ErrorsReported != 0 {
 		t.Fatalf("a batch with an unknown pool counted %d errors", s.ErrorsReported)
 	}
@@ -289,13 +291,13 @@ func TestReportAndOutcomeErrors(t *testing.T) {
 		{{Pool: "a", Successes: 1, LatencySum: 1}},
 		{{Pool: "bad name", Successes: 1}},
 	} {
-		wantReason(t, ee.Report(rs), ErrInvalidArgument)
+		wantReason(t, ee.Report(rs), apierr.ErrInvalidArgument)
 	}
-	wantReason(t, ee.Report(make([]OutcomeReport, MaxReportPools+1)), ErrInvalidArgument)
-	wantReason(t, ee.RecordOutcome("a", 0, 0), ErrInvalidArgument)
-	wantReason(t, ee.RecordOutcome("a", 4, 0), ErrInvalidArgument)
-	wantReason(t, ee.RecordOutcome("a", OutcomeError, -1), ErrInvalidArgument)
-	wantReason(t, ee.RecordOutcome("nope", OutcomeError, 0), ErrPoolNotFound)
+	wantReason(t, ee.Report(make([]OutcomeReport, MaxReportPools+1)), apierr.ErrInvalidArgument)
+	wantReason(t, ee.RecordOutcome("a", 0, 0), apierr.ErrInvalidArgument)
+	wantReason(t, ee.RecordOutcome("a", 4, 0), apierr.ErrInvalidArgument)
+	wantReason(t, ee.RecordOutcome("a", OutcomeError, -1), apierr.ErrInvalidArgument)
+	wantReason(t, ee.RecordOutcome("nope", OutcomeError, 0), apierr.ErrPoolNotFound)
 	if err := ee.Report(nil); err != nil {
 		t.Fatalf("empty report: %v", err)
 	}
@@ -305,7 +307,7 @@ func TestReleaseWithOutcome(t *testing.T) {
 	ee := newEventEngine(t)
 	ee.mustCreate(t, PoolConfig{Name: "a", ConcurrencyLimit: 5})
 	l := ee.mustAcquire(t, AcquireRequest{Pool: "a"})
-	wantReason(t, errOf(ee.Release("a", l.FencingToken, WithOutcome(9, 0))), ErrInvalidArgument)
+	wantReason(t, errOf(ee.Release("a", l.FencingToken, WithOutcome(9, 0))), apierr.ErrInvalidArgument)
 	if s := ee.status(t, "a"); s.Held != 1 {
 		t.Fatal("a release with a bad outcome released the lease")
 	}
@@ -313,11 +315,11 @@ func TestReleaseWithOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A retried release counts nothing more.
-	wantReason(t, errOf(ee.Release("a", l.FencingToken, WithOutcome(OutcomeTimeout, time.Second))), ErrLeaseNotFound)
+	wantReason(t, errOf(ee.Release("a", l.FencingToken, WithOutcome(OutcomeTimeout, time.Second))), apierr.ErrLeaseNotFound)
 	// An expired lease's outcome still counts.
 	l2 := ee.mustAcquire(t, AcquireRequest{Pool: "a", TTL: time.Second})
 	ee.clk.Advance(time.Second)
-	wantReason(t, errOf(ee.Release("a", l2.FencingToken, WithOutcome(OutcomeError, 0))), ErrLeaseExpired)
+	wantReason(t, errOf(ee.Release("a", l2.FencingToken, WithOutcome(OutcomeError, 0))), apierr.ErrLeaseExpired)
 	if s := ee.status(t, "a"); s.TimeoutsReported != 1 || s.ErrorsReported != 1 || s.Held != 0 || s.Released != 1 {
 		t.Fatalf("status: %+v", s)
 	}

@@ -3,6 +3,8 @@ package limiter
 import (
 	"slices"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // This file is concurrency shares: a client process holds one ordinary
@@ -46,7 +48,7 @@ type LeaseResize struct {
 	// Weight is the new weight; 0 keeps it. Below the lease's weight, the
 	// difference is given back at once. Above, it is granted only if it
 	// fits now and no acquire of the lease's priority or higher waits;
-	// otherwise ResizeLease fails with ErrNoCapacity and nothing changes.
+	// otherwise ResizeLease fails with apierr.ErrNoCapacity and nothing changes.
 	Weight int64
 	// Want, above 0, makes the lease a concurrency share wanting that
 	// weight (a want above the pool's concurrency limit counts as the
@@ -87,14 +89,14 @@ type concShares struct {
 // the pool's shares. It returns the lease as it is then (Lease.Share set
 // for a share).
 //
-// Errors: ErrPoolNotFound; ErrLeaseExpired, ErrLeaseRevoked,
-// ErrLeaseNotFound (the holder must stop); ErrInvalidArgument (a negative
+// Errors: apierr.ErrPoolNotFound; apierr.ErrLeaseExpired, apierr.ErrLeaseRevoked,
+// apierr.ErrLeaseNotFound (the holder must stop); apierr.ErrInvalidArgument (a negative
 // weight or want, a pool with no concurrency limit, or one with instances;
-// a want in a pool with a rate, whose tokens a share would bypass); ErrNoCapacity (a grow that
+// a want in a pool with a rate, whose tokens a share would bypass); apierr.ErrNoCapacity (a grow that
 // does not fit now).
 func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	if r.Weight < 0 || r.Want < 0 {
-		return Lease{}, errorf(ErrInvalidArgument, "weight %d and want %d must not be negative (0 keeps the lease's)", r.Weight, r.Want)
+		return Lease{}, errorf(apierr.ErrInvalidArgument, "weight %d and want %d must not be negative (0 keeps the lease's)", r.Weight, r.Want)
 	}
 	p, err := e.lockPool(r.Pool)
 	if err != nil {
@@ -102,10 +104,10 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	}
 	defer p.unlock()
 	if p.cfg.ConcurrencyLimit == 0 || p.res != nil {
-		return Lease{}, errorf(ErrInvalidArgument, "pool %q has no concurrency limit or has instances; only a lease of a free pool with a concurrency limit can be resized", p.name)
+		return Lease{}, errorf(apierr.ErrInvalidArgument, "pool %q has no concurrency limit or has instances; only a lease of a free pool with a concurrency limit can be resized", p.name)
 	}
 	if r.Want > 0 && p.cfg.Rate > 0 {
-		return Lease{}, errorf(ErrInvalidArgument, "pool %q has a rate: a concurrency share would let its holder start work without taking tokens; use Acquire, or a rate share (AcquireShare) beside a share of a pool without a rate", p.name)
+		return Lease{}, errorf(apierr.ErrInvalidArgument, "pool %q has a rate: a concurrency share would let its holder start work without taking tokens; use Acquire, or a rate share (AcquireShare) beside a share of a pool without a rate", p.name)
 	}
 	r.Want = min(r.Want, p.cfg.ConcurrencyLimit) // more could never be granted
 	now := e.clock.Now()
@@ -116,7 +118,7 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	if r.Weight > l.Weight {
 		head, queued := p.waiters.top()
 		if r.Weight > p.cfg.ConcurrencyLimit || (queued && head.g.priority >= l.Priority) || !p.admitLocked(r.Weight-l.Weight, now) {
-			return Lease{}, errorf(ErrNoCapacity, "lease %d of pool %q cannot grow from %d to %d now (%s)", r.Token, p.name, l.Weight, r.Weight, p.busyLocked(now))
+			return Lease{}, errorf(apierr.ErrNoCapacity, "lease %d of pool %q cannot grow from %d to %d now (%s)", r.Token, p.name, l.Weight, r.Weight, p.busyLocked(now))
 		}
 		if err := p.reserveLocked(now, l.ExpireTime, r.Weight-l.Weight); err != nil { // within the written held bound, as a grant
 			return Lease{}, err

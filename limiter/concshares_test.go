@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/limiter/fakeclock"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // resizeEngine is a testEngine that also records OnLeaseResized pushes.
@@ -73,8 +74,8 @@ func TestResizeLeaseGrowsOnlyWhenItFitsAndNoWaiterIsAhead(t *testing.T) {
 	te.mustCreate(t, PoolConfig{Name: "p", ConcurrencyLimit: 4, MaxWaiters: 4})
 	a := te.mustAcquire(t, AcquireRequest{Pool: "p", Weight: 1})
 	b := te.mustAcquire(t, AcquireRequest{Pool: "p", Weight: 2})
-	if _, err := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Weight: 3}); !errors.Is(err, ErrNoCapacity) {
-		t.Fatalf("grow past the limit: %v, want ErrNoCapacity", err)
+	if _, err := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Weight: 3}); !errors.Is(err, apierr.ErrNoCapacity) {
+		t.Fatalf("grow past the limit: %v, want apierr.ErrNoCapacity", err)
 	}
 	if l := func() Lease {
 		l, _ := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Weight: 2})
@@ -84,8 +85,8 @@ func TestResizeLeaseGrowsOnlyWhenItFitsAndNoWaiterIsAhead(t *testing.T) {
 	}
 	te.resizeTo(t, a.FencingToken, 1)
 	w := te.startAcquire(t, AcquireRequest{Pool: "p", Weight: 3}) // needs 3, 1 is free: waits at the head
-	if _, err := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Weight: 2}); !errors.Is(err, ErrNoCapacity) {
-		t.Fatalf("grow past a waiting acquire: %v, want ErrNoCapacity (head of line)", err)
+	if _, err := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Weight: 2}); !errors.Is(err, apierr.ErrNoCapacity) {
+		t.Fatalf("grow past a waiting acquire: %v, want apierr.ErrNoCapacity (head of line)", err)
 	}
 	if _, err := te.Release("p", b.FencingToken); err != nil {
 		t.Fatal(err)
@@ -96,11 +97,11 @@ func TestResizeLeaseGrowsOnlyWhenItFitsAndNoWaiterIsAhead(t *testing.T) {
 	if l, err := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Want: 50}); err != nil || l.Share.Want != 4 {
 		t.Fatalf("a want above the limit: %+v, %v; want it counted as the limit", l, err)
 	}
-	if _, err := te.ResizeLease(LeaseResize{Pool: "p", Token: 999}); !errors.Is(err, ErrLeaseNotFound) {
+	if _, err := te.ResizeLease(LeaseResize{Pool: "p", Token: 999}); !errors.Is(err, apierr.ErrLeaseNotFound) {
 		t.Fatalf("resize of a lease never issued: %v", err)
 	}
 	te.clk.Advance(time.Minute) // a expires
-	if _, err := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Weight: 1}); !errors.Is(err, ErrLeaseExpired) {
+	if _, err := te.ResizeLease(LeaseResize{Pool: "p", Token: a.FencingToken, Weight: 1}); !errors.Is(err, apierr.ErrLeaseExpired) {
 		t.Fatalf("resize of an expired lease: %v", err)
 	}
 }
@@ -125,8 +126,8 @@ func TestResizeLeaseRefusesBadRequests(t *testing.T) {
 		{Pool: "r", Token: r.FencingToken, Want: 1},
 		{Pool: "both", Token: both.FencingToken, Want: 1},
 	} {
-		if _, err := te.ResizeLease(req); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("ResizeLease(%+v): %v, want ErrInvalidArgument", req, err)
+		if _, err := te.ResizeLease(req); !errors.Is(err, apierr.ErrInvalidArgument) {
+			t.Errorf("ResizeLease(%+v): %v, want apierr.ErrInvalidArgument", req, err)
 		}
 	}
 }

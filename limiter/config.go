@@ -4,6 +4,8 @@ import (
 	"math"
 	"reflect"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Limits and defaults of pool configuration.
@@ -116,7 +118,7 @@ func (r RevocationPolicy) String() string {
 }
 
 // ParseRevocationPolicy returns the policy named s ("wait" or "revoke";
-// "" means wait). Errors: ErrInvalidArgument.
+// "" means wait). Errors: apierr.ErrInvalidArgument.
 func ParseRevocationPolicy(s string) (RevocationPolicy, error) {
 	switch s {
 	case "", "wait":
@@ -124,7 +126,7 @@ func ParseRevocationPolicy(s string) (RevocationPolicy, error) {
 	case "revoke":
 		return RevocationRevoke, nil
 	}
-	return 0, errorf(ErrInvalidArgument, "revocation policy %q is not one; use wait or revoke", s)
+	return 0, errorf(apierr.ErrInvalidArgument, "revocation policy %q is not one; use wait or revoke", s)
 }
 
 // Equal reports whether c and o are the same configuration. (A
@@ -156,8 +158,8 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 	return c
 }
 
-// Validate reports the first problem with c as an *Error with
-// CodeInvalidArgument whose message names the field. Call it on the result
+// Validate reports the first problem with c as an *apierr.Error with
+// apierr.CodeInvalidArgument whose message names the field. Call it on the result
 // of WithDefaults.
 func (c PoolConfig) Validate() error {
 	if err := ValidatePoolName(c.Name); err != nil {
@@ -165,29 +167,29 @@ func (c PoolConfig) Validate() error {
 	}
 	switch {
 	case len(c.Description) > MaxDescriptionLen:
-		return errorf(ErrInvalidArgument, "pool %q: description is %d bytes; the most is %d", c.Name, len(c.Description), MaxDescriptionLen)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: description is %d bytes; the most is %d", c.Name, len(c.Description), MaxDescriptionLen)
 	case c.ConcurrencyLimit < 0 || c.ConcurrencyLimit > MaxConcurrency:
-		return errorf(ErrInvalidArgument, "pool %q: concurrency_limit %d is out of range [0, %d]", c.Name, c.ConcurrencyLimit, MaxConcurrency)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: concurrency_limit %d is out of range [0, %d]", c.Name, c.ConcurrencyLimit, MaxConcurrency)
 	case math.IsNaN(c.Rate) || c.Rate < 0 || c.Rate > MaxRate:
-		return errorf(ErrInvalidArgument, "pool %q: rate %v is out of range [0, %g] tokens per second", c.Name, c.Rate, float64(MaxRate))
+		return errorf(apierr.ErrInvalidArgument, "pool %q: rate %v is out of range [0, %g] tokens per second", c.Name, c.Rate, float64(MaxRate))
 	case c.ResourceKind > ResourcePassive:
-		return errorf(ErrInvalidArgument, "pool %q: resource_kind %d is not one; use free, active or passive", c.Name, c.ResourceKind)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: resource_kind %d is not one; use free, active or passive", c.Name, c.ResourceKind)
 	case c.Selection > SelectSpread:
-		return errorf(ErrInvalidArgument, "pool %q: selection_policy %d is not one; use reuse or spread", c.Name, c.Selection)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: selection_policy %d is not one; use reuse or spread", c.Name, c.Selection)
 	case c.ConcurrencyLimit == 0 && c.Rate == 0 && c.ResourceKind == ResourceFree:
-		return errorf(ErrInvalidArgument, "pool %q: set concurrency_limit, rate, or both; a pool with neither limits nothing", c.Name)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: set concurrency_limit, rate, or both; a pool with neither limits nothing", c.Name)
 	case c.Burst < 0 || c.Burst > MaxConcurrency:
-		return errorf(ErrInvalidArgument, "pool %q: burst %d is out of range [0, %d]", c.Name, c.Burst, MaxConcurrency)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: burst %d is out of range [0, %d]", c.Name, c.Burst, MaxConcurrency)
 	case c.MaxLeaseTTL < MinLeaseTTL || c.MaxLeaseTTL > MaxLeaseTTLLimit:
-		return errorf(ErrInvalidArgument, "pool %q: max_lease_ttl %v is out of range [%v, %v]", c.Name, c.MaxLeaseTTL, MinLeaseTTL, MaxLeaseTTLLimit)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: max_lease_ttl %v is out of range [%v, %v]", c.Name, c.MaxLeaseTTL, MinLeaseTTL, MaxLeaseTTLLimit)
 	case c.DefaultLeaseTTL < MinLeaseTTL || c.DefaultLeaseTTL > c.MaxLeaseTTL:
-		return errorf(ErrInvalidArgument, "pool %q: default_lease_ttl %v is out of range [%v, max_lease_ttl %v]", c.Name, c.DefaultLeaseTTL, MinLeaseTTL, c.MaxLeaseTTL)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: default_lease_ttl %v is out of range [%v, max_lease_ttl %v]", c.Name, c.DefaultLeaseTTL, MinLeaseTTL, c.MaxLeaseTTL)
 	case c.MaxWaiters < 0 || c.MaxWaiters > MaxWaitersLimit:
-		return errorf(ErrInvalidArgument, "pool %q: max_waiters %d is out of range [0, %d]", c.Name, c.MaxWaiters, MaxWaitersLimit)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: max_waiters %d is out of range [0, %d]", c.Name, c.MaxWaiters, MaxWaitersLimit)
 	case math.IsNaN(c.SafeRate) || c.SafeRate < 0 || c.SafeRate > c.Rate:
-		return errorf(ErrInvalidArgument, "pool %q: safe_rate %v is out of range [0, rate %v]", c.Name, c.SafeRate, c.Rate)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: safe_rate %v is out of range [0, rate %v]", c.Name, c.SafeRate, c.Rate)
 	case c.RevocationPolicy > RevocationRevoke:
-		return errorf(ErrInvalidArgument, "pool %q: revocation_policy %d is not one; use wait or revoke", c.Name, c.RevocationPolicy)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: revocation_policy %d is not one; use wait or revoke", c.Name, c.RevocationPolicy)
 	}
 	if err := c.validateMarks(); err != nil {
 		return err
@@ -198,18 +200,18 @@ func (c PoolConfig) Validate() error {
 	return c.Adaptive.validate(c.Name, c.ConcurrencyLimit, c.Rate)
 }
 
-// ValidatePoolName returns an *Error with CodeInvalidArgument unless name is
+// ValidatePoolName returns an *apierr.Error with apierr.CodeInvalidArgument unless name is
 // 1 to MaxPoolNameLen characters of [A-Za-z0-9._:/-].
 func ValidatePoolName(name string) error {
 	if name == "" {
-		return errorf(ErrInvalidArgument, "pool name is empty; use 1 to %d characters of [A-Za-z0-9._:/-]", MaxPoolNameLen)
+		return errorf(apierr.ErrInvalidArgument, "pool name is empty; use 1 to %d characters of [A-Za-z0-9._:/-]", MaxPoolNameLen)
 	}
 	if len(name) > MaxPoolNameLen {
-		return errorf(ErrInvalidArgument, "pool name is %d characters long; the most is %d", len(name), MaxPoolNameLen)
+		return errorf(apierr.ErrInvalidArgument, "pool name is %d characters long; the most is %d", len(name), MaxPoolNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		if !poolNameByte(name[i]) {
-			return errorf(ErrInvalidArgument, "pool name %q has %q at position %d; use only [A-Za-z0-9._:/-]", name, rune(name[i]), i)
+			return errorf(apierr.ErrInvalidArgument, "pool name %q has %q at position %d; use only [A-Za-z0-9._:/-]", name, rune(name[i]), i)
 		}
 	}
 	return nil

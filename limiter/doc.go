@@ -2,6 +2,11 @@
 // permits and rate tokens, plain Go with no gRPC, and time from an injected
 // Clock so that every behaviour can be tested without sleeping.
 //
+// The engine's errors are *apierr.Error values (package
+// proto/tollgate/v1/apierr: the API's reasons, shared with the server and
+// the client); match their kind with errors.Is against apierr's Err* values,
+// which each call's documentation lists.
+//
 // # Model
 //
 // A pool has a concurrency limit (the most permit weight live leases may hold
@@ -14,7 +19,7 @@
 // expires and its permits return to the pool. RevokeLease ends a live lease
 // at once: its permits return, OnLeaseEnded reports it with
 // EndRevoked and the reason, and a later Renew or Release of it fails with
-// ErrLeaseRevoked. Take takes exact tokens from the bucket.
+// apierr.ErrLeaseRevoked. Take takes exact tokens from the bucket.
 //
 // # Waiting
 //
@@ -52,7 +57,7 @@
 // With a Persister (Options.Persister), pool definitions are durable:
 // CreatePool, UpdatePool and DeletePool write through it, under the pool's
 // lock, before the change becomes visible, and a failed write changes
-// nothing (ErrStorageFailed). Leases are not written. Instead each pool
+// nothing (apierr.ErrStorageFailed). Leases are not written. Instead each pool
 // keeps a small DurableState, written ahead of need so that grants cost no
 // disk write:
 //   - a fencing token ceiling: a block of tokens is reserved before the
@@ -74,10 +79,10 @@
 //     to the old ceiling that the pool's live set says may be live,
 //     re-adopts it (same token, exactly the weight its receipt signs) if
 //     it fits under the concurrency limit, and fails with
-//     ErrLeaseNotReadopted otherwise: its holder must stop;
+//     apierr.ErrLeaseNotReadopted otherwise: its holder must stop;
 //   - Release of such a lease succeeds: nothing was granted over it;
 //   - a pool with a concurrency limit grants nothing new: acquires wait in
-//     its queue, and a NoWait acquire fails with ErrRecovering saying until
+//     its queue, and a NoWait acquire fails with apierr.ErrRecovering saying until
 //     when; when the window ends, the queue is served as usual.
 //
 // So a restart never grants capacity that a holder who follows the lease

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Options configures an Engine.
@@ -52,7 +54,7 @@ type Options struct {
 	// says false the engine is frozen, for good: its timers change nothing
 	// (no lease expires, no waiter is granted or timed out, no mark,
 	// adaptive, provider or recovery tick), no callback is called, and
-	// calls on its pools fail with ErrNotLeader, having changed nothing.
+	// calls on its pools fail with apierr.ErrNotLeader, having changed nothing.
 	// It is asked under pool locks, so it must be cheap and take no lock
 	// of the engine. nil: always live.
 	Live func() bool
@@ -115,14 +117,14 @@ func (e *Engine) acting() bool { return e.live == nil || e.live() }
 
 // errNotLeader is the error of a call on a frozen engine (Options.Live).
 func errNotLeader() error {
-	return errorf(ErrNotLeader, "this server no longer leads the cluster; nothing was changed; retry on the leader")
+	return errorf(apierr.ErrNotLeader, "this server no longer leads the cluster; nothing was changed; retry on the leader")
 }
 
 // Clock returns the engine's clock.
 func (e *Engine) Clock() Clock { return e.clock }
 
 // StopWaits ends the wait of every acquire and take that waits now with
-// ErrShuttingDown, and refuses the same way any that would wait from now
+// apierr.ErrShuttingDown, and refuses the same way any that would wait from now
 // on; grants that need no wait go on until Close. A server calls it when
 // its shutdown starts, so that waiting callers learn at once.
 func (e *Engine) StopWaits() { e.stopOnce.Do(func() { close(e.stopping) }) }
@@ -139,14 +141,14 @@ func (e *Engine) waitsStopped() bool {
 
 // errShuttingDown is the error of a wait that StopWaits ended or refused.
 func errShuttingDown() error {
-	return errorf(ErrShuttingDown, "the server is shutting down; retry on another server, or after it restarts")
+	return errorf(apierr.ErrShuttingDown, "the server is shutting down; retry on another server, or after it restarts")
 }
 
 // errWaitsStopped is an await's cause when StopWaits ended it.
 var errWaitsStopped = errors.New("waits stopped")
 
-// Close fails every waiting Acquire and Take with ErrShuttingDown and stops
-// the engine's timers; later calls fail with ErrShuttingDown. Leases are not
+// Close fails every waiting Acquire and Take with apierr.ErrShuttingDown and stops
+// the engine's timers; later calls fail with apierr.ErrShuttingDown. Leases are not
 // released and nothing expires after Close. It returns once no background
 // write is in flight (Options.PreReserve), so that the caller may close
 // the Persister. Close is idempotent.
@@ -160,7 +162,7 @@ func (e *Engine) Close() {
 	for _, p := range e.pools.snapshot() {
 		p.mu.Lock()
 		p.failWaitersLocked(func(*waiter) error {
-			return errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
+			return errorf(apierr.ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 		})
 		p.stopTimersLocked()
 		p.mu.Unlock() // no deliveries under e.mu
@@ -205,10 +207,10 @@ func (e *Engine) RecordCleanStop() {
 // cleanStopWriters is how many pools RecordCleanStop writes at once.
 const cleanStopWriters = 64
 
-// lookup returns the named pool, or ErrPoolNotFound / ErrShuttingDown.
+// lookup returns the named pool, or apierr.ErrPoolNotFound / apierr.ErrShuttingDown.
 func (e *Engine) lookup(name string) (*pool, error) {
 	if e.closed.Load() {
-		return nil, errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
+		return nil, errorf(apierr.ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 	}
 	if !e.acting() {
 		return nil, errNotLeader()
@@ -221,7 +223,7 @@ func (e *Engine) lookup(name string) (*pool, error) {
 }
 
 // lockPool returns the named pool with its lock held, or an error
-// (ErrPoolNotFound, also for a pool deleted meanwhile, or ErrShuttingDown)
+// (apierr.ErrPoolNotFound, also for a pool deleted meanwhile, or apierr.ErrShuttingDown)
 // with no lock held. The caller must unlock p.mu.
 func (e *Engine) lockPool(name string) (*pool, error) {
 	p, err := e.lookup(name)
@@ -244,7 +246,7 @@ func poolNotFound(name string) error {
 	if err := ValidatePoolName(name); err != nil {
 		return err
 	}
-	return errorf(ErrPoolNotFound, "pool %q not found; create it first", name)
+	return errorf(apierr.ErrPoolNotFound, "pool %q not found; create it first", name)
 }
 
 func (e *Engine) notifyEnded(ended []LeaseEnded) {

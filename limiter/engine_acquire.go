@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Acquire grants a lease of req.Weight permits from req.Pool.
@@ -18,14 +20,14 @@ import (
 // ends ungranted never consumes a permit, and neither does a grant that
 // races with ctx ending: that grant is undone.
 //
-// Errors: ErrPoolNotFound; ErrInvalidArgument (weight < 1, weight above the
+// Errors: apierr.ErrPoolNotFound; apierr.ErrInvalidArgument (weight < 1, weight above the
 // limit or burst, TTL out of range, client id or description too long);
-// ErrNoCapacity (NoWait); ErrQueueFull; ErrWaitTimeout (WaitTimeout passed,
-// or ctx's deadline); ErrCanceled (ctx cancelled); ErrLimitBelowWeight and
-// ErrPoolDeleted (the pool changed while waiting); ErrShuttingDown;
-// ErrRecovering (NoWait during the pool's recovery window after a restart,
+// apierr.ErrNoCapacity (NoWait); apierr.ErrQueueFull; apierr.ErrWaitTimeout (WaitTimeout passed,
+// or ctx's deadline); apierr.ErrCanceled (ctx cancelled); apierr.ErrLimitBelowWeight and
+// apierr.ErrPoolDeleted (the pool changed while waiting); apierr.ErrShuttingDown;
+// apierr.ErrRecovering (NoWait during the pool's recovery window after a restart,
 // see RestorePool; without NoWait the acquire waits for the window to end);
-// ErrStorageFailed (the token or expiry reservation could not be written;
+// apierr.ErrStorageFailed (the token or expiry reservation could not be written;
 // nothing was granted).
 func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
 	l, w, err := e.StartAcquire(req)
@@ -155,11 +157,11 @@ func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
 	case req.NoWait && p.recoveryBlocksLocked(): // after a restart
 		return p.recoveringErrLocked(now)
 	case req.NoWait:
-		return errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s), and the acquire does not wait", p.name, req.Weight, p.busyLocked(now))
+		return errorf(apierr.ErrNoCapacity, "pool %q cannot grant weight %d now (%s), and the acquire does not wait", p.name, req.Weight, p.busyLocked(now))
 	case p.e.waitsStopped():
 		return errShuttingDown()
 	case int64(len(p.waiters))+p.takesWaiting >= p.cfg.MaxWaiters:
-		return errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, int64(len(p.waiters))+p.takesWaiting)
+		return errorf(apierr.ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, int64(len(p.waiters))+p.takesWaiting)
 	}
 	return nil
 }
@@ -206,15 +208,15 @@ func (p *pool) await(ctx context.Context, w *waiter) (Lease, error) {
 func checkAcquireRequest(req *AcquireRequest) error {
 	switch {
 	case req.Weight < 1:
-		return errorf(ErrInvalidArgument, "weight %d is invalid; ask for at least 1 permit", req.Weight)
+		return errorf(apierr.ErrInvalidArgument, "weight %d is invalid; ask for at least 1 permit", req.Weight)
 	case req.TTL < 0:
-		return errorf(ErrInvalidArgument, "ttl %v is negative", req.TTL)
+		return errorf(apierr.ErrInvalidArgument, "ttl %v is negative", req.TTL)
 	case req.WaitTimeout < 0:
-		return errorf(ErrInvalidArgument, "wait timeout %v is negative", req.WaitTimeout)
+		return errorf(apierr.ErrInvalidArgument, "wait timeout %v is negative", req.WaitTimeout)
 	case len(req.ClientID) > MaxClientIDLen:
-		return errorf(ErrInvalidArgument, "client id is %d bytes; the most is %d", len(req.ClientID), MaxClientIDLen)
+		return errorf(apierr.ErrInvalidArgument, "client id is %d bytes; the most is %d", len(req.ClientID), MaxClientIDLen)
 	case len(req.Description) > MaxDescriptionLen:
-		return errorf(ErrInvalidArgument, "description is %d bytes; the most is %d", len(req.Description), MaxDescriptionLen)
+		return errorf(apierr.ErrInvalidArgument, "description is %d bytes; the most is %d", len(req.Description), MaxDescriptionLen)
 	}
 	return nil
 }
@@ -226,10 +228,10 @@ func (p *pool) abandonErrLocked(cause error, weight int64) error {
 	}
 	if errors.Is(cause, context.DeadlineExceeded) {
 		p.stats.WaitTimeouts++
-		return errorf(ErrWaitTimeout, "the call's deadline passed while waiting for weight %d in pool %q (%s)", weight, p.name, p.busyLocked(p.e.clock.Now()))
+		return errorf(apierr.ErrWaitTimeout, "the call's deadline passed while waiting for weight %d in pool %q (%s)", weight, p.name, p.busyLocked(p.e.clock.Now()))
 	}
 	p.stats.Canceled++
-	return errorf(ErrCanceled, "the acquire of weight %d in pool %q was cancelled while waiting", weight, p.name)
+	return errorf(apierr.ErrCanceled, "the acquire of weight %d in pool %q was cancelled while waiting", weight, p.name)
 }
 
 // timeOutWaiter ends w's wait when its WaitTimeout passes.
@@ -241,7 +243,7 @@ func (p *pool) timeOutWaiter(w *waiter) {
 	}
 	now := p.e.clock.Now()
 	p.stats.WaitTimeouts++
-	p.finishWaiterLocked(w, Lease{}, errorf(ErrWaitTimeout, "waited %v (the wait timeout) for weight %d in pool %q without a grant (%s)", w.waitTimeout, w.g.weight, p.name, p.busyLocked(now)))
+	p.finishWaiterLocked(w, Lease{}, errorf(apierr.ErrWaitTimeout, "waited %v (the wait timeout) for weight %d in pool %q without a grant (%s)", w.waitTimeout, w.g.weight, p.name, p.busyLocked(now)))
 	p.dispatchLocked(now)
 }
 

@@ -3,6 +3,8 @@ package limiter
 import (
 	"errors"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Release ends a live lease, returns its permits to the pool at once,
@@ -13,10 +15,10 @@ import (
 // lease from before the restart that was not re-adopted succeeds (see
 // RestorePool). See WithOutcome for reporting how the work went.
 //
-// Errors: ErrPoolNotFound; ErrLeaseExpired (it expired before the
+// Errors: apierr.ErrPoolNotFound; apierr.ErrLeaseExpired (it expired before the
 // release, so the work ran unprotected at the end; reported once the
-// expiry has been processed); ErrLeaseNotFound (released already, or never
-// issued); ErrInvalidArgument for a bad outcome (then nothing is
+// expiry has been processed); apierr.ErrLeaseNotFound (released already, or never
+// issued); apierr.ErrInvalidArgument for a bad outcome (then nothing is
 // released).
 func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Lease, error) {
 	o := releaseOptionsOf(opts)
@@ -50,7 +52,7 @@ func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Leas
 		}
 		released = l.Lease
 	}
-	if o.outcome != nil && (err == nil || errors.Is(err, ErrLeaseExpired)) {
+	if o.outcome != nil && (err == nil || errors.Is(err, apierr.ErrLeaseExpired)) {
 		p.recordOutcomesLocked(outcomeBucketOf(o.outcome.Outcome, o.outcome.Latency), e.clock.Now())
 	}
 	return released, err
@@ -98,9 +100,9 @@ type ReleaseOutcome struct {
 // expiry the lease has (and takes ttl as its TTL for the next renew). A lease whose ExpireTime
 // has passed cannot be renewed, even if the expiry timer has not run yet.
 // It never re-adopts a lease from before a restart; RenewOrReadopt does.
-// Errors: ErrPoolNotFound; ErrLeaseExpired (the holder must stop);
-// ErrLeaseNotFound; ErrInvalidArgument (ttl out of range);
-// ErrStorageFailed (the new expiry could not be reserved; the lease keeps
+// Errors: apierr.ErrPoolNotFound; apierr.ErrLeaseExpired (the holder must stop);
+// apierr.ErrLeaseNotFound; apierr.ErrInvalidArgument (ttl out of range);
+// apierr.ErrStorageFailed (the new expiry could not be reserved; the lease keeps
 // its old one).
 func (e *Engine) Renew(pool string, token uint64, ttl time.Duration, owner any) (Lease, error) {
 	return e.renew(pool, token, ttl, owner, nil)
@@ -109,7 +111,7 @@ func (e *Engine) Renew(pool string, token uint64, ttl time.Duration, owner any) 
 // renew is Renew and, with a non-nil ra, RenewOrReadopt.
 func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, ra *Readopt) (Lease, error) {
 	if ttl < 0 {
-		return Lease{}, errorf(ErrInvalidArgument, "ttl %v is negative", ttl)
+		return Lease{}, errorf(apierr.ErrInvalidArgument, "ttl %v is negative", ttl)
 	}
 	p, err := e.lockPool(pool)
 	if err != nil {

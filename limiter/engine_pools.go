@@ -2,12 +2,14 @@ package limiter
 
 import (
 	"sort"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // CreatePool creates a pool from cfg with defaults filled in and returns it.
 // With a Persister, the pool is written before it becomes visible.
-// Errors: ErrInvalidArgument (the message names the field), ErrPoolExists,
-// ErrStorageFailed (nothing was created).
+// Errors: apierr.ErrInvalidArgument (the message names the field), apierr.ErrPoolExists,
+// apierr.ErrStorageFailed (nothing was created).
 func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -16,10 +18,10 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Load() {
-		return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
+		return PoolInfo{}, errorf(apierr.ErrShuttingDown, "the server is shutting down")
 	}
 	if e.pools.get(cfg.Name) != nil { // e.mu serializes every pool creation
-		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; update it, or pick another name", cfg.Name)
+		return PoolInfo{}, errorf(apierr.ErrPoolExists, "pool %q already exists; update it, or pick another name", cfg.Name)
 	}
 	now := e.clock.Now()
 	p := newPool(e, cfg, now, e.tokenFloor.Load())
@@ -33,7 +35,7 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	return info, nil
 }
 
-// GetPool returns a pool's configuration and status. Errors: ErrPoolNotFound.
+// GetPool returns a pool's configuration and status. Errors: apierr.ErrPoolNotFound.
 func (e *Engine) GetPool(name string) (PoolInfo, error) {
 	p, err := e.lockPool(name)
 	if err != nil {
@@ -73,7 +75,7 @@ func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 //     under it (held leases continue; with RevocationRevoke, leases are
 //     revoked until the held weight is within it, reported to OnLeaseEnded
 //     with EndRevoked), and fails the waiters whose weight is above it
-//     with ErrLimitBelowWeight (likewise for a lower burst);
+//     with apierr.ErrLimitBelowWeight (likewise for a lower burst);
 //   - TTL changes apply to grants and renewals from now on;
 //   - with adaptive control, an effective limit that was lowered stays
 //     lowered (within its new floor and configured value), and a change of
@@ -83,8 +85,8 @@ func (e *Engine) ListPools(after string, limit int) ([]PoolInfo, bool) {
 // update runs under the pool's lock and must not call the engine. The name
 // cannot change. With a Persister, the new configuration is written before
 // it becomes live. ByActor names who made the change in the revocations a
-// lowered concurrency limit makes. Errors: ErrPoolNotFound,
-// ErrInvalidArgument, ErrStorageFailed (nothing was changed).
+// lowered concurrency limit makes. Errors: apierr.ErrPoolNotFound,
+// apierr.ErrInvalidArgument, apierr.ErrStorageFailed (nothing was changed).
 func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallOption) (PoolInfo, error) {
 	actor := callOptionsOf(opts).actor
 	p, err := e.lookup(name)
@@ -99,14 +101,14 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallO
 	cfg := p.cfg
 	update(&cfg)
 	if cfg.Name != p.name {
-		return PoolInfo{}, errorf(ErrInvalidArgument, "pool %q cannot be renamed to %q; create a new pool instead", p.name, cfg.Name)
+		return PoolInfo{}, errorf(apierr.ErrInvalidArgument, "pool %q cannot be renamed to %q; create a new pool instead", p.name, cfg.Name)
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return PoolInfo{}, err
 	}
 	if cfg.ResourceKind != p.cfg.ResourceKind {
-		return PoolInfo{}, errorf(ErrInvalidArgument, "pool %q is %s and cannot become %s; create a new pool instead", p.name, p.cfg.ResourceKind, cfg.ResourceKind)
+		return PoolInfo{}, errorf(apierr.ErrInvalidArgument, "pool %q is %s and cannot become %s; create a new pool instead", p.name, p.cfg.ResourceKind, cfg.ResourceKind)
 	}
 	now := e.clock.Now()
 	if err := p.persistConfigLocked(cfg, now); err != nil { // durable before visible
@@ -122,7 +124,7 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallO
 	p.applyRateLocked(now)
 	p.failWaitersLocked(func(w *waiter) error {
 		if err := p.checkWeightLocked(w.g.weight); err != nil {
-			return errorf(ErrLimitBelowWeight, "pool %q was changed while this acquire waited and can no longer grant weight %d: %v", p.name, w.g.weight, err)
+			return errorf(apierr.ErrLimitBelowWeight, "pool %q was changed while this acquire waited and can no longer grant weight %d: %v", p.name, w.g.weight, err)
 		}
 		return nil
 	})
@@ -132,11 +134,11 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallO
 }
 
 // DeletePool removes a pool. Without force it refuses while leases are
-// held (ErrPoolBusy). With force, the held leases end (reported to
+// held (apierr.ErrPoolBusy). With force, the held leases end (reported to
 // OnLeaseEnded with EndPoolDeleted). Either way, waiting acquires fail with
-// ErrPoolDeleted, and its rate shares are revoked (reported to
+// apierr.ErrPoolDeleted, and its rate shares are revoked (reported to
 // OnShareUpdate). With a Persister, the deletion is written first.
-// Errors: ErrPoolNotFound, ErrPoolBusy, ErrStorageFailed (nothing was
+// Errors: apierr.ErrPoolNotFound, apierr.ErrPoolBusy, apierr.ErrStorageFailed (nothing was
 // deleted).
 func (e *Engine) DeletePool(name string, force bool) error {
 	p, err := e.lockPool(name)
@@ -146,7 +148,7 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	if len(p.leases) > 0 && !force {
 		n, held := len(p.leases), p.held
 		p.unlock()
-		return errorf(ErrPoolBusy, "pool %q has %d live leases holding %d permits; release them, wait for them to expire, or delete with force to end them", name, n, held)
+		return errorf(apierr.ErrPoolBusy, "pool %q has %d live leases holding %d permits; release them, wait for them to expire, or delete with force to end them", name, n, held)
 	}
 	if err := p.persistDeleteLocked(max(p.lastToken, e.tokenFloor.Load())); err != nil { // durable before visible
 		p.unlock()
@@ -156,7 +158,7 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	e.pools.remove(p)
 	p.deleted = true
 	p.failWaitersLocked(func(*waiter) error {
-		return errorf(ErrPoolDeleted, "pool %q was deleted while this acquire waited", name)
+		return errorf(apierr.ErrPoolDeleted, "pool %q was deleted while this acquire waited", name)
 	})
 	var ended []LeaseEnded
 	for _, l := range p.leases {

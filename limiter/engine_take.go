@@ -6,19 +6,21 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Take takes tokens from a pool's bucket. If they are not available now,
 // it reserves them and waits until they are, provided that is within
 // maxWait by the engine's clock; otherwise it reserves nothing and fails
-// with ErrRateLimited, whose RetryAfter says how long until they would be.
+// with apierr.ErrRateLimited, whose RetryAfter says how long until they would be.
 // If ctx ends during the wait, the reservation is cancelled (its tokens go
 // back to the bucket as far as later reservations allow) and Take fails
-// with ErrCanceled or ErrWaitTimeout.
+// with apierr.ErrCanceled or apierr.ErrWaitTimeout.
 //
-// Errors: ErrPoolNotFound; ErrNoRateLimit; ErrInvalidArgument (tokens < 1
-// or above the burst, negative maxWait); ErrRateLimited; ErrCanceled;
-// ErrWaitTimeout; ErrShuttingDown.
+// Errors: apierr.ErrPoolNotFound; apierr.ErrNoRateLimit; apierr.ErrInvalidArgument (tokens < 1
+// or above the burst, negative maxWait); apierr.ErrRateLimited; apierr.ErrCanceled;
+// apierr.ErrWaitTimeout; apierr.ErrShuttingDown.
 func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (TakeResult, error) {
 	res, w, err := e.StartTake(pool, tokens, maxWait)
 	if w == nil {
@@ -34,10 +36,10 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 // must then learn, once.
 func (e *Engine) StartTake(pool string, tokens int64, maxWait time.Duration) (TakeResult, *TakeWait, error) {
 	if tokens < 1 {
-		return TakeResult{}, nil, errorf(ErrInvalidArgument, "tokens %d is invalid; take at least 1", tokens)
+		return TakeResult{}, nil, errorf(apierr.ErrInvalidArgument, "tokens %d is invalid; take at least 1", tokens)
 	}
 	if maxWait < 0 {
-		return TakeResult{}, nil, errorf(ErrInvalidArgument, "max wait %v is negative", maxWait)
+		return TakeResult{}, nil, errorf(apierr.ErrInvalidArgument, "max wait %v is negative", maxWait)
 	}
 	p, r, delay, err := e.takeOrReserve(pool, tokens, maxWait)
 	switch {
@@ -129,10 +131,10 @@ func (w *TakeWait) Cancel(cause error) {
 		w.err = errShuttingDown()
 	case errors.Is(cause, context.DeadlineExceeded):
 		p.stats.WaitTimeouts++
-		w.err = errorf(ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", w.tokens, p.name)
+		w.err = errorf(apierr.ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", w.tokens, p.name)
 	default:
 		p.stats.Canceled++
-		w.err = errorf(ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", w.tokens, p.name)
+		w.err = errorf(apierr.ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", w.tokens, p.name)
 	}
 	w.finishLocked()
 }
@@ -178,10 +180,10 @@ func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration)
 	}
 	defer p.unlock()
 	if p.bucket == nil {
-		return nil, nil, 0, errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; use Acquire, or give the pool a rate", pool)
+		return nil, nil, 0, errorf(apierr.ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; use Acquire, or give the pool a rate", pool)
 	}
 	if tokens > p.cfg.Burst {
-		return nil, nil, 0, errorf(ErrInvalidArgument, "tokens %d exceeds pool %q's burst of %d; no wait could satisfy it: take fewer at a time", tokens, pool, p.cfg.Burst)
+		return nil, nil, 0, errorf(apierr.ErrInvalidArgument, "tokens %d exceeds pool %q's burst of %d; no wait could satisfy it: take fewer at a time", tokens, pool, p.cfg.Burst)
 	}
 	now := e.clock.Now()
 	r := p.bucket.ReserveN(now, int(tokens))
@@ -192,7 +194,7 @@ func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration)
 		if p.noRefillLocked() { // rate shares hold the whole rate
 			return nil, nil, 0, p.noRefillErrLocked(tokens)
 		}
-		return nil, nil, 0, &Error{Code: CodeResourceExhausted, Reason: ReasonRateLimited, RetryAfter: delay,
+		return nil, nil, 0, &apierr.Error{Code: apierr.CodeResourceExhausted, Reason: apierr.ReasonRateLimited, RetryAfter: delay,
 			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}
 	}
 	if delay > 0 && e.waitsStopped() {
@@ -202,7 +204,7 @@ func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration)
 	if n := int64(len(p.waiters)) + p.takesWaiting; delay > 0 && n >= p.cfg.MaxWaiters {
 		r.CancelAt(now)
 		p.stats.Rejected++
-		return nil, nil, 0, errorf(ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", pool, n)
+		return nil, nil, 0, errorf(apierr.ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", pool, n)
 	}
 	p.stats.TokensGranted += tokens
 	p.waits.addTokens(now, tokens) // for the rate's utilisation

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestCreatePoolDefaultsAndValidation(t *testing.T) {
@@ -22,7 +24,7 @@ func TestCreatePoolDefaultsAndValidation(t *testing.T) {
 	if r.Config.Burst != 3 {
 		t.Fatalf("burst default = %d; want ceil(2.5) = 3", r.Config.Burst)
 	}
-	if _, err := te.CreatePool(PoolConfig{Name: "db", ConcurrencyLimit: 1}); !errors.Is(err, ErrPoolExists) {
+	if _, err := te.CreatePool(PoolConfig{Name: "db", ConcurrencyLimit: 1}); !errors.Is(err, apierr.ErrPoolExists) {
 		t.Fatalf("duplicate create: %v", err)
 	}
 
@@ -43,7 +45,7 @@ func TestCreatePoolDefaultsAndValidation(t *testing.T) {
 	}
 	for _, b := range bad {
 		_, err := te.CreatePool(b.cfg)
-		wantReason(t, err, ErrInvalidArgument)
+		wantReason(t, err, apierr.ErrInvalidArgument)
 		if !strings.Contains(err.Error(), b.want) {
 			t.Errorf("CreatePool(%.40q...): %v; want message mentioning %q", b.cfg.Name, err, b.want)
 		}
@@ -67,14 +69,14 @@ func TestAcquireReleaseConcurrencyLimit(t *testing.T) {
 		t.Fatalf("fencing tokens not increasing: %d then %d", a.FencingToken, b.FencingToken)
 	}
 	_, err := te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrNoCapacity)
+	wantReason(t, err, apierr.ErrNoCapacity)
 	if s := te.status(t, "db"); s.Held != 3 || s.Leases != 2 || s.Rejected != 1 || s.Granted != 2 {
 		t.Fatalf("status = %+v", s)
 	}
 	if _, err := te.Release("db", a.FencingToken); err != nil {
 		t.Fatal(err)
 	}
-	wantReason(t, errOf(te.Release("db", a.FencingToken)), ErrLeaseNotFound)
+	wantReason(t, errOf(te.Release("db", a.FencingToken)), apierr.ErrLeaseNotFound)
 	if s := te.status(t, "db"); s.Held != 1 || s.Released != 1 {
 		t.Fatalf("status after release = %+v", s)
 	}
@@ -88,19 +90,19 @@ func TestAcquireBadRequests(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
 		req  AcquireRequest
-		kind *Error
+		kind *apierr.Error
 		want string
 	}{
-		{AcquireRequest{Pool: "nope", Weight: 1}, ErrPoolNotFound, "not found"},
-		{AcquireRequest{Pool: "bad name!", Weight: 1}, ErrInvalidArgument, "pool name"},
-		{AcquireRequest{Pool: "db", Weight: 0}, ErrInvalidArgument, "weight 0"},
-		{AcquireRequest{Pool: "db", Weight: 3}, ErrInvalidArgument, "concurrency limit 2"},
-		{AcquireRequest{Pool: "api", Weight: 5}, ErrInvalidArgument, "burst of 4"},
-		{AcquireRequest{Pool: "db", Weight: 1, TTL: time.Hour}, ErrInvalidArgument, "max_lease_ttl 1m0s"},
-		{AcquireRequest{Pool: "db", Weight: 1, TTL: time.Millisecond}, ErrInvalidArgument, "out of range"},
-		{AcquireRequest{Pool: "db", Weight: 1, TTL: -time.Second}, ErrInvalidArgument, "negative"},
-		{AcquireRequest{Pool: "db", Weight: 1, WaitTimeout: -time.Second}, ErrInvalidArgument, "negative"},
-		{AcquireRequest{Pool: "db", Weight: 1, ClientID: strings.Repeat("c", 300)}, ErrInvalidArgument, "client id"},
+		{AcquireRequest{Pool: "nope", Weight: 1}, apierr.ErrPoolNotFound, "not found"},
+		{AcquireRequest{Pool: "bad name!", Weight: 1}, apierr.ErrInvalidArgument, "pool name"},
+		{AcquireRequest{Pool: "db", Weight: 0}, apierr.ErrInvalidArgument, "weight 0"},
+		{AcquireRequest{Pool: "db", Weight: 3}, apierr.ErrInvalidArgument, "concurrency limit 2"},
+		{AcquireRequest{Pool: "api", Weight: 5}, apierr.ErrInvalidArgument, "burst of 4"},
+		{AcquireRequest{Pool: "db", Weight: 1, TTL: time.Hour}, apierr.ErrInvalidArgument, "max_lease_ttl 1m0s"},
+		{AcquireRequest{Pool: "db", Weight: 1, TTL: time.Millisecond}, apierr.ErrInvalidArgument, "out of range"},
+		{AcquireRequest{Pool: "db", Weight: 1, TTL: -time.Second}, apierr.ErrInvalidArgument, "negative"},
+		{AcquireRequest{Pool: "db", Weight: 1, WaitTimeout: -time.Second}, apierr.ErrInvalidArgument, "negative"},
+		{AcquireRequest{Pool: "db", Weight: 1, ClientID: strings.Repeat("c", 300)}, apierr.ErrInvalidArgument, "client id"},
 	}
 	for _, c := range cases {
 		_, err := te.Acquire(ctx, c.req)
@@ -141,7 +143,7 @@ func TestDeletePool(t *testing.T) {
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	l := te.mustAcquire(t, AcquireRequest{Pool: "db", Owner: "session-1"})
 	w := te.startAcquire(t, AcquireRequest{Pool: "db"})
-	wantReason(t, te.DeletePool("db", false), ErrPoolBusy)
+	wantReason(t, te.DeletePool("db", false), apierr.ErrPoolBusy)
 	if w.finished() {
 		t.Fatal("refused delete disturbed a waiter")
 	}
@@ -149,13 +151,13 @@ func TestDeletePool(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := w.result(t)
-	wantReason(t, err, ErrPoolDeleted)
+	wantReason(t, err, apierr.ErrPoolDeleted)
 	ended := te.endedLeases()
 	if len(ended) != 1 || ended[0].Reason != EndPoolDeleted || ended[0].Lease.FencingToken != l.FencingToken || ended[0].Owner != "session-1" {
 		t.Fatalf("ended = %+v", ended)
 	}
-	wantReason(t, errOf(te.Release("db", l.FencingToken)), ErrPoolNotFound)
-	wantReason(t, te.DeletePool("db", false), ErrPoolNotFound)
+	wantReason(t, errOf(te.Release("db", l.FencingToken)), apierr.ErrPoolNotFound)
+	wantReason(t, te.DeletePool("db", false), apierr.ErrPoolNotFound)
 	// The name is free again, and the old pool's timers do nothing.
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	te.clk.Advance(time.Hour)
@@ -202,9 +204,9 @@ func TestCloseFailsWaitersAndTakes(t *testing.T) {
 	te.waitUntil(t, func() bool { return te.status(t, "db").TokensAvailable < 0 })
 	te.Close()
 	_, err := w.result(t)
-	wantReason(t, err, ErrShuttingDown)
-	wantReason(t, <-takeErr, ErrShuttingDown)
+	wantReason(t, err, apierr.ErrShuttingDown)
+	wantReason(t, <-takeErr, apierr.ErrShuttingDown)
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1})
-	wantReason(t, err, ErrShuttingDown)
+	wantReason(t, err, apierr.ErrShuttingDown)
 	te.Close() // idempotent
 }

@@ -1,6 +1,10 @@
 package limiter
 
-import "time"
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+)
 
 // What a service outside the engine, such as Envoy's rate-limit API, reads
 // to map its requests to pools and to size buckets of its own after them.
@@ -40,7 +44,7 @@ type BucketState struct {
 }
 
 // Bucket returns the state of a pool's token bucket now. Errors:
-// ErrPoolNotFound; ErrNoRateLimit.
+// apierr.ErrPoolNotFound; apierr.ErrNoRateLimit.
 func (e *Engine) Bucket(pool string) (BucketState, error) {
 	p, err := e.lockPool(pool)
 	if err != nil {
@@ -48,7 +52,7 @@ func (e *Engine) Bucket(pool string) (BucketState, error) {
 	}
 	defer p.unlock()
 	if p.bucket == nil {
-		return BucketState{}, errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit", pool)
+		return BucketState{}, errorf(apierr.ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit", pool)
 	}
 	now := e.clock.Now()
 	return BucketState{Rate: float64(p.bucket.Limit()), Burst: p.cfg.Burst, Tokens: p.bucket.TokensAt(now), At: now, Since: p.rateSince}, nil

@@ -1,6 +1,10 @@
 package limiter
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+)
 
 // Bounds of an EnvoyRule.
 const (
@@ -62,7 +66,7 @@ func (r EnvoyRule) validate(pool string, rate float64) error {
 		return nil
 	}
 	bad := func(format string, args ...any) error {
-		return errorf(ErrInvalidArgument, "pool %q: envoy.%s", pool, fmt.Sprintf(format, args...))
+		return errorf(apierr.ErrInvalidArgument, "pool %q: envoy.%s", pool, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case r.Domain == "" || len(r.Domain) > MaxEnvoyDomainLen:

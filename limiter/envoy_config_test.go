@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // TestEnvoyRuleValidate: a rule needs a domain, 1 to 16 keys and a rate,
@@ -30,7 +32,7 @@ func TestEnvoyRuleValidate(t *testing.T) {
 	} {
 		c := PoolConfig{Name: "p", Rate: tc.rate, ConcurrencyLimit: 1, Envoy: tc.r}.WithDefaults()
 		err := c.Validate()
-		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, apierr.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v; want %q", tc.r, err, tc.want)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestExpiryReturnsPermitsAndGrantsWaiters(t *testing.T) {
@@ -33,8 +35,8 @@ func TestExpiryReturnsPermitsAndGrantsWaiters(t *testing.T) {
 	}
 	// The expired holder learns it at its next renew or release.
 	_, err = te.Renew("db", l.FencingToken, 0, nil)
-	wantReason(t, err, ErrLeaseExpired)
-	wantReason(t, errOf(te.Release("db", l.FencingToken)), ErrLeaseExpired)
+	wantReason(t, err, apierr.ErrLeaseExpired)
+	wantReason(t, errOf(te.Release("db", l.FencingToken)), apierr.ErrLeaseExpired)
 }
 
 func TestRenewExtendsAndChangesTTL(t *testing.T) {
@@ -55,7 +57,7 @@ func TestRenewExtendsAndChangesTTL(t *testing.T) {
 		t.Fatalf("renewed lease expired: %+v", s)
 	}
 	_, err := te.Renew("db", l.FencingToken, 2*time.Minute, nil)
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	// A shorter TTL does not make it expire sooner: a renew never signs an
 	// expiry earlier than one it signed before (docs/recovery.md). The
 	// TTL is the next renews'.
@@ -88,7 +90,7 @@ func TestRenewAtExpiryInstantFails(t *testing.T) {
 	p.mu.Unlock()
 	te.clk.Advance(time.Second)
 	_, err := te.Renew("db", l.FencingToken, 0, nil)
-	wantReason(t, err, ErrLeaseExpired)
+	wantReason(t, err, apierr.ErrLeaseExpired)
 	if s := te.status(t, "db"); s.Held != 0 || s.Expired != 1 {
 		t.Fatalf("status = %+v", s)
 	}
@@ -101,7 +103,7 @@ func TestUnknownLeaseMessages(t *testing.T) {
 	te := newTestEngine(t)
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	_, err := te.Renew("db", 99, 0, nil)
-	wantReason(t, err, ErrLeaseNotFound)
+	wantReason(t, err, apierr.ErrLeaseNotFound)
 	if want := "never issued lease 99"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("%v; want %q", err, want)
 	}
@@ -145,5 +147,5 @@ func TestRenewAfterMaxTTLLoweredKeepsLease(t *testing.T) {
 	}
 	// Asking for more than the maximum explicitly is still refused.
 	_, err = te.Renew("db", l.FencingToken, time.Minute, nil)
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/limiter/fakeclock"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -139,12 +140,12 @@ func (te *testEngine) waitUntil(t testing.TB, cond func() bool) {
 	}
 }
 
-func wantReason(t testing.TB, err error, kind *Error) {
+func wantReason(t testing.TB, err error, kind *apierr.Error) {
 	t.Helper()
 	if !errors.Is(err, kind) {
 		t.Fatalf("error = %v; want reason %s", err, kind.Reason)
 	}
-	var e *Error
+	var e *apierr.Error
 	if !errors.As(err, &e) || e.Code != kind.Code || e.Message == "" {
 		t.Fatalf("error = %#v; want code %d with a message", err, kind.Code)
 	}

@@ -1,6 +1,10 @@
 package limiter
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+)
 
 // This file is the view of who holds what: the live leases and rate shares
 // of pools, summed per Owner, for operators listing connected clients.
@@ -41,8 +45,8 @@ type holdingKey struct {
 // one instant), and allocates one Holding per owner, client id and pool.
 // Owners must be comparable (the server's are pointers).
 //
-// Errors: ErrPoolNotFound (poolName is set and names no pool);
-// ErrShuttingDown.
+// Errors: apierr.ErrPoolNotFound (poolName is set and names no pool);
+// apierr.ErrShuttingDown.
 func (e *Engine) Holdings(poolName string) ([]Holding, error) {
 	var ps []*pool
 	if poolName != "" {
@@ -53,7 +57,7 @@ func (e *Engine) Holdings(poolName string) ([]Holding, error) {
 		ps = []*pool{p}
 	} else {
 		if e.closed.Load() {
-			return nil, errorf(ErrShuttingDown, "the server is shutting down")
+			return nil, errorf(apierr.ErrShuttingDown, "the server is shutting down")
 		}
 		ps = e.pools.snapshot()
 		sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Holdings sums leases and shares per owner, client id and pool, in pool
@@ -53,7 +55,7 @@ func TestHoldings(t *testing.T) {
 	if err != nil || len(only) != 1 || only[0].Pool != "api" {
 		t.Errorf("Holdings(api) = %+v, %v", only, err)
 	}
-	if _, err := te.Holdings("nope"); !errors.Is(err, ErrPoolNotFound) {
-		t.Errorf("Holdings(nope) error = %v, want ErrPoolNotFound", err)
+	if _, err := te.Holdings("nope"); !errors.Is(err, apierr.ErrPoolNotFound) {
+		t.Errorf("Holdings(nope) error = %v, want apierr.ErrPoolNotFound", err)
 	}
 }

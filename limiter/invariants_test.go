@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // checkInvariants verifies, under each pool's lock, the invariants written
@@ -208,7 +210,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		case op < 68: // release
 			if h, ok := takeHeld(); ok {
 				_, err := te.Release(h.pool, h.token) // may have expired: that is fine
-				if rng.IntN(2) == 0 && (err == nil || errors.Is(err, ErrLeaseExpired)) {
+				if rng.IntN(2) == 0 && (err == nil || errors.Is(err, apierr.ErrLeaseExpired)) {
 					// ReleaseWithOutcome, in two steps: a waiter granted by the
 					// release must be checked before the outcome may cut the
 					// limit below it.
@@ -256,7 +258,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 				}
 			}
 			err := te.RevokeLease(h.pool, h.token, "random revoke")
-			if err != nil && !errors.Is(err, ErrLeaseExpired) && !errors.Is(err, ErrLeaseRevoked) && !errors.Is(err, ErrLeaseNotFound) {
+			if err != nil && !errors.Is(err, apierr.ErrLeaseExpired) && !errors.Is(err, apierr.ErrLeaseRevoked) && !errors.Is(err, apierr.ErrLeaseNotFound) {
 				t.Fatalf("seed %d step %d: RevokeLease: %v", seed, step, err)
 			}
 			_ = ok // a held lease may have expired, been revoked, or (past the tombstones) be forgotten

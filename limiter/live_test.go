@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/limiter/fakeclock"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Once Options.Live says false the engine is frozen: a lease that falls
 // due does not expire, capacity freed by a waiter that gives up is not
 // granted to the next, a wait timeout does not fire, nothing is reported
-// to the callbacks, and calls fail ErrNotLeader.
+// to the callbacks, and calls fail apierr.ErrNotLeader.
 func TestLiveFreezesTheEngine(t *testing.T) {
 	clk := fakeclock.New(epoch)
 	var live atomic.Bool
@@ -62,10 +63,10 @@ func TestLiveFreezesTheEngine(t *testing.T) {
 	if len(got) != 0 {
 		t.Fatalf("the frozen engine reported %v", got)
 	}
-	if _, err := e.Acquire(t.Context(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true}); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("an acquire on the frozen engine: %v, want ErrNotLeader", err)
+	if _, err := e.Acquire(t.Context(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true}); !errors.Is(err, apierr.ErrNotLeader) {
+		t.Fatalf("an acquire on the frozen engine: %v, want apierr.ErrNotLeader", err)
 	}
-	if _, err := e.Take(t.Context(), "db", 1, 0); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("a take on the frozen engine: %v, want ErrNotLeader", err)
+	if _, err := e.Take(t.Context(), "db", 1, 0); !errors.Is(err, apierr.ErrNotLeader) {
+		t.Fatalf("a take on the frozen engine: %v, want apierr.ErrNotLeader", err)
 	}
 }

@@ -3,6 +3,8 @@ package limiter
 import (
 	"math"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Event marks: a pool reports, as PoolEvents through its outbox, when
@@ -134,13 +136,13 @@ func (c PoolConfig) validateMarks() error {
 	fraction := func(v float64) bool { return v == 0 || v == MarkOff || (v > 0 && v <= 1) }
 	switch {
 	case c.OverloadMark < MarkOff || c.OverloadMark > MaxWaitersLimit:
-		return errorf(ErrInvalidArgument, "pool %q: overload_mark %d is out of range: give 1 to %d acquires waiting, 0 for half of max_waiters, or -1 for off", c.Name, c.OverloadMark, MaxWaitersLimit)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: overload_mark %d is out of range: give 1 to %d acquires waiting, 0 for half of max_waiters, or -1 for off", c.Name, c.OverloadMark, MaxWaitersLimit)
 	case math.IsNaN(c.NearFullMark) || !fraction(c.NearFullMark):
-		return errorf(ErrInvalidArgument, "pool %q: near_full_mark %v is out of range: give a fraction of the concurrency limit above 0 and at most 1, 0 for %v, or -1 for off", c.Name, c.NearFullMark, DefaultNearFullMark)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: near_full_mark %v is out of range: give a fraction of the concurrency limit above 0 and at most 1, 0 for %v, or -1 for off", c.Name, c.NearFullMark, DefaultNearFullMark)
 	case math.IsNaN(c.LowUtilisationMark) || !fraction(c.LowUtilisationMark):
-		return errorf(ErrInvalidArgument, "pool %q: low_utilisation_mark %v is out of range: give a fraction of the concurrency limit above 0 and at most 1, 0 for %v, or -1 for off", c.Name, c.LowUtilisationMark, DefaultLowUtilisationMark)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: low_utilisation_mark %v is out of range: give a fraction of the concurrency limit above 0 and at most 1, 0 for %v, or -1 for off", c.Name, c.LowUtilisationMark, DefaultLowUtilisationMark)
 	case c.LowUtilisationPeriod != 0 && (c.LowUtilisationPeriod < MinLowUtilisationPeriod || c.LowUtilisationPeriod > MaxLowUtilisationPeriod):
-		return errorf(ErrInvalidArgument, "pool %q: low_utilisation_period %v is out of range [%v, %v] (0 means %v)", c.Name, c.LowUtilisationPeriod, MinLowUtilisationPeriod, MaxLowUtilisationPeriod, DefaultLowUtilisationPeriod)
+		return errorf(apierr.ErrInvalidArgument, "pool %q: low_utilisation_period %v is out of range [%v, %v] (0 means %v)", c.Name, c.LowUtilisationPeriod, MinLowUtilisationPeriod, MaxLowUtilisationPeriod, DefaultLowUtilisationPeriod)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // markEvents returns the recorded events of type typ, and clears them all.
@@ -264,7 +266,7 @@ func TestMarksValidation(t *testing.T) {
 		{PoolConfig{Name: "a", ConcurrencyLimit: 1, LowUtilisationPeriod: time.Millisecond}, "low_utilisation_period"},
 	} {
 		_, err := te.CreatePool(tc.cfg)
-		wantReason(t, err, ErrInvalidArgument)
+		wantReason(t, err, apierr.ErrInvalidArgument)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("CreatePool(%+v): %v; want a message naming %s", tc.cfg, err, tc.field)
 		}

@@ -1,6 +1,10 @@
 package limiter
 
-import "time"
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+)
 
 // Outcome is how one run of protected work ended, as the protected system
 // saw it: what adaptive control feeds on.
@@ -61,18 +65,18 @@ func (r *OutcomeReport) check() error {
 		v    int64
 	}{{"successes", r.Successes}, {"errors", r.Errors}, {"timeouts", r.Timeouts}, {"latency.count", r.LatencyCount}} {
 		if c.v < 0 || c.v > MaxReportCount {
-			return errorf(ErrInvalidArgument, "report for pool %q: %s %d is out of range [0, %d]; report more often", r.Pool, c.name, c.v, int64(MaxReportCount))
+			return errorf(apierr.ErrInvalidArgument, "report for pool %q: %s %d is out of range [0, %d]; report more often", r.Pool, c.name, c.v, int64(MaxReportCount))
 		}
 	}
 	switch {
 	case r.LatencyCount > n:
-		return errorf(ErrInvalidArgument, "report for pool %q: latency.count %d exceeds the %d outcomes reported", r.Pool, r.LatencyCount, n)
+		return errorf(apierr.ErrInvalidArgument, "report for pool %q: latency.count %d exceeds the %d outcomes reported", r.Pool, r.LatencyCount, n)
 	case r.LatencySum < 0 || r.LatencyMax < 0:
-		return errorf(ErrInvalidArgument, "report for pool %q: latency sum %v and max %v must not be negative", r.Pool, r.LatencySum, r.LatencyMax)
+		return errorf(apierr.ErrInvalidArgument, "report for pool %q: latency sum %v and max %v must not be negative", r.Pool, r.LatencySum, r.LatencyMax)
 	case r.LatencyCount == 0 && (r.LatencySum != 0 || r.LatencyMax != 0):
-		return errorf(ErrInvalidArgument, "report for pool %q: latency sum and max are set but latency.count is 0", r.Pool)
+		return errorf(apierr.ErrInvalidArgument, "report for pool %q: latency sum and max are set but latency.count is 0", r.Pool)
 	case r.LatencyMax > r.LatencySum:
-		return errorf(ErrInvalidArgument, "report for pool %q: latency max %v exceeds the sum %v", r.Pool, r.LatencyMax, r.LatencySum)
+		return errorf(apierr.ErrInvalidArgument, "report for pool %q: latency max %v exceeds the sum %v", r.Pool, r.LatencyMax, r.LatencySum)
 	}
 	return nil
 }
@@ -103,18 +107,18 @@ func outcomeBucketOf(o Outcome, latency time.Duration) outcomeBucket {
 // checkOutcome validates one outcome and its latency.
 func checkOutcome(o Outcome, latency time.Duration) error {
 	if o < OutcomeSuccess || o > OutcomeTimeout {
-		return errorf(ErrInvalidArgument, "outcome %d is not one of success (1), error (2), timeout (3)", o)
+		return errorf(apierr.ErrInvalidArgument, "outcome %d is not one of success (1), error (2), timeout (3)", o)
 	}
 	if latency < 0 {
-		return errorf(ErrInvalidArgument, "outcome latency %v is negative", latency)
+		return errorf(apierr.ErrInvalidArgument, "outcome latency %v is negative", latency)
 	}
 	return nil
 }
 
 // RecordOutcome counts one outcome of work under pool (latency 0: not
 // measured) and, with adaptive control on, feeds it to the pool's window,
-// which may cut or raise the effective limits. Errors: ErrPoolNotFound,
-// ErrInvalidArgument, ErrShuttingDown.
+// which may cut or raise the effective limits. Errors: apierr.ErrPoolNotFound,
+// apierr.ErrInvalidArgument, apierr.ErrShuttingDown.
 func (e *Engine) RecordOutcome(pool string, o Outcome, latency time.Duration) error {
 	if err := checkOutcome(o, latency); err != nil {
 		return err
@@ -141,12 +145,12 @@ func (p *pool) record(b outcomeBucket) error {
 // Report counts batches of outcomes, each for one pool, as RecordOutcome
 // does. It checks the whole batch first (every pool named once and
 // existing, every count in range) and then applies it, so a bad batch
-// counts nothing. Errors: ErrInvalidArgument (more than MaxReportPools
-// reports, a pool named twice, a count out of range), ErrPoolNotFound,
-// ErrShuttingDown.
+// counts nothing. Errors: apierr.ErrInvalidArgument (more than MaxReportPools
+// reports, a pool named twice, a count out of range), apierr.ErrPoolNotFound,
+// apierr.ErrShuttingDown.
 func (e *Engine) Report(reports []OutcomeReport) error {
 	if len(reports) > MaxReportPools {
-		return errorf(ErrInvalidArgument, "%d reports in one call; the most is %d: split the batch", len(reports), MaxReportPools)
+		return errorf(apierr.ErrInvalidArgument, "%d reports in one call; the most is %d: split the batch", len(reports), MaxReportPools)
 	}
 	pools := make([]*pool, len(reports))
 	seen := make(map[string]struct{}, len(reports))
@@ -156,7 +160,7 @@ func (e *Engine) Report(reports []OutcomeReport) error {
 			return err
 		}
 		if _, dup := seen[r.Pool]; dup {
-			return errorf(ErrInvalidArgument, "pool %q is reported twice in one call; add its counts together", r.Pool)
+			return errorf(apierr.ErrInvalidArgument, "pool %q is reported twice in one call; add its counts together", r.Pool)
 		}
 		seen[r.Pool] = struct{}{}
 		if err := r.check(); err != nil {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sort"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Persister makes pool definitions, and the little state the engine needs
@@ -181,7 +183,7 @@ type durable struct {
 // NewSavedPool returns what CreatePool would record for cfg at now: cfg
 // with defaults filled in and validated, and a DurableState that reserves
 // a first block of fencing tokens. The server uses it to seed a store.
-// Errors: ErrInvalidArgument.
+// Errors: apierr.ErrInvalidArgument.
 func NewSavedPool(cfg PoolConfig, now time.Time) (SavedPool, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -287,7 +289,7 @@ func (p *pool) persistDeleteLocked(tokenFloor uint64) error {
 // grows to it), expiry would pass LeaseHorizon, or the held weight would
 // pass HeldBound (which then grows: heldBoundLocked); every write also
 // moves LeaseHorizon to now + TTLBound + slack if that is later. It fails
-// with ErrStorageFailed when the write fails; the caller must then not
+// with apierr.ErrStorageFailed when the write fails; the caller must then not
 // grant.
 //
 // TTLBound follows the TTLs in use, not MaxLeaseTTL, so that the recovery
@@ -422,15 +424,15 @@ func (p *pool) exactHeldLocked() int64 {
 	return p.held + p.rec.unknownHeld()
 }
 
-// storageErr turns a Persister's error into ErrStorageFailed, saying what
-// was not done. A nil error stays nil; an *Error is kept.
+// storageErr turns a Persister's error into apierr.ErrStorageFailed, saying what
+// was not done. A nil error stays nil; an *apierr.Error is kept.
 func storageErr(err error, what string) error {
 	if err == nil {
 		return nil
 	}
-	var e *Error
+	var e *apierr.Error
 	if errors.As(err, &e) {
 		return e
 	}
-	return errorf(ErrStorageFailed, "could not %s durably: %v; nothing was changed; retry, and check the server's data directory and disk", what, err)
+	return errorf(apierr.ErrStorageFailed, "could not %s durably: %v; nothing was changed; retry, and check the server's data directory and disk", what, err)
 }

@@ -52,7 +52,7 @@ func mergeReservations(a, b DurableState) DurableState {
 // saveLocked writes saved, its State merged with any reservation being
 // written in the background, and on success makes that state the pool's
 // durable state. The caller holds the pool's lock. Errors: the
-// Persister's, as ErrStorageFailed saying what was not done.
+// Persister's, as apierr.ErrStorageFailed saying what was not done.
 func (p *pool) saveLocked(saved SavedPool, what string) error {
 	if p.dur.w.pending != nil {
 		saved.State = mergeReservations(saved.State, *p.dur.w.pending)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // newPreReserveEngine is a test engine on a fake clock writing to m with
@@ -176,7 +178,7 @@ func TestPreReserveFailureFallsBackToTheGrant(t *testing.T) {
 		te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
 	}
 	_, err := te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	if !errors.Is(err, ErrStorageFailed) {
+	if !errors.Is(err, apierr.ErrStorageFailed) {
 		t.Fatalf("a grant past the ceiling with the disk failing: %v", err)
 	}
 	if c := m.snapshot()[0].State.TokenCeiling; c != minTokenBlock {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // memPersister is a Persister in memory that can be made to fail, and that
@@ -126,8 +128,8 @@ func TestPersistBeforeVisible(t *testing.T) {
 
 	m.setFail(func(SavedPool, SavedPool, bool) error { return errDiskFull })
 	_, err := te.CreatePool(PoolConfig{Name: "db", ConcurrencyLimit: 2})
-	wantReason(t, err, ErrStorageFailed)
-	if _, err := te.GetPool("db"); !errors.Is(err, ErrPoolNotFound) {
+	wantReason(t, err, apierr.ErrStorageFailed)
+	if _, err := te.GetPool("db"); !errors.Is(err, apierr.ErrPoolNotFound) {
 		t.Fatalf("after a failed create: GetPool err = %v; want not found", err)
 	}
 	m.setFail(nil)
@@ -139,12 +141,12 @@ func TestPersistBeforeVisible(t *testing.T) {
 	l := te.mustAcquire(t, AcquireRequest{Pool: "db"})
 	m.setFail(func(SavedPool, SavedPool, bool) error { return errDiskFull })
 	_, err = te.UpdatePool("db", func(c *PoolConfig) { c.ConcurrencyLimit = 5; c.Description = "v2" })
-	wantReason(t, err, ErrStorageFailed)
+	wantReason(t, err, apierr.ErrStorageFailed)
 	if info, _ := te.GetPool("db"); info.Config.ConcurrencyLimit != 2 || info.Config.Description != "v1" || info.UpdateTime != epoch {
 		t.Fatalf("after a failed update: %+v", info.Config)
 	}
 	err = te.DeletePool("db", true)
-	wantReason(t, err, ErrStorageFailed)
+	wantReason(t, err, apierr.ErrStorageFailed)
 	if s := te.status(t, "db"); s.Held != 1 {
 		t.Fatalf("after a failed delete: %+v", s)
 	}
@@ -258,7 +260,7 @@ func TestReservationFailureGrantsNothing(t *testing.T) {
 	m.setFail(func(old, new SavedPool, _ bool) error { return errDiskFull })
 
 	_, err := te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1})
-	wantReason(t, err, ErrStorageFailed)
+	wantReason(t, err, apierr.ErrStorageFailed)
 	if s := te.status(t, "db"); s.Held != 0 || s.Leases != 0 || s.Granted != 0 || s.LastFencingToken != 0 {
 		t.Fatalf("after a failed reservation: %+v", s)
 	}
@@ -283,7 +285,7 @@ func TestReservationFailureGrantsNothing(t *testing.T) {
 	m.setFail(func(old, new SavedPool, _ bool) error { return errDiskFull })
 	before, _ := te.GetPool("db")
 	_, err = te.Renew("db", l.FencingToken, 0, nil)
-	wantReason(t, err, ErrStorageFailed)
+	wantReason(t, err, apierr.ErrStorageFailed)
 	p, _ := te.lookup("db")
 	p.mu.Lock()
 	exp := p.leases[l.FencingToken].ExpireTime
@@ -299,7 +301,7 @@ func TestReservationFailureGrantsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = w.result(t)
-	wantReason(t, err, ErrStorageFailed)
+	wantReason(t, err, apierr.ErrStorageFailed)
 	if s := te.status(t, "db"); s.Held != 0 || s.Waiting != 0 {
 		t.Fatalf("after a failed grant to a waiter: %+v", s)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // pool is one named pool. Every field below mu is guarded by mu.
@@ -159,16 +161,16 @@ func (p *pool) applyRateLocked(now time.Time) {
 // for more.
 func (p *pool) checkWeightLocked(weight int64) error {
 	if p.res != nil && weight > MaxResourcesPerPool {
-		return errorf(ErrInvalidArgument, "weight %d exceeds the %d instances any pool may hold; it could never be granted", weight, MaxResourcesPerPool)
+		return errorf(apierr.ErrInvalidArgument, "weight %d exceeds the %d instances any pool may hold; it could never be granted", weight, MaxResourcesPerPool)
 	}
 	if p.cfg.ResourceKind == ResourceActive && weight > int64(p.res.usable()) {
-		return errorf(ErrInvalidArgument, "weight %d exceeds active pool %q's %d instances; it could never be granted until an operator adds more", weight, p.name, p.res.usable())
+		return errorf(apierr.ErrInvalidArgument, "weight %d exceeds active pool %q's %d instances; it could never be granted until an operator adds more", weight, p.name, p.res.usable())
 	}
 	if p.cfg.ConcurrencyLimit > 0 && weight > p.cfg.ConcurrencyLimit {
-		return errorf(ErrInvalidArgument, "weight %d exceeds pool %q's concurrency limit %d; it could never be granted", weight, p.name, p.cfg.ConcurrencyLimit)
+		return errorf(apierr.ErrInvalidArgument, "weight %d exceeds pool %q's concurrency limit %d; it could never be granted", weight, p.name, p.cfg.ConcurrencyLimit)
 	}
 	if p.bucket != nil && weight > p.cfg.Burst {
-		return errorf(ErrInvalidArgument, "weight %d exceeds pool %q's burst of %d tokens; it could never be granted", weight, p.name, p.cfg.Burst)
+		return errorf(apierr.ErrInvalidArgument, "weight %d exceeds pool %q's burst of %d tokens; it could never be granted", weight, p.name, p.cfg.Burst)
 	}
 	return nil
 }
@@ -180,7 +182,7 @@ func (p *pool) resolveTTLLocked(ttl time.Duration) (time.Duration, error) {
 		return p.cfg.DefaultLeaseTTL, nil
 	}
 	if ttl < MinLeaseTTL || ttl > p.cfg.MaxLeaseTTL {
-		return 0, errorf(ErrInvalidArgument, "ttl %v is out of range for pool %q: use %v to its max_lease_ttl %v", ttl, p.name, MinLeaseTTL, p.cfg.MaxLeaseTTL)
+		return 0, errorf(apierr.ErrInvalidArgument, "ttl %v is out of range for pool %q: use %v to its max_lease_ttl %v", ttl, p.name, MinLeaseTTL, p.cfg.MaxLeaseTTL)
 	}
 	return ttl, nil
 }
@@ -461,13 +463,13 @@ func (p *pool) infoLocked(now time.Time) PoolInfo {
 // missingLeaseErrLocked explains why token is not a live lease of the pool.
 func (p *pool) missingLeaseErrLocked(token uint64) error {
 	if t, ok := p.ended.lookup(token); ok && t.reason == EndRevoked {
-		return errorf(ErrLeaseRevoked, "lease %d of pool %q was revoked at %s: %s; its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano), t.msg)
+		return errorf(apierr.ErrLeaseRevoked, "lease %d of pool %q was revoked at %s: %s; its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano), t.msg)
 	}
 	if t, ok := p.ended.lookup(token); ok {
-		return errorf(ErrLeaseExpired, "lease %d of pool %q expired at %s: it was not renewed within its TTL and its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano))
+		return errorf(apierr.ErrLeaseExpired, "lease %d of pool %q expired at %s: it was not renewed within its TTL and its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano))
 	}
 	if token > p.lastToken {
-		return errorf(ErrLeaseNotFound, "pool %q never issued lease %d (its newest is %d); pass the lease id exactly as Acquire returned it", p.name, token, p.lastToken)
+		return errorf(apierr.ErrLeaseNotFound, "pool %q never issued lease %d (its newest is %d); pass the lease id exactly as Acquire returned it", p.name, token, p.lastToken)
 	}
-	return errorf(ErrLeaseNotFound, "lease %d is not held in pool %q: it was released, or it ended long ago", token, p.name)
+	return errorf(apierr.ErrLeaseNotFound, "lease %d is not held in pool %q: it was released, or it ended long ago", token, p.name)
 }

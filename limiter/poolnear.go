@@ -1,6 +1,9 @@
 package limiter
 
-import "github.com/tollgate/tollgate/internal/suggest"
+import (
+	"github.com/tollgate/tollgate/internal/suggest"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+)
 
 // Bounds of the search for the pool names near a missing one, so that a
 // caller naming missing pools costs the server little: no search past
@@ -36,12 +39,12 @@ func (x *poolIndex) near(name string) []string {
 // near name, if any, in its message.
 func (e *Engine) poolNotFound(name string) error {
 	err := poolNotFound(name)
-	le, ok := err.(*Error)
-	if !ok || le.Reason != ReasonPoolNotFound {
+	le, ok := err.(*apierr.Error)
+	if !ok || le.Reason != apierr.ReasonPoolNotFound {
 		return err
 	}
 	if hint := suggest.Hint(e.pools.near(name), quote); hint != "" {
-		return errorf(ErrPoolNotFound, "pool %q not found%s; create it first", name, hint)
+		return errorf(apierr.ErrPoolNotFound, "pool %q not found%s; create it first", name, hint)
 	}
 	return err
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // A missing pool's error names the pools whose names are close to it.
@@ -14,11 +16,11 @@ func TestPoolNotFoundSuggestsNearNames(t *testing.T) {
 	te.mustCreate(t, PoolConfig{Name: "orders-db", ConcurrencyLimit: 1})
 	te.mustCreate(t, PoolConfig{Name: "billing", ConcurrencyLimit: 1})
 	_, err := te.GetPool("order-db")
-	if !errors.Is(err, ErrPoolNotFound) || !strings.Contains(err.Error(), `pool "order-db" not found (did you mean "orders-db"?); create it first`) {
+	if !errors.Is(err, apierr.ErrPoolNotFound) || !strings.Contains(err.Error(), `pool "order-db" not found (did you mean "orders-db"?); create it first`) {
 		t.Fatalf("GetPool: %v", err)
 	}
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "biling", Weight: 1})
-	if !errors.Is(err, ErrPoolNotFound) || !strings.Contains(err.Error(), `did you mean "billing"?`) {
+	if !errors.Is(err, apierr.ErrPoolNotFound) || !strings.Contains(err.Error(), `did you mean "billing"?`) {
 		t.Fatalf("Acquire: %v", err)
 	}
 	if _, err = te.GetPool("zzz"); strings.Contains(err.Error(), "did you mean") {

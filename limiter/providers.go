@@ -3,6 +3,8 @@ package limiter
 import (
 	"sort"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // This file is the providers of passive pools: processes that offer
@@ -53,7 +55,7 @@ type provider struct {
 // Provider is a handle on a registration with a passive pool, returned by
 // RegisterProvider. Its methods are safe for concurrent use. Once the
 // provider has left (Leave, its TTL passed, or the pool was deleted),
-// they fail with ErrProviderNotFound saying why.
+// they fail with apierr.ErrProviderNotFound saying why.
 type Provider struct {
 	p  *pool
 	id string
@@ -64,11 +66,11 @@ type Provider struct {
 
 // RegisterProvider registers a provider with the passive pool named pool
 // and offers the instances offer (which may be empty), as Offer does. It
-// reports PoolEvent ProviderJoined. Errors: ErrPoolNotFound; ErrNotPassive;
-// ErrInvalidArgument (a bad id, TTL, identity, address or instance);
-// ErrProviderExists (a live provider has spec.ID); ErrTooManyProviders;
-// ErrResourceExists and ErrTooManyResources (nothing is registered);
-// ErrShuttingDown.
+// reports PoolEvent ProviderJoined. Errors: apierr.ErrPoolNotFound; apierr.ErrNotPassive;
+// apierr.ErrInvalidArgument (a bad id, TTL, identity, address or instance);
+// apierr.ErrProviderExists (a live provider has spec.ID); apierr.ErrTooManyProviders;
+// apierr.ErrResourceExists and apierr.ErrTooManyResources (nothing is registered);
+// apierr.ErrShuttingDown.
 func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resource) (*Provider, error) {
 	if err := validateResourceID("provider", spec.ID); err != nil {
 		return nil, err
@@ -78,9 +80,9 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 	}
 	switch {
 	case spec.TTL < MinProviderTTL || spec.TTL > MaxProviderTTL:
-		return nil, errorf(ErrInvalidArgument, "provider ttl %v is out of range [%v, %v]", spec.TTL, MinProviderTTL, MaxProviderTTL)
+		return nil, errorf(apierr.ErrInvalidArgument, "provider ttl %v is out of range [%v, %v]", spec.TTL, MinProviderTTL, MaxProviderTTL)
 	case len(spec.Identity) > MaxClientIDLen || len(spec.Address) > MaxClientIDLen:
-		return nil, errorf(ErrInvalidArgument, "provider identity or address is longer than %d bytes", MaxClientIDLen)
+		return nil, errorf(apierr.ErrInvalidArgument, "provider identity or address is longer than %d bytes", MaxClientIDLen)
 	}
 	var add []Resource
 	if len(offer) > 0 {
@@ -99,12 +101,12 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 	}
 	if old := p.res.providers[spec.ID]; old != nil {
 		p.unlock()
-		return nil, errorf(ErrProviderExists, "pool %q has a live provider %q (registered from %s at %s); pick another id, or wait for it to leave (at the latest %s)",
+		return nil, errorf(apierr.ErrProviderExists, "pool %q has a live provider %q (registered from %s at %s); pick another id, or wait for it to leave (at the latest %s)",
 			pool, spec.ID, old.Address, old.joinTime.UTC().Format(time.RFC3339), old.expireAt.UTC().Format(time.RFC3339Nano))
 	}
 	if len(p.res.providers) >= MaxProvidersPerPool {
 		p.unlock()
-		return nil, errorf(ErrTooManyProviders, "pool %q has %d live providers, the most it may have", pool, MaxProvidersPerPool)
+		return nil, errorf(apierr.ErrTooManyProviders, "pool %q has %d live providers, the most it may have", pool, MaxProvidersPerPool)
 	}
 	if err := p.checkNewResourcesLocked(add); err != nil {
 		p.unlock()
@@ -125,22 +127,22 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 // ID returns the provider's id.
 func (h *Provider) ID() string { return h.id }
 
-// liveLocked returns the live provider behind h, or ErrProviderNotFound.
+// liveLocked returns the live provider behind h, or apierr.ErrProviderNotFound.
 // It keeps the provider alive. The caller holds h.p.mu.
 func (h *Provider) liveLocked(now time.Time) (*provider, error) {
 	p := h.p
 	if h.gone != "" {
-		return nil, errorf(ErrProviderNotFound, "provider %q is no longer in pool %q: %s; register again", h.id, p.name, h.gone)
+		return nil, errorf(apierr.ErrProviderNotFound, "provider %q is no longer in pool %q: %s; register again", h.id, p.name, h.gone)
 	}
 	if p.deleted {
-		return nil, errorf(ErrProviderNotFound, "provider %q is no longer in pool %q: the pool was deleted", h.id, p.name)
+		return nil, errorf(apierr.ErrProviderNotFound, "provider %q is no longer in pool %q: the pool was deleted", h.id, p.name)
 	}
 	pr := p.res.providers[h.id]
 	if pr == nil || pr.handle != h {
-		return nil, errorf(ErrProviderNotFound, "provider %q is no longer in pool %q; register again", h.id, p.name)
+		return nil, errorf(apierr.ErrProviderNotFound, "provider %q is no longer in pool %q; register again", h.id, p.name)
 	}
 	if !now.Before(pr.expireAt) { // the timer is due but has not run: it is gone
-		return nil, errorf(ErrProviderNotFound, "provider %q of pool %q missed its keep-alive (TTL %v); register again", h.id, p.name, pr.TTL)
+		return nil, errorf(apierr.ErrProviderNotFound, "provider %q of pool %q missed its keep-alive (TTL %v); register again", h.id, p.name, pr.TTL)
 	}
 	pr.expireAt = now.Add(pr.TTL)
 	pr.timer.Reset(pr.TTL)
@@ -149,7 +151,7 @@ func (h *Provider) liveLocked(now time.Time) (*provider, error) {
 
 // KeepAlive tells the engine the provider is alive: it stays for another
 // TTL from now. Every other call on the handle does the same. Errors:
-// ErrProviderNotFound (it left; its instances are gone).
+// apierr.ErrProviderNotFound (it left; its instances are gone).
 func (h *Provider) KeepAlive() (ProviderInfo, error) {
 	p := h.p
 	p.mu.Lock()
@@ -162,9 +164,9 @@ func (h *Provider) KeepAlive() (ProviderInfo, error) {
 }
 
 // Offer adds instances to the pool on behalf of the provider, free, and
-// grants waiters they now fit. Errors: ErrProviderNotFound;
-// ErrInvalidArgument; ErrResourceExists (an id is in the pool, from any
-// provider; nothing is added); ErrTooManyResources.
+// grants waiters they now fit. Errors: apierr.ErrProviderNotFound;
+// apierr.ErrInvalidArgument; apierr.ErrResourceExists (an id is in the pool, from any
+// provider; nothing is added); apierr.ErrTooManyResources.
 func (h *Provider) Offer(rs []Resource) (ProviderInfo, error) {
 	add, err := checkResources(rs, h.id)
 	if err != nil {
@@ -211,8 +213,8 @@ func (p *pool) offerLocked(pr *provider, add []Resource, now time.Time) {
 // Withdraw takes instances the provider offered out of the pool, as
 // Engine.RemoveResources does for an active pool: free ones at once, held
 // ones by revoking their leases (reason: withdrawn by the provider) or,
-// with wait, when their leases end. Errors: ErrProviderNotFound;
-// ErrInvalidArgument; ErrResourceNotFound (the provider offers no such
+// with wait, when their leases end. Errors: apierr.ErrProviderNotFound;
+// apierr.ErrInvalidArgument; apierr.ErrResourceNotFound (the provider offers no such
 // instance; nothing is withdrawn).
 func (h *Provider) Withdraw(ids []string, wait bool) (RemoveResult, ProviderInfo, error) {
 	if err := checkResourceIDs(ids); err != nil {
@@ -241,7 +243,7 @@ func (h *Provider) Withdraw(ids []string, wait bool) (RemoveResult, ProviderInfo
 // Leave takes the provider out of the pool for reason (for people): its
 // instances leave, the leases bound to them are revoked with a reason
 // naming the provider, and PoolEvent ProviderLeft is reported. Errors:
-// ErrProviderNotFound (it left already).
+// apierr.ErrProviderNotFound (it left already).
 func (h *Provider) Leave(reason string) error {
 	p := h.p
 	p.mu.Lock()
@@ -258,7 +260,7 @@ func (h *Provider) Leave(reason string) error {
 }
 
 // Info returns the provider as operators see it, without keeping it
-// alive. Errors: ErrProviderNotFound.
+// alive. Errors: apierr.ErrProviderNotFound.
 func (h *Provider) Info() (ProviderInfo, error) {
 	p := h.p
 	p.mu.Lock()

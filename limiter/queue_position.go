@@ -1,6 +1,10 @@
 package limiter
 
-import "time"
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+)
 
 // MaxQueuePositions bounds how many acquires QueuePositions reports.
 const MaxQueuePositions = 16
@@ -23,10 +27,10 @@ type QueuedAcquire struct {
 // pool's queue, in grant order (at most MaxQueuePositions of them), and how
 // many acquires wait in all. It costs O(log n) under the pool's lock for
 // each acquire it reports, whatever the length of the queue or the number
-// of the client's acquires. Errors: ErrInvalidArgument, ErrPoolNotFound.
+// of the client's acquires. Errors: apierr.ErrInvalidArgument, apierr.ErrPoolNotFound.
 func (e *Engine) QueuePositions(pool, clientID string) ([]QueuedAcquire, int64, error) {
 	if clientID == "" || len(clientID) > MaxClientIDLen {
-		return nil, 0, errorf(ErrInvalidArgument, "client id is %d bytes; give the client id the acquires were made with, 1 to %d bytes", len(clientID), MaxClientIDLen)
+		return nil, 0, errorf(apierr.ErrInvalidArgument, "client id is %d bytes; give the client id the acquires were made with, 1 to %d bytes", len(clientID), MaxClientIDLen)
 	}
 	p, err := e.lockPool(pool)
 	if err != nil {
@@ -49,10 +53,10 @@ const MaxListWaiters = 100
 // ListWaiters returns the first limit acquires waiting in pool's queue, in
 // grant order (at most MaxListWaiters), and how many wait in all. It costs
 // O(log n + limit) under the pool's lock: a walk of the queue's rank tree.
-// Errors: ErrInvalidArgument, ErrPoolNotFound.
+// Errors: apierr.ErrInvalidArgument, apierr.ErrPoolNotFound.
 func (e *Engine) ListWaiters(pool string, limit int) ([]QueuedAcquire, int64, error) {
 	if limit < 1 || limit > MaxListWaiters {
-		return nil, 0, errorf(ErrInvalidArgument, "limit is %d; give 1 to %d", limit, MaxListWaiters)
+		return nil, 0, errorf(apierr.ErrInvalidArgument, "limit is %d; give 1 to %d", limit, MaxListWaiters)
 	}
 	p, err := e.lockPool(pool)
 	if err != nil {

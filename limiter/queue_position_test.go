@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // QueuePositions tells a client where its waiting acquires stand: higher
@@ -48,10 +50,10 @@ func TestQueuePositions(t *testing.T) {
 	if none := queuedOf(te, "holder"); len(none) != 0 {
 		t.Fatalf("the holder is not waiting, yet got %+v", none)
 	}
-	if _, _, err := te.QueuePositions("db", ""); !errors.Is(err, ErrInvalidArgument) {
+	if _, _, err := te.QueuePositions("db", ""); !errors.Is(err, apierr.ErrInvalidArgument) {
 		t.Fatalf("empty client id: %v", err)
 	}
-	if _, _, err := te.QueuePositions("nope", "a"); !errors.Is(err, ErrPoolNotFound) {
+	if _, _, err := te.QueuePositions("nope", "a"); !errors.Is(err, apierr.ErrPoolNotFound) {
 		t.Fatalf("unknown pool: %v", err)
 	}
 }

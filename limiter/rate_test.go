@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestTakeImmediateAndRateLimited(t *testing.T) {
@@ -16,8 +18,8 @@ func TestTakeImmediateAndRateLimited(t *testing.T) {
 		t.Fatalf("take = %+v, %v", r, err)
 	}
 	_, err = te.Take(ctx, "api", 2, 100*time.Millisecond)
-	wantReason(t, err, ErrRateLimited)
-	var e *Error
+	wantReason(t, err, apierr.ErrRateLimited)
+	var e *apierr.Error
 	errors.As(err, &e)
 	if e.RetryAfter != 200*time.Millisecond {
 		t.Fatalf("RetryAfter = %v; want 200ms", e.RetryAfter)
@@ -73,7 +75,7 @@ func TestCancelledTakeGivesTokensBack(t *testing.T) {
 	go func() { _, err := te.Take(ctx, "api", 2, time.Minute); errc <- err }()
 	te.waitUntil(t, func() bool { return te.status(t, "api").TokensAvailable < 0 })
 	cancel()
-	wantReason(t, <-errc, ErrCanceled)
+	wantReason(t, <-errc, apierr.ErrCanceled)
 	te.clk.Advance(2 * time.Second)
 	if _, err := te.Take(bg, "api", 2, 0); err != nil {
 		t.Fatalf("tokens of the cancelled take were not returned: %v", err)
@@ -86,15 +88,15 @@ func TestTakeBadRequests(t *testing.T) {
 	te.mustCreate(t, PoolConfig{Name: "api", Rate: 10, Burst: 3})
 	ctx := context.Background()
 	_, err := te.Take(ctx, "db", 1, 0)
-	wantReason(t, err, ErrNoRateLimit)
+	wantReason(t, err, apierr.ErrNoRateLimit)
 	_, err = te.Take(ctx, "api", 4, time.Hour)
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	_, err = te.Take(ctx, "api", 0, 0)
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	_, err = te.Take(ctx, "api", 1, -1)
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	_, err = te.Take(ctx, "none", 1, 0)
-	wantReason(t, err, ErrPoolNotFound)
+	wantReason(t, err, apierr.ErrPoolNotFound)
 }
 
 // In a pool with both limits, a grant must pass both: here the rate binds,
@@ -106,7 +108,7 @@ func TestAcquireInPoolWithRateAndConcurrency(t *testing.T) {
 	te.mustAcquire(t, AcquireRequest{Pool: "both"})
 	te.mustAcquire(t, AcquireRequest{Pool: "both"})
 	_, err := te.Acquire(context.Background(), AcquireRequest{Pool: "both", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrNoCapacity)
+	wantReason(t, err, apierr.ErrNoCapacity)
 	w := te.startAcquire(t, AcquireRequest{Pool: "both", Weight: 2})
 	te.clk.Advance(999 * time.Millisecond)
 	if w.finished() {
@@ -125,7 +127,7 @@ func TestAcquireInPoolWithRateAndConcurrency(t *testing.T) {
 	}
 	te.clk.Advance(10 * time.Second)
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "both", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrNoCapacity)
+	wantReason(t, err, apierr.ErrNoCapacity)
 }
 
 // Invariant 3: over any window, granted tokens <= rate*window + burst.

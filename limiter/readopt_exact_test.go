@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // A re-adopting renew is accepted only for the weight its receipt signs:
@@ -17,12 +19,12 @@ func TestReadoptOnlyTheSignedWeight(t *testing.T) {
 	te2 := te.restart(t, m, time.Second)
 	signed := Receipt{Expiry: l.ExpireTime, Weight: 1}
 	_, err := te2.RenewOrReadopt("db", l.FencingToken, 0, nil, Readopt{Weight: 5, Receipt: signed})
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	if !strings.Contains(err.Error(), "weight 5") || !strings.Contains(err.Error(), "signed for weight 1") {
 		t.Fatalf("message does not say the weight differs: %v", err)
 	}
 	_, err = te2.RenewOrReadopt("db", l.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: Receipt{Problem: "its expiry receipt was not signed by this server for this lease"}})
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	if r, err := te2.RenewOrReadopt("db", l.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: signed}); err != nil || r.Weight != 1 {
 		t.Fatalf("re-adoption with the signed weight: %+v, %v", r, err)
 	}
@@ -54,7 +56,7 @@ func TestOlderReceiptNeverResurrects(t *testing.T) {
 		t.Fatal("no recovery window: the test does not test")
 	}
 	_, err = te2.RenewOrReadopt("db", l.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: first})
-	wantReason(t, err, ErrLeaseExpired)
+	wantReason(t, err, apierr.ErrLeaseExpired)
 }
 
 // A receipt signed before a shrink does not re-adopt the weight given
@@ -73,7 +75,7 @@ func TestReceiptBeforeShrinkRefused(t *testing.T) {
 	te.clk.Advance(endedFlushDelay)                                            // the shrink is written
 	te2 := te.restart(t, m, time.Second)
 	_, err = te2.RenewOrReadopt("db", l.FencingToken, 0, nil, Readopt{Weight: 5, Receipt: old})
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	if !strings.Contains(err.Error(), "resized to weight 2") {
 		t.Fatalf("message does not say it was resized: %v", err)
 	}
@@ -111,7 +113,7 @@ func TestChurnKeepsLiveLeasesReadoptable(t *testing.T) {
 	}
 	te2 := te.restart(t, m, time.Second)
 	_, err := te2.RenewOrReadopt("db", churned.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: Receipt{Expiry: churned.ExpireTime, Weight: 1}})
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	if r, err := te2.RenewOrReadopt("db", live.FencingToken, 0, nil, Readopt{Weight: 2, Receipt: Receipt{Expiry: live.ExpireTime, Weight: 2}}); err != nil || r.Weight != 2 {
 		t.Fatalf("the live lease after churn: %+v, %v", r, err)
 	}
@@ -133,7 +135,7 @@ func TestCrashDuringRecoveryKeepsUnsure(t *testing.T) {
 	te2.clk.Advance(endedFlushDelay)
 	te3 := te2.restart(t, m, time.Second)
 	_, err := te3.RenewOrReadopt("db", b.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: Receipt{Expiry: b.ExpireTime, Weight: 1}})
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	if _, err := te3.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: Receipt{Expiry: a.ExpireTime, Weight: 1}}); err != nil {
 		t.Fatalf("a lease from before both crashes: %v", err)
 	}
@@ -175,7 +177,7 @@ func TestRestoreLegacyEndedList(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := te2.RenewOrReadopt("db", b.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: Receipt{Expiry: b.ExpireTime, Weight: 1}})
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	if _, err := te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, Receipt: Receipt{Expiry: a.ExpireTime, Weight: 1}}); err != nil {
 		t.Fatalf("a lease above the old floor, not listed as ended: %v", err)
 	}

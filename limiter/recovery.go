@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // recovery is a pool's recovery window after a restart (see the package
@@ -63,7 +65,7 @@ func (p *pool) recoveringErrLocked(now time.Time) error {
 	if !p.rec.unbounded {
 		grants = "leases from before the restart may hold up to " + itoa(p.rec.unknown) + " of its limit " + itoa(p.ad.limit) + " (held now " + itoa(p.held) + "), so it grants only what fits beside them"
 	}
-	return &Error{Code: CodeUnavailable, Reason: ReasonRecovering, RetryAfter: left,
+	return &apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonRecovering, RetryAfter: left,
 		Message: "pool " + quote(p.name) + " is recovering from a server restart until " + p.rec.until.UTC().Format(time.RFC3339Nano) +
 			" (" + left.Round(time.Millisecond).String() + " from now): until then " + grants + "; retry after that, or acquire with a wait to join the queue"}
 }
@@ -78,12 +80,12 @@ func (p *pool) recoveringErrLocked(now time.Time) error {
 //     same token if it fits under the concurrency limit;
 //   - a Release of such a lease succeeds (it was held safely until then);
 //   - new grants wait, in a pool with a concurrency limit, until the
-//     window ends (a no-wait acquire fails with ErrRecovering); then the
+//     window ends (a no-wait acquire fails with apierr.ErrRecovering); then the
 //     queue is served as usual.
 //
 // A restored pool with a rate starts with an empty bucket, so that a
 // restart never grants more than rate × window + burst. Errors:
-// ErrInvalidArgument, ErrPoolExists, ErrShuttingDown.
+// apierr.ErrInvalidArgument, apierr.ErrPoolExists, apierr.ErrShuttingDown.
 func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 	cfg := saved.Config.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -92,10 +94,10 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Load() {
-		return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
+		return PoolInfo{}, errorf(apierr.ErrShuttingDown, "the server is shutting down")
 	}
 	if e.pools.get(cfg.Name) != nil {
-		return PoolInfo{}, errorf(ErrPoolExists, "pool %q already exists; it cannot be restored over", cfg.Name)
+		return PoolInfo{}, errorf(apierr.ErrPoolExists, "pool %q already exists; it cannot be restored over", cfg.Name)
 	}
 	now := e.clock.Now()
 	p := newPool(e, cfg, now, 0) // its tokens come from saved.State below
@@ -258,10 +260,10 @@ type Receipt struct {
 // (0: the pool's DefaultLeaseTTL) from now, provided that the pool's held
 // weight plus ra.Weight is within its concurrency limit.
 //
-// Errors: those of Renew, and ErrLeaseNotReadopted when the lease would not
-// fit under the limit or ra.Weight is below 1; ErrInvalidArgument for a
+// Errors: those of Renew, and apierr.ErrLeaseNotReadopted when the lease would not
+// fit under the limit or ra.Weight is below 1; apierr.ErrInvalidArgument for a
 // weight above the limit, or a client id or description too long;
-// ErrStorageFailed.
+// apierr.ErrStorageFailed.
 func (e *Engine) RenewOrReadopt(pool string, token uint64, ttl time.Duration, owner any, ra Readopt) (Lease, error) {
 	return e.renew(pool, token, ttl, owner, &ra)
 }
@@ -276,18 +278,18 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 	}
 	since := " (the server restarted at " + p.rec.restart.UTC().Format(time.RFC3339Nano) + " and does not know it)"
 	if ra.Weight < 1 {
-		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the renew did not say its weight; stop the work it protects and acquire a new lease (clients that send weight with renew re-attach by themselves)", token, p.name, since)
+		return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the renew did not say its weight; stop the work it protects and acquire a new lease (clients that send weight with renew re-attach by themselves)", token, p.name, since)
 	}
 	if err := p.endedBeforeRestartLocked(token, ra, now); err != nil {
 		return nil, err
 	}
 	switch {
 	case len(ra.ClientID) > MaxClientIDLen:
-		return nil, errorf(ErrInvalidArgument, "client id is %d bytes; the most is %d", len(ra.ClientID), MaxClientIDLen)
+		return nil, errorf(apierr.ErrInvalidArgument, "client id is %d bytes; the most is %d", len(ra.ClientID), MaxClientIDLen)
 	case len(ra.Description) > MaxDescriptionLen:
-		return nil, errorf(ErrInvalidArgument, "description is %d bytes; the most is %d", len(ra.Description), MaxDescriptionLen)
+		return nil, errorf(apierr.ErrInvalidArgument, "description is %d bytes; the most is %d", len(ra.Description), MaxDescriptionLen)
 	case p.cfg.ConcurrencyLimit > 0 && p.held+ra.Weight > p.ad.limit: // the effective limit
-		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its weight %d does not fit (held %d of limit %d); stop the work it protects and acquire a new lease", token, p.name, since, ra.Weight, p.held, p.ad.limit)
+		return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its weight %d does not fit (held %d of limit %d); stop the work it protects and acquire a new lease", token, p.name, since, ra.Weight, p.held, p.ad.limit)
 	}
 	ins, err := p.readoptInstancesLocked(token, ra, since)
 	if err != nil {
@@ -361,22 +363,22 @@ func (p *pool) endedBeforeRestartLocked(token uint64, ra *Readopt, now time.Time
 	rc := ra.Receipt
 	switch {
 	case rc.Problem != "":
-		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: %s; stop the work it protects and acquire a new lease", token, p.name, rc.Problem)
+		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: %s; stop the work it protects and acquire a new lease", token, p.name, rc.Problem)
 	case rc.Expiry.IsZero():
-		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew did not carry the lease's expiry receipt, so the server cannot tell it from a lease that ended before the restart; stop the work it protects and acquire a new lease (clients that send expiry_receipt with renew re-attach by themselves)", token, p.name)
+		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew did not carry the lease's expiry receipt, so the server cannot tell it from a lease that ended before the restart; stop the work it protects and acquire a new lease (clients that send expiry_receipt with renew re-attach by themselves)", token, p.name)
 	case rc.Weight != ra.Weight:
-		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew says weight %d, but its expiry receipt was signed for weight %d; a lease is re-adopted only with exactly the weight and instances it was granted or last resized to, as its latest receipt shows; stop the work it protects and acquire a new lease", token, p.name, ra.Weight, rc.Weight)
+		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew says weight %d, but its expiry receipt was signed for weight %d; a lease is re-adopted only with exactly the weight and instances it was granted or last resized to, as its latest receipt shows; stop the work it protects and acquire a new lease", token, p.name, ra.Weight, rc.Weight)
 	case !rc.Expiry.After(now):
-		return errorf(ErrLeaseExpired, "lease %d of pool %q expired at %s, before the server's restart; stop the work it protects and acquire a new lease", token, p.name, rc.Expiry.UTC().Format(time.RFC3339Nano))
+		return errorf(apierr.ErrLeaseExpired, "lease %d of pool %q expired at %s, before the server's restart; stop the work it protects and acquire a new lease", token, p.name, rc.Expiry.UTC().Format(time.RFC3339Nano))
 	}
 	if !live {
 		if _, ok := p.ended.lookup(token); ok { // it ended since the restart: say how
 			return p.missingLeaseErrLocked(token)
 		}
-		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it ended before the restart (it was released or revoked, or belongs to an earlier pool of that name), or was released since; stop the work it protects and acquire a new lease", token, p.name)
+		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it ended before the restart (it was released or revoked, or belongs to an earlier pool of that name), or was released since; stop the work it protects and acquire a new lease", token, p.name)
 	}
 	if resized > 0 && ra.Weight > resized {
-		return errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart with weight %d: it was resized to weight %d before the restart, and its expiry receipt is from before that; a lease is re-adopted only with exactly the weight it was granted or last resized to; stop the work it protects and acquire a new lease", token, p.name, ra.Weight, resized)
+		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart with weight %d: it was resized to weight %d before the restart, and its expiry receipt is from before that; a lease is re-adopted only with exactly the weight it was granted or last resized to; stop the work it protects and acquire a new lease", token, p.name, ra.Weight, resized)
 	}
 	return nil
 }
@@ -400,7 +402,7 @@ func (p *pool) readoptInstancesLocked(token uint64, ra *Readopt, since string) (
 		return nil, nil
 	}
 	if int64(len(ra.Resources)) != ra.Weight {
-		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names %d instances for weight %d; stop the work it protects and acquire a new lease", token, p.name, since, len(ra.Resources), ra.Weight)
+		return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names %d instances for weight %d; stop the work it protects and acquire a new lease", token, p.name, since, len(ra.Resources), ra.Weight)
 	}
 	ins := make([]*instance, 0, len(ra.Resources))
 	var awaited []string
@@ -417,11 +419,11 @@ func (p *pool) readoptInstancesLocked(token uint64, ra *Readopt, since string) (
 			if in == nil {
 				why = "is not in the pool (removed, or its provider has not offered it again)"
 			}
-			return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its instance %q %s; stop the work it protects and acquire a new lease", token, p.name, since, id, why)
+			return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its instance %q %s; stop the work it protects and acquire a new lease", token, p.name, since, id, why)
 		}
 		for _, other := range ins {
 			if other == in {
-				return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, p.name, since, id)
+				return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, p.name, since, id)
 			}
 		}
 		ins = append(ins, in)
@@ -429,12 +431,12 @@ func (p *pool) readoptInstancesLocked(token uint64, ra *Readopt, since string) (
 	for i, id := range awaited {
 		for _, other := range awaited[:i] {
 			if other == id {
-				return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, p.name, since, id)
+				return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, p.name, since, id)
 			}
 		}
 	}
 	if len(p.res.byID)+len(awaited) > MaxResourcesPerPool {
-		return nil, errorf(ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the pool would hold more than %d instances", token, p.name, since, MaxResourcesPerPool)
+		return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the pool would hold more than %d instances", token, p.name, since, MaxResourcesPerPool)
 	}
 	for _, id := range awaited {
 		in := &instance{Resource: Resource{ID: id}, awaited: true, addTime: p.e.clock.Now()}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // restart simulates a crash of te's engine and a restart after downtime: the
@@ -131,10 +133,10 @@ func TestRecoveryHoldsBackNewGrants(t *testing.T) {
 	until := epoch.Add(11 * time.Second)
 
 	_, err := te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrRecovering)
-	var e *Error
+	wantReason(t, err, apierr.ErrRecovering)
+	var e *apierr.Error
 	errors.As(err, &e)
-	if e.Code != CodeUnavailable || e.RetryAfter != 10*time.Second || !strings.Contains(e.Message, until.Format(time.RFC3339Nano)) {
+	if e.Code != apierr.CodeUnavailable || e.RetryAfter != 10*time.Second || !strings.Contains(e.Message, until.Format(time.RFC3339Nano)) {
 		t.Fatalf("recovering error = %#v", e)
 	}
 	w := te2.startAcquire(t, AcquireRequest{Pool: "db", Weight: 1})
@@ -173,7 +175,7 @@ func TestHeldBoundGrantsAtOnce(t *testing.T) {
 	}
 	te2.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 11, NoWait: true})
 	_, err := te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrRecovering)
+	wantReason(t, err, apierr.ErrRecovering)
 	if !strings.Contains(err.Error(), "may hold up to 5") {
 		t.Fatalf("recovering error %q does not say what old leases may hold", err)
 	}
@@ -189,11 +191,11 @@ func TestHeldBoundGrantsAtOnce(t *testing.T) {
 		t.Fatalf("held %d after re-adoption, want 14", s.Held)
 	}
 	_, err = te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrRecovering) // 14 held + 2 unknown
+	wantReason(t, err, apierr.ErrRecovering) // 14 held + 2 unknown
 	// The bound survives a second restart during the window.
 	te3 := te2.restart(t, m, 0)
 	_, err = te3.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrRecovering)
+	wantReason(t, err, apierr.ErrRecovering)
 }
 
 // TestHeldBoundWrittenAhead: no grant makes the held weight pass the
@@ -251,14 +253,14 @@ func TestReadopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, readopt(2))
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 
 	// b's holder releases without renewing first: that is fine.
 	if _, err := te2.Release("db", b.FencingToken); err != nil {
 		t.Fatalf("release of a lease from before the restart: %v", err)
 	}
 	_, err = te2.RenewOrReadopt("db", b.FencingToken, 0, nil, readopt(3))
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	if s := te2.status(t, "db"); s.Held != 0 || s.Released != 2 {
 		t.Fatalf("after releases: %+v", s)
 	}
@@ -267,8 +269,8 @@ func TestReadopt(t *testing.T) {
 	te2.clk.Advance(endedFlushDelay) // the releases are written
 	te3 := te2.restart(t, m, 0)
 	_, err = te3.RenewOrReadopt("db", a.FencingToken, time.Second, nil, readopt(2))
-	wantReason(t, err, ErrLeaseNotReadopted) // released before the restart
-	te3.clk.Advance(10 * time.Second)        // its window ends
+	wantReason(t, err, apierr.ErrLeaseNotReadopted) // released before the restart
+	te3.clk.Advance(10 * time.Second)               // its window ends
 	d := te3.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 5 * time.Second})
 	te4 := te3.restart(t, m, 0)
 	c, err := te4.RenewOrReadopt("db", d.FencingToken, time.Second, nil, readopt(1))
@@ -280,7 +282,7 @@ func TestReadopt(t *testing.T) {
 		t.Fatalf("after the re-adopted lease's TTL: %+v", s)
 	}
 	_, err = te4.RenewOrReadopt("db", c.FencingToken, 0, nil, readopt(1))
-	wantReason(t, err, ErrLeaseExpired)
+	wantReason(t, err, apierr.ErrLeaseExpired)
 }
 
 // TestReadoptRefusals: what is not re-adopted, and why.
@@ -293,23 +295,23 @@ func TestReadoptRefusals(t *testing.T) {
 	te2 := te.restart(t, m, time.Second)
 
 	_, err := te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{})
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	if !strings.Contains(err.Error(), "weight") {
 		t.Fatalf("message does not say the weight is missing: %v", err)
 	}
 	_, err = te2.Renew("db", a.FencingToken, 0, nil) // the engine's plain Renew never re-adopts
-	wantReason(t, err, ErrLeaseNotFound)
+	wantReason(t, err, apierr.ErrLeaseNotFound)
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, time.Hour, nil, readopt(2))
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, Readopt{Weight: 1, ClientID: strings.Repeat("x", MaxClientIDLen+1), Receipt: Receipt{Expiry: liveReceipt, Weight: 1}})
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 
 	// A holder that claims more than fits is refused; the others fit.
 	if _, err := te2.RenewOrReadopt("db", b.FencingToken, 0, nil, readopt(3)); err != nil {
 		t.Fatal(err)
 	}
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, readopt(2))
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	if s := te2.status(t, "db"); s.Held != 3 {
 		t.Fatalf("held %d after a refused re-adoption; want 3", s.Held)
 	}
@@ -317,15 +319,15 @@ func TestReadoptRefusals(t *testing.T) {
 	// Tokens never issued before the restart are not re-adopted.
 	sp, _ := m.saved("db")
 	_, err = te2.RenewOrReadopt("db", sp.State.TokenCeiling+1, 0, nil, readopt(1))
-	wantReason(t, err, ErrLeaseNotFound)
+	wantReason(t, err, apierr.ErrLeaseNotFound)
 
 	// After the window nothing is re-adopted.
 	te2.clk.Advance(10 * time.Second)
 	_, _ = te2.Release("db", b.FencingToken)
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, readopt(2))
-	wantReason(t, err, ErrLeaseNotFound)
+	wantReason(t, err, apierr.ErrLeaseNotFound)
 	_, err = te2.Release("db", a.FencingToken)
-	wantReason(t, err, ErrLeaseNotFound)
+	wantReason(t, err, apierr.ErrLeaseNotFound)
 }
 
 // TestRecoveryRatePools: a pool with only a rate grants during the window
@@ -341,7 +343,7 @@ func TestRecoveryRatePools(t *testing.T) {
 		t.Fatalf("restored rate pool: %+v", s)
 	}
 	_, err := te2.Take(context.Background(), "api", 1, 0)
-	wantReason(t, err, ErrRateLimited)
+	wantReason(t, err, apierr.ErrRateLimited)
 	te2.clk.Advance(100 * time.Millisecond)
 	if _, err := te2.Acquire(context.Background(), AcquireRequest{Pool: "api", Weight: 1, NoWait: true}); err != nil {
 		t.Fatalf("acquire in a rate pool during recovery: %v", err)
@@ -356,7 +358,7 @@ func TestRecoveryRatePools(t *testing.T) {
 	}
 	te2.clk.Advance(time.Second)
 	_, err = te2.Acquire(context.Background(), AcquireRequest{Pool: "api", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrRecovering)
+	wantReason(t, err, apierr.ErrRecovering)
 }
 
 // TestTTLBoundCoversLoweredMaxTTL: leases granted under a larger
@@ -396,13 +398,13 @@ func TestTTLBoundCoversLoweredMaxTTL(t *testing.T) {
 func TestRestoreErrors(t *testing.T) {
 	te := newTestEngine(t)
 	_, err := te.RestorePool(SavedPool{Config: PoolConfig{Name: "bad name", ConcurrencyLimit: 1}})
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	_, err = te.RestorePool(SavedPool{Config: PoolConfig{Name: "db", ConcurrencyLimit: 1}})
-	wantReason(t, err, ErrPoolExists)
+	wantReason(t, err, apierr.ErrPoolExists)
 	te.Close()
 	_, err = te.RestorePool(SavedPool{Config: PoolConfig{Name: "x", ConcurrencyLimit: 1}})
-	wantReason(t, err, ErrShuttingDown)
+	wantReason(t, err, apierr.ErrShuttingDown)
 }
 
 // TestDeleteDuringRecovery: deleting a recovering pool stops its window.
@@ -417,7 +419,7 @@ func TestDeleteDuringRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := w.result(t)
-	wantReason(t, err, ErrPoolDeleted)
+	wantReason(t, err, apierr.ErrPoolDeleted)
 	if n := te2.clk.Pending(); n != 0 {
 		t.Fatalf("%d timers left after deleting the recovering pool", n)
 	}
@@ -488,7 +490,7 @@ func TestCleanStopNeedsNoWindow(t *testing.T) {
 		t.Fatal("no recovery after a crash that followed a grant")
 	}
 	_, err := te3.RenewOrReadopt("idle", a.FencingToken, 0, nil, readopt(1))
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	if _, err := te3.RenewOrReadopt("idle", b.FencingToken, 0, nil, readopt(1)); err != nil {
 		t.Fatalf("the live lease: %v", err)
 	}
@@ -544,7 +546,7 @@ func TestCleanStopWritesExactHeldBound(t *testing.T) {
 		te2 := te.restart(t, m, 100*time.Millisecond)
 		te2.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 16 - want, NoWait: true, TTL: 10 * time.Second})
 		_, err := te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-		wantReason(t, err, ErrRecovering)
+		wantReason(t, err, apierr.ErrRecovering)
 		if finalFails {
 			continue
 		}
@@ -552,14 +554,14 @@ func TestCleanStopWritesExactHeldBound(t *testing.T) {
 			t.Fatalf("re-adopting beside the new grant: %v", err)
 		}
 		_, err = te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-		wantReason(t, err, ErrRecovering) // 11 + 3 held, 2 may be
+		wantReason(t, err, apierr.ErrRecovering) // 11 + 3 held, 2 may be
 		if _, err := te2.Release("db", a.FencingToken); err != nil {
 			t.Fatal(err)
 		}
 		te2.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 3, NoWait: true, TTL: 10 * time.Second})
 		te2.clk.Advance(4*time.Second - time.Millisecond) // the silent holder's lease may still be live
 		_, err = te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-		wantReason(t, err, ErrRecovering)
+		wantReason(t, err, apierr.ErrRecovering)
 		te2.clk.Advance(time.Millisecond) // restart + TTL bound: it is over
 		te2.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 2, NoWait: true})
 		if s := te2.status(t, "db"); s.Held != 16 || !s.RecoveringUntil.IsZero() {

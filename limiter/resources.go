@@ -1,6 +1,10 @@
 package limiter
 
-import "time"
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+)
 
 // This file declares what active and passive pools are made of: resource
 // instances, the kinds of pool, how a free instance is chosen, and the
@@ -61,7 +65,7 @@ func (k ResourceKind) String() string {
 }
 
 // ParseResourceKind returns the kind named s ("" means free). Errors:
-// ErrInvalidArgument.
+// apierr.ErrInvalidArgument.
 func ParseResourceKind(s string) (ResourceKind, error) {
 	switch s {
 	case "", "free":
@@ -71,7 +75,7 @@ func ParseResourceKind(s string) (ResourceKind, error) {
 	case "passive":
 		return ResourcePassive, nil
 	}
-	return 0, errorf(ErrInvalidArgument, "resource kind %q is not one; use free, active or passive", s)
+	return 0, errorf(apierr.ErrInvalidArgument, "resource kind %q is not one; use free, active or passive", s)
 }
 
 // SelectionPolicy says which free instance an active or passive pool
@@ -100,7 +104,7 @@ func (s SelectionPolicy) String() string {
 }
 
 // ParseSelectionPolicy returns the policy named s ("" means reuse).
-// Errors: ErrInvalidArgument.
+// Errors: apierr.ErrInvalidArgument.
 func ParseSelectionPolicy(s string) (SelectionPolicy, error) {
 	switch s {
 	case "", "reuse":
@@ -108,7 +112,7 @@ func ParseSelectionPolicy(s string) (SelectionPolicy, error) {
 	case "spread":
 		return SelectSpread, nil
 	}
-	return 0, errorf(ErrInvalidArgument, "selection policy %q is not one; use reuse or spread", s)
+	return 0, errorf(apierr.ErrInvalidArgument, "selection policy %q is not one; use reuse or spread", s)
 }
 
 // Resource is one instance of an active or passive pool.
@@ -141,15 +145,15 @@ type ResourceState struct {
 	LastRelease time.Time
 }
 
-// validateResourceID returns ErrInvalidArgument unless id is a valid
+// validateResourceID returns apierr.ErrInvalidArgument unless id is a valid
 // instance or provider id; what names the kind of id for the message.
 func validateResourceID(what, id string) error {
 	if id == "" || len(id) > MaxResourceIDLen {
-		return errorf(ErrInvalidArgument, "%s id %q is invalid: use 1 to %d characters of [A-Za-z0-9._:/-]", what, id, MaxResourceIDLen)
+		return errorf(apierr.ErrInvalidArgument, "%s id %q is invalid: use 1 to %d characters of [A-Za-z0-9._:/-]", what, id, MaxResourceIDLen)
 	}
 	for i := 0; i < len(id); i++ {
 		if !poolNameByte(id[i]) {
-			return errorf(ErrInvalidArgument, "%s id %q has %q at position %d; use only [A-Za-z0-9._:/-]", what, id, rune(id[i]), i)
+			return errorf(apierr.ErrInvalidArgument, "%s id %q has %q at position %d; use only [A-Za-z0-9._:/-]", what, id, rune(id[i]), i)
 		}
 	}
 	return nil
@@ -161,10 +165,10 @@ func validateResourceID(what, id string) error {
 // provider.
 func checkResources(rs []Resource, provider string) ([]Resource, error) {
 	if len(rs) == 0 {
-		return nil, errorf(ErrInvalidArgument, "no instances given; name at least one")
+		return nil, errorf(apierr.ErrInvalidArgument, "no instances given; name at least one")
 	}
 	if len(rs) > MaxResourcesPerCall {
-		return nil, errorf(ErrInvalidArgument, "%d instances given in one call; the most is %d: split the call", len(rs), MaxResourcesPerCall)
+		return nil, errorf(apierr.ErrInvalidArgument, "%d instances given in one call; the most is %d: split the call", len(rs), MaxResourcesPerCall)
 	}
 	out := make([]Resource, len(rs))
 	seen := make(map[string]struct{}, len(rs))
@@ -173,11 +177,11 @@ func checkResources(rs []Resource, provider string) ([]Resource, error) {
 			return nil, err
 		}
 		if _, dup := seen[r.ID]; dup {
-			return nil, errorf(ErrInvalidArgument, "instance %q is named twice in one call", r.ID)
+			return nil, errorf(apierr.ErrInvalidArgument, "instance %q is named twice in one call", r.ID)
 		}
 		seen[r.ID] = struct{}{}
 		if len(r.Attributes) > MaxAttributes {
-			return nil, errorf(ErrInvalidArgument, "instance %q has %d attributes; the most is %d", r.ID, len(r.Attributes), MaxAttributes)
+			return nil, errorf(apierr.ErrInvalidArgument, "instance %q has %d attributes; the most is %d", r.ID, len(r.Attributes), MaxAttributes)
 		}
 		var attrs map[string]string
 		if len(r.Attributes) > 0 {
@@ -185,10 +189,10 @@ func checkResources(rs []Resource, provider string) ([]Resource, error) {
 		}
 		for k, v := range r.Attributes {
 			if k == "" || len(k) > MaxAttrKeyLen {
-				return nil, errorf(ErrInvalidArgument, "instance %q has an attribute key of %d bytes; keys are 1 to %d bytes", r.ID, len(k), MaxAttrKeyLen)
+				return nil, errorf(apierr.ErrInvalidArgument, "instance %q has an attribute key of %d bytes; keys are 1 to %d bytes", r.ID, len(k), MaxAttrKeyLen)
 			}
 			if len(v) > MaxAttrValueLen {
-				return nil, errorf(ErrInvalidArgument, "instance %q's attribute %q is %d bytes; the most is %d", r.ID, k, len(v), MaxAttrValueLen)
+				return nil, errorf(apierr.ErrInvalidArgument, "instance %q's attribute %q is %d bytes; the most is %d", r.ID, k, len(v), MaxAttrValueLen)
 			}
 			attrs[k] = v
 		}
@@ -201,15 +205,15 @@ func checkResources(rs []Resource, provider string) ([]Resource, error) {
 // MaxResourcesPerCall distinct ids.
 func checkResourceIDs(ids []string) error {
 	if len(ids) == 0 {
-		return errorf(ErrInvalidArgument, "no instance ids given; name at least one")
+		return errorf(apierr.ErrInvalidArgument, "no instance ids given; name at least one")
 	}
 	if len(ids) > MaxResourcesPerCall {
-		return errorf(ErrInvalidArgument, "%d instance ids given in one call; the most is %d: split the call", len(ids), MaxResourcesPerCall)
+		return errorf(apierr.ErrInvalidArgument, "%d instance ids given in one call; the most is %d: split the call", len(ids), MaxResourcesPerCall)
 	}
 	seen := make(map[string]struct{}, len(ids))
 	for _, id := range ids {
 		if _, dup := seen[id]; dup {
-			return errorf(ErrInvalidArgument, "instance %q is named twice in one call", id)
+			return errorf(apierr.ErrInvalidArgument, "instance %q is named twice in one call", id)
 		}
 		seen[id] = struct{}{}
 	}

@@ -1,6 +1,10 @@
 package limiter
 
-import "time"
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+)
 
 // This file is the operator's calls on the instances of active pools, and
 // the listing of any resource pool's instances.
@@ -12,13 +16,13 @@ const DefaultRemoveReason = "removed by an operator"
 // AddResources adds instances to the active pool named pool, free, and
 // grants waiters they now fit. Ids must be new to the pool and distinct;
 // attributes are copied. With a Persister, the pool's new instances are
-// written before they become visible. Errors: ErrPoolNotFound;
-// ErrNotActive (a free or passive pool); ErrInvalidArgument (no instances,
+// written before they become visible. Errors: apierr.ErrPoolNotFound;
+// apierr.ErrNotActive (a free or passive pool); apierr.ErrInvalidArgument (no instances,
 // more than MaxResourcesPerCall, a bad id or attribute, an id twice);
-// ErrResourceExists (an id is in the pool already; nothing is added);
-// ErrTooManyResources (the pool would hold more than
-// MaxResourcesPerPool); ErrStorageFailed (nothing was added);
-// ErrShuttingDown.
+// apierr.ErrResourceExists (an id is in the pool already; nothing is added);
+// apierr.ErrTooManyResources (the pool would hold more than
+// MaxResourcesPerPool); apierr.ErrStorageFailed (nothing was added);
+// apierr.ErrShuttingDown.
 func (e *Engine) AddResources(pool string, rs []Resource) (PoolInfo, error) {
 	p, err := e.lockPool(pool)
 	if err != nil {
@@ -64,21 +68,21 @@ type RemoveResult struct {
 // next renew, unless wait: then the lease runs on and the instance leaves
 // when it ends. Revoking a lease frees its other instances too, and
 // waiters they fit are granted. Waiters whose weight is now above the
-// pool's instances fail with ErrLimitBelowWeight. With a Persister, the
+// pool's instances fail with apierr.ErrLimitBelowWeight. With a Persister, the
 // pool's remaining instances are written first (an instance removed with
 // wait is already gone from what a restarted server knows).
 //
-// Errors: ErrPoolNotFound; ErrNotActive; ErrInvalidArgument (no ids, too
+// Errors: apierr.ErrPoolNotFound; apierr.ErrNotActive; apierr.ErrInvalidArgument (no ids, too
 // many, an id twice, reason longer than MaxRevokeReasonLen);
-// ErrResourceNotFound (an id is not in the pool; nothing is removed);
-// ErrStorageFailed (nothing was removed); ErrShuttingDown.
+// apierr.ErrResourceNotFound (an id is not in the pool; nothing is removed);
+// apierr.ErrStorageFailed (nothing was removed); apierr.ErrShuttingDown.
 func (e *Engine) RemoveResources(pool string, ids []string, wait bool, reason string, opts ...CallOption) (RemoveResult, error) {
 	actor := callOptionsOf(opts).actor
 	if err := checkResourceIDs(ids); err != nil {
 		return RemoveResult{}, err
 	}
 	if len(reason) > MaxRevokeReasonLen {
-		return RemoveResult{}, errorf(ErrInvalidArgument, "reason is %d bytes; the most is %d", len(reason), MaxRevokeReasonLen)
+		return RemoveResult{}, errorf(apierr.ErrInvalidArgument, "reason is %d bytes; the most is %d", len(reason), MaxRevokeReasonLen)
 	}
 	if reason == "" {
 		reason = DefaultRemoveReason
@@ -121,7 +125,7 @@ func (p *pool) removeAndDispatchLocked(ins []*instance, wait bool, reason, actor
 	}
 	p.failWaitersLocked(func(w *waiter) error {
 		if err := p.checkWeightLocked(w.g.weight); err != nil {
-			return errorf(ErrLimitBelowWeight, "pool %q lost instances while this acquire waited and can no longer grant weight %d: %v", p.name, w.g.weight, err)
+			return errorf(apierr.ErrLimitBelowWeight, "pool %q lost instances while this acquire waited and can no longer grant weight %d: %v", p.name, w.g.weight, err)
 		}
 		return nil
 	})
@@ -132,8 +136,8 @@ func (p *pool) removeAndDispatchLocked(ins []*instance, wait bool, reason, actor
 
 // ListResources returns the instances of the active or passive pool named
 // pool, in id order, and the live providers of a passive pool, in id
-// order. Errors: ErrPoolNotFound; ErrNotResourcePool (a free pool);
-// ErrShuttingDown.
+// order. Errors: apierr.ErrPoolNotFound; apierr.ErrNotResourcePool (a free pool);
+// apierr.ErrShuttingDown.
 func (e *Engine) ListResources(pool string) ([]ResourceState, []ProviderInfo, error) {
 	p, err := e.lockPool(pool)
 	if err != nil {
@@ -141,20 +145,20 @@ func (e *Engine) ListResources(pool string) ([]ResourceState, []ProviderInfo, er
 	}
 	defer p.unlock()
 	if p.res == nil {
-		return nil, nil, errorf(ErrNotResourcePool, "pool %q is a free pool: its permits are counters, not instances; create an active or passive pool to have instances", p.name)
+		return nil, nil, errorf(apierr.ErrNotResourcePool, "pool %q is a free pool: its permits are counters, not instances; create an active or passive pool to have instances", p.name)
 	}
 	return p.res.states(), p.providerInfosLocked(), nil
 }
 
-// checkKindLocked returns ErrNotActive or ErrNotPassive unless the pool is
+// checkKindLocked returns apierr.ErrNotActive or apierr.ErrNotPassive unless the pool is
 // of kind; why says what to do instead.
 func (p *pool) checkKindLocked(kind ResourceKind, why string) error {
 	if p.cfg.ResourceKind == kind {
 		return nil
 	}
-	kindErr := ErrNotActive
+	kindErr := apierr.ErrNotActive
 	if kind == ResourcePassive {
-		kindErr = ErrNotPassive
+		kindErr = apierr.ErrNotPassive
 	}
 	if p.cfg.ResourceKind == ResourceFree {
 		return errorf(kindErr, "pool %q is a free pool (a counter) and has no instances; create a %s pool to have them", p.name, kind)
@@ -168,13 +172,13 @@ func (p *pool) checkNewResourcesLocked(add []Resource) error {
 	for _, r := range add {
 		if in := p.res.byID[r.ID]; in != nil && (!in.awaited || r.Provider == "") {
 			if in.Provider != "" {
-				return errorf(ErrResourceExists, "pool %q already has an instance %q, offered by provider %q; pick another id", p.name, r.ID, in.Provider)
+				return errorf(apierr.ErrResourceExists, "pool %q already has an instance %q, offered by provider %q; pick another id", p.name, r.ID, in.Provider)
 			}
-			return errorf(ErrResourceExists, "pool %q already has an instance %q; pick another id, or remove it first", p.name, r.ID)
+			return errorf(apierr.ErrResourceExists, "pool %q already has an instance %q; pick another id, or remove it first", p.name, r.ID)
 		}
 	}
 	if n := len(p.res.byID) + len(add); n > MaxResourcesPerPool {
-		return errorf(ErrTooManyResources, "pool %q would hold %d instances; the most is %d", p.name, n, MaxResourcesPerPool)
+		return errorf(apierr.ErrTooManyResources, "pool %q would hold %d instances; the most is %d", p.name, n, MaxResourcesPerPool)
 	}
 	return nil
 }
@@ -187,9 +191,9 @@ func (p *pool) instancesLocked(ids []string, provider string) ([]*instance, erro
 		in := p.res.byID[id]
 		if in == nil || in.Provider != provider {
 			if provider != "" {
-				return nil, errorf(ErrResourceNotFound, "provider %q offers no instance %q in pool %q; nothing was withdrawn", provider, id, p.name)
+				return nil, errorf(apierr.ErrResourceNotFound, "provider %q offers no instance %q in pool %q; nothing was withdrawn", provider, id, p.name)
 			}
-			return nil, errorf(ErrResourceNotFound, "pool %q has no instance %q; nothing was removed", p.name, id)
+			return nil, errorf(apierr.ErrResourceNotFound, "pool %q has no instance %q; nothing was removed", p.name, id)
 		}
 		ins = append(ins, in)
 	}
@@ -200,7 +204,7 @@ func (p *pool) instancesLocked(ids []string, provider string) ([]*instance, erro
 // calls' worth, and returns the engine's copies.
 func checkSavedResources(saved []Resource) ([]Resource, error) {
 	if len(saved) > MaxResourcesPerPool {
-		return nil, errorf(ErrInvalidArgument, "%d saved instances; the most a pool holds is %d", len(saved), MaxResourcesPerPool)
+		return nil, errorf(apierr.ErrInvalidArgument, "%d saved instances; the most a pool holds is %d", len(saved), MaxResourcesPerPool)
 	}
 	out := make([]Resource, 0, len(saved))
 	for i := 0; i < len(saved); i += MaxResourcesPerCall {
@@ -213,7 +217,7 @@ func checkSavedResources(saved []Resource) ([]Resource, error) {
 	seen := make(map[string]struct{}, len(out))
 	for _, r := range out {
 		if _, dup := seen[r.ID]; dup {
-			return nil, errorf(ErrInvalidArgument, "instance %q is saved twice", r.ID)
+			return nil, errorf(apierr.ErrInvalidArgument, "instance %q is saved twice", r.ID)
 		}
 		seen[r.ID] = struct{}{}
 	}

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // TestRandomizedResources drives active and passive pools through random
@@ -111,7 +113,7 @@ func runRandomizedResources(t *testing.T, seed uint64, steps int) {
 		}
 		return ps[rng.IntN(len(ps))]
 	}
-	allowed := func(err error, kinds ...*Error) {
+	allowed := func(err error, kinds ...*apierr.Error) {
 		t.Helper()
 		if err == nil {
 			return
@@ -161,13 +163,13 @@ func runRandomizedResources(t *testing.T, seed uint64, steps int) {
 			te.clk.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		case op < 65 && !passive:
 			_, err := te.AddResources(cfg.Name, newResources(1+rng.IntN(2)))
-			allowed(err, ErrTooManyResources)
+			allowed(err, apierr.ErrTooManyResources)
 		case op < 70 && !passive:
 			_, err := te.RemoveResources(cfg.Name, someIDs(cfg.Name, nil), rng.IntN(3) == 0, "random removal")
-			allowed(err, ErrResourceNotFound)
+			allowed(err, apierr.ErrResourceNotFound)
 		case op < 65: // passive: a provider registers, with a short TTL
 			h, err := te.RegisterProvider(cfg.Name, ProviderSpec{ID: fmt.Sprintf("p%d", rng.IntN(6)), TTL: time.Duration(2+rng.IntN(4)) * time.Second}, newResources(rng.IntN(4)))
-			allowed(err, ErrProviderExists)
+			allowed(err, apierr.ErrProviderExists)
 			if err == nil {
 				providers[cfg.Name] = append(providers[cfg.Name], h)
 			}
@@ -175,19 +177,19 @@ func runRandomizedResources(t *testing.T, seed uint64, steps int) {
 			if h := anyProvider(cfg.Name); h != nil {
 				if rng.IntN(2) == 0 {
 					_, err := h.Offer(newResources(1 + rng.IntN(2)))
-					allowed(err, ErrProviderNotFound)
+					allowed(err, apierr.ErrProviderNotFound)
 				} else {
 					_, _, err := h.Withdraw(someIDs(cfg.Name, h), rng.IntN(3) == 0)
-					allowed(err, ErrProviderNotFound, ErrResourceNotFound)
+					allowed(err, apierr.ErrProviderNotFound, apierr.ErrResourceNotFound)
 				}
 			}
 		case op < 74 && passive: // keep a provider alive, or let it leave
 			if h := anyProvider(cfg.Name); h != nil {
 				if rng.IntN(4) == 0 {
-					allowed(h.Leave("random leave"), ErrProviderNotFound)
+					allowed(h.Leave("random leave"), apierr.ErrProviderNotFound)
 				} else {
 					_, err := h.KeepAlive()
-					allowed(err, ErrProviderNotFound)
+					allowed(err, apierr.ErrProviderNotFound)
 				}
 			}
 		case op < 78: // change the limit of the pool that has one
@@ -202,7 +204,7 @@ func runRandomizedResources(t *testing.T, seed uint64, steps int) {
 			}
 		case op < 88:
 			if h, ok := pick(true); ok {
-				allowed(te.RevokeLease(h.pool, h.token, "random revoke"), ErrLeaseExpired, ErrLeaseRevoked, ErrLeaseNotFound)
+				allowed(te.RevokeLease(h.pool, h.token, "random revoke"), apierr.ErrLeaseExpired, apierr.ErrLeaseRevoked, apierr.ErrLeaseNotFound)
 			}
 		case op < 92:
 			if _, err := te.SuspendPool(cfg.Name, rng.IntN(3) == 0); err != nil {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func ids(l Lease) string {
@@ -42,9 +44,9 @@ func TestActiveGrantBindsDistinctInstances(t *testing.T) {
 		t.Fatalf("instance %s granted twice (a has %s)", ids(b), ids(a))
 	}
 	_, err := te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 4})
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrNoCapacity)
+	wantReason(t, err, apierr.ErrNoCapacity)
 	if !strings.Contains(err.Error(), "now (0 of 3 instances free, 0 waiting)") {
 		t.Errorf("no-capacity message %q does not say the instances are taken, in a clean list", err)
 	}
@@ -126,7 +128,7 @@ func TestRemoveResources(t *testing.T) {
 		t.Fatalf("ended %+v", ended)
 	}
 	_, err = te.Renew("db", a.FencingToken, 0, nil)
-	wantReason(t, err, ErrLeaseRevoked)
+	wantReason(t, err, apierr.ErrLeaseRevoked)
 	if s := te.status(t, "db"); s.Resources != 3 || s.ResourcesFree != 2 || s.Held != 1 {
 		t.Fatalf("after removing a held instance: %+v", s)
 	}
@@ -139,7 +141,7 @@ func TestRemoveResources(t *testing.T) {
 		t.Fatalf("a lease whose instance is removed with wait must run on: %v", err)
 	}
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 3})
-	wantReason(t, err, ErrInvalidArgument) // 2 usable instances
+	wantReason(t, err, apierr.ErrInvalidArgument) // 2 usable instances
 	if _, err := te.Release("db", b.FencingToken); err != nil {
 		t.Fatal(err)
 	}
@@ -155,22 +157,22 @@ func TestRemoveResources(t *testing.T) {
 
 	// Bad input.
 	_, err = te.RemoveResources("db", []string{"c9"}, false, "")
-	wantReason(t, err, ErrResourceNotFound)
+	wantReason(t, err, apierr.ErrResourceNotFound)
 	_, err = te.RemoveResources("db", nil, false, "")
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	_, err = te.AddResources("db", res(states[0].ID))
-	wantReason(t, err, ErrResourceExists)
+	wantReason(t, err, apierr.ErrResourceExists)
 	_, err = te.AddResources("db", []Resource{{ID: "bad id"}})
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	_, err = te.AddResources("db", []Resource{{ID: "x", Attributes: map[string]string{"": "v"}}})
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	te.mustCreate(t, PoolConfig{Name: "free", ConcurrencyLimit: 1})
 	_, err = te.AddResources("free", res("x"))
-	wantReason(t, err, ErrNotActive)
+	wantReason(t, err, apierr.ErrNotActive)
 	_, _, err = te.ListResources("free")
-	wantReason(t, err, ErrNotResourcePool)
+	wantReason(t, err, apierr.ErrNotResourcePool)
 	_, err = te.RegisterProvider("db", ProviderSpec{ID: "w1"}, nil)
-	wantReason(t, err, ErrNotPassive)
+	wantReason(t, err, apierr.ErrNotPassive)
 }
 
 // TestProviderMissesKeepAlive: a provider's instances are the passive
@@ -183,14 +185,14 @@ func TestProviderMissesKeepAlive(t *testing.T) {
 	te.Engine.onPoolEvent = func(ev PoolEvent) { te.mu.Lock(); events = append(events, ev); te.mu.Unlock() }
 	te.mustCreate(t, PoolConfig{Name: "gpu", ResourceKind: ResourcePassive})
 	_, err := te.Acquire(context.Background(), AcquireRequest{Pool: "gpu", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrNoCapacity)
+	wantReason(t, err, apierr.ErrNoCapacity)
 
 	h, err := te.RegisterProvider("gpu", ProviderSpec{ID: "worker-1", TTL: 3 * time.Second, Address: "10.0.0.7:1234"}, res("slot-1", "slot-2"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = te.RegisterProvider("gpu", ProviderSpec{ID: "worker-1"}, nil)
-	wantReason(t, err, ErrProviderExists)
+	wantReason(t, err, apierr.ErrProviderExists)
 	l := te.mustAcquire(t, AcquireRequest{Pool: "gpu", TTL: time.Minute})
 	if len(l.Resources) != 1 || l.Resources[0].Provider != "worker-1" {
 		t.Fatalf("lease bound to %+v", l.Resources)
@@ -213,7 +215,7 @@ func TestProviderMissesKeepAlive(t *testing.T) {
 		t.Fatalf("ended %+v", ended)
 	}
 	_, err = h.Offer(res("slot-3"))
-	wantReason(t, err, ErrProviderNotFound)
+	wantReason(t, err, apierr.ErrProviderNotFound)
 	if !strings.Contains(err.Error(), "missed its keep-alive") {
 		t.Errorf("a late offer's error %q does not say why the provider is gone", err)
 	}
@@ -245,11 +247,11 @@ func TestProviderMissesKeepAlive(t *testing.T) {
 		t.Fatalf("Withdraw = %+v, %v", r, err)
 	}
 	_, _, err = h2.Withdraw([]string{"c"}, false)
-	wantReason(t, err, ErrResourceNotFound)
+	wantReason(t, err, apierr.ErrResourceNotFound)
 	if err := h2.Leave("shutting down"); err != nil {
 		t.Fatal(err)
 	}
-	wantReason(t, h2.Leave("again"), ErrProviderNotFound)
+	wantReason(t, h2.Leave("again"), apierr.ErrProviderNotFound)
 	if s := te.status(t, "gpu"); s.Resources != 0 || s.Providers != 0 {
 		t.Fatalf("after leaving: %+v", s)
 	}
@@ -275,10 +277,10 @@ func TestActiveResourcesSurviveRestart(t *testing.T) {
 		t.Fatalf("after a restart: %+v, %v", states, err)
 	}
 	_, err = te2.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrRecovering)
+	wantReason(t, err, apierr.ErrRecovering)
 	ra := Readopt{Weight: 2, Resources: []string{"c1", "c9"}, Receipt: Receipt{Expiry: liveReceipt, Weight: 2}}
 	_, err = te2.RenewOrReadopt("db", a.FencingToken, 0, nil, ra)
-	wantReason(t, err, ErrLeaseNotReadopted)
+	wantReason(t, err, apierr.ErrLeaseNotReadopted)
 	ra.Resources = []string{a.Resources[0].ID, a.Resources[1].ID}
 	l, err := te2.RenewOrReadopt("db", a.FencingToken, 0, nil, ra)
 	if err != nil || ids(l) != ids(a) {

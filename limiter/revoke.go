@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // This file is revocation (the engine taking a live lease back) and the
@@ -20,17 +22,17 @@ const DefaultRevokeReason = "revoked by an operator"
 // the end is reported to OnLeaseEnded with EndRevoked and reason as
 // LeaseEnded.Message (the server pushes it to the holder's session); and
 // the lease is remembered, so that a later Renew or Release of it fails
-// with ErrLeaseRevoked, whose message holds reason. An empty reason means
+// with apierr.ErrLeaseRevoked, whose message holds reason. An empty reason means
 // DefaultRevokeReason.
 //
-// Errors: ErrPoolNotFound; ErrInvalidArgument (reason longer than
-// MaxRevokeReasonLen); ErrLeaseNotFound (never issued, released, or ended
-// long ago), ErrLeaseExpired and ErrLeaseRevoked (it ended already);
-// ErrShuttingDown.
+// Errors: apierr.ErrPoolNotFound; apierr.ErrInvalidArgument (reason longer than
+// MaxRevokeReasonLen); apierr.ErrLeaseNotFound (never issued, released, or ended
+// long ago), apierr.ErrLeaseExpired and apierr.ErrLeaseRevoked (it ended already);
+// apierr.ErrShuttingDown.
 func (e *Engine) RevokeLease(pool string, token uint64, reason string, opts ...CallOption) error {
 	actor := callOptionsOf(opts).actor
 	if len(reason) > MaxRevokeReasonLen {
-		return errorf(ErrInvalidArgument, "reason is %d bytes; the most is %d", len(reason), MaxRevokeReasonLen)
+		return errorf(apierr.ErrInvalidArgument, "reason is %d bytes; the most is %d", len(reason), MaxRevokeReasonLen)
 	}
 	if reason == "" {
 		reason = DefaultRevokeReason
@@ -70,7 +72,7 @@ func (p *pool) revokeLocked(l *lease, reason, actor string, now time.Time) Lease
 
 // RevokeReasonBy words a revocation for its holder: reason, followed by
 // who revoked the lease when actor is not empty ("stuck job (by alice)").
-// The engine uses it in the message of ErrLeaseRevoked; the server in the
+// The engine uses it in the message of apierr.ErrLeaseRevoked; the server in the
 // LeaseEvent it pushes.
 func RevokeReasonBy(reason, actor string) string {
 	if actor == "" {
@@ -114,9 +116,9 @@ func (p *pool) enforceLimitByLocked(now time.Time, actor string) {
 	p.dispatchLocked(now)
 }
 
-// GetLease returns the live lease token of pool. Errors: ErrPoolNotFound;
-// ErrLeaseNotFound, ErrLeaseExpired, ErrLeaseRevoked (it is not live, and
-// the message says why as far as the pool remembers); ErrShuttingDown.
+// GetLease returns the live lease token of pool. Errors: apierr.ErrPoolNotFound;
+// apierr.ErrLeaseNotFound, apierr.ErrLeaseExpired, apierr.ErrLeaseRevoked (it is not live, and
+// the message says why as far as the pool remembers); apierr.ErrShuttingDown.
 func (e *Engine) GetLease(pool string, token uint64) (Lease, error) {
 	p, err := e.lockPool(pool)
 	if err != nil {
@@ -144,7 +146,7 @@ const MaxListScan = 4096
 //
 // Cost: under the pool's lock, O(log n) to find the first lease and then
 // the leases of the page (and those passed over); never the whole pool.
-// Errors: ErrPoolNotFound; ErrShuttingDown.
+// Errors: apierr.ErrPoolNotFound; apierr.ErrShuttingDown.
 func (e *Engine) ListLeases(pool, clientID string, after uint64, limit int) ([]Lease, uint64, error) {
 	limit = max(limit, 1)
 	p, err := e.lockPool(pool)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // A revocation on behalf of an actor names it in LeaseEnded and in the
@@ -21,7 +23,7 @@ func TestRevokeLeaseByNamesActor(t *testing.T) {
 		t.Fatalf("ended = %+v", ended)
 	}
 	_, err := te.Renew("db", l.FencingToken, 0, nil)
-	if !errors.Is(err, ErrLeaseRevoked) || !strings.Contains(err.Error(), "stuck job (by alice)") {
-		t.Fatalf("renew error = %v, want ErrLeaseRevoked naming alice", err)
+	if !errors.Is(err, apierr.ErrLeaseRevoked) || !strings.Contains(err.Error(), "stuck job (by alice)") {
+		t.Fatalf("renew error = %v, want apierr.ErrLeaseRevoked naming alice", err)
 	}
 }

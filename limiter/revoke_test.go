@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestRevokeLeaseFreesPermitsAndTombstones(t *testing.T) {
@@ -40,7 +42,7 @@ func TestRevokeLeaseFreesPermitsAndTombstones(t *testing.T) {
 		func() error { _, err := te.GetLease("db", a.FencingToken); return err }(),
 		te.RevokeLease("db", a.FencingToken, "again"),
 	} {
-		wantReason(t, err, ErrLeaseRevoked)
+		wantReason(t, err, apierr.ErrLeaseRevoked)
 		if !strings.Contains(err.Error(), "maintenance of shard 3") {
 			t.Errorf("message %q does not carry the reason", err)
 		}
@@ -49,9 +51,9 @@ func TestRevokeLeaseFreesPermitsAndTombstones(t *testing.T) {
 	if got, err := te.GetLease("db", b.FencingToken); err != nil || !reflect.DeepEqual(got, b) {
 		t.Fatalf("GetLease = %+v, %v; want %+v", got, err, b)
 	}
-	wantReason(t, te.RevokeLease("db", 999, ""), ErrLeaseNotFound)
-	wantReason(t, te.RevokeLease("nope", 1, ""), ErrPoolNotFound)
-	wantReason(t, te.RevokeLease("db", b.FencingToken, strings.Repeat("x", MaxRevokeReasonLen+1)), ErrInvalidArgument)
+	wantReason(t, te.RevokeLease("db", 999, ""), apierr.ErrLeaseNotFound)
+	wantReason(t, te.RevokeLease("nope", 1, ""), apierr.ErrPoolNotFound)
+	wantReason(t, te.RevokeLease("db", b.FencingToken, strings.Repeat("x", MaxRevokeReasonLen+1)), apierr.ErrInvalidArgument)
 
 	if err := te.RevokeLease("db", b.FencingToken, ""); err != nil {
 		t.Fatal(err)
@@ -66,7 +68,7 @@ func TestRevokeLeaseOfExpiredLease(t *testing.T) {
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	a := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: time.Second})
 	te.clk.Set(a.ExpireTime) // due, whether or not the timer ran
-	wantReason(t, te.RevokeLease("db", a.FencingToken, "x"), ErrLeaseExpired)
+	wantReason(t, te.RevokeLease("db", a.FencingToken, "x"), apierr.ErrLeaseExpired)
 	if s := te.status(t, "db"); s.Held != 0 || s.Revoked != 0 || s.Expired != 1 {
 		t.Fatalf("status = %+v", s)
 	}
@@ -126,7 +128,7 @@ func TestRevocationPolicyOnUpdate(t *testing.T) {
 		t.Fatalf("reason = %v %q", ended[0].Reason, ended[0].Message)
 	}
 	_, err = te.Renew("db", newer.FencingToken, 0, nil)
-	wantReason(t, err, ErrLeaseRevoked)
+	wantReason(t, err, apierr.ErrLeaseRevoked)
 	for _, l := range []Lease{high, mid} {
 		if _, err := te.GetLease("db", l.FencingToken); err != nil {
 			t.Fatalf("lease %d: %v", l.FencingToken, err)
@@ -156,7 +158,7 @@ func TestRevocationPolicyOnUpdate(t *testing.T) {
 		}
 	}
 	_, err = ParseRevocationPolicy("kill")
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 }
 
 // An adaptive cut under the held weight revokes too, and a revocation that

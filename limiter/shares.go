@@ -30,20 +30,10 @@ import (
 // Bounds of rate shares.
 const (
 	// MaxSharesPerPool bounds the live shares of one pool; past it,
-	// AcquireShare fails with ErrTooManyShares.
+	// AcquireShare fails with apierr.ErrTooManyShares.
 	MaxSharesPerPool = 1000
 	// MaxShareWeight bounds ShareRequest.Weight.
 	MaxShareWeight = 1000
-)
-
-// Errors of rate shares.
-var (
-	// ErrShareNotFound: RefreshShare or ReleaseShare of a share the pool
-	// does not hold (released, expired, or from before a restart); the
-	// holder must stop using it and acquire a new one.
-	ErrShareNotFound = &Error{Code: CodeNotFound, Reason: ReasonShareNotFound}
-	// ErrTooManyShares: the pool already has MaxSharesPerPool shares.
-	ErrTooManyShares = &Error{Code: CodeResourceExhausted, Reason: ReasonTooManyShares}
 )
 
 // ShareRequest asks for a share of a pool's rate. See Engine.AcquireShare.

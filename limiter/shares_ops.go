@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // checkWant validates a share's wanted rate; zero is allowed when zeroOK
@@ -13,10 +15,10 @@ func checkWant(want float64, zeroOK bool) error {
 		return nil
 	}
 	if math.IsNaN(want) || want <= 0 || want > MaxRate {
-		return errorf(ErrInvalidArgument, "want %v is out of range: ask for a rate above 0 and at most %g tokens per second", want, float64(MaxRate))
+		return errorf(apierr.ErrInvalidArgument, "want %v is out of range: ask for a rate above 0 and at most %g tokens per second", want, float64(MaxRate))
 	}
 	if toShareUnits(want) == 0 {
-		return errorf(ErrInvalidArgument, "want %v is below the smallest share, %g tokens per second", want, 1.0/shareUnits)
+		return errorf(apierr.ErrInvalidArgument, "want %v is below the smallest share, %g tokens per second", want, 1.0/shareUnits)
 	}
 	return nil
 }
@@ -24,7 +26,7 @@ func checkWant(want float64, zeroOK bool) error {
 // checkShareWeight validates a share's weight (0: default or keep).
 func checkShareWeight(w int64) error {
 	if w < 0 || w > MaxShareWeight {
-		return errorf(ErrInvalidArgument, "weight %d is out of range [1, %d] (0 means 1)", w, MaxShareWeight)
+		return errorf(apierr.ErrInvalidArgument, "weight %d is out of range [1, %d] (0 means 1)", w, MaxShareWeight)
 	}
 	return nil
 }
@@ -38,9 +40,9 @@ func checkShareWeight(w int64) error {
 // refresh. The holder must refresh the share every RefreshInterval; a
 // share that is not refreshed by its ExpireTime expires.
 //
-// Errors: ErrPoolNotFound; ErrNoRateLimit (the pool has no rate);
-// ErrInvalidArgument (want, weight, ttl or client id out of range);
-// ErrTooManyShares; ErrShuttingDown.
+// Errors: apierr.ErrPoolNotFound; apierr.ErrNoRateLimit (the pool has no rate);
+// apierr.ErrInvalidArgument (want, weight, ttl or client id out of range);
+// apierr.ErrTooManyShares; apierr.ErrShuttingDown.
 func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 	if err := checkWant(req.Want, false); err != nil {
 		return Share{}, err
@@ -50,9 +52,9 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 	}
 	switch {
 	case req.TTL < 0:
-		return Share{}, errorf(ErrInvalidArgument, "ttl %v is negative", req.TTL)
+		return Share{}, errorf(apierr.ErrInvalidArgument, "ttl %v is negative", req.TTL)
 	case len(req.ClientID) > MaxClientIDLen:
-		return Share{}, errorf(ErrInvalidArgument, "client id is %d bytes; the most is %d", len(req.ClientID), MaxClientIDLen)
+		return Share{}, errorf(apierr.ErrInvalidArgument, "client id is %d bytes; the most is %d", len(req.ClientID), MaxClientIDLen)
 	}
 	if req.Weight == 0 {
 		req.Weight = 1
@@ -74,7 +76,7 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 	if len(t.list) >= MaxSharesPerPool {
 		p.stats.Rejected++
 		p.unlock()
-		return Share{}, errorf(ErrTooManyShares, "pool %q has %d rate shares, the most one pool may have; release shares that are no longer used, or share one per process", p.name, MaxSharesPerPool)
+		return Share{}, errorf(apierr.ErrTooManyShares, "pool %q has %d rate shares, the most one pool may have; release shares that are no longer used, or share one per process", p.name, MaxSharesPerPool)
 	}
 	now := e.clock.Now()
 	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil { // durable share horizon first
@@ -102,7 +104,7 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 // sharesAllowedLocked refuses shares of a pool without a rate.
 func (p *pool) sharesAllowedLocked() error {
 	if p.cfg.Rate == 0 {
-		return errorf(ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; rate shares divide a pool's rate: give the pool a rate, or use Acquire", p.name)
+		return errorf(apierr.ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; rate shares divide a pool's rate: give the pool a rate, or use Acquire", p.name)
 	}
 	return nil
 }
@@ -124,9 +126,9 @@ func (p *pool) newShareIDLocked() uint64 {
 // shares below theirs (pushed through Options.OnShareUpdate). A share
 // whose ExpireTime has passed cannot be refreshed.
 //
-// Errors: ErrPoolNotFound; ErrShareNotFound (released, expired or never
-// granted: the holder must stop using it); ErrNoRateLimit;
-// ErrInvalidArgument; ErrShuttingDown.
+// Errors: apierr.ErrPoolNotFound; apierr.ErrShareNotFound (released, expired or never
+// granted: the holder must stop using it); apierr.ErrNoRateLimit;
+// apierr.ErrInvalidArgument; apierr.ErrShuttingDown.
 func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	if err := checkWant(r.Want, true); err != nil {
 		return Share{}, err
@@ -135,7 +137,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 		return Share{}, err
 	}
 	if r.TTL < 0 {
-		return Share{}, errorf(ErrInvalidArgument, "ttl %v is negative", r.TTL)
+		return Share{}, errorf(apierr.ErrInvalidArgument, "ttl %v is negative", r.TTL)
 	}
 	p, err := e.lockPool(r.Pool)
 	if err != nil {
@@ -205,7 +207,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 
 // ReleaseShare ends a live share; its rate goes at once to the shares
 // below their fair parts (pushed) and to the pool's bucket. Errors:
-// ErrPoolNotFound; ErrShareNotFound; ErrShuttingDown.
+// apierr.ErrPoolNotFound; apierr.ErrShareNotFound; apierr.ErrShuttingDown.
 func (e *Engine) ReleaseShare(pool string, id uint64) error {
 	p, err := e.lockPool(pool)
 	if err != nil {
@@ -236,9 +238,9 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 // missingShareErrLocked explains why id is not a live share of the pool.
 func (p *pool) missingShareErrLocked(id uint64) error {
 	if t, ok := p.shr.ended.lookup(id); ok {
-		return errorf(ErrShareNotFound, "share %d of pool %q expired at %s: it was not refreshed within its TTL and its rate went to others; acquire a new share", id, p.name, t.at.UTC().Format(time.RFC3339Nano))
+		return errorf(apierr.ErrShareNotFound, "share %d of pool %q expired at %s: it was not refreshed within its TTL and its rate went to others; acquire a new share", id, p.name, t.at.UTC().Format(time.RFC3339Nano))
 	}
-	return errorf(ErrShareNotFound, "pool %q holds no share %d: it was released, expired long ago, or was granted before a server restart; acquire a new share", p.name, id)
+	return errorf(apierr.ErrShareNotFound, "pool %q holds no share %d: it was released, expired long ago, or was granted before a server restart; acquire a new share", p.name, id)
 }
 
 // expireSharesLocked ends every share whose ExpireTime is at or before
@@ -316,7 +318,7 @@ func (t *shareTable) status(p *pool, s *PoolStatus, _ time.Time) {
 }
 
 // Shares returns a snapshot of a pool's live shares, in grant order.
-// Errors: ErrPoolNotFound.
+// Errors: apierr.ErrPoolNotFound.
 func (e *Engine) Shares(pool string) ([]Share, error) {
 	p, err := e.lockPool(pool)
 	if err != nil {
@@ -337,5 +339,5 @@ func (p *pool) noRefillLocked() bool { return p.bucket != nil && p.bucket.Limit(
 // noRefillErrLocked explains a Take refused because shares hold the whole
 // rate.
 func (p *pool) noRefillErrLocked(tokens int64) error {
-	return errorf(ErrRateLimited, "pool %q grants its whole rate (%g per second) to %d rate shares now, so there are no tokens for takes of %d; retry after shares are given back, or lower the shares' wants", p.name, p.ad.rate, len(p.shr.list), tokens)
+	return errorf(apierr.ErrRateLimited, "pool %q grants its whole rate (%g per second) to %d rate shares now, so there are no tokens for takes of %d; retry after shares are given back, or lower the shares' wants", p.name, p.ad.rate, len(p.shr.list), tokens)
 }

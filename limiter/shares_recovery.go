@@ -140,7 +140,7 @@ func (p *pool) releasedShareLocked(id uint64) bool {
 // reserveShareLocked makes sure a share granted or refreshed at now to
 // expire at expiry is within the durable share horizon and TTL bound,
 // moving the horizon to expiry + the engine's horizon slack and raising
-// the bound first if it is not. Errors: ErrStorageFailed (the caller must
+// the bound first if it is not. Errors: apierr.ErrStorageFailed (the caller must
 // not grant).
 func (p *pool) reserveShareLocked(now, expiry time.Time) error {
 	st := p.dur.state

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // TestSharesRecoveredAfterRestart: after a restart, while shares from
@@ -51,13 +53,13 @@ func TestSharesRecoveredAfterRestart(t *testing.T) {
 	check("after a's re-adoption")
 	// b refreshes without saying its rate: not re-adopted.
 	_, err = te2.RefreshShare(ShareRefresh{Pool: "api", ID: b.ID})
-	wantReason(t, err, ErrShareNotFound)
+	wantReason(t, err, apierr.ErrShareNotFound)
 	// A release of an old share succeeds, and it cannot come back after.
 	if err := te2.ReleaseShare("api", b.ID); err != nil {
 		t.Fatalf("releasing an old share: %v", err)
 	}
 	_, err = te2.RefreshShare(ShareRefresh{Pool: "api", ID: b.ID, Granted: 40})
-	wantReason(t, err, ErrShareNotFound)
+	wantReason(t, err, apierr.ErrShareNotFound)
 	if st := te2.status(t, "api"); st.SharesGranted > 60 {
 		t.Fatalf("during the window: %+v", st)
 	}
@@ -74,5 +76,5 @@ func TestSharesRecoveredAfterRestart(t *testing.T) {
 		t.Fatalf("after the window the rate is not all given out: %+v", st)
 	}
 	_, err = te2.RefreshShare(ShareRefresh{Pool: "api", ID: b.ID, Granted: 40})
-	wantReason(t, err, ErrShareNotFound)
+	wantReason(t, err, apierr.ErrShareNotFound)
 }

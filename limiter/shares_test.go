@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // refFair is a plain reference of weighted max-min fairness: raise a
@@ -301,7 +303,7 @@ func TestShareExpiryGivesBack(t *testing.T) {
 		t.Fatalf("after a's share expired, b has %v; want 100", got)
 	}
 	_, err := s.ee.RefreshShare(ShareRefresh{Pool: "api", ID: a})
-	wantReason(t, err, ErrShareNotFound)
+	wantReason(t, err, apierr.ErrShareNotFound)
 	if !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("refresh of an expired share: %v", err)
 	}
@@ -362,7 +364,7 @@ func TestShareCarvesTheBucket(t *testing.T) {
 	}
 	ee.clk.Advance(time.Second)
 	_, err = ee.Take(ctx, "api", 1, time.Hour)
-	wantReason(t, err, ErrRateLimited)
+	wantReason(t, err, apierr.ErrRateLimited)
 	if !strings.Contains(err.Error(), "rate shares") || ee.status(t, "api").SharesGranted != 10 {
 		t.Fatalf("take while shares hold the whole rate: %v", err)
 	}
@@ -382,29 +384,29 @@ func TestShareErrors(t *testing.T) {
 	ee.mustCreate(t, PoolConfig{Name: "conc", ConcurrencyLimit: 5})
 	ee.mustCreate(t, PoolConfig{Name: "api", Rate: 100})
 	_, err := ee.AcquireShare(ShareRequest{Pool: "conc", Want: 1})
-	wantReason(t, err, ErrNoRateLimit)
+	wantReason(t, err, apierr.ErrNoRateLimit)
 	_, err = ee.AcquireShare(ShareRequest{Pool: "nope", Want: 1})
-	wantReason(t, err, ErrPoolNotFound)
+	wantReason(t, err, apierr.ErrPoolNotFound)
 	for _, r := range []ShareRequest{
 		{Pool: "api", Want: 0}, {Pool: "api", Want: -1}, {Pool: "api", Want: math.NaN()}, {Pool: "api", Want: 2e9},
 		{Pool: "api", Want: 1e-9}, {Pool: "api", Want: 1, Weight: -1}, {Pool: "api", Want: 1, Weight: MaxShareWeight + 1},
 		{Pool: "api", Want: 1, TTL: time.Millisecond}, {Pool: "api", Want: 1, TTL: -1}, {Pool: "api", Want: 1, ClientID: strings.Repeat("x", MaxClientIDLen+1)},
 	} {
 		_, err := ee.AcquireShare(r)
-		wantReason(t, err, ErrInvalidArgument)
+		wantReason(t, err, apierr.ErrInvalidArgument)
 	}
 	_, err = ee.RefreshShare(ShareRefresh{Pool: "api", ID: 12345})
-	wantReason(t, err, ErrShareNotFound)
+	wantReason(t, err, apierr.ErrShareNotFound)
 	_, err = ee.RefreshShare(ShareRefresh{Pool: "api", ID: 1, Want: -1})
-	wantReason(t, err, ErrInvalidArgument)
-	wantReason(t, ee.ReleaseShare("api", 12345), ErrShareNotFound)
+	wantReason(t, err, apierr.ErrInvalidArgument)
+	wantReason(t, ee.ReleaseShare("api", 12345), apierr.ErrShareNotFound)
 	for i := 0; i < MaxSharesPerPool; i++ {
 		if _, err := ee.AcquireShare(ShareRequest{Pool: "api", Want: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	_, err = ee.AcquireShare(ShareRequest{Pool: "api", Want: 1})
-	wantReason(t, err, ErrTooManyShares)
+	wantReason(t, err, apierr.ErrTooManyShares)
 	// Deleting the pool revokes them all.
 	if err := ee.DeletePool("api", false); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // TestStartAcquire: a grant that needs no wait comes back at once with no
@@ -29,8 +31,8 @@ func TestStartAcquire(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := dropped.Await(cancelled); !errors.Is(err, ErrCanceled) {
-		t.Fatalf("Await with a done context: %v; want ErrCanceled", err)
+	if _, err := dropped.Await(cancelled); !errors.Is(err, apierr.ErrCanceled) {
+		t.Fatalf("Await with a done context: %v; want apierr.ErrCanceled", err)
 	}
 	if _, err := te.Release("db", first.FencingToken); err != nil {
 		t.Fatal(err)
@@ -42,7 +44,7 @@ func TestStartAcquire(t *testing.T) {
 	if s := te.status(t, "db"); s.Waiting != 0 || s.Held != 1 {
 		t.Fatalf("status %+v; want 1 held, none waiting", s)
 	}
-	if _, _, err := te.StartAcquire(AcquireRequest{Pool: "nope", Weight: 1}); !errors.Is(err, ErrPoolNotFound) {
+	if _, _, err := te.StartAcquire(AcquireRequest{Pool: "nope", Weight: 1}); !errors.Is(err, apierr.ErrPoolNotFound) {
 		t.Fatalf("StartAcquire of a missing pool: %v", err)
 	}
 }
@@ -70,8 +72,8 @@ func TestAcquireWaitNotify(t *testing.T) {
 	cancelled, cancelledCh := start("cancelled")
 	_, grantedCh := start("granted")
 	cancelled.Cancel(context.Canceled)
-	if o := <-cancelledCh; !errors.Is(o.err, ErrCanceled) {
-		t.Fatalf("cancelled wait: %+v; want ErrCanceled", o)
+	if o := <-cancelledCh; !errors.Is(o.err, apierr.ErrCanceled) {
+		t.Fatalf("cancelled wait: %+v; want apierr.ErrCanceled", o)
 	}
 	cancelled.Cancel(context.Canceled) // ended already: nothing happens
 	if _, err := te.Release("db", holder.FencingToken); err != nil {
@@ -91,7 +93,7 @@ func TestAcquireWaitNotify(t *testing.T) {
 	ended.Cancel(context.Canceled)
 	late := make(chan outcome, 1)
 	ended.Notify(func(l Lease, err error) { late <- outcome{l, err} })
-	if o := <-late; !errors.Is(o.err, ErrCanceled) {
+	if o := <-late; !errors.Is(o.err, apierr.ErrCanceled) {
 		t.Fatalf("Notify after the end: %+v", o)
 	}
 }

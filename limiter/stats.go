@@ -29,8 +29,8 @@ type PoolStats struct {
 
 // PoolStats returns a pool's statistics, read under the pool's lock; its
 // cost is one pass over the pool's fixed wait-time buckets (WaitSlots ×
-// 145 counters), however many grants they count. Errors: ErrPoolNotFound
-// (or ErrInvalidArgument for a bad name), ErrShuttingDown.
+// 145 counters), however many grants they count. Errors: apierr.ErrPoolNotFound
+// (or apierr.ErrInvalidArgument for a bad name), apierr.ErrShuttingDown.
 func (e *Engine) PoolStats(name string) (PoolStats, error) {
 	p, err := e.lockPool(name)
 	if err != nil {

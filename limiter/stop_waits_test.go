@@ -5,9 +5,11 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
-// StopWaits ends waiting acquires and takes at once with ErrShuttingDown,
+// StopWaits ends waiting acquires and takes at once with apierr.ErrShuttingDown,
 // refuses new waits the same way, and lets grants that need no wait go on.
 func TestStopWaits(t *testing.T) {
 	te := newTestEngine(t)
@@ -33,15 +35,15 @@ func TestStopWaits(t *testing.T) {
 
 	te.StopWaits()
 	for name, ch := range map[string]chan error{"acquire": acquired, "take": took} {
-		if err := <-ch; !errors.Is(err, ErrShuttingDown) {
-			t.Fatalf("waiting %s after StopWaits: %v, want ErrShuttingDown", name, err)
+		if err := <-ch; !errors.Is(err, apierr.ErrShuttingDown) {
+			t.Fatalf("waiting %s after StopWaits: %v, want apierr.ErrShuttingDown", name, err)
 		}
 	}
-	if _, err := te.Acquire(ctx, AcquireRequest{Pool: "db", Weight: 1}); !errors.Is(err, ErrShuttingDown) {
-		t.Fatalf("an acquire that would wait: %v, want ErrShuttingDown", err)
+	if _, err := te.Acquire(ctx, AcquireRequest{Pool: "db", Weight: 1}); !errors.Is(err, apierr.ErrShuttingDown) {
+		t.Fatalf("an acquire that would wait: %v, want apierr.ErrShuttingDown", err)
 	}
-	if _, err := te.Take(ctx, "api", 1, time.Hour); !errors.Is(err, ErrShuttingDown) {
-		t.Fatalf("a take that would wait: %v, want ErrShuttingDown", err)
+	if _, err := te.Take(ctx, "api", 1, time.Hour); !errors.Is(err, apierr.ErrShuttingDown) {
+		t.Fatalf("a take that would wait: %v, want apierr.ErrShuttingDown", err)
 	}
 	te.mustCreate(t, PoolConfig{Name: "free", ConcurrencyLimit: 1})
 	if _, err := te.Acquire(ctx, AcquireRequest{Pool: "free", Weight: 1}); err != nil {

@@ -4,21 +4,23 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // This file is suspend, resume and drain: an operator stopping a pool's
 // grants, starting them again, and waiting for its leases to end.
 
 // SuspendPool stops the pool's grants of leases: acquires keep queueing
-// (a no-wait acquire fails with ErrNoCapacity, saying the pool is
+// (a no-wait acquire fails with apierr.ErrNoCapacity, saying the pool is
 // suspended) and nothing is granted until ResumePool. Held leases
 // continue and may be renewed and released; with revokeHeld, they are all
 // revoked at once, as RevokeLease does, with a reason saying the pool was
 // suspended. Exact tokens (Take) and rate shares are not affected. With a
 // Persister, the suspension is written before it takes effect and a
 // restored pool stays suspended. Suspending a suspended pool changes
-// nothing but may revoke. Errors: ErrPoolNotFound; ErrStorageFailed
-// (nothing was changed); ErrShuttingDown.
+// nothing but may revoke. Errors: apierr.ErrPoolNotFound; apierr.ErrStorageFailed
+// (nothing was changed); apierr.ErrShuttingDown.
 func (e *Engine) SuspendPool(name string, revokeHeld bool, opts ...CallOption) (PoolInfo, error) {
 	actor := callOptionsOf(opts).actor
 	p, err := e.lockPool(name)
@@ -46,8 +48,8 @@ func (e *Engine) SuspendPool(name string, revokeHeld bool, opts ...CallOption) (
 
 // ResumePool lets a suspended pool grant again, at once granting the
 // waiters that fit. Resuming a pool that is not suspended changes nothing.
-// With a Persister, the change is written first. Errors: ErrPoolNotFound;
-// ErrStorageFailed (nothing was changed); ErrShuttingDown.
+// With a Persister, the change is written first. Errors: apierr.ErrPoolNotFound;
+// apierr.ErrStorageFailed (nothing was changed); apierr.ErrShuttingDown.
 func (e *Engine) ResumePool(name string) (PoolInfo, error) {
 	p, err := e.lockPool(name)
 	if err != nil {
@@ -66,9 +68,9 @@ func (e *Engine) ResumePool(name string) (PoolInfo, error) {
 // and returns its info then. It does not stop grants: suspend the pool
 // first (SuspendPool) so that the pool stays drained. Leases from before
 // a restart that were not re-adopted are not counted. Errors:
-// ErrPoolNotFound; ErrWaitTimeout (ctx's deadline passed; the message
-// says what is still held); ErrCanceled; ErrPoolDeleted (the pool was
-// deleted while waiting); ErrShuttingDown.
+// apierr.ErrPoolNotFound; apierr.ErrWaitTimeout (ctx's deadline passed; the message
+// says what is still held); apierr.ErrCanceled; apierr.ErrPoolDeleted (the pool was
+// deleted while waiting); apierr.ErrShuttingDown.
 func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 	p, err := e.lookup(name)
 	if err != nil {
@@ -78,7 +80,7 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 		p.mu.Lock()
 		if p.deleted {
 			p.unlock()
-			return PoolInfo{}, errorf(ErrPoolDeleted, "pool %q was deleted while draining it", name)
+			return PoolInfo{}, errorf(apierr.ErrPoolDeleted, "pool %q was deleted while draining it", name)
 		}
 		now := e.clock.Now()
 		if p.held == 0 {
@@ -96,7 +98,7 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 		case <-ch:
 			continue // look again: a grant may have followed
 		case <-e.done:
-			return PoolInfo{}, errorf(ErrShuttingDown, "the server is shutting down")
+			return PoolInfo{}, errorf(apierr.ErrShuttingDown, "the server is shutting down")
 		case <-ctx.Done():
 		}
 		p.mu.Lock()
@@ -107,9 +109,9 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 			hint = "; the pool is not suspended, so new grants may keep it busy"
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return PoolInfo{}, errorf(ErrWaitTimeout, "pool %q still holds %d permits in %d leases at the call's deadline%s; wait longer, or suspend it revoking its held leases", name, held, n, hint)
+			return PoolInfo{}, errorf(apierr.ErrWaitTimeout, "pool %q still holds %d permits in %d leases at the call's deadline%s; wait longer, or suspend it revoking its held leases", name, held, n, hint)
 		}
-		return PoolInfo{}, errorf(ErrCanceled, "the drain of pool %q was cancelled with %d permits held in %d leases", name, held, n)
+		return PoolInfo{}, errorf(apierr.ErrCanceled, "the drain of pool %q was cancelled with %d permits held in %d leases", name, held, n)
 	}
 }
 

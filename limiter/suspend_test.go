@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestSuspendResume(t *testing.T) {
@@ -18,7 +20,7 @@ func TestSuspendResume(t *testing.T) {
 		t.Fatalf("SuspendPool = %+v, %v", info.Status, err)
 	}
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrNoCapacity)
+	wantReason(t, err, apierr.ErrNoCapacity)
 	if !strings.Contains(err.Error(), "suspended") {
 		t.Fatalf("no-wait message %q does not say suspended", err)
 	}
@@ -45,9 +47,9 @@ func TestSuspendResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = te.SuspendPool("nope", false)
-	wantReason(t, err, ErrPoolNotFound)
+	wantReason(t, err, apierr.ErrPoolNotFound)
 	_, err = te.ResumePool("nope")
-	wantReason(t, err, ErrPoolNotFound)
+	wantReason(t, err, apierr.ErrPoolNotFound)
 }
 
 func TestSuspendRevokeHeld(t *testing.T) {
@@ -64,7 +66,7 @@ func TestSuspendRevokeHeld(t *testing.T) {
 		ended[0].Reason != EndRevoked || !strings.Contains(ended[0].Message, "suspended") {
 		t.Fatalf("ended = %+v", ended)
 	}
-	wantReason(t, errOf(te.Release("db", a.FencingToken)), ErrLeaseRevoked)
+	wantReason(t, errOf(te.Release("db", a.FencingToken)), apierr.ErrLeaseRevoked)
 }
 
 func TestDrainPool(t *testing.T) {
@@ -106,7 +108,7 @@ func TestDrainPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	_, err := te.DrainPool(ctx, "db")
-	wantReason(t, err, ErrWaitTimeout)
+	wantReason(t, err, apierr.ErrWaitTimeout)
 	if !strings.Contains(err.Error(), "holds 2 permits in 1 leases") || !strings.Contains(err.Error(), "not suspended") {
 		t.Fatalf("message %q", err)
 	}
@@ -126,14 +128,14 @@ func TestDrainPool(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrPoolDeleted) {
+		if !errors.Is(err, apierr.ErrPoolDeleted) {
 			t.Fatalf("drain of a deleted pool: %v", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("drain did not return when the pool was deleted")
 	}
 	_, err = te.DrainPool(context.Background(), "db")
-	wantReason(t, err, ErrPoolNotFound)
+	wantReason(t, err, apierr.ErrPoolNotFound)
 }
 
 // A suspension survives a restart, and so does a resume.
@@ -155,7 +157,7 @@ func TestSuspendSurvivesRestart(t *testing.T) {
 	// A storage failure changes nothing.
 	m.setFail(func(_, _ SavedPool, _ bool) error { return errDiskFull })
 	_, err := te2.ResumePool("db")
-	wantReason(t, err, ErrStorageFailed)
+	wantReason(t, err, apierr.ErrStorageFailed)
 	if s := te2.status(t, "db"); !s.Suspended {
 		t.Fatal("a failed resume resumed")
 	}

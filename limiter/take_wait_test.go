@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // takeOutcome is what a notified take learned.
@@ -56,11 +58,11 @@ func TestStartTakeNotify(t *testing.T) {
 func TestTakeWaitCancel(t *testing.T) {
 	for _, c := range []struct {
 		cause error
-		want  *Error
+		want  *apierr.Error
 	}{
-		{context.Canceled, ErrCanceled},
-		{context.DeadlineExceeded, ErrWaitTimeout},
-		{nil, ErrShuttingDown},
+		{context.Canceled, apierr.ErrCanceled},
+		{context.DeadlineExceeded, apierr.ErrWaitTimeout},
+		{nil, apierr.ErrShuttingDown},
 	} {
 		te := newTestEngine(t)
 		te.mustCreate(t, PoolConfig{Name: "api", Rate: 1, Burst: 1})

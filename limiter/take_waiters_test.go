@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Takes waiting for tokens count toward the pool's max_waiters, with the
@@ -48,10 +50,10 @@ func TestTakeWaitersCountTowardMaxWaiters(t *testing.T) {
 	wait(2)
 	short, stop := context.WithTimeout(ctx, 5*time.Second) // without the bound it would wait
 	defer stop()
-	if _, err := te.Take(short, "api", 1, time.Hour); !errors.Is(err, ErrQueueFull) {
+	if _, err := te.Take(short, "api", 1, time.Hour); !errors.Is(err, apierr.ErrQueueFull) {
 		t.Fatalf("third waiting take: %v, want QUEUE_FULL", err)
 	}
-	if _, err := te.Acquire(short, AcquireRequest{Pool: "api", ClientID: "c", Weight: 1, TTL: time.Minute}); !errors.Is(err, ErrQueueFull) {
+	if _, err := te.Acquire(short, AcquireRequest{Pool: "api", ClientID: "c", Weight: 1, TTL: time.Minute}); !errors.Is(err, apierr.ErrQueueFull) {
 		t.Fatalf("acquire behind two waiting takes: %v, want QUEUE_FULL", err)
 	}
 	te.clk.Advance(2 * time.Second)
@@ -66,7 +68,7 @@ func TestTakeWaitersCountTowardMaxWaiters(t *testing.T) {
 	}()
 	wait(1)
 	cancel()
-	if err := <-results; !errors.Is(err, ErrCanceled) {
+	if err := <-results; !errors.Is(err, apierr.ErrCanceled) {
 		t.Fatalf("cancelled take: %v", err)
 	}
 }

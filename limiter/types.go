@@ -47,7 +47,7 @@ type AcquireRequest struct {
 	// WaitTimeout bounds the wait, by the engine's clock; 0 means wait until
 	// ctx is done.
 	WaitTimeout time.Duration
-	// NoWait makes Acquire fail with ErrNoCapacity rather than wait.
+	// NoWait makes Acquire fail with apierr.ErrNoCapacity rather than wait.
 	NoWait bool
 	// ClientID (at most MaxClientIDLen bytes) and Description (at most
 	// MaxDescriptionLen bytes) are recorded on the lease.

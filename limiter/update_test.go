@@ -3,6 +3,8 @@ package limiter
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestRaisingLimitAdmitsWaitersAtOnce(t *testing.T) {
@@ -63,7 +65,7 @@ func TestLoweringLimitBelowWaiterWeightFailsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := big.result(t)
-	wantReason(t, err, ErrLimitBelowWeight)
+	wantReason(t, err, apierr.ErrLimitBelowWeight)
 	if small.finished() {
 		t.Fatal("small granted while held 2 = limit 2")
 	}
@@ -75,11 +77,11 @@ func TestUpdateValidatesAndKeepsName(t *testing.T) {
 	te := newTestEngine(t)
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1})
 	_, err := te.UpdatePool("db", func(c *PoolConfig) { c.ConcurrencyLimit = 0 })
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	_, err = te.UpdatePool("db", func(c *PoolConfig) { c.Name = "other" })
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 	_, err = te.UpdatePool("nope", func(c *PoolConfig) {})
-	wantReason(t, err, ErrPoolNotFound)
+	wantReason(t, err, apierr.ErrPoolNotFound)
 	te.clk.Advance(time.Minute)
 	info, err := te.UpdatePool("db", func(c *PoolConfig) { c.Description = "orders" })
 	if err != nil || info.Config.ConcurrencyLimit != 1 || !info.UpdateTime.Equal(epoch.Add(time.Minute)) || !info.CreateTime.Equal(epoch) {

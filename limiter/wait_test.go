@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestWaitersGrantedByPriorityThenFIFO(t *testing.T) {
@@ -49,7 +51,7 @@ func TestLargeHeadIsNotStarvedBySmallRequests(t *testing.T) {
 	}
 	small := te.startAcquire(t, AcquireRequest{Pool: "db", Weight: 1})
 	_, err := te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrNoCapacity)
+	wantReason(t, err, apierr.ErrNoCapacity)
 	if small.finished() || big.finished() {
 		t.Fatal("a request was granted ahead of the big head")
 	}
@@ -83,10 +85,10 @@ func TestHigherPriorityPassesBlockedHeadWhenItFits(t *testing.T) {
 	}
 	// Equal priority never passes the head.
 	_, err = te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
-	wantReason(t, err, ErrNoCapacity)
+	wantReason(t, err, apierr.ErrNoCapacity)
 	big.cancel()
 	_, err = big.result(t)
-	wantReason(t, err, ErrCanceled)
+	wantReason(t, err, apierr.ErrCanceled)
 }
 
 func TestWaitTimeoutByEngineClock(t *testing.T) {
@@ -100,7 +102,7 @@ func TestWaitTimeoutByEngineClock(t *testing.T) {
 	}
 	te.clk.Advance(time.Millisecond)
 	_, err := w.result(t)
-	wantReason(t, err, ErrWaitTimeout)
+	wantReason(t, err, apierr.ErrWaitTimeout)
 	if s := te.status(t, "db"); s.Waiting != 0 || s.WaitTimeouts != 1 || s.Held != 1 {
 		t.Fatalf("status = %+v", s)
 	}
@@ -114,7 +116,7 @@ func TestCancelledWaiterNeverConsumesAPermit(t *testing.T) {
 	w2 := te.startAcquire(t, AcquireRequest{Pool: "db"})
 	w1.cancel()
 	_, err := w1.result(t)
-	wantReason(t, err, ErrCanceled)
+	wantReason(t, err, apierr.ErrCanceled)
 	if _, err := te.Release("db", holder.FencingToken); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +164,7 @@ func TestDeadlineExceededIsAWaitTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	_, err := te.Acquire(ctx, AcquireRequest{Pool: "db", Weight: 1})
-	wantReason(t, err, ErrWaitTimeout)
+	wantReason(t, err, apierr.ErrWaitTimeout)
 	if s := te.status(t, "db"); s.Waiting != 0 || s.WaitTimeouts != 1 {
 		t.Fatalf("status = %+v", s)
 	}
@@ -175,7 +177,7 @@ func TestQueueBound(t *testing.T) {
 	w1 := te.startAcquire(t, AcquireRequest{Pool: "db"})
 	w2 := te.startAcquire(t, AcquireRequest{Pool: "db"})
 	_, err := te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1})
-	wantReason(t, err, ErrQueueFull)
+	wantReason(t, err, apierr.ErrQueueFull)
 	w1.cancel()
 	w2.cancel()
 	_, _ = w1.result(t)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // ListWaiters lists a pool's queue from its head, in grant order: higher
@@ -45,11 +47,11 @@ func TestListWaiters(t *testing.T) {
 		t.Fatalf("waits and priority = %+v", got)
 	}
 	for _, limit := range []int{0, MaxListWaiters + 1} {
-		if _, _, err := te.ListWaiters("db", limit); !errors.Is(err, ErrInvalidArgument) {
+		if _, _, err := te.ListWaiters("db", limit); !errors.Is(err, apierr.ErrInvalidArgument) {
 			t.Fatalf("limit %d: %v", limit, err)
 		}
 	}
-	if _, _, err := te.ListWaiters("nope", 1); !errors.Is(err, ErrPoolNotFound) {
+	if _, _, err := te.ListWaiters("nope", 1); !errors.Is(err, apierr.ErrPoolNotFound) {
 		t.Fatalf("unknown pool: %v", err)
 	}
 }

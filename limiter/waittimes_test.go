@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestWaitBucketEdges(t *testing.T) {
@@ -92,9 +94,9 @@ func TestPoolStatsWaitTimes(t *testing.T) {
 		t.Fatalf("status %+v", st.Status)
 	}
 	_, err = te.PoolStats("nope")
-	wantReason(t, err, ErrPoolNotFound)
+	wantReason(t, err, apierr.ErrPoolNotFound)
 	_, err = te.PoolStats("bad name")
-	wantReason(t, err, ErrInvalidArgument)
+	wantReason(t, err, apierr.ErrInvalidArgument)
 }
 
 // A rate-only pool's utilisation is the fraction of its rate granted over

@@ -15,8 +15,9 @@
 // is neither linted nor generated (its Go code is the published package
 // google.golang.org/genproto/googleapis/api/annotations).
 //
-// Last, it writes the Go lists of error reasons (the engine's Reason
-// constants and the client's Err* sentinels) from the ErrorReason enum.
+// Last, it writes package apierr's list of error reasons (the Reason
+// constants and Err* values that the engine, the server and the client
+// share) from the ErrorReason enum.
 package proto
 
 //go:generate sh -c "cd .. && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 lint && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 generate"

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func outcome(r tollgatev1.OutcomeResult, latency time.Duration) *tollgatev1.Outcome {
@@ -82,28 +83,28 @@ func TestOutcomeErrorsOverGRPC(t *testing.T) {
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 2})
 	l := e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
 	_, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: l.GetId(), Outcome: &tollgatev1.Outcome{}})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	_, err = e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: l.GetId(), Outcome: &tollgatev1.Outcome{Result: 7}})
-	st := wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	st := wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	if !strings.Contains(st.Message(), "OUTCOME_RESULT_SUCCESS") {
 		t.Fatalf("message does not say what to send: %q", st.Message())
 	}
 	_, err = e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: l.GetId(), Outcome: &tollgatev1.Outcome{Result: tollgatev1.OutcomeResult_OUTCOME_RESULT_SUCCESS, Latency: dur(-time.Second)}})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	if st := e.status("db"); st.GetHeld() != 1 {
 		t.Fatal("a release with a bad outcome released the lease")
 	}
 	for _, tc := range []struct {
 		req    *tollgatev1.ReportRequest
 		code   codes.Code
-		reason limiter.Reason
+		reason apierr.Reason
 	}{
-		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "nope", Errors: 1}}}, codes.NotFound, limiter.ReasonPoolNotFound},
-		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "", Errors: 1}}}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "db", Errors: -1}}}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "db", Errors: 1}, {Pool: "db", Errors: 1}}}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "db", Successes: 1, Latency: &tollgatev1.LatencySummary{Count: 1, Sum: dur(-time.Second)}}}}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "db", Successes: 1, Latency: &tollgatev1.LatencySummary{Count: 5}}}}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
+		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "nope", Errors: 1}}}, codes.NotFound, apierr.ReasonPoolNotFound},
+		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "", Errors: 1}}}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "db", Errors: -1}}}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "db", Errors: 1}, {Pool: "db", Errors: 1}}}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "db", Successes: 1, Latency: &tollgatev1.LatencySummary{Count: 1, Sum: dur(-time.Second)}}}}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "db", Successes: 1, Latency: &tollgatev1.LatencySummary{Count: 5}}}}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
 	} {
 		_, err := e.lim.Report(e.ctx(), tc.req)
 		wantStatus(t, err, tc.code, tc.reason)
@@ -114,14 +115,14 @@ func TestOutcomeErrorsOverGRPC(t *testing.T) {
 	// Adaptive settings out of range name their field.
 	_, err = e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "x", ConcurrencyLimit: 1,
 		Adaptive: &tollgatev1.Adaptive{Enabled: true, Backoff: 1.5}}})
-	if st := wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument); !strings.Contains(st.Message(), "adaptive.backoff") {
+	if st := wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument); !strings.Contains(st.Message(), "adaptive.backoff") {
 		t.Fatalf("message: %q", st.Message())
 	}
 	_, err = e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "x", ConcurrencyLimit: 1,
 		Adaptive: &tollgatev1.Adaptive{Enabled: true, Target: 9}}})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	_, err = e.adm.UpdatePool(e.ctx(), &tollgatev1.UpdatePoolRequest{Pool: &tollgatev1.Pool{Name: "db"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"adaptive.nope"}}})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 }
 
 // TestSharesOverGRPC: unary share calls, their errors, and a Session
@@ -167,9 +168,9 @@ func TestSharesOverGRPC(t *testing.T) {
 		t.Fatalf("report answer: %v", r)
 	}
 	r = s.call(&tollgatev1.SessionRequest{RequestId: 4, Kind: &tollgatev1.SessionRequest_Report{Report: &tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "api", Timeouts: -1}}}}})
-	wantSessionError(t, r, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantSessionError(t, r, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	r = s.call(&tollgatev1.SessionRequest{RequestId: 5, Kind: &tollgatev1.SessionRequest_Report{Report: &tollgatev1.ReportRequest{Reports: []*tollgatev1.PoolReport{{Pool: "nope", Successes: 3}}}}})
-	wantSessionError(t, r, codes.NotFound, limiter.ReasonPoolNotFound)
+	wantSessionError(t, r, codes.NotFound, apierr.ReasonPoolNotFound)
 	r = s.call(&tollgatev1.SessionRequest{RequestId: 6, Kind: &tollgatev1.SessionRequest_ReleaseShare{ReleaseShare: &tollgatev1.ReleaseShareRequest{Pool: "api", ShareId: b.GetId()}}})
 	if r.GetReleaseShare() == nil {
 		t.Fatalf("release answer: %v", r)
@@ -181,25 +182,25 @@ func TestSharesOverGRPC(t *testing.T) {
 	for _, tc := range []struct {
 		req    *tollgatev1.AcquireShareRequest
 		code   codes.Code
-		reason limiter.Reason
+		reason apierr.Reason
 	}{
-		{&tollgatev1.AcquireShareRequest{Pool: "api", Want: 0}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.AcquireShareRequest{Pool: "api", Want: -5}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.AcquireShareRequest{Pool: "api", Want: 5, Weight: i64(0)}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.AcquireShareRequest{Pool: "api", Want: 5, Weight: i64(1001)}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.AcquireShareRequest{Pool: "api", Want: 5, Ttl: dur(time.Hour)}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.AcquireShareRequest{Pool: "nope", Want: 5}, codes.NotFound, limiter.ReasonPoolNotFound},
-		{&tollgatev1.AcquireShareRequest{Pool: "db", Want: 5}, codes.FailedPrecondition, limiter.ReasonNoRateLimit},
+		{&tollgatev1.AcquireShareRequest{Pool: "api", Want: 0}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.AcquireShareRequest{Pool: "api", Want: -5}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.AcquireShareRequest{Pool: "api", Want: 5, Weight: i64(0)}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.AcquireShareRequest{Pool: "api", Want: 5, Weight: i64(1001)}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.AcquireShareRequest{Pool: "api", Want: 5, Ttl: dur(time.Hour)}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.AcquireShareRequest{Pool: "nope", Want: 5}, codes.NotFound, apierr.ReasonPoolNotFound},
+		{&tollgatev1.AcquireShareRequest{Pool: "db", Want: 5}, codes.FailedPrecondition, apierr.ReasonNoRateLimit},
 	} {
 		_, err := e.lim.AcquireShare(e.ctx(), tc.req)
 		wantStatus(t, err, tc.code, tc.reason)
 	}
 	_, err = e.lim.RefreshShare(e.ctx(), &tollgatev1.RefreshShareRequest{Pool: "api", ShareId: "x1"})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	_, err = e.lim.RefreshShare(e.ctx(), &tollgatev1.RefreshShareRequest{Pool: "api", ShareId: b.GetId()})
-	wantStatus(t, err, codes.NotFound, limiter.ReasonShareNotFound)
+	wantStatus(t, err, codes.NotFound, apierr.ReasonShareNotFound)
 	_, err = e.lim.ReleaseShare(e.ctx(), &tollgatev1.ReleaseShareRequest{Pool: "api", ShareId: ""})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 
 	// The unary share expires unrefreshed.
 	e.clock.Advance(limiter.DefaultLeaseTTL)
@@ -207,7 +208,7 @@ func TestSharesOverGRPC(t *testing.T) {
 		t.Fatalf("after the TTL: %v", st)
 	}
 	_, err = e.lim.RefreshShare(e.ctx(), &tollgatev1.RefreshShareRequest{Pool: "api", ShareId: a.GetId()})
-	if st := wantStatus(t, err, codes.NotFound, limiter.ReasonShareNotFound); !strings.Contains(st.Message(), "expired") {
+	if st := wantStatus(t, err, codes.NotFound, apierr.ReasonShareNotFound); !strings.Contains(st.Message(), "expired") {
 		t.Fatalf("message: %q", st.Message())
 	}
 }

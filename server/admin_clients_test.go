@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // recordingDialer dials TCP and remembers the local address of each
@@ -170,13 +170,13 @@ func TestListClients(t *testing.T) {
 	for _, c := range []struct {
 		req    *tollgatev1.ListClientsRequest
 		code   codes.Code
-		reason limiter.Reason
+		reason apierr.Reason
 	}{
-		{&tollgatev1.ListClientsRequest{PageToken: "not a token!"}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.ListClientsRequest{PageToken: "eHl6"}, codes.InvalidArgument, limiter.ReasonInvalidArgument}, // base64url of "xyz"
-		{&tollgatev1.ListClientsRequest{PageSize: -1}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.ListClientsRequest{Pool: "bad name"}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.ListClientsRequest{Pool: "nope"}, codes.NotFound, limiter.ReasonPoolNotFound},
+		{&tollgatev1.ListClientsRequest{PageToken: "not a token!"}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.ListClientsRequest{PageToken: "eHl6"}, codes.InvalidArgument, apierr.ReasonInvalidArgument}, // base64url of "xyz"
+		{&tollgatev1.ListClientsRequest{PageSize: -1}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.ListClientsRequest{Pool: "bad name"}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.ListClientsRequest{Pool: "nope"}, codes.NotFound, apierr.ReasonPoolNotFound},
 	} {
 		_, err := e.adm.ListClients(e.ctx(), c.req)
 		wantStatus(t, err, c.code, c.reason)

@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // RevokeLease ends a lease at once: its session gets LeaseEvent REVOKED
@@ -46,13 +47,13 @@ func TestAdminRevokeLease(t *testing.T) {
 	if st := e.status("db"); st.GetRevoked() != 1 || st.GetHeld() != 1 {
 		t.Fatalf("status = %v", st)
 	}
-	wantSessionError(t, s.call(renewReq(3, "db", l.GetId(), 0)), codes.NotFound, limiter.ReasonLeaseRevoked)
+	wantSessionError(t, s.call(renewReq(3, "db", l.GetId(), 0)), codes.NotFound, apierr.ReasonLeaseRevoked)
 	_, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: l.GetId()})
-	if st := wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseRevoked); !strings.Contains(st.Message(), "shard 3 maintenance") {
+	if st := wantStatus(t, err, codes.NotFound, apierr.ReasonLeaseRevoked); !strings.Contains(st.Message(), "shard 3 maintenance") {
 		t.Fatalf("release message = %q", st.Message())
 	}
 	_, err = e.adm.RevokeLease(e.ctx(), &tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: l.GetId()})
-	wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseRevoked)
+	wantStatus(t, err, codes.NotFound, apierr.ReasonLeaseRevoked)
 
 	found := false
 	for _, ev := range e.srv.RecentEvents() {
@@ -75,23 +76,23 @@ func TestAdminRevokeLeaseErrors(t *testing.T) {
 	cases := []struct {
 		req    *tollgatev1.RevokeLeaseRequest
 		code   codes.Code
-		reason limiter.Reason
+		reason apierr.Reason
 	}{
-		{&tollgatev1.RevokeLeaseRequest{Pool: "db"}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: "x1"}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.RevokeLeaseRequest{LeaseId: "1"}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: l.GetId(), Reason: strings.Repeat("r", 513)}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
-		{&tollgatev1.RevokeLeaseRequest{Pool: "nope", LeaseId: "1"}, codes.NotFound, limiter.ReasonPoolNotFound},
-		{&tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: "999"}, codes.NotFound, limiter.ReasonLeaseNotFound},
+		{&tollgatev1.RevokeLeaseRequest{Pool: "db"}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: "x1"}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.RevokeLeaseRequest{LeaseId: "1"}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: l.GetId(), Reason: strings.Repeat("r", 513)}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
+		{&tollgatev1.RevokeLeaseRequest{Pool: "nope", LeaseId: "1"}, codes.NotFound, apierr.ReasonPoolNotFound},
+		{&tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: "999"}, codes.NotFound, apierr.ReasonLeaseNotFound},
 	}
 	for _, c := range cases {
 		_, err := e.adm.RevokeLease(e.ctx(), c.req)
 		wantStatus(t, err, c.code, c.reason)
 	}
 	_, err := e.adm.GetLease(e.ctx(), &tollgatev1.GetLeaseRequest{Pool: "db", LeaseId: "999"})
-	wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseNotFound)
+	wantStatus(t, err, codes.NotFound, apierr.ReasonLeaseNotFound)
 	_, err = e.adm.GetLease(e.ctx(), &tollgatev1.GetLeaseRequest{Pool: "db", LeaseId: "-1"})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	got, err := e.adm.GetLease(e.ctx(), &tollgatev1.GetLeaseRequest{Pool: "db", LeaseId: l.GetId()})
 	if err != nil || got.GetLease().GetId() != l.GetId() || got.GetLease().GetWeight() != 1 {
 		t.Fatalf("GetLease = %v, %v", got, err)
@@ -104,10 +105,10 @@ func TestAdminRevokeLeaseErrors(t *testing.T) {
 		{},
 	} {
 		_, err := e.adm.ListLeases(e.ctx(), req)
-		wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+		wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	}
 	_, err = e.adm.ListLeases(e.ctx(), &tollgatev1.ListLeasesRequest{Pool: "nope"})
-	wantStatus(t, err, codes.NotFound, limiter.ReasonPoolNotFound)
+	wantStatus(t, err, codes.NotFound, apierr.ReasonPoolNotFound)
 }
 
 func TestAdminListLeasesPages(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestPoolLifecycle(t *testing.T) {
@@ -71,7 +72,7 @@ func TestPoolLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.adm.GetPool(e.ctx(), &tollgatev1.GetPoolRequest{Name: "db"})
-	wantStatus(t, err, codes.NotFound, limiter.ReasonPoolNotFound)
+	wantStatus(t, err, codes.NotFound, apierr.ReasonPoolNotFound)
 }
 
 func TestDeletePoolBusyAndForce(t *testing.T) {
@@ -79,19 +80,19 @@ func TestDeletePoolBusyAndForce(t *testing.T) {
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	l := e.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
 	_, err := e.adm.DeletePool(e.ctx(), &tollgatev1.DeletePoolRequest{Name: "db"})
-	wantStatus(t, err, codes.FailedPrecondition, limiter.ReasonPoolBusy)
+	wantStatus(t, err, codes.FailedPrecondition, apierr.ReasonPoolBusy)
 	if _, err := e.adm.DeletePool(e.ctx(), &tollgatev1.DeletePoolRequest{Name: "db", Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.lim.Renew(e.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: l.GetId()})
-	wantStatus(t, err, codes.NotFound, limiter.ReasonPoolNotFound)
+	wantStatus(t, err, codes.NotFound, apierr.ReasonPoolNotFound)
 }
 
 func TestAdminCallerErrors(t *testing.T) {
 	e := newEnv(t)
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	ctx := e.ctx()
-	inv, ra := codes.InvalidArgument, limiter.ReasonInvalidArgument
+	inv, ra := codes.InvalidArgument, apierr.ReasonInvalidArgument
 	create := func(p *tollgatev1.Pool) func() error {
 		return func() error { _, err := e.adm.CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: p}); return err }
 	}
@@ -115,7 +116,7 @@ func TestAdminCallerErrors(t *testing.T) {
 		name   string
 		call   func() error
 		code   codes.Code
-		reason limiter.Reason
+		reason apierr.Reason
 		msg    string
 	}{
 		{"create no pool", create(nil), inv, ra, "pool is required"},
@@ -128,17 +129,17 @@ func TestAdminCallerErrors(t *testing.T) {
 		{"create negative ttl", create(&tollgatev1.Pool{Name: "x", ConcurrencyLimit: 1, DefaultLeaseTtl: dur(-time.Second)}), inv, ra, "default_lease_ttl"},
 		{"create default above max", create(&tollgatev1.Pool{Name: "x", ConcurrencyLimit: 1, DefaultLeaseTtl: dur(time.Hour)}), inv, ra, "default_lease_ttl"},
 		{"create max ttl above 24h", create(&tollgatev1.Pool{Name: "x", ConcurrencyLimit: 1, MaxLeaseTtl: dur(25 * time.Hour)}), inv, ra, "max_lease_ttl"},
-		{"create exists", create(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1}), codes.AlreadyExists, limiter.ReasonPoolExists, "db"},
-		{"get unknown", func() error { _, err := e.adm.GetPool(ctx, &tollgatev1.GetPoolRequest{Name: "nope"}); return err }, codes.NotFound, limiter.ReasonPoolNotFound, "nope"},
+		{"create exists", create(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1}), codes.AlreadyExists, apierr.ReasonPoolExists, "db"},
+		{"get unknown", func() error { _, err := e.adm.GetPool(ctx, &tollgatev1.GetPoolRequest{Name: "nope"}); return err }, codes.NotFound, apierr.ReasonPoolNotFound, "nope"},
 		{"get no name", func() error { _, err := e.adm.GetPool(ctx, &tollgatev1.GetPoolRequest{}); return err }, inv, ra, "name is required"},
 		{"get malformed", func() error { _, err := e.adm.GetPool(ctx, &tollgatev1.GetPoolRequest{Name: "a\x00b"}); return err }, inv, ra, "[A-Za-z0-9._:/-]"},
-		{"delete unknown", func() error { _, err := e.adm.DeletePool(ctx, &tollgatev1.DeletePoolRequest{Name: "nope"}); return err }, codes.NotFound, limiter.ReasonPoolNotFound, "nope"},
+		{"delete unknown", func() error { _, err := e.adm.DeletePool(ctx, &tollgatev1.DeletePoolRequest{Name: "nope"}); return err }, codes.NotFound, apierr.ReasonPoolNotFound, "nope"},
 		{"update no mask", update(&tollgatev1.Pool{Name: "db"}), inv, ra, "update_mask is required"},
 		{"update empty mask", update(&tollgatev1.Pool{Name: "db"}, []string{}...), inv, ra, "update_mask is required"},
 		{"update unknown path", update(&tollgatev1.Pool{Name: "db"}, "concurrency"), inv, ra, `"concurrency" is not a pool field`},
 		{"update name path", update(&tollgatev1.Pool{Name: "db"}, "name"), inv, ra, "cannot be changed"},
 		{"update no pool", update(nil, "rate"), inv, ra, "pool is required"},
-		{"update unknown pool", update(&tollgatev1.Pool{Name: "nope", ConcurrencyLimit: 3}, "concurrency_limit"), codes.NotFound, limiter.ReasonPoolNotFound, "nope"},
+		{"update unknown pool", update(&tollgatev1.Pool{Name: "nope", ConcurrencyLimit: 3}, "concurrency_limit"), codes.NotFound, apierr.ReasonPoolNotFound, "nope"},
 		{"update bad value", update(&tollgatev1.Pool{Name: "db"}, "concurrency_limit"), inv, ra, "concurrency_limit"},
 		{"update bad duration", update(&tollgatev1.Pool{Name: "db", MaxLeaseTtl: dur(-time.Second)}, "max_lease_ttl"), inv, ra, "max_lease_ttl"},
 		{"list negative size", list(-1, ""), inv, ra, "page_size"},

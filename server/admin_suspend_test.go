@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestAdminSuspendResumeDrain(t *testing.T) {
@@ -23,7 +23,7 @@ func TestAdminSuspendResumeDrain(t *testing.T) {
 		t.Fatalf("SuspendPool = %v, %v", resp, err)
 	}
 	_, err = e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db", NoWait: true})
-	if st := wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonNoCapacity); !strings.Contains(st.Message(), "suspended") {
+	if st := wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonNoCapacity); !strings.Contains(st.Message(), "suspended") {
 		t.Fatalf("message %q", st.Message())
 	}
 	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"}))
@@ -33,7 +33,7 @@ func TestAdminSuspendResumeDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_, err = e.adm.DrainPool(ctx, &tollgatev1.DrainPoolRequest{Name: "db"})
 	cancel()
-	if st := wantStatus(t, err, codes.DeadlineExceeded, limiter.ReasonWaitTimeout); !strings.Contains(st.Message(), "holds 1 permits in 1 leases") {
+	if st := wantStatus(t, err, codes.DeadlineExceeded, apierr.ReasonWaitTimeout); !strings.Contains(st.Message(), "holds 1 permits in 1 leases") {
 		t.Fatalf("drain message %q", st.Message())
 	}
 
@@ -90,10 +90,10 @@ func TestAdminSuspendResumeDrain(t *testing.T) {
 			return err
 		}(),
 	} {
-		wantStatus(t, err, codes.NotFound, limiter.ReasonPoolNotFound)
+		wantStatus(t, err, codes.NotFound, apierr.ReasonPoolNotFound)
 	}
 	_, err = e.adm.SuspendPool(e.ctx(), &tollgatev1.SuspendPoolRequest{})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 }
 
 // A suspended pool stays suspended across a restart.

@@ -8,15 +8,15 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // wantRefusal checks that err is code with reason and that its message
 // says what is needed (contains each of hints).
 func wantRefusal(t *testing.T, err error, code codes.Code, reason string, hints ...string) {
 	t.Helper()
-	st := wantStatus(t, err, code, limiter.Reason(reason))
+	st := wantStatus(t, err, code, apierr.Reason(reason))
 	for _, h := range hints {
 		if !strings.Contains(st.Message(), h) {
 			t.Errorf("message %q does not mention %q", st.Message(), h)

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate/tollgate/internal/limits"
-	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Shutdown fails waiting unary acquires and takes at once with
@@ -44,7 +44,7 @@ func TestShutdownFailsWaitersAtOnce(t *testing.T) {
 	for range 2 {
 		select {
 		case err := <-errs:
-			wantStatus(t, err, codes.Unavailable, limiter.ReasonShuttingDown)
+			wantStatus(t, err, codes.Unavailable, apierr.ReasonShuttingDown)
 		case <-time.After(waitLimit):
 			t.Fatal("a waiting call was not failed when shutdown started")
 		}
@@ -79,7 +79,7 @@ func TestMalformedFramesAreInvalidArgument(t *testing.T) {
 			method := limiterServicePrefix + "Acquire"
 			var reply []byte
 			err := e.conn.Invoke(e.ctx(), method, &unary, &reply, grpc.ForceCodec(rawCodec{}))
-			st := wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+			st := wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 			if !strings.Contains(st.Message(), method) {
 				t.Errorf("message %q does not name %s", st.Message(), method)
 			}
@@ -91,7 +91,7 @@ func TestMalformedFramesAreInvalidArgument(t *testing.T) {
 			if err := cs.SendMsg(&stream); err != nil {
 				t.Fatal(err)
 			}
-			st = wantStatus(t, cs.RecvMsg(&reply), codes.InvalidArgument, limiter.ReasonInvalidArgument)
+			st = wantStatus(t, cs.RecvMsg(&reply), codes.InvalidArgument, apierr.ReasonInvalidArgument)
 			if !strings.Contains(st.Message(), sessionMethod) {
 				t.Errorf("message %q does not name %s", st.Message(), sessionMethod)
 			}
@@ -168,13 +168,13 @@ func TestTakeWaitersAreBounded(t *testing.T) {
 	wantStatus(t, <-take(a, "api"), codes.ResourceExhausted, ReasonClientLeaseLimit)
 	take(b, "api")
 	waitFor(t, "the other client's take to wait", func() bool { return o.srv.quotas.Waiters() == 3 })
-	wantStatus(t, <-take(b, "api"), codes.ResourceExhausted, limiter.ReasonQueueFull)
+	wantStatus(t, <-take(b, "api"), codes.ResourceExhausted, apierr.ReasonQueueFull)
 
 	if err := <-take(b, "slow"); err != nil {
 		t.Fatal(err)
 	}
 	_, err := b.lim.Take(context.Background(), &tollgatev1.TakeRequest{Pool: "slow", MaxWait: dur(24 * time.Hour)})
-	st := wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonRateLimited)
+	st := wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonRateLimited)
 	if !strings.Contains(st.Message(), "--max-take-wait") {
 		t.Errorf("message %q does not name --max-take-wait", st.Message())
 	}
@@ -244,7 +244,7 @@ func TestListResourcesPages(t *testing.T) {
 		t.Fatalf("listed %v, want %v", got, ids)
 	}
 	_, err := e.adm.ListResources(e.ctx(), &tollgatev1.ListResourcesRequest{Pool: "db", PageToken: "garbage"})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 }
 
 // An unauthenticated caller that gives each acquire its own client_id

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/internal/cluster"
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // notLeader is the answer of a server that does not lead: UNAVAILABLE
@@ -59,7 +59,7 @@ func (s *Server) leaderUnary(ctx context.Context, req any, info *grpc.UnaryServe
 func outcomeUnknown(err error) bool {
 	st, _ := status.FromError(err)
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == string(limiter.ReasonOutcomeUnknown) {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == string(apierr.ReasonOutcomeUnknown) {
 			return true
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // blackhole is a TCP proxy to etcd that can stop forwarding: bytes are
@@ -132,6 +133,6 @@ func TestClusterPartitionedLeaderStopsFirst(t *testing.T) {
 	t.Logf("take-over after a silent partition of the leader from etcd: %v", time.Since(cut))
 	waitFor(t, "b's term starts", b.srv.leadership.Leading)
 	_, err := a.lim.Acquire(a.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonNotLeader)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonNotLeader)
 	b.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true})
 }

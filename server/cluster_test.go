@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 	"github.com/tollgate/tollgate/server/store"
 )
 
@@ -129,7 +130,7 @@ func TestClusterFollowersAnswerNotLeader(t *testing.T) {
 				return err
 			}(),
 		} {
-			st := wantStatus(t, err, codes.Unavailable, limiter.ReasonNotLeader)
+			st := wantStatus(t, err, codes.Unavailable, apierr.ReasonNotLeader)
 			md := errorInfo(st).GetMetadata()
 			if md["leader"] != lead.addr || md["epoch"] != strconv.FormatInt(epoch, 10) {
 				t.Fatalf("NOT_LEADER metadata %v, want leader %s epoch %d", md, lead.addr, epoch)
@@ -151,7 +152,7 @@ func TestClusterFollowersAnswerNotLeader(t *testing.T) {
 			f.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
 			var body httpapi.NotLeaderResponse
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != http.StatusServiceUnavailable ||
-				body.Reason != string(limiter.ReasonNotLeader) || body.Leader != lead.addr || body.Epoch != epoch || !strings.Contains(body.Error, lead.addr) {
+				body.Reason != string(apierr.ReasonNotLeader) || body.Leader != lead.addr || body.Epoch != epoch || !strings.Contains(body.Error, lead.addr) {
 				t.Fatalf("follower's %s: %d %q (%v)", path, rec.Code, rec.Body.String(), err)
 			}
 		}
@@ -202,10 +203,10 @@ func TestClusterTakeoverReadopts(t *testing.T) {
 	next.acquire(&tollgatev1.AcquireRequest{Pool: "wide", Weight: i64(11), NoWait: true})
 	t.Logf("first new grant in a pool with headroom after a crash: %v", time.Since(killed))
 	_, err := next.lim.Acquire(next.ctx(), &tollgatev1.AcquireRequest{Pool: "wide", Weight: i64(1), NoWait: true})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonRecovering)
 
 	_, err = next.lim.Acquire(next.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonRecovering)
 
 	resp, err := next.lim.Renew(next.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: l.GetId(), Ttl: dur(30 * time.Second), Weight: i64(1), ClientId: "holder", ExpiryReceipt: l.GetExpiryReceipt()})
 	if err != nil {
@@ -269,7 +270,7 @@ func TestClusterGracefulHandOff(t *testing.T) {
 
 	next.acquire(&tollgatev1.AcquireRequest{Pool: "busy", Weight: i64(13), NoWait: true}) // 16 − the 3 held
 	_, err := next.lim.Acquire(next.ctx(), &tollgatev1.AcquireRequest{Pool: "busy", Weight: i64(1), NoWait: true})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonRecovering)
 	resp, err := next.lim.Renew(next.ctx(), &tollgatev1.RenewRequest{Pool: "busy", LeaseId: held.GetId(), Weight: i64(3), ClientId: "holder", ExpiryReceipt: held.GetExpiryReceipt()})
 	if err != nil || resp.GetLease().GetFencingToken() != held.GetFencingToken() {
 		t.Fatalf("renew of the lease held across the hand-off: %v, %v", resp, err)
@@ -291,7 +292,7 @@ func TestClusterDeposedLeaderCannotWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := lead.adm.CreatePool(lead.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "late", ConcurrencyLimit: 1}})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonNotLeader)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonNotLeader)
 	got, err := lead.etcd.Get(context.Background(), DefaultEtcdPrefix+"pools/late")
 	if err != nil || len(got.Kvs) != 0 {
 		t.Fatalf("the deposed leader's pool is in etcd: %v, %v", got.Kvs, err)
@@ -321,11 +322,11 @@ func TestClusterEtcdLost(t *testing.T) {
 	}
 	etcd.Stop()
 	waitFor(t, "leadership lost", func() bool { return !lead.srv.leadership.Leading() })
-	wantStatus(t, <-waiting, codes.Unavailable, limiter.ReasonNotLeader)
+	wantStatus(t, <-waiting, codes.Unavailable, apierr.ReasonNotLeader)
 	_, err = sess.Recv()
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonNotLeader)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonNotLeader)
 	_, err = lead.lim.Acquire(lead.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonNotLeader)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonNotLeader)
 	wantHealth(t, lead, tollgatev1.LimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	if n := poolCount(lead.srv); n != 0 {
 		t.Fatalf("a server that does not lead serves %d pools", n)
@@ -338,7 +339,7 @@ func TestClusterEtcdLost(t *testing.T) {
 	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), ClientId: "x", NoWait: true})
 	// The new term is a restart: the lease of the old one may be live.
 	_, err = lead.lim.Acquire(lead.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(4), NoWait: true})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonRecovering)
 	fc.Advance(time.Minute)
 	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(4), NoWait: true})
 }
@@ -424,11 +425,11 @@ func TestClusterNotLeaderMeansNothingApplied(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		err  *limiter.Error
-		want limiter.Reason
+		err  *apierr.Error
+		want apierr.Reason
 	}{
-		{&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown, Message: "closing"}, limiter.ReasonNotLeader},
-		{&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonOutcomeUnknown, Message: "no answer"}, limiter.ReasonOutcomeUnknown},
+		{&apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonShuttingDown, Message: "closing"}, apierr.ReasonNotLeader},
+		{&apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonOutcomeUnknown, Message: "no answer"}, apierr.ReasonOutcomeUnknown},
 	} {
 		_, err := lapsed(func(*member, context.Context) (any, error) { return nil, refuse.StatusOf(tc.err, refuse.About{}).Err() })
 		wantStatus(t, err, codes.Unavailable, tc.want)

@@ -2,7 +2,7 @@ package server
 
 import (
 	"github.com/tollgate/tollgate/internal/refuse"
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // ErrorDomain is the domain of the google.rpc.ErrorInfo detail that every
@@ -10,24 +10,24 @@ import (
 const ErrorDomain = refuse.Domain
 
 // Reasons the server itself gives, beside the engine's: short names for the
-// generated limiter.Reason values (one list, the API's ErrorReason enum).
+// generated apierr.Reason values (one list, the API's ErrorReason enum).
 // They appear in ErrorInfo.reason, SessionError.reason and
 // ProvideError.reason.
 const (
-	ReasonRequestIDInUse   = limiter.ReasonRequestIDInUse
-	ReasonTooManyRequests  = limiter.ReasonTooManyRequests
-	ReasonSessionOverflow  = limiter.ReasonSessionOverflow
-	ReasonWatchOverflow    = limiter.ReasonWatchOverflow
-	ReasonDeadlineExceeded = limiter.ReasonDeadlineExceeded
-	ReasonInternal         = limiter.ReasonInternal
-	ReasonProviderExpired  = limiter.ReasonProviderExpired
+	ReasonRequestIDInUse   = apierr.ReasonRequestIDInUse
+	ReasonTooManyRequests  = apierr.ReasonTooManyRequests
+	ReasonSessionOverflow  = apierr.ReasonSessionOverflow
+	ReasonWatchOverflow    = apierr.ReasonWatchOverflow
+	ReasonDeadlineExceeded = apierr.ReasonDeadlineExceeded
+	ReasonInternal         = apierr.ReasonInternal
+	ReasonProviderExpired  = apierr.ReasonProviderExpired
 	// Authentication and authorization refusals.
-	ReasonUnauthenticated  = limiter.ReasonUnauthenticated
-	ReasonPermissionDenied = limiter.ReasonPermissionDenied
+	ReasonUnauthenticated  = apierr.ReasonUnauthenticated
+	ReasonPermissionDenied = apierr.ReasonPermissionDenied
 	// Refusals for Limits, all RESOURCE_EXHAUSTED.
-	ReasonTooManyPools       = limiter.ReasonTooManyPools
-	ReasonTooManyWaiters     = limiter.ReasonTooManyWaiters
-	ReasonClientLeaseLimit   = limiter.ReasonClientLeaseLimit
-	ReasonClientSessionLimit = limiter.ReasonClientSessionLimit
-	ReasonClientRateLimited  = limiter.ReasonClientRateLimited
+	ReasonTooManyPools       = apierr.ReasonTooManyPools
+	ReasonTooManyWaiters     = apierr.ReasonTooManyWaiters
+	ReasonClientLeaseLimit   = apierr.ReasonClientLeaseLimit
+	ReasonClientSessionLimit = apierr.ReasonClientSessionLimit
+	ReasonClientRateLimited  = apierr.ReasonClientRateLimited
 )

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // RecentEvents returns the last events.RecentLen events, newest first.
@@ -64,7 +65,7 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 	}
 	w, recent := a.srv.events.Watch(pool, req.GetIncludeRecent())
 	if w == nil {
-		return refuse.StatusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonTooManyRequests,
+		return refuse.StatusOf(&apierr.Error{Code: apierr.CodeResourceExhausted, Reason: ReasonTooManyRequests,
 			Message: fmt.Sprintf("%d event watchers are already open on this server; close one, or retry later", events.MaxWatchers)}, refuse.About{}).Err()
 	}
 	defer a.srv.events.Unwatch(w)
@@ -83,14 +84,14 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 			}
 		case <-w.Overflow():
 			a.srv.log.Warn("ending an event watch whose client does not read fast enough", "buffer", cap(w.C()))
-			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: ReasonWatchOverflow,
+			return refuse.StatusOf(&apierr.Error{Code: apierr.CodeResourceExhausted, Reason: ReasonWatchOverflow,
 				Message: fmt.Sprintf("the event stream was ended because its client fell %d events behind; read faster, then reconnect (with include_recent to catch up on the recent events the server keeps)", cap(w.C()))}, refuse.About{}).Err()
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		case <-termDone:
 			return a.srv.notLeader()
 		case <-a.srv.draining:
-			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+			return refuse.StatusOf(&apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonShuttingDown,
 				Message: "the server is shutting down; reconnect (to another server if there is one) to keep watching"}, refuse.About{}).Err()
 		}
 	}

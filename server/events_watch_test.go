@@ -11,8 +11,8 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/events"
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // watch opens a WatchEvents stream and waits until the server has
@@ -93,7 +93,7 @@ func TestWatchEventsPoolFilter(t *testing.T) {
 	if err == nil {
 		_, err = st.Recv()
 	}
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 }
 
 // A watcher that does not read is ended with RESOURCE_EXHAUSTED once its
@@ -139,7 +139,7 @@ func TestWatchEventsShutdown(t *testing.T) {
 	st := e.watch(e.ctx(), &tollgatev1.WatchEventsRequest{})
 	e.stop()
 	_, err := st.Recv()
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonShuttingDown)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonShuttingDown)
 }
 
 // WatchEvents is an admin call: without the admin token it is refused.

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/tollgate/tollgate/internal/refuse"
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // GRPCServer returns a new *grpc.Server, built with opts, on which
@@ -171,6 +171,6 @@ func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 
 func (s *Server) panicStatus(method string, p any) error {
 	s.log.Error("panic in handler", "method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-	return refuse.StatusOf(&limiter.Error{Reason: ReasonInternal,
+	return refuse.StatusOf(&apierr.Error{Reason: ReasonInternal,
 		Message: fmt.Sprintf("internal server error in %s; it has been logged on the server; retry, and report it if it persists", method)}, refuse.About{}).Err()
 }

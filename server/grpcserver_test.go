@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestHealthAndReflection(t *testing.T) {
@@ -72,7 +73,7 @@ func TestServeShutdown(t *testing.T) {
 
 	start := time.Now()
 	stop()
-	wantStatus(t, s.wantEnd(), codes.Unavailable, limiter.ReasonShuttingDown)
+	wantStatus(t, s.wantEnd(), codes.Unavailable, apierr.ReasonShuttingDown)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -87,7 +88,7 @@ func TestServeShutdown(t *testing.T) {
 	if err := <-waitErr; err == nil {
 		t.Fatal("the waiting acquire was granted during shutdown")
 	}
-	if _, err := srv.Engine().GetPool("db"); !errors.Is(err, limiter.ErrShuttingDown) {
+	if _, err := srv.Engine().GetPool("db"); !errors.Is(err, apierr.ErrShuttingDown) {
 		t.Fatalf("engine after Serve: %v, want it closed", err)
 	}
 }

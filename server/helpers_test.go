@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // testStart is the fake clock's start.
@@ -148,7 +148,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // wantStatus checks that err is a status with code and an ErrorInfo of
 // domain tollgate.dev and reason; it returns the status.
-func wantStatus(t *testing.T, err error, code codes.Code, reason limiter.Reason) *status.Status {
+func wantStatus(t *testing.T, err error, code codes.Code, reason apierr.Reason) *status.Status {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("got no error, want %v %s", code, reason)
@@ -297,7 +297,7 @@ func (c *sessionClient) call(r *tollgatev1.SessionRequest) *tollgatev1.SessionRe
 	return resp
 }
 
-func wantSessionError(t *testing.T, r *tollgatev1.SessionResponse, code codes.Code, reason limiter.Reason) {
+func wantSessionError(t *testing.T, r *tollgatev1.SessionResponse, code codes.Code, reason apierr.Reason) {
 	t.Helper()
 	se := r.GetError()
 	if se == nil {

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // A client that did not get a lease cannot release or renew it by
@@ -27,9 +27,9 @@ func TestLeaseIDsCannotBeGuessed(t *testing.T) {
 	tok := tokenOf(victim.GetId())
 	for _, guess := range []string{tok, tok + "." + mine.GetId()[len(tok)+1:], tok + ".AAAAAAAAAAAAAAAA"} {
 		_, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: guess})
-		wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseNotFound)
+		wantStatus(t, err, codes.NotFound, apierr.ReasonLeaseNotFound)
 		_, err = e.lim.Renew(e.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: guess})
-		wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseNotFound)
+		wantStatus(t, err, codes.NotFound, apierr.ReasonLeaseNotFound)
 	}
 	if st := e.status("db"); st.GetHeld() != 1 || st.GetReleased() != 0 {
 		t.Fatalf("a guessed id released the lease: %v", st)
@@ -82,7 +82,7 @@ func TestShareIDsCannotBeGuessed(t *testing.T) {
 	num := tokenOf(id)
 	for _, guess := range []string{num, e.srv.ids.Format("api", mustUint(t, num)), num + ".AAAAAAAAAAAAAAAA"} {
 		_, err := e.lim.ReleaseShare(e.ctx(), &tollgatev1.ReleaseShareRequest{Pool: "api", ShareId: guess})
-		wantStatus(t, err, codes.NotFound, limiter.ReasonShareNotFound)
+		wantStatus(t, err, codes.NotFound, apierr.ReasonShareNotFound)
 	}
 	if _, err := e.lim.RefreshShare(e.ctx(), &tollgatev1.RefreshShareRequest{Pool: "api", ShareId: id}); err != nil {
 		t.Fatalf("the holder's own share id: %v", err)

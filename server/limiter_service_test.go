@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestAcquireRenewRelease(t *testing.T) {
@@ -102,7 +103,7 @@ func TestAcquireWaitTimeout(t *testing.T) {
 	}()
 	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	e.clock.Advance(2 * time.Second)
-	wantStatus(t, <-errc, codes.DeadlineExceeded, limiter.ReasonWaitTimeout)
+	wantStatus(t, <-errc, codes.DeadlineExceeded, apierr.ReasonWaitTimeout)
 	if st := e.status("db"); st.GetWaiting() != 0 || st.GetHeld() != 1 || st.GetWaitTimeouts() != 1 {
 		t.Fatalf("status = %v", st)
 	}
@@ -161,7 +162,7 @@ func TestAcquireTryMode(t *testing.T) {
 	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", NoWait: true})
 	_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db", NoWait: true})
-	st := wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonNoCapacity)
+	st := wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonNoCapacity)
 	if errorInfo(st).GetMetadata()["pool"] != "db" {
 		t.Fatalf("ErrorInfo metadata = %v", errorInfo(st).GetMetadata())
 	}
@@ -179,7 +180,7 @@ func TestAcquireQueueFull(t *testing.T) {
 	go e.lim.Acquire(ctx, &tollgatev1.AcquireRequest{Pool: "db"}) //nolint:errcheck // cancelled below
 	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db"})
-	wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonQueueFull)
+	wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonQueueFull)
 }
 
 // Every caller error comes back with the right code and reason, and a
@@ -195,7 +196,7 @@ func TestLimiterCallerErrors(t *testing.T) {
 		name   string
 		call   func() error
 		code   codes.Code
-		reason limiter.Reason
+		reason apierr.Reason
 		msg    string // a substring the message must have
 	}
 	acq := func(r *tollgatev1.AcquireRequest) func() error {
@@ -210,9 +211,9 @@ func TestLimiterCallerErrors(t *testing.T) {
 	take := func(r *tollgatev1.TakeRequest) func() error {
 		return func() error { _, err := e.lim.Take(ctx, r); return err }
 	}
-	inv, ra := codes.InvalidArgument, limiter.ReasonInvalidArgument
+	inv, ra := codes.InvalidArgument, apierr.ReasonInvalidArgument
 	cases := []tc{
-		{"acquire unknown pool", acq(&tollgatev1.AcquireRequest{Pool: "nope"}), codes.NotFound, limiter.ReasonPoolNotFound, "tollgate pool create"},
+		{"acquire unknown pool", acq(&tollgatev1.AcquireRequest{Pool: "nope"}), codes.NotFound, apierr.ReasonPoolNotFound, "tollgate pool create"},
 		{"acquire no pool", acq(&tollgatev1.AcquireRequest{}), inv, ra, "pool is required"},
 		{"acquire malformed pool", acq(&tollgatev1.AcquireRequest{Pool: "bad name!"}), inv, ra, "[A-Za-z0-9._:/-]"},
 		{"acquire weight 0", acq(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(0)}), inv, ra, "weight"},
@@ -225,19 +226,19 @@ func TestLimiterCallerErrors(t *testing.T) {
 		{"acquire negative wait", acq(&tollgatev1.AcquireRequest{Pool: "db", WaitTimeout: dur(-time.Second)}), inv, ra, "wait_timeout"},
 		{"acquire malformed duration", acq(&tollgatev1.AcquireRequest{Pool: "db", Ttl: &durationpb.Duration{Seconds: 1, Nanos: -5}}), inv, ra, "ttl"},
 		{"acquire long client id", acq(&tollgatev1.AcquireRequest{Pool: "db", ClientId: strings.Repeat("x", 300)}), inv, ra, "client id"},
-		{"release unknown pool", rel(&tollgatev1.ReleaseRequest{Pool: "nope", LeaseId: "1"}), codes.NotFound, limiter.ReasonPoolNotFound, "nope"},
+		{"release unknown pool", rel(&tollgatev1.ReleaseRequest{Pool: "nope", LeaseId: "1"}), codes.NotFound, apierr.ReasonPoolNotFound, "nope"},
 		{"release bad lease id", rel(&tollgatev1.ReleaseRequest{Pool: "db", LeaseId: "abc"}), inv, ra, "lease id"},
 		{"release negative lease id", rel(&tollgatev1.ReleaseRequest{Pool: "db", LeaseId: "-1"}), inv, ra, "lease id"},
 		{"release no lease id", rel(&tollgatev1.ReleaseRequest{Pool: "db"}), inv, ra, "lease_id is required"},
-		{"release never issued", rel(&tollgatev1.ReleaseRequest{Pool: "db", LeaseId: "999"}), codes.NotFound, limiter.ReasonLeaseNotFound, "999"},
+		{"release never issued", rel(&tollgatev1.ReleaseRequest{Pool: "db", LeaseId: "999"}), codes.NotFound, apierr.ReasonLeaseNotFound, "999"},
 		{"renew bad lease id", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: "1x"}), inv, ra, "lease id"},
-		{"renew with a wrong tag", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: tokenOf(held.GetId()) + ".AAAAAAAAAAAAAAAA"}), codes.NotFound, limiter.ReasonLeaseNotFound, "has this id"},
-		{"renew by the bare fencing token", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: tokenOf(held.GetId())}), codes.NotFound, limiter.ReasonLeaseNotFound, "lacks the tag"},
+		{"renew with a wrong tag", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: tokenOf(held.GetId()) + ".AAAAAAAAAAAAAAAA"}), codes.NotFound, apierr.ReasonLeaseNotFound, "has this id"},
+		{"renew by the bare fencing token", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: tokenOf(held.GetId())}), codes.NotFound, apierr.ReasonLeaseNotFound, "lacks the tag"},
 		{"renew ttl above max", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: held.GetId(), Ttl: dur(time.Hour)}), inv, ra, "ttl"},
 		{"renew negative ttl", ren(&tollgatev1.RenewRequest{Pool: "db", LeaseId: held.GetId(), Ttl: dur(-time.Second)}), inv, ra, "ttl"},
-		{"renew unknown pool", ren(&tollgatev1.RenewRequest{Pool: "nope", LeaseId: "1"}), codes.NotFound, limiter.ReasonPoolNotFound, "nope"},
-		{"take unknown pool", take(&tollgatev1.TakeRequest{Pool: "nope"}), codes.NotFound, limiter.ReasonPoolNotFound, "nope"},
-		{"take no rate", take(&tollgatev1.TakeRequest{Pool: "db"}), codes.FailedPrecondition, limiter.ReasonNoRateLimit, "rate"},
+		{"renew unknown pool", ren(&tollgatev1.RenewRequest{Pool: "nope", LeaseId: "1"}), codes.NotFound, apierr.ReasonPoolNotFound, "nope"},
+		{"take unknown pool", take(&tollgatev1.TakeRequest{Pool: "nope"}), codes.NotFound, apierr.ReasonPoolNotFound, "nope"},
+		{"take no rate", take(&tollgatev1.TakeRequest{Pool: "db"}), codes.FailedPrecondition, apierr.ReasonNoRateLimit, "rate"},
 		{"take 0 tokens", take(&tollgatev1.TakeRequest{Pool: "api", Tokens: i64(0)}), inv, ra, "tokens"},
 		{"take above burst", take(&tollgatev1.TakeRequest{Pool: "api", Tokens: i64(11)}), inv, ra, "burst"},
 		{"take negative wait", take(&tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(-time.Second)}), inv, ra, "max_wait"},
@@ -263,13 +264,13 @@ func TestReleaseAndRenewExpiredLease(t *testing.T) {
 	e.clock.Advance(2 * time.Second)
 
 	_, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: l.GetId()})
-	st := wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseExpired)
+	st := wantStatus(t, err, codes.NotFound, apierr.ReasonLeaseExpired)
 	md := errorInfo(st).GetMetadata()
 	if md["pool"] != "db" || md["lease_id"] != l.GetId() {
 		t.Fatalf("ErrorInfo metadata = %v", md)
 	}
 	_, err = e.lim.Renew(e.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: l2.GetId()})
-	wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseExpired)
+	wantStatus(t, err, codes.NotFound, apierr.ReasonLeaseExpired)
 	if s := e.status("db"); s.GetHeld() != 0 || s.GetExpired() != 2 {
 		t.Fatalf("status = %v", s)
 	}
@@ -286,7 +287,7 @@ func TestTake(t *testing.T) {
 	}
 	// With no max_wait and no deadline, tokens must be there at once.
 	_, err = e.lim.Take(context.Background(), &tollgatev1.TakeRequest{Pool: "api"})
-	wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonRateLimited)
+	wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonRateLimited)
 	if d, ok := retryDelay(err); !ok || d != time.Second {
 		t.Fatalf("RetryInfo = %v, %v; want 1s", d, ok)
 	}
@@ -309,7 +310,7 @@ func TestTake(t *testing.T) {
 	}
 	// Beyond max_wait: RATE_LIMITED, with when to retry.
 	_, err = e.lim.Take(e.ctx(), &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(100 * time.Millisecond)})
-	wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonRateLimited)
+	wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonRateLimited)
 	if d, ok := retryDelay(err); !ok || d != time.Second {
 		t.Fatalf("RetryInfo = %v, %v; want 1s", d, ok)
 	}
@@ -328,8 +329,8 @@ func TestTakeDeadlineBoundsWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	_, err := e.lim.Take(ctx, &tollgatev1.TakeRequest{Pool: "api"}) // needs 1s, has < 0.5s
-	wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonRateLimited)
+	wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonRateLimited)
 	// max_wait is capped by the deadline too.
 	_, err = e.lim.Take(ctx, &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(time.Hour)})
-	wantStatus(t, err, codes.ResourceExhausted, limiter.ReasonRateLimited)
+	wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonRateLimited)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // durableEnv is a server made by Open on a data directory, serving on
@@ -216,7 +217,7 @@ func TestStoreFailureChangesNothing(t *testing.T) {
 	d.srv.store.Close() // every write fails from now on
 
 	_, err := d.adm.CreatePool(d.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "b", ConcurrencyLimit: 2}})
-	st := wantStatus(t, err, codes.Unavailable, limiter.ReasonStorageFailed)
+	st := wantStatus(t, err, codes.Unavailable, apierr.ReasonStorageFailed)
 	if !strings.Contains(st.Message(), "nothing was changed") {
 		t.Fatalf("message %q does not say nothing changed", st.Message())
 	}
@@ -226,16 +227,16 @@ func TestStoreFailureChangesNothing(t *testing.T) {
 	_, err = d.adm.UpdatePool(d.ctx(), &tollgatev1.UpdatePoolRequest{
 		Pool: &tollgatev1.Pool{Name: "a", ConcurrencyLimit: 9}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"concurrency_limit"}},
 	})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonStorageFailed)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonStorageFailed)
 	_, err = d.adm.DeletePool(d.ctx(), &tollgatev1.DeletePoolRequest{Name: "a"})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonStorageFailed)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonStorageFailed)
 	resp, err := d.get("a")
 	if err != nil || resp.GetPool().GetConcurrencyLimit() != 2 {
 		t.Fatalf("pool a after failed changes: %v, %v", resp, err)
 	}
 	// The first grant needs its lease horizon written: it fails too.
 	_, err = d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "a"})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonStorageFailed)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonStorageFailed)
 	if s := d.status("a"); s.GetHeld() != 0 {
 		t.Fatalf("held %d after a failed grant", s.GetHeld())
 	}
@@ -317,7 +318,7 @@ func TestRecoveryOverGRPC(t *testing.T) {
 		t.Fatalf("recovering_until = %v; want %v", got, until)
 	}
 	_, err = d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", NoWait: true})
-	st := wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
+	st := wantStatus(t, err, codes.Unavailable, apierr.ReasonRecovering)
 	if delay, ok := retryDelay(err); !ok || delay != 10*time.Second || !strings.Contains(st.Message(), until.Format(time.RFC3339Nano)) {
 		t.Fatalf("RECOVERING error %q with retry delay %v, %v", st.Message(), delay, ok)
 	}
@@ -333,9 +334,9 @@ func TestRecoveryOverGRPC(t *testing.T) {
 		t.Fatalf("re-adopted lease %v; was %v", got, l0)
 	}
 	_, err = d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: leases[1].GetId()})
-	wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseNotReadopted)
+	wantStatus(t, err, codes.NotFound, apierr.ReasonLeaseNotReadopted)
 	_, err = d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: leases[1].GetId(), Weight: i64(0)})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	if s := d.status("db"); s.GetHeld() != 1 || s.GetReadopted() != 1 {
 		t.Fatalf("after a re-adoption: %v", s)
 	}
@@ -372,30 +373,30 @@ func TestEndedLeasesAreNotReadopted(t *testing.T) {
 		name   string
 		end    func(d *durableEnv, a *tollgatev1.Lease)
 		code   codes.Code
-		reason limiter.Reason
+		reason apierr.Reason
 		says   string
 	}{
 		{"expired", func(d *durableEnv, a *tollgatev1.Lease) {
 			d.clock.Advance(4 * time.Second)
 			_, err := d.lim.Renew(d.ctx(), &tollgatev1.RenewRequest{Pool: "db", LeaseId: a.GetId()})
-			wantStatus(d.t, err, codes.NotFound, limiter.ReasonLeaseExpired)
-		}, codes.NotFound, limiter.ReasonLeaseExpired, "expired at"},
+			wantStatus(d.t, err, codes.NotFound, apierr.ReasonLeaseExpired)
+		}, codes.NotFound, apierr.ReasonLeaseExpired, "expired at"},
 		{"released", func(d *durableEnv, a *tollgatev1.Lease) {
 			if _, err := d.lim.Release(d.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: a.GetId()}); err != nil {
 				d.t.Fatal(err)
 			}
-		}, codes.NotFound, limiter.ReasonLeaseNotReadopted, "it ended before the restart (it was released or revoked"},
+		}, codes.NotFound, apierr.ReasonLeaseNotReadopted, "it ended before the restart (it was released or revoked"},
 		{"revoked", func(d *durableEnv, a *tollgatev1.Lease) {
 			if _, err := d.adm.RevokeLease(d.ctx(), &tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: a.GetId(), Reason: "test"}); err != nil {
 				d.t.Fatal(err)
 			}
-		}, codes.NotFound, limiter.ReasonLeaseNotReadopted, "it ended before the restart (it was released or revoked"},
+		}, codes.NotFound, apierr.ReasonLeaseNotReadopted, "it ended before the restart (it was released or revoked"},
 		{"re-created pool", func(d *durableEnv, a *tollgatev1.Lease) {
 			if _, err := d.adm.DeletePool(d.ctx(), &tollgatev1.DeletePoolRequest{Name: "db", Force: true}); err != nil {
 				d.t.Fatal(err)
 			}
 			d.createPool("db")
-		}, codes.NotFound, limiter.ReasonLeaseNotReadopted, "earlier pool of that name"},
+		}, codes.NotFound, apierr.ReasonLeaseNotReadopted, "earlier pool of that name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDurableEnv(t)
@@ -423,11 +424,11 @@ func TestEndedLeasesAreNotReadopted(t *testing.T) {
 				t.Fatalf("the ended lease's renew says %q; want it to say %q", st.Message(), tc.says)
 			}
 			_, err = renew(b, "")
-			wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseNotReadopted)
+			wantStatus(t, err, codes.NotFound, apierr.ReasonLeaseNotReadopted)
 			_, err = renew(b, a.GetExpiryReceipt()) // another lease's receipt is no receipt
-			wantStatus(t, err, codes.NotFound, limiter.ReasonLeaseNotReadopted)
+			wantStatus(t, err, codes.NotFound, apierr.ReasonLeaseNotReadopted)
 			_, err = renew(b, "junk")
-			wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+			wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 			resp, err := renew(b, b.GetExpiryReceipt())
 			if err != nil || resp.GetLease().GetFencingToken() != b.GetFencingToken() {
 				t.Fatalf("the live holder's renew: %v, %v; want it re-adopted", resp, err)
@@ -519,5 +520,5 @@ func TestRestartGrantsBesideTheHeldBound(t *testing.T) {
 		t.Fatalf("grant beside the old leases' bound: %v", err)
 	}
 	_, err := d.lim.Acquire(d.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonRecovering)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonRecovering)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // UpdatePool's mask is read against the Pool message: a path into a
@@ -22,10 +23,10 @@ func TestUpdatePoolMaskPaths(t *testing.T) {
 	}
 	for _, path := range []string{"default_lease_ttl.seconds", "adaptive.", "adaptive.enabled.x", "create_time", "resource_kind"} {
 		_, err := update(&tollgatev1.Pool{}, path)
-		wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+		wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	}
 	_, err := update(&tollgatev1.Pool{ConcurrencyLimit: 9, RevocationPolicy: 5}, "concurrency_limit", "revocation_policy")
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	if info, err := e.srv.Engine().GetPool("db"); err != nil || info.Config.ConcurrencyLimit != 4 {
 		t.Fatalf("a refused update changed the pool: %+v, %v", info.Config, err)
 	}

@@ -6,8 +6,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/internal/auth"
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // GetQueuePosition over loopback: a client's acquire waiting on a Session
@@ -29,9 +29,9 @@ func TestGetQueuePosition(t *testing.T) {
 		t.Fatalf("GetQueuePosition = %v", resp)
 	}
 	_, err := e.lim.GetQueuePosition(e.ctx(), &tollgatev1.GetQueuePositionRequest{Pool: "db"})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	_, err = e.lim.GetQueuePosition(e.ctx(), &tollgatev1.GetQueuePositionRequest{Pool: "nope", ClientId: "waiter"})
-	wantStatus(t, err, codes.NotFound, limiter.ReasonPoolNotFound)
+	wantStatus(t, err, codes.NotFound, apierr.ReasonPoolNotFound)
 }
 
 // GetQueuePosition answers a client about its own acquires (client_id one

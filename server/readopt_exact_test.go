@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // TestReadoptExactlyWhatWasGranted is issue #20's first item over gRPC,
@@ -42,7 +42,7 @@ func TestReadoptExactlyWhatWasGranted(t *testing.T) {
 		d, acquire, renew := setup(t)
 		l := acquire(time.Minute)
 		d.restart(time.Second, nil)
-		st := wantStatus(t, renew(l, 5, l.GetExpiryReceipt()), codes.NotFound, limiter.ReasonLeaseNotReadopted)
+		st := wantStatus(t, renew(l, 5, l.GetExpiryReceipt()), codes.NotFound, apierr.ReasonLeaseNotReadopted)
 		if !strings.Contains(st.Message(), "weight 5") {
 			t.Fatalf("the refusal does not say the weight differs: %v", st.Message())
 		}

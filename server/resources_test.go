@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tollgate/tollgate/internal/events"
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func wireRes(ids ...string) []*tollgatev1.Resource {
@@ -82,38 +82,38 @@ func TestActivePoolOverTheWire(t *testing.T) {
 	for _, c := range []struct {
 		call   func() error
 		code   codes.Code
-		reason limiter.Reason
+		reason apierr.Reason
 	}{
 		{func() error {
 			_, err := e.adm.AddResources(e.ctx(), &tollgatev1.AddResourcesRequest{Pool: "db", Resources: wireRes("conn-2")})
 			return err
-		}, codes.AlreadyExists, limiter.ReasonResourceExists},
+		}, codes.AlreadyExists, apierr.ReasonResourceExists},
 		{func() error {
 			_, err := e.adm.AddResources(e.ctx(), &tollgatev1.AddResourcesRequest{Pool: "db", Resources: wireRes("bad id")})
 			return err
-		}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
+		}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
 		{func() error {
 			_, err := e.adm.AddResources(e.ctx(), &tollgatev1.AddResourcesRequest{Pool: "db"})
 			return err
-		}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
+		}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
 		{func() error {
 			_, err := e.adm.RemoveResources(e.ctx(), &tollgatev1.RemoveResourcesRequest{Pool: "db", Ids: []string{"nope"}})
 			return err
-		}, codes.NotFound, limiter.ReasonResourceNotFound},
+		}, codes.NotFound, apierr.ReasonResourceNotFound},
 		{func() error {
 			_, err := e.adm.AddResources(e.ctx(), &tollgatev1.AddResourcesRequest{Pool: "nope", Resources: wireRes("x")})
 			return err
-		}, codes.NotFound, limiter.ReasonPoolNotFound},
+		}, codes.NotFound, apierr.ReasonPoolNotFound},
 		{func() error {
 			_, err := e.adm.ListResources(e.ctx(), &tollgatev1.ListResourcesRequest{Pool: "free"})
 			return err
-		}, codes.FailedPrecondition, limiter.ReasonNotResourcePool},
+		}, codes.FailedPrecondition, apierr.ReasonNotResourcePool},
 		{func() error {
 			_, err := e.adm.UpdatePool(e.ctx(), &tollgatev1.UpdatePoolRequest{Pool: &tollgatev1.Pool{Name: "db"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"resource_kind"}}})
 			return err
-		}, codes.InvalidArgument, limiter.ReasonInvalidArgument},
+		}, codes.InvalidArgument, apierr.ReasonInvalidArgument},
 	} {
-		if c.reason == limiter.ReasonNotResourcePool {
+		if c.reason == apierr.ReasonNotResourcePool {
 			e.createPool(&tollgatev1.Pool{Name: "free", ConcurrencyLimit: 1})
 		}
 		wantStatus(t, c.call(), c.code, c.reason)
@@ -145,7 +145,7 @@ func TestPassivePoolProviderExpires(t *testing.T) {
 	if err := ps.Send(&tollgatev1.ProvideRequest{RequestId: 2, Kind: &tollgatev1.ProvideRequest_Offer{Offer: &tollgatev1.ProvideOffer{Resources: wireRes("slot-1")}}}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err = ps.Recv(); err != nil || r.GetRequestId() != 2 || r.GetError().GetReason() != string(limiter.ReasonResourceExists) || r.GetError().GetCode() != int32(codes.AlreadyExists) {
+	if r, err = ps.Recv(); err != nil || r.GetRequestId() != 2 || r.GetError().GetReason() != string(apierr.ReasonResourceExists) || r.GetError().GetCode() != int32(codes.AlreadyExists) {
 		t.Fatalf("duplicate offer answered %v, %v", r, err)
 	}
 	if err := ps.Send(&tollgatev1.ProvideRequest{RequestId: 3, Kind: &tollgatev1.ProvideRequest_Offer{Offer: &tollgatev1.ProvideOffer{Resources: wireRes("slot-2")}}}); err != nil {
@@ -161,7 +161,7 @@ func TestPassivePoolProviderExpires(t *testing.T) {
 	}
 	_ = dup.Send(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Register{Register: &tollgatev1.ProvideRegister{Pool: "gpu", ProviderId: "worker-1"}}})
 	_, err = dup.Recv()
-	wantStatus(t, err, codes.AlreadyExists, limiter.ReasonProviderExists)
+	wantStatus(t, err, codes.AlreadyExists, apierr.ReasonProviderExists)
 
 	s := e.session()
 	l := s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "gpu", Weight: i64(2), Ttl: dur(time.Minute)})).GetAcquire().GetLease()
@@ -207,11 +207,11 @@ func TestProvideStreamEnds(t *testing.T) {
 		return ps, err
 	}
 	_, err := open(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_KeepAlive{KeepAlive: &tollgatev1.ProvideKeepAlive{}}})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	_, err = open(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Register{Register: &tollgatev1.ProvideRegister{Pool: "free", ProviderId: "w"}}})
-	wantStatus(t, err, codes.FailedPrecondition, limiter.ReasonNotPassive)
+	wantStatus(t, err, codes.FailedPrecondition, apierr.ReasonNotPassive)
 	_, err = open(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Register{Register: &tollgatev1.ProvideRegister{Pool: "gpu", ProviderId: "w", Ttl: dur(time.Hour)}}})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 
 	ps, err := open(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Register{Register: &tollgatev1.ProvideRegister{Pool: "gpu", ProviderId: "w", Resources: wireRes("a")}}})
 	if err != nil {
@@ -248,7 +248,7 @@ func TestProvideStreamOnShutdown(t *testing.T) {
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "gpu", Ttl: dur(time.Minute)})
 	e.stop()
 	_, err = ps.Recv()
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonShuttingDown)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonShuttingDown)
 	for _, ev := range e.srv.RecentEvents() {
 		if ev.Type == events.LeaseRevoked || ev.Type == events.ProviderLeft {
 			t.Fatalf("shutdown revoked or removed: %+v", ev)

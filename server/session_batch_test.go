@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func helloReq(id uint64, batchAnswers bool) *tollgatev1.SessionRequest {
@@ -71,7 +71,7 @@ func TestSessionBatches(t *testing.T) {
 	if got[3].GetAcquire().GetLease().GetWeight() != 599 || got[4].GetRelease() == nil || got[5].GetAcquire().GetLease() == nil {
 		t.Fatalf("answers = %v", got)
 	}
-	wantSessionError(t, got[6], codes.NotFound, limiter.ReasonLeaseNotFound)
+	wantSessionError(t, got[6], codes.NotFound, apierr.ReasonLeaseNotFound)
 
 	// Many answers queued at once go out several to a message.
 	const n = 1000
@@ -82,7 +82,7 @@ func TestSessionBatches(t *testing.T) {
 	s.send(batchReq(reqs...))
 	got, msgs := s.answers(n)
 	for i := range uint64(n) {
-		wantSessionError(t, got[100+i], codes.NotFound, limiter.ReasonLeaseNotFound)
+		wantSessionError(t, got[100+i], codes.NotFound, apierr.ReasonLeaseNotFound)
 	}
 	if msgs == n {
 		t.Errorf("%d answers came in %d messages: none was batched", n, msgs)
@@ -129,11 +129,11 @@ func TestSessionBatchBounds(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := e.session()
 			s.send(req)
-			wantStatus(t, s.wantEnd(), codes.InvalidArgument, limiter.ReasonInvalidArgument)
+			wantStatus(t, s.wantEnd(), codes.InvalidArgument, apierr.ReasonInvalidArgument)
 		})
 	}
 	// An empty batch is nothing to answer; the stream goes on.
 	s := e.session()
 	s.send(batchReq())
-	wantSessionError(t, s.call(releaseReq(1, "db", "999")), codes.NotFound, limiter.ReasonPoolNotFound)
+	wantSessionError(t, s.call(releaseReq(1, "db", "999")), codes.NotFound, apierr.ReasonPoolNotFound)
 }

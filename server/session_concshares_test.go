@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func resizeReq(id uint64, pool, leaseID string, weight, want *int64) *tollgatev1.SessionRequest {
@@ -51,11 +51,11 @@ func TestSessionConcurrencyShares(t *testing.T) {
 		t.Fatalf("renew answer = %v", rn)
 	}
 
-	wantSessionError(t, s.call(resizeReq(5, "db", l.GetId(), i64(0), nil)), codes.InvalidArgument, limiter.ReasonInvalidArgument)
-	wantSessionError(t, s.call(resizeReq(6, "db", l.GetId(), nil, i64(-1))), codes.InvalidArgument, limiter.ReasonInvalidArgument)
-	wantSessionError(t, s.call(resizeReq(7, "db", l.GetId(), i64(3), nil)), codes.ResourceExhausted, limiter.ReasonNoCapacity)
-	wantSessionError(t, s.call(resizeReq(8, "db", "999", i64(1), nil)), codes.NotFound, limiter.ReasonLeaseNotFound)
-	wantSessionError(t, s.call(resizeReq(9, "nope", l.GetId(), i64(1), nil)), codes.NotFound, limiter.ReasonPoolNotFound)
+	wantSessionError(t, s.call(resizeReq(5, "db", l.GetId(), i64(0), nil)), codes.InvalidArgument, apierr.ReasonInvalidArgument)
+	wantSessionError(t, s.call(resizeReq(6, "db", l.GetId(), nil, i64(-1))), codes.InvalidArgument, apierr.ReasonInvalidArgument)
+	wantSessionError(t, s.call(resizeReq(7, "db", l.GetId(), i64(3), nil)), codes.ResourceExhausted, apierr.ReasonNoCapacity)
+	wantSessionError(t, s.call(resizeReq(8, "db", "999", i64(1), nil)), codes.NotFound, apierr.ReasonLeaseNotFound)
+	wantSessionError(t, s.call(resizeReq(9, "nope", l.GetId(), i64(1), nil)), codes.NotFound, apierr.ReasonPoolNotFound)
 	a := s.call(acquireReq(10, &tollgatev1.AcquireRequest{Pool: "api"})).GetAcquire().GetLease()
-	wantSessionError(t, s.call(resizeReq(11, "api", a.GetId(), nil, i64(2))), codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantSessionError(t, s.call(resizeReq(11, "api", a.GetId(), nil, i64(2))), codes.InvalidArgument, apierr.ReasonInvalidArgument)
 }

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestSessionHappyPath(t *testing.T) {
@@ -52,15 +52,15 @@ func TestSessionHappyPath(t *testing.T) {
 		t.Fatalf("release answer = %v", rl)
 	}
 	// Errors carry the unary call's code and reason.
-	wantSessionError(t, s.call(releaseReq(7, "db", "999")), codes.NotFound, limiter.ReasonLeaseNotFound)
-	wantSessionError(t, s.call(releaseReq(8, "db", "x")), codes.InvalidArgument, limiter.ReasonInvalidArgument)
-	wantSessionError(t, s.call(acquireReq(9, &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(0)})), codes.InvalidArgument, limiter.ReasonInvalidArgument)
-	wantSessionError(t, s.call(acquireReq(10, &tollgatev1.AcquireRequest{Pool: "nope"})), codes.NotFound, limiter.ReasonPoolNotFound)
-	wantSessionError(t, s.call(takeReq(11, &tollgatev1.TakeRequest{Pool: "db"})), codes.FailedPrecondition, limiter.ReasonNoRateLimit)
-	wantSessionError(t, s.call(takeReq(12, &tollgatev1.TakeRequest{Pool: "api", Tokens: i64(5)})), codes.ResourceExhausted, limiter.ReasonRateLimited)
-	wantSessionError(t, s.call(&tollgatev1.SessionRequest{RequestId: 13}), codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantSessionError(t, s.call(releaseReq(7, "db", "999")), codes.NotFound, apierr.ReasonLeaseNotFound)
+	wantSessionError(t, s.call(releaseReq(8, "db", "x")), codes.InvalidArgument, apierr.ReasonInvalidArgument)
+	wantSessionError(t, s.call(acquireReq(9, &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(0)})), codes.InvalidArgument, apierr.ReasonInvalidArgument)
+	wantSessionError(t, s.call(acquireReq(10, &tollgatev1.AcquireRequest{Pool: "nope"})), codes.NotFound, apierr.ReasonPoolNotFound)
+	wantSessionError(t, s.call(takeReq(11, &tollgatev1.TakeRequest{Pool: "db"})), codes.FailedPrecondition, apierr.ReasonNoRateLimit)
+	wantSessionError(t, s.call(takeReq(12, &tollgatev1.TakeRequest{Pool: "api", Tokens: i64(5)})), codes.ResourceExhausted, apierr.ReasonRateLimited)
+	wantSessionError(t, s.call(&tollgatev1.SessionRequest{RequestId: 13}), codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	// Hello only comes first.
-	wantSessionError(t, s.call(&tollgatev1.SessionRequest{RequestId: 14, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{}}}), codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantSessionError(t, s.call(&tollgatev1.SessionRequest{RequestId: 14, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{}}}), codes.InvalidArgument, apierr.ReasonInvalidArgument)
 
 	// A half-closed stream ends cleanly once everything is answered.
 	if err := s.stream.CloseSend(); err != nil {
@@ -110,7 +110,7 @@ func TestSessionCancel(t *testing.T) {
 	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"}))
 	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	s.send(cancelReq(3, 2))
-	wantSessionError(t, s.next(), codes.Canceled, limiter.ReasonCanceled)
+	wantSessionError(t, s.next(), codes.Canceled, apierr.ReasonCanceled)
 	if st := e.status("db"); st.GetWaiting() != 0 || st.GetHeld() != 1 || st.GetCanceled() != 1 {
 		t.Fatalf("status = %v", st)
 	}
@@ -119,7 +119,7 @@ func TestSessionCancel(t *testing.T) {
 	s.send(takeReq(5, &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(time.Minute)}))
 	waitFor(t, "the take to reserve", func() bool { return e.status("api").GetTokensAvailable() < 0 })
 	s.send(cancelReq(6, 5))
-	wantSessionError(t, s.next(), codes.Canceled, limiter.ReasonCanceled)
+	wantSessionError(t, s.next(), codes.Canceled, apierr.ReasonCanceled)
 	if st := e.status("api"); st.GetTokensGranted() != 1 || st.GetTokensAvailable() < 0 {
 		t.Fatalf("status after cancelled take = %v", st)
 	}
@@ -302,11 +302,11 @@ func TestSessionEmptyRequests(t *testing.T) {
 	}
 	s.send(&tollgatev1.SessionRequest{RequestId: 99, Kind: &tollgatev1.SessionRequest_Cancel{}}) // not answered
 	for _, r := range reqs {
-		wantSessionError(t, s.call(r), codes.InvalidArgument, limiter.ReasonInvalidArgument)
+		wantSessionError(t, s.call(r), codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	}
 	long := &tollgatev1.SessionRequest{RequestId: 7, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: strings.Repeat("c", 300)}}}
 	r := e.session().call(long)
-	wantSessionError(t, r, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantSessionError(t, r, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	if !strings.Contains(r.GetError().GetMessage(), "256") {
 		t.Fatalf("message %q does not give the limit", r.GetError().GetMessage())
 	}
@@ -413,7 +413,7 @@ func TestSessionWaitsHoldNoGoroutine(t *testing.T) {
 		t.Fatalf("%d waiting acquires added %d goroutines", n, grew)
 	}
 	s.send(cancelReq(2+n, 2))
-	wantSessionError(t, s.next(), codes.Canceled, limiter.ReasonCanceled)
+	wantSessionError(t, s.next(), codes.Canceled, apierr.ReasonCanceled)
 	s.cancel()
 	waitFor(t, "the waiters to go", func() bool { return e.status("db").GetWaiting() == 0 })
 	if st := e.status("db"); st.GetHeld() != 1 || st.GetCanceled() != n {
@@ -441,7 +441,7 @@ func TestSessionTakesHoldNoGoroutine(t *testing.T) {
 		t.Fatalf("%d waiting takes added %d goroutines", n, grew)
 	}
 	s.send(cancelReq(2+n, 2))
-	wantSessionError(t, s.next(), codes.Canceled, limiter.ReasonCanceled)
+	wantSessionError(t, s.next(), codes.Canceled, apierr.ReasonCanceled)
 	e.clock.Advance(200 * time.Millisecond) // take 3's token
 	if r := s.next(); r.GetRequestId() != 3 || r.GetTake().GetTokens() != 1 || r.GetTake().GetWaited().AsDuration() != 200*time.Millisecond {
 		t.Fatalf("got %v, want take 3 granted after 200ms", r)

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // GetStats over a real connection: one pool by name, every pool a page at
@@ -88,19 +89,19 @@ func TestGetStats(t *testing.T) {
 func TestGetStatsErrors(t *testing.T) {
 	e := newEnv(t)
 	_, err := e.adm.GetStats(e.ctx(), &tollgatev1.GetStatsRequest{Pool: "nope"})
-	st := wantStatus(t, err, codes.NotFound, limiter.ReasonPoolNotFound)
+	st := wantStatus(t, err, codes.NotFound, apierr.ReasonPoolNotFound)
 	if !strings.Contains(st.Message(), `"nope"`) {
 		t.Errorf("message %q does not name the pool", st.Message())
 	}
 	_, err = e.adm.GetStats(e.ctx(), &tollgatev1.GetStatsRequest{Pool: "bad name"})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	_, err = e.adm.GetStats(e.ctx(), &tollgatev1.GetStatsRequest{PageToken: "!!"})
-	st = wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	st = wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	if !strings.Contains(st.Message(), "page_token") {
 		t.Errorf("message %q does not name page_token", st.Message())
 	}
 	_, err = e.adm.GetStats(e.ctx(), &tollgatev1.GetStatsRequest{PageSize: -1})
-	wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 }
 
 // An overload mark crossed by waiting acquires reaches WatchEvents as a
@@ -153,12 +154,12 @@ func TestPoolMarksConfig(t *testing.T) {
 		t.Fatalf("events of the marks' changes: %+v", evs)
 	}
 	_, err = e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "bad", ConcurrencyLimit: 1, NearFullMark: 2}})
-	st := wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	st := wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	if !strings.Contains(st.Message(), "near_full_mark") {
 		t.Errorf("message %q does not name near_full_mark", st.Message())
 	}
 	_, err = e.adm.CreatePool(e.ctx(), &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: "bad", ConcurrencyLimit: 1, LowUtilisationPeriod: dur(-time.Second)}})
-	st = wantStatus(t, err, codes.InvalidArgument, limiter.ReasonInvalidArgument)
+	st = wantStatus(t, err, codes.InvalidArgument, apierr.ReasonInvalidArgument)
 	if !strings.Contains(st.Message(), "low_utilisation_period") {
 		t.Errorf("message %q does not name low_utilisation_period", st.Message())
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // heldIn is the weight held in pool on eng.
@@ -56,7 +57,7 @@ func TestClusterCallKeepsItsTerm(t *testing.T) {
 		})
 		return lead.srv.limiterSvc.Acquire(ctx, req.(*tollgatev1.AcquireRequest))
 	})
-	wantStatus(t, err, codes.Unavailable, limiter.ReasonNotLeader)
+	wantStatus(t, err, codes.Unavailable, apierr.ReasonNotLeader)
 	if held := heldIn(t, next.Engine(), "db"); held != 0 {
 		t.Fatalf("the call of the ended term holds %d in the next term's engine", held)
 	}
@@ -111,7 +112,7 @@ func TestSessionKeepsItsTerm(t *testing.T) {
 	first.Lapse()
 	srv.terms.Serve(next)
 	sc.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)}))
-	wantStatus(t, sc.wantEnd(), codes.Unavailable, limiter.ReasonNotLeader)
+	wantStatus(t, sc.wantEnd(), codes.Unavailable, apierr.ReasonNotLeader)
 	if held := heldIn(t, next.Engine(), "db"); held != 0 {
 		t.Fatalf("the stream of the first term holds %d in the next term's engine", held)
 	}

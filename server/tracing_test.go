@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate/tollgate/internal/tracing"
-	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // newTracedEnv starts a server whose spans go to the returned recorder.
@@ -84,7 +84,7 @@ func TestTracingSessionAcquireUnderCallersTrace(t *testing.T) {
 		t.Fatalf("acquire on the stream: %v", r)
 	}
 	r = s.call(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db", NoWait: true, TraceContext: carrier}))
-	wantSessionError(t, r, grpccodes.ResourceExhausted, limiter.ReasonNoCapacity)
+	wantSessionError(t, r, grpccodes.ResourceExhausted, apierr.ReasonNoCapacity)
 
 	spans := spansNamed(rec, "tollgate.Acquire")
 	if len(spans) != 2 {
@@ -102,8 +102,8 @@ func TestTracingSessionAcquireUnderCallersTrace(t *testing.T) {
 	if granted[tracing.AttrOutcome].AsString() != "granted" || granted[tracing.AttrWeight].AsInt64() != 2 || granted[tracing.AttrToken].AsInt64() != int64(lease.GetFencingToken()) {
 		t.Errorf("granted acquire's attributes: %v", granted)
 	}
-	if got := refused[tracing.AttrOutcome].AsString(); got != string(limiter.ReasonNoCapacity) {
-		t.Errorf("refused acquire's outcome = %q, want %s", got, limiter.ReasonNoCapacity)
+	if got := refused[tracing.AttrOutcome].AsString(); got != string(apierr.ReasonNoCapacity) {
+		t.Errorf("refused acquire's outcome = %q, want %s", got, apierr.ReasonNoCapacity)
 	}
 	if spans[1].Status().Code != codes.Error {
 		t.Errorf("refused acquire's span status = %v, want Error", spans[1].Status())
@@ -165,9 +165,9 @@ func TestTraceContextBounded(t *testing.T) {
 	long := map[string]string{"traceparent": string(make([]byte, tracing.MaxContextBytes))}
 	for _, tc := range []map[string]string{many, long} {
 		_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db", TraceContext: tc})
-		wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)
+		wantStatus(t, err, grpccodes.InvalidArgument, apierr.ReasonInvalidArgument)
 		_, err = e.lim.Take(e.ctx(), &tollgatev1.TakeRequest{Pool: "db", TraceContext: tc})
-		wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)
+		wantStatus(t, err, grpccodes.InvalidArgument, apierr.ReasonInvalidArgument)
 	}
 }
 
@@ -241,11 +241,11 @@ func TestTracingKeepsNoRawRequest(t *testing.T) {
 	e, rec := newTracedEnv(t)
 	huge := strings.Repeat("p", 100_000)
 	_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: huge})
-	wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, grpccodes.InvalidArgument, apierr.ReasonInvalidArgument)
 	_, err = e.lim.Take(e.ctx(), &tollgatev1.TakeRequest{Pool: huge})
-	wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, grpccodes.InvalidArgument, apierr.ReasonInvalidArgument)
 	_, err = e.adm.GetPool(e.ctx(), &tollgatev1.GetPoolRequest{Name: huge})
-	wantStatus(t, err, grpccodes.InvalidArgument, limiter.ReasonInvalidArgument)
+	wantStatus(t, err, grpccodes.InvalidArgument, apierr.ReasonInvalidArgument)
 	s := e.session()
 	s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: huge}))
 	waitFor(t, "the spans of the three calls", func() bool { return len(rec.Ended()) >= 3 })

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // leaseFlags are the flags of the commands that acquire a lease (acquire,
@@ -165,7 +166,7 @@ func acquireLease(ctx context.Context, g *globals, pool string, try bool, opts [
 	case err != nil && !adminRefused(err): // a non-admin cannot check: let the acquire tell
 	case try:
 		l, err = c.TryAcquire(ctx, pool, opts...)
-		if errors.Is(err, client.ErrNoCapacity) || errors.Is(err, client.ErrRecovering) {
+		if errors.Is(err, apierr.ErrNoCapacity) || errors.Is(err, apierr.ErrRecovering) {
 			err = hinted{err, "without --try, tollgate waits in the pool's queue"}
 		}
 	default:
@@ -232,7 +233,7 @@ type leaseLostJSON struct {
 func lostJSON(l *client.Lease, err error) leaseLostJSON {
 	out := leaseLostJSON{Event: "lost", Pool: l.Pool(), LeaseID: l.ID(), Message: strings.TrimPrefix(formatError(err), "tollgate: ")}
 	if e, ok := client.FromError(err); ok {
-		out.Code, out.Reason = client.CodeName(e.Code), e.Reason
+		out.Code, out.Reason = client.CodeName(e.Code), string(e.Reason)
 	}
 	return out
 }

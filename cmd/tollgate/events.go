@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // newEventsCmd is "tollgate events": it tails the server's event stream
@@ -66,13 +67,13 @@ those the new leader kept (its leader_changed among them).`,
 					}
 					e, ok := client.FromError(err)
 					cluster := strings.Contains(g.server, ",")
-					if ok && !cluster && errors.Is(e, client.ErrNotLeader) {
+					if ok && !cluster && errors.Is(e, apierr.ErrNotLeader) {
 						if leader := e.Metadata["leader"]; leader != "" && leader != g.server {
 							return &followLeader{server: g.server, leader: leader, err: err} // run follows it
 						}
 					}
-					handedOff := ok && (errors.Is(e, client.ErrNotLeader) ||
-						cluster && errors.Is(e, client.ErrShuttingDown) ||
+					handedOff := ok && (errors.Is(e, apierr.ErrNotLeader) ||
+						cluster && errors.Is(e, apierr.ErrShuttingDown) ||
 						cluster && e.Code == codes.Unavailable && e.Reason == "") // the connection broke: killed, say
 					if !handedOff {
 						return err

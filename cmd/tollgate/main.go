@@ -42,6 +42,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/internal/suggest"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Exit statuses.
@@ -211,7 +212,7 @@ func (e *followLeader) Error() string {
 // call with a *followLeader.
 func (g *globals) stopAtLeaderHint(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
-	if e, ok := client.FromError(err); ok && e.Is(client.ErrNotLeader) {
+	if e, ok := client.FromError(err); ok && e.Is(apierr.ErrNotLeader) {
 		if leader := e.Metadata["leader"]; leader != "" && leader != g.server {
 			return &followLeader{server: g.server, leader: leader, err: err}
 		}

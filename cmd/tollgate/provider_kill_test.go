@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/internal/hatest"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // TestProviderKill9: a worker process offers its slots to a passive pool
@@ -69,7 +70,7 @@ func TestProviderKill9(t *testing.T) {
 	}
 	told := time.Since(killed)
 	t.Logf("holder told %v after the kill (provider TTL %v)", told, ttl)
-	if !errors.Is(l.Err(), client.ErrLeaseRevoked) || !strings.Contains(l.Err().Error(), `provider "worker-7"`) {
+	if !errors.Is(l.Err(), apierr.ErrLeaseRevoked) || !strings.Contains(l.Err().Error(), `provider "worker-7"`) {
 		t.Fatalf("lease ended with %v", l.Err())
 	}
 	if told > ttl+5*time.Second {

@@ -5,9 +5,9 @@
 // reloading.
 //
 // It knows nothing of the gRPC services: the server's interceptors ask
-// an Authorizer about each call. It may import internal/refuse, the
-// engine (limiter) for its reason type, and gRPC's credential and
-// metadata types; nothing of the server.
+// an Authorizer about each call. It may import internal/refuse, apierr
+// for its reasons, and gRPC's credential and metadata types; nothing of
+// the engine or the server.
 package auth
 
 import (
@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/internal/refuse"
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Config says who may call what. A nil *Config, or one with no admin
@@ -135,14 +135,14 @@ func (a *Authorizer) CheckAdmin(id Identity) error {
 		return nil
 	}
 	if id.token && !id.tokenOK {
-		return refuse.Newf(codes.Unauthenticated, limiter.ReasonUnauthenticated,
+		return refuse.Newf(codes.Unauthenticated, apierr.ReasonUnauthenticated,
 			"the bearer token of this call is not the server's admin token; AdminService calls need %s", a.adminWays())
 	}
 	if len(id.names) > 0 {
-		return refuse.Newf(codes.PermissionDenied, limiter.ReasonPermissionDenied,
+		return refuse.Newf(codes.PermissionDenied, apierr.ReasonPermissionDenied,
 			"client certificate %s is not an admin: AdminService calls need %s (ask the operator to add one of the certificate's names to --admin-names)", namesList(id.names), a.adminWays())
 	}
-	return refuse.Newf(codes.Unauthenticated, limiter.ReasonUnauthenticated,
+	return refuse.Newf(codes.Unauthenticated, apierr.ReasonUnauthenticated,
 		"AdminService calls need %s; this call presented no credentials", a.adminWays())
 }
 
@@ -189,10 +189,10 @@ func (a *Authorizer) CheckLimiter(id Identity) error {
 		return nil
 	}
 	if id.token && !id.tokenOK {
-		return refuse.Newf(codes.Unauthenticated, limiter.ReasonUnauthenticated,
+		return refuse.Newf(codes.Unauthenticated, apierr.ReasonUnauthenticated,
 			"the bearer token of this call is not the server's admin token; LimiterService calls on this server need a verified client certificate (or the admin token)")
 	}
-	return refuse.Newf(codes.Unauthenticated, limiter.ReasonUnauthenticated,
+	return refuse.Newf(codes.Unauthenticated, apierr.ReasonUnauthenticated,
 		"LimiterService calls on this server need a client certificate signed by its client CA (its --policy names which certificates may use which pools); this call presented none")
 }
 
@@ -207,7 +207,7 @@ func (a *Authorizer) CheckPool(id Identity, pool string) error {
 	if (a.required && a.isAdmin(id)) || a.policy.Allows(id.names, pool) {
 		return nil
 	}
-	return refuse.Newf(codes.PermissionDenied, limiter.ReasonPermissionDenied,
+	return refuse.Newf(codes.PermissionDenied, apierr.ReasonPermissionDenied,
 		"client certificate %s may not use pool %q: no rule of the server's --policy file allows it (ask the operator to add a rule with a pattern matching both)", namesList(id.names), pool)
 }
 
@@ -220,10 +220,10 @@ func (a *Authorizer) CheckClientOf(id Identity, clientID string) error {
 		return nil
 	}
 	if len(id.names) > 0 {
-		return refuse.Newf(codes.PermissionDenied, limiter.ReasonPermissionDenied,
+		return refuse.Newf(codes.PermissionDenied, apierr.ReasonPermissionDenied,
 			"client certificate %s may ask only about its own acquires (client_id one of its names), not client_id %s; an admin may ask about any", namesList(id.names), refuse.Quote(clientID))
 	}
-	return refuse.Newf(codes.PermissionDenied, limiter.ReasonPermissionDenied,
+	return refuse.Newf(codes.PermissionDenied, apierr.ReasonPermissionDenied,
 		"asking where client_id %s waits needs a client certificate with that name, or %s; this call presented neither", refuse.Quote(clientID), a.adminWays())
 }
 

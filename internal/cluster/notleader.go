@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/refuse"
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // NotLeader is the answer of a server that does not lead, as v describes
@@ -27,7 +27,7 @@ func NotLeader(v View) error {
 		msg = fmt.Sprintf("this server (%s) does not lead the cluster and no other leader is known yet; retry in a moment", v.Self)
 	}
 	st := status.New(codes.Unavailable, msg)
-	info := &errdetails.ErrorInfo{Reason: string(limiter.ReasonNotLeader), Domain: refuse.Domain,
+	info := &errdetails.ErrorInfo{Reason: string(apierr.ReasonNotLeader), Domain: refuse.Domain,
 		Metadata: map[string]string{"leader": v.Leader, "epoch": strconv.FormatInt(v.Epoch, 10)}}
 	if d, err := st.WithDetails(info, &errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
 		st = d

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/internal/refuse"
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // A follower names the leader and its epoch and asks for a quick retry;
@@ -43,7 +43,7 @@ func TestNotLeader(t *testing.T) {
 					retry = d
 				}
 			}
-			if info == nil || info.GetReason() != string(limiter.ReasonNotLeader) || info.GetDomain() != refuse.Domain ||
+			if info == nil || info.GetReason() != string(apierr.ReasonNotLeader) || info.GetDomain() != refuse.Domain ||
 				info.GetMetadata()["leader"] != tc.leader || info.GetMetadata()["epoch"] != strconv.FormatInt(tc.view.Epoch, 10) {
 				t.Fatalf("ErrorInfo %v", info)
 			}

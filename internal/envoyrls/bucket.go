@@ -6,8 +6,10 @@ import (
 	"math"
 	"time"
 
-	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -24,10 +26,10 @@ type result struct {
 // live changes apply as to any take.
 func (s *Service) takeFromPool(ctx context.Context, eng Engine, pool string, hits int64) (result, error) {
 	_, err := eng.Take(ctx, pool, hits, 0)
-	var le *limiter.Error
+	var le *apierr.Error
 	switch {
 	case err == nil:
-	case errors.As(err, &le) && (le.Code == limiter.CodeResourceExhausted || errors.Is(err, limiter.ErrInvalidArgument)):
+	case errors.As(err, &le) && (le.Code == apierr.CodeResourceExhausted || errors.Is(err, apierr.ErrInvalidArgument)):
 		// Not there now, or more than the burst: over the limit.
 	default:
 		return result{}, err

@@ -18,6 +18,7 @@ import (
 
 	commonv3 "github.com/tollgate/tollgate/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -174,7 +175,7 @@ func (s *Service) decide(ctx context.Context, eng Engine, req *rlsv3.RateLimitRe
 		res, err = s.takeFromValue(eng, r.pool, t, valueKey(r.EnvoyRule, d.GetEntries()), hits)
 	}
 	switch {
-	case errors.Is(err, limiter.ErrPoolNotFound), errors.Is(err, limiter.ErrNoRateLimit):
+	case errors.Is(err, apierr.ErrPoolNotFound), errors.Is(err, apierr.ErrNoRateLimit):
 		// Deleted, or its rate removed, since the rules were read.
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, result{ok: true}, nil
 	case err != nil:
@@ -310,5 +311,5 @@ func valueKey(r limiter.EnvoyRule, entries []*commonv3.RateLimitDescriptor_Entry
 // invalid is an INVALID_ARGUMENT engine error; Options.Status makes it
 // the caller's status.
 func invalid(format string, args ...any) error {
-	return &limiter.Error{Code: limiter.CodeInvalidArgument, Reason: limiter.ReasonInvalidArgument, Message: fmt.Sprintf(format, args...)}
+	return &apierr.Error{Code: apierr.CodeInvalidArgument, Reason: apierr.ReasonInvalidArgument, Message: fmt.Sprintf(format, args...)}
 }

@@ -1,22 +1,22 @@
-// Package errtest holds the checks of engine-style errors that the tests
-// of several packages share. Only tests import it; it imports the engine
-// (limiter) and nothing of the server.
+// Package errtest holds the checks of *apierr.Error values that the tests
+// of several packages share. Only tests import it; it imports apierr and
+// nothing of the engine or the server.
 package errtest
 
 import (
 	"errors"
 	"testing"
 
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
-// WantCodes fails t unless err is a *limiter.Error with one of codes and a
+// WantCodes fails t unless err is an *apierr.Error with one of codes and a
 // message.
-func WantCodes(t *testing.T, err error, codes ...limiter.Code) {
+func WantCodes(t *testing.T, err error, codes ...apierr.Code) {
 	t.Helper()
-	var le *limiter.Error
+	var le *apierr.Error
 	if !errors.As(err, &le) || le.Message == "" {
-		t.Fatalf("error %v is not a limiter error with a message", err)
+		t.Fatalf("error %v is not an *apierr.Error with a message", err)
 	}
 	for _, c := range codes {
 		if le.Code == c {
@@ -26,8 +26,8 @@ func WantCodes(t *testing.T, err error, codes ...limiter.Code) {
 	t.Fatalf("error %v has code %v, want one of %v", err, le.Code, codes)
 }
 
-// IsReason reports whether err is a *limiter.Error with reason r.
-func IsReason(err error, r limiter.Reason) bool {
-	var le *limiter.Error
+// IsReason reports whether err is an *apierr.Error with reason r.
+func IsReason(err error, r apierr.Reason) bool {
+	var le *apierr.Error
 	return errors.As(err, &le) && le.Reason == r
 }

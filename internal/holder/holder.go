@@ -19,6 +19,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/leaseid"
@@ -30,7 +32,7 @@ import (
 	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
-	"go.opentelemetry.io/otel/trace"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Calls is a holder's calls on the engine of one term. The server sets
@@ -375,7 +377,7 @@ func (ct countedTake) finish(res limiter.TakeResult, err error) (limiter.TakeRes
 	c := ct.calls
 	c.Quotas.EndWait()
 	c.Quotas.EndAcquire(ct.key, nil)
-	if le := (*limiter.Error)(nil); ct.capped && errors.As(err, &le) && le.Reason == limiter.ReasonRateLimited && le.RetryAfter <= ct.asked {
+	if le := (*apierr.Error)(nil); ct.capped && errors.As(err, &le) && le.Reason == apierr.ReasonRateLimited && le.RetryAfter <= ct.asked {
 		ce := c.Quotas.Exhausted(limits.KindTakeWait, le.Reason,
 			"pool %q would have %d tokens in %v, longer than the server lets a take wait (%v, its --max-take-wait); retry after that, or ask the operator to raise --max-take-wait",
 			ct.pool, ct.tokens, le.RetryAfter, c.Limits.MaxTakeWait)
@@ -491,7 +493,7 @@ func (c *Calls) ResizeLease(req *tollgatev1.ResizeLeaseRequest, owner any) (limi
 // which says more.
 func (c *Calls) parseLeaseID(pool, id string) (uint64, error) {
 	tok, err := c.IDs.Parse(pool, id)
-	if err != nil && errors.Is(err, limiter.ErrLeaseNotFound) {
+	if err != nil && errors.Is(err, apierr.ErrLeaseNotFound) {
 		if _, perr := c.Engine().GetPool(pool); perr != nil {
 			return 0, perr
 		}

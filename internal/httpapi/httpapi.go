@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // webFiles are the status page's files: plain HTML, CSS and JavaScript,
@@ -154,7 +155,7 @@ func (h *handler) leaderOnly(next func(http.ResponseWriter, *http.Request, *limi
 			return
 		}
 		leader, epoch := h.o.Leader()
-		resp := NotLeaderResponse{Reason: string(limiter.ReasonNotLeader), Leader: leader, Epoch: epoch,
+		resp := NotLeaderResponse{Reason: string(apierr.ReasonNotLeader), Leader: leader, Epoch: epoch,
 			Error: "this server does not lead the cluster: read the pools on the leader, " + leader + " (its gRPC address; its HTTP listener is where it was started with --http)"}
 		if leader == "" {
 			resp.Error = "this server does not lead the cluster and no leader is known yet; retry in a moment"

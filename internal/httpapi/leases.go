@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Paging of /api/pools/{name}/leases.
@@ -56,7 +57,7 @@ func (h *handler) poolLeases(w http.ResponseWriter, r *http.Request, eng *limite
 	}
 	name := r.PathValue("name")
 	leases, next, err := eng.ListLeases(name, "", after, limit)
-	if errors.Is(err, limiter.ErrPoolNotFound) {
+	if errors.Is(err, apierr.ErrPoolNotFound) {
 		writeText(w, http.StatusNotFound, "pool "+strconv.Quote(name)+" not found\n")
 		return
 	}

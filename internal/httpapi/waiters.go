@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // waitersDefaultLimit is how many waiters /api/pools/{name}/waiters lists
@@ -37,7 +38,7 @@ func (h *handler) poolWaiters(w http.ResponseWriter, r *http.Request, eng *limit
 	}
 	name := r.PathValue("name")
 	queued, total, err := eng.ListWaiters(name, limit)
-	if errors.Is(err, limiter.ErrPoolNotFound) {
+	if errors.Is(err, apierr.ErrPoolNotFound) {
 		writeText(w, http.StatusNotFound, "pool "+strconv.Quote(name)+" not found\n")
 		return
 	}

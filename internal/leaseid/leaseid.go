@@ -35,6 +35,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // leaseTagLen is the tag's length in bytes before base64 (96 bits).
@@ -133,7 +134,7 @@ func (ids *IDs) Parse(pool, id string) (uint64, error) {
 		return 0, err
 	}
 	if tag == "" {
-		return 0, &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonLeaseNotFound,
+		return 0, &apierr.Error{Code: apierr.CodeNotFound, Reason: apierr.ReasonLeaseNotFound,
 			Message: "lease_id " + strconv.Quote(refuse.Truncate(id, 64)) + " lacks the tag after the fencing token that identifies its holder; " + Hint}
 	}
 	if !ids.matches(tag, kindLease, pool, tok, 0) {
@@ -188,7 +189,7 @@ func (ids *IDs) ParseShare(pool, id string) (uint64, error) {
 		return 0, refuse.InvalidArg("share_id %q is not a share id; %s", refuse.Truncate(id, 64), shareHint)
 	}
 	if tag == "" || !ids.matches(tag, kindShare, pool, n, 0) {
-		return 0, &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonShareNotFound,
+		return 0, &apierr.Error{Code: apierr.CodeNotFound, Reason: apierr.ReasonShareNotFound,
 			Message: "no rate share of pool " + strconv.Quote(pool) + " has the id " + strconv.Quote(refuse.Truncate(id, 64)) + "; " + shareHint}
 	}
 	return n, nil
@@ -279,6 +280,6 @@ func (ids *IDs) ParseReceipt(pool string, token uint64, r string, resources []st
 // notIssued is the error of a lease id whose tag is not the server's:
 // the same NOT_FOUND as for a lease that does not exist.
 func notIssued(pool string, token uint64) error {
-	return &limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonLeaseNotFound,
+	return &apierr.Error{Code: apierr.CodeNotFound, Reason: apierr.ReasonLeaseNotFound,
 		Message: "no lease of pool " + strconv.Quote(pool) + " has this id (token " + strconv.FormatUint(token, 10) + "): the id was changed, or it is from another pool or server; " + Hint}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/errtest"
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // fuzzIDKey is the lease id key of the fuzz targets.
@@ -29,13 +29,13 @@ func FuzzLeaseID(f *testing.F) {
 		if got, err := ParseAdmin(lease); err != nil || got != n {
 			t.Fatalf("ParseAdmin(%q) = %d, %v", lease, got, err)
 		}
-		if _, err := ids.Parse(pool+"x", lease); !errors.Is(err, limiter.ErrLeaseNotFound) {
+		if _, err := ids.Parse(pool+"x", lease); !errors.Is(err, apierr.ErrLeaseNotFound) {
 			t.Fatalf("lease id %q of pool %q accepted in pool %q: %v", lease, pool, pool+"x", err)
 		}
-		if _, err := ids.Parse(pool, share); !errors.Is(err, limiter.ErrLeaseNotFound) {
+		if _, err := ids.Parse(pool, share); !errors.Is(err, apierr.ErrLeaseNotFound) {
 			t.Fatalf("share id %q accepted as a lease id: %v", share, err)
 		}
-		if _, err := ids.ParseShare(pool, lease); !errtest.IsReason(err, limiter.ReasonShareNotFound) {
+		if _, err := ids.ParseShare(pool, lease); !errtest.IsReason(err, apierr.ReasonShareNotFound) {
 			t.Fatalf("lease id %q accepted as a share id: %v", lease, err)
 		}
 
@@ -44,13 +44,13 @@ func FuzzLeaseID(f *testing.F) {
 				t.Fatalf("Parse(%q, %q) accepted a tag not signed for %d", pool, id, tok)
 			}
 		} else {
-			errtest.WantCodes(t, err, limiter.CodeInvalidArgument, limiter.CodeNotFound)
+			errtest.WantCodes(t, err, apierr.CodeInvalidArgument, apierr.CodeNotFound)
 		}
 		if _, err := ids.ParseShare(pool, id); err != nil {
-			errtest.WantCodes(t, err, limiter.CodeInvalidArgument, limiter.CodeNotFound)
+			errtest.WantCodes(t, err, apierr.CodeInvalidArgument, apierr.CodeNotFound)
 		}
 		if _, err := ParseAdmin(id); err != nil {
-			errtest.WantCodes(t, err, limiter.CodeInvalidArgument)
+			errtest.WantCodes(t, err, apierr.CodeInvalidArgument)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Kind names a limit, to count its refusals; Names gives each its
@@ -87,9 +88,9 @@ func New(l Limits) *Quotas {
 }
 
 // Exhausted returns a RESOURCE_EXHAUSTED error of reason and counts it.
-func (q *Quotas) Exhausted(kind Kind, reason limiter.Reason, format string, args ...any) *limiter.Error {
+func (q *Quotas) Exhausted(kind Kind, reason apierr.Reason, format string, args ...any) *apierr.Error {
 	q.refused[kind].Add(1)
-	return &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: reason, Message: fmt.Sprintf(format, args...)}
+	return &apierr.Error{Code: apierr.CodeResourceExhausted, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
 // RateLimited reports whether calls count against a request rate
@@ -98,15 +99,15 @@ func (q *Quotas) RateLimited() bool { return q.rates != nil }
 
 // AllowRate takes a request from client key's rate budget, or refuses it,
 // to retry after a request's share of a second.
-func (q *Quotas) AllowRate(key string) *limiter.Error { return q.AllowRateN(key, 1) }
+func (q *Quotas) AllowRate(key string) *apierr.Error { return q.AllowRateN(key, 1) }
 
 // AllowRateN takes n requests from client key's rate budget, all or none,
 // or refuses them as AllowRate does.
-func (q *Quotas) AllowRateN(key string, n int) *limiter.Error {
+func (q *Quotas) AllowRateN(key string, n int) *apierr.Error {
 	if q.rates.AllowN(key, n) {
 		return nil
 	}
-	err := q.Exhausted(KindClientRate, limiter.ReasonClientRateLimited,
+	err := q.Exhausted(KindClientRate, apierr.ReasonClientRateLimited,
 		"%s is over its request rate of %g per second (burst %d); slow down and retry with backoff, or ask the operator to raise --client-rate",
 		auth.DescribeKey(key), q.limits.ClientRate, q.limits.ClientBurst)
 	err.RetryAfter = max(time.Millisecond, time.Duration(float64(time.Second)/q.limits.ClientRate))
@@ -118,9 +119,9 @@ func (q *Quotas) SetRateClock(now func() time.Time) { q.rates.SetClock(now) }
 
 // AdmitPool refuses a new pool past Limits.MaxPools when the server has n
 // pools, and returns nil while it has room (or there is no limit).
-func (q *Quotas) AdmitPool(n int) *limiter.Error {
+func (q *Quotas) AdmitPool(n int) *apierr.Error {
 	if max := q.limits.MaxPools; max > 0 && n >= max {
-		return q.Exhausted(KindPools, limiter.ReasonTooManyPools,
+		return q.Exhausted(KindPools, apierr.ReasonTooManyPools,
 			"the server has %d pools, its limit of %d; delete pools that are no longer used, or ask the operator to raise --max-pools", n, max)
 	}
 	return nil
@@ -132,7 +133,7 @@ func (q *Quotas) BeginWait() error {
 	n := q.waiters.Add(1)
 	if max := q.limits.MaxWaiters; max > 0 && n > max {
 		q.waiters.Add(-1)
-		return q.Exhausted(KindWaiters, limiter.ReasonTooManyWaiters,
+		return q.Exhausted(KindWaiters, apierr.ReasonTooManyWaiters,
 			"the server has %d acquires and takes in progress, its limit; retry later with backoff, or ask the operator to raise --max-waiters", max)
 	}
 	return nil
@@ -150,7 +151,7 @@ func (q *Quotas) BeginAcquire(key string) error {
 	n := q.clients[key]
 	if max > 0 && n >= max {
 		q.mu.Unlock()
-		return q.Exhausted(KindClientLeases, limiter.ReasonClientLeaseLimit,
+		return q.Exhausted(KindClientLeases, apierr.ReasonClientLeaseLimit,
 			"%s already holds, or is acquiring or taking, %d leases and takes, the most one client may; release some or let takes finish first, or ask the operator to raise --max-client-leases", auth.DescribeKey(key), max)
 	}
 	q.clients[key] = n + 1
@@ -246,13 +247,13 @@ func (q *Quotas) OpenStream(key, ip string) error {
 	n, nip := q.sessions[key], q.ipStreams[ip]
 	switch {
 	case q.limits.MaxClientSessions > 0 && n >= q.limits.MaxClientSessions:
-		return q.Exhausted(KindClientSessions, limiter.ReasonClientSessionLimit,
+		return q.Exhausted(KindClientSessions, apierr.ReasonClientSessionLimit,
 			"%s already has %d streams open (Session, health Watch, WatchEvents, reflection), the most one client may; use one Session stream per process (the Go client does) and close the others, or ask the operator to raise --max-client-sessions", auth.DescribeKey(key), q.limits.MaxClientSessions)
 	case q.limits.MaxStreamsPerIP > 0 && nip >= int64(q.limits.MaxStreamsPerIP):
-		return q.Exhausted(KindStreamsPerIP, limiter.ReasonClientSessionLimit,
+		return q.Exhausted(KindStreamsPerIP, apierr.ReasonClientSessionLimit,
 			"address %s already has %d streams open, the most one address may; close streams it does not use, or ask the operator to raise --max-streams-per-ip", ip, q.limits.MaxStreamsPerIP)
 	case q.limits.MaxStreams > 0 && q.streams >= int64(q.limits.MaxStreams):
-		return q.Exhausted(KindStreams, limiter.ReasonClientSessionLimit,
+		return q.Exhausted(KindStreams, apierr.ReasonClientSessionLimit,
 			"the server has %d streams open, its limit; retry later with backoff, or ask the operator to raise --max-streams", q.limits.MaxStreams)
 	}
 	q.sessions[key] = n + 1

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/errtest"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // ForgetLeases stops counting granted and tracked leases, not acquires in
@@ -51,11 +52,11 @@ func TestAllowRate(t *testing.T) {
 		}
 	}
 	err := q.AllowRate("addr:a")
-	if err == nil || err.Reason != limiter.ReasonClientRateLimited || err.RetryAfter != 250*time.Millisecond ||
+	if err == nil || err.Reason != apierr.ReasonClientRateLimited || err.RetryAfter != 250*time.Millisecond ||
 		!strings.Contains(err.Message, "4 per second (burst 2)") || !strings.Contains(err.Message, "--client-rate") {
 		t.Fatalf("past the burst: %v", err)
 	}
-	errtest.WantCodes(t, err, limiter.CodeResourceExhausted)
+	errtest.WantCodes(t, err, apierr.CodeResourceExhausted)
 	if n := q.Refused(KindClientRate); n != 1 {
 		t.Fatalf("%d refusals counted, want 1", n)
 	}
@@ -78,10 +79,10 @@ func TestAdmitPool(t *testing.T) {
 		t.Fatalf("the second pool refused: %v", err)
 	}
 	err := q.AdmitPool(2)
-	if err == nil || err.Reason != limiter.ReasonTooManyPools || !strings.Contains(err.Message, "--max-pools") {
+	if err == nil || err.Reason != apierr.ReasonTooManyPools || !strings.Contains(err.Message, "--max-pools") {
 		t.Fatalf("the third pool: %v", err)
 	}
-	errtest.WantCodes(t, err, limiter.CodeResourceExhausted)
+	errtest.WantCodes(t, err, apierr.CodeResourceExhausted)
 	if n := q.Refused(KindPools); n != 1 {
 		t.Fatalf("%d refusals counted, want 1", n)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/errtest"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // FuzzPageTokens: a page token of ListPools or GetStats (a pool name) or of
@@ -14,7 +15,7 @@ import (
 func FuzzPageTokens(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tok string) {
 		if name, err := Pool(tok); err != nil {
-			errtest.WantCodes(t, err, limiter.CodeInvalidArgument)
+			errtest.WantCodes(t, err, apierr.CodeInvalidArgument)
 		} else if tok != "" {
 			if limiter.ValidatePoolName(name) != nil {
 				t.Fatalf("page token %q decoded to %q, not a pool name", tok, name)
@@ -24,7 +25,7 @@ func FuzzPageTokens(f *testing.F) {
 			}
 		}
 		if n, err := Number(tok, "ListLeases"); err != nil {
-			errtest.WantCodes(t, err, limiter.CodeInvalidArgument)
+			errtest.WantCodes(t, err, apierr.CodeInvalidArgument)
 		} else if tok != "" {
 			again := Encode(strconv.FormatUint(n, 10))
 			if back, err := Number(again, "ListClients"); err != nil || back != n {

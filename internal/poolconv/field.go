@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // A Field binds one engine field to one proto field, both ways: to copies
@@ -234,6 +234,6 @@ func enumPrefix(d protoreflect.EnumDescriptor) string {
 	return strings.TrimSuffix(string(d.Values().ByNumber(0).Name()), "UNSPECIFIED")
 }
 
-func invalid(format string, args ...any) *limiter.Error {
-	return &limiter.Error{Code: limiter.CodeInvalidArgument, Reason: limiter.ReasonInvalidArgument, Message: fmt.Sprintf(format, args...)}
+func invalid(format string, args ...any) *apierr.Error {
+	return &apierr.Error{Code: apierr.CodeInvalidArgument, Reason: apierr.ReasonInvalidArgument, Message: fmt.Sprintf(format, args...)}
 }

@@ -75,7 +75,7 @@ func adaptiveFields(c *limiter.AdaptiveConfig, p *tollgatev1.Adaptive) []Field {
 
 // FromProto converts a wire pool to an engine configuration, ignoring
 // output-only fields; unset fields become 0 (the default). Errors are
-// *limiter.Error with CodeInvalidArgument naming the field as pool.<field>.
+// *apierr.Error with CodeInvalidArgument naming the field as pool.<field>.
 func FromProto(p *tollgatev1.Pool) (limiter.PoolConfig, error) {
 	var c limiter.PoolConfig
 	if p == nil {

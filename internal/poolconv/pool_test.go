@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // fill sets every field of the struct v points to (recursively) to a value
@@ -152,8 +153,8 @@ func TestFromProtoErrors(t *testing.T) {
 			continue
 		}
 		_, err := FromProto(tc.p)
-		var le *limiter.Error
-		if !errors.As(err, &le) || le.Code != limiter.CodeInvalidArgument || !strings.Contains(le.Message, tc.want) {
+		var le *apierr.Error
+		if !errors.As(err, &le) || le.Code != apierr.CodeInvalidArgument || !strings.Contains(le.Message, tc.want) {
 			t.Errorf("FromProto(%v) = %v; want INVALID_ARGUMENT with %q", tc.p, err, tc.want)
 		}
 	}

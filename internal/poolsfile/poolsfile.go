@@ -33,6 +33,7 @@ import (
 	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	configv1 "github.com/tollgate/tollgate/proto/tollgate/config/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // maxPoolsFileSize bounds the pools file Load reads.
@@ -120,7 +121,7 @@ func Parse(name string, data []byte) ([]limiter.PoolConfig, error) {
 			cfg = cfg.WithDefaults()
 			err = cfg.Validate()
 		}
-		if le := (*limiter.Error)(nil); errors.As(err, &le) {
+		if le := (*apierr.Error)(nil); errors.As(err, &le) {
 			return nil, w.errorf(n, "%s", le.Message)
 		} else if err != nil {
 			return nil, w.errorf(n, "%v", err)

@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Host is what a Provide stream needs of the server: its term, when to
@@ -129,7 +130,7 @@ func (s *Streams) Serve(stream tollgatev1.LimiterService_ProvideServer) error {
 			// are not taken away (that would revoke their holders' leases,
 			// which a restarted server re-adopts); it registers again.
 			left = ""
-			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+			return refuse.StatusOf(&apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonShuttingDown,
 				Message: "the server is shutting down; register again (on another server if there is one): the leases on your instances were not revoked"}, refuse.About{}).Err()
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
@@ -208,7 +209,7 @@ func (s *Streams) provideMessage(h *limiter.Provider, m *tollgatev1.ProvideReque
 	default:
 		err = refuse.InvalidArg("the message sets no kind; set offer, withdraw or keep_alive")
 	}
-	if errors.Is(err, limiter.ErrProviderNotFound) {
+	if errors.Is(err, apierr.ErrProviderNotFound) {
 		return nil, err
 	}
 	if err != nil {
@@ -237,10 +238,10 @@ func (s *Streams) provideRate(key string) error {
 // away), with why.
 func ProviderLeft(ev limiter.PoolEvent) {
 	if ps, ok := ev.Owner.(*providerStream); ok && ev.Type == limiter.ProviderLeft {
-		code, reason := limiter.CodeNotFound, limiter.ReasonProviderNotFound
+		code, reason := apierr.CodeNotFound, apierr.ReasonProviderNotFound
 		if ev.ProviderExpired {
-			code, reason = limiter.CodeDeadlineExceeded, limiter.ReasonProviderExpired
+			code, reason = apierr.CodeDeadlineExceeded, apierr.ReasonProviderExpired
 		}
-		ps.end(&limiter.Error{Code: code, Reason: reason, Message: ev.Message + "; register again to offer instances"})
+		ps.end(&apierr.Error{Code: code, Reason: reason, Message: ev.Message + "; register again to offer instances"})
 	}
 }

@@ -4,9 +4,9 @@
 // into the gRPC status the caller gets: the code of the same name, a
 // message for people and a google.rpc.ErrorInfo detail of Domain.
 //
-// It is the lowest layer of the server's packages: it may import the
-// engine (limiter) for its error type, and gRPC's status types; nothing
-// of the server.
+// It is the lowest layer of the server's packages: it imports the error
+// type and reasons of package apierr and gRPC's status types; nothing of
+// the engine or the server.
 package refuse
 
 import (
@@ -16,17 +16,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Domain is the domain of the google.rpc.ErrorInfo detail that every
 // Tollgate error status carries.
 const Domain = "tollgate.dev"
 
-// InvalidArg returns an INVALID_ARGUMENT engine-style error with a message
+// InvalidArg returns an INVALID_ARGUMENT *apierr.Error with a message
 // formatted for people.
-func InvalidArg(format string, args ...any) *limiter.Error {
-	return &limiter.Error{Code: limiter.CodeInvalidArgument, Reason: limiter.ReasonInvalidArgument, Message: fmt.Sprintf(format, args...)}
+func InvalidArg(format string, args ...any) *apierr.Error {
+	return &apierr.Error{Code: apierr.CodeInvalidArgument, Reason: apierr.ReasonInvalidArgument, Message: fmt.Sprintf(format, args...)}
 }
 
 // Truncate shortens s to at most n bytes for quoting in messages.
@@ -40,18 +40,20 @@ func Truncate(s string, n int) string {
 // Quote quotes s for a message, cut to 64 bytes.
 func Quote(s string) string { return `"` + Truncate(s, 64) + `"` }
 
-// Refusal is an error with a gRPC code the engine has no Code for
-// (UNAUTHENTICATED, PERMISSION_DENIED). It converts to a status with an
-// ErrorInfo detail like every other Tollgate error.
+// Refusal is an error the server's parts give before a call reaches the
+// engine (UNAUTHENTICATED, PERMISSION_DENIED, a client's limits). It converts
+// to a status with an ErrorInfo detail like every other Tollgate error, but
+// without the pool and lease metadata and hints ToStatus adds to an
+// *apierr.Error.
 type Refusal struct {
 	code   codes.Code
-	reason limiter.Reason
+	reason apierr.Reason
 	msg    string
 }
 
 // Newf returns a refusal with code and reason and a message formatted for
 // people.
-func Newf(code codes.Code, reason limiter.Reason, format string, args ...any) *Refusal {
+func Newf(code codes.Code, reason apierr.Reason, format string, args ...any) *Refusal {
 	return &Refusal{code: code, reason: reason, msg: fmt.Sprintf(format, args...)}
 }
 
@@ -62,7 +64,7 @@ func (r *Refusal) Error() string { return r.msg }
 func (r *Refusal) Code() codes.Code { return r.code }
 
 // Reason returns the reason of the refusal.
-func (r *Refusal) Reason() limiter.Reason { return r.reason }
+func (r *Refusal) Reason() apierr.Reason { return r.reason }
 
 // GRPCStatus returns the status the client gets.
 func (r *Refusal) GRPCStatus() *status.Status {

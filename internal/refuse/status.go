@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // About says what an error is about, for ErrorInfo metadata: the pool and
@@ -21,65 +21,51 @@ type About struct {
 	LeaseID string
 }
 
-// GRPCCode maps an engine code onto the gRPC code of the same name.
-func GRPCCode(c limiter.Code) codes.Code {
-	switch c {
-	case limiter.CodeInvalidArgument:
-		return codes.InvalidArgument
-	case limiter.CodeNotFound:
-		return codes.NotFound
-	case limiter.CodeAlreadyExists:
-		return codes.AlreadyExists
-	case limiter.CodeResourceExhausted:
-		return codes.ResourceExhausted
-	case limiter.CodeFailedPrecondition:
-		return codes.FailedPrecondition
-	case limiter.CodeDeadlineExceeded:
-		return codes.DeadlineExceeded
-	case limiter.CodeCanceled:
-		return codes.Canceled
-	case limiter.CodeUnavailable:
-		return codes.Unavailable
+// GRPCCode returns the gRPC code of c: the one of the same number, or
+// INTERNAL for the zero Code and numbers gRPC does not define.
+func GRPCCode(c apierr.Code) codes.Code {
+	if c == 0 || c > apierr.CodeUnauthenticated {
+		return codes.Internal
 	}
-	return codes.Internal
+	return codes.Code(c)
 }
 
-// Classify turns any error from a handler into the engine's error shape:
-// *limiter.Error is kept, context errors become CANCELED or
-// DEADLINE_EXCEEDED, and anything else becomes INTERNAL (and is logged,
-// since it is a bug).
-func Classify(log *slog.Logger, op string, err error, ab About) *limiter.Error {
-	var le *limiter.Error
+// Classify turns any error from a handler into an *apierr.Error: an
+// *apierr.Error (the engine's, InvalidArg's) is kept, context errors become
+// CANCELED or DEADLINE_EXCEEDED, and anything else becomes INTERNAL (and is
+// logged, since it is a bug).
+func Classify(log *slog.Logger, op string, err error, ab About) *apierr.Error {
+	var le *apierr.Error
 	switch {
 	case errors.As(err, &le):
-		if GRPCCode(le.Code) == codes.Internal {
+		if GRPCCode(le.Code) != codes.Code(le.Code) {
 			log.Error("engine returned an error with an unknown code", "op", op, "code", le.Code, "reason", le.Reason, "err", le.Message, "pool", ab.Pool)
 		}
 		return withHint(le, ab)
 	case errors.Is(err, context.Canceled):
-		return &limiter.Error{Code: limiter.CodeCanceled, Reason: limiter.ReasonCanceled,
+		return &apierr.Error{Code: apierr.CodeCanceled, Reason: apierr.ReasonCanceled,
 			Message: "the call was cancelled by the client before it finished; nothing was granted"}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &limiter.Error{Code: limiter.CodeDeadlineExceeded, Reason: limiter.ReasonDeadlineExceeded,
+		return &apierr.Error{Code: apierr.CodeDeadlineExceeded, Reason: apierr.ReasonDeadlineExceeded,
 			Message: "the call's deadline passed before it finished; nothing was granted; allow a longer deadline or retry"}
 	}
 	log.Error("internal error", "op", op, "err", err, "pool", ab.Pool, "lease_id", ab.LeaseID)
-	return &limiter.Error{Code: 0, Reason: limiter.ReasonInternal,
+	return &apierr.Error{Code: apierr.CodeInternal, Reason: apierr.ReasonInternal,
 		Message: fmt.Sprintf("internal server error in %s; it has been logged on the server; retry, and report it if it persists", op)}
 }
 
 // hints say how to fix an engine error with the tollgate command, by
 // reason; %[1]s is the pool. The engine says what is wrong, in its own
 // terms; the server, which knows its command line, adds how to fix it.
-var hints = map[limiter.Reason]string{
-	limiter.ReasonPoolNotFound:     " (tollgate pool create %[1]s --concurrency N)",
-	limiter.ReasonPoolExists:       " (tollgate pool update %[1]s)",
-	limiter.ReasonResourceNotFound: " (tollgate resource list %[1]s)",
+var hints = map[apierr.Reason]string{
+	apierr.ReasonPoolNotFound:     " (tollgate pool create %[1]s --concurrency N)",
+	apierr.ReasonPoolExists:       " (tollgate pool update %[1]s)",
+	apierr.ReasonResourceNotFound: " (tollgate resource list %[1]s)",
 }
 
 // withHint returns le with the hint for its reason added to its message,
 // when it has one and the pool is known; otherwise le itself.
-func withHint(le *limiter.Error, ab About) *limiter.Error {
+func withHint(le *apierr.Error, ab About) *apierr.Error {
 	h, ok := hints[le.Reason]
 	if !ok || ab.Pool == "" {
 		return le
@@ -107,7 +93,7 @@ func ToStatus(log *slog.Logger, op string, err error, ab About) error {
 }
 
 // StatusOf builds the status for an engine error.
-func StatusOf(le *limiter.Error, ab About) *status.Status {
+func StatusOf(le *apierr.Error, ab About) *status.Status {
 	msg := le.Message
 	if msg == "" {
 		msg = string(le.Reason)

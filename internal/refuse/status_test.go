@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 func TestErrorMapping(t *testing.T) {
@@ -19,15 +19,15 @@ func TestErrorMapping(t *testing.T) {
 	cases := []struct {
 		err    error
 		code   codes.Code
-		reason limiter.Reason
+		reason apierr.Reason
 	}{
-		{&limiter.Error{Code: limiter.CodeNotFound, Reason: limiter.ReasonPoolNotFound, Message: "m"}, codes.NotFound, limiter.ReasonPoolNotFound},
-		{&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown, Message: "m"}, codes.Unavailable, limiter.ReasonShuttingDown},
-		{&limiter.Error{Code: limiter.CodeAlreadyExists, Reason: limiter.ReasonPoolExists, Message: "m"}, codes.AlreadyExists, limiter.ReasonPoolExists},
-		{context.Canceled, codes.Canceled, limiter.ReasonCanceled},
-		{context.DeadlineExceeded, codes.DeadlineExceeded, limiter.ReasonDeadlineExceeded},
-		{errors.New("boom"), codes.Internal, limiter.ReasonInternal},
-		{&limiter.Error{Code: 200, Reason: "ODD", Message: "m"}, codes.Internal, "ODD"},
+		{&apierr.Error{Code: apierr.CodeNotFound, Reason: apierr.ReasonPoolNotFound, Message: "m"}, codes.NotFound, apierr.ReasonPoolNotFound},
+		{&apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonShuttingDown, Message: "m"}, codes.Unavailable, apierr.ReasonShuttingDown},
+		{&apierr.Error{Code: apierr.CodeAlreadyExists, Reason: apierr.ReasonPoolExists, Message: "m"}, codes.AlreadyExists, apierr.ReasonPoolExists},
+		{context.Canceled, codes.Canceled, apierr.ReasonCanceled},
+		{context.DeadlineExceeded, codes.DeadlineExceeded, apierr.ReasonDeadlineExceeded},
+		{errors.New("boom"), codes.Internal, apierr.ReasonInternal},
+		{&apierr.Error{Code: 200, Reason: "ODD", Message: "m"}, codes.Internal, "ODD"},
 	}
 	for _, c := range cases {
 		err := ToStatus(log, "Op", c.err, About{Pool: "p", LeaseID: "7"})
@@ -39,8 +39,8 @@ func TestErrorMapping(t *testing.T) {
 			t.Errorf("%v: unexpected RetryInfo", c.err)
 		}
 	}
-	err := ToStatus(log, "Op", &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: limiter.ReasonRateLimited, Message: "m", RetryAfter: 1500 * time.Millisecond}, About{})
-	if _, ri := details(t, err, codes.ResourceExhausted, limiter.ReasonRateLimited); ri.GetRetryDelay().AsDuration() != 1500*time.Millisecond {
+	err := ToStatus(log, "Op", &apierr.Error{Code: apierr.CodeResourceExhausted, Reason: apierr.ReasonRateLimited, Message: "m", RetryAfter: 1500 * time.Millisecond}, About{})
+	if _, ri := details(t, err, codes.ResourceExhausted, apierr.ReasonRateLimited); ri.GetRetryDelay().AsDuration() != 1500*time.Millisecond {
 		t.Fatalf("RetryInfo = %v", ri)
 	}
 	if ToStatus(log, "Op", nil, About{}) != nil {
@@ -56,7 +56,7 @@ func TestErrorMapping(t *testing.T) {
 // details checks that err is a status with code, a message and an
 // ErrorInfo of Domain and reason, and returns the ErrorInfo and the
 // RetryInfo (nil if none).
-func details(t *testing.T, err error, code codes.Code, reason limiter.Reason) (*errdetails.ErrorInfo, *errdetails.RetryInfo) {
+func details(t *testing.T, err error, code codes.Code, reason apierr.Reason) (*errdetails.ErrorInfo, *errdetails.RetryInfo) {
 	t.Helper()
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != code || st.Message() == "" {

@@ -2,8 +2,8 @@ package session
 
 import (
 	"github.com/tollgate/tollgate/internal/refuse"
-	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Bounds of a Session stream's batches.
@@ -17,7 +17,7 @@ const (
 )
 
 // checkBatch reports what is wrong with a batch of requests, if anything.
-func checkBatch(b *tollgatev1.SessionRequestBatch) *limiter.Error {
+func checkBatch(b *tollgatev1.SessionRequestBatch) *apierr.Error {
 	reqs := b.GetRequests()
 	if len(reqs) > MaxBatch {
 		return refuse.InvalidArg("a batch holds %d requests; the most is %d: send the rest in another message", len(reqs), MaxBatch)

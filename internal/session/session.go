@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Bounds of one Session stream.
@@ -166,7 +167,7 @@ func (s *session) writeLoop() error {
 		case <-s.ctx.Done():
 			return s.endStatus()
 		case <-s.host.Draining():
-			return refuse.StatusOf(&limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonShuttingDown,
+			return refuse.StatusOf(&apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonShuttingDown,
 				Message: "the server is shutting down; reconnect (to another server if there is one) and renew your leases on the new stream: they were not released"}, refuse.About{}).Err()
 		case <-s.term.Done():
 			return s.host.NotLeader()
@@ -352,7 +353,7 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 	_, busy := s.pending[id]
 	s.mu.Unlock()
 	if busy {
-		s.answerErr(id, &limiter.Error{Code: limiter.CodeInvalidArgument, Reason: limiter.ReasonRequestIDInUse,
+		s.answerErr(id, &apierr.Error{Code: apierr.CodeInvalidArgument, Reason: apierr.ReasonRequestIDInUse,
 			Message: fmt.Sprintf("request_id %d is already in use by an unanswered request of this stream; use a request_id not in use (for example a counter)", id)}, refuse.About{})
 		return
 	}
@@ -594,7 +595,7 @@ func (s *session) answerTake(id uint64, res limiter.TakeResult, err error, pool 
 
 // refuseTooMany answers request id that it is one past MaxPending.
 func (s *session) refuseTooMany(id uint64) {
-	s.answerErr(id, &limiter.Error{Code: limiter.CodeResourceExhausted, Reason: limiter.ReasonTooManyRequests,
+	s.answerErr(id, &apierr.Error{Code: apierr.CodeResourceExhausted, Reason: apierr.ReasonTooManyRequests,
 		Message: fmt.Sprintf("this stream already has %d unanswered acquire and take requests, the most allowed; wait for answers or cancel some before sending more, or open another stream", MaxPending)}, refuse.About{})
 }
 
@@ -628,7 +629,7 @@ func (s *session) send(r *tollgatev1.SessionResponse) bool {
 			what = fmt.Sprintf("%d answers were waiting to be read on this client's streams, the most one client may have (%d)", c, 4*most)
 		}
 		s.calls.Log.Warn("ending a session stream whose client does not read its answers", "queued", n, "client_queued", c)
-		s.cancel(refuse.StatusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: limiter.ReasonSessionOverflow,
+		s.cancel(refuse.StatusOf(&apierr.Error{Code: apierr.CodeResourceExhausted, Reason: apierr.ReasonSessionOverflow,
 			Message: "the stream was ended because " + what + "; read the stream as fast as you send, then reconnect and renew your leases (they were not released)"}, refuse.About{}).Err())
 		return false
 	}
@@ -690,7 +691,7 @@ func (s *session) queueEvent(resp *tollgatev1.SessionResponse) {
 		s.events = nil
 		s.mu.Unlock()
 		s.calls.Log.Warn("ending a session stream whose client does not read its events", "queued", n)
-		s.cancel(refuse.StatusOf(&limiter.Error{Code: limiter.CodeResourceExhausted, Reason: limiter.ReasonSessionOverflow,
+		s.cancel(refuse.StatusOf(&apierr.Error{Code: apierr.CodeResourceExhausted, Reason: apierr.ReasonSessionOverflow,
 			Message: fmt.Sprintf("the stream was ended because %d lease and share events were waiting to be read; read the stream faster, then reconnect and renew your leases and shares (they were not released)", n)}, refuse.About{}).Err())
 		return
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // Limits on a request's trace_context: W3C Trace Context needs two entries
@@ -144,7 +145,7 @@ func End(span trace.Span, err error, attrs ...attribute.KeyValue) {
 // outcomeOf names how a call that failed with err ended: the engine's
 // reason, or "cancelled" or "deadline_exceeded".
 func outcomeOf(err error) string {
-	var le *limiter.Error
+	var le *apierr.Error
 	switch {
 	case errors.As(err, &le):
 		return string(le.Reason)

@@ -2,8 +2,8 @@
 // that a request frame that does not decode is the caller's mistake,
 // answered with INVALID_ARGUMENT naming the method, not INTERNAL.
 //
-// It may import the engine (limiter), for its reasons, and
-// internal/refuse; nothing of the server.
+// It may import apierr, for its reasons, and internal/refuse; nothing of
+// the engine or the server.
 package wirecodec
 
 import (
@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/internal/refuse"
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // grpc-go answers a request frame its codec cannot decode (bytes that are
@@ -59,7 +59,7 @@ func (c Codec) badFrame(method string, m any) error {
 	if !ok {
 		return nil
 	}
-	return refuse.Newf(codes.InvalidArgument, limiter.ReasonInvalidArgument,
+	return refuse.Newf(codes.InvalidArgument, apierr.ReasonInvalidArgument,
 		"the request to %s is not a valid protobuf message of its type: %v; send it with a gRPC client built from the tollgate.v1 protos", method, v).GRPCStatus().Err()
 }
 

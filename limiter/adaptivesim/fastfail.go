@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // FastFailConfig describes a run against a backend that refuses at once
@@ -108,7 +109,7 @@ func RunFastFail(cfg FastFailConfig) (Trace, error) {
 			}
 			l, err := e.Acquire(ctx, limiter.AcquireRequest{Pool: name, Weight: 1, NoWait: true})
 			if err != nil {
-				if !errors.Is(err, limiter.ErrNoCapacity) {
+				if !errors.Is(err, apierr.ErrNoCapacity) {
 					return Trace{}, err
 				}
 				continue // waits: tries again next tick

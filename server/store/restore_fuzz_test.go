@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // FuzzRestoreDamagedRecord stores the input as pool "p"'s record (and
@@ -59,14 +60,14 @@ func FuzzRestoreDamagedRecord(f *testing.F) {
 		e := limiter.New(limiter.Options{Clock: fc})
 		defer e.Close()
 		if _, err := e.RestorePool(pools[0]); err != nil {
-			var le *limiter.Error
-			if !errors.As(err, &le) || le.Code != limiter.CodeInvalidArgument {
+			var le *apierr.Error
+			if !errors.As(err, &le) || le.Code != apierr.CodeInvalidArgument {
 				t.Fatalf("RestorePool of a damaged record: %v, want INVALID_ARGUMENT", err)
 			}
 			return
 		}
 		l, err := e.Acquire(context.Background(), limiter.AcquireRequest{Pool: "p", NoWait: true})
-		var le *limiter.Error
+		var le *apierr.Error
 		switch {
 		case err == nil && l.FencingToken <= pools[0].State.TokenCeiling:
 			t.Fatalf("restored pool granted fencing token %d, not above the stored ceiling %d", l.FencingToken, pools[0].State.TokenCeiling)

@@ -1,6 +1,7 @@
 // Command genreasons writes the Go lists of error reasons from the
-// tollgate.v1.ErrorReason enum, so that the reasons are defined once, in the
-// API: the engine's Reason constants and the client's Err* sentinels.
+// tollgate.v1.ErrorReason enum into package apierr, so that the reasons are
+// defined once, in the API: the Reason constants and the Err* values that the
+// engine, the server and the client share.
 //
 // It runs from the proto directory (go generate ./proto) and reads the
 // .proto text rather than the generated descriptor, to keep each value's
@@ -18,9 +19,8 @@ import (
 )
 
 const (
-	source    = "tollgate/v1/errors.proto"
-	limiterGo = "../limiter/reasons.go"
-	clientGo  = "../client/reasons.go"
+	source   = "tollgate/v1/errors.proto"
+	apierrGo = "tollgate/v1/apierr/reasons.go"
 )
 
 func main() {
@@ -41,13 +41,11 @@ func generate() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := make(map[string][]byte, 2)
-	for path, gen := range map[string]func([]reason) []byte{limiterGo: limiterFile, clientGo: clientFile} {
-		if files[path], err = format.Source(gen(rs)); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
+	out, err := format.Source(apierrFile(rs))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", apierrGo, err)
 	}
-	return files, nil
+	return map[string][]byte{apierrGo: out}, nil
 }
 
 // readReasons reads the enum's values from the .proto file.
@@ -158,34 +156,27 @@ func writeDoc(b *bytes.Buffer, name string, r reason) {
 	b.WriteString(line + "\n")
 }
 
-func limiterFile(rs []reason) []byte {
+func apierrFile(rs []reason) []byte {
 	var b bytes.Buffer
-	b.WriteString(header + `package limiter
+	b.WriteString(header + `package apierr
 
 // Reasons: every value of the API's tollgate.v1.ErrorReason, as the string
-// sent (its name without ERROR_REASON_). The engine gives most of them; the
-// server gives the rest (authentication, quotas, streams), with the same type.
-// The gRPC code in parentheses is the one sent with the reason.
+// sent (its name without ERROR_REASON_). The gRPC code in parentheses is the
+// one sent with the reason.
 const (
 `)
 	writeList(&b, rs, "Reason", "\t%s Reason = %[3]q\n")
-	b.WriteString(")\n")
-	return b.Bytes()
-}
+	b.WriteString(`)
 
-func clientFile(rs []reason) []byte {
-	var b bytes.Buffer
-	b.WriteString(header + `package client
-
-import "google.golang.org/grpc/codes"
-
-// Errors of the server, to match with errors.Is: one for every value of
-// tollgate.v1.ErrorReason. Their Code is the one the server sends with
-// that reason.
+// Errors to match with errors.Is, one for every reason, with the code sent
+// with it.
 var (
 `)
-	writeList(&b, rs, "Err", "\t%s = &Error{Code: codes.%s, Reason: %q}\n")
-	b.WriteString(")\n\n// serverErrors are the errors above, in the enum's order.\nvar serverErrors = []*Error{\n")
+	for _, r := range rs {
+		n := goName(r.wire)
+		fmt.Fprintf(&b, "\tErr%s = &Error{Code: Code%s, Reason: Reason%s}\n", n, goCodes[r.code], n)
+	}
+	b.WriteString(")\n\n// all are the errors above, in the enum's order.\nvar all = []*Error{\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "\tErr%s,\n", goName(r.wire))
 	}

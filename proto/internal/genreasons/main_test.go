@@ -95,14 +95,11 @@ func forEachGoFile(t *testing.T, fn func(fset *token.FileSet, path string, f *as
 // TestNoReasonOutsideTheList scans the module (the engine, the server, the
 // client, the command) for a reason spelled by hand (a string literal of
 // type Reason, or an Error with a literal Reason): every reason must come
-// from the generated list, so that a reason the server sends always has a
-// client sentinel.
+// from the generated list in package apierr (under proto, so not scanned),
+// so that a reason the server sends always has an Err* value.
 func TestNoReasonOutsideTheList(t *testing.T) {
 	inProto(t)
-	forEachGoFile(t, func(fset *token.FileSet, path string, f *ast.File) {
-		if path == filepath.Clean(limiterGo) || path == filepath.Clean(clientGo) {
-			return
-		}
+	forEachGoFile(t, func(fset *token.FileSet, _ string, f *ast.File) {
 		for _, pos := range handReasons(f) {
 			t.Errorf("%s: a reason spelled by hand; add it to ErrorReason in %s and use the generated constant", fset.Position(pos), source)
 		}
@@ -112,9 +109,9 @@ func TestNoReasonOutsideTheList(t *testing.T) {
 func TestHandReasonsFindsThem(t *testing.T) {
 	src := `package p
 const A Reason = "X"
-var B = limiter.Reason("Y")
+var B = apierr.Reason("Y")
 var C = &Error{Code: 1, Reason: "Z"}
-var D = limiter.Error{Reason: "W"}
+var D = apierr.Error{Reason: "W"}
 var ok1 = Event{Reason: "for people"}
 const ok2 = ReasonPoolBusy
 `
@@ -174,8 +171,8 @@ func handReasons(f *ast.File) []token.Pos {
 // TestCodesAgreeWithTheList checks every place in the engine and the server
 // that pairs a code with a reason (an Error{Code, Reason} literal, a call
 // such as refusef(codes.X, ReasonY, ...), an assignment code, reason = ...)
-// against the grpc_code the enum gives the reason, so that the client's
-// sentinels carry the code the server really sends.
+// against the grpc_code the enum gives the reason, so that apierr's Err*
+// values carry the code the server really sends.
 func TestCodesAgreeWithTheList(t *testing.T) {
 	inProto(t)
 	rs, err := readReasons()
@@ -205,10 +202,10 @@ func TestCodesAgreeWithTheList(t *testing.T) {
 func TestCodeReasonPairsFindsThem(t *testing.T) {
 	src := `package p
 var A = &Error{Code: CodeNotFound, Reason: ReasonPoolNotFound}
-var B = limiter.Error{Code: limiter.CodeCanceled, Reason: ReasonCanceled}
+var B = apierr.Error{Code: apierr.CodeCanceled, Reason: ReasonCanceled}
 var C = refusef(codes.PermissionDenied, ReasonPermissionDenied, "x")
 var D = &Error{Reason: ReasonInternal}
-func f() { code, reason = limiter.CodeDeadlineExceeded, ReasonProviderExpired }
+func f() { code, reason = apierr.CodeDeadlineExceeded, ReasonProviderExpired }
 var ok = &Error{Code: kind.Code, Reason: kind.Reason}
 `
 	f, err := parser.ParseFile(token.NewFileSet(), "p.go", src, 0)

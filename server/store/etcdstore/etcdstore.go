@@ -39,6 +39,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 	"github.com/tollgate/tollgate/server/store"
 	"github.com/tollgate/tollgate/server/store/internal/groupcommit"
 )
@@ -126,14 +127,14 @@ func (s *Store) Close() error { return nil }
 
 // errNotLeader is the answer to a write of a deposed leader.
 func errNotLeader() error {
-	return &limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonNotLeader,
+	return &apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonNotLeader,
 		Message: "this server no longer leads the cluster; nothing was changed; retry on the leader"}
 }
 
 // outcomeUnknown is the answer to a write that was sent but not answered:
 // etcd may have committed it or not.
 func outcomeUnknown(what, path string, err error) error {
-	return &limiter.Error{Code: limiter.CodeUnavailable, Reason: limiter.ReasonOutcomeUnknown,
+	return &apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonOutcomeUnknown,
 		Message: fmt.Sprintf("%s in %s got no answer (%v): it may or may not have been made; read the state back before sending the change again", what, path, err)}
 }
 

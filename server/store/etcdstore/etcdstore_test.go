@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/etcdtest"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 const prefix = "/t/"
@@ -57,8 +58,8 @@ func names(pools []limiter.SavedPool) map[string]int64 {
 }
 
 func isNotLeader(err error) bool {
-	var le *limiter.Error
-	return errors.As(err, &le) && le.Reason == limiter.ReasonNotLeader && le.Code == limiter.CodeUnavailable
+	var le *apierr.Error
+	return errors.As(err, &le) && le.Reason == apierr.ReasonNotLeader && le.Code == apierr.CodeUnavailable
 }
 
 func TestSeedOnceSaveLoadDelete(t *testing.T) {
@@ -287,8 +288,8 @@ func TestWriteWithoutAnswerIsOutcomeUnknown(t *testing.T) {
 	st := New(c, prefix, opts)
 	etcd.Stop()
 	err = st.SavePool(pool(t, "a", 1))
-	var le *limiter.Error
-	if !errors.As(err, &le) || le.Reason != limiter.ReasonOutcomeUnknown || le.Code != limiter.CodeUnavailable {
+	var le *apierr.Error
+	if !errors.As(err, &le) || le.Reason != apierr.ReasonOutcomeUnknown || le.Code != apierr.CodeUnavailable {
 		t.Fatalf("a write etcd did not answer: %v; want UNAVAILABLE (OUTCOME_UNKNOWN)", err)
 	}
 }
