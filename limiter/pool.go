@@ -85,20 +85,21 @@ type part interface {
 	// stop stops the part's timers for good (pool deleted, engine closed).
 	stop()
 	// status fills in the part's fields of s.
-	status(p *pool, s *PoolStatus, now time.Time)
+	status(s *PoolStatus, now time.Time)
 }
 
 // A gate is a part that may hold back a grant: admitLocked asks every gate
 // before it takes tokens from the bucket.
 type gate interface {
 	part
-	// admits reports whether weight more permits may be granted at now.
-	// It must not change anything: a later gate or the bucket may refuse.
-	admits(p *pool, weight int64, now time.Time) bool
-	// describe says where the pool stands against the gate, for the
-	// messages of acquires it cannot grant; empty when there is nothing
-	// to say.
-	describe(p *pool, now time.Time) string
+	// admits reports whether weight more permits may be granted at now,
+	// with held permits held. It must not change anything: a later gate
+	// or the bucket may refuse.
+	admits(held, weight int64, now time.Time) bool
+	// describe says where the pool stands against the gate, with held
+	// permits held, for the messages of acquires it cannot grant; empty
+	// when there is nothing to say.
+	describe(held int64, now time.Time) string
 }
 
 // newPool returns a pool whose first fencing token will be above
@@ -125,17 +126,32 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 	for _, g := range p.gates {
 		p.parts = append(p.parts, g)
 	}
-	p.initAdaptiveLocked() // effective limits = configured
+	p.ad.init(cfg, e.clock, p.onAdaptiveTimer) // effective limits = configured
+	p.shr.init(cfg, p.ad.rate, e.clock, p.onShareTimer, p.onShareRecoveryEnd)
+	p.mk.init(e.clock, p.onLowUtilisationTimer, e.onPoolEvent != nil, e.markInterval)
 	p.applyRateLocked(now)
 	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
-	p.applyMarksLocked() // event marks
+	p.mk.configure(cfg, p.held) // event marks
 	return p
 }
 
+// configureLocked gives the parts the pool's new configuration
+// (UpdatePool): the effective limits follow it (adaptive.configure), the
+// shares a new effective rate, and the marks theirs. The caller adjusts
+// the bucket.
+func (p *pool) configureLocked(now time.Time) {
+	p.shr.configure(p.cfg)
+	if p.ad.configure(p.cfg) {
+		p.shr.setRate(p.ad.rate, &p.out)
+	}
+	p.ad.arm(now)
+	p.mk.configure(p.cfg, p.held)
+}
+
 // applyRateLocked makes the bucket match the effective rate, less the rate
-// granted as shares (exactRateLocked), and cfg.Burst.
+// granted as shares (shareTable.exactRate), and cfg.Burst.
 func (p *pool) applyRateLocked(now time.Time) {
-	switch r := rate.Limit(p.exactRateLocked()); {
+	switch r := rate.Limit(p.shr.exactRate()); {
 	case p.cfg.Rate == 0:
 		p.bucket = nil
 		p.stopRateTimerLocked()
@@ -189,7 +205,7 @@ func (p *pool) resolveTTLLocked(ttl time.Duration) (time.Duration, error) {
 // takes its tokens from the bucket. It does not look at the wait queue.
 func (p *pool) admitLocked(weight int64, now time.Time) bool {
 	for _, g := range p.gates {
-		if !g.admits(p, weight, now) {
+		if !g.admits(p.held, weight, now) {
 			return false
 		}
 	}
@@ -254,7 +270,7 @@ func (p *pool) removeLeaseLocked(l *lease) {
 	if p.e.persister != nil {
 		p.dur.live.end(l.FencingToken)
 	}
-	p.forgetConcShareLocked(l.FencingToken)
+	p.csh.forget(l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
 	now := p.e.clock.Now()
@@ -446,8 +462,9 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	s.WaitingWeight = p.waitingWeight
 	s.LastFencingToken = p.lastToken
 	for _, pt := range p.parts {
-		pt.status(p, &s, now)
+		pt.status(&s, now)
 	}
+	s.Utilisation = p.loadLocked().utilisation(p.held)
 	if p.bucket != nil {
 		s.TokensAvailable = p.bucket.TokensAt(now)
 	}

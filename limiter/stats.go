@@ -59,7 +59,7 @@ func (e *Engine) ListPoolStats(after string, limit int) ([]PoolStats, bool) {
 func (p *pool) statsLocked() PoolStats {
 	now := p.e.clock.Now()
 	st := PoolStats{Config: p.cfg, Status: p.statusLocked(now), WaitTimes: p.waits.summary(now), Marks: p.mk.Marks}
-	if r := p.exactRateLocked(); p.cfg.Rate > 0 && r > 0 {
+	if r := p.shr.exactRate(); p.cfg.Rate > 0 && r > 0 {
 		tokens, since := p.waits.tokens(now)
 		if p.born.After(since) {
 			since = p.born
