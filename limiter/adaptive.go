@@ -74,7 +74,7 @@ type adaptiveChange struct {
 
 // init sets the effective limits to the configured ones of cfg, the
 // pool's first configuration; fire is called when the timer that raises
-// lowered limits goes off (it should evaluate the window: tick).
+// lowered limits goes off (it should call fired, then tick).
 func (a *adaptive) init(cfg PoolConfig, clock Clock, fire func()) {
 	a.clock, a.fire = clock, fire
 	a.cfg, a.conf, a.confRate = cfg.Adaptive, cfg.ConcurrencyLimit, cfg.Rate
@@ -136,10 +136,13 @@ func (a *adaptive) record(b outcomeBucket, now time.Time) *adaptiveChange {
 	return a.evaluate(now)
 }
 
+// fired notes that the timer went off (the pool calls it under its lock,
+// whether or not it then calls tick).
+func (a *adaptive) fired() { a.timerAt = time.Time{} }
+
 // tick evaluates the window of a lowered pool when the timer goes off:
 // the change it made, if any.
 func (a *adaptive) tick(now time.Time) *adaptiveChange {
-	a.timerAt = time.Time{}
 	if !a.cfg.Enabled {
 		return nil
 	}
@@ -412,26 +415,15 @@ func (p *pool) recordOutcomesLocked(b outcomeBucket, now time.Time) {
 	p.adaptedLocked(p.ad.record(b, now), now)
 }
 
-// onAdaptiveTimer evaluates the window of a lowered pool.
-func (p *pool) onAdaptiveTimer() {
-	p.mu.Lock()
-	defer p.unlock()
-	if p.deleted || !p.e.acting() {
-		p.ad.timerAt = time.Time{}
-		return
-	}
-	now := p.e.clock.Now()
-	p.adaptedLocked(p.ad.tick(now), now)
-}
-
 // adaptedLocked carries out a change of the effective limits (ch, nil for
-// none), records them, and re-arms the adaptive timer. A lowered rate
-// shrinks the shares above their new targets at once (pushed to their
-// holders) and the bucket; a lowered concurrency limit, possibly under the
-// weight held, is enforced by the pool's revocation policy: with
-// RevocationWait, held leases continue and nothing is granted until the
-// held weight is under it (admitLocked); with RevocationRevoke, leases are
-// revoked until it is within it (enforceLimitLocked).
+// none), records them with the pool's durable state if they differ from
+// what is recorded (adaptive.recorded), and re-arms the adaptive timer. A
+// lowered rate shrinks the shares above their new targets at once (pushed
+// to their holders) and the bucket; a lowered concurrency limit, possibly
+// under the weight held, is enforced by the pool's revocation policy:
+// with RevocationWait, held leases continue and nothing is granted until
+// the held weight is under it (admitLocked); with RevocationRevoke,
+// leases are revoked until it is within it (enforceLimitLocked).
 func (p *pool) adaptedLocked(ch *adaptiveChange, now time.Time) {
 	if ch != nil {
 		if ch.rateChanged {
@@ -447,7 +439,11 @@ func (p *pool) adaptedLocked(ch *adaptiveChange, now time.Time) {
 		ch.ev.Pool = p.name
 		p.out.events = append(p.out.events, ch.ev)
 		p.marksLocked() // the capacity moved
-		p.persistEffectiveLocked()
+		if conc, rate := p.ad.recorded(); p.e.persister != nil && (p.dur.state.EffectiveConcurrency != conc || p.dur.state.EffectiveRate != rate) {
+			st := p.dur.state
+			st.EffectiveConcurrency, st.EffectiveRate = conc, rate
+			_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the adaptive limits of pool "+quote(p.name)) // best effort
+		}
 	}
 	p.ad.arm(now)
 }

@@ -24,21 +24,6 @@ func (a *adaptive) recorded() (conc int64, rate float64) {
 	return conc, rate
 }
 
-// persistEffectiveLocked records the effective limits if they differ
-// from what is recorded (adaptive.recorded).
-func (p *pool) persistEffectiveLocked() {
-	if p.e.persister == nil {
-		return
-	}
-	conc, rate := p.ad.recorded()
-	st := p.dur.state
-	if st.EffectiveConcurrency == conc && st.EffectiveRate == rate {
-		return
-	}
-	st.EffectiveConcurrency, st.EffectiveRate = conc, rate
-	_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the adaptive limits of pool "+quote(p.name)) // best effort
-}
-
 // restore starts a restored pool with adaptive control on at the
 // effective limits recorded (conc and rate; 0: not lowered), within their
 // floors and configured values, and reports whether the effective rate

@@ -371,13 +371,3 @@ func (p *pool) loadLocked() load {
 // (markState.check). Call it after held, the waiters or the capacity
 // change.
 func (p *pool) marksLocked() { p.mk.check(p.loadLocked(), &p.out) }
-
-// onLowUtilisationTimer ends a low-utilisation period (markState.endPeriod).
-func (p *pool) onLowUtilisationTimer() {
-	p.mu.Lock()
-	defer p.unlock()
-	if p.deleted || !p.e.acting() {
-		return
-	}
-	p.mk.endPeriod(p.loadLocked(), p.susp.on || p.recoveryBlocksLocked(), &p.out)
-}

@@ -126,9 +126,31 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 	for _, g := range p.gates {
 		p.parts = append(p.parts, g)
 	}
-	p.ad.init(cfg, e.clock, p.onAdaptiveTimer) // effective limits = configured
-	p.shr.init(cfg, p.ad.rate, e.clock, p.onShareTimer, p.onShareRecoveryEnd)
-	p.mk.init(e.clock, p.onLowUtilisationTimer, e.onPoolEvent != nil, e.markInterval)
+	// Effective limits = configured. The parts' timers: the raise of
+	// lowered limits, the expiry of rate shares and the end of their
+	// recovery window, the end of a low-utilisation period.
+	p.ad.init(cfg, e.clock, p.onTimer(p.ad.fired, func(now time.Time) {
+		p.adaptedLocked(p.ad.tick(now), now)
+	}))
+	p.shr.init(cfg, p.ad.rate, e.clock, p.onTimer(p.shr.fired, func(now time.Time) {
+		if p.shr.expire(now, &p.out) {
+			p.applyRateLocked(now)
+		}
+		if next, ok := p.shr.expiry.top(); ok {
+			p.shr.arm(next.expire, now)
+		}
+		if len(p.waiters) > 0 {
+			p.dispatchLocked(now)
+		}
+	}), p.onTimer(nil, func(now time.Time) {
+		if p.shr.recovered(&p.out) { // the phantom rate goes to the shares and the bucket
+			p.applyRateLocked(now)
+			p.dispatchLocked(now)
+		}
+	}))
+	p.mk.init(e.clock, p.onTimer(nil, func(time.Time) {
+		p.mk.endPeriod(p.loadLocked(), p.susp.on || p.recoveryBlocksLocked(), &p.out)
+	}), e.onPoolEvent != nil, e.markInterval)
 	p.applyRateLocked(now)
 	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
 	p.mk.configure(cfg, p.held) // event marks
@@ -146,6 +168,24 @@ func (p *pool) configureLocked(now time.Time) {
 	}
 	p.ad.arm(now)
 	p.mk.configure(p.cfg, p.held)
+}
+
+// onTimer returns the callback of a part's timer: under the pool's lock,
+// fired (if not nil) notes that the timer went off; then, unless the pool
+// is deleted or the engine frozen, run does the part's work at the
+// engine's time. What it puts in the outbox is delivered after unlocking.
+func (p *pool) onTimer(fired func(), run func(now time.Time)) func() {
+	return func() {
+		p.mu.Lock()
+		defer p.unlock()
+		if fired != nil {
+			fired()
+		}
+		if p.deleted || !p.e.acting() {
+			return
+		}
+		run(p.e.clock.Now())
+	}
 }
 
 // applyRateLocked makes the bucket match the effective rate, less the rate

@@ -273,6 +273,10 @@ func (t *shareTable) expire(now time.Time, ob *outbox) bool {
 	return n > 0
 }
 
+// fired notes that the expiry timer went off (the pool calls it under its
+// lock).
+func (t *shareTable) fired() { t.timerAt = time.Time{} }
+
 // arm makes sure the expiry timer fires no later than at.
 func (t *shareTable) arm(at, now time.Time) {
 	if !t.timerAt.IsZero() && !at.Before(t.timerAt) {
@@ -284,27 +288,6 @@ func (t *shareTable) arm(at, now time.Time) {
 	} else {
 		t.timer.Reset(at.Sub(now))
 	}
-}
-
-// onShareTimer expires the shares that are due and re-arms for the next.
-func (p *pool) onShareTimer() {
-	p.mu.Lock()
-	p.shr.timerAt = time.Time{}
-	if p.deleted || !p.e.acting() {
-		p.unlock()
-		return
-	}
-	now := p.e.clock.Now()
-	if p.shr.expire(now, &p.out) {
-		p.applyRateLocked(now)
-	}
-	if next, ok := p.shr.expiry.top(); ok {
-		p.shr.arm(next.expire, now)
-	}
-	if len(p.waiters) > 0 {
-		p.dispatchLocked(now)
-	}
-	p.unlock()
 }
 
 // stop stops the share expiry timer and the shares' recovery window's

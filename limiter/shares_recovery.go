@@ -54,27 +54,18 @@ func (t *shareTable) restore(st DurableState, now time.Time) bool {
 	return true
 }
 
-// recovered ends the window: the phantom rate goes to the shares below
-// their fair parts. The caller adjusts the bucket.
-func (t *shareTable) recovered(ob *outbox) {
+// recovered ends the window, if there is one, and reports whether there
+// was: the phantom rate goes to the shares below their fair parts, and
+// the caller adjusts the bucket.
+func (t *shareTable) recovered(ob *outbox) bool {
+	if t.rec.until.IsZero() {
+		return false
+	}
 	t.rec = shareRecovery{}
 	t.dirty = true
 	t.targets()
 	t.grow(ob)
-}
-
-// onShareRecoveryEnd ends the window: the phantom rate goes to the shares
-// below their fair parts and to the bucket.
-func (p *pool) onShareRecoveryEnd() {
-	p.mu.Lock()
-	defer p.unlock()
-	if p.deleted || p.shr.rec.until.IsZero() || !p.e.acting() {
-		return
-	}
-	now := p.e.clock.Now()
-	p.shr.recovered(&p.out)
-	p.applyRateLocked(now)
-	p.dispatchLocked(now)
+	return true
 }
 
 // recovering reports whether id may name a share from before the restart
