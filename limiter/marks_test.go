@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -440,7 +441,7 @@ func TestMarkPartCrossings(t *testing.T) {
 		return out
 	}
 	m.check(load{held: 9, waiting: 4, limit: 10, instances: -1}, &ob)
-	if got := types(); fmt.Sprint(got) != fmt.Sprint([]PoolEventType{PoolOverload, PoolNearFull}) {
+	if got := types(); !slices.Equal(got, []PoolEventType{PoolOverload, PoolNearFull}) {
 		t.Fatalf("events %v", got)
 	}
 	m.check(load{held: 9, waiting: 3, limit: 10, instances: -1}, &ob)
@@ -450,7 +451,7 @@ func TestMarkPartCrossings(t *testing.T) {
 	}
 	m.check(load{held: 7, waiting: 0, limit: 10, instances: -1}, &ob)
 	m.check(load{held: 0, waiting: 0, limit: 10, instances: -1}, &ob)
-	if got := types(); fmt.Sprint(got) != fmt.Sprint([]PoolEventType{PoolDrained}) || m.overloaded || m.nearFull {
+	if got := types(); !slices.Equal(got, []PoolEventType{PoolDrained}) || m.overloaded || m.nearFull {
 		t.Fatalf("events %v", got)
 	}
 	m.check(load{held: 10, waiting: 4, limit: 10, instances: -1}, &ob) // again within the interval
