@@ -75,7 +75,7 @@ type concShare struct {
 type concShares struct {
 	byToken map[uint64]*concShare
 	order   []*share // scratch for fairTargets
-	tokens  []uint64 // scratch for rebalanceConcSharesLocked
+	tokens  []uint64 // scratch for retarget
 	fair    []*share // likewise
 	// answering is the lease a ResizeLease answers: its changes are not
 	// pushed, the answer carries them.
