@@ -13,8 +13,15 @@ import (
 // adaptive control off, limit and rate are the configured values and
 // nothing else is used.
 type adaptive struct {
+	// cfg, conf and confRate are the pool's adaptive configuration and
+	// configured concurrency limit and rate (0: none), as of its last
+	// configuration (init, configure).
+	cfg      AdaptiveConfig
+	conf     int64
+	confRate float64
+
 	// limit is the effective concurrency limit (0: the pool has none) and
-	// rate the effective rate (0: none). admitLocked checks limit; the
+	// rate the effective rate (0: none). admits checks limit; the
 	// bucket refills at rate minus the rate granted as shares.
 	limit int64
 	rate  float64
@@ -34,8 +41,11 @@ type adaptive struct {
 	reason      ThrottleReason
 	baseline    time.Duration // long-term mean latency; 0: unknown
 
+	clock   Clock
+	fire    func()    // the timer's callback
 	timer   Timer     // raises while lowered; nil until first needed
 	timerAt time.Time // zero when not armed
+	stopped bool      // for good: the timer is not armed again
 
 	// restored is the effective concurrency limit recorded before a
 	// restart, applied when the recovery window ends.
@@ -53,24 +63,39 @@ const (
 	baselineOverload = 500 // 1/500
 )
 
-// initAdaptiveLocked sets the effective limits to the configured ones.
-func (p *pool) initAdaptiveLocked() {
-	p.ad.limit, p.ad.rate = p.cfg.ConcurrencyLimit, p.cfg.Rate
-	p.ad.win.reset(p.cfg.Adaptive.Window / AdaptiveWindowBuckets)
+// adaptiveChange is a change of the effective limits that the pool must
+// carry out: rebalance the shares and the bucket for a new rate, apply its
+// revocation policy to a lowered limit, serve the queue after a raise, and
+// report ev.
+type adaptiveChange struct {
+	ev                           PoolEvent // its Pool is left to the pool
+	lowered, raised, rateChanged bool
 }
 
-// limitsChangedLocked brings the effective limits in line with a new
-// configuration (UpdatePool), old being the previous one, before the
-// bucket is adjusted (applyRateLocked). Without adaptive control, or when
-// it was just turned on, the effective values are the configured ones. A
-// value that was not lowered follows its configured value; a lowered one
-// stays where it is, within its new floor and configured value, and
-// climbs as usual. The window starts over when the adaptive settings
-// change. Shares are rebalanced for the new rate.
-func (p *pool) limitsChangedLocked(old PoolConfig, now time.Time) {
-	a, c := &p.ad, p.cfg.Adaptive
-	if !c.Enabled || !old.Adaptive.Enabled || old.Adaptive != c {
-		if !c.Enabled || !old.Adaptive.Enabled {
+// init sets the effective limits to the configured ones of cfg, the
+// pool's first configuration; fire is called when the timer that raises
+// lowered limits goes off (it should call fired, then tick).
+func (a *adaptive) init(cfg PoolConfig, clock Clock, fire func()) {
+	a.clock, a.fire = clock, fire
+	a.cfg, a.conf, a.confRate = cfg.Adaptive, cfg.ConcurrencyLimit, cfg.Rate
+	a.limit, a.rate = cfg.ConcurrencyLimit, cfg.Rate
+	a.win.reset(cfg.Adaptive.Window / AdaptiveWindowBuckets)
+}
+
+// configure brings the effective limits in line with a new configuration
+// (UpdatePool) and reports whether the effective rate changed (the pool
+// then rebalances the shares and adjusts the bucket). Without adaptive
+// control, or when it was just turned on, the effective values are the
+// configured ones. A value that was not lowered follows its configured
+// value; a lowered one stays where it is, within its new floor and
+// configured value, and climbs as usual. The window starts over when the
+// adaptive settings change. The caller arms the timer (arm).
+func (a *adaptive) configure(cfg PoolConfig) (rateChanged bool) {
+	oldC, oldLimit, oldRate := a.cfg, a.conf, a.confRate
+	c := cfg.Adaptive
+	a.cfg, a.conf, a.confRate = c, cfg.ConcurrencyLimit, cfg.Rate
+	if !c.Enabled || !oldC.Enabled || oldC != c {
+		if !c.Enabled || !oldC.Enabled {
 			a.reason = ThrottleNone
 			a.lastCut, a.lastChange, a.lastRaise, a.raisedLast = time.Time{}, time.Time{}, time.Time{}, false
 			a.ceiling, a.rateCeiling = 0, 0
@@ -78,52 +103,61 @@ func (p *pool) limitsChangedLocked(old PoolConfig, now time.Time) {
 		}
 		a.win.reset(c.Window / AdaptiveWindowBuckets)
 	}
-	limit, rate := p.cfg.ConcurrencyLimit, p.cfg.Rate
-	if c.adaptsConcurrency() && old.Adaptive.Enabled && limit > 0 && a.limit < old.ConcurrencyLimit {
+	limit, rate := a.conf, a.confRate
+	if c.adaptsConcurrency() && oldC.Enabled && limit > 0 && a.limit < oldLimit {
 		limit = min(max(a.limit, c.MinConcurrency), limit)
 	}
-	if c.adaptsRate() && old.Adaptive.Enabled && rate > 0 && a.rate < old.Rate {
+	if c.adaptsRate() && oldC.Enabled && rate > 0 && a.rate < oldRate {
 		rate = min(max(a.rate, c.MinRate), rate)
 	}
 	a.limit = limit
-	if rate != a.rate {
-		a.rate = rate
-		p.rebalanceSharesLocked(now)
-	}
-	if !p.loweredLocked() {
+	rateChanged = rate != a.rate
+	a.rate = rate
+	if !a.lowered() {
 		a.reason = ThrottleNone
 	}
-	p.armAdaptiveTimerLocked(now)
+	return rateChanged
 }
 
-// loweredLocked reports whether an effective limit is below its configured
+// lowered reports whether an effective limit is below its configured
 // value.
-func (p *pool) loweredLocked() bool {
-	return p.ad.limit < p.cfg.ConcurrencyLimit || p.ad.rate < p.cfg.Rate
+func (a *adaptive) lowered() bool {
+	return a.limit < a.conf || a.rate < a.confRate
 }
 
-// recordOutcomesLocked counts reported outcomes and, with adaptive control
-// on, adds them to the window and evaluates it.
-func (p *pool) recordOutcomesLocked(b outcomeBucket, now time.Time) {
-	p.stats.SuccessesReported += b.successes
-	p.stats.ErrorsReported += b.errors
-	p.stats.TimeoutsReported += b.timeouts
-	if !p.cfg.Adaptive.Enabled {
-		return
+// record adds reported outcomes to the window, with adaptive control on,
+// and evaluates it: the change it made, if any.
+func (a *adaptive) record(b outcomeBucket, now time.Time) *adaptiveChange {
+	if !a.cfg.Enabled {
+		return nil
 	}
-	p.ad.win.rotate(now, p.closeBucketLocked)
-	p.ad.win.record(b)
-	p.evaluateAdaptiveLocked(now)
+	a.win.rotate(now, a.closeBucket)
+	a.win.record(b)
+	return a.evaluate(now)
 }
 
-// closeBucketLocked feeds a bucket that leaves the window into the
-// latency baseline.
-func (p *pool) closeBucketLocked(b outcomeBucket) {
+// fired notes that the timer went off (the pool calls it under its lock,
+// whether or not it then calls tick).
+func (a *adaptive) fired() { a.timerAt = time.Time{} }
+
+// tick evaluates the window of a lowered pool when the timer goes off:
+// the change it made, if any.
+func (a *adaptive) tick(now time.Time) *adaptiveChange {
+	if !a.cfg.Enabled {
+		return nil
+	}
+	a.win.rotate(now, a.closeBucket)
+	return a.evaluate(now)
+}
+
+// closeBucket feeds a bucket that leaves the window into the latency
+// baseline.
+func (a *adaptive) closeBucket(b outcomeBucket) {
 	if b.latN == 0 {
 		return
 	}
-	a, m := &p.ad, b.latMean()
-	tol := p.cfg.Adaptive.LatencyTolerance
+	m := b.latMean()
+	tol := a.cfg.LatencyTolerance
 	switch {
 	case a.baseline == 0:
 		a.baseline = m
@@ -146,15 +180,15 @@ type windowVerdict struct {
 	base    time.Duration  // the latency baseline judged against
 }
 
-// judgeLocked reads the window (rotate it first).
-func (p *pool) judgeLocked() windowVerdict {
-	c, a := &p.cfg.Adaptive, &p.ad
+// judge reads the window (rotate it first).
+func (a *adaptive) judge() windowVerdict {
+	c := &a.cfg
 	v := windowVerdict{tot: a.win.totals(), base: a.baseline}
 	n, bad := v.tot.total(), v.tot.errors+v.tot.timeouts
 	latHigh := c.LatencyTolerance > 0 && a.baseline > 0 && v.tot.latN > 0 &&
 		float64(v.tot.latMean()) > c.LatencyTolerance*float64(a.baseline)
 	threshold := c.ErrorThreshold
-	if p.probingLocked() { // at the level a raise last failed: stricter
+	if a.probing() { // at the level a raise last failed: stricter
 		threshold /= 2
 	}
 	switch {
@@ -168,30 +202,30 @@ func (p *pool) judgeLocked() windowVerdict {
 	return v
 }
 
-// evaluateAdaptiveLocked cuts or raises the effective limits if the window
-// (rotated to now) says so.
-func (p *pool) evaluateAdaptiveLocked(now time.Time) {
-	c, a := &p.cfg.Adaptive, &p.ad
-	v := p.judgeLocked()
+// evaluate cuts or raises the effective limits if the window (rotated to
+// now) says so.
+func (a *adaptive) evaluate(now time.Time) *adaptiveChange {
+	c := &a.cfg
+	v := a.judge()
 	switch {
 	case v.cut && (a.lastCut.IsZero() || now.Sub(a.lastCut) >= c.Cooldown):
-		p.cutLocked(v, now)
-	case v.healthy && p.loweredLocked() && now.Sub(a.lastChange) >= p.raiseIntervalLocked() && now.Sub(a.lastCut) >= c.Cooldown:
-		p.raiseLocked(v, now)
+		return a.cut(v, now)
+	case v.healthy && a.lowered() && now.Sub(a.lastChange) >= a.raiseInterval() && now.Sub(a.lastCut) >= c.Cooldown:
+		return a.raise(v, now)
 	}
-	p.armAdaptiveTimerLocked(now)
+	return nil
 }
 
-// cutLocked multiplies the effective limits by Backoff, not below the
-// floors, and starts the window over.
-func (p *pool) cutLocked(v windowVerdict, now time.Time) {
-	c, a := &p.cfg.Adaptive, &p.ad
+// cut multiplies the effective limits by Backoff, not below the floors,
+// and starts the window over.
+func (a *adaptive) cut(v windowVerdict, now time.Time) *adaptiveChange {
+	c := &a.cfg
 	limit, rate := a.limit, a.rate
-	if c.adaptsConcurrency() && p.cfg.ConcurrencyLimit > 0 {
+	if c.adaptsConcurrency() && a.conf > 0 {
 		nl := int64(math.Floor(float64(limit) * c.Backoff))
 		limit = max(min(nl, limit-1), c.MinConcurrency)
 	}
-	if c.adaptsRate() && p.cfg.Rate > 0 {
+	if c.adaptsRate() && a.confRate > 0 {
 		rate = max(rate*c.Backoff, c.MinRate)
 	}
 	// A cut within ProbeInterval of a raise, with no change between,
@@ -205,57 +239,53 @@ func (p *pool) cutLocked(v windowVerdict, now time.Time) {
 		a.ceiling, a.rateCeiling = 0, 0
 	}
 	a.lastCut, a.lastChange, a.raisedLast = now, now, false
-	p.restartWindowLocked()
+	a.restartWindow()
 	if limit == a.limit && rate == a.rate {
-		return // at the floors already
+		return nil // at the floors already
 	}
 	a.reason = v.reason
-	p.changeEffectiveLocked(PoolThrottled, v, limit, rate, now)
+	return a.change(PoolThrottled, v, limit, rate, now)
 }
 
-// raisedLocked returns the effective limits a raise would set: Increase ×
-// the configured values added to the lowered ones, not above the
-// configured ones.
-func (p *pool) raisedLocked() (int64, float64) {
-	c, a := &p.cfg.Adaptive, &p.ad
+// raised returns the effective limits a raise would set: Increase × the
+// configured values added to the lowered ones, not above the configured
+// ones.
+func (a *adaptive) raised() (int64, float64) {
 	limit, rate := a.limit, a.rate
-	if limit < p.cfg.ConcurrencyLimit {
-		step := max(1, int64(math.Ceil(c.Increase*float64(p.cfg.ConcurrencyLimit))))
-		limit = min(limit+step, p.cfg.ConcurrencyLimit)
+	if limit < a.conf {
+		step := max(1, int64(math.Ceil(a.cfg.Increase*float64(a.conf))))
+		limit = min(limit+step, a.conf)
 	}
-	if rate < p.cfg.Rate {
-		rate = min(rate+c.Increase*p.cfg.Rate, p.cfg.Rate)
+	if rate < a.confRate {
+		rate = min(rate+a.cfg.Increase*a.confRate, a.confRate)
 	}
 	return limit, rate
 }
 
-// raiseIntervalLocked returns the least time from the last change to the
-// next raise: ProbeInterval when that raise would reach the level at
-// which the last one failed (the learned capacity), Interval otherwise.
-func (p *pool) raiseIntervalLocked() time.Duration {
-	a := &p.ad
-	limit, rate := p.raisedLocked()
+// raiseInterval returns the least time from the last change to the next
+// raise: ProbeInterval when that raise would reach the level at which the
+// last one failed (the learned capacity), Interval otherwise.
+func (a *adaptive) raiseInterval() time.Duration {
+	limit, rate := a.raised()
 	if (a.ceiling > 0 && limit >= a.ceiling) || (a.rateCeiling > 0 && rate >= a.rateCeiling) {
-		return p.cfg.Adaptive.ProbeInterval
+		return a.cfg.ProbeInterval
 	}
-	return p.cfg.Adaptive.Interval
+	return a.cfg.Interval
 }
 
-// probingLocked reports whether an effective value is at or above the
-// level at which a raise last failed: its window is judged against half
-// the error threshold, as a fast-failing backend shows an overshoot of one
-// permit as a few percent of errors, under the threshold.
-func (p *pool) probingLocked() bool {
-	a := &p.ad
+// probing reports whether an effective value is at or above the level at
+// which a raise last failed: its window is judged against half the error
+// threshold, as a fast-failing backend shows an overshoot of one permit
+// as a few percent of errors, under the threshold.
+func (a *adaptive) probing() bool {
 	return (a.ceiling > 0 && a.limit >= a.ceiling) || (a.rateCeiling > 0 && a.rate >= a.rateCeiling)
 }
 
-// raiseLocked raises the effective limits (raisedLocked) and starts the
-// window over, so the next decision judges the new limits. A raise from
-// at or above a ceiling, which held for ProbeInterval, forgets it.
-func (p *pool) raiseLocked(v windowVerdict, now time.Time) {
-	a := &p.ad
-	limit, rate := p.raisedLocked()
+// raise raises the effective limits (raised) and starts the window over,
+// so the next decision judges the new limits. A raise from at or above a
+// ceiling, which held for ProbeInterval, forgets it.
+func (a *adaptive) raise(v windowVerdict, now time.Time) *adaptiveChange {
+	limit, rate := a.raised()
 	if a.ceiling > 0 && a.limit >= a.ceiling {
 		a.ceiling = 0
 	}
@@ -263,126 +293,94 @@ func (p *pool) raiseLocked(v windowVerdict, now time.Time) {
 		a.rateCeiling = 0
 	}
 	a.lastChange, a.lastRaise, a.raisedLast = now, now, true
-	p.restartWindowLocked()
-	if limit == p.cfg.ConcurrencyLimit && rate == p.cfg.Rate {
+	a.restartWindow()
+	if limit == a.conf && rate == a.confRate {
 		a.reason = ThrottleNone
 	}
-	p.changeEffectiveLocked(PoolRelieved, v, limit, rate, now)
+	return a.change(PoolRelieved, v, limit, rate, now)
 }
 
-// restartWindowLocked empties the window, feeding its buckets into the
-// latency baseline first.
-func (p *pool) restartWindowLocked() {
-	w := &p.ad.win
+// restartWindow empties the window, feeding its buckets into the latency
+// baseline first.
+func (a *adaptive) restartWindow() {
+	w := &a.win
 	for i := 1; i <= AdaptiveWindowBuckets; i++ {
-		p.closeBucketLocked(w.buckets[(w.head+i)%AdaptiveWindowBuckets])
+		a.closeBucket(w.buckets[(w.head+i)%AdaptiveWindowBuckets])
 	}
 	w.reset(w.width)
 }
 
-// changeEffectiveLocked makes limit and rate the effective values and
-// reports the change as an event of type typ.
-func (p *pool) changeEffectiveLocked(typ PoolEventType, v windowVerdict, limit int64, rate float64, now time.Time) {
-	a := &p.ad
-	ev := PoolEvent{
-		Pool: p.name, Type: typ, Time: now, Reason: v.reason,
-		ConcurrencyLimit: limit, PrevConcurrencyLimit: a.limit, ConfiguredConcurrencyLimit: p.cfg.ConcurrencyLimit,
-		Rate: rate, PrevRate: a.rate, ConfiguredRate: p.cfg.Rate,
-		Samples: v.tot.total(), ErrorRatio: v.tot.badRatio(), Latency: v.tot.latMean(), Baseline: v.base,
+// change makes limit and rate the effective values and returns the
+// change, with its event of type typ.
+func (a *adaptive) change(typ PoolEventType, v windowVerdict, limit int64, rate float64, now time.Time) *adaptiveChange {
+	ch := &adaptiveChange{
+		ev: PoolEvent{
+			Type: typ, Time: now, Reason: v.reason,
+			ConcurrencyLimit: limit, PrevConcurrencyLimit: a.limit, ConfiguredConcurrencyLimit: a.conf,
+			Rate: rate, PrevRate: a.rate, ConfiguredRate: a.confRate,
+			Samples: v.tot.total(), ErrorRatio: v.tot.badRatio(), Latency: v.tot.latMean(), Baseline: v.base,
+		},
+		lowered:     limit < a.limit,
+		raised:      limit > a.limit || rate > a.rate,
+		rateChanged: rate != a.rate,
 	}
 	if typ != PoolThrottled {
-		ev.Reason = ThrottleNone
+		ch.ev.Reason = ThrottleNone
 	}
-	lowered := limit < a.limit
-	raised := limit > a.limit || rate > a.rate
-	a.limit = limit
-	if rate != a.rate {
-		a.rate = rate
-		p.rebalanceSharesLocked(now) // shrunk shares are pushed to their holders
-		p.applyRateLocked(now)       // exact tokens: at once
-	}
-	if lowered {
-		p.effectiveLimitLoweredLocked(now)
-	}
-	if raised {
-		p.dispatchLocked(now)
-	}
-	p.out.events = append(p.out.events, ev)
-	p.marksLocked() // the capacity moved
-	p.persistEffectiveLocked()
+	a.limit, a.rate = limit, rate
+	return ch
 }
 
-// effectiveLimitLoweredLocked is called when the effective concurrency
-// limit was lowered, possibly under the weight held. With RevocationWait,
-// held leases continue and nothing is granted until the held weight is
-// under the new limit (admitLocked); with RevocationRevoke, leases are
-// revoked until it is within it (enforceLimitLocked).
-func (p *pool) effectiveLimitLoweredLocked(now time.Time) { p.enforceLimitLocked(now) }
-
-// armAdaptiveTimerLocked keeps a timer armed while an effective limit is
-// lowered, for the next raise: limits come back even when nothing is
-// reported. It stops the timer otherwise.
-func (p *pool) armAdaptiveTimerLocked(now time.Time) {
-	a := &p.ad
-	if !p.cfg.Adaptive.Enabled || !p.loweredLocked() || p.deleted {
+// arm keeps the timer armed while an effective limit is lowered, for the
+// next raise: limits come back even when nothing is reported. It stops
+// the timer otherwise, and once the part is stopped.
+func (a *adaptive) arm(now time.Time) {
+	if !a.cfg.Enabled || !a.lowered() || a.stopped {
 		if a.timer != nil && !a.timerAt.IsZero() {
 			a.timer.Stop()
 		}
 		a.timerAt = time.Time{}
 		return
 	}
-	at := a.lastChange.Add(p.raiseIntervalLocked())
-	if c := a.lastCut.Add(p.cfg.Adaptive.Cooldown); c.After(at) {
+	at := a.lastChange.Add(a.raiseInterval())
+	if c := a.lastCut.Add(a.cfg.Cooldown); c.After(at) {
 		at = c // no raise within the cooldown of a cut either
 	}
 	if !at.After(now) {
-		at = now.Add(p.cfg.Adaptive.Interval)
+		at = now.Add(a.cfg.Interval)
 	}
 	if at.Equal(a.timerAt) {
 		return
 	}
 	a.timerAt = at
 	if a.timer == nil {
-		a.timer = p.e.clock.AfterFunc(at.Sub(now), p.onAdaptiveTimer)
+		a.timer = a.clock.AfterFunc(at.Sub(now), a.fire)
 	} else {
 		a.timer.Reset(at.Sub(now))
 	}
 }
 
-// onAdaptiveTimer evaluates the window of a lowered pool.
-func (p *pool) onAdaptiveTimer() {
-	p.mu.Lock()
-	p.ad.timerAt = time.Time{}
-	if p.deleted || !p.cfg.Adaptive.Enabled || !p.e.acting() {
-		p.unlock()
-		return
-	}
-	now := p.e.clock.Now()
-	p.ad.win.rotate(now, p.closeBucketLocked)
-	p.evaluateAdaptiveLocked(now)
-	p.unlock()
-}
-
 // admits lets weight be granted if the held weight stays within the
 // effective concurrency limit, in a pool with a concurrency limit.
-func (a *adaptive) admits(p *pool, weight int64, _ time.Time) bool {
-	return p.cfg.ConcurrencyLimit == 0 || p.held+weight <= a.limit
+func (a *adaptive) admits(held, weight int64, _ time.Time) bool {
+	return a.conf == 0 || held+weight <= a.limit
 }
 
 // describe gives the held weight against the effective limit.
-func (a *adaptive) describe(p *pool, _ time.Time) string {
-	if p.cfg.ConcurrencyLimit == 0 {
+func (a *adaptive) describe(held int64, _ time.Time) string {
+	if a.conf == 0 {
 		return ""
 	}
-	s := "held " + itoa(p.held) + " of limit " + itoa(a.limit)
-	if a.limit < p.cfg.ConcurrencyLimit {
-		s += " (lowered from " + itoa(p.cfg.ConcurrencyLimit) + " by adaptive control)"
+	s := "held " + itoa(held) + " of limit " + itoa(a.limit)
+	if a.limit < a.conf {
+		s += " (lowered from " + itoa(a.conf) + " by adaptive control)"
 	}
 	return s
 }
 
 // stop stops the timer for good (pool deleted, engine closed).
 func (a *adaptive) stop() {
+	a.stopped = true
 	if a.timer != nil {
 		a.timer.Stop()
 	}
@@ -390,10 +388,10 @@ func (a *adaptive) stop() {
 }
 
 // status fills in the effective limits and the adaptive window.
-func (a *adaptive) status(p *pool, s *PoolStatus, now time.Time) {
+func (a *adaptive) status(s *PoolStatus, now time.Time) {
 	s.EffectiveConcurrencyLimit = a.limit
 	s.EffectiveRate = a.rate
-	if !p.cfg.Adaptive.Enabled {
+	if !a.cfg.Enabled {
 		return
 	}
 	s.ThrottleReason = a.reason
@@ -403,4 +401,49 @@ func (a *adaptive) status(p *pool, s *PoolStatus, now time.Time) {
 	w.rotate(now, func(outcomeBucket) {})
 	t := w.totals()
 	s.WindowSamples, s.WindowErrorRatio, s.WindowLatency = t.total(), t.badRatio(), t.latMean()
+}
+
+// recordOutcomesLocked counts reported outcomes and, with adaptive control
+// on, feeds them to the effective limits and carries out their change.
+func (p *pool) recordOutcomesLocked(b outcomeBucket, now time.Time) {
+	p.stats.SuccessesReported += b.successes
+	p.stats.ErrorsReported += b.errors
+	p.stats.TimeoutsReported += b.timeouts
+	if !p.cfg.Adaptive.Enabled {
+		return
+	}
+	p.adaptedLocked(p.ad.record(b, now), now)
+}
+
+// adaptedLocked carries out a change of the effective limits (ch, nil for
+// none), records them with the pool's durable state if they differ from
+// what is recorded (adaptive.recorded), and re-arms the adaptive timer. A
+// lowered rate shrinks the shares above their new targets at once (pushed
+// to their holders) and the bucket; a lowered concurrency limit, possibly
+// under the weight held, is enforced by the pool's revocation policy:
+// with RevocationWait, held leases continue and nothing is granted until
+// the held weight is under it (admitLocked); with RevocationRevoke,
+// leases are revoked until it is within it (enforceLimitLocked).
+func (p *pool) adaptedLocked(ch *adaptiveChange, now time.Time) {
+	if ch != nil {
+		if ch.rateChanged {
+			p.shr.setRate(p.ad.rate, &p.out)
+			p.applyRateLocked(now) // exact tokens: at once
+		}
+		if ch.lowered {
+			p.enforceLimitLocked(now)
+		}
+		if ch.raised {
+			p.dispatchLocked(now)
+		}
+		ch.ev.Pool = p.name
+		p.out.events = append(p.out.events, ch.ev)
+		p.marksLocked() // the capacity moved
+		if conc, rate := p.ad.recorded(); p.e.persister != nil && (p.dur.state.EffectiveConcurrency != conc || p.dur.state.EffectiveRate != rate) {
+			st := p.dur.state
+			st.EffectiveConcurrency, st.EffectiveRate = conc, rate
+			_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the adaptive limits of pool "+quote(p.name)) // best effort
+		}
+	}
+	p.ad.arm(now)
 }

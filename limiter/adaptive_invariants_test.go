@@ -16,7 +16,9 @@ import (
 //     the effective rate (exactly, in share units); each is within its
 //     want; the table's list, map and heap agree; no live share is past
 //     its expiry once the clock's due timers have run;
-//   - the bucket refills at the effective rate less the shares.
+//   - the bucket refills at the effective rate less the shares;
+//   - the parts' copies of the pool's configuration and effective rate
+//     are the pool's.
 func (p *pool) checkAdaptiveLocked(now time.Time) error {
 	c, a := p.cfg.Adaptive, p.ad
 	switch {
@@ -32,6 +34,16 @@ func (p *pool) checkAdaptiveLocked(now time.Time) error {
 		return fmt.Errorf("rate not adapted but effective rate %v != configured %v", a.rate, p.cfg.Rate)
 	}
 	t := &p.shr
+	// The parts' copies of the configuration and of the effective rate
+	// follow the pool's.
+	switch {
+	case a.cfg != c || a.conf != p.cfg.ConcurrencyLimit || a.confRate != p.cfg.Rate:
+		return fmt.Errorf("adaptive part configured with %+v, %d, %v; the pool with %+v, %d, %v", a.cfg, a.conf, a.confRate, c, p.cfg.ConcurrencyLimit, p.cfg.Rate)
+	case t.rate != a.rate || t.confRate != p.cfg.Rate || t.burst != p.cfg.Burst || t.safeRate != p.cfg.SafeRate || t.pool != p.name:
+		return fmt.Errorf("share table has rate %v (configured %v, burst %d, safe %v); the pool %v (%v, %d, %v)", t.rate, t.confRate, t.burst, t.safeRate, a.rate, p.cfg.Rate, p.cfg.Burst, p.cfg.SafeRate)
+	case p.mk.conf != p.cfg.ConcurrencyLimit || p.mk.Marks != p.cfg.EffectiveMarks():
+		return fmt.Errorf("marks %+v for limit %d; the pool's are %+v for %d", p.mk.Marks, p.mk.conf, p.cfg.EffectiveMarks(), p.cfg.ConcurrencyLimit)
+	}
 	if len(t.list) != len(t.byID) || len(t.list) != len(t.expiry) {
 		return fmt.Errorf("shares: list %d, map %d, heap %d", len(t.list), len(t.byID), len(t.expiry))
 	}

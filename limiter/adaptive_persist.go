@@ -12,68 +12,79 @@ import "time"
 // (adaptive state is soft; at worst a restart starts nearer the
 // configured limits).
 
-// persistEffectiveLocked records the effective limits if they differ
-// from what is recorded: the lowered values, or 0 for a limit at its
-// configured value.
-func (p *pool) persistEffectiveLocked() {
-	if p.e.persister == nil {
-		return
+// recorded returns the effective limits to record: the lowered values,
+// or 0 for a limit at its configured value.
+func (a *adaptive) recorded() (conc int64, rate float64) {
+	if a.limit < a.conf {
+		conc = a.limit
 	}
-	conc, rate := int64(0), 0.0
-	if p.ad.limit < p.cfg.ConcurrencyLimit {
-		conc = p.ad.limit
+	if a.rate < a.confRate {
+		rate = a.rate
 	}
-	if p.ad.rate < p.cfg.Rate {
-		rate = p.ad.rate
-	}
-	st := p.dur.state
-	if st.EffectiveConcurrency == conc && st.EffectiveRate == rate {
-		return
-	}
-	st.EffectiveConcurrency, st.EffectiveRate = conc, rate
-	_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the adaptive limits of pool "+quote(p.name)) // best effort
+	return conc, rate
 }
 
-// restoreEffectiveLocked starts a restored pool with adaptive control on
-// at the effective limits recorded, within their floors and configured
-// values, and arms the timer that raises them back while healthy. A
-// lowered concurrency limit takes effect when the recovery window ends
-// (applyRestoredLimitLocked): until then nothing new is granted anyway,
-// and leases from before the restart, which may hold more than the
-// lowered limit (under RevocationWait), are re-adopted within the
-// configured one, as they were granted.
-func (p *pool) restoreEffectiveLocked(st DurableState, now time.Time) {
-	c := p.cfg.Adaptive
+// restore starts a restored pool with adaptive control on at the
+// effective limits recorded (conc and rate; 0: not lowered), within their
+// floors and configured values, and reports whether the effective rate
+// changed. A lowered concurrency limit is kept aside (restored) until the
+// pool applies it (applyRestored), when the recovery window ends: until
+// then nothing new is granted anyway, and leases from before the restart,
+// which may hold more than the lowered limit (under RevocationWait), are
+// re-adopted within the configured one, as they were granted. The caller
+// arms the timer that raises the limits back while healthy.
+func (a *adaptive) restore(conc int64, rate float64, now time.Time) (rateChanged bool) {
+	c := a.cfg
 	if !c.Enabled {
-		return
+		return false
 	}
-	if c.adaptsConcurrency() && st.EffectiveConcurrency > 0 && st.EffectiveConcurrency < p.cfg.ConcurrencyLimit {
-		p.ad.restored = max(st.EffectiveConcurrency, c.MinConcurrency)
-		if !p.recoveringLocked() {
-			p.applyRestoredLimitLocked(now)
-		}
+	if c.adaptsConcurrency() && conc > 0 && conc < a.conf {
+		a.restored = max(conc, c.MinConcurrency)
 	}
-	if c.adaptsRate() && st.EffectiveRate > 0 && st.EffectiveRate < p.cfg.Rate {
-		p.ad.rate = max(st.EffectiveRate, c.MinRate)
+	if c.adaptsRate() && rate > 0 && rate < a.confRate {
+		a.rate = max(rate, c.MinRate)
+		rateChanged = true
+	}
+	if a.lowered() {
+		a.lastChange = now
+	}
+	return rateChanged
+}
+
+// applyRestored lowers the effective concurrency limit to the one
+// recorded before the restart, if any (and it is still lower), and
+// reports whether it did.
+func (a *adaptive) applyRestored(now time.Time) bool {
+	r := a.restored
+	a.restored = 0
+	if c := a.cfg; r <= 0 || r >= a.limit || !c.Enabled || !c.adaptsConcurrency() {
+		return false // nothing recorded, or the pool changed since the restart
+	}
+	a.limit = r
+	a.lastChange = now
+	return true
+}
+
+// restoreEffectiveLocked starts a restored pool at the effective limits
+// recorded in st (adaptive.restore); a lowered concurrency limit takes
+// effect at once unless the pool is recovering (applyRestoredLimitLocked).
+func (p *pool) restoreEffectiveLocked(st DurableState, now time.Time) {
+	if p.ad.restore(st.EffectiveConcurrency, st.EffectiveRate, now) {
+		p.shr.setRate(p.ad.rate, &p.out) // no shares yet: it only learns the rate
 		p.applyRateLocked(now)
 	}
-	if p.loweredLocked() {
-		p.ad.lastChange = now
-		p.armAdaptiveTimerLocked(now)
+	if !p.recoveringLocked() {
+		p.applyRestoredLimitLocked(now)
 	}
+	p.ad.arm(now)
 }
 
-// applyRestoredLimitLocked lowers the effective concurrency limit to the
-// one recorded before the restart, if any (and it is still lower), and
-// applies the pool's revocation policy to what is held.
+// applyRestoredLimitLocked applies the effective concurrency limit
+// recorded before the restart (adaptive.applyRestored) and the pool's
+// revocation policy to what is held.
 func (p *pool) applyRestoredLimitLocked(now time.Time) {
-	r := p.ad.restored
-	p.ad.restored = 0
-	if c := p.cfg.Adaptive; r <= 0 || r >= p.ad.limit || !c.Enabled || !c.adaptsConcurrency() {
-		return // nothing recorded, or the pool changed since the restart
+	if p.ad.applyRestored(now) {
+		p.enforceLimitLocked(now) // RevocationRevoke
+		p.ad.arm(now)
 	}
-	p.ad.limit = r
-	p.ad.lastChange = now
-	p.enforceLimitLocked(now) // RevocationRevoke
-	p.armAdaptiveTimerLocked(now)
 }

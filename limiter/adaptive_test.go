@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/limiter/fakeclock"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
@@ -372,5 +373,100 @@ func TestAdaptiveProbesGentlyAtTheLearnedCapacity(t *testing.T) {
 	ee.clk.Advance(3 * time.Second)
 	if l, _ := ee.effective(t, "db"); l != 10 {
 		t.Fatalf("limit %d a probe interval after the raise to 9; want 10", l)
+	}
+}
+
+// newAdaptivePart returns an adaptive part, on its own, of a pool with
+// limit and rate and adaptive control on (defaults), on a fake clock; the
+// count of its timer's firings is in *fired.
+func newAdaptivePart(limit int64, rate float64) (*adaptive, *fakeclock.Clock, *int) {
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
+	fired := new(int)
+	a := new(adaptive)
+	cfg := PoolConfig{Name: "p", ConcurrencyLimit: limit, Rate: rate, Adaptive: AdaptiveConfig{Enabled: true}.withDefaults(limit, rate)}
+	a.init(cfg, clk, func() { *fired++ })
+	return a, clk, fired
+}
+
+// TestAdaptivePartCutsRaisesAndArms drives the adaptive part alone: a
+// window of errors cuts both limits by Backoff and says what the pool must
+// do; the timer is armed for the next raise; a healthy tick after Interval
+// raises by Increase.
+func TestAdaptivePartCutsRaisesAndArms(t *testing.T) {
+	a, clk, fired := newAdaptivePart(10, 100)
+	now := clk.Now()
+	if ch := a.record(outcomeBucket{successes: 5, errors: 5}, now); ch != nil {
+		t.Fatalf("a cut below MinSamples: %+v", ch)
+	}
+	ch := a.record(outcomeBucket{errors: 20}, now)
+	if ch == nil || ch.ev.Type != PoolThrottled || ch.ev.Reason != ThrottleErrors || !ch.lowered || !ch.rateChanged || ch.raised {
+		t.Fatalf("cut: %+v", ch)
+	}
+	if a.limit != 8 || a.rate != 80 || ch.ev.PrevConcurrencyLimit != 10 || ch.ev.ConfiguredRate != 100 || ch.ev.Samples != 30 {
+		t.Fatalf("cut to limit %d rate %v; event %+v", a.limit, a.rate, ch.ev)
+	}
+	if !a.lowered() || a.admits(7, 2, now) || !a.admits(7, 1, now) {
+		t.Fatalf("lowered %v; admits 7+2 %v, 7+1 %v", a.lowered(), a.admits(7, 2, now), a.admits(7, 1, now))
+	}
+	if d := a.describe(8, now); d != "held 8 of limit 8 (lowered from 10 by adaptive control)" {
+		t.Fatalf("describe: %q", d)
+	}
+	a.arm(now)
+	if clk.Pending() != 1 {
+		t.Fatalf("timer not armed: %d pending", clk.Pending())
+	}
+	clk.Advance(a.cfg.Interval)
+	if *fired != 1 {
+		t.Fatalf("timer fired %d times by Interval", *fired)
+	}
+	a.fired()
+	ch = a.tick(clk.Now())
+	if ch == nil || ch.ev.Type != PoolRelieved || !ch.raised || a.limit != 9 || a.rate != 85 {
+		t.Fatalf("raise: %+v, limit %d rate %v", ch, a.limit, a.rate)
+	}
+	if conc, rate := a.recorded(); conc != 9 || rate != 85 {
+		t.Fatalf("recorded %d, %v", conc, rate)
+	}
+	a.stop()
+	a.arm(clk.Now())
+	if clk.Pending() != 0 {
+		t.Fatal("a stopped part armed its timer")
+	}
+}
+
+// TestAdaptivePartConfigure: a lowered value stays lowered, within its new
+// configured value, across an update; turning adaptive control off gives
+// the configured values back.
+func TestAdaptivePartConfigure(t *testing.T) {
+	a, clk, _ := newAdaptivePart(10, 100)
+	a.record(outcomeBucket{errors: 20}, clk.Now())
+	cfg := PoolConfig{Name: "p", ConcurrencyLimit: 20, Rate: 50, Adaptive: a.cfg}
+	if !a.configure(cfg) || a.limit != 8 || a.rate != 50 {
+		t.Fatalf("update: limit %d rate %v", a.limit, a.rate)
+	}
+	cfg.Adaptive = AdaptiveConfig{}
+	if a.configure(cfg) || a.limit != 20 || a.rate != 50 || a.lowered() || a.reason != ThrottleNone {
+		t.Fatalf("off: limit %d rate %v reason %v", a.limit, a.rate, a.reason)
+	}
+	var s PoolStatus
+	a.status(&s, clk.Now())
+	if s.EffectiveConcurrencyLimit != 20 || s.EffectiveRate != 50 || s.WindowSamples != 0 {
+		t.Fatalf("status %+v", s)
+	}
+}
+
+// TestAdaptivePartRestore: recorded limits come back within the floors;
+// the concurrency limit only when applied (the end of recovery).
+func TestAdaptivePartRestore(t *testing.T) {
+	a, clk, _ := newAdaptivePart(10, 100)
+	if !a.restore(0, 0.5, clk.Now()) || a.rate != 1 { // the floor: 1% of 100
+		t.Fatalf("rate restored to %v", a.rate)
+	}
+	a.restore(4, 0, clk.Now())
+	if a.limit != 10 {
+		t.Fatalf("limit %d before it is applied", a.limit)
+	}
+	if !a.applyRestored(clk.Now()) || a.limit != 4 || a.applyRestored(clk.Now()) {
+		t.Fatalf("limit %d after apply", a.limit)
 	}
 }

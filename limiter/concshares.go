@@ -77,7 +77,7 @@ type concShare struct {
 type concShares struct {
 	byToken map[uint64]*concShare
 	order   []*share // scratch for fairTargets
-	tokens  []uint64 // scratch for rebalanceConcSharesLocked
+	tokens  []uint64 // scratch for retarget
 	fair    []*share // likewise
 	// answering is the lease a ResizeLease answers: its changes are not
 	// pushed, the answer carries them.
@@ -127,16 +127,8 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	if r.Owner != nil {
 		l.owner = r.Owner
 	}
-	cs := p.csh.byToken[r.Token]
-	if r.Want > 0 && cs == nil {
-		if p.csh.byToken == nil {
-			p.csh.byToken = make(map[uint64]*concShare)
-		}
-		cs = &concShare{fair: share{weight: 1}}
-		p.csh.byToken[r.Token] = cs
-	}
-	if cs != nil && r.Want > 0 {
-		cs.fair.want = r.Want
+	if r.Want > 0 {
+		p.csh.want(r.Token, r.Want)
 	}
 	if r.Weight > 0 && r.Weight != l.Weight {
 		p.setWeightLocked(l, r.Weight)
@@ -144,7 +136,7 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	p.csh.answering = r.Token
 	p.dispatchLocked(now) // serves waiters, then rebalances the shares
 	p.csh.answering = 0
-	return p.leaseOutLocked(l), nil
+	return p.csh.leaseOut(l), nil
 }
 
 // setWeightLocked changes a live lease's weight and the pool's held weight.
@@ -161,58 +153,95 @@ func (p *pool) setWeightLocked(l *lease, w int64) {
 	p.marksLocked()
 }
 
-// leaseOutLocked returns the snapshot of l, with Share set for a share.
-func (p *pool) leaseOutLocked(l *lease) Lease {
+// want makes the lease of token a share wanting want, or sets what its
+// share wants.
+func (c *concShares) want(token uint64, want int64) {
+	cs := c.byToken[token]
+	if cs == nil {
+		if c.byToken == nil {
+			c.byToken = make(map[uint64]*concShare)
+		}
+		cs = &concShare{fair: share{weight: 1}}
+		c.byToken[token] = cs
+	}
+	cs.fair.want = want
+}
+
+// leaseOut returns the snapshot of l, with Share set for a share.
+func (c *concShares) leaseOut(l *lease) Lease {
 	out := l.Lease
-	if cs := p.csh.byToken[l.FencingToken]; cs != nil {
+	if cs := c.byToken[l.FencingToken]; cs != nil {
 		out.Share = &ConcShare{Want: cs.fair.want, Target: cs.fair.target, Version: cs.ver}
 	}
 	return out
 }
 
-// forgetConcShareLocked drops the share record of a lease that ended.
-func (p *pool) forgetConcShareLocked(token uint64) {
-	if p.csh.byToken != nil {
-		delete(p.csh.byToken, token)
+// forget drops the share record of a lease that ended.
+func (c *concShares) forget(token uint64) {
+	if c.byToken != nil {
+		delete(c.byToken, token)
 	}
 }
 
-// rebalanceConcSharesLocked sets every share's target (its max-min fair
-// part of what ordinary leases and waiters leave of the effective limit,
-// at least 1), grows shares toward their targets from free capacity when
-// no acquire waits, and reports the shares whose weight or target changed
-// to their holders. dispatchLocked calls it after serving the queue.
-func (p *pool) rebalanceConcSharesLocked(now time.Time) {
-	if len(p.csh.byToken) == 0 || p.cfg.ConcurrencyLimit == 0 {
-		return
-	}
-	tokens, fair := p.csh.tokens[:0], p.csh.fair[:0]
+// retarget sets every share's target: its max-min fair part of what
+// ordinary leases and waiters leave of the effective limit (of held, the
+// shares hold their leases' weights), at least 1. It returns the shares'
+// tokens, oldest first (scratch space, valid until the next call).
+func (c *concShares) retarget(limit, held, waitingWeight int64, leases map[uint64]*lease) []uint64 {
+	tokens, fair := c.tokens[:0], c.fair[:0]
 	var shareHeld int64
-	for tok := range p.csh.byToken {
+	for tok := range c.byToken {
 		tokens = append(tokens, tok)
 	}
 	slices.Sort(tokens) // oldest first: growth and reports in a stable order
 	for _, tok := range tokens {
-		shareHeld += p.leases[tok].Weight
-		fair = append(fair, &p.csh.byToken[tok].fair)
+		shareHeld += leases[tok].Weight
+		fair = append(fair, &c.byToken[tok].fair)
 	}
-	capacity := max(p.ad.limit-(p.held-shareHeld)-p.waitingWeight, 0)
-	p.csh.order = fairTargets(fair, capacity, p.csh.order)
-	p.csh.tokens, p.csh.fair = tokens, fair
-	defer clear(fair) // drop the pointers
+	capacity := max(limit-(held-shareHeld)-waitingWeight, 0)
+	c.order = fairTargets(fair, capacity, c.order)
+	clear(fair) // drop the pointers
+	c.tokens, c.fair = tokens, fair
 	for _, tok := range tokens {
-		cs, l := p.csh.byToken[tok], p.leases[tok]
+		cs := c.byToken[tok]
 		cs.fair.target = max(cs.fair.target, 1)
-		if grow := min(cs.fair.target-l.Weight, p.ad.limit-p.held); grow > 0 && len(p.waiters) == 0 && p.admitLocked(grow, now) &&
+	}
+	return tokens
+}
+
+// target returns the target of the share of token.
+func (c *concShares) target(token uint64) int64 { return c.byToken[token].fair.target }
+
+// heard records that the share of token now has weight and reports
+// whether its holder must hear of it: its weight or target changed since
+// it last did, and it is not the share a ResizeLease answers.
+func (c *concShares) heard(token uint64, weight int64) bool {
+	cs := c.byToken[token]
+	cur := [2]int64{weight, cs.fair.target}
+	if cur == cs.pushed {
+		return false
+	}
+	cs.ver++
+	cs.pushed = cur
+	return token != c.answering // its holder hears it in the answer
+}
+
+// rebalanceConcSharesLocked sets every share's target (concShares.retarget),
+// grows shares toward their targets from free capacity when no acquire
+// waits, and reports the shares whose weight or target changed to their
+// holders. dispatchLocked calls it after serving the queue.
+func (p *pool) rebalanceConcSharesLocked(now time.Time) {
+	if len(p.csh.byToken) == 0 || p.cfg.ConcurrencyLimit == 0 {
+		return
+	}
+	for _, tok := range p.csh.retarget(p.ad.limit, p.held, p.waitingWeight, p.leases) {
+		l := p.leases[tok]
+		if grow := min(p.csh.target(tok)-l.Weight, p.ad.limit-p.held); grow > 0 && len(p.waiters) == 0 && p.admitLocked(grow, now) &&
 			p.reserveLocked(now, l.ExpireTime, grow) == nil { // a share that cannot write its bound grows later
 			p.setWeightLocked(l, l.Weight+grow)
 		}
-		if cur := [2]int64{l.Weight, cs.fair.target}; cur != cs.pushed {
-			cs.ver++
-			cs.pushed = cur
-			if tok != p.csh.answering { // its holder hears it in the answer
-				p.out.resized = append(p.out.resized, LeaseResized{Lease: p.leaseOutLocked(l), Owner: l.owner})
-			}
+		if p.csh.heard(tok, l.Weight) {
+			p.out.resized = append(p.out.resized, LeaseResized{Lease: p.csh.leaseOut(l), Owner: l.owner})
 		}
 	}
 }

@@ -281,3 +281,36 @@ func TestConcSharesRandomized(t *testing.T) {
 		}
 	}
 }
+
+// TestConcSharesPart drives the concurrency shares alone: two shares
+// divide what an ordinary lease and the waiters leave of the limit; a
+// change of weight or target is heard once, except by the share a resize
+// answers; an ended lease's share is forgotten.
+func TestConcSharesPart(t *testing.T) {
+	leases := map[uint64]*lease{
+		1: {Lease: Lease{FencingToken: 1, Weight: 2}}, // ordinary
+		2: {Lease: Lease{FencingToken: 2, Weight: 1}},
+		3: {Lease: Lease{FencingToken: 3, Weight: 1}},
+	}
+	var c concShares
+	c.want(3, 10)
+	c.want(2, 2)
+	tokens := c.retarget(10, 4, 1, leases) // 10 - 2 ordinary - 1 waiting = 7 for the shares
+	if len(tokens) != 2 || tokens[0] != 2 || c.target(2) != 2 || c.target(3) != 5 {
+		t.Fatalf("tokens %v, targets %d, %d", tokens, c.target(2), c.target(3))
+	}
+	c.answering = 2
+	if c.heard(2, 1) || !c.heard(3, 1) || c.heard(3, 1) {
+		t.Fatal("a change was not heard once, or the answered share was pushed")
+	}
+	if l := c.leaseOut(leases[3]); l.Share == nil || l.Share.Want != 10 || l.Share.Target != 5 || l.Share.Version != 1 {
+		t.Fatalf("lease out %+v", l.Share)
+	}
+	if l := c.leaseOut(leases[1]); l.Share != nil {
+		t.Fatal("an ordinary lease has a share")
+	}
+	c.forget(3)
+	if c.retarget(1, 3, 0, leases); c.target(2) != 1 { // at least 1, even with nothing left
+		t.Fatalf("target %d", c.target(2))
+	}
+}

@@ -252,7 +252,7 @@ func (p *pool) timeOutWaiter(w *waiter) {
 func (p *pool) busyLocked(now time.Time) string {
 	var parts []string
 	for _, g := range p.gates {
-		if d := g.describe(p, now); d != "" {
+		if d := g.describe(p.held, now); d != "" {
 			parts = append(parts, d)
 		}
 	}

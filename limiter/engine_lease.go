@@ -163,5 +163,5 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 	if owner != nil {
 		l.owner = owner
 	}
-	return p.leaseOutLocked(l), nil
+	return p.csh.leaseOut(l), nil
 }

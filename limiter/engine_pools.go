@@ -114,12 +114,10 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallO
 	if err := p.persistConfigLocked(cfg, now); err != nil { // durable before visible
 		return PoolInfo{}, err
 	}
-	old := p.cfg
 	p.cfg = cfg
 	p.updateTime = now
 	e.pools.changed()
-	p.limitsChangedLocked(old, now) // effective limits and shares follow
-	p.applyMarksLocked()
+	p.configureLocked(now)             // effective limits, shares and marks follow
 	p.enforceLimitByLocked(now, actor) // RevocationRevoke
 	p.applyRateLocked(now)
 	p.failWaitersLocked(func(w *waiter) error {
@@ -169,7 +167,7 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	p.expiry = nil
 	p.held = 0
 	p.notifyDrainedLocked() // DrainPool callers return
-	p.endAllSharesLocked(ShareRevoked)
+	p.shr.endAll(ShareRevoked, &p.out)
 	p.providersGoneLocked()
 	p.stopTimersLocked()
 	p.endedLocked(ended)

@@ -191,8 +191,8 @@ func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration)
 	if delay > maxWait {
 		r.CancelAt(now)
 		p.stats.Rejected++
-		if p.noRefillLocked() { // rate shares hold the whole rate
-			return nil, nil, 0, p.noRefillErrLocked(tokens)
+		if p.bucket.Limit() <= 0 { // rate shares hold the whole rate
+			return nil, nil, 0, p.shr.noRefillErr(tokens)
 		}
 		return nil, nil, 0, &apierr.Error{Code: apierr.CodeResourceExhausted, Reason: apierr.ReasonRateLimited, RetryAfter: delay,
 			Message: "pool " + quote(pool) + " would have " + itoa(tokens) + " tokens in " + delay.String() + ", beyond the wait limit of " + maxWait.String() + "; retry after that"}

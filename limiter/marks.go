@@ -166,35 +166,83 @@ type markState struct {
 
 	reported   [markKinds]time.Time // when each kind was last reported
 	suppressed MarkEventCounts      // crossings not reported since then
+	total      MarkEventCounts      // crossings not reported, ever
+
+	// The pool's name and configured concurrency limit (configure), for
+	// the events.
+	pool string
+	conf int64
+
+	clock     Clock
+	fire      func()        // ends a low-utilisation period (endPeriod)
+	listening bool          // someone hears the events: else none is made
+	interval  time.Duration // the engine's MarkEventInterval
 }
 
-// applyMarksLocked takes the marks of p.cfg, and starts, restarts or stops
-// the low-utilisation period when its mark or period changed. Call it
-// when the pool is created and when its configuration changes.
-func (p *pool) applyMarksLocked() {
-	old := p.mk.Marks
-	p.mk.Marks = p.cfg.EffectiveMarks()
-	p.mk.low = false // an update re-arms low utilisation
-	if p.mk.Overload == 0 {
-		p.mk.overloaded = false
+// load is where a pool stands against its capacity, as the marks see it.
+type load struct {
+	held, waiting int64
+	limit         int64 // the effective concurrency limit; 0: none
+	instances     int64 // of an active or passive pool; -1 in a free pool
+}
+
+// capacity returns what utilisation is a fraction of: the effective
+// concurrency limit, or in an active or passive pool its instances
+// (within that limit, if it has one); 0 without either.
+func (l load) capacity() int64 {
+	capacity := l.limit
+	if l.instances >= 0 && (capacity == 0 || l.instances < capacity) {
+		capacity = l.instances
 	}
-	if p.mk.NearFull == 0 {
-		p.mk.nearFull = false
+	return max(capacity, 0)
+}
+
+// utilisation returns what utilisation would be with held permits: held
+// / capacity, 0 without one. The marks' hysteresis of one permit compares
+// held ± 1.
+func (l load) utilisation(held int64) float64 {
+	if c := l.capacity(); c > 0 {
+		return float64(held) / float64(c)
 	}
-	low := p.mk.LowUtilisation > 0
-	if p.mk.lowArmed && !p.mk.lowIdle && low && old.LowUtilisationPeriod == p.mk.LowUtilisationPeriod {
+	return 0
+}
+
+// init sets up the marks of a new pool: fire is called when a
+// low-utilisation period ends; events are made only when listening, at
+// most one of a kind per interval.
+func (m *markState) init(clock Clock, fire func(), listening bool, interval time.Duration) {
+	m.clock, m.fire, m.listening, m.interval = clock, fire, listening, interval
+}
+
+// configure takes the marks of cfg, and starts, restarts or stops the
+// low-utilisation period when its mark or period changed; held is the
+// weight held now. The pool calls it when it is created and when its
+// configuration changes.
+func (m *markState) configure(cfg PoolConfig, held int64) {
+	old := m.Marks
+	m.Marks = cfg.EffectiveMarks()
+	m.pool, m.conf = cfg.Name, cfg.ConcurrencyLimit
+	m.low = false // an update re-arms low utilisation
+	if m.Overload == 0 {
+		m.overloaded = false
+	}
+	if m.NearFull == 0 {
+		m.nearFull = false
+	}
+	low := m.LowUtilisation > 0
+	if m.lowArmed && !m.lowIdle && low && old.LowUtilisationPeriod == m.LowUtilisationPeriod {
 		return // the period goes on; a new mark applies at its end
 	}
-	p.mk.stop()
+	m.stop()
 	if !low {
 		return
 	}
-	p.mk.peakHeld = p.held
-	p.mk.lowArmed = true
-	if p.mk.lowTimer == nil {
-		p.mk.lowTimer = p.e.clock.AfterFunc(p.mk.LowUtilisationPeriod, p.onLowUtilisationTimer)
+	m.peakHeld = held
+	m.lowArmed = true
+	if m.lowTimer == nil {
+		m.lowTimer = m.clock.AfterFunc(m.LowUtilisationPeriod, m.fire)
 	} else {
-		p.mk.lowTimer.Reset(p.mk.LowUtilisationPeriod)
+		m.lowTimer.Reset(m.LowUtilisationPeriod)
 	}
 }
 
@@ -206,140 +254,122 @@ func (m *markState) stop() {
 	m.lowArmed, m.lowIdle = false, false
 }
 
-// status fills in the utilisation the marks are checked against.
-func (m *markState) status(p *pool, s *PoolStatus, _ time.Time) {
-	s.Utilisation = p.utilisationLocked()
+// status fills in the mark events not reported. (Utilisation is the
+// pool's: it knows the load.)
+func (m *markState) status(s *PoolStatus, _ time.Time) {
+	s.SuppressedMarkEvents = m.total
 }
 
-// marksLocked checks the overload, drained and near-full marks against
-// held and waiting now, and puts an event in the outbox for each one
-// crossed. Call it after held, the waiters or the capacity (an adaptive
-// change, instances added or removed) change.
-func (p *pool) marksLocked() {
-	m := &p.mk
-	if m.lowIdle && p.held > 0 { // the first grant after an idle period starts the next
+// check checks the overload, drained and near-full marks against ld and
+// puts an event in ob for each one crossed. The pool calls it after held,
+// the waiters or the capacity (an adaptive change, instances added or
+// removed) change.
+func (m *markState) check(ld load, ob *outbox) {
+	if m.lowIdle && ld.held > 0 { // the first grant after an idle period starts the next
 		m.lowIdle = false
-		m.peakHeld = p.held
+		m.peakHeld = ld.held
 		m.lowTimer.Reset(m.LowUtilisationPeriod)
 	}
-	waiting := int64(len(p.waiters))
 	if m.Overload > 0 {
 		switch {
-		case !m.overloaded && waiting >= m.Overload:
+		case !m.overloaded && ld.waiting >= m.Overload:
 			m.overloaded = true
-			p.markEventLocked(PoolOverload, float64(m.Overload), p.utilisationLocked())
-		case m.overloaded && waiting*2 <= m.Overload:
+			m.event(PoolOverload, float64(m.Overload), ld.utilisation(ld.held), ld, ob)
+		case m.overloaded && ld.waiting*2 <= m.Overload:
 			m.overloaded = false
 		}
 	}
-	if waiting > 0 {
+	if ld.waiting > 0 {
 		m.queued = true
-	} else if m.queued && p.held == 0 {
+	} else if m.queued && ld.held == 0 {
 		m.queued = false
-		p.markEventLocked(PoolDrained, 0, 0)
+		m.event(PoolDrained, 0, 0, ld, ob)
 	}
-	m.peakHeld = max(m.peakHeld, p.held)
-	if m.NearFull > 0 && (p.ad.limit > 0 || p.res != nil) {
-		switch u := p.utilisationLocked(); { // against the instances too, in a resource pool
+	m.peakHeld = max(m.peakHeld, ld.held)
+	if m.NearFull > 0 && (ld.limit > 0 || ld.instances >= 0) {
+		switch u := ld.utilisation(ld.held); { // against the instances too, in a resource pool
 		case !m.nearFull && u >= m.NearFull:
 			m.nearFull = true
-			p.markEventLocked(PoolNearFull, m.NearFull, u)
-		case m.nearFull && u < m.NearFull-NearFullHysteresis && p.utilisationWithLocked(p.held+1) < m.NearFull:
+			m.event(PoolNearFull, m.NearFull, u, ld, ob)
+		case m.nearFull && u < m.NearFull-NearFullHysteresis && ld.utilisation(ld.held+1) < m.NearFull:
 			m.nearFull = false
 		}
 	}
 }
 
-// onLowUtilisationTimer ends a low-utilisation period: it reports
-// PoolLowUtilisation if the highest utilisation of the period stayed below
-// the mark, the pool had capacity and the mark is armed, re-arms it if the
-// utilisation reached the mark, and starts the next period.
-func (p *pool) onLowUtilisationTimer() {
-	p.mu.Lock()
-	defer p.unlock()
-	m := &p.mk
-	if p.deleted || !m.lowArmed || !p.e.acting() {
+// endPeriod ends a low-utilisation period: it reports PoolLowUtilisation
+// if the highest utilisation of the period stayed below the mark, the
+// pool had capacity (it is not blocked: suspended or recovering, and
+// nothing waits) and the mark is armed, re-arms it if the utilisation
+// reached the mark, and starts the next period.
+func (m *markState) endPeriod(ld load, blocked bool, ob *outbox) {
+	if !m.lowArmed {
 		return
 	}
-	if m.LowUtilisation > 0 && p.ad.limit > 0 {
-		switch u := float64(m.peakHeld) / float64(p.ad.limit); {
-		case float64(m.peakHeld-1)/float64(p.ad.limit) >= m.LowUtilisation: // a permit above the mark
+	if m.LowUtilisation > 0 && ld.limit > 0 {
+		switch u := float64(m.peakHeld) / float64(ld.limit); {
+		case float64(m.peakHeld-1)/float64(ld.limit) >= m.LowUtilisation: // a permit above the mark
 			m.low = false
 		case u >= m.LowUtilisation: // within the hysteresis: neither
-		case !m.low && !p.susp.on && !p.recoveryBlocksLocked() && len(p.waiters) == 0:
+		case !m.low && !blocked && ld.waiting == 0:
 			m.low = true
-			p.markEventLocked(PoolLowUtilisation, m.LowUtilisation, u)
+			m.event(PoolLowUtilisation, m.LowUtilisation, u, ld, ob)
 		}
 	}
-	m.peakHeld = p.held
-	if m.low && p.held == 0 {
+	m.peakHeld = ld.held
+	if m.low && ld.held == 0 {
 		m.lowIdle = true // no timer ticks for an idle pool
 		return
 	}
 	m.lowTimer.Reset(m.LowUtilisationPeriod)
 }
 
-// utilisationLocked returns held / capacity (capacityLocked); 0 without
-// one.
-func (p *pool) utilisationLocked() float64 { return p.utilisationWithLocked(p.held) }
-
-// utilisationWithLocked returns what utilisation would be with held
-// permits: the marks' hysteresis of one permit compares held ± 1.
-func (p *pool) utilisationWithLocked(held int64) float64 {
-	if c := p.capacityLocked(); c > 0 {
-		return float64(held) / float64(c)
-	}
-	return 0
-}
-
-// capacityLocked returns what utilisation is a fraction of: the effective
-// concurrency limit, or in an active or passive pool its instances
-// (within that limit, if it has one); 0 without either.
-func (p *pool) capacityLocked() int64 {
-	capacity := int64(0)
-	if p.cfg.ConcurrencyLimit > 0 {
-		capacity = p.ad.limit
-	}
-	if p.res != nil {
-		if n := int64(len(p.res.byID)); capacity == 0 || n < capacity {
-			capacity = n
-		}
-	}
-	return max(capacity, 0)
-}
-
-// markEventLocked puts a mark event in the outbox, unless nobody listens
-// or one of its kind was reported within the engine's mark event interval
-// (then it counts it as suppressed).
-func (p *pool) markEventLocked(t PoolEventType, mark, utilisation float64) {
-	if p.e.onPoolEvent == nil {
+// event puts a mark event in ob, unless nobody listens or one of its kind
+// was reported within the engine's mark event interval (then it counts it
+// as suppressed).
+func (m *markState) event(t PoolEventType, mark, utilisation float64, ld load, ob *outbox) {
+	if !m.listening {
 		return
 	}
-	now, k := p.e.clock.Now(), markKind(t)
-	if last := p.mk.reported[k]; !last.IsZero() && now.Sub(last) < p.e.markInterval {
-		p.mk.suppressed[k]++
-		p.stats.SuppressedMarkEvents[k]++
+	now, k := m.clock.Now(), markKind(t)
+	if last := m.reported[k]; !last.IsZero() && now.Sub(last) < m.interval {
+		m.suppressed[k]++
+		m.total[k]++
 		return
 	}
-	p.mk.reported[k] = now
+	m.reported[k] = now
 	ev := PoolEvent{
-		Pool:                       p.name,
+		Pool:                       m.pool,
 		Type:                       t,
 		Time:                       now,
-		Suppressed:                 p.mk.suppressed[k],
-		ConcurrencyLimit:           p.ad.limit,
-		ConfiguredConcurrencyLimit: p.cfg.ConcurrencyLimit,
-		Held:                       p.held,
-		Waiting:                    int64(len(p.waiters)),
+		Suppressed:                 m.suppressed[k],
+		ConcurrencyLimit:           ld.limit,
+		ConfiguredConcurrencyLimit: m.conf,
+		Held:                       ld.held,
+		Waiting:                    ld.waiting,
 		Utilisation:                utilisation,
 		Mark:                       mark,
 	}
-	if p.cfg.ConcurrencyLimit == 0 {
+	if m.conf == 0 {
 		ev.ConcurrencyLimit = 0
 	}
 	if t == PoolLowUtilisation {
-		ev.Period = p.mk.LowUtilisationPeriod
+		ev.Period = m.LowUtilisationPeriod
 	}
-	p.mk.suppressed[k] = 0
-	p.out.events = append(p.out.events, ev)
+	m.suppressed[k] = 0
+	ob.events = append(ob.events, ev)
 }
+
+// loadLocked returns where the pool stands, for its marks.
+func (p *pool) loadLocked() load {
+	ld := load{held: p.held, waiting: int64(len(p.waiters)), limit: p.ad.limit, instances: -1}
+	if p.res != nil {
+		ld.instances = int64(len(p.res.byID))
+	}
+	return ld
+}
+
+// marksLocked checks the marks against the pool's load now
+// (markState.check). Call it after held, the waiters or the capacity
+// change.
+func (p *pool) marksLocked() { p.mk.check(p.loadLocked(), &p.out) }

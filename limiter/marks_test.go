@@ -2,10 +2,12 @@ package limiter
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/limiter/fakeclock"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
@@ -412,5 +414,106 @@ func TestIdlePoolsRunNoTimers(t *testing.T) {
 	ee.clk.Advance(time.Minute)
 	if evs := ee.markEvents(PoolLowUtilisation); len(evs) != 1 || evs[0].Pool != "p7" {
 		t.Fatalf("after a busy period and an idle one: %+v", evs)
+	}
+}
+
+// newMarkPart returns the marks of a pool with limit 10, on their own, on
+// a fake clock, reporting at most one event of a kind per minute.
+func newMarkPart(cfg PoolConfig) (*markState, *fakeclock.Clock) {
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
+	m := new(markState)
+	m.init(clk, func() {}, true, time.Minute)
+	m.configure(cfg.WithDefaults(), 0)
+	return m, clk
+}
+
+// TestMarkPartCrossings drives the marks alone: overload fires once and
+// re-arms at half the mark; near-full re-arms below the hysteresis;
+// drained follows a spell with waiters; a crossing within the interval is
+// suppressed and counted.
+func TestMarkPartCrossings(t *testing.T) {
+	m, clk := newMarkPart(PoolConfig{Name: "p", ConcurrencyLimit: 10, OverloadMark: 4, LowUtilisationMark: MarkOff})
+	var ob outbox
+	types := func() (out []PoolEventType) {
+		for _, ev := range ob.events {
+			out = append(out, ev.Type)
+		}
+		ob = outbox{}
+		return out
+	}
+	m.check(load{held: 9, waiting: 4, limit: 10, instances: -1}, &ob)
+	if got := types(); !slices.Equal(got, []PoolEventType{PoolOverload, PoolNearFull}) {
+		t.Fatalf("events %v", got)
+	}
+	m.check(load{held: 9, waiting: 3, limit: 10, instances: -1}, &ob)
+	m.check(load{held: 8, waiting: 3, limit: 10, instances: -1}, &ob) // within the hysteresis of both
+	if got := types(); len(got) != 0 || !m.overloaded || !m.nearFull {
+		t.Fatalf("events %v, overloaded %v, near full %v", got, m.overloaded, m.nearFull)
+	}
+	m.check(load{held: 7, waiting: 0, limit: 10, instances: -1}, &ob)
+	m.check(load{held: 0, waiting: 0, limit: 10, instances: -1}, &ob)
+	if got := types(); !slices.Equal(got, []PoolEventType{PoolDrained}) || m.overloaded || m.nearFull {
+		t.Fatalf("events %v", got)
+	}
+	m.check(load{held: 10, waiting: 4, limit: 10, instances: -1}, &ob) // again within the interval
+	var s PoolStatus
+	m.status(&s, clk.Now())
+	if got := types(); len(got) != 0 || s.SuppressedMarkEvents.Of(PoolOverload) != 1 || s.SuppressedMarkEvents.Of(PoolNearFull) != 1 {
+		t.Fatalf("events %v, suppressed %v", got, s.SuppressedMarkEvents)
+	}
+	clk.Advance(time.Minute)
+	m.check(load{held: 0, waiting: 0, limit: 10, instances: -1}, &ob)
+	if evs := ob.events; len(evs) != 1 || evs[0].Type != PoolDrained || evs[0].Suppressed != 0 || evs[0].Pool != "p" {
+		t.Fatalf("events %+v", evs)
+	}
+}
+
+// TestMarkPartLowUtilisation: a period whose peak stayed under the mark
+// reports once, unless the pool was blocked; an idle pool then stops its
+// timer until the next grant.
+func TestMarkPartLowUtilisation(t *testing.T) {
+	m, clk := newMarkPart(PoolConfig{Name: "p", ConcurrencyLimit: 10, LowUtilisationPeriod: time.Minute})
+	var ob outbox
+	if clk.Pending() != 1 {
+		t.Fatalf("%d timers", clk.Pending())
+	}
+	idle := load{limit: 10, instances: -1}
+	m.endPeriod(idle, true, &ob) // suspended or recovering: not reported
+	if len(ob.events) != 0 || m.low {
+		t.Fatalf("a blocked pool reported %+v", ob.events)
+	}
+	m.endPeriod(idle, false, &ob)
+	if len(ob.events) != 1 || ob.events[0].Type != PoolLowUtilisation || ob.events[0].Period != time.Minute || !m.lowIdle {
+		t.Fatalf("events %+v, idle %v", ob.events, m.lowIdle)
+	}
+	m.check(load{held: 1, limit: 10, instances: -1}, &ob) // the next grant starts a period
+	if m.lowIdle || m.peakHeld != 1 {
+		t.Fatalf("idle %v, peak %d", m.lowIdle, m.peakHeld)
+	}
+	m.stop()
+	if clk.Pending() != 0 {
+		t.Fatal("the period's timer outlived stop")
+	}
+}
+
+// TestLoadCapacity: utilisation is a fraction of the effective limit, or
+// of the instances where there are fewer.
+func TestLoadCapacity(t *testing.T) {
+	for _, c := range []struct {
+		ld   load
+		want int64
+	}{
+		{load{limit: 10, instances: -1}, 10},
+		{load{limit: 10, instances: 4}, 4},
+		{load{limit: 0, instances: 4}, 4},
+		{load{limit: 3, instances: 4}, 3},
+		{load{limit: 0, instances: -1}, 0},
+	} {
+		if got := c.ld.capacity(); got != c.want {
+			t.Errorf("%+v: capacity %d, want %d", c.ld, got, c.want)
+		}
+	}
+	if u := (load{limit: 4, instances: -1}).utilisation(3); u != 0.75 {
+		t.Errorf("utilisation %v", u)
 	}
 }

@@ -87,20 +87,21 @@ type part interface {
 	// stop stops the part's timers for good (pool deleted, engine closed).
 	stop()
 	// status fills in the part's fields of s.
-	status(p *pool, s *PoolStatus, now time.Time)
+	status(s *PoolStatus, now time.Time)
 }
 
 // A gate is a part that may hold back a grant: admitLocked asks every gate
 // before it takes tokens from the bucket.
 type gate interface {
 	part
-	// admits reports whether weight more permits may be granted at now.
-	// It must not change anything: a later gate or the bucket may refuse.
-	admits(p *pool, weight int64, now time.Time) bool
-	// describe says where the pool stands against the gate, for the
-	// messages of acquires it cannot grant; empty when there is nothing
-	// to say.
-	describe(p *pool, now time.Time) string
+	// admits reports whether weight more permits may be granted at now,
+	// with held permits held. It must not change anything: a later gate
+	// or the bucket may refuse.
+	admits(held, weight int64, now time.Time) bool
+	// describe says where the pool stands against the gate, with held
+	// permits held, for the messages of acquires it cannot grant; empty
+	// when there is nothing to say.
+	describe(held int64, now time.Time) string
 }
 
 // newPool returns a pool whose first fencing token will be above
@@ -127,17 +128,72 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 	for _, g := range p.gates {
 		p.parts = append(p.parts, g)
 	}
-	p.initAdaptiveLocked() // effective limits = configured
+	// Effective limits = configured. The parts' timers: the raise of
+	// lowered limits, the expiry of rate shares and the end of their
+	// recovery window, the end of a low-utilisation period.
+	p.ad.init(cfg, e.clock, p.onTimer(p.ad.fired, func(now time.Time) {
+		p.adaptedLocked(p.ad.tick(now), now)
+	}))
+	p.shr.init(cfg, p.ad.rate, e.clock, p.onTimer(p.shr.fired, func(now time.Time) {
+		if p.shr.expire(now, &p.out) {
+			p.applyRateLocked(now)
+		}
+		if next, ok := p.shr.expiry.top(); ok {
+			p.shr.arm(next.expire, now)
+		}
+		if len(p.waiters) > 0 {
+			p.dispatchLocked(now)
+		}
+	}), p.onTimer(nil, func(now time.Time) {
+		if p.shr.recovered(&p.out) { // the phantom rate goes to the shares and the bucket
+			p.applyRateLocked(now)
+			p.dispatchLocked(now)
+		}
+	}))
+	p.mk.init(e.clock, p.onTimer(nil, func(time.Time) {
+		p.mk.endPeriod(p.loadLocked(), p.susp.on || p.recoveryBlocksLocked(), &p.out)
+	}), e.onPoolEvent != nil, e.markInterval)
 	p.applyRateLocked(now)
 	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
-	p.applyMarksLocked() // event marks
+	p.mk.configure(cfg, p.held) // event marks
 	return p
 }
 
+// configureLocked gives the parts the pool's new configuration
+// (UpdatePool): the effective limits follow it (adaptive.configure), the
+// shares a new effective rate, and the marks theirs. The caller adjusts
+// the bucket.
+func (p *pool) configureLocked(now time.Time) {
+	p.shr.configure(p.cfg)
+	if p.ad.configure(p.cfg) {
+		p.shr.setRate(p.ad.rate, &p.out)
+	}
+	p.ad.arm(now)
+	p.mk.configure(p.cfg, p.held)
+}
+
+// onTimer returns the callback of a part's timer: under the pool's lock,
+// fired (if not nil) notes that the timer went off; then, unless the pool
+// is deleted or the engine frozen, run does the part's work at the
+// engine's time. What it puts in the outbox is delivered after unlocking.
+func (p *pool) onTimer(fired func(), run func(now time.Time)) func() {
+	return func() {
+		p.mu.Lock()
+		defer p.unlock()
+		if fired != nil {
+			fired()
+		}
+		if p.deleted || !p.e.acting() {
+			return
+		}
+		run(p.e.clock.Now())
+	}
+}
+
 // applyRateLocked makes the bucket match the effective rate, less the rate
-// granted as shares (exactRateLocked), and cfg.Burst.
+// granted as shares (shareTable.exactRate), and cfg.Burst.
 func (p *pool) applyRateLocked(now time.Time) {
-	switch r := rate.Limit(p.exactRateLocked()); {
+	switch r := rate.Limit(p.shr.exactRate()); {
 	case p.cfg.Rate == 0:
 		p.bucket = nil
 		p.stopRateTimerLocked()
@@ -191,7 +247,7 @@ func (p *pool) resolveTTLLocked(ttl time.Duration) (time.Duration, error) {
 // takes its tokens from the bucket. It does not look at the wait queue.
 func (p *pool) admitLocked(weight int64, now time.Time) bool {
 	for _, g := range p.gates {
-		if !g.admits(p, weight, now) {
+		if !g.admits(p.held, weight, now) {
 			return false
 		}
 	}
@@ -256,7 +312,7 @@ func (p *pool) removeLeaseLocked(l *lease) {
 	if p.e.persister != nil {
 		p.dur.live.end(l.FencingToken)
 	}
-	p.forgetConcShareLocked(l.FencingToken)
+	p.csh.forget(l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
 	now := p.e.clock.Now()
@@ -448,8 +504,9 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	s.WaitingWeight = p.waitingWeight
 	s.LastFencingToken = p.lastToken
 	for _, pt := range p.parts {
-		pt.status(p, &s, now)
+		pt.status(&s, now)
 	}
+	s.Utilisation = p.loadLocked().utilisation(p.held)
 	if p.bucket != nil {
 		s.TokensAvailable = p.bucket.TokensAt(now)
 	}

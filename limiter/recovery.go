@@ -31,6 +31,16 @@ type window struct {
 	unknown   int64
 	unbounded bool
 	timer     Timer
+	// lim is the pool's effective concurrency limit, which the weight
+	// held and unknown must fit under; instances: the pool has them.
+	lim       *adaptive
+	instances bool
+}
+
+// blocks reports whether the window holds back new grants
+// (recoveryBlocksLocked).
+func (r *recovery) blocks() bool {
+	return r.window != nil && (r.lim.limit > 0 || r.instances)
 }
 
 // unknownHeld is the weight leases from before a restart, not re-adopted
@@ -135,11 +145,14 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 			}
 		}
 		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling,
-			unknown: st.HeldBound, unbounded: st.HeldBound < 0 || cfg.ConcurrencyLimit == 0 || p.res != nil}}
+			unknown: st.HeldBound, unbounded: st.HeldBound < 0 || cfg.ConcurrencyLimit == 0 || p.res != nil,
+			lim: &p.ad, instances: p.res != nil}}
 		p.rec.timer = e.clock.AfterFunc(until.Sub(now), p.onRecoveryEnd)
 	}
 	p.restoreEffectiveLocked(st, now)
-	p.restoreSharesLocked(st, now)
+	if p.shr.restore(st, now) {
+		p.applyRateLocked(now)
+	}
 	e.pools.add(p)
 	return p.infoLocked(now), nil
 }
@@ -191,16 +204,16 @@ func (p *pool) onRecoveryEnd() {
 // all of them when the weight leases from before the restart may hold is
 // not bounded, else those that would not fit beside that weight under the
 // effective concurrency limit.
-func (r *recovery) admits(p *pool, weight int64, _ time.Time) bool {
-	if !p.recoveryBlocksLocked() {
+func (r *recovery) admits(held, weight int64, _ time.Time) bool {
+	if !r.blocks() {
 		return true
 	}
-	return !r.unbounded && p.held+weight+r.unknown <= p.ad.limit
+	return !r.unbounded && held+weight+r.unknown <= r.lim.limit
 }
 
 // describe says until when the window holds back grants.
-func (r *recovery) describe(p *pool, _ time.Time) string {
-	if !p.recoveryBlocksLocked() {
+func (r *recovery) describe(_ int64, _ time.Time) string {
+	if !r.blocks() {
 		return ""
 	}
 	s := "recovering from a restart until " + r.until.UTC().Format(time.RFC3339Nano)
@@ -218,7 +231,7 @@ func (r *recovery) stop() {
 }
 
 // status fills in when the window ends.
-func (r *recovery) status(_ *pool, s *PoolStatus, _ time.Time) { s.RecoveringUntil = r.until }
+func (r *recovery) status(s *PoolStatus, _ time.Time) { s.RecoveringUntil = r.until }
 
 // Readopt describes a lease the holder believes it holds, as sent with a
 // renew, so that an engine restarted since the grant can take the lease

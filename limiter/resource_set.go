@@ -44,17 +44,17 @@ func newResourceSet() *resourceSet {
 }
 
 // admits lets weight be granted if as many instances are free.
-func (rs *resourceSet) admits(_ *pool, weight int64, _ time.Time) bool {
+func (rs *resourceSet) admits(_, weight int64, _ time.Time) bool {
 	return int64(rs.free.Len()) >= weight
 }
 
 // describe gives the instances free of all.
-func (rs *resourceSet) describe(*pool, time.Time) string {
+func (rs *resourceSet) describe(int64, time.Time) string {
 	return itoa(int64(rs.free.Len())) + " of " + itoa(int64(len(rs.byID))) + " instances free"
 }
 
 // status fills in the instances, those free, and the providers.
-func (rs *resourceSet) status(_ *pool, s *PoolStatus, _ time.Time) {
+func (rs *resourceSet) status(s *PoolStatus, _ time.Time) {
 	s.Resources, s.ResourcesFree, s.Providers = int64(len(rs.byID)), int64(rs.free.Len()), int64(len(rs.providers))
 }
 

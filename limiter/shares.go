@@ -182,79 +182,103 @@ type shareTable struct {
 	order   []*share
 	ended   tombstones // recently expired or revoked shares, for messages
 
+	// The pool's name, safe rate, configured rate and burst (configure),
+	// and its effective rate (setRate), which the shares divide.
+	pool     string
+	safeRate float64
+	confRate float64
+	burst    int64
+	rate     float64
+
+	clock   Clock
+	fire    func() // the expiry timer's callback
 	timer   Timer
 	timerAt time.Time // zero when not armed
 
-	rec shareRecovery // after a restart
+	rec     shareRecovery // after a restart
+	recFire func()        // the recovery window's end
 }
 
-// snapshotLocked returns s as its holder sees it.
-func (p *pool) shareSnapshotLocked(s *share) Share {
+// init sets up the table of a new pool of cfg and effective rate rate;
+// fire is called when the expiry timer goes off, recFire when the
+// recovery window ends.
+func (t *shareTable) init(cfg PoolConfig, rate float64, clock Clock, fire, recFire func()) {
+	t.clock, t.fire, t.recFire = clock, fire, recFire
+	t.configure(cfg)
+	t.rate = rate
+}
+
+// configure takes the pool's configuration (at creation and on every
+// update, before setRate).
+func (t *shareTable) configure(cfg PoolConfig) {
+	t.pool, t.safeRate, t.confRate, t.burst = cfg.Name, cfg.SafeRate, cfg.Rate, cfg.Burst
+}
+
+// snapshot returns s as its holder sees it.
+func (t *shareTable) snapshot(s *share) Share {
 	out := Share{
-		Pool: p.name, ID: s.id, ClientID: s.clientID,
+		Pool: t.pool, ID: s.id, ClientID: s.clientID,
 		Want: fromShareUnits(s.want), Weight: s.weight,
 		Rate:     fromShareUnits(s.granted),
-		SafeRate: p.cfg.SafeRate,
+		SafeRate: t.safeRate,
 		TTL:      s.ttl, RefreshInterval: s.ttl / 3,
 		GrantTime: s.grantAt, ExpireTime: s.expire, Version: s.version,
 	}
-	if s.granted > 0 && p.cfg.Rate > 0 {
-		out.Burst = max(1, int64(math.Ceil(out.Rate*float64(p.cfg.Burst)/p.cfg.Rate)))
+	if s.granted > 0 && t.confRate > 0 {
+		out.Burst = max(1, int64(math.Ceil(out.Rate*float64(t.burst)/t.confRate)))
 	}
 	return out
 }
 
-// capacityLocked is the rate shares divide, in share units: the effective
-// rate.
-// After a restart, the rate shares from before it may still be spending
-// (phantom) is not part of it.
-func (p *pool) shareCapacityLocked() int64 {
-	return max(0, toShareUnits(p.ad.rate)-p.shr.rec.phantom)
+// capacity is the rate shares divide, in share units: the effective
+// rate. After a restart, the rate shares from before it may still be
+// spending (phantom) is not part of it.
+func (t *shareTable) capacity() int64 {
+	return max(0, toShareUnits(t.rate)-t.rec.phantom)
 }
 
-// sharedRateLocked is the rate granted as shares, in tokens per second.
-func (p *pool) sharedRateLocked() float64 { return fromShareUnits(p.shr.granted) }
+// sharedRate is the rate granted as shares, in tokens per second.
+func (t *shareTable) sharedRate() float64 { return fromShareUnits(t.granted) }
 
-// exactRateLocked is the rate the pool's bucket refills at: the effective
-// rate minus the rate granted as shares (and, after a restart, minus what
+// exactRate is the rate the pool's bucket refills at: the effective rate
+// minus the rate granted as shares (and, after a restart, minus what
 // shares from before it may still be spending).
-func (p *pool) exactRateLocked() float64 {
-	r := p.ad.rate - p.sharedRateLocked() - fromShareUnits(p.shr.rec.phantom)
-	if p.shr.granted+p.shr.rec.phantom > 0 && r < 1.0/shareUnits {
+func (t *shareTable) exactRate() float64 {
+	r := t.rate - t.sharedRate() - fromShareUnits(t.rec.phantom)
+	if t.granted+t.rec.phantom > 0 && r < 1.0/shareUnits {
 		return 0 // shares hold the whole rate; what is left is rounding
 	}
 	return max(0, r)
 }
 
-// targetsLocked recomputes the fair targets if they are stale.
-func (p *pool) targetsLocked() {
-	t := &p.shr
+// targets recomputes the fair targets if they are stale.
+func (t *shareTable) targets() {
 	if !t.dirty {
 		return
 	}
-	t.order = fairTargets(t.list, p.shareCapacityLocked(), t.order)
+	t.order = fairTargets(t.list, t.capacity(), t.order)
 	t.dirty = false
 }
 
-// setGrantLocked sets s's granted rate to g (share units).
-func (p *pool) setGrantLocked(s *share, g int64) {
-	p.shr.granted += g - s.granted
+// setGrant sets s's granted rate to g (share units).
+func (t *shareTable) setGrant(s *share, g int64) {
+	t.granted += g - s.granted
 	s.granted = g
 	s.version++
 }
 
-// grantableLocked is the most s may be granted now: its target, within
-// what the others leave of the capacity.
-func (p *pool) grantableLocked(s *share) int64 {
-	free := p.shareCapacityLocked() - (p.shr.granted - s.granted)
+// grantable is the most s may be granted now: its target, within what
+// the others leave of the capacity.
+func (t *shareTable) grantable(s *share) int64 {
+	free := t.capacity() - (t.granted - s.granted)
 	return max(0, min(s.target, free))
 }
 
-// growSharesLocked gives the rate no share holds to the shares below
-// their targets, oldest first, and pushes each grown share to its holder.
-func (p *pool) growSharesLocked() {
-	free := p.shareCapacityLocked() - p.shr.granted
-	for _, s := range p.shr.list {
+// grow gives the rate no share holds to the shares below their targets,
+// oldest first, and pushes each grown share to its holder.
+func (t *shareTable) grow(ob *outbox) {
+	free := t.capacity() - t.granted
+	for _, s := range t.list {
 		if free <= 0 {
 			return
 		}
@@ -262,46 +286,58 @@ func (p *pool) growSharesLocked() {
 			continue
 		}
 		add := min(s.target-s.granted, free)
-		p.setGrantLocked(s, s.granted+add)
+		t.setGrant(s, s.granted+add)
 		free -= add
-		p.pushShareLocked(ShareChanged, s)
+		t.push(ob, ShareChanged, s)
 	}
 }
 
-// rebalanceSharesLocked brings the shares in line with a new effective
-// rate: with none, every share is revoked; otherwise shares above their
-// new targets are shrunk at once (and pushed), and rate left free goes to
-// shares below their targets. The caller adjusts the bucket
-// (applyRateLocked).
-func (p *pool) rebalanceSharesLocked(now time.Time) {
-	if len(p.shr.list) == 0 {
+// setRate brings the shares in line with a new effective rate: with none,
+// every share is revoked; otherwise shares above their new targets are
+// shrunk at once (and pushed), and rate left free goes to shares below
+// their targets. The caller adjusts the bucket (applyRateLocked).
+func (t *shareTable) setRate(rate float64, ob *outbox) {
+	t.rate = rate
+	if len(t.list) == 0 {
 		return
 	}
-	if p.ad.rate == 0 {
-		p.endAllSharesLocked(ShareRevoked)
+	if rate == 0 {
+		t.endAll(ShareRevoked, ob)
 		return
 	}
-	p.shr.dirty = true
-	p.targetsLocked()
-	for _, s := range p.shr.list {
+	t.dirty = true
+	t.targets()
+	for _, s := range t.list {
 		if s.granted > s.target {
-			p.setGrantLocked(s, s.target)
-			p.pushShareLocked(ShareChanged, s)
+			t.setGrant(s, s.target)
+			t.push(ob, ShareChanged, s)
 		}
 	}
-	p.growSharesLocked()
+	t.grow(ob)
 }
 
-// pushShareLocked queues an update of s for Options.OnShareUpdate.
-func (p *pool) pushShareLocked(kind ShareUpdateKind, s *share) {
-	p.out.shares = append(p.out.shares, ShareUpdate{Kind: kind, Share: p.shareSnapshotLocked(s), Owner: s.owner})
+// push puts an update of s in the outbox, for Options.OnShareUpdate.
+func (t *shareTable) push(ob *outbox, kind ShareUpdateKind, s *share) {
+	ob.shares = append(ob.shares, ShareUpdate{Kind: kind, Share: t.snapshot(s), Owner: s.owner})
 }
 
-// removeShareLocked takes s out of the table, freeing its rate (the
-// caller grows the others and adjusts the bucket).
-func (p *pool) removeShareLocked(s *share) {
-	t := &p.shr
-	p.setGrantLocked(s, 0)
+// add puts a new share in the table, with nothing granted yet, and
+// recomputes the targets.
+func (t *shareTable) add(s *share) {
+	if t.byID == nil {
+		t.byID = make(map[uint64]*share)
+	}
+	t.byID[s.id] = s
+	t.list = append(t.list, s)
+	t.expiry.push(s)
+	t.dirty = true
+	t.targets()
+}
+
+// remove takes s out of the table, freeing its rate (the caller grows the
+// others and adjusts the bucket).
+func (t *shareTable) remove(s *share) {
+	t.setGrant(s, 0)
 	delete(t.byID, s.id)
 	if s.index >= 0 {
 		t.expiry.remove(s)
@@ -312,10 +348,10 @@ func (p *pool) removeShareLocked(s *share) {
 	t.dirty = true
 }
 
-// endAllSharesLocked ends every share, pushing kind to their holders.
-func (p *pool) endAllSharesLocked(kind ShareUpdateKind) {
-	for _, s := range slices.Clone(p.shr.list) {
-		p.removeShareLocked(s)
-		p.pushShareLocked(kind, s)
+// endAll ends every share, pushing kind to their holders.
+func (t *shareTable) endAll(kind ShareUpdateKind, ob *outbox) {
+	for _, s := range slices.Clone(t.list) {
+		t.remove(s)
+		t.push(ob, kind, s)
 	}
 }

@@ -63,7 +63,7 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 	if err != nil {
 		return Share{}, err
 	}
-	if err := p.sharesAllowedLocked(); err != nil {
+	if err := p.shr.allowed(); err != nil {
 		p.unlock()
 		return Share{}, err
 	}
@@ -83,37 +83,30 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 		p.unlock()
 		return Share{}, err
 	}
-	if t.byID == nil {
-		t.byID = make(map[uint64]*share)
-	}
-	s := &share{id: p.newShareIDLocked(), clientID: req.ClientID, want: toShareUnits(req.Want), weight: req.Weight,
+	s := &share{id: t.newID(), clientID: req.ClientID, want: toShareUnits(req.Want), weight: req.Weight,
 		ttl: ttl, grantAt: now, expire: now.Add(ttl), owner: req.Owner, index: -1}
-	t.byID[s.id] = s
-	t.list = append(t.list, s)
-	t.expiry.push(s)
-	t.dirty = true
-	p.targetsLocked()
-	p.setGrantLocked(s, p.grantableLocked(s)) // only what no one holds: others shrink at their refresh
+	t.add(s)
+	t.setGrant(s, t.grantable(s)) // only what no one holds: others shrink at their refresh
 	p.applyRateLocked(now)
-	p.armShareTimerLocked(s.expire, now)
-	out := p.shareSnapshotLocked(s)
+	t.arm(s.expire, now)
+	out := t.snapshot(s)
 	p.unlock()
 	return out, nil
 }
 
-// sharesAllowedLocked refuses shares of a pool without a rate.
-func (p *pool) sharesAllowedLocked() error {
-	if p.cfg.Rate == 0 {
-		return errorf(apierr.ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; rate shares divide a pool's rate: give the pool a rate, or use Acquire", p.name)
+// allowed refuses shares of a pool without a rate.
+func (t *shareTable) allowed() error {
+	if t.confRate == 0 {
+		return errorf(apierr.ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit; rate shares divide a pool's rate: give the pool a rate, or use Acquire", t.pool)
 	}
 	return nil
 }
 
-// newShareIDLocked returns a random id no live share of p has.
-func (p *pool) newShareIDLocked() uint64 {
+// newID returns a random id no live share has.
+func (t *shareTable) newID() uint64 {
 	for {
 		id := rand.Uint64() >> 11 // at most 2^53: exact in JSON numbers too
-		if _, taken := p.shr.byID[id]; id != 0 && !taken {
+		if _, taken := t.byID[id]; id != 0 && !taken {
 			return id
 		}
 	}
@@ -143,7 +136,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	if err != nil {
 		return Share{}, err
 	}
-	if err := p.sharesAllowedLocked(); err != nil {
+	if err := p.shr.allowed(); err != nil {
 		p.unlock()
 		return Share{}, err
 	}
@@ -156,14 +149,16 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 			return Share{}, err
 		}
 		if ns != nil {
-			out := p.shareSnapshotLocked(ns)
+			out := p.shr.snapshot(ns)
 			p.unlock()
 			return out, nil
 		}
 	}
 	if s == nil || !s.expire.After(now) {
-		p.expireSharesLocked(now)
-		err := p.missingShareErrLocked(r.ID)
+		if p.shr.expire(now, &p.out) {
+			p.applyRateLocked(now)
+		}
+		err := p.shr.missingErr(r.ID)
 		p.unlock()
 		return Share{}, err
 	}
@@ -178,29 +173,12 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 		p.unlock()
 		return Share{}, err
 	}
-	if w := toShareUnits(r.Want); w > 0 && w != s.want {
-		s.want, p.shr.dirty = w, true
-	}
-	if r.Weight > 0 && r.Weight != s.weight {
-		s.weight, p.shr.dirty = r.Weight, true
-	}
-	if r.Owner != nil {
-		s.owner = r.Owner
-	}
-	s.ttl, s.expire = ttl, now.Add(ttl)
-	p.shr.expiry.fix(s.index)
-	p.armShareTimerLocked(s.expire, now)
-	p.targetsLocked()
-	before := s.granted
-	p.setGrantLocked(s, p.grantableLocked(s))
-	if s.granted < before {
-		p.growSharesLocked() // what s gave back goes to those below their targets
-	}
+	shrunk := p.shr.refresh(s, &r, ttl, now, &p.out)
 	p.applyRateLocked(now)
-	if s.granted < before && len(p.waiters) > 0 {
+	if shrunk && len(p.waiters) > 0 {
 		p.dispatchLocked(now) // the bucket may refill faster now
 	}
-	out := p.shareSnapshotLocked(s)
+	out := p.shr.snapshot(s)
 	p.unlock()
 	return out, nil
 }
@@ -214,19 +192,17 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 		return err
 	}
 	s := p.shr.byID[id]
-	if s == nil && p.releasedShareLocked(id) { // from before a restart
+	if s == nil && p.shr.released(id) { // from before a restart
 		p.unlock()
 		return nil
 	}
 	if s == nil {
-		err := p.missingShareErrLocked(id)
+		err := p.shr.missingErr(id)
 		p.unlock()
 		return err
 	}
 	now := e.clock.Now()
-	p.removeShareLocked(s)
-	p.targetsLocked()
-	p.growSharesLocked()
+	p.shr.release(s, &p.out)
 	p.applyRateLocked(now)
 	if len(p.waiters) > 0 {
 		p.dispatchLocked(now)
@@ -235,68 +211,85 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 	return nil
 }
 
-// missingShareErrLocked explains why id is not a live share of the pool.
-func (p *pool) missingShareErrLocked(id uint64) error {
-	if t, ok := p.shr.ended.lookup(id); ok {
-		return errorf(apierr.ErrShareNotFound, "share %d of pool %q expired at %s: it was not refreshed within its TTL and its rate went to others; acquire a new share", id, p.name, t.at.UTC().Format(time.RFC3339Nano))
+// refresh extends s to ttl from now and takes r's want, weight and owner
+// (those set), then sets its grant: its target, within what the others
+// leave. It reports whether s shrank; what it gave back went to the
+// shares below their targets. The caller adjusts the bucket.
+func (t *shareTable) refresh(s *share, r *ShareRefresh, ttl time.Duration, now time.Time, ob *outbox) (shrunk bool) {
+	if w := toShareUnits(r.Want); w > 0 && w != s.want {
+		s.want, t.dirty = w, true
 	}
-	return errorf(apierr.ErrShareNotFound, "pool %q holds no share %d: it was released, expired long ago, or was granted before a server restart; acquire a new share", p.name, id)
+	if r.Weight > 0 && r.Weight != s.weight {
+		s.weight, t.dirty = r.Weight, true
+	}
+	if r.Owner != nil {
+		s.owner = r.Owner
+	}
+	s.ttl, s.expire = ttl, now.Add(ttl)
+	t.expiry.fix(s.index)
+	t.arm(s.expire, now)
+	t.targets()
+	before := s.granted
+	t.setGrant(s, t.grantable(s))
+	if s.granted < before {
+		t.grow(ob) // what s gave back goes to those below their targets
+	}
+	return s.granted < before
 }
 
-// expireSharesLocked ends every share whose ExpireTime is at or before
-// now, pushes ShareExpired to their holders and gives their rate to the
-// others. It does not dispatch.
-func (p *pool) expireSharesLocked(now time.Time) {
+// release ends s; its rate goes to the shares below their targets. The
+// caller adjusts the bucket.
+func (t *shareTable) release(s *share, ob *outbox) {
+	t.remove(s)
+	t.targets()
+	t.grow(ob)
+}
+
+// missingErr explains why id is not a live share.
+func (t *shareTable) missingErr(id uint64) error {
+	if e, ok := t.ended.lookup(id); ok {
+		return errorf(apierr.ErrShareNotFound, "share %d of pool %q expired at %s: it was not refreshed within its TTL and its rate went to others; acquire a new share", id, t.pool, e.at.UTC().Format(time.RFC3339Nano))
+	}
+	return errorf(apierr.ErrShareNotFound, "pool %q holds no share %d: it was released, expired long ago, or was granted before a server restart; acquire a new share", t.pool, id)
+}
+
+// expire ends every share whose ExpireTime is at or before now, pushes
+// ShareExpired to their holders and gives their rate to the others. It
+// reports whether any expired: the caller then adjusts the bucket.
+func (t *shareTable) expire(now time.Time, ob *outbox) bool {
 	n := 0
 	for {
-		s, ok := p.shr.expiry.top()
+		s, ok := t.expiry.top()
 		if !ok || s.expire.After(now) {
 			break
 		}
-		p.removeShareLocked(s)
-		p.shr.ended.add(s.id, EndExpired, s.expire)
-		p.pushShareLocked(ShareExpired, s)
+		t.remove(s)
+		t.ended.add(s.id, EndExpired, s.expire)
+		t.push(ob, ShareExpired, s)
 		n++
 	}
 	if n > 0 {
-		p.targetsLocked()
-		p.growSharesLocked()
-		p.applyRateLocked(now)
+		t.targets()
+		t.grow(ob)
 	}
+	return n > 0
 }
 
-// armShareTimerLocked makes sure the share expiry timer fires no later
-// than at.
-func (p *pool) armShareTimerLocked(at, now time.Time) {
-	t := &p.shr
+// fired notes that the expiry timer went off (the pool calls it under its
+// lock).
+func (t *shareTable) fired() { t.timerAt = time.Time{} }
+
+// arm makes sure the expiry timer fires no later than at.
+func (t *shareTable) arm(at, now time.Time) {
 	if !t.timerAt.IsZero() && !at.Before(t.timerAt) {
 		return
 	}
 	t.timerAt = at
 	if t.timer == nil {
-		t.timer = p.e.clock.AfterFunc(at.Sub(now), p.onShareTimer)
+		t.timer = t.clock.AfterFunc(at.Sub(now), t.fire)
 	} else {
 		t.timer.Reset(at.Sub(now))
 	}
-}
-
-// onShareTimer expires the shares that are due and re-arms for the next.
-func (p *pool) onShareTimer() {
-	p.mu.Lock()
-	p.shr.timerAt = time.Time{}
-	if p.deleted || !p.e.acting() {
-		p.unlock()
-		return
-	}
-	now := p.e.clock.Now()
-	p.expireSharesLocked(now)
-	if next, ok := p.shr.expiry.top(); ok {
-		p.armShareTimerLocked(next.expire, now)
-	}
-	if len(p.waiters) > 0 {
-		p.dispatchLocked(now)
-	}
-	p.unlock()
 }
 
 // stop stops the share expiry timer and the shares' recovery window's
@@ -312,9 +305,9 @@ func (t *shareTable) stop() {
 }
 
 // status fills in the share holders and the rate they hold.
-func (t *shareTable) status(p *pool, s *PoolStatus, _ time.Time) {
+func (t *shareTable) status(s *PoolStatus, _ time.Time) {
 	s.ShareHolders = int64(len(t.list))
-	s.SharesGranted = p.sharedRateLocked()
+	s.SharesGranted = t.sharedRate()
 }
 
 // Shares returns a snapshot of a pool's live shares, in grant order.
@@ -327,17 +320,13 @@ func (e *Engine) Shares(pool string) ([]Share, error) {
 	defer p.unlock()
 	out := make([]Share, 0, len(p.shr.list))
 	for _, s := range p.shr.list {
-		out = append(out, p.shareSnapshotLocked(s))
+		out = append(out, p.shr.snapshot(s))
 	}
 	return out, nil
 }
 
-// noRefillLocked reports whether the pool's bucket does not refill because
-// rate shares hold the whole effective rate.
-func (p *pool) noRefillLocked() bool { return p.bucket != nil && p.bucket.Limit() <= 0 }
-
-// noRefillErrLocked explains a Take refused because shares hold the whole
-// rate.
-func (p *pool) noRefillErrLocked(tokens int64) error {
-	return errorf(apierr.ErrRateLimited, "pool %q grants its whole rate (%g per second) to %d rate shares now, so there are no tokens for takes of %d; retry after shares are given back, or lower the shares' wants", p.name, p.ad.rate, len(p.shr.list), tokens)
+// noRefillErr explains a Take of tokens refused because shares hold the
+// whole rate: the pool's bucket does not refill.
+func (t *shareTable) noRefillErr(tokens int64) error {
+	return errorf(apierr.ErrRateLimited, "pool %q grants its whole rate (%g per second) to %d rate shares now, so there are no tokens for takes of %d; retry after shares are given back, or lower the shares' wants", t.pool, t.rate, len(t.list), tokens)
 }

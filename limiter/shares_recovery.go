@@ -36,48 +36,46 @@ type shareRecovery struct {
 	taken   map[uint64]struct{} // ids re-adopted or released since the restart
 }
 
-// restoreSharesLocked starts the share recovery window of a pool restored
-// at now from st: it lasts until the earlier of the share horizon and now
-// + the share TTL bound.
-func (p *pool) restoreSharesLocked(st DurableState, now time.Time) {
+// restore starts the share recovery window of a pool restored at now
+// from st: it lasts until the earlier of the share horizon and now + the
+// share TTL bound. It reports whether it started one: the caller then
+// adjusts the bucket.
+func (t *shareTable) restore(st DurableState, now time.Time) bool {
 	bound := st.ShareTTLBound
 	if bound <= 0 {
 		bound = MaxLeaseTTLLimit // not recorded: assume the longest
 	}
 	until := windowEnd(st.ShareHorizon, bound, now) // a wall-clock step never shortens it
-	if p.cfg.Rate == 0 || !until.After(now) {
-		return
-	}
-	p.shr.rec = shareRecovery{phantom: toShareUnits(p.ad.rate), until: until, taken: make(map[uint64]struct{})}
-	p.shr.rec.timer = p.e.clock.AfterFunc(until.Sub(now), p.onShareRecoveryEnd)
-	p.applyRateLocked(now)
-}
-
-// onShareRecoveryEnd ends the window: the phantom rate goes to the shares
-// below their fair parts and to the bucket.
-func (p *pool) onShareRecoveryEnd() {
-	p.mu.Lock()
-	defer p.unlock()
-	if p.deleted || p.shr.rec.until.IsZero() || !p.e.acting() {
-		return
-	}
-	p.shr.rec = shareRecovery{}
-	now := p.e.clock.Now()
-	p.shr.dirty = true
-	p.targetsLocked()
-	p.growSharesLocked()
-	p.applyRateLocked(now)
-	p.dispatchLocked(now)
-}
-
-// shareRecoveringLocked reports whether id may name a share from before
-// the restart that is neither re-adopted nor released since.
-func (p *pool) shareRecoveringLocked(id uint64) bool {
-	if p.shr.rec.until.IsZero() {
+	if t.confRate == 0 || !until.After(now) {
 		return false
 	}
-	_, taken := p.shr.rec.taken[id]
-	return !taken && len(p.shr.rec.taken) < maxShareReadoptions
+	t.rec = shareRecovery{phantom: toShareUnits(t.rate), until: until, taken: make(map[uint64]struct{})}
+	t.rec.timer = t.clock.AfterFunc(until.Sub(now), t.recFire)
+	return true
+}
+
+// recovered ends the window, if there is one, and reports whether there
+// was: the phantom rate goes to the shares below their fair parts, and
+// the caller adjusts the bucket.
+func (t *shareTable) recovered(ob *outbox) bool {
+	if t.rec.until.IsZero() {
+		return false
+	}
+	t.rec = shareRecovery{}
+	t.dirty = true
+	t.targets()
+	t.grow(ob)
+	return true
+}
+
+// recovering reports whether id may name a share from before the restart
+// that is neither re-adopted nor released since.
+func (t *shareTable) recovering(id uint64) bool {
+	if t.rec.until.IsZero() {
+		return false
+	}
+	_, taken := t.rec.taken[id]
+	return !taken && len(t.rec.taken) < maxShareReadoptions
 }
 
 // readoptShareLocked re-adopts the share r names, which the engine does
@@ -85,7 +83,7 @@ func (p *pool) shareRecoveringLocked(id uint64) bool {
 // its rate (at most r.Granted) taken out of the phantom. It returns nil
 // when r cannot be re-adopted (no window, no Granted, an id taken).
 func (p *pool) readoptShareLocked(r *ShareRefresh, now time.Time) (*share, error) {
-	if r.Granted <= 0 || !p.shareRecoveringLocked(r.ID) || len(p.shr.list) >= MaxSharesPerPool {
+	if r.Granted <= 0 || !p.shr.recovering(r.ID) || len(p.shr.list) >= MaxSharesPerPool {
 		return nil, nil
 	}
 	if err := checkWant(r.Granted, false); err != nil {
@@ -98,10 +96,20 @@ func (p *pool) readoptShareLocked(r *ShareRefresh, now time.Time) (*share, error
 	if err := p.reserveShareLocked(now, now.Add(ttl)); err != nil {
 		return nil, err
 	}
+	s := p.shr.readopt(r, ttl, now)
+	p.applyRateLocked(now)
+	p.shr.arm(s.expire, now)
+	return s, nil
+}
+
+// readopt makes the share r names live again (readoptShareLocked has
+// checked that it may), with ttl from now and at most r.Granted, taken
+// out of the phantom.
+func (t *shareTable) readopt(r *ShareRefresh, ttl time.Duration, now time.Time) *share {
 	granted := toShareUnits(r.Granted)
-	back := min(granted, p.shr.rec.phantom)
-	p.shr.rec.phantom -= back
-	p.shr.rec.taken[r.ID] = struct{}{}
+	back := min(granted, t.rec.phantom)
+	t.rec.phantom -= back
+	t.rec.taken[r.ID] = struct{}{}
 	want := granted
 	if r.Want > 0 {
 		want = toShareUnits(r.Want)
@@ -111,29 +119,19 @@ func (p *pool) readoptShareLocked(r *ShareRefresh, now time.Time) (*share, error
 		weight = 1
 	}
 	s := &share{id: r.ID, want: want, weight: weight, ttl: ttl, grantAt: now, expire: now.Add(ttl), owner: r.Owner, index: -1}
-	t := &p.shr
-	if t.byID == nil {
-		t.byID = make(map[uint64]*share)
-	}
-	t.byID[s.id] = s
-	t.list = append(t.list, s)
-	t.expiry.push(s)
-	t.dirty = true
-	p.targetsLocked()
-	p.setGrantLocked(s, min(back, p.grantableLocked(s)))
-	p.applyRateLocked(now)
-	p.armShareTimerLocked(s.expire, now)
-	return s, nil
+	t.add(s)
+	t.setGrant(s, min(back, t.grantable(s)))
+	return s
 }
 
-// releasedShareLocked records the release of a share from before the
-// restart that was not re-adopted, so that it is not re-adopted later; it
-// reports whether id may have been one.
-func (p *pool) releasedShareLocked(id uint64) bool {
-	if !p.shareRecoveringLocked(id) {
+// released records the release of a share from before the restart that
+// was not re-adopted, so that it is not re-adopted later; it reports
+// whether id may have been one.
+func (t *shareTable) released(id uint64) bool {
+	if !t.recovering(id) {
 		return false
 	}
-	p.shr.rec.taken[id] = struct{}{}
+	t.rec.taken[id] = struct{}{}
 	return true
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/limiter/fakeclock"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
@@ -413,5 +414,106 @@ func TestShareErrors(t *testing.T) {
 	}
 	if ups := ee.takeUpdates(); len(ups) != MaxSharesPerPool || ups[0].Kind != ShareRevoked {
 		t.Fatalf("%d updates after deleting the pool", len(ups))
+	}
+}
+
+// newSharePart returns a share table, on its own, of a pool with rate
+// 100/s and burst 10, on a fake clock.
+func newSharePart() (*shareTable, *fakeclock.Clock) {
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
+	t := new(shareTable)
+	t.init(PoolConfig{Name: "p", Rate: 100, Burst: 10, SafeRate: 1}, 100, clk, func() {}, func() {})
+	return t, clk
+}
+
+// addShare adds a share wanting want/s at now, granted what it may.
+func addShare(t *shareTable, id uint64, want float64, now time.Time) *share {
+	s := &share{id: id, want: toShareUnits(want), weight: 1, ttl: 3 * time.Second, grantAt: now, expire: now.Add(3 * time.Second), index: -1}
+	t.add(s)
+	t.setGrant(s, t.grantable(s))
+	return s
+}
+
+// TestSharePartDividesAndFollowsTheRate drives the share table alone: a
+// new share gets what no one holds; a lower rate shrinks shares at once
+// (pushed); a share released gives its rate to the one below its target;
+// no rate revokes every share.
+func TestSharePartDividesAndFollowsTheRate(t *testing.T) {
+	tab, clk := newSharePart()
+	now := clk.Now()
+	a := addShare(tab, 1, 80, now)
+	b := addShare(tab, 2, 80, now)
+	if a.granted != toShareUnits(80) || b.granted != toShareUnits(20) || tab.exactRate() != 0 {
+		t.Fatalf("granted %v, %v; exact rate %v", fromShareUnits(a.granted), fromShareUnits(b.granted), tab.exactRate())
+	}
+	var ob outbox
+	tab.setRate(60, &ob)
+	if a.granted != toShareUnits(30) || b.granted != toShareUnits(30) || len(ob.shares) != 2 || ob.shares[0].Share.Rate != 30 || ob.shares[0].Share.Burst != 3 {
+		t.Fatalf("after a cut to 60: %v, %v; pushed %+v", fromShareUnits(a.granted), fromShareUnits(b.granted), ob.shares)
+	}
+	ob = outbox{}
+	tab.release(a, &ob)
+	if b.granted != toShareUnits(60) || len(ob.shares) != 1 || ob.shares[0].Kind != ShareChanged {
+		t.Fatalf("after a release: %v; pushed %+v", fromShareUnits(b.granted), ob.shares)
+	}
+	var s PoolStatus
+	tab.status(&s, now)
+	if s.ShareHolders != 1 || s.SharesGranted != 60 {
+		t.Fatalf("status %+v", s)
+	}
+	ob = outbox{}
+	tab.setRate(0, &ob)
+	if len(tab.list) != 0 || tab.granted != 0 || len(ob.shares) != 1 || ob.shares[0].Kind != ShareRevoked {
+		t.Fatalf("no rate: %d shares, %d granted; pushed %+v", len(tab.list), tab.granted, ob.shares)
+	}
+}
+
+// TestSharePartExpires: the expiry timer is armed for the first share;
+// expire ends the shares due, pushes ShareExpired, and their ids are
+// explained as expired.
+func TestSharePartExpires(t *testing.T) {
+	tab, clk := newSharePart()
+	s := addShare(tab, 7, 10, clk.Now())
+	tab.arm(s.expire, clk.Now())
+	if clk.Pending() != 1 {
+		t.Fatalf("%d timers", clk.Pending())
+	}
+	var ob outbox
+	if tab.expire(clk.Now(), &ob) {
+		t.Fatal("a share expired early")
+	}
+	clk.Advance(3 * time.Second)
+	tab.fired()
+	if !tab.expire(clk.Now(), &ob) || len(tab.list) != 0 || len(ob.shares) != 1 || ob.shares[0].Kind != ShareExpired {
+		t.Fatalf("expiry: %d shares left; pushed %+v", len(tab.list), ob.shares)
+	}
+	if err := tab.missingErr(7); !strings.Contains(err.Error(), "expired at") {
+		t.Fatalf("missing share: %v", err)
+	}
+	tab.stop()
+}
+
+// TestSharePartRecovery: after a restart the whole rate is phantom until
+// the window ends; a share re-adopted takes its rate back out of it; a
+// released id is not re-adopted later.
+func TestSharePartRecovery(t *testing.T) {
+	tab, clk := newSharePart()
+	now := clk.Now()
+	if !tab.restore(DurableState{ShareHorizon: now.Add(time.Minute), ShareTTLBound: time.Minute}, now) {
+		t.Fatal("no window")
+	}
+	if tab.capacity() != 0 || tab.exactRate() != 0 || !tab.recovering(5) {
+		t.Fatalf("capacity %d, exact rate %v", tab.capacity(), tab.exactRate())
+	}
+	s := tab.readopt(&ShareRefresh{ID: 5, Granted: 40}, 3*time.Second, now)
+	if s.granted != toShareUnits(40) || tab.rec.phantom != toShareUnits(60) || tab.recovering(5) {
+		t.Fatalf("re-adopted with %v, phantom %v", fromShareUnits(s.granted), fromShareUnits(tab.rec.phantom))
+	}
+	if !tab.released(6) || tab.recovering(6) || tab.released(6) {
+		t.Fatal("a released id may be re-adopted")
+	}
+	var ob outbox
+	if !tab.recovered(&ob) || tab.recovered(&ob) || tab.exactRate() != 60 {
+		t.Fatalf("after the window: exact rate %v", tab.exactRate())
 	}
 }

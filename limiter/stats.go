@@ -59,14 +59,8 @@ func (e *Engine) ListPoolStats(after string, limit int) ([]PoolStats, bool) {
 func (p *pool) statsLocked() PoolStats {
 	now := p.e.clock.Now()
 	st := PoolStats{Config: p.cfg, Status: p.statusLocked(now), WaitTimes: p.waits.summary(now), Marks: p.mk.Marks}
-	if r := p.exactRateLocked(); p.cfg.Rate > 0 && r > 0 {
-		tokens, since := p.waits.tokens(now)
-		if p.born.After(since) {
-			since = p.born
-		}
-		if span := now.Sub(since).Seconds(); span > 0 {
-			st.RateUtilisation = float64(tokens) / (r * span)
-		}
+	if p.cfg.Rate > 0 {
+		st.RateUtilisation = p.waits.rateUtilisation(now, p.shr.exactRate(), p.born)
 	}
 	st.Utilisation = st.Status.Utilisation
 	if p.cfg.ConcurrencyLimit == 0 && p.res == nil { // a resource pool's capacity is its instances

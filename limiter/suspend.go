@@ -142,10 +142,10 @@ type suspension struct {
 }
 
 // admits holds back every grant while the pool is suspended.
-func (su *suspension) admits(*pool, int64, time.Time) bool { return !su.on }
+func (su *suspension) admits(int64, int64, time.Time) bool { return !su.on }
 
 // describe says that the pool is suspended.
-func (su *suspension) describe(*pool, time.Time) string {
+func (su *suspension) describe(int64, time.Time) string {
 	if !su.on {
 		return ""
 	}
@@ -156,7 +156,7 @@ func (su *suspension) describe(*pool, time.Time) string {
 func (su *suspension) stop() {}
 
 // status fills in whether the pool is suspended.
-func (su *suspension) status(_ *pool, s *PoolStatus, _ time.Time) { s.Suspended = su.on }
+func (su *suspension) status(s *PoolStatus, _ time.Time) { s.Suspended = su.on }
 
 // notifyDrainedLocked wakes the DrainPool callers of p, if any.
 func (p *pool) notifyDrainedLocked() {

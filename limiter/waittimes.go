@@ -108,6 +108,23 @@ func (h *waitHist) tokens(now time.Time) (int64, time.Time) {
 	return max(n, 0), time.Unix(0, (ep-WaitSlots+1)*int64(WaitSlot))
 }
 
+// rateUtilisation returns the rate tokens granted in the window that
+// ends in now's slot (or since born, when that is later) over what a
+// bucket refilling at rate gives in that time; 0 when rate is 0.
+func (h *waitHist) rateUtilisation(now time.Time, rate float64, born time.Time) float64 {
+	if rate <= 0 {
+		return 0
+	}
+	tokens, since := h.tokens(now)
+	if born.After(since) {
+		since = born
+	}
+	if span := now.Sub(since).Seconds(); span > 0 {
+		return float64(tokens) / (rate * span)
+	}
+	return 0
+}
+
 // live returns the number of slots allocated: 0 or WaitSlots.
 func (h *waitHist) live() int {
 	if h.slots == nil {

@@ -131,3 +131,22 @@ func TestPoolStatsRateUtilisation(t *testing.T) {
 		t.Fatalf("api a minute later: %v %v", st.RateUtilisation, err)
 	}
 }
+
+// TestWaitHistRateUtilisation: the tokens of the window over what the rate
+// refills in it, or in the time since the pool was born when that is
+// shorter.
+func TestWaitHistRateUtilisation(t *testing.T) {
+	var h waitHist
+	start := time.Unix(0, 10*int64(WaitSlot)) // at a slot's start
+	h.addTokens(start, 300)
+	now := start.Add(30 * time.Second)
+	if u := h.rateUtilisation(now, 10, start); u != 1 { // 300 of 10/s × 30s
+		t.Fatalf("since born: %v, want 1", u)
+	}
+	if u := h.rateUtilisation(now, 10, time.Time{}); u != 0.6 { // 300 of 10/s × the window so far: its five slots before now's, 50s
+		t.Fatalf("over the window: %v, want 0.6", u)
+	}
+	if u := h.rateUtilisation(now, 0, start); u != 0 {
+		t.Fatalf("no rate: %v", u)
+	}
+}
