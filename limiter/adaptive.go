@@ -18,6 +18,10 @@ type adaptive struct {
 	// bucket refills at rate minus the rate granted as shares.
 	limit int64
 	rate  float64
+	// conf is the configured concurrency limit (0: none), and enabled
+	// whether adaptive control is on (configure).
+	conf    int64
+	enabled bool
 
 	win        outcomeWindow
 	lastCut    time.Time // zero: never
@@ -317,7 +321,7 @@ func (p *pool) changeEffectiveLocked(typ PoolEventType, v windowVerdict, limit i
 // held leases continue and nothing is granted until the held weight is
 // under the new limit (admitLocked); with RevocationRevoke, leases are
 // revoked until it is within it (enforceLimitLocked).
-func (p *pool) effectiveLimitLoweredLocked(now time.Time) { p.enforceLimitLocked(now) }
+func (p *pool) effectiveLimitLoweredLocked(now time.Time) { p.enforceLimitLocked(now, "") }
 
 // armAdaptiveTimerLocked keeps a timer armed while an effective limit is
 // lowered, for the next raise: limits come back even when nothing is
@@ -365,18 +369,23 @@ func (p *pool) onAdaptiveTimer() {
 
 // admits lets weight be granted if the held weight stays within the
 // effective concurrency limit, in a pool with a concurrency limit.
-func (a *adaptive) admits(p *pool, weight int64, _ time.Time) bool {
-	return p.cfg.ConcurrencyLimit == 0 || p.held+weight <= a.limit
+func (a *adaptive) admits(held, weight int64, _ time.Time) bool {
+	return a.conf == 0 || held+weight <= a.limit
+}
+
+// configure keeps what the gate needs of the pool's configuration cfg.
+func (a *adaptive) configure(cfg *PoolConfig) {
+	a.conf, a.enabled = cfg.ConcurrencyLimit, cfg.Adaptive.Enabled
 }
 
 // describe gives the held weight against the effective limit.
-func (a *adaptive) describe(p *pool, _ time.Time) string {
-	if p.cfg.ConcurrencyLimit == 0 {
+func (a *adaptive) describe(held int64, _ time.Time) string {
+	if a.conf == 0 {
 		return ""
 	}
-	s := "held " + itoa(p.held) + " of limit " + itoa(a.limit)
-	if a.limit < p.cfg.ConcurrencyLimit {
-		s += " (lowered from " + itoa(p.cfg.ConcurrencyLimit) + " by adaptive control)"
+	s := "held " + itoa(held) + " of limit " + itoa(a.limit)
+	if a.limit < a.conf {
+		s += " (lowered from " + itoa(a.conf) + " by adaptive control)"
 	}
 	return s
 }
@@ -390,10 +399,10 @@ func (a *adaptive) stop() {
 }
 
 // status fills in the effective limits and the adaptive window.
-func (a *adaptive) status(p *pool, s *PoolStatus, now time.Time) {
+func (a *adaptive) status(s *PoolStatus, now time.Time) {
 	s.EffectiveConcurrencyLimit = a.limit
 	s.EffectiveRate = a.rate
-	if !p.cfg.Adaptive.Enabled {
+	if !a.enabled {
 		return
 	}
 	s.ThrottleReason = a.reason

@@ -16,7 +16,7 @@ import "time"
 // from what is recorded: the lowered values, or 0 for a limit at its
 // configured value.
 func (p *pool) persistEffectiveLocked() {
-	if p.e.persister == nil {
+	if p.dur.env.persister == nil {
 		return
 	}
 	conc, rate := int64(0), 0.0
@@ -31,7 +31,7 @@ func (p *pool) persistEffectiveLocked() {
 		return
 	}
 	st.EffectiveConcurrency, st.EffectiveRate = conc, rate
-	_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the adaptive limits of pool "+quote(p.name)) // best effort
+	_ = p.dur.save(p.dur.saved(nil, st), "record the adaptive limits of pool "+quote(p.name)) // best effort
 }
 
 // restoreEffectiveLocked starts a restored pool with adaptive control on
@@ -49,7 +49,7 @@ func (p *pool) restoreEffectiveLocked(st DurableState, now time.Time) {
 	}
 	if c.adaptsConcurrency() && st.EffectiveConcurrency > 0 && st.EffectiveConcurrency < p.cfg.ConcurrencyLimit {
 		p.ad.restored = max(st.EffectiveConcurrency, c.MinConcurrency)
-		if !p.recoveringLocked() {
+		if !p.rec.active() {
 			p.applyRestoredLimitLocked(now)
 		}
 	}
@@ -74,6 +74,6 @@ func (p *pool) applyRestoredLimitLocked(now time.Time) {
 	}
 	p.ad.limit = r
 	p.ad.lastChange = now
-	p.enforceLimitLocked(now) // RevocationRevoke
+	p.enforceLimitLocked(now, "") // RevocationRevoke
 	p.armAdaptiveTimerLocked(now)
 }

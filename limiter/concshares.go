@@ -149,12 +149,9 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 func (p *pool) setWeightLocked(l *lease, w int64) {
 	p.held += w - l.Weight
 	l.Weight = w
-	if p.e.persister != nil { // an older receipt, with another weight, is not re-adopted
-		p.dur.live.resize(l.FencingToken, w)
-		p.liveChangedLocked()
-	}
+	p.dur.resized(l.FencingToken, w) // an older receipt, with another weight, is not re-adopted
 	if p.held == 0 {
-		p.notifyDrainedLocked()
+		p.susp.notifyDrained()
 	}
 	p.marksLocked()
 }

@@ -152,8 +152,8 @@ func (e *Engine) grantOrEnqueue(req *AcquireRequest) (Lease, *AcquireWait, error
 // it may: it asked not to, or the queue is full.
 func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
 	switch {
-	case req.NoWait && p.recoveryBlocksLocked(): // after a restart
-		return p.recoveringErrLocked(now)
+	case req.NoWait && p.rec.blocks(): // after a restart
+		return p.rec.refusal(p.name, p.held, p.ad.limit, now)
 	case req.NoWait:
 		return errorf(ErrNoCapacity, "pool %q cannot grant weight %d now (%s), and the acquire does not wait", p.name, req.Weight, p.busyLocked(now))
 	case p.e.waitsStopped():
@@ -250,7 +250,7 @@ func (p *pool) timeOutWaiter(w *waiter) {
 func (p *pool) busyLocked(now time.Time) string {
 	var parts []string
 	for _, g := range p.gates {
-		if d := g.describe(p, now); d != "" {
+		if d := g.describe(p.held, now); d != "" {
 			parts = append(parts, d)
 		}
 	}

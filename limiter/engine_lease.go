@@ -33,7 +33,10 @@ func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Leas
 	var released Lease
 	l := p.leases[token]
 	switch {
-	case l == nil && p.releasePreRestartLocked(token): // a lease from before a restart
+	case l == nil && p.rec.mayName(token) && p.dur.releaseUnknown(token):
+		// A lease from before a restart, not re-adopted, was held safely
+		// until now, since nothing was granted over it.
+		p.stats.Released++
 	case l == nil:
 		err = p.missingLeaseErrLocked(token)
 	default:
@@ -43,7 +46,7 @@ func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Leas
 		// (Renew, by contrast, refuses: extending such a lease would be
 		// wrong.)
 		p.removeLeaseLocked(l)
-		p.liveChangedLocked() // not re-adopted after a restart
+		p.dur.liveChanged() // not re-adopted after a restart
 		p.stats.Released++
 		if len(p.waiters) > 0 || len(p.csh.byToken) > 0 {
 			p.dispatchLocked(e.clock.Now())

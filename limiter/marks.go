@@ -204,10 +204,9 @@ func (m *markState) stop() {
 	m.lowArmed, m.lowIdle = false, false
 }
 
-// status fills in the utilisation the marks are checked against.
-func (m *markState) status(p *pool, s *PoolStatus, _ time.Time) {
-	s.Utilisation = p.utilisationLocked()
-}
+// status fills in nothing: the pool fills in the utilisation the marks
+// are checked against (statusLocked).
+func (m *markState) status(*PoolStatus, time.Time) {}
 
 // marksLocked checks the overload, drained and near-full marks against
 // held and waiting now, and puts an event in the outbox for each one
@@ -264,7 +263,7 @@ func (p *pool) onLowUtilisationTimer() {
 		case float64(m.peakHeld-1)/float64(p.ad.limit) >= m.LowUtilisation: // a permit above the mark
 			m.low = false
 		case u >= m.LowUtilisation: // within the hysteresis: neither
-		case !m.low && !p.susp.on && !p.recoveryBlocksLocked() && len(p.waiters) == 0:
+		case !m.low && !p.susp.on && !p.rec.blocks() && len(p.waiters) == 0:
 			m.low = true
 			p.markEventLocked(PoolLowUtilisation, m.LowUtilisation, u)
 		}

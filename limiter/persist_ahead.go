@@ -12,11 +12,11 @@ import (
 // the next block in the background when a pool has used half of the
 // current one, so grants find it written and never wait for the disk
 // while holding the pool's lock. When the background write is late (or
-// fails), reserveLocked still writes in the foreground: safety never
+// fails), durable.reserve still writes in the foreground: safety never
 // depends on it.
 //
 // Every write of a pool, foreground or background, goes through its
-// writer: one at a time (writeMu), counted (writes). A foreground write
+// durable part's writer: one at a time (writeMu), counted (writes). A foreground write
 // holds the pool's lock and records the reservation being written in the
 // background too (mergeReservations), so the store never goes back; a
 // background write whose snapshot an intervening foreground write made
@@ -49,194 +49,195 @@ func mergeReservations(a, b DurableState) DurableState {
 	return a
 }
 
-// saveLocked writes saved, its State merged with any reservation being
-// written in the background, and on success makes that state the pool's
-// durable state. The caller holds the pool's lock. Errors: the
-// Persister's, as ErrStorageFailed saying what was not done.
-func (p *pool) saveLocked(saved SavedPool, what string) error {
-	if p.dur.w.pending != nil {
-		saved.State = mergeReservations(saved.State, *p.dur.w.pending)
+// save writes saved, its State merged with any reservation being written
+// in the background, and on success makes that state the pool's durable
+// state. The caller holds the pool's lock. Errors: the Persister's, as
+// ErrStorageFailed saying what was not done.
+func (d *durable) save(saved SavedPool, what string) error {
+	if d.w.pending != nil {
+		saved.State = mergeReservations(saved.State, *d.w.pending)
 	}
-	p.dur.w.mu.Lock()
-	err := p.e.persister.SavePool(saved)
-	last := p.dur.w.writes.Add(1)
-	p.dur.w.mu.Unlock()
+	d.w.mu.Lock()
+	err := d.env.persister.SavePool(saved)
+	last := d.w.writes.Add(1)
+	d.w.mu.Unlock()
 	if err := storageErr(err, what); err != nil {
-		p.writeFailedLocked(saved, last)
+		d.writeFailed(saved, last)
 		return err
 	}
-	p.dur.state = saved.State
-	p.dur.live.written(saved.LiveChunks, saved.liveVers)
-	p.dur.heldUnsure = false
+	d.state = saved.State
+	d.live.written(saved.LiveChunks, saved.liveVers)
+	d.heldUnsure = false
 	return nil
 }
 
-// backgroundWrittenLocked takes the outcome err of a background write of
-// saved (the pool's write ahead, or its live set's), the pool's write
-// number last. Its success puts its reservations in force, and its
-// held-weight bound as exactly the one on disk, only if no later write was
-// made or decided since: else that one decides (its outcome may be taken
-// first: a background write takes the pool's lock after its write; a
-// write ahead decided after it carries the reservations in force then,
-// not this one's), and this one changes nothing but the live set it wrote
-// and, if its bound differs from the one in force, marks the bound to be
-// written again (the disk may hold this one).
-func (p *pool) backgroundWrittenLocked(saved SavedPool, last uint64, err error) {
+// backgroundWritten takes the outcome err of a background write of saved
+// (the pool's write ahead, or its live set's), the pool's write number
+// last. Its success puts its reservations in force, and its held-weight
+// bound as exactly the one on disk, only if no later write was made or
+// decided since: else that one decides (its outcome may be taken first: a
+// background write takes the pool's lock after its write; a write ahead
+// decided after it carries the reservations in force then, not this
+// one's), and this one changes nothing but the live set it wrote and, if
+// its bound differs from the one in force, marks the bound to be written
+// again (the disk may hold this one).
+func (d *durable) backgroundWritten(saved SavedPool, last uint64, err error) {
 	if err != nil {
-		p.writeFailedLocked(saved, last)
+		d.writeFailed(saved, last)
 		return
 	}
-	p.dur.live.written(saved.LiveChunks, saved.liveVers)
-	if p.dur.w.writes.Load() != last || p.dur.w.pending != nil {
-		if h := saved.State.HeldBound; h >= 0 && h != p.dur.state.HeldBound {
-			p.dur.heldUnsure = true
-			p.armLowerLocked(heldLowerPeriod)
+	d.live.written(saved.LiveChunks, saved.liveVers)
+	if d.w.writes.Load() != last || d.w.pending != nil {
+		if h := saved.State.HeldBound; h >= 0 && h != d.state.HeldBound {
+			d.heldUnsure = true
+			d.armLower(heldLowerPeriod)
 		}
 		return
 	}
-	p.dur.state = mergeReservations(p.dur.state, saved.State)
+	d.state = mergeReservations(d.state, saved.State)
 	if h := saved.State.HeldBound; h >= 0 {
-		p.dur.state.HeldBound = h
-		p.dur.heldUnsure = false
+		d.state.HeldBound = h
+		d.heldUnsure = false
 	}
 }
 
-// writeFailedLocked records that the pool's write number last, of saved,
+// writeFailed records that the pool's write number last, of saved,
 // failed: the live set it carried is still to write, and its held-weight
-// bound may have landed all the same (heldWriteFailedLocked), unless a
-// later write was made since: that one's outcome, taken under the pool's
-// lock, decides what the disk holds (it may have landed, and grants relied
-// on its bound).
-func (p *pool) writeFailedLocked(saved SavedPool, last uint64) {
-	p.dur.live.failed()
-	if p.dur.w.writes.Load() == last {
-		p.heldWriteFailedLocked(saved.State.HeldBound)
+// bound may have landed all the same (heldWriteFailed), unless a later
+// write was made since: that one's outcome, taken under the pool's lock,
+// decides what the disk holds (it may have landed, and grants relied on
+// its bound).
+func (d *durable) writeFailed(saved SavedPool, last uint64) {
+	d.live.failed()
+	if d.w.writes.Load() == last {
+		d.heldWriteFailed(saved.State.HeldBound)
 	}
 }
 
-// heldWriteFailedLocked records that the last write, of held-weight bound
-// h, failed: it may have landed all the same, so grants keep within the
-// lower of h and the bound in memory, and the bound is written again
-// (heldHighLocked) once the disk is known to hold neither more nor less.
-func (p *pool) heldWriteFailedLocked(h int64) {
+// heldWriteFailed records that the last write, of held-weight bound h,
+// failed: it may have landed all the same, so grants keep within the lower
+// of h and the bound in memory, and the bound is written again (heldHigh)
+// once the disk is known to hold neither more nor less.
+func (d *durable) heldWriteFailed(h int64) {
 	if h < 0 {
 		return
 	}
-	if b := &p.dur.state.HeldBound; *b < 0 || h < *b {
+	if b := &d.state.HeldBound; *b < 0 || h < *b {
 		*b = h
 	}
-	p.dur.heldUnsure = true
-	p.armLowerLocked(heldLowerPeriod)
+	d.heldUnsure = true
+	d.armLower(heldLowerPeriod)
 }
 
-// armLowerLocked makes lowerHeldBoundLater run after wait, unless it is
-// armed already.
-func (p *pool) armLowerLocked(wait time.Duration) {
-	if !p.dur.lowerArmed && p.e.preReserve && !p.e.closed.Load() {
-		p.dur.lowerArmed = true
-		p.e.clock.AfterFunc(wait, p.lowerHeldBoundLater)
+// armLower makes lowerHeldBoundLater run after wait, unless it is armed
+// already.
+func (d *durable) armLower(wait time.Duration) {
+	if !d.lowerArmed && d.env.preReserve && !d.env.closed.Load() {
+		d.lowerArmed = true
+		d.env.clock.AfterFunc(wait, d.lowerHeldBoundLater)
 	}
 }
 
-// deleteLocked forgets the pool on disk, through the pool's writer.
-func (p *pool) deleteLocked(tokenFloor uint64) error {
-	p.dur.w.mu.Lock()
-	err := p.e.persister.DeletePool(p.name, tokenFloor)
-	p.dur.w.writes.Add(1)
-	p.dur.w.mu.Unlock()
-	return storageErr(err, "delete pool "+quote(p.name))
+// delete forgets the pool on disk, through its writer, recording
+// tokenFloor for the pools created after it; without a Persister it does
+// nothing.
+func (d *durable) delete(tokenFloor uint64) error {
+	if d.env.persister == nil {
+		return nil
+	}
+	d.w.mu.Lock()
+	err := d.env.persister.DeletePool(d.name, tokenFloor)
+	d.w.writes.Add(1)
+	d.w.mu.Unlock()
+	return storageErr(err, "delete pool "+quote(d.name))
 }
 
-// preReserveLocked starts writing the next reservation in the background
-// if the pool has used half of its current one and no such write is in
-// flight. It is called on reserveLocked's fast path; without
-// Options.PreReserve it does nothing.
-func (p *pool) preReserveLocked(now, expiry time.Time, weight int64) {
-	if !p.e.preReserve || p.dur.w.pending != nil || p.e.persister == nil || p.e.closed.Load() {
+// preReserve starts writing the next reservation in the background if the
+// pool has used half of its current one and no such write is in flight.
+// It is called on reserve's fast path; without Options.PreReserve it does
+// nothing.
+func (d *durable) preReserve(lastToken uint64, h weightHeld, now, expiry time.Time, weight int64) {
+	if !d.env.preReserve || d.w.pending != nil || d.env.persister == nil || d.env.closed.Load() {
 		return // Close waits for writes started before it, and none may start after
 	}
-	st := p.dur.state
-	lowTokens := st.TokenCeiling-p.lastToken <= p.dur.tokenBlock/2
-	lowHorizon := st.LeaseHorizon.Sub(expiry) < p.e.horizonSlack/2
-	lowHeld := p.heldLowLocked()
+	st := d.state
+	lowTokens := st.TokenCeiling-lastToken <= d.tokenBlock/2
+	lowHorizon := st.LeaseHorizon.Sub(expiry) < d.env.horizonSlack/2
+	lowHeld := d.heldLow(h)
 	if !lowTokens && !lowHorizon && !lowHeld {
-		p.lowerHeldBoundLocked(now, weight)
+		d.lowerHeldBound(h, now, weight)
 		return
 	}
-	p.startWriteAheadLocked(now, lowTokens, lowHeld, -1)
+	d.startWriteAhead(h, now, lowTokens, lowHeld, -1)
 }
 
-// startWriteAheadLocked starts preReserveLocked's background write: apart,
-// so that the hot path that writes nothing has a small stack frame (the
-// pool's saved form is large).
+// startWriteAhead starts preReserve's background write: apart, so that the
+// hot path that writes nothing has a small stack frame (the pool's saved
+// form is large).
 //
 //go:noinline
-func (p *pool) startWriteAheadLocked(now time.Time, lowTokens, lowHeld bool, lower int64) {
-	st := p.dur.state
+func (d *durable) startWriteAhead(h weightHeld, now time.Time, lowTokens, lowHeld bool, lower int64) {
+	st := d.state
 	next := st
-	block := p.dur.tokenBlock
-	if lowTokens { // the block grows and shrinks as in writeReservationLocked
-		if p.dur.lastTokenAt != 0 && now.UnixNano()-p.dur.lastTokenAt < int64(tokenBlockPeriod) {
-			block = min(2*block, maxTokenBlock)
-		} else {
-			block = minTokenBlock
-		}
+	block := d.tokenBlock
+	if lowTokens { // the block grows and shrinks as in writeReservation
+		block = d.nextBlock(now)
 		next.TokenCeiling = st.TokenCeiling + block
 	}
-	if h := now.Add(st.TTLBound + p.e.horizonSlack); h.After(next.LeaseHorizon) {
-		next.LeaseHorizon = h
+	if hz := now.Add(st.TTLBound + d.env.horizonSlack); hz.After(next.LeaseHorizon) {
+		next.LeaseHorizon = hz
 	}
 	switch {
 	case lowHeld: // grants may use the old bound until the write lands
-		next.HeldBound = max(st.HeldBound, p.heldBoundLocked(heldAhead(p.cfg.ConcurrencyLimit)))
+		next.HeldBound = max(st.HeldBound, d.heldBound(h, heldAhead(d.limit)))
 	case lower >= 0:
 		// Grants keep within the lower bound from now on: the disk holds
 		// the old one or this one, and whichever write comes next
 		// carries at least this one.
-		next.HeldBound = p.heldBoundLocked(lower)
+		next.HeldBound = d.heldBound(h, lower)
 		if next.HeldBound < st.HeldBound { // (after a failed write it may be higher)
-			p.dur.state.HeldBound = next.HeldBound
+			d.state.HeldBound = next.HeldBound
 		}
-		p.dur.heldLowered = now
+		d.heldLowered = now
 	}
-	p.dur.w.pending = &next
-	saved := p.savedLocked(p.cfg, next)
-	seen := p.dur.w.writes.Load()
-	p.e.bg.Add(1)
-	go p.writeAhead(saved, seen, lowTokens, lower >= 0, block, now)
+	d.w.pending = &next
+	saved := d.saved(nil, next)
+	seen := d.w.writes.Load()
+	d.env.bg.Add(1)
+	go d.writeAhead(saved, seen, lowTokens, lower >= 0, block, now)
 }
 
-// writeAhead is the background write of preReserveLocked: saved is the
-// pool as it was when the write was decided, after seen writes.
-func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens, lowering bool, block uint64, decided time.Time) {
-	defer p.e.bg.Done()
-	w := &p.dur.w
+// writeAhead is the background write of preReserve: saved is the pool as
+// it was when the write was decided, after seen writes.
+func (d *durable) writeAhead(saved SavedPool, seen uint64, tokens, lowering bool, block uint64, decided time.Time) {
+	defer d.env.bg.Done()
+	w := &d.w
 	w.mu.Lock()
 	if w.writes.Load() != seen { // a foreground write went first, with this reservation in it
 		w.mu.Unlock()
-		p.mu.Lock()
+		d.host.lock()
 		w.pending = nil
-		p.dur.live.failed() // its snapshot is not written: its unsure ranges are still to write
-		if h := saved.State.HeldBound; lowering || (h >= 0 && h != p.dur.state.HeldBound) {
-			p.dur.heldUnsure = true // the write that went first may have carried another bound
+		d.live.failed() // its snapshot is not written: its unsure ranges are still to write
+		if h := saved.State.HeldBound; lowering || (h >= 0 && h != d.state.HeldBound) {
+			d.heldUnsure = true // the write that went first may have carried another bound
 		}
-		p.lowerHeldBoundLocked(p.e.clock.Now(), 0)
-		p.unlock()
+		d.lowerHeldBound(d.host.heldNow(), d.env.clock.Now(), 0)
+		d.host.unlock()
 		return
 	}
-	err := p.e.saveLater(saved)
+	err := saveLater(d.env.persister, saved)
 	last := w.writes.Add(1)
 	w.mu.Unlock()
 
-	p.mu.Lock()
-	defer p.unlock()
+	d.host.lock()
+	defer d.host.unlock()
 	w.pending = nil
-	p.backgroundWrittenLocked(saved, last, err) // on failure, reserveLocked writes in the foreground when it must
+	d.backgroundWritten(saved, last, err) // on failure, reserve writes in the foreground when it must
 	if err == nil && tokens {
-		p.dur.lastTokenAt = decided.UnixNano()
-		p.dur.tokenBlock = block
+		d.lastTokenAt = decided.UnixNano()
+		d.tokenBlock = block
 	}
-	p.lowerHeldBoundLocked(p.e.clock.Now(), 0)
+	d.lowerHeldBound(d.host.heldNow(), d.env.clock.Now(), 0)
 }
 
 // heldAhead is how close the held weight may come to the written
@@ -244,12 +245,11 @@ func (p *pool) writeAhead(saved SavedPool, seen uint64, tokens, lowering bool, b
 // background write raises the bound.
 func heldAhead(limit int64) int64 { return max(1, limit/16) }
 
-// heldLowLocked reports whether the held weight (with what leases from
-// before a restart may hold) is within heldAhead of the written
-// HeldBound, still below the limit.
-func (p *pool) heldLowLocked() bool {
-	b, limit := p.dur.state.HeldBound, p.cfg.ConcurrencyLimit
-	return b >= 0 && b < limit && p.res == nil && p.held+p.rec.unknownHeld()+heldAhead(limit) > b
+// heldLow reports whether what the pool's leases may hold, h, is within
+// heldAhead of the written HeldBound, still below the limit.
+func (d *durable) heldLow(h weightHeld) bool {
+	b, limit := d.state.HeldBound, d.limit
+	return b >= 0 && b < limit && h.held+heldAhead(limit) > b
 }
 
 // heldLowerPeriod is the least time between two writes that lower a
@@ -262,40 +262,40 @@ const heldLowerPeriod = 500 * time.Millisecond
 // before a write must raise it.
 func heldSlack(limit int64) int64 { return max(1, limit/8) }
 
-// heldHighLocked reports whether the written held-weight bound is more
-// than twice heldSlack above the weight live leases may hold now
-// (exactHeldLocked), or may differ from what is on disk (a write of it
-// failed), so that lowering it gives a restarted engine or a successor
-// capacity to grant at once.
-func (p *pool) heldHighLocked(weight int64) bool {
-	b, exact := p.dur.state.HeldBound, p.exactHeldLocked()
-	return b >= 0 && exact >= 0 && (p.dur.heldUnsure || b > exact+weight+2*heldSlack(p.cfg.ConcurrencyLimit))
+// heldHigh reports whether the written held-weight bound is more than
+// twice heldSlack above what the pool's leases may hold now, h, with
+// weight more, or may differ from what is on disk (a write of it failed),
+// so that lowering it gives a restarted engine or a successor capacity to
+// grant at once.
+func (d *durable) heldHigh(h weightHeld, weight int64) bool {
+	b, exact := d.state.HeldBound, d.exact(h)
+	return b >= 0 && exact >= 0 && (d.heldUnsure || b > exact+weight+2*heldSlack(d.limit))
 }
 
-// lowerHeldBoundLocked starts a background write that lowers the
-// held-weight bound to the weight held plus heldSlack when it is well
-// above it (heldHighLocked): at once, unless a bound was lowered less than
+// lowerHeldBound starts a background write that lowers the held-weight
+// bound to what the pool's leases may hold, h, plus heldSlack when it is
+// well above it (heldHigh): at once, unless a bound was lowered less than
 // heldLowerPeriod ago (a timer then tries again at the period's end) or a
 // write is in flight (its end tries again). From the moment the write is
-// decided, grants keep within the new bound: one
-// that would pass it writes a higher bound first, as any grant past the
-// bound does. It is called when the weight held may have fallen: on the
-// grant and renewal path, when a lease ends, when a recovery window ends.
-func (p *pool) lowerHeldBoundLocked(now time.Time, weight int64) {
-	if !p.e.preReserve || p.e.persister == nil || p.e.closed.Load() || p.deleted || p.dur.w.pending != nil || !p.heldHighLocked(weight) {
+// decided, grants keep within the new bound: one that would pass it writes
+// a higher bound first, as any grant past the bound does. It is called
+// when the weight held may have fallen: on the grant and renewal path,
+// when a lease ends, when a recovery window ends.
+func (d *durable) lowerHeldBound(h weightHeld, now time.Time, weight int64) {
+	if !d.env.preReserve || d.env.persister == nil || d.env.closed.Load() || d.w.pending != nil || !d.heldHigh(h, weight) || d.host.gone() {
 		return
 	}
-	if wait := heldLowerPeriod - now.Sub(p.dur.heldLowered); wait > 0 {
-		p.armLowerLocked(wait)
+	if wait := heldLowerPeriod - now.Sub(d.heldLowered); wait > 0 {
+		d.armLower(wait)
 		return
 	}
-	p.startWriteAheadLocked(now, false, false, weight)
+	d.startWriteAhead(h, now, false, false, weight)
 }
 
-// lowerHeldBoundLater is lowerHeldBoundLocked's timer.
-func (p *pool) lowerHeldBoundLater() {
-	p.mu.Lock()
-	defer p.unlock()
-	p.dur.lowerArmed = false
-	p.lowerHeldBoundLocked(p.e.clock.Now(), 0)
+// lowerHeldBoundLater is lowerHeldBound's timer.
+func (d *durable) lowerHeldBoundLater() {
+	d.host.lock()
+	defer d.host.unlock()
+	d.lowerArmed = false
+	d.lowerHeldBound(d.host.heldNow(), d.env.clock.Now(), 0)
 }

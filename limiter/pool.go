@@ -85,20 +85,21 @@ type part interface {
 	// stop stops the part's timers for good (pool deleted, engine closed).
 	stop()
 	// status fills in the part's fields of s.
-	status(p *pool, s *PoolStatus, now time.Time)
+	status(s *PoolStatus, now time.Time)
 }
 
 // A gate is a part that may hold back a grant: admitLocked asks every gate
 // before it takes tokens from the bucket.
 type gate interface {
 	part
-	// admits reports whether weight more permits may be granted at now.
-	// It must not change anything: a later gate or the bucket may refuse.
-	admits(p *pool, weight int64, now time.Time) bool
-	// describe says where the pool stands against the gate, for the
-	// messages of acquires it cannot grant; empty when there is nothing
-	// to say.
-	describe(p *pool, now time.Time) string
+	// admits reports whether weight more permits may be granted at now,
+	// beside the weight held. It must not change anything: a later gate or
+	// the bucket may refuse.
+	admits(held, weight int64, now time.Time) bool
+	// describe says where the pool stands against the gate, with held
+	// held, for the messages of acquires it cannot grant; empty when there
+	// is nothing to say.
+	describe(held int64, now time.Time) string
 }
 
 // newPool returns a pool whose first fencing token will be above
@@ -114,6 +115,8 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		leases:     make(map[uint64]*lease),
 		lastToken:  tokenFloor,
 	}
+	p.dur.init(&e.durEnv, (*poolDurHost)(p), cfg.Name, DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
+	p.configureLocked()
 	// The gates in the order a grant is checked: the effective
 	// concurrency limit, the recovery window, a suspension, the instances.
 	p.gates = []gate{&p.ad, &p.rec, &p.susp}
@@ -127,7 +130,6 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 	}
 	p.initAdaptiveLocked() // effective limits = configured
 	p.applyRateLocked(now)
-	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
 	p.applyMarksLocked() // event marks
 	return p
 }
@@ -185,11 +187,38 @@ func (p *pool) resolveTTLLocked(ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
 
+// configureLocked tells the parts that keep some of the pool's
+// configuration what it is now: at the pool's creation, and when
+// UpdatePool changed it.
+func (p *pool) configureLocked() {
+	p.ad.configure(&p.cfg)
+	p.rec.configure(p.cfg.ConcurrencyLimit > 0 || p.cfg.ResourceKind != ResourceFree)
+	heldLimit := p.cfg.ConcurrencyLimit // the held-weight bound is kept in pools without instances
+	if p.cfg.ResourceKind != ResourceFree {
+		heldLimit = 0
+	}
+	p.dur.configure(heldLimit)
+}
+
+// reserveLocked makes sure that the next fencing token, a lease granted
+// or renewed at now to expire at expiry, and weight more held (0 for a
+// renewal) are within what is durably reserved, writing new reservations
+// first if they are not (durable.reserve). It is called before every
+// grant, renewal and re-adoption. Errors: ErrStorageFailed; the caller
+// must then not grant.
+func (p *pool) reserveLocked(now, expiry time.Time, weight int64) error {
+	return p.dur.reserve(p.lastToken, p.rec.weightHeld(p.held), now, expiry, weight)
+}
+
 // admitLocked reports whether weight can be granted at now and, if so,
 // takes its tokens from the bucket. It does not look at the wait queue.
+// The gates see as held what the pool's leases may hold: the weight held,
+// and what leases from before a restart not re-adopted yet may hold (the
+// recovery window's gate holds back the rest).
 func (p *pool) admitLocked(weight int64, now time.Time) bool {
+	held := p.held + p.rec.unknownHeld()
 	for _, g := range p.gates {
-		if !g.admits(p, weight, now) {
+		if !g.admits(held, weight, now) {
 			return false
 		}
 	}
@@ -231,13 +260,11 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 		owner: g.owner,
 	}
 	if p.res != nil {
-		p.bindLocked(l)
+		p.res.bind(l, p.cfg.Selection)
 	}
 	p.leases[l.FencingToken] = l
 	p.byToken.add(l)
-	if p.e.persister != nil {
-		p.dur.live.grant(l.FencingToken)
-	}
+	p.dur.granted(l.FencingToken)
 	p.expiry.push(l)
 	p.held += g.weight
 	p.stats.Granted++
@@ -251,21 +278,19 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 func (p *pool) removeLeaseLocked(l *lease) {
 	delete(p.leases, l.FencingToken)
 	p.byToken.remove(l)
-	if p.e.persister != nil {
-		p.dur.live.end(l.FencingToken)
-	}
+	p.dur.leaseEnded(l.FencingToken)
 	p.forgetConcShareLocked(l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
 	now := p.e.clock.Now()
 	if p.res != nil {
-		p.unbindLocked(l, now)
+		p.res.unbind(l, now)
 	}
 	if p.held == 0 {
-		p.notifyDrainedLocked()
+		p.susp.notifyDrained()
 	}
 	p.marksLocked()
-	p.lowerHeldBoundLocked(now, 0)
+	p.dur.lowerHeldBound(p.rec.weightHeld(p.held), now, 0)
 }
 
 // dispatchLocked grants waiters from the head of the queue while they fit.
@@ -446,8 +471,9 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	s.WaitingWeight = p.waitingWeight
 	s.LastFencingToken = p.lastToken
 	for _, pt := range p.parts {
-		pt.status(p, &s, now)
+		pt.status(&s, now)
 	}
+	s.Utilisation = p.utilisationLocked()
 	if p.bucket != nil {
 		s.TokensAvailable = p.bucket.TokensAt(now)
 	}

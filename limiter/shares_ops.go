@@ -310,9 +310,9 @@ func (t *shareTable) stop() {
 }
 
 // status fills in the share holders and the rate they hold.
-func (t *shareTable) status(p *pool, s *PoolStatus, _ time.Time) {
+func (t *shareTable) status(s *PoolStatus, _ time.Time) {
 	s.ShareHolders = int64(len(t.list))
-	s.SharesGranted = p.sharedRateLocked()
+	s.SharesGranted = fromShareUnits(t.granted)
 }
 
 // Shares returns a snapshot of a pool's live shares, in grant order.
