@@ -16,9 +16,10 @@ import (
 // depends on it.
 //
 // Every write of a pool, foreground or background, goes through its
-// durable part's writer: one at a time (writeMu), counted (writes). A foreground write
-// holds the pool's lock and records the reservation being written in the
-// background too (mergeReservations), so the store never goes back; a
+// durable part's writer: one at a time (writeMu), counted (writes). A
+// foreground write holds the pool's lock and records the reservation
+// being written in the background too (mergeReservations), so the store
+// never goes back; a
 // background write whose snapshot an intervening foreground write made
 // stale (the count moved) is dropped, as the foreground one covered it.
 // The background writer never holds the pool's lock while it waits for

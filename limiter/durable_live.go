@@ -2,9 +2,9 @@ package limiter
 
 import "time"
 
-// A pool's durable part writes its live set (liveSet) in the background, never on
-// the grant or release path: at once when the pool wrote none in the last
-// endedFlushDelay, else a batch at the end of it, one write for every
+// A pool's durable part writes its live set (liveSet) in the background,
+// never on the grant or release path: at once when the pool wrote none in
+// the last endedFlushDelay, else a batch at the end of it, one write for every
 // release, revocation and resize since the last. A lease released (or a
 // share shrunk) less than one write (or, in a busy pool, endedFlushDelay
 // plus one write) before a crash may still be re-adopted as it was: see
