@@ -111,7 +111,7 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	now := e.clock.Now()
 	l := p.leases[r.Token]
 	if l == nil || !l.ExpireTime.After(now) {
-		return Lease{}, p.missingLeaseErrLocked(r.Token)
+		return Lease{}, p.ended.missingErr(p.name, r.Token, p.lastToken)
 	}
 	if r.Weight > l.Weight {
 		head, queued := p.waiters.top()

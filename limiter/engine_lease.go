@@ -38,7 +38,7 @@ func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Leas
 		// until now, since nothing was granted over it.
 		p.stats.Released++
 	case l == nil:
-		err = p.missingLeaseErrLocked(token)
+		err = p.ended.missingErr(p.name, token, p.lastToken)
 	default:
 		// A lease still in the map is released even if its expiry instant
 		// has just passed and the expiry timer has not run yet: the permits
@@ -136,7 +136,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 		if len(ended) > 0 {
 			p.dispatchLocked(now)
 		}
-		err := p.missingLeaseErrLocked(token)
+		err := p.ended.missingErr(p.name, token, p.lastToken)
 		p.endedLocked(ended)
 		return Lease{}, err
 	}

@@ -20,9 +20,9 @@ import (
 //   - every waiter in waiters is not done; a done waiter's ready is closed;
 //   - the head of waiters is not grantable now (dispatch ran after the last
 //     change that could make it so), and when it is blocked by the bucket
-//     alone, rateTimer is armed for when it could be (unless shares hold
+//     alone, rateAlarm is armed for when it could be (unless shares hold
 //     the whole rate: a share that gives rate back dispatches);
-//   - if expiry is not empty, expiryTimer is armed at or before its
+//   - if expiry is not empty, expiryAlarm is armed at or before its
 //     earliest ExpireTime.
 type pool struct {
 	e    *Engine
@@ -53,10 +53,8 @@ type pool struct {
 	// rateSince is when the bucket's rate or burst last changed.
 	rateSince time.Time
 
-	expiryTimer Timer
-	expiryAt    time.Time // when expiryTimer fires; zero when not armed
-	rateTimer   Timer
-	rateAt      time.Time // when rateTimer fires; zero when not armed
+	expiryAlarm alarm // the earliest expiry
+	rateAlarm   alarm // when the bucket holds the head of the queue's tokens
 
 	stats PoolStatus // counters only; the gauges are computed by statusLocked
 
@@ -140,7 +138,7 @@ func (p *pool) applyRateLocked(now time.Time) {
 	switch r := rate.Limit(p.exactRateLocked()); {
 	case p.cfg.Rate == 0:
 		p.bucket = nil
-		p.stopRateTimerLocked()
+		p.rateAlarm.stop()
 	case p.bucket == nil:
 		p.bucket = rate.NewLimiter(r, int(p.cfg.Burst))
 		p.bucket.SetLimitAt(now, r) // start the bucket's clock full at now
@@ -269,7 +267,7 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 	p.held += g.weight
 	p.stats.Granted++
 	p.waits.record(now, waited)
-	p.armExpiryTimerLocked(l.ExpireTime, now)
+	armAlarm(&p.expiryAlarm, p.e.clock, l.ExpireTime, now, (*pool).onExpiryTimer, p)
 	p.marksLocked()
 	return l.Lease, nil
 }
@@ -373,24 +371,11 @@ func (p *pool) expireDueLocked(now time.Time) []LeaseEnded {
 	}
 }
 
-// armExpiryTimerLocked makes sure the expiry timer fires no later than at.
-func (p *pool) armExpiryTimerLocked(at, now time.Time) {
-	if !p.expiryAt.IsZero() && !at.Before(p.expiryAt) {
-		return
-	}
-	p.expiryAt = at
-	if p.expiryTimer == nil {
-		p.expiryTimer = p.e.clock.AfterFunc(at.Sub(now), p.onExpiryTimer)
-	} else {
-		p.expiryTimer.Reset(at.Sub(now))
-	}
-}
-
 // onExpiryTimer ends the leases that are due, re-arms for the next one and
 // grants waiters the freed permits.
 func (p *pool) onExpiryTimer() {
 	p.mu.Lock()
-	p.expiryAt = time.Time{}
+	p.expiryAlarm.rang()
 	if p.deleted || !p.e.acting() {
 		p.unlock()
 		return
@@ -398,7 +383,7 @@ func (p *pool) onExpiryTimer() {
 	now := p.e.clock.Now()
 	ended := p.expireDueLocked(now)
 	if next, ok := p.expiry.top(); ok {
-		p.armExpiryTimerLocked(next.ExpireTime, now)
+		armAlarm(&p.expiryAlarm, p.e.clock, next.ExpireTime, now, (*pool).onExpiryTimer, p)
 	}
 	if len(ended) > 0 {
 		p.dispatchLocked(now)
@@ -421,42 +406,23 @@ func (p *pool) armRateTimerLocked(weight int64, now time.Time) {
 	if d <= 0 {
 		d = 1 // float rounding: the tokens are a hair short; look again just after
 	}
-	at := now.Add(d)
-	if !p.rateAt.IsZero() && !at.Before(p.rateAt) {
-		return
-	}
-	p.rateAt = at
-	if p.rateTimer == nil {
-		p.rateTimer = p.e.clock.AfterFunc(d, p.onRateTimer)
-	} else {
-		p.rateTimer.Reset(d)
-	}
+	armAlarm(&p.rateAlarm, p.e.clock, now.Add(d), now, (*pool).onRateTimer, p)
 }
 
 func (p *pool) onRateTimer() {
 	p.mu.Lock()
 	defer p.unlock()
-	p.rateAt = time.Time{}
+	p.rateAlarm.rang()
 	if p.deleted || p.bucket == nil || !p.e.acting() {
 		return
 	}
 	p.dispatchLocked(p.e.clock.Now())
 }
 
-func (p *pool) stopRateTimerLocked() {
-	if p.rateTimer != nil {
-		p.rateTimer.Stop()
-	}
-	p.rateAt = time.Time{}
-}
-
 // stopTimersLocked stops both timers for good (pool deleted, engine closed).
 func (p *pool) stopTimersLocked() {
-	if p.expiryTimer != nil {
-		p.expiryTimer.Stop()
-	}
-	p.expiryAt = time.Time{}
-	p.stopRateTimerLocked()
+	p.expiryAlarm.stop()
+	p.rateAlarm.stop()
 	for _, pt := range p.parts {
 		pt.stop()
 	}
@@ -482,18 +448,4 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 
 func (p *pool) infoLocked(now time.Time) PoolInfo {
 	return PoolInfo{Config: p.cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, Status: p.statusLocked(now)}
-}
-
-// missingLeaseErrLocked explains why token is not a live lease of the pool.
-func (p *pool) missingLeaseErrLocked(token uint64) error {
-	if t, ok := p.ended.lookup(token); ok && t.reason == EndRevoked {
-		return errorf(ErrLeaseRevoked, "lease %d of pool %q was revoked at %s: %s; its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano), t.msg)
-	}
-	if t, ok := p.ended.lookup(token); ok {
-		return errorf(ErrLeaseExpired, "lease %d of pool %q expired at %s: it was not renewed within its TTL and its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano))
-	}
-	if token > p.lastToken {
-		return errorf(ErrLeaseNotFound, "pool %q never issued lease %d (its newest is %d); pass the lease id exactly as Acquire returned it", p.name, token, p.lastToken)
-	}
-	return errorf(ErrLeaseNotFound, "lease %d is not held in pool %q: it was released, or it ended long ago", token, p.name)
 }

@@ -317,7 +317,7 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 	live, resized := p.dur.live.live(token)
 	var endedSince error
 	if _, ok := p.ended.lookup(token); ok && !live { // it ended since the restart: say how
-		endedSince = p.missingLeaseErrLocked(token)
+		endedSince = p.ended.missingErr(p.name, token, p.lastToken)
 	}
 	if err := readoptRefusal(p.name, token, ra, now, live, resized, endedSince); err != nil {
 		return nil, err
@@ -371,7 +371,7 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 	p.held += ra.Weight
 	p.stats.Readopted++
 	p.marksLocked()
-	p.armExpiryTimerLocked(l.ExpireTime, now)
+	armAlarm(&p.expiryAlarm, p.e.clock, l.ExpireTime, now, (*pool).onExpiryTimer, p)
 	return l, nil
 }
 

@@ -46,7 +46,7 @@ func (e *Engine) RevokeLease(pool string, token uint64, reason string, opts ...C
 		if len(ended) > 0 {
 			p.dispatchLocked(now)
 		}
-		err := p.missingLeaseErrLocked(token)
+		err := p.ended.missingErr(p.name, token, p.lastToken)
 		p.endedLocked(ended)
 		p.unlock()
 		return err
@@ -123,7 +123,7 @@ func (e *Engine) GetLease(pool string, token uint64) (Lease, error) {
 	if l := p.leases[token]; l != nil {
 		return l.Lease, nil
 	}
-	return Lease{}, p.missingLeaseErrLocked(token)
+	return Lease{}, p.ended.missingErr(p.name, token, p.lastToken)
 }
 
 // MaxListScan bounds the leases of other clients one page of ListLeases
