@@ -431,7 +431,7 @@ func (p *pool) adaptedLocked(ch *adaptiveChange, now time.Time) {
 			p.applyRateLocked(now) // exact tokens: at once
 		}
 		if ch.lowered {
-			p.enforceLimitLocked(now)
+			p.enforceLimitLocked(now, "")
 		}
 		if ch.raised {
 			p.dispatchLocked(now)
@@ -439,10 +439,10 @@ func (p *pool) adaptedLocked(ch *adaptiveChange, now time.Time) {
 		ch.ev.Pool = p.name
 		p.out.events = append(p.out.events, ch.ev)
 		p.marksLocked() // the capacity moved
-		if conc, rate := p.ad.recorded(); p.e.persister != nil && (p.dur.state.EffectiveConcurrency != conc || p.dur.state.EffectiveRate != rate) {
+		if conc, rate := p.ad.recorded(); p.dur.env.persister != nil && (p.dur.state.EffectiveConcurrency != conc || p.dur.state.EffectiveRate != rate) {
 			st := p.dur.state
 			st.EffectiveConcurrency, st.EffectiveRate = conc, rate
-			_ = p.saveLocked(p.savedLocked(p.cfg, st), "record the adaptive limits of pool "+quote(p.name)) // best effort
+			_ = p.dur.save(p.dur.saved(nil, st), "record the adaptive limits of pool "+quote(p.name)) // best effort
 		}
 	}
 	p.ad.arm(now)

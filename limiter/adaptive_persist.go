@@ -73,7 +73,7 @@ func (p *pool) restoreEffectiveLocked(st DurableState, now time.Time) {
 		p.shr.setRate(p.ad.rate, &p.out) // no shares yet: it only learns the rate
 		p.applyRateLocked(now)
 	}
-	if !p.recoveringLocked() {
+	if !p.rec.active() {
 		p.applyRestoredLimitLocked(now)
 	}
 	p.ad.arm(now)
@@ -84,7 +84,7 @@ func (p *pool) restoreEffectiveLocked(st DurableState, now time.Time) {
 // revocation policy to what is held.
 func (p *pool) applyRestoredLimitLocked(now time.Time) {
 	if p.ad.applyRestored(now) {
-		p.enforceLimitLocked(now) // RevocationRevoke
+		p.enforceLimitLocked(now, "") // RevocationRevoke
 		p.ad.arm(now)
 	}
 }

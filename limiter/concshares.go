@@ -113,7 +113,7 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	now := e.clock.Now()
 	l := p.leases[r.Token]
 	if l == nil || !l.ExpireTime.After(now) {
-		return Lease{}, p.missingLeaseErrLocked(r.Token)
+		return Lease{}, p.ended.missingErr(p.name, r.Token, p.lastToken)
 	}
 	if r.Weight > l.Weight {
 		head, queued := p.waiters.top()
@@ -143,12 +143,9 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 func (p *pool) setWeightLocked(l *lease, w int64) {
 	p.held += w - l.Weight
 	l.Weight = w
-	if p.e.persister != nil { // an older receipt, with another weight, is not re-adopted
-		p.dur.live.resize(l.FencingToken, w)
-		p.liveChangedLocked()
-	}
+	p.dur.resized(l.FencingToken, w) // an older receipt, with another weight, is not re-adopted
 	if p.held == 0 {
-		p.notifyDrainedLocked()
+		p.susp.notifyDrained()
 	}
 	p.marksLocked()
 }

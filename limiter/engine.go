@@ -72,6 +72,7 @@ type Engine struct {
 	horizonSlack time.Duration  // Options.HorizonSlack, resolved
 	preReserve   bool           // Options.PreReserve
 	bg           sync.WaitGroup // background writes in flight: Close waits for them
+	durEnv       durEnv         // what the pools' durable parts share of the engine
 	// Callbacks of adaptive control and rate shares.
 	onPoolEvent   func(PoolEvent)
 	onShareUpdate func(ShareUpdate)
@@ -108,8 +109,10 @@ func New(opts Options) *Engine {
 	if markInterval == 0 {
 		markInterval = DefaultMarkEventInterval
 	}
-	return &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, preReserve: opts.PreReserve, done: make(chan struct{}), stopping: make(chan struct{}),
+	e := &Engine{clock: c, onLeaseEnded: opts.OnLeaseEnded, persister: opts.Persister, horizonSlack: slack, preReserve: opts.PreReserve, done: make(chan struct{}), stopping: make(chan struct{}),
 		onPoolEvent: opts.OnPoolEvent, onShareUpdate: opts.OnShareUpdate, onResized: opts.OnLeaseResized, markInterval: markInterval, live: opts.Live}
+	e.durEnv = durEnv{persister: e.persister, clock: c, horizonSlack: slack, preReserve: e.preReserve, closed: &e.closed, bg: &e.bg, acting: e.acting}
+	return e
 }
 
 // acting reports whether the engine may act: Options.Live says so.
@@ -196,7 +199,12 @@ func (e *Engine) RecordCleanStop() {
 			for i := next.Add(1) - 1; i < int64(len(ps)); i = next.Add(1) - 1 {
 				p := ps[i]
 				p.mu.Lock()
-				p.recordCleanStopLocked()
+				if !p.deleted {
+					// It holds something if a lease, a rate share or a
+					// recovery window for ones from before a restart is left.
+					holds := len(p.leases) > 0 || p.held > 0 || p.rec.active() || len(p.shr.byID) > 0 || !p.shr.rec.until.IsZero()
+					p.dur.recordCleanStop(holds, p.rec.weightHeld(p.held))
+				}
 				p.mu.Unlock()
 			}
 		})

@@ -154,8 +154,8 @@ func (e *Engine) grantOrEnqueue(req *AcquireRequest) (Lease, *AcquireWait, error
 // it may: it asked not to, or the queue is full.
 func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
 	switch {
-	case req.NoWait && p.recoveryBlocksLocked(): // after a restart
-		return p.recoveringErrLocked(now)
+	case req.NoWait && p.rec.blocks(): // after a restart
+		return p.rec.refusal(p.name, p.held, p.ad.limit, now)
 	case req.NoWait:
 		return errorf(apierr.ErrNoCapacity, "pool %q cannot grant weight %d now (%s), and the acquire does not wait", p.name, req.Weight, p.busyLocked(now))
 	case p.e.waitsStopped():

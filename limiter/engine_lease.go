@@ -35,9 +35,12 @@ func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Leas
 	var released Lease
 	l := p.leases[token]
 	switch {
-	case l == nil && p.releasePreRestartLocked(token): // a lease from before a restart
+	case l == nil && p.rec.mayName(token) && p.dur.releaseUnknown(token):
+		// A lease from before a restart, not re-adopted, was held safely
+		// until now, since nothing was granted over it.
+		p.stats.Released++
 	case l == nil:
-		err = p.missingLeaseErrLocked(token)
+		err = p.ended.missingErr(p.name, token, p.lastToken)
 	default:
 		// A lease still in the map is released even if its expiry instant
 		// has just passed and the expiry timer has not run yet: the permits
@@ -45,7 +48,7 @@ func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Leas
 		// (Renew, by contrast, refuses: extending such a lease would be
 		// wrong.)
 		p.removeLeaseLocked(l)
-		p.liveChangedLocked() // not re-adopted after a restart
+		p.dur.liveChanged() // not re-adopted after a restart
 		p.stats.Released++
 		if len(p.waiters) > 0 || len(p.csh.byToken) > 0 {
 			p.dispatchLocked(e.clock.Now())
@@ -135,7 +138,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 		if len(ended) > 0 {
 			p.dispatchLocked(now)
 		}
-		err := p.missingLeaseErrLocked(token)
+		err := p.ended.missingErr(p.name, token, p.lastToken)
 		p.endedLocked(ended)
 		return Lease{}, err
 	}

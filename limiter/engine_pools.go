@@ -25,7 +25,7 @@ func (e *Engine) CreatePool(cfg PoolConfig) (PoolInfo, error) {
 	}
 	now := e.clock.Now()
 	p := newPool(e, cfg, now, e.tokenFloor.Load())
-	if err := p.persistCreateLocked(); err != nil { // durable before visible
+	if err := p.dur.write(nil, nil, "create pool "+quote(p.name)); err != nil { // durable before visible
 		p.stopTimersLocked() // the pool is never seen: its event marks armed a timer
 		return PoolInfo{}, err
 	}
@@ -111,14 +111,17 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallO
 		return PoolInfo{}, errorf(apierr.ErrInvalidArgument, "pool %q is %s and cannot become %s; create a new pool instead", p.name, p.cfg.ResourceKind, cfg.ResourceKind)
 	}
 	now := e.clock.Now()
-	if err := p.persistConfigLocked(cfg, now); err != nil { // durable before visible
+	// The DurableState does not change: TTLBound follows the TTLs granted,
+	// not MaxLeaseTTL, so lowering the maximum leaves it covering older
+	// leases.
+	if err := p.dur.write(&cfg, func(sp *SavedPool) { sp.UpdateTime = now }, "update pool "+quote(p.name)); err != nil { // durable before visible
 		return PoolInfo{}, err
 	}
 	p.cfg = cfg
 	p.updateTime = now
 	e.pools.changed()
-	p.configureLocked(now)             // effective limits, shares and marks follow
-	p.enforceLimitByLocked(now, actor) // RevocationRevoke
+	p.configureLocked(now)           // effective limits, shares and marks follow
+	p.enforceLimitLocked(now, actor) // RevocationRevoke
 	p.applyRateLocked(now)
 	p.failWaitersLocked(func(w *waiter) error {
 		if err := p.checkWeightLocked(w.g.weight); err != nil {
@@ -148,7 +151,7 @@ func (e *Engine) DeletePool(name string, force bool) error {
 		p.unlock()
 		return errorf(apierr.ErrPoolBusy, "pool %q has %d live leases holding %d permits; release them, wait for them to expire, or delete with force to end them", name, n, held)
 	}
-	if err := p.persistDeleteLocked(max(p.lastToken, e.tokenFloor.Load())); err != nil { // durable before visible
+	if err := p.dur.delete(max(p.lastToken, e.tokenFloor.Load())); err != nil { // durable before visible
 		p.unlock()
 		return err
 	}
@@ -166,9 +169,11 @@ func (e *Engine) DeletePool(name string, force bool) error {
 	clear(p.leases)
 	p.expiry = nil
 	p.held = 0
-	p.notifyDrainedLocked() // DrainPool callers return
+	p.susp.notifyDrained() // DrainPool callers return
 	p.shr.endAll(ShareRevoked, &p.out)
-	p.providersGoneLocked()
+	if p.res != nil {
+		p.out.events = append(p.out.events, p.res.providersGone(p.name, e.clock.Now())...)
+	}
 	p.stopTimersLocked()
 	p.endedLocked(ended)
 	p.unlock()

@@ -85,8 +85,7 @@ func TestRenewAtExpiryInstantFails(t *testing.T) {
 	l := te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: time.Second})
 	p, _ := te.lookup("db")
 	p.mu.Lock()
-	p.expiryTimer.Stop() // simulate a late timer
-	p.expiryAt = time.Time{}
+	p.expiryAlarm.stop() // simulate a late timer
 	p.mu.Unlock()
 	te.clk.Advance(time.Second)
 	_, err := te.Renew("db", l.FencingToken, 0, nil)

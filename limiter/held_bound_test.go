@@ -298,7 +298,7 @@ func runRandomizedHeldBound(t *testing.T, seed uint64, steps int) {
 	check := func(step int, what string) {
 		p := te.pools.get("db")
 		p.mu.Lock()
-		exact := p.exactHeldLocked()
+		exact := p.dur.exact(p.rec.weightHeld(p.held))
 		b := writtenHeldBound(t, m, "db") // read under the pool's lock: exact cannot change meanwhile
 		p.mu.Unlock()
 		if exact >= 0 && b >= 0 && b < exact {
@@ -342,7 +342,7 @@ func runRandomizedHeldBound(t *testing.T, seed uint64, steps int) {
 			te.settle(t, "db")
 			p := te.pools.get("db")
 			p.mu.Lock()
-			exact := p.exactHeldLocked()
+			exact := p.dur.exact(p.rec.weightHeld(p.held))
 			p.mu.Unlock()
 			// (A record whose horizon has passed needs no recovery window,
 			// whatever its bound: a pool restored from it and not used

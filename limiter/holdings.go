@@ -72,14 +72,15 @@ func (e *Engine) Holdings(poolName string) ([]Holding, error) {
 			}
 			continue
 		}
-		out = p.appendHoldingsLocked(out)
+		out = appendHoldings(out, p.name, p.leases, p.shr.list)
 		p.unlock()
 	}
 	return out, nil
 }
 
-// appendHoldingsLocked appends p's holdings to out.
-func (p *pool) appendHoldingsLocked(out []Holding) []Holding {
+// appendHoldings appends to out the holdings of pool, whose live leases
+// are leases and rate shares shares.
+func appendHoldings(out []Holding, pool string, leases map[uint64]*lease, shares []*share) []Holding {
 	at := make(map[holdingKey]int) // index in out
 	get := func(owner any, clientID string) *Holding {
 		k := holdingKey{owner, clientID}
@@ -87,16 +88,16 @@ func (p *pool) appendHoldingsLocked(out []Holding) []Holding {
 		if !ok {
 			i = len(out)
 			at[k] = i
-			out = append(out, Holding{Pool: p.name, Owner: owner, ClientID: clientID})
+			out = append(out, Holding{Pool: pool, Owner: owner, ClientID: clientID})
 		}
 		return &out[i]
 	}
-	for _, l := range p.leases {
+	for _, l := range leases {
 		h := get(l.owner, l.ClientID)
 		h.Leases++
 		h.Weight += l.Weight
 	}
-	for _, s := range p.shr.list {
+	for _, s := range shares {
 		h := get(s.owner, s.clientID)
 		h.Shares++
 		h.ShareRate += fromShareUnits(s.granted)

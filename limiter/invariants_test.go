@@ -82,7 +82,7 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 	if ww != p.waitingWeight {
 		return fmt.Errorf("waiting weight %d, counted %d", p.waitingWeight, ww)
 	}
-	if head, ok := p.waiters.top(); ok && (p.cfg.ConcurrencyLimit > 0 || p.res != nil) && p.bucket == nil && !p.recoveryBlocksLocked() && !p.susp.on &&
+	if head, ok := p.waiters.top(); ok && (p.cfg.ConcurrencyLimit > 0 || p.res != nil) && p.bucket == nil && !p.rec.blocks() && !p.susp.on &&
 		(p.cfg.ConcurrencyLimit == 0 || p.held+head.g.weight <= p.ad.limit) && (p.res == nil || int64(p.res.free.Len()) >= head.g.weight) {
 		return fmt.Errorf("head waiter of weight %d fits (held %d, effective limit %d) but waits", head.g.weight, p.held, p.ad.limit)
 	}

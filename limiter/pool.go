@@ -22,9 +22,9 @@ import (
 //   - every waiter in waiters is not done; a done waiter's ready is closed;
 //   - the head of waiters is not grantable now (dispatch ran after the last
 //     change that could make it so), and when it is blocked by the bucket
-//     alone, rateTimer is armed for when it could be (unless shares hold
+//     alone, rateAlarm is armed for when it could be (unless shares hold
 //     the whole rate: a share that gives rate back dispatches);
-//   - if expiry is not empty, expiryTimer is armed at or before its
+//   - if expiry is not empty, expiryAlarm is armed at or before its
 //     earliest ExpireTime.
 type pool struct {
 	e    *Engine
@@ -55,10 +55,8 @@ type pool struct {
 	// rateSince is when the bucket's rate or burst last changed.
 	rateSince time.Time
 
-	expiryTimer Timer
-	expiryAt    time.Time // when expiryTimer fires; zero when not armed
-	rateTimer   Timer
-	rateAt      time.Time // when rateTimer fires; zero when not armed
+	expiryAlarm alarm // the earliest expiry
+	rateAlarm   alarm // when the bucket holds the head of the queue's tokens
 
 	stats PoolStatus // counters only; the gauges are computed by statusLocked
 
@@ -117,6 +115,7 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		leases:     make(map[uint64]*lease),
 		lastToken:  tokenFloor,
 	}
+	p.dur.init(&e.durEnv, (*poolDurHost)(p), cfg.Name, DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
 	// The gates in the order a grant is checked: the effective
 	// concurrency limit, the recovery window, a suspension, the instances.
 	p.gates = []gate{&p.ad, &p.rec, &p.susp}
@@ -151,17 +150,17 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		}
 	}))
 	p.mk.init(e.clock, p.onTimer(nil, func(time.Time) {
-		p.mk.endPeriod(p.loadLocked(), p.susp.on || p.recoveryBlocksLocked(), &p.out)
+		p.mk.endPeriod(p.loadLocked(), p.susp.on || p.rec.blocks(), &p.out)
 	}), e.onPoolEvent != nil, e.markInterval)
 	p.applyRateLocked(now)
-	p.initDurableLocked(DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
-	p.mk.configure(cfg, p.held) // event marks
+	p.configureLocked(now) // event marks, the recovery window, the held-weight bound
 	return p
 }
 
-// configureLocked gives the parts the pool's new configuration
-// (UpdatePool): the effective limits follow it (adaptive.configure), the
-// shares a new effective rate, and the marks theirs. The caller adjusts
+// configureLocked gives the parts the pool's configuration, at its
+// creation and when UpdatePool changed it: the effective limits follow it
+// (adaptive.configure), the shares a new effective rate, the marks, the
+// recovery window and the held-weight bound theirs. The caller adjusts
 // the bucket.
 func (p *pool) configureLocked(now time.Time) {
 	p.shr.configure(p.cfg)
@@ -170,6 +169,12 @@ func (p *pool) configureLocked(now time.Time) {
 	}
 	p.ad.arm(now)
 	p.mk.configure(p.cfg, p.held)
+	p.rec.configure(p.cfg.ConcurrencyLimit > 0 || p.cfg.ResourceKind != ResourceFree)
+	heldLimit := p.cfg.ConcurrencyLimit // the held-weight bound is kept in pools without instances
+	if p.cfg.ResourceKind != ResourceFree {
+		heldLimit = 0
+	}
+	p.dur.configure(heldLimit)
 }
 
 // onTimer returns the callback of a part's timer: under the pool's lock,
@@ -196,7 +201,7 @@ func (p *pool) applyRateLocked(now time.Time) {
 	switch r := rate.Limit(p.shr.exactRate()); {
 	case p.cfg.Rate == 0:
 		p.bucket = nil
-		p.stopRateTimerLocked()
+		p.rateAlarm.stop()
 	case p.bucket == nil:
 		p.bucket = rate.NewLimiter(r, int(p.cfg.Burst))
 		p.bucket.SetLimitAt(now, r) // start the bucket's clock full at now
@@ -243,11 +248,25 @@ func (p *pool) resolveTTLLocked(ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
 
+// reserveLocked makes sure that the next fencing token, a lease granted
+// or renewed at now to expire at expiry, and weight more held (0 for a
+// renewal) are within what is durably reserved, writing new reservations
+// first if they are not (durable.reserve). It is called before every
+// grant, renewal and re-adoption. Errors: apierr.ErrStorageFailed; the caller
+// must then not grant.
+func (p *pool) reserveLocked(now, expiry time.Time, weight int64) error {
+	return p.dur.reserve(p.lastToken, p.rec.weightHeld(p.held), now, expiry, weight)
+}
+
 // admitLocked reports whether weight can be granted at now and, if so,
 // takes its tokens from the bucket. It does not look at the wait queue.
+// The gates see as held what the pool's leases may hold: the weight held,
+// and what leases from before a restart not re-adopted yet may hold (the
+// recovery window's gate holds back the rest).
 func (p *pool) admitLocked(weight int64, now time.Time) bool {
+	held := p.held + p.rec.unknownHeld()
 	for _, g := range p.gates {
-		if !g.admits(p.held, weight, now) {
+		if !g.admits(held, weight, now) {
 			return false
 		}
 	}
@@ -289,18 +308,16 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 		owner: g.owner,
 	}
 	if p.res != nil {
-		p.bindLocked(l)
+		p.res.bind(l, p.cfg.Selection)
 	}
 	p.leases[l.FencingToken] = l
 	p.byToken.add(l)
-	if p.e.persister != nil {
-		p.dur.live.grant(l.FencingToken)
-	}
+	p.dur.granted(l.FencingToken)
 	p.expiry.push(l)
 	p.held += g.weight
 	p.stats.Granted++
 	p.waits.record(now, waited)
-	p.armExpiryTimerLocked(l.ExpireTime, now)
+	armAlarm(&p.expiryAlarm, p.e.clock, l.ExpireTime, now, (*pool).onExpiryTimer, p)
 	p.marksLocked()
 	return l.Lease, nil
 }
@@ -309,21 +326,19 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 func (p *pool) removeLeaseLocked(l *lease) {
 	delete(p.leases, l.FencingToken)
 	p.byToken.remove(l)
-	if p.e.persister != nil {
-		p.dur.live.end(l.FencingToken)
-	}
+	p.dur.leaseEnded(l.FencingToken)
 	p.csh.forget(l.FencingToken)
 	p.expiry.remove(l)
 	p.held -= l.Weight
 	now := p.e.clock.Now()
 	if p.res != nil {
-		p.unbindLocked(l, now)
+		p.res.unbind(l, now)
 	}
 	if p.held == 0 {
-		p.notifyDrainedLocked()
+		p.susp.notifyDrained()
 	}
 	p.marksLocked()
-	p.lowerHeldBoundLocked(now, 0)
+	p.dur.lowerHeldBound(p.rec.weightHeld(p.held), now, 0)
 }
 
 // dispatchLocked grants waiters from the head of the queue while they fit.
@@ -406,24 +421,11 @@ func (p *pool) expireDueLocked(now time.Time) []LeaseEnded {
 	}
 }
 
-// armExpiryTimerLocked makes sure the expiry timer fires no later than at.
-func (p *pool) armExpiryTimerLocked(at, now time.Time) {
-	if !p.expiryAt.IsZero() && !at.Before(p.expiryAt) {
-		return
-	}
-	p.expiryAt = at
-	if p.expiryTimer == nil {
-		p.expiryTimer = p.e.clock.AfterFunc(at.Sub(now), p.onExpiryTimer)
-	} else {
-		p.expiryTimer.Reset(at.Sub(now))
-	}
-}
-
 // onExpiryTimer ends the leases that are due, re-arms for the next one and
 // grants waiters the freed permits.
 func (p *pool) onExpiryTimer() {
 	p.mu.Lock()
-	p.expiryAt = time.Time{}
+	p.expiryAlarm.rang()
 	if p.deleted || !p.e.acting() {
 		p.unlock()
 		return
@@ -431,7 +433,7 @@ func (p *pool) onExpiryTimer() {
 	now := p.e.clock.Now()
 	ended := p.expireDueLocked(now)
 	if next, ok := p.expiry.top(); ok {
-		p.armExpiryTimerLocked(next.ExpireTime, now)
+		armAlarm(&p.expiryAlarm, p.e.clock, next.ExpireTime, now, (*pool).onExpiryTimer, p)
 	}
 	if len(ended) > 0 {
 		p.dispatchLocked(now)
@@ -454,42 +456,23 @@ func (p *pool) armRateTimerLocked(weight int64, now time.Time) {
 	if d <= 0 {
 		d = 1 // float rounding: the tokens are a hair short; look again just after
 	}
-	at := now.Add(d)
-	if !p.rateAt.IsZero() && !at.Before(p.rateAt) {
-		return
-	}
-	p.rateAt = at
-	if p.rateTimer == nil {
-		p.rateTimer = p.e.clock.AfterFunc(d, p.onRateTimer)
-	} else {
-		p.rateTimer.Reset(d)
-	}
+	armAlarm(&p.rateAlarm, p.e.clock, now.Add(d), now, (*pool).onRateTimer, p)
 }
 
 func (p *pool) onRateTimer() {
 	p.mu.Lock()
 	defer p.unlock()
-	p.rateAt = time.Time{}
+	p.rateAlarm.rang()
 	if p.deleted || p.bucket == nil || !p.e.acting() {
 		return
 	}
 	p.dispatchLocked(p.e.clock.Now())
 }
 
-func (p *pool) stopRateTimerLocked() {
-	if p.rateTimer != nil {
-		p.rateTimer.Stop()
-	}
-	p.rateAt = time.Time{}
-}
-
 // stopTimersLocked stops both timers for good (pool deleted, engine closed).
 func (p *pool) stopTimersLocked() {
-	if p.expiryTimer != nil {
-		p.expiryTimer.Stop()
-	}
-	p.expiryAt = time.Time{}
-	p.stopRateTimerLocked()
+	p.expiryAlarm.stop()
+	p.rateAlarm.stop()
 	for _, pt := range p.parts {
 		pt.stop()
 	}
@@ -515,18 +498,4 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 
 func (p *pool) infoLocked(now time.Time) PoolInfo {
 	return PoolInfo{Config: p.cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, Status: p.statusLocked(now)}
-}
-
-// missingLeaseErrLocked explains why token is not a live lease of the pool.
-func (p *pool) missingLeaseErrLocked(token uint64) error {
-	if t, ok := p.ended.lookup(token); ok && t.reason == EndRevoked {
-		return errorf(apierr.ErrLeaseRevoked, "lease %d of pool %q was revoked at %s: %s; its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano), t.msg)
-	}
-	if t, ok := p.ended.lookup(token); ok {
-		return errorf(apierr.ErrLeaseExpired, "lease %d of pool %q expired at %s: it was not renewed within its TTL and its permits went back to the pool; stop the work it protected and acquire a new lease", token, p.name, t.at.UTC().Format(time.RFC3339Nano))
-	}
-	if token > p.lastToken {
-		return errorf(apierr.ErrLeaseNotFound, "pool %q never issued lease %d (its newest is %d); pass the lease id exactly as Acquire returned it", p.name, token, p.lastToken)
-	}
-	return errorf(apierr.ErrLeaseNotFound, "lease %d is not held in pool %q: it was released, or it ended long ago", token, p.name)
 }

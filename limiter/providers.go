@@ -95,7 +95,7 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 	if err != nil {
 		return nil, err
 	}
-	if err := p.checkKindLocked(ResourcePassive, "its instances are declared by operators"); err != nil {
+	if err := checkKind(p.name, p.cfg.ResourceKind, ResourcePassive, "its instances are declared by operators"); err != nil {
 		p.unlock()
 		return nil, err
 	}
@@ -108,18 +108,21 @@ func (e *Engine) RegisterProvider(pool string, spec ProviderSpec, offer []Resour
 		p.unlock()
 		return nil, errorf(apierr.ErrTooManyProviders, "pool %q has %d live providers, the most it may have", pool, MaxProvidersPerPool)
 	}
-	if err := p.checkNewResourcesLocked(add); err != nil {
+	if err := p.res.checkNew(p.name, add); err != nil {
 		p.unlock()
 		return nil, err
 	}
 	now := e.clock.Now()
 	pr := &provider{ProviderSpec: spec, joinTime: now, expireAt: now.Add(spec.TTL), res: make(map[string]*instance)}
 	pr.handle = &Provider{p: p, id: spec.ID}
-	pr.timer = e.clock.AfterFunc(spec.TTL, func() { p.onProviderTimer(pr) })
+	pr.timer = e.clock.AfterFunc(spec.TTL, pr.handle.onTimer)
 	p.res.providers[spec.ID] = pr
 	p.out.events = append(p.out.events, PoolEvent{Pool: pool, Type: ProviderJoined, Time: now, Provider: spec.ID, Owner: spec.Owner,
 		Message: "provider " + quote(spec.ID) + " joined from " + spec.Address + " with a keep-alive TTL of " + spec.TTL.String()})
-	p.offerLocked(pr, add, now)
+	if p.res.offer(pr, add, now) {
+		p.dispatchLocked(now)
+		p.marksLocked() // the capacity grew
+	}
 	p.unlock() // delivers the outbox
 	return pr.handle, nil
 }
@@ -180,20 +183,24 @@ func (h *Provider) Offer(rs []Resource) (ProviderInfo, error) {
 	if err != nil {
 		return ProviderInfo{}, err
 	}
-	if err := p.checkNewResourcesLocked(add); err != nil {
+	if err := p.res.checkNew(p.name, add); err != nil {
 		return ProviderInfo{}, err
 	}
-	p.offerLocked(pr, add, now)
+	if p.res.offer(pr, add, now) {
+		p.dispatchLocked(now)
+		p.marksLocked() // the capacity grew
+	}
 	return pr.infoLocked(), nil
 }
 
-// offerLocked adds add (checked) as pr's instances and dispatches. An
-// instance awaited by a lease re-adopted after a restart is handed over
-// to pr as it is, held.
-func (p *pool) offerLocked(pr *provider, add []Resource, now time.Time) {
+// offer adds add (checked) as pr's instances, and reports whether there
+// were any (the caller then grants waiters they fit). An instance awaited
+// by a lease re-adopted after a restart is handed over to pr as it is,
+// held.
+func (rs *resourceSet) offer(pr *provider, add []Resource, now time.Time) bool {
 	fresh := add[:0:0]
 	for _, r := range add {
-		if in := p.res.byID[r.ID]; in != nil && in.awaited {
+		if in := rs.byID[r.ID]; in != nil && in.awaited {
 			in.awaited = false
 			in.Resource = r
 			pr.res[in.ID] = in
@@ -201,13 +208,10 @@ func (p *pool) offerLocked(pr *provider, add []Resource, now time.Time) {
 		}
 		fresh = append(fresh, r)
 	}
-	for _, in := range p.res.addAll(fresh, now) {
+	for _, in := range rs.addAll(fresh, now) {
 		pr.res[in.ID] = in
 	}
-	if len(add) > 0 {
-		p.dispatchLocked(now)
-		p.marksLocked() // the capacity grew
-	}
+	return len(add) > 0
 }
 
 // Withdraw takes instances the provider offered out of the pool, as
@@ -228,12 +232,12 @@ func (h *Provider) Withdraw(ids []string, wait bool) (RemoveResult, ProviderInfo
 		p.unlock()
 		return RemoveResult{}, ProviderInfo{}, err
 	}
-	ins, err := p.instancesLocked(ids, h.id)
+	ins, err := p.res.lookup(p.name, ids, h.id)
 	if err != nil {
 		p.unlock()
 		return RemoveResult{}, ProviderInfo{}, err
 	}
-	res, ended := p.removeAndDispatchLocked(ins, wait, "was withdrawn from pool "+quote(p.name)+" by its provider "+quote(h.id), "", now)
+	res, ended := p.removeInstancesLocked(ins, wait, "was withdrawn from pool "+quote(p.name)+" by its provider "+quote(h.id), "", now)
 	info := pr.infoLocked()
 	p.endedLocked(ended)
 	p.unlock()
@@ -253,8 +257,7 @@ func (h *Provider) Leave(reason string) error {
 		p.unlock()
 		return err
 	}
-	pr := p.res.providers[h.id]
-	p.leaveLocked(pr, reason, false, now)
+	h.leaveLocked(reason, false, now)
 	p.unlock() // delivers the outbox
 	return nil
 }
@@ -272,11 +275,13 @@ func (h *Provider) Info() (ProviderInfo, error) {
 	return p.res.providers[h.id].infoLocked(), nil
 }
 
-// leaveLocked takes pr out of the pool: its instances leave, the leases on
-// them are revoked (reported through the outbox, with the ProviderLeft
-// event, which says whether the provider expired), and waiters the revoked
-// leases' other instances fit are granted.
-func (p *pool) leaveLocked(pr *provider, reason string, expired bool, now time.Time) {
+// leaveLocked takes the provider, live, out of its pool: its instances
+// leave, the leases on them are revoked (reported through the outbox,
+// with the ProviderLeft event, which says whether the provider expired),
+// and waiters the revoked leases' other instances fit are granted.
+func (h *Provider) leaveLocked(reason string, expired bool, now time.Time) {
+	p := h.p
+	pr := p.res.providers[h.id]
 	pr.timer.Stop()
 	delete(p.res.providers, pr.ID)
 	pr.handle.gone = reason
@@ -285,16 +290,18 @@ func (p *pool) leaveLocked(pr *provider, reason string, expired bool, now time.T
 		ins = append(ins, in)
 	}
 	sort.Slice(ins, func(i, j int) bool { return ins[i].ID < ins[j].ID })
-	_, ended := p.removeAndDispatchLocked(ins, false, "left pool "+quote(p.name)+" with its provider "+quote(pr.ID)+": "+reason, "", now)
+	_, ended := p.removeInstancesLocked(ins, false, "left pool "+quote(p.name)+" with its provider "+quote(pr.ID)+": "+reason, "", now)
 	p.out.ended = append(p.out.ended, ended...)
 	p.out.events = append(p.out.events, PoolEvent{Pool: p.name, Type: ProviderLeft, Time: now, Provider: pr.ID, Owner: pr.Owner, ProviderExpired: expired,
 		Message: "provider " + quote(pr.ID) + " left: " + reason + "; " + itoa(int64(len(ins))) + " instances left with it, " + itoa(int64(len(ended))) + " leases ended"})
 }
 
-// onProviderTimer runs when pr's keep-alive may have run out.
-func (p *pool) onProviderTimer(pr *provider) {
+// onTimer runs when the provider's keep-alive may have run out.
+func (h *Provider) onTimer() {
+	p := h.p
 	p.mu.Lock()
-	if p.deleted || p.res.providers[pr.ID] != pr || !p.e.acting() {
+	pr := p.res.providers[h.id]
+	if p.deleted || pr == nil || pr.handle != h || !p.e.acting() {
 		p.unlock()
 		return
 	}
@@ -304,7 +311,7 @@ func (p *pool) onProviderTimer(pr *provider) {
 		p.unlock()
 		return
 	}
-	p.leaveLocked(pr, "it missed its keep-alive (nothing heard for its TTL of "+pr.TTL.String()+")", true, now)
+	h.leaveLocked("it missed its keep-alive (nothing heard for its TTL of "+pr.TTL.String()+")", true, now)
 	p.unlock() // delivers the outbox
 }
 
@@ -316,12 +323,12 @@ func (rs *resourceSet) stop() {
 	}
 }
 
-// providerInfosLocked returns the live providers, in id order.
-func (p *pool) providerInfosLocked() []ProviderInfo {
-	if p.res == nil || len(p.res.providers) == 0 {
+// providerInfos returns the live providers, in id order.
+func (rs *resourceSet) providerInfos() []ProviderInfo {
+	if len(rs.providers) == 0 {
 		return nil
 	}
-	prs := p.providersByIDLocked()
+	prs := rs.providersByID()
 	out := make([]ProviderInfo, len(prs))
 	for i, pr := range prs {
 		out[i] = pr.infoLocked()
@@ -333,45 +340,25 @@ func (pr *provider) infoLocked() ProviderInfo {
 	return ProviderInfo{ID: pr.ID, Identity: pr.Identity, Address: pr.Address, TTL: pr.TTL, JoinTime: pr.joinTime, ExpireTime: pr.expireAt, Resources: len(pr.res)}
 }
 
-// providersGoneLocked reports every provider as gone with its deleted
-// pool. The instances go with the pool.
-func (p *pool) providersGoneLocked() {
-	if p.res == nil {
-		return
-	}
-	now := p.e.clock.Now()
-	for _, pr := range p.providersByIDLocked() {
+// providersGone marks every provider gone with its deleted pool, and
+// returns the ProviderLeft events to report, at now. The instances go
+// with the pool.
+func (rs *resourceSet) providersGone(pool string, now time.Time) []PoolEvent {
+	var evs []PoolEvent
+	for _, pr := range rs.providersByID() {
 		pr.handle.gone = "the pool was deleted"
-		p.out.events = append(p.out.events, PoolEvent{Pool: p.name, Type: ProviderLeft, Time: now, Provider: pr.ID, Owner: pr.Owner,
+		evs = append(evs, PoolEvent{Pool: pool, Type: ProviderLeft, Time: now, Provider: pr.ID, Owner: pr.Owner,
 			Message: "provider " + quote(pr.ID) + " left: the pool was deleted"})
 	}
+	return evs
 }
 
-func (p *pool) providersByIDLocked() []*provider {
-	out := make([]*provider, 0, len(p.res.providers))
-	for _, pr := range p.res.providers {
+// providersByID returns the live providers, in id order.
+func (rs *resourceSet) providersByID() []*provider {
+	out := make([]*provider, 0, len(rs.providers))
+	for _, pr := range rs.providers {
 		out = append(out, pr)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
-}
-
-// revokeAwaitedLocked revokes, at the end of the recovery window, the
-// leases re-adopted on instances whose providers did not offer them again
-// (their instances leave the pool as the leases end), and returns them.
-func (p *pool) revokeAwaitedLocked(now time.Time) []LeaseEnded {
-	if p.res == nil {
-		return nil
-	}
-	var gone []*instance
-	for _, in := range p.res.byID {
-		if in.awaited {
-			gone = append(gone, in)
-		}
-	}
-	var ended []LeaseEnded
-	for _, l := range holdersOf(gone) {
-		ended = append(ended, p.revokeLocked(l, "its instance was not offered again by its provider within the recovery window after the server restarted", "", now))
-	}
-	return ended
 }

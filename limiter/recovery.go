@@ -13,7 +13,11 @@ import (
 type recovery struct {
 	// until is when the window ends: no lease granted before the restart
 	// can be live after it. Zero when the pool is not recovering.
-	until   time.Time
+	until time.Time
+	// guards: the pool has held capacity that surviving holders may still
+	// occupy (a concurrency limit, or instances), so the window holds back
+	// new grants (configure).
+	guards  bool
 	*window // nil when the pool is not recovering
 }
 
@@ -31,16 +35,6 @@ type window struct {
 	unknown   int64
 	unbounded bool
 	timer     Timer
-	// lim is the pool's effective concurrency limit, which the weight
-	// held and unknown must fit under; instances: the pool has them.
-	lim       *adaptive
-	instances bool
-}
-
-// blocks reports whether the window holds back new grants
-// (recoveryBlocksLocked).
-func (r *recovery) blocks() bool {
-	return r.window != nil && (r.lim.limit > 0 || r.instances)
 }
 
 // unknownHeld is the weight leases from before a restart, not re-adopted
@@ -55,28 +49,60 @@ func (r *recovery) unknownHeld() int64 {
 // unboundedHeld reports a recovery window with no bound on that weight.
 func (r *recovery) unboundedHeld() bool { return r.window != nil && r.unbounded }
 
-// recoveringLocked reports whether the pool is in its recovery window.
-func (p *pool) recoveringLocked() bool { return !p.rec.until.IsZero() }
-
-// recoveryBlocksLocked reports whether the recovery window holds back new
-// grants: it does in a pool with a concurrency limit, whose capacity
-// surviving holders may still occupy, and in an active or passive pool,
-// whose instances they may still hold. A pool with only a rate has no held
-// capacity to protect and grants at once (its bucket starts empty instead).
-func (p *pool) recoveryBlocksLocked() bool {
-	return p.recoveringLocked() && (p.cfg.ConcurrencyLimit > 0 || p.res != nil)
+// weightHeld is what the pool's leases may hold, with held held by the
+// live ones: held, and what leases from before the restart not re-adopted
+// yet may hold.
+func (r *recovery) weightHeld(held int64) weightHeld {
+	return weightHeld{held: held + r.unknownHeld(), bounded: !r.unboundedHeld()}
 }
 
-// recoveringErrLocked is the error of a no-wait acquire refused because of
-// the recovery window.
-func (p *pool) recoveringErrLocked(now time.Time) error {
-	left := p.rec.until.Sub(now)
+// active reports whether the pool is in its recovery window.
+func (r *recovery) active() bool { return !r.until.IsZero() }
+
+// configure says whether the pool has held capacity to protect: a
+// concurrency limit, or instances.
+func (r *recovery) configure(guards bool) { r.guards = guards }
+
+// blocks reports whether the recovery window holds back new grants: it
+// does in a pool with a concurrency limit, whose capacity surviving
+// holders may still occupy, and in an active or passive pool, whose
+// instances they may still hold. A pool with only a rate has no held
+// capacity to protect and grants at once (its bucket starts empty instead).
+func (r *recovery) blocks() bool { return r.active() && r.guards }
+
+// begin opens a window that ends at until, after a restart at now. The
+// highest token issued before it was ceiling, and leases from before it
+// hold at most held (negative: unknown); with unbounded, that weight is
+// not bounded anyway (no concurrency limit, or instances).
+func (r *recovery) begin(now, until time.Time, ceiling uint64, held int64, unbounded bool) {
+	r.until = until
+	r.window = &window{restart: now, ceiling: ceiling, unknown: held, unbounded: unbounded || held < 0}
+}
+
+// end closes the window: every lease from before the restart that was
+// not re-adopted is over.
+func (r *recovery) end() { r.until, r.window = time.Time{}, nil }
+
+// readopted counts weight, re-adopted, as held: no longer unknown.
+func (r *recovery) readopted(weight int64) { r.unknown = max(0, r.unknown-weight) }
+
+// mayName reports whether token may name a lease granted before the
+// restart, during the window (the caller knows the engine does not have
+// it).
+func (r *recovery) mayName(token uint64) bool {
+	return r.active() && token != 0 && token <= r.ceiling
+}
+
+// refusal is the error of a no-wait acquire in pool refused because of
+// the window, at now, with held of the effective concurrency limit held.
+func (r *recovery) refusal(pool string, held, limit int64, now time.Time) error {
+	left := r.until.Sub(now)
 	grants := "it grants only to holders renewing leases from before the restart"
-	if !p.rec.unbounded {
-		grants = "leases from before the restart may hold up to " + itoa(p.rec.unknown) + " of its limit " + itoa(p.ad.limit) + " (held now " + itoa(p.held) + "), so it grants only what fits beside them"
+	if !r.unbounded {
+		grants = "leases from before the restart may hold up to " + itoa(r.unknown) + " of its limit " + itoa(limit) + " (held now " + itoa(held) + "), so it grants only what fits beside them"
 	}
 	return &apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonRecovering, RetryAfter: left,
-		Message: "pool " + quote(p.name) + " is recovering from a server restart until " + p.rec.until.UTC().Format(time.RFC3339Nano) +
+		Message: "pool " + quote(pool) + " is recovering from a server restart until " + r.until.UTC().Format(time.RFC3339Nano) +
 			" (" + left.Round(time.Millisecond).String() + " from now): until then " + grants + "; retry after that, or acquire with a wait to join the queue"}
 }
 
@@ -123,7 +149,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 	if st.TTLBound <= 0 && !st.LeaseHorizon.IsZero() {
 		st.TTLBound = cfg.MaxLeaseTTL // not recorded: assume the longest
 	}
-	p.initDurableLocked(st)
+	p.dur.reset(st)
 	p.susp.on = saved.Suspended
 	if p.res != nil && len(saved.Resources) > 0 { // an active pool's instances
 		rs, err := checkSavedResources(saved.Resources)
@@ -144,9 +170,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 				p.dur.live.end(e.Token)
 			}
 		}
-		p.rec = recovery{until: until, window: &window{restart: now, ceiling: st.TokenCeiling,
-			unknown: st.HeldBound, unbounded: st.HeldBound < 0 || cfg.ConcurrencyLimit == 0 || p.res != nil,
-			lim: &p.ad, instances: p.res != nil}}
+		p.rec.begin(now, until, st.TokenCeiling, st.HeldBound, cfg.ConcurrencyLimit == 0 || p.res != nil)
 		p.rec.timer = e.clock.AfterFunc(until.Sub(now), p.onRecoveryEnd)
 	}
 	p.restoreEffectiveLocked(st, now)
@@ -187,32 +211,33 @@ func windowEnd(horizon time.Time, ttlBound time.Duration, now time.Time) time.Ti
 func (p *pool) onRecoveryEnd() {
 	p.mu.Lock()
 	defer p.unlock()
-	if p.deleted || !p.recoveringLocked() || !p.e.acting() {
+	if p.deleted || !p.rec.active() || !p.e.acting() {
 		return
 	}
-	p.rec = recovery{}
+	p.rec.end()
 	p.dur.live.resolveAll(p.leases) // the leases not re-adopted are over
-	p.liveChangedLocked()
+	p.dur.liveChanged()
 	now := p.e.clock.Now()
 	p.applyRestoredLimitLocked(now)
-	p.out.ended = append(p.out.ended, p.revokeAwaitedLocked(now)...)
+	if p.res != nil { // leases on instances whose providers did not offer them again
+		for _, l := range p.res.awaitedHolders() {
+			p.out.ended = append(p.out.ended, p.revokeLocked(l, "its instance was not offered again by its provider within the recovery window after the server restarted", "", now))
+		}
+	}
 	p.dispatchLocked(now)
-	p.lowerHeldBoundLocked(now, 0) // the old leases not re-adopted are over
+	p.dur.lowerHeldBound(p.rec.weightHeld(p.held), now, 0) // the old leases not re-adopted are over
 }
 
-// admits holds back grants while the window does (recoveryBlocksLocked):
-// all of them when the weight leases from before the restart may hold is
-// not bounded, else those that would not fit beside that weight under the
-// effective concurrency limit.
-func (r *recovery) admits(held, weight int64, _ time.Time) bool {
-	if !r.blocks() {
-		return true
-	}
-	return !r.unbounded && held+weight+r.unknown <= r.lim.limit
+// admits holds back grants while the window does (blocks) and the
+// weight leases from before the restart may hold is not bounded. When it
+// is, the pool counts it as held (unknownHeld): the effective concurrency
+// limit's gate holds back what would not fit beside it.
+func (r *recovery) admits(_, _ int64, _ time.Time) bool {
+	return !r.blocks() || !r.unbounded
 }
 
 // describe says until when the window holds back grants.
-func (r *recovery) describe(_ int64, _ time.Time) string {
+func (r *recovery) describe(int64, time.Time) string {
 	if !r.blocks() {
 		return ""
 	}
@@ -286,14 +311,19 @@ func (e *Engine) RenewOrReadopt(pool string, token uint64, ttl time.Duration, ow
 // restart (no window, or a token issued after the restart), so that the
 // caller reports it as any unknown lease.
 func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner any, now time.Time) (*lease, error) {
-	if !p.preRestartLocked(token) {
+	if !p.rec.mayName(token) {
 		return nil, nil
 	}
 	since := " (the server restarted at " + p.rec.restart.UTC().Format(time.RFC3339Nano) + " and does not know it)"
 	if ra.Weight < 1 {
 		return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the renew did not say its weight; stop the work it protects and acquire a new lease (clients that send weight with renew re-attach by themselves)", token, p.name, since)
 	}
-	if err := p.endedBeforeRestartLocked(token, ra, now); err != nil {
+	live, resized := p.dur.live.live(token)
+	var endedSince error
+	if _, ok := p.ended.lookup(token); ok && !live { // it ended since the restart: say how
+		endedSince = p.ended.missingErr(p.name, token, p.lastToken)
+	}
+	if err := readoptRefusal(p.name, token, ra, now, live, resized, endedSince); err != nil {
 		return nil, err
 	}
 	switch {
@@ -304,11 +334,14 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 	case p.cfg.ConcurrencyLimit > 0 && p.held+ra.Weight > p.ad.limit: // the effective limit
 		return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its weight %d does not fit (held %d of limit %d); stop the work it protects and acquire a new lease", token, p.name, since, ra.Weight, p.held, p.ad.limit)
 	}
-	ins, err := p.readoptInstancesLocked(token, ra, since)
-	if err != nil {
-		return nil, err
+	var ins []*instance
+	if p.res != nil {
+		var err error
+		if ins, err = p.res.readoptInstances(p.name, p.cfg.ResourceKind == ResourcePassive, token, ra, since, now); err != nil {
+			return nil, err
+		}
 	}
-	ttl, err = p.resolveTTLLocked(ttl)
+	ttl, err := p.resolveTTLLocked(ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -330,131 +363,49 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 		owner: owner,
 	}
 	if ins != nil {
-		p.bindInstancesLocked(l, ins)
+		p.res.bindTo(l, ins)
 	}
-	if _, resized := p.dur.live.live(token); resized > ra.Weight && p.e.persister != nil {
-		p.dur.live.resize(token, ra.Weight) // no receipt showing more is re-adopted after another restart
-		p.liveChangedLocked()
+	if resized > ra.Weight {
+		p.dur.resized(token, ra.Weight) // no receipt showing more is re-adopted after another restart
 	}
-	p.rec.unknown = max(0, p.rec.unknown-ra.Weight) // now counted in held
+	p.rec.readopted(ra.Weight) // now counted in held
 	p.leases[token] = l
 	p.byToken.add(l)
 	p.expiry.push(l)
 	p.held += ra.Weight
 	p.stats.Readopted++
 	p.marksLocked()
-	p.armExpiryTimerLocked(l.ExpireTime, now)
+	armAlarm(&p.expiryAlarm, p.e.clock, l.ExpireTime, now, (*pool).onExpiryTimer, p)
 	return l, nil
 }
 
-// releasePreRestartLocked handles the Release of a lease the engine does
-// not know: during the recovery window, one that may have been granted
-// before the restart (and was not re-adopted) was held safely until now,
-// since nothing was granted over it, so its release succeeds; it reports
-// whether it did.
-func (p *pool) releasePreRestartLocked(token uint64) bool {
-	if !p.preRestartLocked(token) {
-		return false
-	}
-	if live, _ := p.dur.live.live(token); !live {
-		return false // released before, or ended before the restart
-	}
-	p.dur.live.end(token)
-	p.liveChangedLocked()
-	p.stats.Released++
-	return true
-}
-
-// endedBeforeRestartLocked refuses the re-adoption of a lease that ended
-// before the restart (the live set does not have it: released, revoked,
-// or of an earlier pool of the same name; or released since), or past the
-// expiry its receipt shows (or without a receipt that vouches for it), or
-// for another weight than its receipt signs, or than it was last resized
-// to.
-func (p *pool) endedBeforeRestartLocked(token uint64, ra *Readopt, now time.Time) error {
-	live, resized := p.dur.live.live(token)
+// readoptRefusal refuses the re-adoption of lease token of pool, at now,
+// that ended before the restart (the live set does not have it: live is
+// false; released, revoked, or of an earlier pool of the same name; or
+// released since, then endedSince says how), or past the expiry its
+// receipt shows (or without a receipt that vouches for it), or for another
+// weight than its receipt signs, or than it was last resized to (resized;
+// 0: never). It returns nil for a lease that may be re-adopted.
+func readoptRefusal(pool string, token uint64, ra *Readopt, now time.Time, live bool, resized int64, endedSince error) error {
 	rc := ra.Receipt
 	switch {
 	case rc.Problem != "":
-		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: %s; stop the work it protects and acquire a new lease", token, p.name, rc.Problem)
+		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: %s; stop the work it protects and acquire a new lease", token, pool, rc.Problem)
 	case rc.Expiry.IsZero():
-		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew did not carry the lease's expiry receipt, so the server cannot tell it from a lease that ended before the restart; stop the work it protects and acquire a new lease (clients that send expiry_receipt with renew re-attach by themselves)", token, p.name)
+		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew did not carry the lease's expiry receipt, so the server cannot tell it from a lease that ended before the restart; stop the work it protects and acquire a new lease (clients that send expiry_receipt with renew re-attach by themselves)", token, pool)
 	case rc.Weight != ra.Weight:
-		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew says weight %d, but its expiry receipt was signed for weight %d; a lease is re-adopted only with exactly the weight and instances it was granted or last resized to, as its latest receipt shows; stop the work it protects and acquire a new lease", token, p.name, ra.Weight, rc.Weight)
+		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: the renew says weight %d, but its expiry receipt was signed for weight %d; a lease is re-adopted only with exactly the weight and instances it was granted or last resized to, as its latest receipt shows; stop the work it protects and acquire a new lease", token, pool, ra.Weight, rc.Weight)
 	case !rc.Expiry.After(now):
-		return errorf(apierr.ErrLeaseExpired, "lease %d of pool %q expired at %s, before the server's restart; stop the work it protects and acquire a new lease", token, p.name, rc.Expiry.UTC().Format(time.RFC3339Nano))
+		return errorf(apierr.ErrLeaseExpired, "lease %d of pool %q expired at %s, before the server's restart; stop the work it protects and acquire a new lease", token, pool, rc.Expiry.UTC().Format(time.RFC3339Nano))
 	}
 	if !live {
-		if _, ok := p.ended.lookup(token); ok { // it ended since the restart: say how
-			return p.missingLeaseErrLocked(token)
+		if endedSince != nil {
+			return endedSince
 		}
-		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it ended before the restart (it was released or revoked, or belongs to an earlier pool of that name), or was released since; stop the work it protects and acquire a new lease", token, p.name)
+		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart: it ended before the restart (it was released or revoked, or belongs to an earlier pool of that name), or was released since; stop the work it protects and acquire a new lease", token, pool)
 	}
 	if resized > 0 && ra.Weight > resized {
-		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart with weight %d: it was resized to weight %d before the restart, and its expiry receipt is from before that; a lease is re-adopted only with exactly the weight it was granted or last resized to; stop the work it protects and acquire a new lease", token, p.name, ra.Weight, resized)
+		return errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted after the server's restart with weight %d: it was resized to weight %d before the restart, and its expiry receipt is from before that; a lease is re-adopted only with exactly the weight it was granted or last resized to; stop the work it protects and acquire a new lease", token, pool, ra.Weight, resized)
 	}
 	return nil
-}
-
-// preRestartLocked reports whether token may name a lease granted before
-// the restart, during the recovery window (the caller knows the engine
-// does not have it).
-func (p *pool) preRestartLocked(token uint64) bool {
-	return p.recoveringLocked() && token != 0 && token <= p.rec.ceiling
-}
-
-// readoptInstancesLocked returns the instances a lease to re-adopt names,
-// in an active or passive pool (nil in a free pool): exactly ra.Weight
-// distinct ones, each in the pool and free. In a passive pool, an instance
-// not in the pool is taken as one whose provider has not offered it again
-// since the restart: it is held for the lease, *awaited*, until its
-// provider offers it (Offer then hands it over), or revoked with the lease
-// when the recovery window ends without it.
-func (p *pool) readoptInstancesLocked(token uint64, ra *Readopt, since string) ([]*instance, error) {
-	if p.res == nil {
-		return nil, nil
-	}
-	if int64(len(ra.Resources)) != ra.Weight {
-		return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names %d instances for weight %d; stop the work it protects and acquire a new lease", token, p.name, since, len(ra.Resources), ra.Weight)
-	}
-	ins := make([]*instance, 0, len(ra.Resources))
-	var awaited []string
-	for _, id := range ra.Resources {
-		in := p.res.byID[id]
-		if in == nil && p.cfg.ResourceKind == ResourcePassive && validateResourceID("instance", id) == nil {
-			// Its provider has not offered it again yet: hold it for the
-			// lease until the provider does, or the window ends.
-			awaited = append(awaited, id)
-			continue
-		}
-		if in == nil || in.elem == nil {
-			why := "is held by another lease"
-			if in == nil {
-				why = "is not in the pool (removed, or its provider has not offered it again)"
-			}
-			return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its instance %q %s; stop the work it protects and acquire a new lease", token, p.name, since, id, why)
-		}
-		for _, other := range ins {
-			if other == in {
-				return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, p.name, since, id)
-			}
-		}
-		ins = append(ins, in)
-	}
-	for i, id := range awaited {
-		for _, other := range awaited[:i] {
-			if other == id {
-				return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, p.name, since, id)
-			}
-		}
-	}
-	if len(p.res.byID)+len(awaited) > MaxResourcesPerPool {
-		return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the pool would hold more than %d instances", token, p.name, since, MaxResourcesPerPool)
-	}
-	for _, id := range awaited {
-		in := &instance{Resource: Resource{ID: id}, awaited: true, addTime: p.e.clock.Now()}
-		p.res.byID[id] = in
-		ins = append(ins, in)
-	}
-	return ins, nil
 }

@@ -3,8 +3,9 @@ package limiter
 import (
 	"container/list"
 	"sort"
-	"strings"
 	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
 // instance is one instance of an active or passive pool, guarded by the
@@ -118,25 +119,25 @@ func (rs *resourceSet) states() []ResourceState {
 	return out
 }
 
-// bindLocked binds l, just granted, to l.Weight free instances chosen by
-// the pool's selection policy (admitLocked checked they are free), and
-// records them in the lease.
-func (p *pool) bindLocked(l *lease) {
+// bind binds l, just granted, to l.Weight free instances chosen by
+// policy (the caller checked they are free: admits), and records them in
+// the lease.
+func (rs *resourceSet) bind(l *lease, policy SelectionPolicy) {
 	l.Resources = make([]Resource, l.Weight)
 	for i := range l.Resources {
-		in := p.res.take(p.cfg.Selection)
+		in := rs.take(policy)
 		in.holder = l
 		l.Resources[i] = in.Resource
 	}
 }
 
-// bindInstancesLocked binds l to ins, free instances a re-adoption names,
-// and records them in the lease.
-func (p *pool) bindInstancesLocked(l *lease, ins []*instance) {
+// bindTo binds l to ins, free instances a re-adoption names, and records
+// them in the lease.
+func (rs *resourceSet) bindTo(l *lease, ins []*instance) {
 	l.Resources = make([]Resource, len(ins))
 	for i, in := range ins {
 		if in.elem != nil {
-			p.res.free.Remove(in.elem)
+			rs.free.Remove(in.elem)
 			in.elem = nil
 		}
 		in.holder = l
@@ -144,31 +145,31 @@ func (p *pool) bindInstancesLocked(l *lease, ins []*instance) {
 	}
 }
 
-// unbindLocked lets go of l's instances as l ends: each goes to the back
+// unbind lets go of l's instances as l ends at now: each goes to the back
 // of the free list (most recently released), or leaves the pool if it was
 // being removed.
-func (p *pool) unbindLocked(l *lease, now time.Time) {
+func (rs *resourceSet) unbind(l *lease, now time.Time) {
 	for _, r := range l.Resources {
-		in := p.res.byID[r.ID] // a held instance never leaves the pool while held
+		in := rs.byID[r.ID] // a held instance never leaves the pool while held
 		if in == nil || in.holder != l {
 			continue
 		}
 		in.holder = nil
 		in.released = now
 		if in.removing || in.awaited {
-			p.res.drop(in)
+			rs.drop(in)
 			continue
 		}
-		in.elem = p.res.free.PushBack(in)
+		in.elem = rs.free.PushBack(in)
 	}
 }
 
-// instancesOfLocked returns the instances l is bound to. A held instance
-// never leaves the pool while held, so each of l.Resources is there.
-func (p *pool) instancesOfLocked(l *lease) []*instance {
+// instancesOf returns the instances l is bound to. A held instance never
+// leaves the pool while held, so each of l.Resources is there.
+func (rs *resourceSet) instancesOf(l *lease) []*instance {
 	ins := make([]*instance, 0, len(l.Resources))
 	for _, r := range l.Resources {
-		if in := p.res.byID[r.ID]; in != nil && in.holder == l {
+		if in := rs.byID[r.ID]; in != nil && in.holder == l {
 			ins = append(ins, in)
 		}
 	}
@@ -193,40 +194,151 @@ func holdersOf(ins []*instance) []*lease {
 	return out
 }
 
-// removeInstancesLocked takes ins out of the pool: free ones leave at
-// once; held ones are marked removing and leave when their lease ends,
-// and unless wait, those leases are revoked now with reason, which
-// follows the names of the lease's instances ("was removed ..."; reported
-// through the returned slice). It reports how many left at once and how
-// many leases were revoked. actor is who removed them ("" if unknown or
-// not an operator). It does not dispatch or persist.
-func (p *pool) removeInstancesLocked(ins []*instance, wait bool, reason, actor string, now time.Time) (removed, revoked int, ended []LeaseEnded) {
-	holders := holdersOf(ins)
+// remove takes ins out of the set: free ones leave at once; held ones
+// are marked removing and leave when their lease ends. It returns how
+// many left at once, and the leases holding the others, in fencing-token
+// order.
+func (rs *resourceSet) remove(ins []*instance) (removed int, holders []*lease) {
+	holders = holdersOf(ins)
 	for _, in := range ins {
 		if in.holder == nil {
-			p.res.drop(in)
+			rs.drop(in)
 			removed++
 			continue
 		}
 		if !in.removing {
 			in.removing = true
-			p.res.removing++
+			rs.removing++
 		}
 	}
-	if wait {
-		return removed, 0, nil
+	return removed, holders
+}
+
+// removingOf returns the ids of l's instances being removed, quoted.
+func (rs *resourceSet) removingOf(l *lease) []string {
+	var names []string
+	for _, in := range rs.instancesOf(l) {
+		if in.removing {
+			names = append(names, quote(in.ID))
+		}
 	}
-	for _, l := range holders {
-		var names []string
-		for _, in := range p.instancesOfLocked(l) {
-			if in.removing {
-				removed++
-				names = append(names, quote(in.ID))
+	return names
+}
+
+// awaitedHolders returns the leases re-adopted on instances whose
+// providers have not offered them again (awaited), in fencing-token order.
+func (rs *resourceSet) awaitedHolders() []*lease {
+	var gone []*instance
+	for _, in := range rs.byID {
+		if in.awaited {
+			gone = append(gone, in)
+		}
+	}
+	return holdersOf(gone)
+}
+
+// recorded returns what an active pool records of its instances once add
+// are added and the ids remove removed: every instance not being removed,
+// in id order.
+func (rs *resourceSet) recorded(add []Resource, remove []string) []Resource {
+	gone := make(map[string]struct{}, len(remove))
+	for _, id := range remove {
+		gone[id] = struct{}{}
+	}
+	out := make([]Resource, 0, len(rs.byID)+len(add))
+	for id, in := range rs.byID {
+		if _, g := gone[id]; !g && !in.removing {
+			out = append(out, in.Resource)
+		}
+	}
+	out = append(out, add...)
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// checkNew refuses instances of pool whose ids are taken or that would
+// take it over MaxResourcesPerPool.
+func (rs *resourceSet) checkNew(pool string, add []Resource) error {
+	for _, r := range add {
+		if in := rs.byID[r.ID]; in != nil && (!in.awaited || r.Provider == "") {
+			if in.Provider != "" {
+				return errorf(apierr.ErrResourceExists, "pool %q already has an instance %q, offered by provider %q; pick another id", pool, r.ID, in.Provider)
+			}
+			return errorf(apierr.ErrResourceExists, "pool %q already has an instance %q; pick another id, or remove it first", pool, r.ID)
+		}
+	}
+	if n := len(rs.byID) + len(add); n > MaxResourcesPerPool {
+		return errorf(apierr.ErrTooManyResources, "pool %q would hold %d instances; the most is %d", pool, n, MaxResourcesPerPool)
+	}
+	return nil
+}
+
+// lookup returns the instances ids of pool, each of which must be in the
+// set and, with a non-empty provider, offered by it.
+func (rs *resourceSet) lookup(pool string, ids []string, provider string) ([]*instance, error) {
+	ins := make([]*instance, 0, len(ids))
+	for _, id := range ids {
+		in := rs.byID[id]
+		if in == nil || in.Provider != provider {
+			if provider != "" {
+				return nil, errorf(apierr.ErrResourceNotFound, "provider %q offers no instance %q in pool %q; nothing was withdrawn", provider, id, pool)
+			}
+			return nil, errorf(apierr.ErrResourceNotFound, "pool %q has no instance %q; nothing was removed", pool, id)
+		}
+		ins = append(ins, in)
+	}
+	return ins, nil
+}
+
+// readoptInstances returns the instances a lease token of pool to
+// re-adopt names (since says when the server restarted, for messages):
+// exactly ra.Weight distinct ones, each in the set and free. In a passive
+// pool, an instance not in the set is taken as one whose provider has not
+// offered it again since the restart: it is held for the lease, *awaited*,
+// until its provider offers it (offer then hands it over), or revoked with
+// the lease when the recovery window ends without it.
+func (rs *resourceSet) readoptInstances(pool string, passive bool, token uint64, ra *Readopt, since string, now time.Time) ([]*instance, error) {
+	if int64(len(ra.Resources)) != ra.Weight {
+		return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names %d instances for weight %d; stop the work it protects and acquire a new lease", token, pool, since, len(ra.Resources), ra.Weight)
+	}
+	ins := make([]*instance, 0, len(ra.Resources))
+	var awaited []string
+	for _, id := range ra.Resources {
+		in := rs.byID[id]
+		if in == nil && passive && validateResourceID("instance", id) == nil {
+			// Its provider has not offered it again yet: hold it for the
+			// lease until the provider does, or the window ends.
+			awaited = append(awaited, id)
+			continue
+		}
+		if in == nil || in.elem == nil {
+			why := "is held by another lease"
+			if in == nil {
+				why = "is not in the pool (removed, or its provider has not offered it again)"
+			}
+			return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: its instance %q %s; stop the work it protects and acquire a new lease", token, pool, since, id, why)
+		}
+		for _, other := range ins {
+			if other == in {
+				return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, pool, since, id)
 			}
 		}
-		why := "its instance " + strings.Join(names, ", ") + " " + reason
-		ended = append(ended, p.revokeLocked(l, why, actor, now)) // unbinds: removing instances leave
-		revoked++
+		ins = append(ins, in)
 	}
-	return removed, revoked, ended
+	for i, id := range awaited {
+		for _, other := range awaited[:i] {
+			if other == id {
+				return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: it names instance %q twice", token, pool, since, id)
+			}
+		}
+	}
+	if len(rs.byID)+len(awaited) > MaxResourcesPerPool {
+		return nil, errorf(apierr.ErrLeaseNotReadopted, "lease %d of pool %q cannot be re-adopted%s: the pool would hold more than %d instances", token, pool, since, MaxResourcesPerPool)
+	}
+	for _, id := range awaited {
+		in := &instance{Resource: Resource{ID: id}, awaited: true, addTime: now}
+		rs.byID[id] = in
+		ins = append(ins, in)
+	}
+	return ins, nil
 }

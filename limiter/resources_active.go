@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
@@ -29,18 +30,18 @@ func (e *Engine) AddResources(pool string, rs []Resource) (PoolInfo, error) {
 		return PoolInfo{}, err
 	}
 	defer p.unlock()
-	if err := p.checkKindLocked(ResourceActive, "its instances come from providers (LimiterService.Provide), not from AddResources"); err != nil {
+	if err := checkKind(p.name, p.cfg.ResourceKind, ResourceActive, "its instances come from providers (LimiterService.Provide), not from AddResources"); err != nil {
 		return PoolInfo{}, err
 	}
 	add, err := checkResources(rs, "")
 	if err != nil {
 		return PoolInfo{}, err
 	}
-	if err := p.checkNewResourcesLocked(add); err != nil {
+	if err := p.res.checkNew(p.name, add); err != nil {
 		return PoolInfo{}, err
 	}
 	now := e.clock.Now()
-	if err := p.persistResourcesLocked(add, nil); err != nil {
+	if err := p.dur.write(nil, func(sp *SavedPool) { sp.Resources = p.res.recorded(add, nil) }, "change the instances of pool "+quote(p.name)); err != nil {
 		return PoolInfo{}, err
 	}
 	p.res.addAll(add, now)
@@ -91,32 +92,47 @@ func (e *Engine) RemoveResources(pool string, ids []string, wait bool, reason st
 	if err != nil {
 		return RemoveResult{}, err
 	}
-	if err := p.checkKindLocked(ResourceActive, "its instances leave with their providers, or by a withdrawal on the provider's stream"); err != nil {
+	if err := checkKind(p.name, p.cfg.ResourceKind, ResourceActive, "its instances leave with their providers, or by a withdrawal on the provider's stream"); err != nil {
 		p.unlock()
 		return RemoveResult{}, err
 	}
-	ins, err := p.instancesLocked(ids, "")
+	ins, err := p.res.lookup(p.name, ids, "")
 	if err != nil {
 		p.unlock()
 		return RemoveResult{}, err
 	}
 	now := e.clock.Now()
-	if err := p.persistResourcesLocked(nil, ids); err != nil {
+	if err := p.dur.write(nil, func(sp *SavedPool) { sp.Resources = p.res.recorded(nil, ids) }, "change the instances of pool "+quote(p.name)); err != nil {
 		p.unlock()
 		return RemoveResult{}, err
 	}
-	res, ended := p.removeAndDispatchLocked(ins, wait, "was removed from pool "+quote(p.name)+": "+reason, actor, now)
+	res, ended := p.removeInstancesLocked(ins, wait, "was removed from pool "+quote(p.name)+": "+reason, actor, now)
 	p.endedLocked(ended)
 	p.unlock()
 	return res, nil
 }
 
-// removeAndDispatchLocked removes ins (removeInstancesLocked), fails the
-// waiters that can no longer be granted and grants those that now fit.
-func (p *pool) removeAndDispatchLocked(ins []*instance, wait bool, reason, actor string, now time.Time) (RemoveResult, []LeaseEnded) {
+// removeInstancesLocked takes ins out of the pool (resourceSet.remove):
+// free ones leave at once; held ones leave when their lease ends, and
+// unless wait, those leases are revoked now with reason, which follows the
+// names of the lease's instances ("was removed ..."). actor is who removed
+// them ("" if unknown or not an operator). It then fails the waiters that
+// can no longer be granted and grants those that now fit. It returns the
+// leases that ended (those past their expiry first), for the caller to
+// report. It does not persist.
+func (p *pool) removeInstancesLocked(ins []*instance, wait bool, reason, actor string, now time.Time) (RemoveResult, []LeaseEnded) {
 	ended := p.expireDueLocked(now) // leases past their expiry expired: say so first
-	removed, revoked, rev := p.removeInstancesLocked(ins, wait, reason, actor, now)
-	ended = append(ended, rev...)
+	removed, holders := p.res.remove(ins)
+	revoked := 0
+	if !wait {
+		for _, l := range holders {
+			names := p.res.removingOf(l)
+			removed += len(names)
+			why := "its instance " + strings.Join(names, ", ") + " " + reason
+			ended = append(ended, p.revokeLocked(l, why, actor, now)) // unbinds: removing instances leave
+			revoked++
+		}
+	}
 	removing := 0
 	for _, in := range ins {
 		if in.removing {
@@ -147,57 +163,23 @@ func (e *Engine) ListResources(pool string) ([]ResourceState, []ProviderInfo, er
 	if p.res == nil {
 		return nil, nil, errorf(apierr.ErrNotResourcePool, "pool %q is a free pool: its permits are counters, not instances; create an active or passive pool to have instances", p.name)
 	}
-	return p.res.states(), p.providerInfosLocked(), nil
+	return p.res.states(), p.res.providerInfos(), nil
 }
 
-// checkKindLocked returns apierr.ErrNotActive or apierr.ErrNotPassive unless the pool is
-// of kind; why says what to do instead.
-func (p *pool) checkKindLocked(kind ResourceKind, why string) error {
-	if p.cfg.ResourceKind == kind {
+// checkKind returns apierr.ErrNotActive or apierr.ErrNotPassive for pool, of kind have,
+// unless have is want; why says what to do instead.
+func checkKind(pool string, have, want ResourceKind, why string) error {
+	if have == want {
 		return nil
 	}
 	kindErr := apierr.ErrNotActive
-	if kind == ResourcePassive {
+	if want == ResourcePassive {
 		kindErr = apierr.ErrNotPassive
 	}
-	if p.cfg.ResourceKind == ResourceFree {
-		return errorf(kindErr, "pool %q is a free pool (a counter) and has no instances; create a %s pool to have them", p.name, kind)
+	if have == ResourceFree {
+		return errorf(kindErr, "pool %q is a free pool (a counter) and has no instances; create a %s pool to have them", pool, want)
 	}
-	return errorf(kindErr, "pool %q is %s, not %s: %s", p.name, p.cfg.ResourceKind, kind, why)
-}
-
-// checkNewResourcesLocked refuses instances whose ids are taken or that
-// would take the pool over MaxResourcesPerPool.
-func (p *pool) checkNewResourcesLocked(add []Resource) error {
-	for _, r := range add {
-		if in := p.res.byID[r.ID]; in != nil && (!in.awaited || r.Provider == "") {
-			if in.Provider != "" {
-				return errorf(apierr.ErrResourceExists, "pool %q already has an instance %q, offered by provider %q; pick another id", p.name, r.ID, in.Provider)
-			}
-			return errorf(apierr.ErrResourceExists, "pool %q already has an instance %q; pick another id, or remove it first", p.name, r.ID)
-		}
-	}
-	if n := len(p.res.byID) + len(add); n > MaxResourcesPerPool {
-		return errorf(apierr.ErrTooManyResources, "pool %q would hold %d instances; the most is %d", p.name, n, MaxResourcesPerPool)
-	}
-	return nil
-}
-
-// instancesLocked returns the instances ids, each of which must be in the
-// pool and, with a non-empty provider, offered by it.
-func (p *pool) instancesLocked(ids []string, provider string) ([]*instance, error) {
-	ins := make([]*instance, 0, len(ids))
-	for _, id := range ids {
-		in := p.res.byID[id]
-		if in == nil || in.Provider != provider {
-			if provider != "" {
-				return nil, errorf(apierr.ErrResourceNotFound, "provider %q offers no instance %q in pool %q; nothing was withdrawn", provider, id, p.name)
-			}
-			return nil, errorf(apierr.ErrResourceNotFound, "pool %q has no instance %q; nothing was removed", p.name, id)
-		}
-		ins = append(ins, in)
-	}
-	return ins, nil
+	return errorf(kindErr, "pool %q is %s, not %s: %s", pool, have, want, why)
 }
 
 // checkSavedResources validates the instances a Persister recorded, in

@@ -21,7 +21,7 @@ func (p *pool) checkResourcesLocked() error {
 	holderOf := map[*instance]uint64{}
 	var heldInstances int64
 	for tok, l := range p.leases {
-		ins := p.instancesOfLocked(l)
+		ins := p.res.instancesOf(l)
 		if int64(len(ins)) != l.Weight || len(l.Resources) != len(ins) {
 			return fmt.Errorf("lease %d of weight %d is bound to %d instances (%d reported)", tok, l.Weight, len(ins), len(l.Resources))
 		}
@@ -67,8 +67,8 @@ func (p *pool) checkResourcesLocked() error {
 		if p.cfg.ResourceKind == ResourceActive && in.Provider != "" {
 			return fmt.Errorf("instance %q of an active pool has provider %q", id, in.Provider)
 		}
-		if in.awaited && (in.holder == nil || in.Provider != "" || p.cfg.ResourceKind != ResourcePassive || !p.recoveringLocked()) {
-			return fmt.Errorf("awaited instance %q: holder %v, provider %q, kind %v, recovering %v", id, in.holder != nil, in.Provider, p.cfg.ResourceKind, p.recoveringLocked())
+		if in.awaited && (in.holder == nil || in.Provider != "" || p.cfg.ResourceKind != ResourcePassive || !p.rec.active()) {
+			return fmt.Errorf("awaited instance %q: holder %v, provider %q, kind %v, recovering %v", id, in.holder != nil, in.Provider, p.cfg.ResourceKind, p.rec.active())
 		}
 		if p.cfg.ResourceKind == ResourcePassive && !in.awaited {
 			pr := rs.providers[in.Provider]

@@ -48,7 +48,7 @@ func (e *Engine) RevokeLease(pool string, token uint64, reason string, opts ...C
 		if len(ended) > 0 {
 			p.dispatchLocked(now)
 		}
-		err := p.missingLeaseErrLocked(token)
+		err := p.ended.missingErr(p.name, token, p.lastToken)
 		p.endedLocked(ended)
 		p.unlock()
 		return err
@@ -64,7 +64,7 @@ func (e *Engine) RevokeLease(pool string, token uint64, reason string, opts ...C
 // returns its report. It does not dispatch.
 func (p *pool) revokeLocked(l *lease, reason, actor string, now time.Time) LeaseEnded {
 	p.removeLeaseLocked(l)
-	p.liveChangedLocked() // not re-adopted after a restart
+	p.dur.liveChanged() // not re-adopted after a restart
 	p.stats.Revoked++
 	p.ended.addMsg(l.FencingToken, EndRevoked, now, RevokeReasonBy(reason, actor))
 	return LeaseEnded{Lease: l.Lease, Reason: EndRevoked, Owner: l.owner, Message: reason, Actor: actor}
@@ -87,12 +87,9 @@ func RevokeReasonBy(reason, actor string) string {
 // reporting each through the outbox with a reason naming the new limit;
 // then it dispatches, as the last revocation may have freed more than
 // needed. Under RevocationWait, or within the limit, it does nothing.
-// Adaptive control calls it; UpdatePool calls enforceLimitByLocked.
-func (p *pool) enforceLimitLocked(now time.Time) { p.enforceLimitByLocked(now, "") }
-
-// enforceLimitByLocked is enforceLimitLocked for a limit that actor
-// lowered ("" if unknown), who is named in the revocations.
-func (p *pool) enforceLimitByLocked(now time.Time, actor string) {
+// actor is who lowered the limit ("" if unknown, or adaptive control),
+// named in the revocations.
+func (p *pool) enforceLimitLocked(now time.Time, actor string) {
 	if p.cfg.RevocationPolicy != RevocationRevoke || p.cfg.ConcurrencyLimit == 0 || p.held <= p.ad.limit {
 		return
 	}
@@ -128,7 +125,7 @@ func (e *Engine) GetLease(pool string, token uint64) (Lease, error) {
 	if l := p.leases[token]; l != nil {
 		return l.Lease, nil
 	}
-	return Lease{}, p.missingLeaseErrLocked(token)
+	return Lease{}, p.ended.missingErr(p.name, token, p.lastToken)
 }
 
 // MaxListScan bounds the leases of other clients one page of ListLeases
@@ -175,6 +172,16 @@ func (e *Engine) ListLeases(pool, clientID string, after uint64, limit int) ([]L
 		return true
 	})
 	return out, next, nil
+}
+
+// leasesByToken returns the leases of m in fencing token order.
+func leasesByToken(m map[uint64]*lease) []*lease {
+	ls := make([]*lease, 0, len(m))
+	for _, l := range m {
+		ls = append(ls, l)
+	}
+	sortLeasesByToken(ls)
+	return ls
 }
 
 // sortLeasesByToken sorts ls by fencing token, oldest grant first.

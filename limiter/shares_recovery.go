@@ -143,12 +143,12 @@ func (t *shareTable) released(id uint64) bool {
 func (p *pool) reserveShareLocked(now, expiry time.Time) error {
 	st := p.dur.state
 	ttl := expiry.Sub(now)
-	if (!expiry.After(st.ShareHorizon) && ttl <= st.ShareTTLBound) || p.e.persister == nil {
+	if (!expiry.After(st.ShareHorizon) && ttl <= st.ShareTTLBound) || p.dur.env.persister == nil {
 		return nil
 	}
 	if expiry.After(st.ShareHorizon) {
 		st.ShareHorizon = expiry.Add(p.e.horizonSlack)
 	}
 	st.ShareTTLBound = max(st.ShareTTLBound, ttl)
-	return p.saveLocked(p.savedLocked(p.cfg, st), "reserve rate share expiries of pool "+quote(p.name))
+	return p.dur.save(p.dur.saved(nil, st), "reserve rate share expiries of pool "+quote(p.name))
 }

@@ -28,15 +28,18 @@ func (e *Engine) SuspendPool(name string, revokeHeld bool, opts ...CallOption) (
 		return PoolInfo{}, err
 	}
 	now := e.clock.Now()
-	if err := p.persistSuspendedLocked(true, now); err != nil {
-		p.unlock()
-		return PoolInfo{}, err
+	if !p.susp.on { // written first, then made so
+		if err := p.dur.write(nil, func(sp *SavedPool) { sp.Suspended, sp.UpdateTime = true, now }, "suspend or resume pool "+quote(p.name)); err != nil {
+			p.unlock()
+			return PoolInfo{}, err
+		}
+		p.susp.on, p.updateTime = true, now
 	}
 	var ended []LeaseEnded
 	if revokeHeld {
 		ended = p.expireDueLocked(now) // past their expiry: expired, not revoked
 		reason := "pool " + quote(name) + " was suspended by an operator, revoking its leases"
-		for _, l := range p.leasesByTokenLocked() {
+		for _, l := range leasesByToken(p.leases) {
 			ended = append(ended, p.revokeLocked(l, reason, actor, now))
 		}
 	}
@@ -57,8 +60,11 @@ func (e *Engine) ResumePool(name string) (PoolInfo, error) {
 	}
 	defer p.unlock()
 	now := e.clock.Now()
-	if err := p.persistSuspendedLocked(false, now); err != nil {
-		return PoolInfo{}, err
+	if p.susp.on { // written first, then made so
+		if err := p.dur.write(nil, func(sp *SavedPool) { sp.Suspended, sp.UpdateTime = false, now }, "suspend or resume pool "+quote(p.name)); err != nil {
+			return PoolInfo{}, err
+		}
+		p.susp.on, p.updateTime = false, now
 	}
 	p.dispatchLocked(now)
 	return p.infoLocked(now), nil
@@ -115,25 +121,6 @@ func (e *Engine) DrainPool(ctx context.Context, name string) (PoolInfo, error) {
 	}
 }
 
-// persistSuspendedLocked writes the pool with suspended set as given (when
-// it changes) and then makes it so.
-func (p *pool) persistSuspendedLocked(suspended bool, now time.Time) error {
-	if p.susp.on == suspended {
-		return nil
-	}
-	if p.e.persister != nil {
-		saved := p.savedLocked(p.cfg, p.dur.state)
-		saved.Suspended = suspended
-		saved.UpdateTime = now
-		if err := p.saveLocked(saved, "suspend or resume pool "+quote(p.name)); err != nil {
-			return err
-		}
-	}
-	p.susp.on = suspended
-	p.updateTime = now
-	return nil
-}
-
 // suspension is whether an operator suspended a pool, and who waits for
 // it to drain.
 type suspension struct {
@@ -142,7 +129,7 @@ type suspension struct {
 }
 
 // admits holds back every grant while the pool is suspended.
-func (su *suspension) admits(int64, int64, time.Time) bool { return !su.on }
+func (su *suspension) admits(_, _ int64, _ time.Time) bool { return !su.on }
 
 // describe says that the pool is suspended.
 func (su *suspension) describe(int64, time.Time) string {
@@ -158,20 +145,11 @@ func (su *suspension) stop() {}
 // status fills in whether the pool is suspended.
 func (su *suspension) status(s *PoolStatus, _ time.Time) { s.Suspended = su.on }
 
-// notifyDrainedLocked wakes the DrainPool callers of p, if any.
-func (p *pool) notifyDrainedLocked() {
-	if p.susp.drained != nil {
-		close(p.susp.drained)
-		p.susp.drained = nil
+// notifyDrained wakes the DrainPool callers, if any: the pool holds
+// nothing.
+func (su *suspension) notifyDrained() {
+	if su.drained != nil {
+		close(su.drained)
+		su.drained = nil
 	}
-}
-
-// leasesByTokenLocked returns p's live leases in fencing token order.
-func (p *pool) leasesByTokenLocked() []*lease {
-	ls := make([]*lease, 0, len(p.leases))
-	for _, l := range p.leases {
-		ls = append(ls, l)
-	}
-	sortLeasesByToken(ls)
-	return ls
 }

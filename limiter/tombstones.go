@@ -1,6 +1,10 @@
 package limiter
 
-import "time"
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+)
 
 // tombstoneCap is how many ended leases a pool remembers, so that a late
 // Renew or Release can say "expired" rather than just "not found". It bounds
@@ -45,4 +49,20 @@ func (ts *tombstones) lookup(token uint64) (tombstone, bool) {
 		}
 	}
 	return tombstone{}, false
+}
+
+// missingErr explains why token is not a live lease of pool, whose newest
+// token is lastToken: revoked or expired if remembered here, else never
+// issued or released.
+func (ts *tombstones) missingErr(pool string, token, lastToken uint64) error {
+	if t, ok := ts.lookup(token); ok && t.reason == EndRevoked {
+		return errorf(apierr.ErrLeaseRevoked, "lease %d of pool %q was revoked at %s: %s; its permits went back to the pool; stop the work it protected and acquire a new lease", token, pool, t.at.UTC().Format(time.RFC3339Nano), t.msg)
+	}
+	if t, ok := ts.lookup(token); ok {
+		return errorf(apierr.ErrLeaseExpired, "lease %d of pool %q expired at %s: it was not renewed within its TTL and its permits went back to the pool; stop the work it protected and acquire a new lease", token, pool, t.at.UTC().Format(time.RFC3339Nano))
+	}
+	if token > lastToken {
+		return errorf(apierr.ErrLeaseNotFound, "pool %q never issued lease %d (its newest is %d); pass the lease id exactly as Acquire returned it", pool, token, lastToken)
+	}
+	return errorf(apierr.ErrLeaseNotFound, "lease %d is not held in pool %q: it was released, or it ended long ago", token, pool)
 }
