@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testwait"
 )
 
 func TestCreatePoolDefaultsAndValidation(t *testing.T) {
@@ -199,7 +201,7 @@ func TestCloseFailsWaitersAndTakes(t *testing.T) {
 		_, err := te.Take(context.Background(), "db", 1, time.Hour)
 		takeErr <- err
 	}()
-	te.waitUntil(t, func() bool { return te.status(t, "db").TokensAvailable < 0 })
+	testwait.For(t, "a take to reserve tokens", func() bool { return te.status(t, "db").TokensAvailable < 0 })
 	te.Close()
 	_, err := w.result(t)
 	wantReason(t, err, ErrShuttingDown)

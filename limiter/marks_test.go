@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testwait"
 )
 
 // markEvents returns the recorded events of type typ, and clears them all.
@@ -139,7 +141,7 @@ func TestMarkOverload(t *testing.T) {
 	}
 	wait(1) // 4 waiting: the mark
 	var evs []PoolEvent
-	ee.waitUntil(t, func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
+	testwait.For(t, "an overload mark event", func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
 	if len(evs) != 1 || evs[0].Waiting != 4 || evs[0].Mark != 4 || evs[0].Held != 1 {
 		t.Fatalf("overload events: %+v", evs)
 	}
@@ -153,7 +155,7 @@ func TestMarkOverload(t *testing.T) {
 	ee.clk.Advance(DefaultMarkEventInterval)
 	wait(2) // 4: fires again
 	evs = nil
-	ee.waitUntil(t, func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
+	testwait.For(t, "an overload mark event", func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
 	if len(evs) != 1 || evs[0].Waiting != 4 {
 		t.Fatalf("overload after re-arming: %+v", evs)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testwait"
 )
 
 // ListWaiters lists a pool's queue from its head, in grant order: higher
@@ -24,7 +26,7 @@ func TestListWaiters(t *testing.T) {
 			_, _ = te.Acquire(ctx, AcquireRequest{Pool: "db", ClientID: client, Weight: 1, Priority: priority})
 		}()
 		queued++
-		waitUntil(t, func() bool { _, n, _ := te.ListWaiters("db", 1); return n == queued })
+		testwait.For(t, "every acquire to join the queue", func() bool { _, n, _ := te.ListWaiters("db", 1); return n == queued })
 	}
 	queue("a", 0)
 	te.clk.Advance(time.Second)
