@@ -20,9 +20,10 @@ const method = "/tollgate.v1.LimiterService/Acquire"
 
 func frame(b []byte) mem.BufferSlice { return mem.BufferSlice{mem.SliceBuffer(b)} }
 
-// notProtobuf is a frame that does not decode as a message: field 1 with
-// wire type 7, which does not exist.
-var notProtobuf = []byte{0x0f, 0xff, 0xff}
+// notProtobuf is a frame that does not decode as a message: field 1 (an
+// AcquireRequest's pool) "db", then field 1 with wire type 7, which does
+// not exist.
+var notProtobuf = []byte{0x0a, 0x02, 'd', 'b', 0x0f, 0xff, 0xff}
 
 func encode(t *testing.T, m proto.Message) []byte {
 	t.Helper()
@@ -51,12 +52,12 @@ func wantInvalidFrame(t *testing.T, err error) {
 
 func TestUnaryRefusesAFrameThatDidNotDecode(t *testing.T) {
 	c := New()
-	req := &tollgatev1.AcquireRequest{Pool: "left over"}
+	req := new(tollgatev1.AcquireRequest)
 	if err := c.Unmarshal(frame(notProtobuf), req); err != nil {
 		t.Fatalf("Unmarshal returned %v; a bad frame is set aside, not refused by the codec", err)
 	}
 	if req.GetPool() != "" {
-		t.Fatalf("the message of a bad frame is %v; want it empty", req)
+		t.Fatalf("the message of a bad frame is %v; want it empty, not half decoded", req)
 	}
 	called := false
 	_, err := c.Unary(context.Background(), req, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {
