@@ -2,10 +2,13 @@ package groupcommit
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testwait"
 )
 
 // recorder is a commit function that records its batches and, while
@@ -53,18 +56,15 @@ func (r *recorder) got() [][]int {
 // waitQueued waits until n writes are queued behind the running batch.
 func waitQueued[T any](t *testing.T, c *Committer[T], n int) {
 	t.Helper()
-	for {
+	testwait.For(t, fmt.Sprintf("%d writes to queue", n), func() bool {
 		c.mu.Lock()
 		q := len(c.queue)
 		c.mu.Unlock()
-		if q == n {
-			return
-		}
 		if q > n {
 			t.Fatalf("%d writes queued, want %d", q, n)
 		}
-		time.Sleep(time.Millisecond) // polls a state the test drives; no timing is asserted
-	}
+		return q == n
+	})
 }
 
 // TestWritesQueuedDuringACommitShareTheNext: while one batch commits, the
