@@ -109,8 +109,9 @@ func wantSeries(t *testing.T, got map[string]float64, want map[string]float64) {
 func TestCollectorReadsThePoolsAndTheServer(t *testing.T) {
 	src := newFakeSource()
 	src.sessions, src.serving = 2, true
-	src.quotas.AllowRate("k")
-	src.quotas.AllowRate("k") // over the rate of 1 with burst 1: refused
+	if src.quotas.AllowRate("k") != nil || src.quotas.AllowRate("k") == nil {
+		t.Fatal("a rate of 1 with burst 1 did not allow one request and refuse the next")
+	}
 	m := New(src, []string{"acquire", "release"})
 	m.CountSessionRequest(1)
 	m.CountSessionRequest(1)

@@ -44,7 +44,7 @@ func onlySpan(t *testing.T, rec *tracetest.SpanRecorder) sdktrace.ReadOnlySpan {
 }
 
 func TestNilTracingRecordsNothing(t *testing.T) {
-	var tr *Tracing = New(nil, nil)
+	tr := New(nil, nil)
 	if tr != nil || tr.ServerOptions() != nil {
 		t.Fatalf("New(nil) = %v with options %v; want nil and none", tr, tr.ServerOptions())
 	}
@@ -68,8 +68,8 @@ func TestStartTakesItsParentFromTheCarrier(t *testing.T) {
 		t.Fatalf("span %q of kind %v; want internal tollgate.Acquire", s.Name(), s.SpanKind())
 	}
 	for k, want := range map[attribute.Key]string{AttrWeight: "3", AttrToken: "9", AttrOutcome: "granted"} {
-		if v, ok := attr(s, k); !ok || v.Emit() != want {
-			t.Fatalf("attribute %s = %v (set %v); want %s", k, v.Emit(), ok, want)
+		if v, ok := attr(s, k); !ok || v.String() != want {
+			t.Fatalf("attribute %s = %v (set %v); want %s", k, v.String(), ok, want)
 		}
 	}
 	if s.Status().Code == codes.Error {
