@@ -143,6 +143,9 @@ func (c *Committer[T]) run() {
 		}
 		errs := c.commit(items)
 		clear(items)
+		c.mu.Lock()
+		c.batches++ // before the answers: a writer that has its answer finds its batch counted
+		c.mu.Unlock()
 		for i, w := range batch {
 			var err error
 			if errs != nil {
@@ -152,7 +155,6 @@ func (c *Committer[T]) run() {
 		}
 
 		c.mu.Lock()
-		c.batches++
 		if !c.dueLocked() {
 			c.running = false
 			c.mu.Unlock()

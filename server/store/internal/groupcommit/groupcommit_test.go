@@ -183,3 +183,17 @@ func TestLaterCommitsAfterTheDelay(t *testing.T) {
 		t.Fatalf("batches %v, want %v", b, want)
 	}
 }
+
+// TestBatchesCountsACommitBeforeItsWritesReturn: a writer that has its
+// answer finds its batch counted.
+func TestBatchesCountsACommitBeforeItsWritesReturn(t *testing.T) {
+	c := New(func(items []int) []error { return nil }, 8, time.Hour)
+	for i := range 200 {
+		if err := c.Now(i); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.Batches(); n != uint64(i+1) {
+			t.Fatalf("after write %d returned: %d batches counted, want %d", i, n, i+1)
+		}
+	}
+}
