@@ -94,7 +94,7 @@ func TestLeaseEnded(t *testing.T) {
 func TestPoolEvent(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tc := range []struct {
-		ev         limiter.PoolEvent
+		ev        limiter.PoolEvent
 		typ, want string
 	}{
 		{limiter.PoolEvent{Type: limiter.PoolThrottled, Reason: limiter.ThrottleErrors, ConcurrencyLimit: 9, PrevConcurrencyLimit: 10, ConfiguredConcurrencyLimit: 10,
