@@ -16,12 +16,11 @@ const Limit = 20 * time.Second
 // when it has not held within Limit.
 func For(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	Within(t, Limit, what, cond)
+	within(t, Limit, what, cond)
 }
 
-// Within is For with a bound of its own, for a test that must see the
-// condition sooner (or may take longer) than Limit.
-func Within(t testing.TB, limit time.Duration, what string, cond func() bool) {
+// within is For with the bound limit.
+func within(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	start := time.Now()
 	pause := 50 * time.Microsecond

@@ -9,7 +9,7 @@ import (
 )
 
 // recorder is a testing.TB that records a Fatalf instead of ending the
-// test that runs it (so Within goes on polling: the test's condition
+// test that runs it (so within goes on polling: the test's condition
 // holds once the failure is recorded).
 type recorder struct {
 	testing.TB
@@ -36,10 +36,10 @@ func TestForReturnsOnceTheConditionHolds(t *testing.T) {
 	}
 }
 
-func TestWithinFailsNamingWhatItAwaited(t *testing.T) {
+func TestForFailsNamingWhatItAwaited(t *testing.T) {
 	r := &recorder{TB: t}
 	start := time.Now()
-	Within(r, 20*time.Millisecond, "the pool to drain", func() bool { return r.failed != "" })
+	within(r, 20*time.Millisecond, "the pool to drain", func() bool { return r.failed != "" })
 	if !strings.Contains(r.failed, "timed out") || !strings.Contains(r.failed, "the pool to drain") {
 		t.Fatalf("failure %q does not say it timed out waiting for the pool to drain", r.failed)
 	}
