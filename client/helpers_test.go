@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	"github.com/tollgate/tollgate/server"
@@ -195,16 +196,10 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// waitFor polls cond until it holds, failing the test after waitLimit.
+// waitFor is testwait.For, under the name this package's tests use.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testwait.For(t, what, cond)
 }
 
 // waitDone waits for a lease to end and returns its Err.

@@ -181,9 +181,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	for l.Limit() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(b, "the limiter's first share", func() bool { return l.Limit() != 0 })
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

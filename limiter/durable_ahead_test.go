@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
@@ -79,7 +80,7 @@ func TestPreReserveKeepsGrantsOffTheDisk(t *testing.T) {
 		t.Fatal("no background write of the next block after half of it was used")
 	}
 	close(gate)
-	te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+	testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") })
 	if got := m.writeCount(); got != writes+1 {
 		t.Fatalf("%d writes for %d grants; want 1, the background one", got-writes, minTokenBlock-1)
 	}
@@ -133,7 +134,7 @@ func TestPreReserveAndAConfigChange(t *testing.T) {
 	// and cannot write while the background write is stuck: once the lock
 	// is taken, the update has decided what to write.
 	p := te.pools.get("db")
-	te.waitUntil(t, func() bool {
+	testwait.For(t, "the update to hold the pool's lock", func() bool {
 		if p.mu.TryLock() {
 			p.mu.Unlock()
 			return false
@@ -144,7 +145,7 @@ func TestPreReserveAndAConfigChange(t *testing.T) {
 	if err := <-updated; err != nil {
 		t.Fatal(err)
 	}
-	te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+	testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") })
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i := 1; i < len(writes); i++ {
@@ -175,7 +176,7 @@ func TestPreReserveFailureFallsBackToTheGrant(t *testing.T) {
 	m.mu.Unlock()
 	for i := 0; i < minTokenBlock; i++ {
 		te.grantOnce(t, "db")
-		te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+		testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") })
 	}
 	_, err := te.Acquire(context.Background(), AcquireRequest{Pool: "db", Weight: 1, NoWait: true})
 	if !errors.Is(err, apierr.ErrStorageFailed) {
@@ -195,7 +196,7 @@ func TestPreReserveRaisesHeldBound(t *testing.T) {
 	p := te.pools.get("db")
 	for held := int64(1); held < 64; held++ {
 		te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 1, TTL: time.Minute, NoWait: true})
-		te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+		testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") })
 		p.mu.Lock()
 		b := p.dur.state.HeldBound
 		p.mu.Unlock()

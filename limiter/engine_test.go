@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
@@ -201,7 +202,7 @@ func TestCloseFailsWaitersAndTakes(t *testing.T) {
 		_, err := te.Take(context.Background(), "db", 1, time.Hour)
 		takeErr <- err
 	}()
-	te.waitUntil(t, func() bool { return te.status(t, "db").TokensAvailable < 0 })
+	testwait.For(t, "a take to reserve tokens", func() bool { return te.status(t, "db").TokensAvailable < 0 })
 	te.Close()
 	_, err := w.result(t)
 	wantReason(t, err, apierr.ErrShuttingDown)

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testwait"
 )
 
 // settle lets te's background writes of pool land, and the timer that
@@ -16,7 +18,7 @@ func (te *testEngine) settle(t *testing.T, pool string) {
 	t.Helper()
 	p := te.pools.get(pool)
 	for range 10 {
-		te.waitUntil(t, func() bool { return !te.pendingWrite(pool) })
+		testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite(pool) })
 		p.mu.Lock()
 		armed := p.dur.lowerArmed
 		p.mu.Unlock()
@@ -48,7 +50,7 @@ func TestHeldBoundComesDown(t *testing.T) {
 	var leases []Lease
 	for range 16 {
 		leases = append(leases, te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second}))
-		te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+		testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") })
 	}
 	if b := writtenHeldBound(t, m, "db"); b != 16 {
 		t.Fatalf("bound %d with the pool full; want 16", b)
@@ -78,7 +80,7 @@ func TestHeldBoundComesDownAfterFailover(t *testing.T) {
 	var leases []Lease
 	for range 10 {
 		leases = append(leases, te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: ttl}))
-		te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+		testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") })
 	}
 	te = te.restart(t, m, time.Second)
 	live := leases[:5] // the other holders died with the server
@@ -117,7 +119,7 @@ func TestHeldBoundLoweringInFlight(t *testing.T) {
 	var leases []Lease
 	for range 16 {
 		leases = append(leases, te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second}))
-		te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+		testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") })
 	}
 	gate, entered := make(chan struct{}), make(chan struct{}, 1)
 	var once sync.Once
@@ -152,7 +154,7 @@ func TestHeldBoundLoweringInFlight(t *testing.T) {
 	// when it was decided, plus heldSlack, below the limit): it must write
 	// a higher one, after the stuck write.
 	p := te.pools.get("db")
-	te.waitUntil(t, func() bool {
+	testwait.For(t, "the update to hold the pool's lock", func() bool {
 		if p.mu.TryLock() {
 			p.mu.Unlock()
 			return false
@@ -163,7 +165,7 @@ func TestHeldBoundLoweringInFlight(t *testing.T) {
 	if err := <-acquired; err != nil {
 		t.Fatal(err)
 	}
-	te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+	testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") })
 	if b := writtenHeldBound(t, m, "db"); b < 16 {
 		t.Fatalf("bound on disk %d with 16 held", b)
 	}
@@ -182,7 +184,7 @@ func TestHeldBoundLoweringFailsBehindAGrant(t *testing.T) {
 	var leases []Lease
 	for range 16 {
 		leases = append(leases, te.mustAcquire(t, AcquireRequest{Pool: "db", TTL: 10 * time.Second}))
-		te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+		testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") })
 	}
 	gate, entered := make(chan struct{}), make(chan struct{}, 1)
 	var once sync.Once
@@ -224,7 +226,7 @@ func TestHeldBoundLoweringFailsBehindAGrant(t *testing.T) {
 	// so its write lands, and its outcome is taken, before the failed
 	// write's outcome is.
 	p := te.pools.get("db")
-	te.waitUntil(t, func() bool {
+	testwait.For(t, "the update to hold the pool's lock", func() bool {
 		if p.mu.TryLock() {
 			p.mu.Unlock()
 			return false
@@ -235,7 +237,7 @@ func TestHeldBoundLoweringFailsBehindAGrant(t *testing.T) {
 	if err := <-acquired; err != nil {
 		t.Fatal(err)
 	}
-	te.waitUntil(t, func() bool { return !te.pendingWrite("db") }) // the failed write's outcome is taken
+	testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") }) // the failed write's outcome is taken
 	if b := writtenHeldBound(t, m, "db"); b < 16 {
 		t.Fatalf("bound on disk %d with 16 held", b)
 	}
@@ -251,7 +253,7 @@ func TestHeldBoundLoweringFailsBehindAGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	te.clk.Advance(endedFlushDelay)
-	te.waitUntil(t, func() bool { return !te.pendingWrite("db") })
+	testwait.For(t, "the pool's write to be taken", func() bool { return !te.pendingWrite("db") })
 	if b := writtenHeldBound(t, m, "db"); b < 15 {
 		t.Fatalf("bound on disk %d with 15 held, after the live set was written", b)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
@@ -93,7 +94,7 @@ func (te *testEngine) startAcquire(t testing.TB, req AcquireRequest) *pending {
 		defer close(pa.done)
 		pa.lease, pa.err = te.Acquire(ctx, req)
 	}()
-	te.waitUntil(t, func() bool {
+	testwait.For(t, "the acquire to join the queue or end", func() bool {
 		select {
 		case <-pa.done:
 			return true
@@ -123,20 +124,6 @@ func (pa *pending) finished() bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// waitUntil polls cond, which observes state another goroutine is about to
-// reach (a goroutine joining a queue), with a generous bound. It is used
-// only where the engine offers no event to wait on.
-func (te *testEngine) waitUntil(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10s")
-		}
-		time.Sleep(100 * time.Microsecond)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
@@ -143,7 +144,7 @@ func TestMarkOverload(t *testing.T) {
 	}
 	wait(1) // 4 waiting: the mark
 	var evs []PoolEvent
-	ee.waitUntil(t, func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
+	testwait.For(t, "an overload mark event", func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
 	if len(evs) != 1 || evs[0].Waiting != 4 || evs[0].Mark != 4 || evs[0].Held != 1 {
 		t.Fatalf("overload events: %+v", evs)
 	}
@@ -157,7 +158,7 @@ func TestMarkOverload(t *testing.T) {
 	ee.clk.Advance(DefaultMarkEventInterval)
 	wait(2) // 4: fires again
 	evs = nil
-	ee.waitUntil(t, func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
+	testwait.For(t, "an overload mark event", func() bool { evs = append(evs, ee.markEvents(PoolOverload)...); return len(evs) > 0 })
 	if len(evs) != 1 || evs[0].Waiting != 4 {
 		t.Fatalf("overload after re-arming: %+v", evs)
 	}

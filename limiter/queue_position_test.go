@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
@@ -29,7 +30,7 @@ func TestQueuePositions(t *testing.T) {
 			_, _ = te.Acquire(ctx, AcquireRequest{Pool: "db", ClientID: client, Weight: 1, Priority: priority})
 		}()
 		queued++
-		waitUntil(t, func() bool { _, n, _ := te.QueuePositions("db", client); return n == queued })
+		testwait.For(t, "every acquire to join the queue", func() bool { _, n, _ := te.QueuePositions("db", client); return n == queued })
 	}
 	queue("a", 0)
 	te.clk.Advance(time.Second)
@@ -61,18 +62,6 @@ func TestQueuePositions(t *testing.T) {
 func queuedOf(te *testEngine, client string) []QueuedAcquire {
 	q, _, _ := te.QueuePositions("db", client)
 	return q
-}
-
-// waitUntil polls cond, for conditions another goroutine makes true.
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestQueuePositionsMatchTheQueue: after random arrivals (random

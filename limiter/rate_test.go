@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
@@ -50,7 +51,7 @@ func TestTakeWaitsByEngineClock(t *testing.T) {
 		}
 		done <- r
 	}()
-	te.waitUntil(t, func() bool { return te.clk.Pending() > 0 && te.status(t, "api").TokensAvailable < 0 })
+	testwait.For(t, "the take to reserve tokens and wait on the clock", func() bool { return te.clk.Pending() > 0 && te.status(t, "api").TokensAvailable < 0 })
 	te.clk.Advance(999 * time.Millisecond)
 	select {
 	case <-done:
@@ -73,7 +74,7 @@ func TestCancelledTakeGivesTokensBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg)
 	errc := make(chan error, 1)
 	go func() { _, err := te.Take(ctx, "api", 2, time.Minute); errc <- err }()
-	te.waitUntil(t, func() bool { return te.status(t, "api").TokensAvailable < 0 })
+	testwait.For(t, "a take to reserve tokens", func() bool { return te.status(t, "api").TokensAvailable < 0 })
 	cancel()
 	wantReason(t, <-errc, apierr.ErrCanceled)
 	te.clk.Advance(2 * time.Second)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
@@ -25,7 +26,7 @@ func TestStopWaits(t *testing.T) {
 	acquired, took := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := te.Acquire(ctx, AcquireRequest{Pool: "db", Weight: 1}); acquired <- err }()
 	go func() { _, err := te.Take(ctx, "api", 1, time.Hour); took <- err }()
-	waitUntil(t, func() bool {
+	testwait.For(t, "the acquire and the take to wait", func() bool {
 		info, _ := te.GetPool("db")
 		p, _ := te.lookup("api")
 		p.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
@@ -118,7 +119,7 @@ func TestDrainPool(t *testing.T) {
 	p.susp.drained = nil // left by the timed-out drain above, which no one waits on now
 	p.mu.Unlock()
 	go func() { _, err := te.DrainPool(context.Background(), "db"); done <- err }()
-	te.waitUntil(t, func() bool { // this drain is waiting for held to reach 0
+	testwait.For(t, "the drain to wait for held to reach 0", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.susp.drained != nil

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testwait"
 )
 
 // TestWaiterIsSmall: a queued acquire with a notified wait is a small
@@ -84,7 +86,7 @@ func TestWaitedGrantCarriesRequest(t *testing.T) {
 	}
 	want("notified", got)
 	te.clk.Advance(8 * time.Second)
-	te.waitUntil(t, func() bool { return len(te.endedLeases()) == 1 })
+	testwait.For(t, "one lease-ended event", func() bool { return len(te.endedLeases()) == 1 })
 	if ended := te.endedLeases(); ended[0].Owner != "owner" {
 		t.Fatalf("ended %+v; want the notified lease's end, with its owner", ended)
 	}

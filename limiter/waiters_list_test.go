@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
@@ -26,7 +27,7 @@ func TestListWaiters(t *testing.T) {
 			_, _ = te.Acquire(ctx, AcquireRequest{Pool: "db", ClientID: client, Weight: 1, Priority: priority})
 		}()
 		queued++
-		waitUntil(t, func() bool { _, n, _ := te.ListWaiters("db", 1); return n == queued })
+		testwait.For(t, "every acquire to join the queue", func() bool { _, n, _ := te.ListWaiters("db", 1); return n == queued })
 	}
 	queue("a", 0)
 	te.clk.Advance(time.Second)

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
@@ -22,7 +23,7 @@ func TestAdminRevokeLease(t *testing.T) {
 	s := e.session()
 	l := s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db", Ttl: dur(time.Minute)})).GetAcquire().GetLease()
 	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"}))
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 
 	if _, err := e.adm.RevokeLease(e.ctx(), &tollgatev1.RevokeLeaseRequest{Pool: "db", LeaseId: l.GetId(), Reason: "shard 3 maintenance"}); err != nil {
 		t.Fatal(err)

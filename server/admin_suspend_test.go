@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
@@ -27,7 +28,7 @@ func TestAdminSuspendResumeDrain(t *testing.T) {
 		t.Fatalf("message %q", st.Message())
 	}
 	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"}))
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 
 	// Drain with a deadline while the lease is held: DEADLINE_EXCEEDED.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

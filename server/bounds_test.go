@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
@@ -39,7 +40,7 @@ func TestShutdownFailsWaitersAtOnce(t *testing.T) {
 		_, err := lim.Take(context.Background(), &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(time.Hour)})
 		errs <- err
 	}()
-	waitFor(t, "the acquire and take to wait", func() bool { return srv.quotas.Waiters() == 2 })
+	testwait.For(t, "the acquire and take to wait", func() bool { return srv.quotas.Waiters() == 2 })
 	stop()
 	for range 2 {
 		select {
@@ -164,10 +165,10 @@ func TestTakeWaitersAreBounded(t *testing.T) {
 	}
 	take(a, "api")
 	take(a, "api")
-	waitFor(t, "two takes to wait", func() bool { return o.srv.quotas.Waiters() == 2 })
+	testwait.For(t, "two takes to wait", func() bool { return o.srv.quotas.Waiters() == 2 })
 	wantStatus(t, <-take(a, "api"), codes.ResourceExhausted, ReasonClientLeaseLimit)
 	take(b, "api")
-	waitFor(t, "the other client's take to wait", func() bool { return o.srv.quotas.Waiters() == 3 })
+	testwait.For(t, "the other client's take to wait", func() bool { return o.srv.quotas.Waiters() == 3 })
 	wantStatus(t, <-take(b, "api"), codes.ResourceExhausted, apierr.ReasonQueueFull)
 
 	if err := <-take(b, "slow"); err != nil {
@@ -260,9 +261,9 @@ func TestAcquireWaitsCountPerConnection(t *testing.T) {
 			_, _ = greedy.lim.Acquire(greedy.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: fmt.Sprint("c", i)})
 		}() // waits until the test ends
 	}
-	waitFor(t, "two acquires to wait", func() bool { return o.srv.quotas.Waiters() == 2 })
+	testwait.For(t, "two acquires to wait", func() bool { return o.srv.quotas.Waiters() == 2 })
 	_, err := greedy.lim.Acquire(greedy.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "c2"})
 	wantStatus(t, err, codes.ResourceExhausted, ReasonClientLeaseLimit)
 	go func() { _, _ = honest.lim.Acquire(honest.ctx(), &tollgatev1.AcquireRequest{Pool: "db", ClientId: "h"}) }() // waits until the test ends
-	waitFor(t, "the other connection's acquire to wait", func() bool { return o.srv.quotas.Waiters() == 3 })
+	testwait.For(t, "the other connection's acquire to wait", func() bool { return o.srv.quotas.Waiters() == 3 })
 }

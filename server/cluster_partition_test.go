@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/election"
 	"github.com/tollgate/tollgate/internal/etcdtest"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -111,7 +112,7 @@ func TestClusterPartitionedLeaderStopsFirst(t *testing.T) {
 	a := start("http://" + hole.lis.Addr().String())
 	leader(t, []*member{a}) // a leads before b campaigns
 	b := start(etcd.Endpoint())
-	waitFor(t, "b sees a lead", func() bool { return b.srv.leadership.Cluster().Leader == a.addr })
+	testwait.For(t, "b sees a lead", func() bool { return b.srv.leadership.Cluster().Leader == a.addr })
 
 	cut := time.Now()
 	hole.hole()
@@ -131,7 +132,7 @@ func TestClusterPartitionedLeaderStopsFirst(t *testing.T) {
 		t.Fatal("two servers lead: the partitioned leader outlived its session")
 	}
 	t.Logf("take-over after a silent partition of the leader from etcd: %v", time.Since(cut))
-	waitFor(t, "b's term starts", b.srv.leadership.Leading)
+	testwait.For(t, "b's term starts", b.srv.leadership.Leading)
 	_, err := a.lim.Acquire(a.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true})
 	wantStatus(t, err, codes.Unavailable, apierr.ReasonNotLeader)
 	b.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true})

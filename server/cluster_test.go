@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/internal/httpapi"
 	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -69,7 +70,7 @@ func startCluster(t *testing.T, etcd *etcdtest.Etcd, fc *fakeclock.Clock, n int,
 func leader(t *testing.T, ms []*member) *member {
 	t.Helper()
 	var lead *member
-	waitFor(t, "one leader", func() bool {
+	testwait.For(t, "one leader", func() bool {
 		n := 0
 		for _, m := range ms {
 			if m.srv.leadership.Leading() {
@@ -108,7 +109,7 @@ func TestClusterFollowersAnswerNotLeader(t *testing.T) {
 	lead.acquire(&tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})
 	epoch := lead.srv.leadership.Cluster().Epoch
 	for _, f := range others(ms, lead) {
-		waitFor(t, "the follower sees the leader and every member", func() bool {
+		testwait.For(t, "the follower sees the leader and every member", func() bool {
 			v := f.srv.leadership.Cluster()
 			return v.Leader == lead.addr && len(v.Members) == len(ms)
 		})
@@ -315,13 +316,13 @@ func TestClusterEtcdLost(t *testing.T) {
 		_, err := lead.lim.Acquire(lead.ctx(), &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(5)})
 		waiting <- err
 	}()
-	waitFor(t, "the acquire waits", func() bool { return lead.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire waits", func() bool { return lead.status("db").GetWaiting() == 1 })
 	sess, err := lead.lim.Session(lead.ctx())
 	if err != nil {
 		t.Fatal(err)
 	}
 	etcd.Stop()
-	waitFor(t, "leadership lost", func() bool { return !lead.srv.leadership.Leading() })
+	testwait.For(t, "leadership lost", func() bool { return !lead.srv.leadership.Leading() })
 	wantStatus(t, <-waiting, codes.Unavailable, apierr.ReasonNotLeader)
 	_, err = sess.Recv()
 	wantStatus(t, err, codes.Unavailable, apierr.ReasonNotLeader)
@@ -365,7 +366,7 @@ func TestClusterFrozenPastTheDeadline(t *testing.T) {
 	}()
 	sc := lead.session()
 	sc.send(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Acquire{Acquire: &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)}}})
-	waitFor(t, "two acquires wait", func() bool { return lead.status("db").GetWaiting() == 2 })
+	testwait.For(t, "two acquires wait", func() bool { return lead.status("db").GetWaiting() == 2 })
 
 	before := lead.srv.RecentEvents()[0].Seq
 	lead.srv.campaign.Lapse() // the deadline passed; the term has not ended yet

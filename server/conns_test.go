@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/testwait"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -62,7 +63,7 @@ func TestConnsPerIPNoLockOut(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the address to be full", func() bool { return o.srv.grpcConns.Open() == perIP })
+	testwait.For(t, "the address to be full", func() bool { return o.srv.grpcConns.Open() == perIP })
 
 	honest := o.env()
 	for i := range 3 {
@@ -116,7 +117,7 @@ func TestConnsPerIPBusyKeepPlace(t *testing.T) {
 			_, _ = e.lim.Acquire(ctx, &tollgatev1.AcquireRequest{Pool: "db"}) // waits until cancel
 		}()
 	}
-	waitFor(t, "both acquires to wait", func() bool { return admin.status("db").GetWaiting() == 2 })
+	testwait.For(t, "both acquires to wait", func() bool { return admin.status("db").GetWaiting() == 2 })
 	excess, err := net.Dial("tcp", o.addr)
 	if err != nil {
 		t.Fatal(err)

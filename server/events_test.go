@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/testwait"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -61,7 +62,7 @@ func TestEventLogs(t *testing.T) {
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "w1", Description: "backfill", Ttl: dur(time.Second)})
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "w2", Description: "report"})
 	o.clock.Advance(2 * time.Second)
-	waitFor(t, "the expiry", func() bool { return len(logs.records(t, "lease expired")) == 1 })
+	testwait.For(t, "the expiry", func() bool { return len(logs.records(t, "lease expired")) == 1 })
 	if _, err := e.adm.DeletePool(e.ctx(), &tollgatev1.DeletePoolRequest{Name: "db", Force: true}); err != nil {
 		t.Fatal(err)
 	}

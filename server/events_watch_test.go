@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/testwait"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
@@ -24,7 +25,7 @@ func (e *env) watch(ctx context.Context, req *tollgatev1.WatchEventsRequest) grp
 	if err != nil {
 		e.t.Fatalf("WatchEvents: %v", err)
 	}
-	waitFor(e.t, "the watch to be subscribed", func() bool { return e.srv.events.NumWatchers() > before })
+	testwait.For(e.t, "the watch to be subscribed", func() bool { return e.srv.events.NumWatchers() > before })
 	return st
 }
 
@@ -130,7 +131,7 @@ func TestWatchEventsCancel(t *testing.T) {
 	if _, err := st.Recv(); status.Code(err) != codes.Canceled {
 		t.Fatalf("Recv after cancel: %v, want Canceled", err)
 	}
-	waitFor(t, "the watcher to be unsubscribed", func() bool { return e.srv.events.NumWatchers() == 0 })
+	testwait.For(t, "the watcher to be unsubscribed", func() bool { return e.srv.events.NumWatchers() == 0 })
 }
 
 // Shutdown ends watches with UNAVAILABLE (SHUTTING_DOWN).

@@ -16,6 +16,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -69,7 +70,7 @@ func TestServeShutdown(t *testing.T) {
 		_, err := lim.Acquire(context.Background(), &tollgatev1.AcquireRequest{Pool: "db"})
 		waitErr <- err
 	}()
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 
 	start := time.Now()
 	stop()

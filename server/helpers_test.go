@@ -133,19 +133,6 @@ func (e *env) acquire(req *tollgatev1.AcquireRequest) *tollgatev1.Lease {
 	return resp.GetLease()
 }
 
-// waitFor polls cond until it holds, failing the test after waitLimit. It
-// is used only where the server offers nothing to wait on.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // wantStatus checks that err is a status with code and an ErrorInfo of
 // domain tollgate.dev and reason; it returns the status.
 func wantStatus(t *testing.T, err error, code codes.Code, reason apierr.Reason) *status.Status {

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/httpapi"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -47,7 +48,7 @@ func TestHTTPPoolsAndEvents(t *testing.T) {
 	}
 
 	o.clock.Advance(2 * time.Second) // w1's lease expires
-	waitFor(t, "the expiry event", func() bool { return len(o.srv.RecentEvents()) == 2 })
+	testwait.For(t, "the expiry event", func() bool { return len(o.srv.RecentEvents()) == 2 })
 	code, body = o.get(nil, "/api/events")
 	if code != 200 {
 		t.Fatalf("GET /api/events = %d %s", code, body)
@@ -173,7 +174,7 @@ func TestHTTPReadinessFollowsDrain(t *testing.T) {
 	<-draining
 
 	stop() // shutdown starts; the waiting DrainPool call holds GracefulStop
-	waitFor(t, "readyz to turn 503", func() bool { return get("/readyz") == http.StatusServiceUnavailable })
+	testwait.For(t, "readyz to turn 503", func() bool { return get("/readyz") == http.StatusServiceUnavailable })
 	hc, err := srv.health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("gRPC health during the drain = %v, %v", hc, err)
@@ -257,10 +258,10 @@ func TestHTTPPoolsWaitPercentiles(t *testing.T) {
 	s := e.session()
 	first := s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db", Ttl: dur(time.Minute)})).GetAcquire().GetLease()
 	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db", Ttl: dur(time.Minute)}))
-	waitFor(t, "the second acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the second acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	o.clock.Advance(2 * time.Second)
 	s.send(releaseReq(3, "db", first.GetId()))
-	waitFor(t, "the waiter's grant", func() bool { return e.status("db").GetGranted() == 2 })
+	testwait.For(t, "the waiter's grant", func() bool { return e.status("db").GetGranted() == 2 })
 	_, body := o.get(nil, "/api/pools")
 	var pools httpapi.PoolsResponse
 	if err := json.Unmarshal([]byte(body), &pools); err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
@@ -78,7 +79,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 		got <- resp
 		errc <- err
 	}()
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	if _, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "db", LeaseId: first.GetId()}); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestAcquireWaitTimeout(t *testing.T) {
 		_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db", WaitTimeout: dur(2 * time.Second)})
 		errc <- err
 	}()
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	e.clock.Advance(2 * time.Second)
 	wantStatus(t, <-errc, codes.DeadlineExceeded, apierr.ReasonWaitTimeout)
 	if st := e.status("db"); st.GetWaiting() != 0 || st.GetHeld() != 1 || st.GetWaitTimeouts() != 1 {
@@ -122,13 +123,13 @@ func TestAcquireCancelledLeavesNothing(t *testing.T) {
 		_, err := e.lim.Acquire(ctx, &tollgatev1.AcquireRequest{Pool: "db"})
 		errc <- err
 	}()
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	cancel()
 	if err := <-errc; status.Code(err) != codes.Canceled {
 		t.Fatalf("cancelled Acquire: %v", err)
 	}
 	// The client learns of its cancel before the server does.
-	waitFor(t, "the server to drop the waiter", func() bool { return e.status("db").GetWaiting() == 0 })
+	testwait.For(t, "the server to drop the waiter", func() bool { return e.status("db").GetWaiting() == 0 })
 	st := e.status("db")
 	if st.GetHeld() != 1 || st.GetLeases() != 1 || st.GetCanceled() != 1 || st.GetGranted() != 1 {
 		t.Fatalf("status after cancel = %v", st)
@@ -151,7 +152,7 @@ func TestAcquireDeadline(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("Acquire past its deadline: %v", err)
 	}
-	waitFor(t, "the server to drop the waiter", func() bool { return e.status("db").GetWaiting() == 0 })
+	testwait.For(t, "the server to drop the waiter", func() bool { return e.status("db").GetWaiting() == 0 })
 	if st := e.status("db"); st.GetHeld() != 1 {
 		t.Fatalf("status = %v", st)
 	}
@@ -178,7 +179,7 @@ func TestAcquireQueueFull(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.lim.Acquire(ctx, &tollgatev1.AcquireRequest{Pool: "db"}) //nolint:errcheck // cancelled below
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db"})
 	wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonQueueFull)
 }
@@ -299,7 +300,7 @@ func TestTake(t *testing.T) {
 		done <- resp
 		errc <- err
 	}()
-	waitFor(t, "the take to reserve", func() bool { return e.status("api").GetTokensAvailable() < 0 })
+	testwait.For(t, "the take to reserve", func() bool { return e.status("api").GetTokensAvailable() < 0 })
 	e.clock.Advance(time.Second)
 	resp = <-done
 	if err := <-errc; err != nil {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -57,7 +58,7 @@ func TestWaiterFloodIsBounded(t *testing.T) {
 	for range 100 - perClient {
 		wantLimit(flood.next())
 	}
-	waitFor(t, "the flooder's waits to queue", func() bool { return e.status("busy").GetWaiting() == perClient })
+	testwait.For(t, "the flooder's waits to queue", func() bool { return e.status("busy").GetWaiting() == perClient })
 	for i := range uint64(10) {
 		wantLimit(flood.call(acquireReq(200+i, &tollgatev1.AcquireRequest{Pool: "shared"})))
 	}
@@ -83,7 +84,7 @@ func TestWaiterFloodIsBounded(t *testing.T) {
 			t.Fatalf("refusal %q does not name the flag", r.GetError().GetMessage())
 		}
 	}
-	waitFor(t, "the other client's waits to queue", func() bool { return e.status("busy").GetWaiting() == serverWide })
+	testwait.For(t, "the other client's waits to queue", func() bool { return e.status("busy").GetWaiting() == serverWide })
 	if w := o.srv.quotas.Waiters(); w != serverWide {
 		t.Fatalf("%d acquires in progress, want the bound %d", w, serverWide)
 	}
@@ -91,8 +92,8 @@ func TestWaiterFloodIsBounded(t *testing.T) {
 	// Ending the flooder's stream cancels its waits, and it counts for
 	// nothing any more.
 	flood.cancel()
-	waitFor(t, "the flooder's waits to end", func() bool { return o.srv.quotas.ClientLeases("client:flooder") == 0 })
-	waitFor(t, "the server-wide count to drop", func() bool { return o.srv.quotas.Waiters() == serverWide-perClient })
+	testwait.For(t, "the flooder's waits to end", func() bool { return o.srv.quotas.ClientLeases("client:flooder") == 0 })
+	testwait.For(t, "the server-wide count to drop", func() bool { return o.srv.quotas.Waiters() == serverWide-perClient })
 }
 
 func TestMaxClientSessions(t *testing.T) {
@@ -105,7 +106,7 @@ func TestMaxClientSessions(t *testing.T) {
 	s3 := e.session()
 	wantRefusal(t, s3.wantEnd(), codes.ResourceExhausted, "CLIENT_SESSION_LIMIT", "--max-client-sessions", "127.0.0.1")
 	s1.cancel()
-	waitFor(t, "the closed stream to stop counting", func() bool {
+	testwait.For(t, "the closed stream to stop counting", func() bool {
 		sessions := o.srv.quotas.Sessions()
 		for k, n := range sessions {
 			return len(sessions) == 1 && n == 1 && strings.HasPrefix(k, "conn:127.0.0.1:")
@@ -175,7 +176,7 @@ func TestClientLeaseAccounting(t *testing.T) {
 
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "c", Ttl: dur(time.Second)})
 	o.clock.Advance(2 * time.Second)
-	waitFor(t, "the expiry to stop counting", func() bool { return count() == 0 })
+	testwait.For(t, "the expiry to stop counting", func() bool { return count() == 0 })
 
 	e.acquire(&tollgatev1.AcquireRequest{Pool: "db", ClientId: "c"})
 	if _, err := e.adm.DeletePool(e.ctx(), &tollgatev1.DeletePoolRequest{Name: "db", Force: true}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate/tollgate/internal/limits"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -65,7 +66,7 @@ func BenchmarkSessionMemory(b *testing.B) {
 		heap1, rss1 := memNow()
 		acquireMany(b, lim, "full", 1, 1, 1)
 		acquireMany(b, lim, "full", memWaiters, memWaiters/1000, 0)
-		waitUntil(b, func() bool { st, _ := srv.Engine().GetPool("full"); return st.Status.Waiting == memWaiters })
+		testwait.For(b, "every waiter to join the queue", func() bool { st, _ := srv.Engine().GetPool("full"); return st.Status.Waiting == memWaiters })
 		heap2, rss2 := memNow()
 		per := func(from, to uint64, n int) float64 { return (float64(to) - float64(from)) / float64(n) }
 		b.ReportMetric(per(heap0, heap1, memLeases), "B/lease")
@@ -109,17 +110,7 @@ func acquireMany(b *testing.B, lim tollgatev1.LimiterServiceClient, pool string,
 			}
 		}
 		if window > 0 {
-			waitUntil(b, func() bool { return answered.Load() == int64(per) })
-		}
-	}
-}
-
-// waitUntil polls cond until it holds, for up to a minute.
-func waitUntil(b *testing.B, cond func() bool) {
-	b.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatal("timed out")
+			testwait.For(b, "every acquire of the round to be answered", func() bool { return answered.Load() == int64(per) })
 		}
 	}
 }

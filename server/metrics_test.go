@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -41,7 +42,7 @@ func TestMetrics(t *testing.T) {
 		_, err := e.lim.Acquire(e.ctx(), &tollgatev1.AcquireRequest{Pool: "db"})
 		granted <- err
 	}()
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 
 	m := o.scrape()
 	wantLines(t, m,

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/testwait"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
@@ -20,7 +21,7 @@ func TestGetQueuePosition(t *testing.T) {
 	s := e.session()
 	s.send(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db", ClientId: "waiter", Priority: 3}))
 	var resp *tollgatev1.GetQueuePositionResponse
-	waitFor(t, "the acquire to wait", func() bool {
+	testwait.For(t, "the acquire to wait", func() bool {
 		var err error
 		resp, err = e.lim.GetQueuePosition(e.ctx(), &tollgatev1.GetQueuePositionRequest{Pool: "db", ClientId: "waiter"})
 		return err == nil && len(resp.GetAcquires()) == 1

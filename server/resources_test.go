@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/testwait"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
@@ -223,7 +224,7 @@ func TestProvideStreamEnds(t *testing.T) {
 	if err := ps.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the provider to leave", func() bool { return e.status("gpu").GetProviders() == 0 })
+	testwait.For(t, "the provider to leave", func() bool { return e.status("gpu").GetProviders() == 0 })
 	if st := e.status("gpu"); st.GetResources() != 0 {
 		t.Fatalf("status %v", st)
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
@@ -79,7 +80,7 @@ func TestSessionWaitingAcquireDoesNotBlock(t *testing.T) {
 	s := e.session()
 	l := s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db"})).GetAcquire().GetLease()
 	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"}))
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	r := s.call(renewReq(3, "db", l.GetId(), 0))
 	if r.GetRenew() == nil {
 		t.Fatalf("renew answer = %v", r)
@@ -108,7 +109,7 @@ func TestSessionCancel(t *testing.T) {
 	s := e.session()
 	l := s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db"})).GetAcquire().GetLease()
 	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"}))
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	s.send(cancelReq(3, 2))
 	wantSessionError(t, s.next(), codes.Canceled, apierr.ReasonCanceled)
 	if st := e.status("db"); st.GetWaiting() != 0 || st.GetHeld() != 1 || st.GetCanceled() != 1 {
@@ -117,7 +118,7 @@ func TestSessionCancel(t *testing.T) {
 	// Cancelling a waiting take.
 	s.call(takeReq(4, &tollgatev1.TakeRequest{Pool: "api"}))
 	s.send(takeReq(5, &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(time.Minute)}))
-	waitFor(t, "the take to reserve", func() bool { return e.status("api").GetTokensAvailable() < 0 })
+	testwait.For(t, "the take to reserve", func() bool { return e.status("api").GetTokensAvailable() < 0 })
 	s.send(cancelReq(6, 5))
 	wantSessionError(t, s.next(), codes.Canceled, apierr.ReasonCanceled)
 	if st := e.status("api"); st.GetTokensGranted() != 1 || st.GetTokensAvailable() < 0 {
@@ -139,7 +140,7 @@ func TestSessionDuplicateRequestID(t *testing.T) {
 	// Answered ids may be reused.
 	s.call(renewReq(1, "db", l.GetId(), 0))
 	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"}))
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 	wantSessionError(t, s.call(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"})), codes.InvalidArgument, ReasonRequestIDInUse)
 	wantSessionError(t, s.call(releaseReq(2, "db", l.GetId())), codes.InvalidArgument, ReasonRequestIDInUse)
 	if st := e.status("db"); st.GetWaiting() != 1 || st.GetHeld() != 1 {
@@ -161,10 +162,10 @@ func TestSessionTooManyPending(t *testing.T) {
 	if r := s.call(renewReq(MaxSessionPending+2, "db", l.GetId(), 0)); r.GetRenew() == nil {
 		t.Fatalf("renew = %v", r)
 	}
-	waitFor(t, "the acquires to wait", func() bool { return e.status("db").GetWaiting() == MaxSessionPending })
+	testwait.For(t, "the acquires to wait", func() bool { return e.status("db").GetWaiting() == MaxSessionPending })
 	// Ending the stream cancels every waiter.
 	s.cancel()
-	waitFor(t, "the waiters to go", func() bool { return e.status("db").GetWaiting() == 0 })
+	testwait.For(t, "the waiters to go", func() bool { return e.status("db").GetWaiting() == 0 })
 	if st := e.status("db"); st.GetHeld() != 1 || st.GetCanceled() != MaxSessionPending {
 		t.Fatalf("status = %v", st)
 	}
@@ -215,13 +216,13 @@ func TestSessionBrokenKeepsLeases(t *testing.T) {
 	s := e.session()
 	l := s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(2), Ttl: dur(10 * time.Second)})).GetAcquire().GetLease()
 	s.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db"}))
-	waitFor(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("db").GetWaiting() == 1 })
 
 	s.cancel() // the client goes away
 	if err := s.wantEnd(); status.Code(err) != codes.Canceled {
 		t.Fatalf("stream ended with %v", err)
 	}
-	waitFor(t, "the server to end the session", func() bool { return e.srv.liveSessions.Load() == 0 })
+	testwait.For(t, "the server to end the session", func() bool { return e.srv.liveSessions.Load() == 0 })
 	st := e.status("db")
 	if st.GetHeld() != 2 || st.GetLeases() != 1 || st.GetWaiting() != 0 || st.GetCanceled() != 1 || st.GetGranted() != 1 {
 		t.Fatalf("status after the stream broke = %v", st)
@@ -408,14 +409,14 @@ func TestSessionWaitsHoldNoGoroutine(t *testing.T) {
 	for i := uint64(2); i < 2+n; i++ {
 		s.send(acquireReq(i, &tollgatev1.AcquireRequest{Pool: "db"}))
 	}
-	waitFor(t, "the acquires to wait", func() bool { return e.status("db").GetWaiting() == n })
+	testwait.For(t, "the acquires to wait", func() bool { return e.status("db").GetWaiting() == n })
 	if grew := runtime.NumGoroutine() - before; grew > n/10 {
 		t.Fatalf("%d waiting acquires added %d goroutines", n, grew)
 	}
 	s.send(cancelReq(2+n, 2))
 	wantSessionError(t, s.next(), codes.Canceled, apierr.ReasonCanceled)
 	s.cancel()
-	waitFor(t, "the waiters to go", func() bool { return e.status("db").GetWaiting() == 0 })
+	testwait.For(t, "the waiters to go", func() bool { return e.status("db").GetWaiting() == 0 })
 	if st := e.status("db"); st.GetHeld() != 1 || st.GetCanceled() != n {
 		t.Fatalf("status = %v", st)
 	}
@@ -436,7 +437,7 @@ func TestSessionTakesHoldNoGoroutine(t *testing.T) {
 	for i := uint64(2); i < 2+n; i++ {
 		s.send(takeReq(i, &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(time.Hour)}))
 	}
-	waitFor(t, "the takes to wait", func() bool { return e.srv.quotas.Waiters() == n })
+	testwait.For(t, "the takes to wait", func() bool { return e.srv.quotas.Waiters() == n })
 	if grew := runtime.NumGoroutine() - before; grew > n/10 {
 		t.Fatalf("%d waiting takes added %d goroutines", n, grew)
 	}
@@ -447,7 +448,7 @@ func TestSessionTakesHoldNoGoroutine(t *testing.T) {
 		t.Fatalf("got %v, want take 3 granted after 200ms", r)
 	}
 	s.cancel()
-	waitFor(t, "the waits to go", func() bool { return e.srv.quotas.Waiters() == 0 })
+	testwait.For(t, "the waits to go", func() bool { return e.srv.quotas.Waiters() == 0 })
 	if st := e.status("api"); st.GetCanceled() != n-1 {
 		t.Fatalf("status = %v, want %d takes cancelled", st, n-1)
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
@@ -35,7 +36,7 @@ func TestGetStats(t *testing.T) {
 		_, err := e.lim.Acquire(ctx, &tollgatev1.AcquireRequest{Pool: "a"})
 		got <- err
 	}()
-	waitFor(t, "the acquire to wait", func() bool { return e.status("a").GetWaiting() == 1 })
+	testwait.For(t, "the acquire to wait", func() bool { return e.status("a").GetWaiting() == 1 })
 	e.clock.Advance(2 * time.Second)
 	if _, err := e.lim.Release(e.ctx(), &tollgatev1.ReleaseRequest{Pool: "a", LeaseId: held.GetId()}); err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestOverloadEventReachesWatchEvents(t *testing.T) {
 	defer cancel()
 	for i := 1; i <= 3; i++ {
 		go e.lim.Acquire(ctx, &tollgatev1.AcquireRequest{Pool: "q"}) //nolint:errcheck // cancelled at the end
-		waitFor(t, "the acquire to wait", func() bool { return e.status("q").GetWaiting() == int64(i) })
+		testwait.For(t, "the acquire to wait", func() bool { return e.status("q").GetWaiting() == int64(i) })
 	}
 	ev := recvEvent(t, st)
 	if ev.GetType() != events.PoolOverload || ev.GetPool() != "q" || !strings.Contains(ev.GetDetail(), "2 waiting, at or above the overload mark 2") {

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tollgate/tollgate/internal/citest"
+	"github.com/tollgate/tollgate/internal/testwait"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -62,7 +63,7 @@ func TestStatusPageLayout(t *testing.T) {
 		go func() {
 			_, _ = e.lim.Acquire(ctx, &tollgatev1.AcquireRequest{Pool: "queue-db", ClientId: w.client, Priority: w.priority})
 		}()
-		waitFor(t, w.client+" waiting", func() bool { return e.status("queue-db").GetWaiting() == want })
+		testwait.For(t, w.client+" waiting", func() bool { return e.status("queue-db").GetWaiting() == want })
 	}
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/etcdtest"
 	"github.com/tollgate/tollgate/internal/term"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -51,7 +52,7 @@ func TestClusterCallKeepsItsTerm(t *testing.T) {
 		if _, err := lead.etcd.Revoke(context.Background(), clientv3.LeaseID(id)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the server leads again, in a new term", func() bool {
+		testwait.For(t, "the server leads again, in a new term", func() bool {
 			next = lead.srv.terms.Get()
 			return next != first && next.Leading()
 		})

@@ -17,6 +17,7 @@ import (
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/internal/tracing"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -128,7 +129,7 @@ func TestTracingUnaryCalls(t *testing.T) {
 
 	// otelgrpc ends an RPC's span once the answer is on its way, so the
 	// caller can have it first.
-	waitFor(t, "the RPCs' spans to end", func() bool {
+	testwait.For(t, "the RPCs' spans to end", func() bool {
 		return len(spansNamed(rec, "tollgate.v1.LimiterService/Take")) > 0 && len(spansNamed(rec, "tollgate.v1.AdminService/GetPool")) > 0
 	})
 	rpc := spansNamed(rec, "tollgate.v1.LimiterService/Take")
@@ -190,7 +191,7 @@ func TestTracingSessionWaitsHoldNoGoroutine(t *testing.T) {
 		s.send(acquireReq(100+i, &tollgatev1.AcquireRequest{Pool: "db", TraceContext: carrier}))
 		s.send(takeReq(1000+i, &tollgatev1.TakeRequest{Pool: "api", MaxWait: dur(time.Hour), TraceContext: carrier}))
 	}
-	waitFor(t, "the acquires and takes to wait", func() bool { return e.srv.quotas.Waiters() == 2*n })
+	testwait.For(t, "the acquires and takes to wait", func() bool { return e.srv.quotas.Waiters() == 2*n })
 	if grew := runtime.NumGoroutine() - before; grew > n/5 {
 		t.Fatalf("%d traced waits added %d goroutines", 2*n, grew)
 	}
@@ -210,8 +211,8 @@ func TestTracingSessionWaitsHoldNoGoroutine(t *testing.T) {
 		t.Fatalf("%d granted acquire spans ended, want 2 (the first and the first waiter)", granted)
 	}
 	s.cancel()
-	waitFor(t, "the waits to go", func() bool { return e.srv.quotas.Waiters() == 0 })
-	waitFor(t, "every span to end", func() bool {
+	testwait.For(t, "the waits to go", func() bool { return e.srv.quotas.Waiters() == 0 })
+	testwait.For(t, "every span to end", func() bool {
 		return len(spansNamed(rec, "tollgate.Acquire")) == n+1 && len(spansNamed(rec, "tollgate.Take")) == n+1
 	})
 	for _, name := range []string{"tollgate.Acquire", "tollgate.Take"} {
@@ -248,7 +249,7 @@ func TestTracingKeepsNoRawRequest(t *testing.T) {
 	wantStatus(t, err, grpccodes.InvalidArgument, apierr.ReasonInvalidArgument)
 	s := e.session()
 	s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: huge}))
-	waitFor(t, "the spans of the three calls", func() bool { return len(rec.Ended()) >= 3 })
+	testwait.For(t, "the spans of the three calls", func() bool { return len(rec.Ended()) >= 3 })
 	for _, sp := range rec.Ended() {
 		for _, kv := range sp.Attributes() {
 			if n := len(kv.Value.String()); n > 256 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -136,23 +137,12 @@ func TestAcquireCommandErrors(t *testing.T) {
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	_, done := startAcquire(t, ctx, ts.addr, "db")
-	deadline := time.Now().Add(cliWaitLimit)
-	for ts.info(t, "db").Status.Waiting != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("acquire never waited")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testwait.For(t, "the acquire to wait", func() bool { return ts.info(t, "db").Status.Waiting == 1 })
 	interrupt()
 	if code := <-done; code != 1 {
 		t.Fatalf("interrupted wait exited %d", code)
 	}
-	for ts.info(t, "db").Status.Waiting != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter stayed")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testwait.For(t, "the interrupted waiter to leave the queue", func() bool { return ts.info(t, "db").Status.Waiting == 0 })
 }
 
 func TestAcquireJSON(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/internal/hatest"
+	"github.com/tollgate/tollgate/internal/testwait"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
@@ -46,7 +47,7 @@ func TestProviderKill9(t *testing.T) {
 
 	worker, out, exited := startProvider(t, srv, "--ttl", ttl.String(), "--attr", "host=worker-7")
 
-	waitUntil(t, "the worker's slots to join the pool", func() bool {
+	testwait.For(t, "the worker's slots to join the pool", func() bool {
 		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
 		return err == nil && len(r.GetResources()) == 2
 	})
@@ -82,18 +83,6 @@ func TestProviderKill9(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond every 20ms for up to 20s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestPassivePoolAcrossServerKill9: a worker process offers its slots,
 // another client holds a lease on one, and the server is killed with
 // SIGKILL and started again on the same data directory. The worker
@@ -125,7 +114,7 @@ func TestPassivePoolAcrossServerKill9(t *testing.T) {
 		}
 	})
 	_, out, _ = startProvider(t, srv, "--ttl", "3s")
-	waitUntil(t, "the worker's slots", func() bool {
+	testwait.For(t, "the worker's slots", func() bool {
 		r, err := adm.ListResources(ctx, &tollgatev1.ListResourcesRequest{Pool: "gpu"})
 		return err == nil && len(r.GetResources()) == 2
 	})

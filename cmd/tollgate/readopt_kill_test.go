@@ -10,8 +10,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/testwait"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
@@ -53,7 +55,10 @@ func TestKill9EndedLeaseNotReadopted(t *testing.T) {
 	}
 
 	a := acquire("expire", time.Second)
-	time.Sleep(time.Until(a.GetExpireTime().AsTime()) + 500*time.Millisecond)
+	testwait.For(t, "lease A to expire", func() bool {
+		resp, err := adm.GetPool(ctx, &tollgatev1.GetPoolRequest{Name: "expire"})
+		return err == nil && resp.GetStatus().GetLeases() == 0
+	})
 	if _, err := renew(a); status.Code(err) != codes.NotFound {
 		t.Fatalf("renew of the expired lease before the kill: %v; want NOT_FOUND", err)
 	}
@@ -63,9 +68,15 @@ func TestKill9EndedLeaseNotReadopted(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := acquire("release", time.Minute)
-	// Releases are written in the background within 100ms
-	// (docs/recovery.md); give the write far more than that.
-	time.Sleep(2 * time.Second)
+	// Releases and expiries are written in the background; a pool's
+	// writes reach the store in order, so once an update of each pool is
+	// answered (written before it is applied), so are they.
+	for _, name := range []string{"expire", "release"} {
+		if _, err := adm.UpdatePool(ctx, &tollgatev1.UpdatePoolRequest{Pool: &tollgatev1.Pool{Name: name, Description: "written"},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"description"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	srv.Kill()
 	srv.Start()
 

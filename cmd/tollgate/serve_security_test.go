@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/server/tlstest"
 )
 
@@ -189,7 +190,7 @@ func TestServeReloadsTokenOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	hup <- syscall.SIGHUP
-	waitUntil(t, "the new token to be accepted", func() bool {
+	testwait.For(t, "the new token to be accepted", func() bool {
 		return runCLI(t, addr, "--token-file", newFile, "pool", "get", "db").code == 0
 	})
 	runCLI(t, addr, "--token-file", oldFile, "pool", "get", "db").mustFail(t, 1, "UNAUTHENTICATED")

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/server"
 )
@@ -229,13 +230,7 @@ func TestWaiterInAnotherProcessServedWhenDemandDrops(t *testing.T) {
 		t.Fatalf("waiter: %q", l)
 	}
 	// The engine knows when the acquire waits; then the holder's tasks end.
-	deadline := time.Now().Add(30 * time.Second)
-	for s, _ := srv.Engine().GetPool(pool); s.Status.Waiting == 0; s, _ = srv.Engine().GetPool(pool) {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter's acquire never waited")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, "the waiter's acquire to wait", func() bool { s, _ := srv.Engine().GetPool(pool); return s.Status.Waiting > 0 })
 	if _, err := fmt.Fprintln(holder.stdin, "end"); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/server/store/internal/groupcommit"
 )
@@ -188,9 +189,7 @@ func TestPoolsShareATransaction(t *testing.T) {
 	s.writes = groupcommit.New(s.commit, MaxBatch, time.Hour) // the background write waits for the other
 	done := make(chan error)
 	go func() { done <- s.SavePoolLater(saved("a", 1)) }()
-	for s.writes.Queued() == 0 {
-		time.Sleep(time.Millisecond) // polls the state the test drives; no timing is asserted
-	}
+	testwait.For(t, "the background write to queue", func() bool { return s.writes.Queued() > 0 })
 	if err := s.SavePool(saved("b", 2)); err != nil {
 		t.Fatal(err)
 	}

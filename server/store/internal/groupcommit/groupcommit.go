@@ -144,7 +144,7 @@ func (c *Committer[T]) run() {
 		errs := c.commit(items)
 		clear(items)
 		c.mu.Lock()
-		c.batches++ // before the writers wake, so that each sees its batch counted
+		c.batches++ // before the answers: a writer that has its answer finds its batch counted
 		c.mu.Unlock()
 		for i, w := range batch {
 			var err error

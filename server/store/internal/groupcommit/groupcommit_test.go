@@ -2,10 +2,13 @@ package groupcommit
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testwait"
 )
 
 // recorder is a commit function that records its batches and, while
@@ -53,18 +56,15 @@ func (r *recorder) got() [][]int {
 // waitQueued waits until n writes are queued behind the running batch.
 func waitQueued[T any](t *testing.T, c *Committer[T], n int) {
 	t.Helper()
-	for {
+	testwait.For(t, fmt.Sprintf("%d writes to queue", n), func() bool {
 		c.mu.Lock()
 		q := len(c.queue)
 		c.mu.Unlock()
-		if q == n {
-			return
-		}
 		if q > n {
 			t.Fatalf("%d writes queued, want %d", q, n)
 		}
-		time.Sleep(time.Millisecond) // polls a state the test drives; no timing is asserted
-	}
+		return q == n
+	})
 }
 
 // TestWritesQueuedDuringACommitShareTheNext: while one batch commits, the
@@ -181,5 +181,19 @@ func TestLaterCommitsAfterTheDelay(t *testing.T) {
 	want := [][]int{{1}, {2, 3}}
 	if b := r.got(); !slices.EqualFunc(b, want, slices.Equal) {
 		t.Fatalf("batches %v, want %v", b, want)
+	}
+}
+
+// TestBatchesCountsACommitBeforeItsWritesReturn: a writer that has its
+// answer finds its batch counted.
+func TestBatchesCountsACommitBeforeItsWritesReturn(t *testing.T) {
+	c := New(func(items []int) []error { return nil }, 8, time.Hour)
+	for i := range 200 {
+		if err := c.Now(i); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.Batches(); n != uint64(i+1) {
+			t.Fatalf("after write %d returned: %d batches counted, want %d", i, n, i+1)
+		}
 	}
 }
