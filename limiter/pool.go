@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"math"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -28,7 +27,7 @@ type pool struct {
 	e    *Engine
 	name string
 
-	mu         sync.Mutex
+	mu         poolMutex
 	cfg        PoolConfig
 	createTime time.Time
 	updateTime time.Time
