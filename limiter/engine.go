@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,15 +141,14 @@ func errShuttingDown() error {
 	return errorf(ErrShuttingDown, "the server is shutting down; retry on another server, or after it restarts")
 }
 
-// errWaitsStopped is an await's cause when StopWaits ended it.
-var errWaitsStopped = errors.New("waits stopped")
-
 // Close fails every waiting Acquire and Take with ErrShuttingDown and stops
 // the engine's timers; later calls fail with ErrShuttingDown. Leases are not
 // released and nothing expires after Close. It returns once no background
 // write is in flight (Options.PreReserve), so that the caller may close
 // the Persister. Close is idempotent.
 func (e *Engine) Close() {
+	var ended []delivery
+	defer func() { deliverWaits(ended) }() // after e.mu is released
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Swap(true) {
@@ -163,6 +161,8 @@ func (e *Engine) Close() {
 			return errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 		})
 		p.stopTimersLocked()
+		ended = append(ended, p.out.waits...)
+		p.out.waits = nil
 		p.mu.Unlock() // no deliveries under e.mu
 	}
 	e.bg.Wait() // background writes take no engine lock
