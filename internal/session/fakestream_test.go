@@ -67,7 +67,8 @@ type streamEnv struct {
 	e      *limiter.Engine
 	calls  *holder.Calls
 	stream *fakeStream
-	served chan error // Serve's result
+	served chan struct{} // closed when Serve returns
+	err    error         // what Serve returned
 	cancel context.CancelFunc
 }
 
@@ -98,11 +99,14 @@ func newStreamEnv(tb testing.TB, c limiter.Clock, pools ...limiter.PoolConfig) *
 	streams.MaxEvents.Store(DefaultMaxEvents)
 	ctx, cancel := context.WithCancel(context.Background())
 	env := &streamEnv{
-		e: e, calls: calls, cancel: cancel, served: make(chan error, 1),
+		e: e, calls: calls, cancel: cancel, served: make(chan struct{}),
 		stream: &fakeStream{ctx: ctx, in: make(chan *tollgatev1.SessionRequest, 64), out: make(chan *tollgatev1.SessionResponse, 4096)},
 	}
 	var unread atomic.Int64
-	go func() { env.served <- streams.Serve(env.stream, &unread) }()
+	go func() {
+		env.err = streams.Serve(env.stream, &unread)
+		close(env.served)
+	}()
 	tb.Cleanup(func() {
 		cancel()
 		<-env.served

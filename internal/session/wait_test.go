@@ -105,7 +105,6 @@ func TestSessionEndGivesUpWaits(t *testing.T) {
 	}
 	env.cancel()
 	<-env.served
-	env.served <- nil // for Cleanup
 	info, err := env.e.GetPool("db")
 	if err != nil {
 		t.Fatal(err)
@@ -131,8 +130,8 @@ func TestSessionHalfCloseAnswersWaits(t *testing.T) {
 	if got[2].GetAcquire().GetLease() == nil {
 		t.Fatalf("answers %v; want the waiter's grant", got)
 	}
-	if err := <-env.served; err != nil {
-		t.Fatalf("Serve: %v; want nil after the half-close", err)
+	<-env.served
+	if env.err != nil {
+		t.Fatalf("Serve: %v; want nil after the half-close", env.err)
 	}
-	env.served <- nil // for Cleanup
 }
