@@ -148,7 +148,11 @@ func errShuttingDown() error {
 // the Persister. Close is idempotent.
 func (e *Engine) Close() {
 	var ended []delivery
-	defer func() { deliverWaits(ended) }() // after e.mu is released
+	defer func() { // after e.mu is released
+		for _, d := range ended {
+			deliverWaits(d)
+		}
+	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Swap(true) {
@@ -161,8 +165,10 @@ func (e *Engine) Close() {
 			return errorf(ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 		})
 		p.stopTimersLocked()
-		ended = append(ended, p.out.waits...)
-		p.out.waits = nil
+		if p.out.waits != nil {
+			ended = append(ended, p.out.waits)
+			p.out.waits = nil
+		}
 		p.mu.Unlock() // no deliveries under e.mu
 	}
 	e.bg.Wait() // background writes take no engine lock

@@ -140,7 +140,7 @@ type PoolEvent struct {
 // Engine.deliver after it is released. It is empty unless a wait ended,
 // or adaptive control, rate shares or a revocation policy are in use.
 type outbox struct {
-	waits  []delivery // ended waits, whose owners learn their outcomes first
+	waits  delivery // the last wait that ended (with those before it), whose owners learn their outcomes first
 	events []PoolEvent
 	shares []ShareUpdate
 	ended  []LeaseEnded // leases revoked by a revocation policy
@@ -175,7 +175,7 @@ func (e *Engine) deliver(ob outbox) {
 
 // empty reports whether ob holds nothing to deliver.
 func (ob *outbox) empty() bool {
-	return len(ob.waits) == 0 && len(ob.events) == 0 && len(ob.shares) == 0 && len(ob.ended) == 0 && len(ob.resized) == 0
+	return ob.waits == nil && len(ob.events) == 0 && len(ob.shares) == 0 && len(ob.ended) == 0 && len(ob.resized) == 0
 }
 
 // unlock releases p.mu and then delivers what p's outbox holds (mark

@@ -23,6 +23,7 @@ type outcome[T any] struct {
 	ended bool
 	val   T
 	err   error
+	prev  delivery // the wait that ended before it under the same lock, until delivered
 }
 
 // waitKind is what an acquire and a take do differently when their owner
@@ -38,7 +39,15 @@ type waitKind[T any] interface {
 }
 
 // delivery is an ended wait whose outcome the pool's unlock hands over.
-type delivery interface{ deliver() }
+// The waits that end under one lock form a list through their outcomes
+// (the pool's outbox holds the last), so that ending one allocates
+// nothing more.
+type delivery interface {
+	deliver()
+	// unlink returns the wait that ended before it under the same lock,
+	// if any, and forgets it.
+	unlink() delivery
+}
 
 // Await waits for the outcome until ctx is done or the engine stops its
 // waits (StopWaits, Close), and returns it. If it gives up first, it ends
@@ -124,7 +133,7 @@ func (w *Wait[T]) endLocked(v T, err error) {
 	}
 	w.out.ended, w.out.val, w.out.err = true, v, err
 	if w.then != nil || w.out.ready != nil {
-		w.p.out.waits = append(w.p.out.waits, w)
+		w.out.prev, w.p.out.waits = w.p.out.waits, w
 	}
 }
 
@@ -138,9 +147,21 @@ func (w *Wait[T]) deliver() {
 	close(w.out.ready)
 }
 
-// deliverWaits delivers the outcomes of ended waits.
-func deliverWaits(ds []delivery) {
-	for _, d := range ds {
-		d.deliver()
+func (w *Wait[T]) unlink() delivery {
+	prev := w.out.prev
+	w.out.prev = nil
+	return prev
+}
+
+// deliverWaits delivers the outcomes of the waits that ended under one
+// lock, last the one that ended last.
+func deliverWaits(last delivery) {
+	var buf [8]delivery
+	ds := buf[:0]
+	for d := last; d != nil; d = d.unlink() {
+		ds = append(ds, d)
+	}
+	for i := len(ds) - 1; i >= 0; i-- {
+		ds[i].deliver()
 	}
 }

@@ -101,3 +101,36 @@ func TestWaitOutcomeDeliveredAfterUnlock(t *testing.T) {
 		t.Fatalf("%d more outcomes; want each once", len(got))
 	}
 }
+
+// The waits that one release grants are told in the order they were
+// granted, as the queue orders them.
+func TestWaitsDeliveredInGrantOrder(t *testing.T) {
+	te := newTestEngine(t)
+	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 12, MaxWaiters: 20})
+	held := te.mustAcquire(t, AcquireRequest{Pool: "db", Weight: 12})
+	var order []int32
+	for i := range 10 {
+		_, w, err := te.StartAcquire(AcquireRequest{Pool: "db", Weight: 1, Priority: int32(i % 3)})
+		if err != nil || w == nil {
+			t.Fatalf("StartAcquire: %v, %v; want a wait", w, err)
+		}
+		w.Notify(func(l Lease, err error) {
+			if err != nil {
+				t.Errorf("wait %d: %v", i, err)
+			}
+			order = append(order, l.Priority)
+		})
+	}
+	if _, err := te.Release("db", held.FencingToken); err != nil {
+		t.Fatal(err)
+	}
+	want := []int32{2, 2, 2, 1, 1, 1, 0, 0, 0, 0}
+	if len(order) != len(want) {
+		t.Fatalf("told %v; want %v", order, want)
+	}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("told %v; want %v", order, want)
+		}
+	}
+}
