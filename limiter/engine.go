@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,15 +146,18 @@ func errShuttingDown() error {
 	return errorf(apierr.ErrShuttingDown, "the server is shutting down; retry on another server, or after it restarts")
 }
 
-// errWaitsStopped is an await's cause when StopWaits ended it.
-var errWaitsStopped = errors.New("waits stopped")
-
 // Close fails every waiting Acquire and Take with apierr.ErrShuttingDown and stops
 // the engine's timers; later calls fail with apierr.ErrShuttingDown. Leases are not
 // released and nothing expires after Close. It returns once no background
 // write is in flight (Options.PreReserve), so that the caller may close
 // the Persister. Close is idempotent.
 func (e *Engine) Close() {
+	var ended []delivery
+	defer func() { // after e.mu is released
+		for _, d := range ended {
+			deliverWaits(d)
+		}
+	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Swap(true) {
@@ -168,6 +170,10 @@ func (e *Engine) Close() {
 			return errorf(apierr.ErrShuttingDown, "the server is shutting down; retry on another server or after it restarts")
 		})
 		p.stopTimersLocked()
+		if p.out.waits != nil {
+			ended = append(ended, p.out.waits)
+			p.out.waits = nil
+		}
 		p.mu.Unlock() // no deliveries under e.mu
 	}
 	e.bg.Wait() // background writes take no engine lock

@@ -40,80 +40,20 @@ func (e *Engine) Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 // StartAcquire is Acquire in two steps, so that a caller serving many
 // requests (a server's stream) needs no goroutine for the grants made at
 // once: it grants req at once or fails as Acquire does, returning a nil
-// wait, or else queues req and returns the wait, whose Await must then be
-// called exactly once (with a done context to give up) to learn the
-// outcome. The queued request keeps its place in the pool's queue, and
-// its WaitTimeout runs, from this call on.
-func (e *Engine) StartAcquire(req AcquireRequest) (Lease, *AcquireWait, error) {
+// wait, or else queues req and returns the wait, whose outcome Await or
+// Notify must then learn, once. The queued request keeps its place in the
+// pool's queue, and its WaitTimeout runs, from this call on.
+func (e *Engine) StartAcquire(req AcquireRequest) (Lease, *Wait[Lease], error) {
 	if err := checkAcquireRequest(&req); err != nil {
 		return Lease{}, nil, err
 	}
 	return e.grantOrEnqueue(&req)
 }
 
-// AcquireWait is an acquire queued by StartAcquire: its record in the
-// pool's queue.
-type AcquireWait struct {
-	w waiter
-}
-
-// Await waits for the queued acquire as Acquire does, until it is granted
-// or fails or ctx is done, and returns its outcome.
-func (a *AcquireWait) Await(ctx context.Context) (Lease, error) {
-	w := &a.w
-	p := w.p
-	p.mu.Lock()
-	if w.out == nil { // only Await needs the channel: a notified waiter is smaller
-		w.out = &waitOutcome{ready: make(chan struct{})}
-	} else {
-		w.out.ready = make(chan struct{})
-		close(w.out.ready) // ended already
-	}
-	p.unlock()
-	return p.await(ctx, w)
-}
-
-// Notify is the other way to learn the outcome, with no goroutine waiting:
-// then is called once with it, when the acquire is granted or fails (at
-// once if it has already). It is called with the pool locked, or on
-// Notify's caller, so it must neither block nor call the engine. Use
-// either Await or Notify, once. StopWaits does not end a notified wait:
-// its owner ends it with Cancel.
-func (a *AcquireWait) Notify(then func(Lease, error)) {
-	w := &a.w
-	p := w.p
-	p.mu.Lock()
-	if !w.done {
-		w.then = then
-		p.unlock()
-		return
-	}
-	out := w.out
-	p.unlock()
-	if out == nil {
-		panic("limiter: AcquireWait.Notify called twice")
-	}
-	then(out.lease, out.err)
-}
-
-// Cancel gives up a notified wait, as the end of Acquire's ctx with cause
-// (context.Canceled or context.DeadlineExceeded) would: then gets the
-// error. A wait already granted or failed is left as it ended.
-func (a *AcquireWait) Cancel(cause error) {
-	w := &a.w
-	p := w.p
-	p.mu.Lock()
-	defer p.unlock()
-	if !w.done {
-		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, w.g.weight))
-		p.dispatchLocked(p.e.clock.Now()) // w may have been the head
-	}
-}
-
 // grantOrEnqueue grants req at once when it can and no waiter of the same
 // or higher priority is ahead of it, or else queues a waiter for it and
 // returns that wait. With no wait, it returns the lease or the error.
-func (e *Engine) grantOrEnqueue(req *AcquireRequest) (Lease, *AcquireWait, error) {
+func (e *Engine) grantOrEnqueue(req *AcquireRequest) (Lease, *Wait[Lease], error) {
 	p, err := e.lockPool(req.Pool)
 	if err != nil {
 		return Lease{}, nil, err
@@ -136,18 +76,19 @@ func (e *Engine) grantOrEnqueue(req *AcquireRequest) (Lease, *AcquireWait, error
 		p.stats.Rejected++
 		return Lease{}, nil, err
 	}
-	a := &AcquireWait{w: waiter{p: p, g: grantOf(req), seq: p.seq, index: -1, waitTimeout: req.WaitTimeout, enqueued: now}}
-	w := &a.w
+	w := &waiter{wait: Wait[Lease]{p: p}, g: grantOf(req), seq: p.seq, index: -1, enqueued: now}
+	w.wait.kind = w
 	p.seq++
 	p.waiters.push(w)
 	p.rankAddLocked(w)
 	p.waitingWeight += req.Weight
 	p.marksLocked()
 	if req.WaitTimeout > 0 {
-		w.timer = e.clock.AfterFunc(req.WaitTimeout, func() { p.timeOutWaiter(w) })
+		w.timeout = &waitTimer{d: req.WaitTimeout}
+		w.timeout.t = e.clock.AfterFunc(req.WaitTimeout, func() { p.timeOutWaiter(w) })
 	}
 	p.dispatchLocked(now) // a new head may be blocked by tokens only: arm the rate timer
-	return Lease{}, a, nil
+	return Lease{}, &w.wait, nil
 }
 
 // refuseWaitLocked returns why req may not wait for capacity, or nil if
@@ -166,40 +107,24 @@ func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
 	return nil
 }
 
-// await waits for w's grant until ctx is done. If ctx ends first, it
-// ends the wait if it has not ended; if it ended in a grant, it undoes the
-// grant: nobody will hold it.
-func (p *pool) await(ctx context.Context, w *waiter) (Lease, error) {
-	out := w.out
-	select {
-	case <-out.ready:
-	case <-ctx.Done():
-	case <-p.e.stopping:
-	}
-	cause := ctx.Err()
-	if cause == nil {
-		select {
-		case <-out.ready: // granted (or ended), even if waits stopped meanwhile
-			return out.lease, out.err
-		default:
-			cause = errWaitsStopped
-		}
-	}
-	p.mu.Lock()
-	defer p.unlock()
-	now := p.e.clock.Now()
-	if !w.done {
-		p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, w.g.weight))
-		p.dispatchLocked(now) // w may have been the head
-		return Lease{}, out.err
-	}
+// quitLocked ends the wait of an acquire given up with cause.
+func (w *waiter) quitLocked(cause error) {
+	p := w.wait.p
+	p.finishWaiterLocked(w, Lease{}, p.abandonErrLocked(cause, w.g.weight))
+	p.dispatchLocked(p.e.clock.Now()) // w may have been the head
+}
+
+// lateLocked undoes the grant of an acquire whose Await gave up with
+// cause after the grant: nobody will hold the lease.
+func (w *waiter) lateLocked(out *outcome[Lease], cause error) (Lease, error) {
 	if out.err != nil {
 		return Lease{}, out.err
 	}
-	if l := p.leases[out.lease.FencingToken]; l != nil {
+	p := w.wait.p
+	if l := p.leases[out.val.FencingToken]; l != nil {
 		p.removeLeaseLocked(l)
 		p.stats.Granted--
-		p.dispatchLocked(now)
+		p.dispatchLocked(p.e.clock.Now())
 	}
 	return Lease{}, p.abandonErrLocked(cause, w.g.weight)
 }
@@ -221,9 +146,10 @@ func checkAcquireRequest(req *AcquireRequest) error {
 	return nil
 }
 
-// abandonErrLocked counts and explains a wait that its caller ended.
+// abandonErrLocked counts and explains a wait that its caller ended with
+// cause (nil: the engine stopped its waits).
 func (p *pool) abandonErrLocked(cause error, weight int64) error {
-	if cause == errWaitsStopped {
+	if cause == nil {
 		return errShuttingDown()
 	}
 	if errors.Is(cause, context.DeadlineExceeded) {
@@ -238,12 +164,12 @@ func (p *pool) abandonErrLocked(cause error, weight int64) error {
 func (p *pool) timeOutWaiter(w *waiter) {
 	p.mu.Lock()
 	defer p.unlock()
-	if w.done || !p.e.acting() {
+	if w.wait.endedLocked() || !p.e.acting() {
 		return
 	}
 	now := p.e.clock.Now()
 	p.stats.WaitTimeouts++
-	p.finishWaiterLocked(w, Lease{}, errorf(apierr.ErrWaitTimeout, "waited %v (the wait timeout) for weight %d in pool %q without a grant (%s)", w.waitTimeout, w.g.weight, p.name, p.busyLocked(now)))
+	p.finishWaiterLocked(w, Lease{}, errorf(apierr.ErrWaitTimeout, "waited %v (the wait timeout) for weight %d in pool %q without a grant (%s)", w.timeout.d, w.g.weight, p.name, p.busyLocked(now)))
 	p.dispatchLocked(now)
 }
 

@@ -34,7 +34,7 @@ func (e *Engine) Take(ctx context.Context, pool string, tokens int64, maxWait ti
 // takes the tokens at once or fails as Take does, returning a nil wait, or
 // else reserves them and returns the wait, whose outcome Await or Notify
 // must then learn, once.
-func (e *Engine) StartTake(pool string, tokens int64, maxWait time.Duration) (TakeResult, *TakeWait, error) {
+func (e *Engine) StartTake(pool string, tokens int64, maxWait time.Duration) (TakeResult, *Wait[TakeResult], error) {
 	if tokens < 1 {
 		return TakeResult{}, nil, errorf(apierr.ErrInvalidArgument, "tokens %d is invalid; take at least 1", tokens)
 	}
@@ -48,125 +48,68 @@ func (e *Engine) StartTake(pool string, tokens int64, maxWait time.Duration) (Ta
 	case delay == 0:
 		return TakeResult{Tokens: tokens}, nil, nil
 	}
-	w := &TakeWait{p: p, r: r, tokens: tokens, delay: delay}
+	t := &takeWait{wait: Wait[TakeResult]{p: p}, r: r, tokens: tokens, delay: delay}
+	t.wait.kind = t
 	p.mu.Lock()
-	w.timer = e.clock.AfterFunc(delay, w.ready)
+	t.timer = e.clock.AfterFunc(delay, t.ready)
 	p.unlock()
-	return TakeResult{}, w, nil
+	return TakeResult{}, &t.wait, nil
 }
 
-// TakeWait is a take of StartTake waiting for its reserved tokens: one
+// takeWait is a take of StartTake waiting for its reserved tokens: one
 // record and a timer, no goroutine.
-type TakeWait struct {
-	p      *pool
+type takeWait struct {
+	wait   Wait[TakeResult]
 	r      *rate.Reservation
 	tokens int64
 	delay  time.Duration
-	timer  Timer // guarded by p.mu, as is the rest below
-	done   bool
-	res    TakeResult
-	err    error
-	then   func(TakeResult, error)
+	timer  Timer // guarded by p.mu
 }
 
-// Await waits for the tokens as Take does, until they are there, ctx is
-// done or the engine stops its waits, and returns the outcome.
-func (w *TakeWait) Await(ctx context.Context) (TakeResult, error) {
-	ready := make(chan struct{})
-	var res TakeResult
-	var err error
-	w.Notify(func(r TakeResult, e error) { res, err = r, e; close(ready) })
-	select {
-	case <-ready:
-		return res, err
-	case <-ctx.Done():
-		w.Cancel(ctx.Err())
-	case <-w.p.e.done:
-		w.Cancel(nil)
-	case <-w.p.e.stopping:
-		w.Cancel(nil)
-	}
-	<-ready
-	return res, err
-}
-
-// Notify is the other way to learn the outcome, with no goroutine waiting:
-// then is called once with it, when the tokens are there or the wait is
-// cancelled (at once if either has happened), with no lock held. Use
-// either Await or Notify, once. StopWaits does not end a notified wait:
-// its owner ends it with Cancel.
-func (w *TakeWait) Notify(then func(TakeResult, error)) {
-	p := w.p
-	p.mu.Lock()
-	if !w.done {
-		w.then = then
-		p.unlock()
-		return
-	}
-	res, err := w.res, w.err
-	p.unlock()
-	then(res, err)
-}
-
-// Cancel gives up the wait as the end of Take's ctx with cause
-// (context.Canceled or context.DeadlineExceeded) would; a nil cause is the
-// engine stopping its waits. The reserved tokens go back to the bucket as
-// far as later reservations allow. A wait whose tokens are there already
-// is left as it ended.
-func (w *TakeWait) Cancel(cause error) {
-	p := w.p
-	p.mu.Lock()
-	if w.done {
-		p.unlock()
-		return
-	}
-	w.timer.Stop()
+// quitLocked gives the take up with cause: the reserved tokens go back to
+// the bucket as far as later reservations allow.
+func (t *takeWait) quitLocked(cause error) {
+	p := t.wait.p
+	t.timer.Stop()
 	p.takesWaiting--
 	now := p.e.clock.Now()
-	w.r.CancelAt(now)
-	p.stats.TokensGranted -= w.tokens
-	p.waits.addTokens(now, -w.tokens)
+	t.r.CancelAt(now)
+	p.stats.TokensGranted -= t.tokens
+	p.waits.addTokens(now, -t.tokens)
+	var err error
 	switch {
 	case cause == nil:
-		w.err = errShuttingDown()
+		err = errShuttingDown()
 	case errors.Is(cause, context.DeadlineExceeded):
 		p.stats.WaitTimeouts++
-		w.err = errorf(apierr.ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", w.tokens, p.name)
+		err = errorf(apierr.ErrWaitTimeout, "the call's deadline passed while waiting for %d tokens of pool %q", t.tokens, p.name)
 	default:
 		p.stats.Canceled++
-		w.err = errorf(apierr.ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", w.tokens, p.name)
+		err = errorf(apierr.ErrCanceled, "the take of %d tokens from pool %q was cancelled while waiting", t.tokens, p.name)
 	}
-	w.finishLocked()
+	t.wait.endLocked(TakeResult{}, err)
+}
+
+// lateLocked keeps the tokens of a take whose Await gave up after they
+// were there.
+func (t *takeWait) lateLocked(out *outcome[TakeResult], _ error) (TakeResult, error) {
+	return out.val, out.err
 }
 
 // ready ends the wait when its tokens are there (its timer).
-func (w *TakeWait) ready() {
-	p := w.p
+func (t *takeWait) ready() {
+	p := t.wait.p
 	p.mu.Lock()
-	if w.done {
-		p.unlock()
+	defer p.unlock()
+	if t.wait.endedLocked() {
 		return
 	}
 	p.takesWaiting--
 	if !p.e.acting() { // tokens reserved before the deadline are not handed out after it
-		w.err = errNotLeader()
-		w.finishLocked()
+		t.wait.endLocked(TakeResult{}, errNotLeader())
 		return
 	}
-	w.res = TakeResult{Tokens: w.tokens, Waited: w.delay}
-	w.finishLocked()
-}
-
-// finishLocked marks the wait done with its outcome, unlocks the pool and
-// tells the notified owner, if any.
-func (w *TakeWait) finishLocked() {
-	w.done = true
-	then := w.then
-	w.then = nil
-	w.p.unlock()
-	if then != nil {
-		then(w.res, w.err)
-	}
+	t.wait.endLocked(TakeResult{Tokens: t.tokens, Waited: t.delay}, nil)
 }
 
 // takeOrReserve takes tokens from pool's bucket, reserving them if they

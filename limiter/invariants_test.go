@@ -72,8 +72,8 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 	var ww int64
 	for i, w := range p.waiters {
 		ww += w.g.weight
-		if w.done || int(w.index) != i {
-			return fmt.Errorf("waiter %d: done=%v index=%d", i, w.done, w.index)
+		if w.wait.endedLocked() || int(w.index) != i {
+			return fmt.Errorf("waiter %d: done=%v index=%d", i, w.wait.endedLocked(), w.index)
 		}
 		if i > 0 && w.before(p.waiters[(i-1)/2]) {
 			return fmt.Errorf("wait queue out of order at %d", i)

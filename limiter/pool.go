@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"math"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -19,7 +18,8 @@ import (
 //     limit ad.limit (when the pool has a limit) and the bucket
 //     had the tokens at that instant (when there is a rate); held may
 //     exceed the limit only because it was lowered under it;
-//   - every waiter in waiters is not done; a done waiter's ready is closed;
+//   - every waiter in waiters is not done, and every wait that ended under
+//     mu is in out.waits until unlock delivers its outcome;
 //   - the head of waiters is not grantable now (dispatch ran after the last
 //     change that could make it so), and when it is blocked by the bucket
 //     alone, rateAlarm is armed for when it could be (unless shares hold
@@ -30,7 +30,7 @@ type pool struct {
 	e    *Engine
 	name string
 
-	mu         sync.Mutex
+	mu         poolMutex
 	cfg        PoolConfig
 	createTime time.Time
 	updateTime time.Time
@@ -359,32 +359,22 @@ func (p *pool) dispatchLocked(now time.Time) {
 	p.rebalanceConcSharesLocked(now)
 }
 
-// finishWaiterLocked ends w's wait with a lease or an error, once.
+// finishWaiterLocked ends w's wait with a lease or an error, once; the
+// pool's unlock delivers the outcome.
 func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
-	if w.done {
+	if w.wait.endedLocked() {
 		return
 	}
-	w.done = true
 	if w.index >= 0 {
 		p.waiters.remove(w)
 		p.rankRemoveLocked(w)
 		p.waitingWeight -= w.g.weight
 		p.marksLocked()
 	}
-	if w.timer != nil {
-		w.timer.Stop()
+	if w.timeout != nil {
+		w.timeout.t.Stop()
 	}
-	if w.then != nil {
-		w.then(l, err)
-		return
-	}
-	if w.out == nil { // nobody listens yet: keep it for Await or Notify
-		w.out = &waitOutcome{}
-	}
-	w.out.lease, w.out.err = l, err
-	if w.out.ready != nil {
-		close(w.out.ready)
-	}
+	w.wait.endLocked(l, err)
 }
 
 // failWaitersLocked ends the wait of every waiter for which fail returns

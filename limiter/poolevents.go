@@ -135,11 +135,12 @@ type PoolEvent struct {
 	Suppressed    int64
 }
 
-// outbox holds what a pool reports to the engine's callbacks, collected
-// under the pool's lock and delivered by Engine.deliver after it is
-// released. It is empty unless adaptive control, rate shares or a
-// revocation policy are in use.
+// outbox holds what a pool reports to the engine's callbacks and to the
+// owners of waits, collected under the pool's lock and delivered by
+// Engine.deliver after it is released. It is empty unless a wait ended,
+// or adaptive control, rate shares or a revocation policy are in use.
 type outbox struct {
+	waits  delivery // the last wait that ended (with those before it), whose owners learn their outcomes first
 	events []PoolEvent
 	shares []ShareUpdate
 	ended  []LeaseEnded // leases revoked by a revocation policy
@@ -147,9 +148,10 @@ type outbox struct {
 	resized []LeaseResized
 }
 
-// deliver calls the engine's callbacks with what ob holds. Call it without
-// pool locks held.
+// deliver hands ended waits their outcomes and calls the engine's
+// callbacks with what ob holds. Call it without pool locks held.
 func (e *Engine) deliver(ob outbox) {
+	deliverWaits(ob.waits) // even when frozen: each wait ends once
 	if !e.acting() {
 		return // frozen: it publishes nothing
 	}
@@ -173,7 +175,7 @@ func (e *Engine) deliver(ob outbox) {
 
 // empty reports whether ob holds nothing to deliver.
 func (ob *outbox) empty() bool {
-	return len(ob.events) == 0 && len(ob.shares) == 0 && len(ob.ended) == 0 && len(ob.resized) == 0
+	return ob.waits == nil && len(ob.events) == 0 && len(ob.shares) == 0 && len(ob.ended) == 0 && len(ob.resized) == 0
 }
 
 // unlock releases p.mu and then delivers what p's outbox holds (mark

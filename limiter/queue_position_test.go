@@ -73,7 +73,7 @@ func TestQueuePositionsMatchTheQueue(t *testing.T) {
 	held := []uint64{te.mustAcquire(t, AcquireRequest{Pool: "db"}).FencingToken}
 	rng := rand.New(rand.NewPCG(1, 2))
 	clients := []string{"a", "b", "c", "d", "e"}
-	var waits []*AcquireWait
+	var waits []*Wait[Lease]
 	check := func() {
 		t.Helper()
 		p, err := te.lockPool("db")

@@ -60,7 +60,7 @@ func TestAcquireWaitNotify(t *testing.T) {
 		l   Lease
 		err error
 	}
-	start := func(desc string) (*AcquireWait, chan outcome) {
+	start := func(desc string) (*Wait[Lease], chan outcome) {
 		_, w, err := te.StartAcquire(AcquireRequest{Pool: "db", Weight: 1, Description: desc})
 		if err != nil || w == nil {
 			t.Fatalf("StartAcquire(%s): %v, %v; want a wait", desc, w, err)

@@ -18,7 +18,7 @@ func TestWaiterIsSmall(t *testing.T) {
 	te.mustCreate(t, PoolConfig{Name: "db", ConcurrencyLimit: 1, MaxWaiters: 10_000})
 	te.mustAcquire(t, AcquireRequest{Pool: "db"})
 	const n = 4096
-	waits := make([]*AcquireWait, 0, n)
+	waits := make([]*Wait[Lease], 0, n)
 	then := func(Lease, error) {}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

@@ -154,20 +154,19 @@ func (c *Calls) Take(ctx context.Context, req *tollgatev1.TakeRequest) (limiter.
 	}
 	res, w, err := c.startTake(ctx, pool, tokens, maxWait, req.GetTraceContext())
 	if w.Waits() {
-		return w.c.finish(w.w.Await(ctx))
+		return w.Await(ctx)
 	}
 	return res, err
 }
 
-// StartTake is Take without the wait: it returns the outcome
-// StartTake is Take, untraced, without the wait: it returns the outcome
-// of a take that needs no wait, or else the wait (which Waits), whose
-// outcome Notify must then learn, once. ctx names the caller, and its
-// deadline bounds the wait as Take's does.
-func (c *Calls) StartTake(ctx context.Context, req *tollgatev1.TakeRequest) (limiter.TakeResult, TakeWait, error) {
+// StartTake is Take without the wait: it returns the outcome of a take
+// that needs no wait, or else the wait (which Waits), whose outcome Await
+// or Notify must then learn, once. ctx names the caller, and its deadline
+// bounds the wait as Take's does.
+func (c *Calls) StartTake(ctx context.Context, req *tollgatev1.TakeRequest) (limiter.TakeResult, Wait[limiter.TakeResult], error) {
 	pool, tokens, maxWait, err := takeArgs(ctx, req)
 	if err != nil {
-		return limiter.TakeResult{}, TakeWait{}, err
+		return limiter.TakeResult{}, Wait[limiter.TakeResult]{}, err
 	}
 	return c.startTake(ctx, pool, tokens, maxWait, req.GetTraceContext())
 }
@@ -210,20 +209,21 @@ func takeArgs(ctx context.Context, req *tollgatev1.TakeRequest) (pool string, to
 // against its client until ReleaseLease or the engine's OnLeaseEnded ends
 // it. An unauthenticated caller chooses its client_id, so while it waits
 // its acquire counts against its connection as well, like a take.
-func (c *Calls) StartAcquire(ctx context.Context, ar limiter.AcquireRequest, tc map[string]string) (limiter.Lease, Wait, error) {
-	ca := countedAcquire{calls: c, start: c.Engine().Clock().Now()}
+func (c *Calls) StartAcquire(ctx context.Context, ar limiter.AcquireRequest, tc map[string]string) (limiter.Lease, Wait[limiter.Lease], error) {
+	var none Wait[limiter.Lease]
+	ca := counted{calls: c, start: c.Engine().Clock().Now()}
 	if c.Tracing != nil {
 		_, ca.span = c.Tracing.Start(ctx, "tollgate.Acquire", tc, tracing.Pool(ar.Pool), tracing.AttrWeight.Int64(ar.Weight))
 	}
 	id := c.Auth().Identify(ctx)
 	key, connKey := id.ClientKey(ar.ClientID), id.ClientKey("")
 	if err := c.Quotas.BeginAcquire(key); err != nil {
-		return limiter.Lease{}, Wait{}, ca.refused(err)
+		return limiter.Lease{}, none, ca.refused(err)
 	}
 	if connKey != key {
 		if err := c.Quotas.BeginAcquire(connKey); err != nil {
 			c.Quotas.EndAcquire(key, nil)
-			return limiter.Lease{}, Wait{}, ca.refused(err)
+			return limiter.Lease{}, none, ca.refused(err)
 		}
 	}
 	if err := c.Quotas.BeginWait(); err != nil {
@@ -231,56 +231,62 @@ func (c *Calls) StartAcquire(ctx context.Context, ar limiter.AcquireRequest, tc 
 		if connKey != key {
 			c.Quotas.EndAcquire(connKey, nil)
 		}
-		return limiter.Lease{}, Wait{}, ca.refused(err)
+		return limiter.Lease{}, none, ca.refused(err)
 	}
 	ca.key, ca.connKey = key, connKey
 	lease, w, err := c.Engine().StartAcquire(ar)
 	if w == nil {
-		lease, err = ca.finish(lease, err)
-		return lease, Wait{}, err
+		lease, err = ca.acquired(lease, err)
+		return lease, none, err
 	}
-	return limiter.Lease{}, Wait{c: ca, w: w}, nil
+	return limiter.Lease{}, Wait[limiter.Lease]{w: w, c: ca, finish: counted.acquired}, nil
 }
 
-// Wait is an acquire of StartAcquire that waits, kept by
-// value in whatever keeps the wait (one record per waiter).
-type Wait struct {
-	c countedAcquire
-	w *limiter.AcquireWait
+// Wait is an acquire of StartAcquire or a take of StartTake that waits
+// (limiter.Wait), kept by value in whatever keeps the wait (one record per
+// waiter). Its outcome comes with the counts and the span that StartAcquire
+// or StartTake began ended: it finishes them itself.
+type Wait[T limiter.Lease | limiter.TakeResult] struct {
+	w      *limiter.Wait[T]
+	c      counted
+	finish func(counted, T, error) (T, error) // ends c given the outcome
 }
 
-// Await waits for the outcome as AcquireWait.Await does.
-func (cw *Wait) Await(ctx context.Context) (limiter.Lease, error) {
-	return cw.c.finish(cw.w.Await(ctx))
+// Waits reports whether the call waits (the zero Wait does not).
+func (w *Wait[T]) Waits() bool { return w.w != nil }
+
+// Await waits for the outcome as limiter.Wait.Await does.
+func (w *Wait[T]) Await(ctx context.Context) (T, error) {
+	v, err := w.w.Await(ctx)
+	return w.finish(w.c, v, err)
 }
 
-// Cancel gives up a notified wait as AcquireWait.Cancel does.
-func (cw *Wait) Cancel(cause error) { cw.w.Cancel(cause) }
-
-// Waits reports whether the acquire waits (the zero Wait does not).
-func (cw *Wait) Waits() bool { return cw.w != nil }
-
-// Notify has done called with the wait's outcome as AcquireWait.Notify
-// does; done must pass it through Finish.
-func (cw *Wait) Notify(done func(limiter.Lease, error)) { cw.w.Notify(done) }
-
-// Finish ends the counts (and the span) of the wait, given the outcome
-// Notify delivered.
-func (cw *Wait) Finish(lease limiter.Lease, err error) (limiter.Lease, error) {
-	return cw.c.finish(lease, err)
+// Notify has then called once with the outcome, with no lock held, as
+// limiter.Wait.Notify does.
+func (w *Wait[T]) Notify(then func(T, error)) {
+	w.w.Notify(func(v T, err error) { then(w.finish(w.c, v, err)) })
 }
 
-// countedAcquire is an acquire that StartAcquire counted.
-type countedAcquire struct {
+// Cancel gives up the wait as limiter.Wait.Cancel does.
+func (w *Wait[T]) Cancel(cause error) { w.w.Cancel(cause) }
+
+// counted is an acquire or a take that StartAcquire or startTake counted
+// against the limits and traced.
+type counted struct {
 	calls        *Calls
-	key, connKey string
+	key, connKey string // connKey is the key of an acquire's connection
 	start        time.Time
 	span         trace.Span // nil: not traced
+	// A take's, for its refusal:
+	pool   string
+	tokens int64
+	asked  time.Duration // the wait asked for, before Limits.MaxTakeWait
+	capped bool          // the wait was cut to Limits.MaxTakeWait
 }
 
-// finish ends the counts of the acquire's progress, and its span, given
+// acquired ends the counts of an acquire's progress, and its span, given
 // its outcome.
-func (c countedAcquire) finish(lease limiter.Lease, err error) (limiter.Lease, error) {
+func (c counted) acquired(lease limiter.Lease, err error) (limiter.Lease, error) {
 	q := c.calls.Quotas
 	q.EndWait()
 	if c.connKey != c.key {
@@ -301,7 +307,7 @@ func (c countedAcquire) finish(lease limiter.Lease, err error) (limiter.Lease, e
 
 // refused ends the span of an acquire that failed with err, and returns
 // err.
-func (c countedAcquire) refused(err error) error {
+func (c counted) refused(err error) error {
 	if c.span != nil {
 		tracing.End(c.span, err, tracing.AttrWaitMS.Float64(float64(c.calls.Engine().Clock().Now().Sub(c.start))/1e6), tracing.AttrToken.Int64(0))
 	}
@@ -314,18 +320,19 @@ func (c countedAcquire) refused(err error) error {
 // span under the caller's trace context tc, ended with the outcome. A
 // maxWait past Limits.MaxTakeWait is cut to it, and a take refused only
 // because of that cut says so.
-func (c *Calls) startTake(ctx context.Context, pool string, tokens int64, maxWait time.Duration, tc map[string]string) (limiter.TakeResult, TakeWait, error) {
-	ct := countedTake{calls: c, pool: pool, tokens: tokens, asked: maxWait}
+func (c *Calls) startTake(ctx context.Context, pool string, tokens int64, maxWait time.Duration, tc map[string]string) (limiter.TakeResult, Wait[limiter.TakeResult], error) {
+	var none Wait[limiter.TakeResult]
+	ct := counted{calls: c, pool: pool, tokens: tokens, asked: maxWait}
 	if c.Tracing != nil {
 		_, ct.span = c.Tracing.Start(ctx, "tollgate.Take", tc, tracing.Pool(pool), tracing.AttrTokens.Int64(tokens))
 	}
 	key := c.Auth().Identify(ctx).ClientKey("")
 	if err := c.Quotas.BeginAcquire(key); err != nil {
-		return limiter.TakeResult{}, TakeWait{}, ct.ended(limiter.TakeResult{}, err)
+		return limiter.TakeResult{}, none, ct.tookSpan(limiter.TakeResult{}, err)
 	}
 	if err := c.Quotas.BeginWait(); err != nil {
 		c.Quotas.EndAcquire(key, nil)
-		return limiter.TakeResult{}, TakeWait{}, ct.ended(limiter.TakeResult{}, err)
+		return limiter.TakeResult{}, none, ct.tookSpan(limiter.TakeResult{}, err)
 	}
 	ct.key = key
 	if most := c.Limits.MaxTakeWait; most > 0 && maxWait > most {
@@ -333,47 +340,16 @@ func (c *Calls) startTake(ctx context.Context, pool string, tokens int64, maxWai
 	}
 	res, w, err := c.Engine().StartTake(pool, tokens, maxWait)
 	if w == nil {
-		res, err = ct.finish(res, err)
-		return res, TakeWait{}, err
+		res, err = ct.took(res, err)
+		return res, none, err
 	}
-	return limiter.TakeResult{}, TakeWait{c: ct, w: w}, nil
+	return limiter.TakeResult{}, Wait[limiter.TakeResult]{w: w, c: ct, finish: counted.took}, nil
 }
 
-// TakeWait is a take of StartTake that waits, kept by value in whatever
-// keeps the wait (one record per waiter).
-type TakeWait struct {
-	c countedTake
-	w *limiter.TakeWait
-}
-
-// Waits reports whether the take waits (the zero TakeWait does not).
-func (tw *TakeWait) Waits() bool { return tw.w != nil }
-
-// Notify has done called with the wait's outcome, its counts (and span)
-// ended, as limiter.TakeWait.Notify does.
-func (tw *TakeWait) Notify(done func(limiter.TakeResult, error)) {
-	c := tw.c
-	tw.w.Notify(func(res limiter.TakeResult, err error) { done(c.finish(res, err)) })
-}
-
-// Cancel gives up a notified wait as limiter.TakeWait.Cancel does.
-func (tw *TakeWait) Cancel(cause error) { tw.w.Cancel(cause) }
-
-// countedTake is a take that startTake counted.
-type countedTake struct {
-	calls  *Calls
-	key    string
-	pool   string
-	tokens int64
-	asked  time.Duration // the wait asked for, before Limits.MaxTakeWait
-	capped bool          // the wait was cut to Limits.MaxTakeWait
-	span   trace.Span    // nil: not traced
-}
-
-// finish ends the counts of the take's progress, given its outcome; a
-// take refused only because its wait was cut to Limits.MaxTakeWait says
-// so.
-func (ct countedTake) finish(res limiter.TakeResult, err error) (limiter.TakeResult, error) {
+// took ends the counts of a take's progress, and its span, given its
+// outcome; a take refused only because its wait was cut to
+// Limits.MaxTakeWait says so.
+func (ct counted) took(res limiter.TakeResult, err error) (limiter.TakeResult, error) {
 	c := ct.calls
 	c.Quotas.EndWait()
 	c.Quotas.EndAcquire(ct.key, nil)
@@ -384,11 +360,11 @@ func (ct countedTake) finish(res limiter.TakeResult, err error) (limiter.TakeRes
 		ce.RetryAfter = le.RetryAfter
 		err = ce
 	}
-	return res, ct.ended(res, err)
+	return res, ct.tookSpan(res, err)
 }
 
-// ended ends the take's span, if any, with its outcome, and returns err.
-func (ct countedTake) ended(res limiter.TakeResult, err error) error {
+// tookSpan ends a take's span, if any, with its outcome, and returns err.
+func (ct counted) tookSpan(res limiter.TakeResult, err error) error {
 	if ct.span != nil {
 		tracing.End(ct.span, err, tracing.AttrWaitMS.Float64(float64(res.Waited)/1e6))
 	}

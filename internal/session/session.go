@@ -58,10 +58,10 @@ func (r *Streams) Serve(stream tollgatev1.LimiterService_SessionServer, clientUn
 // session is one Session stream. The handler goroutine is the only one that
 // calls stream.Send (writeLoop); a reader goroutine receives and dispatches
 // requests. An acquire or take decided at once is answered inline by the
-// reader; an acquire that waits is a record in its pool's queue
-// (queueWait), and a take that waits a record with the engine's timer
-// (queueTake), each answered by the engine's callback, traced or not: no
-// request holds a goroutine. A CancelRequest or the end of the stream
+// reader; one that waits is a record (queueWait: in its pool's queue, or
+// with the engine's timer for a take), answered by the callback that the
+// engine calls once it has unlocked the pool, traced or not: no request
+// holds a goroutine. A CancelRequest or the end of the stream
 // gives a wait up. Queuing an answer never blocks (send), the queue being
 // bounded by Streams.MaxUnread. Release, renew and hello are answered
 // inline by the reader. The session is the Owner of the leases acquired or
@@ -101,30 +101,21 @@ type session struct {
 	batchAnswers atomic.Bool
 
 	mu           sync.Mutex
-	closed       bool                  // no new waits or events
-	pending      map[uint64]pendingReq // waiting acquires and takes by id
-	inflight     int                   // waits that have not yet queued their answer
-	eof          bool                  // the client half-closed
+	closed       bool               // no new waits or events
+	pending      map[uint64]waiting // waiting acquires and takes by id
+	inflight     int                // waits that have not yet queued their answer
+	eof          bool               // the client half-closed
 	finishClosed bool
 	answers      []*tollgatev1.SessionResponse // queued for the writer
 	events       []*tollgatev1.SessionResponse
 	helloID      string // clientID as hello set it, for other goroutines
 }
 
-// pendingReq is an acquire waiting in its pool's queue (wait) or a take
-// waiting for its reserved tokens (take).
-type pendingReq struct {
-	wait *sessionWait
-	take *sessionTake
-}
-
-// stop gives the request up.
-func (p pendingReq) stop() {
-	if p.wait != nil {
-		p.wait.cw.Cancel(context.Canceled)
-		return
-	}
-	p.take.tw.Cancel(context.Canceled)
+// waiting is an acquire or a take of the session that waits
+// (sessionWait).
+type waiting interface {
+	// stop gives the request up.
+	stop()
 }
 
 func newSession(r *Streams, stream tollgatev1.LimiterService_SessionServer) *session {
@@ -140,7 +131,7 @@ func newSession(r *Streams, stream tollgatev1.LimiterService_SessionServer) *ses
 		cancel:   cancel,
 		ready:    make(chan struct{}, 1),
 		finished: make(chan struct{}),
-		pending:  make(map[uint64]pendingReq),
+		pending:  make(map[uint64]waiting),
 		term:     t,
 	}
 }
@@ -239,7 +230,7 @@ func (s *session) close(err error) {
 	s.mu.Lock()
 	s.closed = true
 	s.events = nil
-	waits := make([]pendingReq, 0, len(s.pending))
+	waits := make([]waiting, 0, len(s.pending))
 	for _, p := range s.pending {
 		waits = append(waits, p)
 	}
@@ -430,68 +421,81 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	}
 	lease, wait, err := s.calls.StartAcquire(s.ctx, ar, r.GetTraceContext())
 	if wait.Waits() {
-		s.queueWait(id, wait, ar.Pool)
+		queueWait(s, id, ar.Pool, wait, (*session).answerAcquire)
 		return
 	}
-	s.answerAcquire(id, lease, err, ar.Pool, false)
+	s.answerAcquire(id, lease, err, ar.Pool)
 }
 
-// sessionWait is an acquire of a session waiting in its pool's queue: one
-// record, with no goroutine. The engine calls back with the outcome (done),
-// which is answered then.
-type sessionWait struct {
-	s    *session
-	id   uint64
-	pool string
-	cw   holder.Wait
-}
-
-// queueWait keeps an acquire that waits in its pool's queue as a record,
-// with no goroutine: the engine calls back with the outcome, which is
-// answered then. A CancelRequest or the end of the session gives it up.
-func (s *session) queueWait(id uint64, wait holder.Wait, pool string) {
-	sw := &sessionWait{s: s, id: id, pool: pool, cw: wait}
-	if !s.hold(id, pendingReq{wait: sw}) {
-		wait.Notify(sw.grantedAfterClose)
-		wait.Cancel(context.Canceled)
+// startTake validates a take and answers it on the reader when it needs
+// no wait; one that waits is a record with the engine's timer (queueWait).
+func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
+	if err := apiconv.CheckPoolName("pool", r.GetPool()); err != nil {
+		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
-	wait.Notify(sw.done)
+	if !s.mayStart(id) {
+		return
+	}
+	res, wait, err := s.calls.StartTake(s.ctx, r)
+	if wait.Waits() {
+		queueWait(s, id, r.GetPool(), wait, (*session).answerTake)
+		return
+	}
+	s.answerTake(id, res, err, r.GetPool())
 }
 
-// done answers the wait's outcome (called with the pool locked).
-func (sw *sessionWait) done(lease limiter.Lease, err error) {
+// sessionWait is an acquire or a take of a session that waits: one record,
+// with no goroutine, answered (by answer) when the engine delivers its
+// outcome.
+type sessionWait[T limiter.Lease | limiter.TakeResult] struct {
+	s      *session
+	id     uint64
+	pool   string
+	w      holder.Wait[T]
+	answer func(s *session, id uint64, v T, err error, pool string)
+}
+
+// queueWait keeps a request that waits as a record: the engine delivers
+// its outcome, which is answered then. A CancelRequest or the end of the
+// session gives it up; a request that comes as the session closes is
+// given up at once, and a grant that raced with that is released
+// (answerAcquire).
+func queueWait[T limiter.Lease | limiter.TakeResult](s *session, id uint64, pool string, w holder.Wait[T], answer func(*session, uint64, T, error, string)) {
+	sw := &sessionWait[T]{s: s, id: id, pool: pool, w: w, answer: answer}
+	if !s.hold(id, sw) {
+		sw.w.Notify(sw.answered)
+		sw.w.Cancel(context.Canceled)
+		return
+	}
+	sw.w.Notify(sw.done)
+}
+
+// done answers the wait's outcome and frees its id.
+func (sw *sessionWait[T]) done(v T, err error) {
 	s := sw.s
-	lease, err = sw.cw.Finish(lease, err)
 	s.forget(sw.id)
-	s.answerAcquire(sw.id, lease, err, sw.pool, true)
+	sw.answered(v, err)
 	s.waitEnded()
 }
 
-// grantedAfterClose releases a wait's grant that raced with the session's
-// end (called with the pool locked: the release is made apart).
-func (sw *sessionWait) grantedAfterClose(lease limiter.Lease, err error) {
-	if lease, err = sw.cw.Finish(lease, err); err == nil {
-		go sw.s.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
-	}
-}
+// answered answers the wait's outcome.
+func (sw *sessionWait[T]) answered(v T, err error) { sw.answer(sw.s, sw.id, v, err, sw.pool) }
+
+// stop gives the wait up.
+func (sw *sessionWait[T]) stop() { sw.w.Cancel(context.Canceled) }
 
 // answerAcquire queues the answer to an acquire. A grant that raced with a
 // CancelRequest stands; one whose stream is gone is released here or by
-// close, apart when the pool is locked (as in a wait's callback).
-func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool string, locked bool) {
+// close.
+func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool string) {
 	if err != nil {
 		s.answerErr(id, err, refuse.About{Pool: pool})
 		return
 	}
-	if s.send(acquired(id, s.calls.IDs, lease)) {
-		return
+	if !s.send(acquired(id, s.calls.IDs, lease)) {
+		s.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
 	}
-	if locked {
-		go s.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
-		return
-	}
-	s.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
 }
 
 // mayStart reports whether the session may take another acquire or take,
@@ -507,57 +511,9 @@ func (s *session) mayStart(id uint64) bool {
 	return !closed && !full
 }
 
-// startTake validates a take and answers it on the reader when it needs
-// no wait; one that waits is a record with the engine's timer (queueTake).
-func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
-	if err := apiconv.CheckPoolName("pool", r.GetPool()); err != nil {
-		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
-		return
-	}
-	if !s.mayStart(id) {
-		return
-	}
-	res, wait, err := s.calls.StartTake(s.ctx, r)
-	if wait.Waits() {
-		s.queueTake(id, wait, r.GetPool())
-		return
-	}
-	s.answerTake(id, res, err, r.GetPool())
-}
-
-// sessionTake is a take of a session waiting for its reserved tokens: one
-// record and the engine's timer, with no goroutine.
-type sessionTake struct {
-	s    *session
-	id   uint64
-	pool string
-	tw   holder.TakeWait
-}
-
-// queueTake keeps a take that waits as a record: the engine calls back
-// with the outcome, which is answered then. A CancelRequest or the end of
-// the session gives it up.
-func (s *session) queueTake(id uint64, wait holder.TakeWait, pool string) {
-	st := &sessionTake{s: s, id: id, pool: pool, tw: wait}
-	if !s.hold(id, pendingReq{take: st}) {
-		wait.Notify(func(limiter.TakeResult, error) {})
-		wait.Cancel(context.Canceled)
-		return
-	}
-	wait.Notify(st.done)
-}
-
-// done answers the take's outcome.
-func (st *sessionTake) done(res limiter.TakeResult, err error) {
-	s := st.s
-	s.forget(st.id)
-	s.answerTake(st.id, res, err, st.pool)
-	s.waitEnded()
-}
-
 // hold records a waiting acquire or take under id; once the session is
 // closed it records nothing and reports false.
-func (s *session) hold(id uint64, p pendingReq) bool {
+func (s *session) hold(id uint64, p waiting) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
