@@ -83,6 +83,7 @@ type Campaign struct {
 	host    Host
 	el      *election.Election
 	deposed chan *lead // a term whose fenced write failed
+	unsure  chan *lead // a term one of whose writes got no answer
 	quit    chan struct{}
 	done    chan struct{}
 	stopped sync.Once
@@ -105,7 +106,7 @@ func New(cfg Config) *Campaign {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Campaign{cfg: cfg, log: log, deposed: make(chan *lead, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	return &Campaign{cfg: cfg, log: log, deposed: make(chan *lead, 1), unsure: make(chan *lead, 1), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 // Start campaigns for leadership and runs a term on h for each
@@ -198,6 +199,8 @@ func (c *Campaign) run() {
 		ten := c.el.Tenure()
 		if l := c.current(); l != nil && (ten == nil || ten != l.tenure || !l.t.Acting()) {
 			c.endTerm(l, false, "leadership lost")
+			c.stepDown()
+			continue
 		}
 		var retry <-chan time.Time
 		if c.current() == nil && ten != nil && (ten.Key != dead.key || ten.Epoch != dead.epoch) {
@@ -215,10 +218,29 @@ func (c *Campaign) run() {
 				dead.key, dead.epoch = l.tenure.Key, l.tenure.Epoch
 				c.endTerm(l, false, "a fenced write failed: another server leads")
 			}
+		case l := <-c.unsure:
+			// etcd may hold a change this term's engine does not have,
+			// or get it later (a write still in flight).
+			if l == c.current() {
+				c.endTerm(l, false, "a write to etcd got no answer: the next term restarts from what etcd holds")
+				c.stepDown()
+			}
 		case <-c.quit:
 			return
 		}
 	}
+}
+
+// stepDown gives up the session of a term that ended without a hand-off
+// (its key goes), so that the next term, this server's or another's,
+// starts under a new key once the old one is gone: a write of the ended
+// term still in flight then cannot land (every write is fenced on the
+// old key), and the next term restores what etcd holds from then on.
+// Without it, a keep-alive answered after the deadline would have this
+// server lead again under the same key, where a late write of the ended
+// term could overwrite what the new term wrote.
+func (c *Campaign) stepDown() {
+	c.el.StepDown()
 }
 
 // startTerm has the host serve a new term, its engine restored from
@@ -231,6 +253,12 @@ func (c *Campaign) startTerm(ten *election.Tenure) error {
 		Deposed: func() {
 			select {
 			case c.deposed <- l:
+			default:
+			}
+		},
+		Unsure: func() {
+			select {
+			case c.unsure <- l:
 			default:
 			}
 		}})

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -85,6 +86,14 @@ func (h *fakeHost) read() (starts int, ends []bool, evs []string, changed int) {
 
 func startCampaign(t *testing.T, h Host) *Campaign {
 	t.Helper()
+	c, _ := startCampaignOn(t, h)
+	return c
+}
+
+// startCampaignOn starts a campaign on an etcd of its own, and returns it
+// with that etcd.
+func startCampaignOn(t *testing.T, h Host) (*Campaign, *etcdtest.Etcd) {
+	t.Helper()
 	e := etcdtest.Start(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
 		DialOptions: election.DialOptions(testTTL)})
@@ -97,7 +106,7 @@ func startCampaign(t *testing.T, h Host) *Campaign {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	return c
+	return c, e
 }
 
 func TestATermForTheLeadershipWon(t *testing.T) {
@@ -153,5 +162,40 @@ func TestALapsedTermStopsActing(t *testing.T) {
 	}
 	if _, _, _, after := h.read(); after == before {
 		t.Fatal("the host was not told the leadership changed")
+	}
+}
+
+// A term that ends without a hand-off (here it lapses, as at its
+// deadline, while the session lives on in etcd) is followed by one under a
+// new key, once the old key is gone: a write of the ended term still in
+// flight, fenced on the old key, cannot land after the next term restored
+// what etcd holds.
+func TestATermEndedWithoutHandOffIsFollowedUnderANewKey(t *testing.T) {
+	h := &fakeHost{}
+	c, etcd := startCampaignOn(t, h)
+	testwait.For(t, "the campaign to lead", c.Leading)
+	first := c.View().Epoch
+	c.Lapse()
+	// Another member's key (without a session) makes the campaign look
+	// again, at once; it goes once the term has ended.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	other := "/test/cluster/election/zz"
+	if _, err := cli.Put(context.Background(), other, "10.0.0.9:7070"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "the lapsed term to end", func() bool { _, ends, _, _ := h.read(); return len(ends) == 1 })
+	if _, err := cli.Delete(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "the campaign to lead again", c.Leading)
+	if v := c.View(); v.Epoch <= first {
+		t.Fatalf("led again at epoch %d; want a new key, with an epoch after %d", v.Epoch, first)
+	}
+	if starts, ends, _, _ := h.read(); starts != 2 || len(ends) != 1 || ends[0] {
+		t.Fatalf("%d starts and ends %v; want a second term after the first ended without a hand-off", starts, ends)
 	}
 }

@@ -287,6 +287,31 @@ func (e *Election) Resign(ctx context.Context) error {
 	return nil
 }
 
+// StepDown ends this server's leadership at once and gives up its
+// session: it is no longer kept alive (its key goes when the revoke sent
+// now gets through, or when etcd expires it), and the campaign goes on
+// under a new session, whose key has a later create revision. A write
+// fenced on the old key cannot succeed once that key is gone, and the new
+// key leads only after it is gone.
+func (e *Election) StepDown() {
+	e.mu.Lock()
+	id := e.lease
+	e.lease, e.key, e.first, e.deadline = 0, "", false, time.Time{}
+	gone := e.settleLocked(time.Now())
+	e.notifyLocked()
+	e.mu.Unlock()
+	e.ended(gone)
+	if id == 0 {
+		return
+	}
+	e.log.Warn("stepping down: giving up the etcd session; campaigning again under a new one")
+	go func() {
+		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.TTL)
+		defer cancel()
+		_, _ = e.cfg.Client.Revoke(ctx, id) // best effort: otherwise etcd expires it
+	}()
+}
+
 // run keeps the session alive, campaigns and observes, until Close.
 func (e *Election) run() {
 	defer close(e.done)
@@ -373,6 +398,8 @@ func (e *Election) keepAlive(id clientv3.LeaseID, timeout time.Duration) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
+	case e.lease != id:
+		return false // given up meanwhile (StepDown)
 	case err == nil && resp.TTL > 0:
 		gone = e.renewedLocked(sent, time.Duration(resp.TTL)*time.Second)
 		return true

@@ -341,3 +341,30 @@ func TestTenureEndsAtTheDeadline(t *testing.T) {
 	e.timer.Stop()
 	e.mu.Unlock()
 }
+
+// A leader that steps down stops leading at once, and leads again only
+// under a new session: a new key with a later create revision, after the
+// old key is gone (so no write fenced on the old key can land then).
+func TestStepDownLeadsAgainUnderANewKey(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	c := newClient(t, etcd.Endpoint())
+	e := start(t, Config{Client: c, Advertise: "a"})
+	waitFor(t, e, "a leads", e.Leading)
+	old := e.Tenure()
+	e.StepDown()
+	if e.Leading() || old.Live() {
+		t.Fatal("still leading right after StepDown")
+	}
+	waitFor(t, e, "a leads again", e.Leading)
+	now := e.Tenure()
+	if now.Key == old.Key || now.Epoch <= old.Epoch {
+		t.Fatalf("led again under key %s epoch %d; want a new key with a later epoch than %s %d", now.Key, now.Epoch, old.Key, old.Epoch)
+	}
+	resp, err := c.Get(context.Background(), old.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Fatalf("the old key %s is still there while the new one leads", old.Key)
+	}
+}

@@ -69,6 +69,10 @@ type Options struct {
 	// Deposed, when set, is called (at most once) when a write's fence
 	// fails: another campaign leads, so this term can never write again.
 	Deposed func()
+	// Unsure, when set, is called (at most once) when a write got no
+	// answer: etcd may hold a change the term's engine does not, so the
+	// term must not go on from its memory.
+	Unsure func()
 	// Timeout bounds each etcd call; 0 means DefaultTimeout.
 	Timeout time.Duration
 }
@@ -80,6 +84,7 @@ type Store struct {
 	prefix  string
 	opts    Options
 	deposed sync.Once
+	unsure  sync.Once
 	res     store.ResourceHashes // each pool's instances as last written
 	writes  *groupcommit.Committer[poolWrite]
 }
@@ -152,6 +157,9 @@ func (s *Store) fencedTxn(what string, ifs []clientv3.Cmp, ops ...clientv3.Op) (
 	fence := clientv3.Compare(clientv3.CreateRevision(s.opts.LeaderKey), "=", s.opts.LeaderRev)
 	resp, err := s.c.Txn(ctx).If(fence).Then(clientv3.OpTxn(ifs, ops, nil)).Commit()
 	if err != nil {
+		if s.opts.Unsure != nil {
+			s.unsure.Do(s.opts.Unsure)
+		}
 		return false, outcomeUnknown(what, s.Path(), err)
 	}
 	if !resp.Succeeded {

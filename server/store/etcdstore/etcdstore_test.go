@@ -95,9 +95,10 @@ func TestSeedOnceSaveLoadDelete(t *testing.T) {
 func TestFencedWrite(t *testing.T) {
 	c := client(t)
 	leaderKey := prefix + "election/old"
-	deposed := 0
+	deposed, unsure := 0, 0
 	opts := campaign(t, c, leaderKey)
 	opts.Deposed = func() { deposed++ }
+	opts.Unsure = func() { unsure++ }
 	old := New(c, prefix, opts)
 	if err := old.SavePool(pool(t, "a", 1)); err != nil {
 		t.Fatal(err)
@@ -117,8 +118,8 @@ func TestFencedWrite(t *testing.T) {
 			t.Fatalf("deposed leader's write: %v, want NOT_LEADER", err)
 		}
 	}
-	if deposed != 1 {
-		t.Fatalf("Deposed called %d times, want 1", deposed)
+	if deposed != 1 || unsure != 0 {
+		t.Fatalf("Deposed called %d times, want 1; Unsure %d times, want 0 (a fenced-out write has a known outcome)", deposed, unsure)
 	}
 	got, _, err := cur.load(context.Background())
 	if err != nil {
@@ -275,7 +276,7 @@ func TestBatchSplitsAtEtcdLimits(t *testing.T) {
 
 // A write sent to etcd that gets no answer may have been committed: it
 // fails OUTCOME_UNKNOWN, never NOT_LEADER or a storage failure that says
-// nothing changed.
+// nothing changed, and the store tells its term (Unsure).
 func TestWriteWithoutAnswerIsOutcomeUnknown(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
@@ -285,9 +286,14 @@ func TestWriteWithoutAnswerIsOutcomeUnknown(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	opts := campaign(t, c, prefix+"election/a")
 	opts.Timeout = 300 * time.Millisecond
+	unsure := 0
+	opts.Unsure = func() { unsure++ }
 	st := New(c, prefix, opts)
 	etcd.Stop()
 	err = st.SavePool(pool(t, "a", 1))
+	if unsure != 1 {
+		t.Fatalf("Unsure called %d times after a write without an answer; want once (the term must not go on from its memory)", unsure)
+	}
 	var le *apierr.Error
 	if !errors.As(err, &le) || le.Reason != apierr.ReasonOutcomeUnknown || le.Code != apierr.CodeUnavailable {
 		t.Fatalf("a write etcd did not answer: %v; want UNAVAILABLE (OUTCOME_UNKNOWN)", err)
