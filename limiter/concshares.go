@@ -116,7 +116,7 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 		return Lease{}, p.ended.missingErr(p.name, r.Token, p.lastToken)
 	}
 	if r.Weight > l.Weight {
-		head, queued := p.waiters.top()
+		head, queued := p.queue.heap.top()
 		if r.Weight > p.cfg.ConcurrencyLimit || (queued && head.g.priority >= l.Priority) || !p.admitLocked(r.Weight-l.Weight, now) {
 			return Lease{}, errorf(apierr.ErrNoCapacity, "lease %d of pool %q cannot grow from %d to %d now (%s)", r.Token, p.name, l.Weight, r.Weight, p.busyLocked(now))
 		}
@@ -231,9 +231,9 @@ func (p *pool) rebalanceConcSharesLocked(now time.Time) {
 	if len(p.csh.byToken) == 0 || p.cfg.ConcurrencyLimit == 0 {
 		return
 	}
-	for _, tok := range p.csh.retarget(p.ad.limit, p.held, p.waitingWeight, p.leases) {
+	for _, tok := range p.csh.retarget(p.ad.limit, p.held, p.queue.weight, p.leases) {
 		l := p.leases[tok]
-		if grow := min(p.csh.target(tok)-l.Weight, p.ad.limit-p.held); grow > 0 && len(p.waiters) == 0 && p.admitLocked(grow, now) &&
+		if grow := min(p.csh.target(tok)-l.Weight, p.ad.limit-p.held); grow > 0 && p.queue.len() == 0 && p.admitLocked(grow, now) &&
 			p.reserveLocked(now, l.ExpireTime, grow) == nil { // a share that cannot write its bound grows later
 			p.setWeightLocked(l, l.Weight+grow)
 		}

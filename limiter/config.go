@@ -226,3 +226,16 @@ func poolNameByte(b byte) bool {
 	}
 	return false
 }
+
+// leaseTTL is the TTL of a lease (or share) of the pool asked for with
+// ttl: the pool's default for 0. Errors: ErrInvalidArgument, out of the
+// pool's range.
+func (c *PoolConfig) leaseTTL(ttl time.Duration) (time.Duration, error) {
+	if ttl == 0 {
+		return c.DefaultLeaseTTL, nil
+	}
+	if ttl < MinLeaseTTL || ttl > c.MaxLeaseTTL {
+		return 0, errorf(apierr.ErrInvalidArgument, "ttl %v is out of range for pool %q: use %v to its max_lease_ttl %v", ttl, c.Name, MinLeaseTTL, c.MaxLeaseTTL)
+	}
+	return ttl, nil
+}

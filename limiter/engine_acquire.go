@@ -62,11 +62,11 @@ func (e *Engine) grantOrEnqueue(req *AcquireRequest) (Lease, *Wait[Lease], error
 	if err := p.checkWeightLocked(req.Weight); err != nil {
 		return Lease{}, nil, err
 	}
-	if req.TTL, err = p.resolveTTLLocked(req.TTL); err != nil {
+	if req.TTL, err = p.cfg.leaseTTL(req.TTL); err != nil {
 		return Lease{}, nil, err
 	}
 	now := e.clock.Now()
-	head, queued := p.waiters.top()
+	head, queued := p.queue.heap.top()
 	if (!queued || req.Priority > head.g.priority) && p.admitLocked(req.Weight, now) {
 		g := grantOf(req)
 		l, err := p.grantLocked(&g, now, 0)
@@ -76,12 +76,9 @@ func (e *Engine) grantOrEnqueue(req *AcquireRequest) (Lease, *Wait[Lease], error
 		p.stats.Rejected++
 		return Lease{}, nil, err
 	}
-	w := &waiter{wait: Wait[Lease]{p: p}, g: grantOf(req), seq: p.seq, index: -1, enqueued: now}
+	w := &waiter{wait: Wait[Lease]{p: p}, g: grantOf(req), index: -1, enqueued: now}
 	w.wait.kind = w
-	p.seq++
-	p.waiters.push(w)
-	p.rankAddLocked(w)
-	p.waitingWeight += req.Weight
+	p.queue.add(w)
 	p.marksLocked()
 	if req.WaitTimeout > 0 {
 		w.timeout = &waitTimer{d: req.WaitTimeout}
@@ -101,8 +98,8 @@ func (p *pool) refuseWaitLocked(req *AcquireRequest, now time.Time) error {
 		return errorf(apierr.ErrNoCapacity, "pool %q cannot grant weight %d now (%s), and the acquire does not wait", p.name, req.Weight, p.busyLocked(now))
 	case p.e.waitsStopped():
 		return errShuttingDown()
-	case int64(len(p.waiters))+p.takesWaiting >= p.cfg.MaxWaiters:
-		return errorf(apierr.ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, int64(len(p.waiters))+p.takesWaiting)
+	case p.queue.waiting() >= p.cfg.MaxWaiters:
+		return errorf(apierr.ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", p.name, p.queue.waiting())
 	}
 	return nil
 }
@@ -185,5 +182,5 @@ func (p *pool) busyLocked(now time.Time) string {
 	if p.bucket != nil {
 		parts = append(parts, "tokens "+ftoa(p.bucket.TokensAt(now))+" of burst "+itoa(p.cfg.Burst))
 	}
-	return strings.Join(append(parts, itoa(int64(len(p.waiters)))+" waiting"), ", ")
+	return strings.Join(append(parts, itoa(int64(p.queue.len()))+" waiting"), ", ")
 }

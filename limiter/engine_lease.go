@@ -50,7 +50,7 @@ func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Leas
 		p.removeLeaseLocked(l)
 		p.dur.liveChanged() // not re-adopted after a restart
 		p.stats.Released++
-		if len(p.waiters) > 0 || len(p.csh.byToken) > 0 {
+		if p.queue.len() > 0 || len(p.csh.byToken) > 0 {
 			p.dispatchLocked(e.clock.Now())
 		}
 		released = l.Lease
@@ -148,7 +148,7 @@ func (e *Engine) renew(pool string, token uint64, ttl time.Duration, owner any, 
 		// keep-alive fail.
 		ttl = min(l.TTL, p.cfg.MaxLeaseTTL)
 	}
-	if ttl, err = p.resolveTTLLocked(ttl); err != nil {
+	if ttl, err = p.cfg.leaseTTL(ttl); err != nil {
 		return Lease{}, err
 	}
 	// A renew never moves the expiry earlier than one already signed: the

@@ -71,7 +71,7 @@ type takeWait struct {
 func (t *takeWait) quitLocked(cause error) {
 	p := t.wait.p
 	t.timer.Stop()
-	p.takesWaiting--
+	p.queue.takes--
 	now := p.e.clock.Now()
 	t.r.CancelAt(now)
 	p.stats.TokensGranted -= t.tokens
@@ -104,7 +104,7 @@ func (t *takeWait) ready() {
 	if t.wait.endedLocked() {
 		return
 	}
-	p.takesWaiting--
+	p.queue.takes--
 	if !p.e.acting() { // tokens reserved before the deadline are not handed out after it
 		t.wait.endLocked(TakeResult{}, errNotLeader())
 		return
@@ -144,7 +144,7 @@ func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration)
 		r.CancelAt(now)
 		return nil, nil, 0, errShuttingDown()
 	}
-	if n := int64(len(p.waiters)) + p.takesWaiting; delay > 0 && n >= p.cfg.MaxWaiters {
+	if n := p.queue.waiting(); delay > 0 && n >= p.cfg.MaxWaiters {
 		r.CancelAt(now)
 		p.stats.Rejected++
 		return nil, nil, 0, errorf(apierr.ErrQueueFull, "pool %q has %d acquires and takes waiting, its max_waiters; retry later with backoff, or raise max_waiters", pool, n)
@@ -152,7 +152,7 @@ func (e *Engine) takeOrReserve(pool string, tokens int64, maxWait time.Duration)
 	p.stats.TokensGranted += tokens
 	p.waits.addTokens(now, tokens) // for the rate's utilisation
 	if delay > 0 {
-		p.takesWaiting++
+		p.queue.takes++
 	}
 	return p, r, delay, nil
 }

@@ -70,19 +70,19 @@ func (p *pool) checkLocked(now time.Time, prevHeld int64) error {
 		}
 	}
 	var ww int64
-	for i, w := range p.waiters {
+	for i, w := range p.queue.heap {
 		ww += w.g.weight
 		if w.wait.endedLocked() || int(w.index) != i {
 			return fmt.Errorf("waiter %d: done=%v index=%d", i, w.wait.endedLocked(), w.index)
 		}
-		if i > 0 && w.before(p.waiters[(i-1)/2]) {
+		if i > 0 && w.before(p.queue.heap[(i-1)/2]) {
 			return fmt.Errorf("wait queue out of order at %d", i)
 		}
 	}
-	if ww != p.waitingWeight {
-		return fmt.Errorf("waiting weight %d, counted %d", p.waitingWeight, ww)
+	if ww != p.queue.weight {
+		return fmt.Errorf("waiting weight %d, counted %d", p.queue.weight, ww)
 	}
-	if head, ok := p.waiters.top(); ok && (p.cfg.ConcurrencyLimit > 0 || p.res != nil) && p.bucket == nil && !p.rec.blocks() && !p.susp.on &&
+	if head, ok := p.queue.heap.top(); ok && (p.cfg.ConcurrencyLimit > 0 || p.res != nil) && p.bucket == nil && !p.rec.blocks() && !p.susp.on &&
 		(p.cfg.ConcurrencyLimit == 0 || p.held+head.g.weight <= p.ad.limit) && (p.res == nil || int64(p.res.free.Len()) >= head.g.weight) {
 		return fmt.Errorf("head waiter of weight %d fits (held %d, effective limit %d) but waits", head.g.weight, p.held, p.ad.limit)
 	}

@@ -362,7 +362,7 @@ func (m *markState) event(t PoolEventType, mark, utilisation float64, ld load, o
 
 // loadLocked returns where the pool stands, for its marks.
 func (p *pool) loadLocked() load {
-	ld := load{held: p.held, waiting: int64(len(p.waiters)), limit: p.ad.limit, instances: -1}
+	ld := load{held: p.held, waiting: int64(p.queue.len()), limit: p.ad.limit, instances: -1}
 	if p.res != nil {
 		ld.instances = int64(len(p.res.byID))
 	}

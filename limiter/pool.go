@@ -44,12 +44,7 @@ type pool struct {
 	expiry    indexedHeap[*lease]
 	ended     tombstones
 
-	waiters       indexedHeap[*waiter]
-	ranked        *waiter            // every waiter, in a rank treap (rankTree)
-	clientQueues  map[string]*waiter // client id -> its waiters' rank treap
-	waitingWeight int64
-	seq           uint64
-	takesWaiting  int64 // takes waiting for their tokens; they count toward max_waiters
+	queue waitQueue // the acquires that wait, and the takes waiting for tokens
 
 	bucket *rate.Limiter // nil when the pool has no rate
 	// rateSince is when the bucket's rate or burst last changed.
@@ -140,7 +135,7 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		if next, ok := p.shr.expiry.top(); ok {
 			p.shr.arm(next.expire, now)
 		}
-		if len(p.waiters) > 0 {
+		if p.queue.len() > 0 {
 			p.dispatchLocked(now)
 		}
 	}), p.onTimer(nil, func(now time.Time) {
@@ -234,18 +229,6 @@ func (p *pool) checkWeightLocked(weight int64) error {
 		return errorf(apierr.ErrInvalidArgument, "weight %d exceeds pool %q's burst of %d tokens; it could never be granted", weight, p.name, p.cfg.Burst)
 	}
 	return nil
-}
-
-// resolveTTLLocked returns the TTL to grant for a request of ttl (0 means
-// the pool's default), or an error naming the allowed range.
-func (p *pool) resolveTTLLocked(ttl time.Duration) (time.Duration, error) {
-	if ttl == 0 {
-		return p.cfg.DefaultLeaseTTL, nil
-	}
-	if ttl < MinLeaseTTL || ttl > p.cfg.MaxLeaseTTL {
-		return 0, errorf(apierr.ErrInvalidArgument, "ttl %v is out of range for pool %q: use %v to its max_lease_ttl %v", ttl, p.name, MinLeaseTTL, p.cfg.MaxLeaseTTL)
-	}
-	return ttl, nil
 }
 
 // reserveLocked makes sure that the next fencing token, a lease granted
@@ -349,7 +332,7 @@ func (p *pool) dispatchLocked(now time.Time) {
 		return
 	}
 	for {
-		w, ok := p.waiters.top()
+		w, ok := p.queue.heap.top()
 		if !ok || !p.admitLocked(w.g.weight, now) {
 			break
 		}
@@ -366,9 +349,7 @@ func (p *pool) finishWaiterLocked(w *waiter, l Lease, err error) {
 		return
 	}
 	if w.index >= 0 {
-		p.waiters.remove(w)
-		p.rankRemoveLocked(w)
-		p.waitingWeight -= w.g.weight
+		p.queue.remove(w)
 		p.marksLocked()
 	}
 	if w.timeout != nil {
@@ -385,7 +366,7 @@ func (p *pool) failWaitersLocked(fail func(*waiter) error) {
 		err error
 	}
 	var failed []failure
-	for _, w := range p.waiters {
+	for _, w := range p.queue.heap {
 		if err := fail(w); err != nil {
 			failed = append(failed, failure{w, err})
 		}
@@ -473,8 +454,8 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	s := p.stats
 	s.Held = p.held
 	s.Leases = int64(len(p.leases))
-	s.Waiting = int64(len(p.waiters))
-	s.WaitingWeight = p.waitingWeight
+	s.Waiting = int64(p.queue.len())
+	s.WaitingWeight = p.queue.weight
 	s.LastFencingToken = p.lastToken
 	for _, pt := range p.parts {
 		pt.status(&s, now)

@@ -39,12 +39,12 @@ func (e *Engine) QueuePositions(pool, clientID string) ([]QueuedAcquire, int64, 
 	defer p.unlock()
 	now := e.clock.Now()
 	var out []QueuedAcquire
-	rankTree(inClientQueue).first(p.clientQueues[clientID], func(w *waiter) bool {
-		pos := rankTree(inQueue).rank(p.ranked, w) + 1
+	rankTree(inClientQueue).first(p.queue.byClient[clientID], func(w *waiter) bool {
+		pos := rankTree(inQueue).rank(p.queue.ranked, w) + 1
 		out = append(out, QueuedAcquire{Position: pos, ClientID: clientID, Weight: w.g.weight, Priority: w.g.priority, Waited: now.Sub(w.enqueued)})
 		return len(out) < MaxQueuePositions
 	})
-	return out, int64(len(p.waiters)), nil
+	return out, int64(p.queue.len()), nil
 }
 
 // MaxListWaiters bounds how many acquires ListWaiters returns.
@@ -64,10 +64,10 @@ func (e *Engine) ListWaiters(pool string, limit int) ([]QueuedAcquire, int64, er
 	}
 	defer p.unlock()
 	now := e.clock.Now()
-	out := make([]QueuedAcquire, 0, min(limit, len(p.waiters)))
-	rankTree(inQueue).first(p.ranked, func(w *waiter) bool {
+	out := make([]QueuedAcquire, 0, min(limit, p.queue.len()))
+	rankTree(inQueue).first(p.queue.ranked, func(w *waiter) bool {
 		out = append(out, QueuedAcquire{Position: int64(len(out) + 1), ClientID: w.g.clientID, Weight: w.g.weight, Priority: w.g.priority, Waited: now.Sub(w.enqueued)})
 		return len(out) < limit
 	})
-	return out, int64(len(p.waiters)), nil
+	return out, int64(p.queue.len()), nil
 }

@@ -81,9 +81,9 @@ func TestQueuePositionsMatchTheQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := map[string][]int64{}
-		for _, w := range p.waiters {
+		for _, w := range p.queue.heap {
 			pos := int64(1)
-			for _, o := range p.waiters {
+			for _, o := range p.queue.heap {
 				if o.before(w) {
 					pos++
 				}

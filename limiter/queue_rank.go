@@ -139,25 +139,51 @@ func (t rankTree) first(root *waiter, f func(*waiter) bool) bool {
 	return t.first(t(root).left, f) && f(root) && t.first(t(root).right, f)
 }
 
-// rankAddLocked enters a waiter that has joined the queue in the treaps.
-func (p *pool) rankAddLocked(w *waiter) {
-	p.ranked = rankTree(inQueue).insert(p.ranked, w)
+// waitQueue is a pool's queue of acquires that wait: a heap in the order
+// the queue grants them (waiter.before), the rank treaps that tell
+// positions, and the weight they ask for; and the number of takes waiting
+// for their tokens, which wait on the bucket, not here, but count toward
+// the pool's max_waiters.
+type waitQueue struct {
+	heap     indexedHeap[*waiter]
+	ranked   *waiter            // every waiter, in a rank treap (rankTree)
+	byClient map[string]*waiter // client id -> its waiters' rank treap
+	weight   int64              // the weight the waiters ask for
+	seq      uint64             // the next waiter's arrival number
+	takes    int64              // takes waiting for their tokens
+}
+
+// len is the number of acquires waiting.
+func (q *waitQueue) len() int { return len(q.heap) }
+
+// waiting is what counts toward max_waiters: acquires and takes.
+func (q *waitQueue) waiting() int64 { return int64(len(q.heap)) + q.takes }
+
+// add enters w, which has just arrived, in the queue.
+func (q *waitQueue) add(w *waiter) {
+	w.seq = q.seq
+	q.seq++
+	q.heap.push(w)
+	q.weight += w.g.weight
+	q.ranked = rankTree(inQueue).insert(q.ranked, w)
 	if c := w.g.clientID; c != "" {
-		if p.clientQueues == nil {
-			p.clientQueues = make(map[string]*waiter)
+		if q.byClient == nil {
+			q.byClient = make(map[string]*waiter)
 		}
-		p.clientQueues[c] = rankTree(inClientQueue).insert(p.clientQueues[c], w)
+		q.byClient[c] = rankTree(inClientQueue).insert(q.byClient[c], w)
 	}
 }
 
-// rankRemoveLocked takes a waiter that leaves the queue out of the treaps.
-func (p *pool) rankRemoveLocked(w *waiter) {
-	p.ranked = rankTree(inQueue).remove(p.ranked, w)
+// remove takes w, which leaves the queue (granted or failed), out of it.
+func (q *waitQueue) remove(w *waiter) {
+	q.heap.remove(w)
+	q.weight -= w.g.weight
+	q.ranked = rankTree(inQueue).remove(q.ranked, w)
 	if c := w.g.clientID; c != "" {
-		if r := rankTree(inClientQueue).remove(p.clientQueues[c], w); r != nil {
-			p.clientQueues[c] = r
+		if r := rankTree(inClientQueue).remove(q.byClient[c], w); r != nil {
+			q.byClient[c] = r
 		} else {
-			delete(p.clientQueues, c)
+			delete(q.byClient, c)
 		}
 	}
 }

@@ -341,7 +341,7 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 			return nil, err
 		}
 	}
-	ttl, err := p.resolveTTLLocked(ttl)
+	ttl, err := p.cfg.leaseTTL(ttl)
 	if err != nil {
 		return nil, err
 	}

@@ -67,7 +67,7 @@ func (e *Engine) AcquireShare(req ShareRequest) (Share, error) {
 		p.unlock()
 		return Share{}, err
 	}
-	ttl, err := p.resolveTTLLocked(req.TTL)
+	ttl, err := p.cfg.leaseTTL(req.TTL)
 	if err != nil {
 		p.unlock()
 		return Share{}, err
@@ -164,7 +164,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	}
 	ttl := min(s.ttl, p.cfg.MaxLeaseTTL) // the maximum may have been lowered since
 	if r.TTL > 0 {
-		if ttl, err = p.resolveTTLLocked(r.TTL); err != nil {
+		if ttl, err = p.cfg.leaseTTL(r.TTL); err != nil {
 			p.unlock()
 			return Share{}, err
 		}
@@ -175,7 +175,7 @@ func (e *Engine) RefreshShare(r ShareRefresh) (Share, error) {
 	}
 	shrunk := p.shr.refresh(s, &r, ttl, now, &p.out)
 	p.applyRateLocked(now)
-	if shrunk && len(p.waiters) > 0 {
+	if shrunk && p.queue.len() > 0 {
 		p.dispatchLocked(now) // the bucket may refill faster now
 	}
 	out := p.shr.snapshot(s)
@@ -204,7 +204,7 @@ func (e *Engine) ReleaseShare(pool string, id uint64) error {
 	now := e.clock.Now()
 	p.shr.release(s, &p.out)
 	p.applyRateLocked(now)
-	if len(p.waiters) > 0 {
+	if p.queue.len() > 0 {
 		p.dispatchLocked(now)
 	}
 	p.unlock()

@@ -89,7 +89,7 @@ func (p *pool) readoptShareLocked(r *ShareRefresh, now time.Time) (*share, error
 	if err := checkWant(r.Granted, false); err != nil {
 		return nil, err
 	}
-	ttl, err := p.resolveTTLLocked(r.TTL)
+	ttl, err := p.cfg.leaseTTL(r.TTL)
 	if err != nil {
 		return nil, err
 	}

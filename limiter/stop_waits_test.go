@@ -31,7 +31,7 @@ func TestStopWaits(t *testing.T) {
 		p, _ := te.lookup("api")
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return info.Status.Waiting == 1 && p.takesWaiting == 1
+		return info.Status.Waiting == 1 && p.queue.takes == 1
 	})
 
 	te.StopWaits()

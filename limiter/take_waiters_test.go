@@ -31,7 +31,7 @@ func TestTakeWaitersCountTowardMaxWaiters(t *testing.T) {
 		waiting := func() int64 {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			return p.takesWaiting
+			return p.queue.takes
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for waiting() != n {
