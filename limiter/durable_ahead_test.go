@@ -133,14 +133,7 @@ func TestPreReserveAndAConfigChange(t *testing.T) {
 	// The update holds the pool's lock from before its write to after it,
 	// and cannot write while the background write is stuck: once the lock
 	// is taken, the update has decided what to write.
-	p := te.pools.get("db")
-	testwait.For(t, "the update to hold the pool's lock", func() bool {
-		if p.mu.TryLock() {
-			p.mu.Unlock()
-			return false
-		}
-		return true
-	})
+	waitPoolLocked(t, te, "db", "the update")
 	close(gate)
 	if err := <-updated; err != nil {
 		t.Fatal(err)

@@ -153,14 +153,7 @@ func TestHeldBoundLoweringInFlight(t *testing.T) {
 	// The grant (16 held) passes the bound being written (what was held
 	// when it was decided, plus heldSlack, below the limit): it must write
 	// a higher one, after the stuck write.
-	p := te.pools.get("db")
-	testwait.For(t, "the update to hold the pool's lock", func() bool {
-		if p.mu.TryLock() {
-			p.mu.Unlock()
-			return false
-		}
-		return true
-	})
+	waitPoolLocked(t, te, "db", "the acquire")
 	open()
 	if err := <-acquired; err != nil {
 		t.Fatal(err)
@@ -225,14 +218,7 @@ func TestHeldBoundLoweringFailsBehindAGrant(t *testing.T) {
 	// The grant holds the pool's lock while it waits for the stuck write,
 	// so its write lands, and its outcome is taken, before the failed
 	// write's outcome is.
-	p := te.pools.get("db")
-	testwait.For(t, "the update to hold the pool's lock", func() bool {
-		if p.mu.TryLock() {
-			p.mu.Unlock()
-			return false
-		}
-		return true
-	})
+	waitPoolLocked(t, te, "db", "the acquire")
 	open()
 	if err := <-acquired; err != nil {
 		t.Fatal(err)
@@ -241,6 +227,7 @@ func TestHeldBoundLoweringFailsBehindAGrant(t *testing.T) {
 	if b := writtenHeldBound(t, m, "db"); b < 16 {
 		t.Fatalf("bound on disk %d with 16 held", b)
 	}
+	p := te.pools.get("db")
 	p.mu.Lock()
 	inForce := p.dur.state.HeldBound
 	p.mu.Unlock()

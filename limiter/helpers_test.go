@@ -141,3 +141,17 @@ func wantReason(t testing.TB, err error, kind *apierr.Error) {
 // errOf returns the error of a call that also returns a value, such as
 // Release.
 func errOf[T any](_ T, err error) error { return err }
+
+// waitPoolLocked waits until the pool's lock is held, by who (a call the
+// test started, which holds it while it is stuck).
+func waitPoolLocked(t testing.TB, te *testEngine, pool, who string) {
+	t.Helper()
+	p := te.pools.get(pool)
+	testwait.For(t, who+" to hold pool "+pool+"'s lock", func() bool {
+		if p.mu.TryLock() {
+			p.mu.Unlock()
+			return false
+		}
+		return true
+	})
+}
