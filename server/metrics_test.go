@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -121,6 +122,43 @@ func TestMetrics(t *testing.T) {
 	if o.srv.metrics.Holds.Cached("db") {
 		t.Error("the deleted pool's hold histogram is still kept")
 	}
+}
+
+// TestMetricsPoolsBound: past Limits.MetricsPools (--metrics-pools) pools,
+// /metrics has the per-pool gauges and counters of the first pools in name
+// order only, histograms of the first pools to observe one only, and says
+// how many pools it leaves out.
+func TestMetricsPoolsBound(t *testing.T) {
+	o := startOps(t, Config{Limits: limits.Limits{MetricsPools: 2}}, nil)
+	e := o.env()
+	for _, p := range []string{"d", "c", "b", "a"} {
+		e.createPool(&tollgatev1.Pool{Name: p, ConcurrencyLimit: 3})
+	}
+	for _, p := range []string{"d", "c", "b", "a"} {
+		e.acquire(&tollgatev1.AcquireRequest{Pool: p})
+	}
+	m := o.scrape()
+	wantLines(t, m,
+		`tollgate_pool_leases{pool="a"} 1`,
+		`tollgate_pool_leases{pool="b"} 1`,
+		`tollgate_pools 4`,
+		`tollgate_pools_unexported 2`,
+		`tollgate_pool_acquire_wait_seconds_count{pool="d"} 1`,
+		`tollgate_pool_acquire_wait_seconds_count{pool="c"} 1`,
+	)
+	for _, absent := range []string{`tollgate_pool_leases{pool="c"}`, `tollgate_pool_leases{pool="d"}`,
+		`tollgate_pool_acquire_wait_seconds_count{pool="a"}`, `tollgate_pool_acquire_wait_seconds_count{pool="b"}`} {
+		if strings.Contains(m, absent) {
+			t.Errorf("metrics have %s, past --metrics-pools 2", absent)
+		}
+	}
+	// A deleted pool's histogram leaves room for another's.
+	if _, err := e.adm.DeletePool(e.ctx(), &tollgatev1.DeletePoolRequest{Name: "d", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	o.scrape()
+	e.acquire(&tollgatev1.AcquireRequest{Pool: "a"})
+	wantLines(t, o.scrape(), `tollgate_pool_acquire_wait_seconds_count{pool="a"} 1`, `tollgate_pools_unexported 1`)
 }
 
 // TestMarkEventsSuppressedMetric: a mark crossed again within the mark

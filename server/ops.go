@@ -38,7 +38,7 @@ func (s *Server) initOps(cfg Config) {
 	s.quotas = limits.New(s.limits)
 	s.grpcConns = s.quotas.NewConnLimiter(s.limits.MaxConns, s.limits.MaxConnsPerIP, limits.KindConns, limits.KindConnsPerIP, idleConnTimeout)
 	s.httpConns = s.quotas.NewConnLimiter(s.limits.MaxHTTPConns, s.limits.MaxHTTPConnsPerIP, limits.KindHTTPConns, limits.KindHTTPConnsPerIP, 0)
-	s.metrics = metrics.New(metricsSource{s}, session.KindNames[:])
+	s.metrics = metrics.New(metricsSource{s}, session.KindNames[:], s.limits.MetricsPools)
 	s.codec = wirecodec.New()
 }
 
@@ -49,6 +49,7 @@ type metricsSource struct{ s *Server }
 func (m metricsSource) ListPools(after string, limit int) ([]limiter.PoolInfo, bool) {
 	return m.s.Engine().ListPools(after, limit)
 }
+func (m metricsSource) NumPools() int { return m.s.Engine().NumPools() }
 func (m metricsSource) GetPool(name string) (limiter.PoolInfo, error) {
 	return m.s.Engine().GetPool(name)
 }

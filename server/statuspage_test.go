@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -119,4 +120,27 @@ func dumpDOM(t *testing.T, url string) string {
 		t.Fatalf("chromium --dump-dom %s: %v\n%s", url, err, stderr.String())
 	}
 	return string(out)
+}
+
+// TestStatusPagePagesPools: with more pools than a page of /api/pools
+// holds, the status page shows the first page, says which pools it shows
+// of how many, and offers the next page.
+func TestStatusPagePagesPools(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		citest.SkipOrFail(t, chromiumPath+" is not installed, so the status page is not tested in a browser here (apt-get install chromium; .ci/run installs it)")
+	}
+	o := startOps(t, Config{}, nil)
+	e := o.env()
+	for i := range 502 {
+		e.createPool(&tollgatev1.Pool{Name: fmt.Sprintf("p%03d", i), ConcurrencyLimit: 1})
+	}
+	dom := dumpDOM(t, o.http.URL+"/")
+	for _, want := range []string{`data-pool="p499"`, "Pools 1–500 of 502.", `id="pools-next"`} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the page does not show %q; DOM:\n%s", want, dom)
+		}
+	}
+	if strings.Contains(dom, `data-pool="p500"`) || strings.Contains(dom, `id="pools-prev"`) {
+		t.Errorf("the first page shows a pool past 500, or a previous page; DOM:\n%s", dom)
+	}
 }

@@ -68,6 +68,7 @@ func (o *securityOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&o.policyFile, "policy", "", "YAML file of which client certificates may use which pools (needs --client-ca; see above)")
 	f.BoolVar(&o.insecureAllowRemote, "insecure-allow-remote", false, "allow listening on non-loopback addresses without TLS and authentication (trusted networks only)")
 	f.IntVar(&o.limits.MaxPools, "max-pools", limits.DefaultMaxPools, "most pools CreatePool may bring the server to (-1: no limit)")
+	f.IntVar(&o.limits.MetricsPools, "metrics-pools", limits.DefaultMetricsPools, "most pools with per-pool series on /metrics: gauges and counters of the first pools in name order, histograms of the first to observe one (-1: no limit)")
 	f.Int64Var(&o.limits.MaxWaiters, "max-waiters", limits.DefaultMaxWaiters, "most acquires and takes in progress across all pools (-1: no limit)")
 	f.Int64Var(&o.limits.MaxClientLeases, "max-client-leases", limits.DefaultMaxClientLeases, "most leases one client may hold or be acquiring (-1: no limit)")
 	f.Int64Var(&o.limits.MaxClientSessions, "max-client-sessions", limits.DefaultMaxClientSessions, "most streams (Session, health Watch, WatchEvents, reflection) one client may have open (-1: no limit)")

@@ -19,6 +19,7 @@ import (
 // Default abuse limits; see Limits.
 const (
 	DefaultMaxPools          = 10_000
+	DefaultMetricsPools      = 10_000
 	DefaultMaxWaiters        = 100_000
 	DefaultMaxClientLeases   = 10_000
 	DefaultMaxClientSessions = 256
@@ -59,6 +60,12 @@ type Limits struct {
 	// (default DefaultMaxPools; flag --max-pools). Pools declared at start
 	// are not refused, but count.
 	MaxPools int
+	// MetricsPools bounds the pools that have per-pool series on /metrics
+	// (default DefaultMetricsPools; flag --metrics-pools): the gauges and
+	// counters of the first MetricsPools pools in name order, and the
+	// wait- and hold-time histograms of at most MetricsPools pools (the
+	// first to observe one). tollgate_pools_unexported counts the others.
+	MetricsPools int
 	// MaxWaiters bounds the acquires and takes in progress, waiting or
 	// about to be granted, across all pools and clients (default
 	// DefaultMaxWaiters; flag --max-waiters). Each pool's max_waiters
@@ -117,6 +124,9 @@ type Limits struct {
 func (l Limits) WithDefaults() Limits {
 	if l.MaxPools == 0 {
 		l.MaxPools = DefaultMaxPools
+	}
+	if l.MetricsPools == 0 {
+		l.MetricsPools = DefaultMetricsPools
 	}
 	if l.MaxWaiters == 0 {
 		l.MaxWaiters = DefaultMaxWaiters

@@ -13,6 +13,7 @@ import (
 // and the server's own counters.
 type Source interface {
 	ListPools(after string, limit int) ([]limiter.PoolInfo, bool)
+	NumPools() int
 	GetPool(name string) (limiter.PoolInfo, error)
 	// MarkKinds names the engine's mark events as the "kind" label of
 	// tollgate_pool_events_suppressed_total does.
@@ -23,19 +24,20 @@ type Source interface {
 }
 
 // engineCollector is a prometheus.Collector that reads, at scrape time,
-// every pool's configuration and status from the engine (one ListPools:
-// each pool's lock is taken once, briefly) and the server's own counters.
-// It also collects the wait- and hold-time histograms, after dropping the
-// series of pools that are gone.
+// the configuration and status of the first maxPools pools in name order
+// from the engine (one ListPools: each pool's lock is taken once, briefly)
+// and the server's own counters. It also collects the wait- and hold-time
+// histograms, after dropping the series of pools that are gone.
 type engineCollector struct {
-	src Source
+	src      Source
+	maxPools int // pools with series; negative: all
 
 	poolGauges   []poolMetric
 	poolCounters []poolMetric
 	suppressed   *prometheus.Desc
 	waits, holds *PoolHistograms
 
-	pools, waiters, sessions, serving, refusals *prometheus.Desc
+	pools, unexported, waiters, sessions, serving, refusals *prometheus.Desc
 }
 
 // poolMetric is one per-pool series and how to read it from a PoolInfo.
@@ -48,12 +50,12 @@ func poolDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, []string{"pool"}, nil)
 }
 
-func newEngineCollector(src Source, waits, holds *PoolHistograms) *engineCollector {
+func newEngineCollector(src Source, maxPools int, waits, holds *PoolHistograms) *engineCollector {
 	g := func(name, help string, get func(*limiter.PoolInfo) float64) poolMetric {
 		return poolMetric{poolDesc(name, help), get}
 	}
 	return &engineCollector{
-		src: src, waits: waits, holds: holds,
+		src: src, maxPools: maxPools, waits: waits, holds: holds,
 		poolGauges: []poolMetric{
 			g("tollgate_pool_held", "Permit weight held by the pool's live leases.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.Held) }),
 			g("tollgate_pool_leases", "Live leases of the pool.", func(i *limiter.PoolInfo) float64 { return float64(i.Status.Leases) }),
@@ -78,11 +80,12 @@ func newEngineCollector(src Source, waits, holds *PoolHistograms) *engineCollect
 		},
 		suppressed: prometheus.NewDesc("tollgate_pool_events_suppressed_total", "Mark events (kind: pool_overload, pool_drained, pool_near_full, pool_low_utilisation) not recorded because one of their kind from the pool came within --mark-event-interval before.", []string{"pool", "kind"}, nil),
 
-		pools:    prometheus.NewDesc("tollgate_pools", "Pools on the server.", nil, nil),
-		waiters:  prometheus.NewDesc("tollgate_waiters", "Acquires and takes in progress across all pools (bounded by --max-waiters).", nil, nil),
-		sessions: prometheus.NewDesc("tollgate_session_streams", "Session streams open.", nil, nil),
-		serving:  prometheus.NewDesc("tollgate_serving", "1 while the server serves, 0 once shutdown has started.", nil, nil),
-		refusals: prometheus.NewDesc("tollgate_limit_refusals_total", "Calls refused by a server-wide or per-client limit, by limit (the serve flag that sets it).", []string{"limit"}, nil),
+		pools:      prometheus.NewDesc("tollgate_pools", "Pools on the server.", nil, nil),
+		unexported: prometheus.NewDesc("tollgate_pools_unexported", "Pools past --metrics-pools in name order, whose gauges and counters /metrics leaves out.", nil, nil),
+		waiters:    prometheus.NewDesc("tollgate_waiters", "Acquires and takes in progress across all pools (bounded by --max-waiters).", nil, nil),
+		sessions:   prometheus.NewDesc("tollgate_session_streams", "Session streams open.", nil, nil),
+		serving:    prometheus.NewDesc("tollgate_serving", "1 while the server serves, 0 once shutdown has started.", nil, nil),
+		refusals:   prometheus.NewDesc("tollgate_limit_refusals_total", "Calls refused by a server-wide or per-client limit, by limit (the serve flag that sets it).", []string{"limit"}, nil),
 	}
 }
 
@@ -96,7 +99,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	c.waits.vec.Describe(ch)
 	c.holds.vec.Describe(ch)
-	for _, d := range []*prometheus.Desc{c.suppressed, c.pools, c.waiters, c.sessions, c.serving, c.refusals} {
+	for _, d := range []*prometheus.Desc{c.suppressed, c.pools, c.unexported, c.waiters, c.sessions, c.serving, c.refusals} {
 		ch <- d
 	}
 }
@@ -104,7 +107,12 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads the engine and the server's counters.
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	src := c.src
-	infos, _ := src.ListPools("", math.MaxInt)
+	limit := c.maxPools
+	if limit < 0 {
+		limit = math.MaxInt
+	}
+	infos, _ := src.ListPools("", limit)
+	total := src.NumPools()
 	live := make(map[string]bool, len(infos))
 	for i := range infos {
 		info := &infos[i]
@@ -129,7 +137,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		h.vec.Collect(ch)
 	}
 
-	ch <- prometheus.MustNewConstMetric(c.pools, prometheus.GaugeValue, float64(len(infos)))
+	ch <- prometheus.MustNewConstMetric(c.pools, prometheus.GaugeValue, float64(total))
+	ch <- prometheus.MustNewConstMetric(c.unexported, prometheus.GaugeValue, float64(max(0, total-len(infos))))
 	ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(src.Quotas().Waiters()))
 	ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(src.Sessions()))
 	serving := 0.0

@@ -32,8 +32,13 @@ type fakeSource struct {
 
 func (s *fakeSource) ListPools(after string, limit int) ([]limiter.PoolInfo, bool) {
 	s.lists++
+	if limit < len(s.pools) {
+		return s.pools[:limit], true
+	}
 	return s.pools, false
 }
+
+func (s *fakeSource) NumPools() int { return len(s.pools) }
 
 func (s *fakeSource) GetPool(name string) (limiter.PoolInfo, error) {
 	if s.exists[name] {
@@ -113,7 +118,7 @@ func TestCollectorReadsThePoolsAndTheServer(t *testing.T) {
 	if src.quotas.AllowRate("k") != nil || src.quotas.AllowRate("k") == nil {
 		t.Fatal("a rate of 1 with burst 1 did not allow one request and refuse the next")
 	}
-	m := New(src, []string{"acquire", "release"})
+	m := New(src, []string{"acquire", "release"}, -1)
 	m.CountSessionRequest(1)
 	m.CountSessionRequest(1)
 
@@ -141,7 +146,7 @@ func TestCollectorReadsThePoolsAndTheServer(t *testing.T) {
 
 func TestHistogramsOfGonePoolsArePruned(t *testing.T) {
 	src := newFakeSource()
-	m := New(src, nil)
+	m := New(src, nil, -1)
 	m.Waits.Observe("db", time.Second)
 	m.Waits.Observe("db", -time.Second) // counted as 0
 	m.Waits.Observe("gone", time.Second)
@@ -164,7 +169,7 @@ func TestHistogramsOfGonePoolsArePruned(t *testing.T) {
 }
 
 func TestUnaryCountsCallsByMethodAndCode(t *testing.T) {
-	m := New(newFakeSource(), nil)
+	m := New(newFakeSource(), nil, -1)
 	info := &grpc.UnaryServerInfo{FullMethod: "/tollgate.v1.LimiterService/Acquire"}
 	ok := func(context.Context, any) (any, error) { return "resp", nil }
 	busy := func(context.Context, any) (any, error) { return nil, status.Error(codes.ResourceExhausted, "busy") }
@@ -213,7 +218,7 @@ func (s *fakeStream) SendMsg(any) error {
 }
 
 func TestStreamCountsItsMessagesAndEndsOnce(t *testing.T) {
-	m := New(newFakeSource(), nil)
+	m := New(newFakeSource(), nil, -1)
 	info := &grpc.StreamServerInfo{FullMethod: "/tollgate.v1.LimiterService/Session", IsClientStream: true, IsServerStream: true}
 	err := m.Stream(nil, &fakeStream{recvs: 3, failing: 3}, info, func(_ any, ss grpc.ServerStream) error {
 		for ss.RecvMsg(nil) == nil {

@@ -274,6 +274,26 @@ function eventRow(ev) {
 
 let lastPools = null;
 let timer = 0;
+// The pages of pools visited, the one shown last: the name each starts
+// after ("" for the first) and how many pools come before it. The server
+// sends a page of at most 500 pools (GET /api/pools?after=NAME).
+const pages = [{ after: "", before: 0 }];
+
+function turnPage(forward) {
+  const page = pages[pages.length - 1];
+  if (forward && lastPools && lastPools.pools.length > 0) {
+    pages.push({ after: lastPools.pools[lastPools.pools.length - 1].name, before: page.before + lastPools.pools.length });
+  } else if (!forward && pages.length > 1) {
+    pages.pop();
+  }
+  refresh();
+}
+
+function pageButton(id, text, forward) {
+  const b = el("button", { type: "button", id: id }, text);
+  b.addEventListener("click", () => turnPage(forward));
+  return b;
+}
 
 function renderPools(data) {
   if (data !== lastPools) record(data);
@@ -286,11 +306,16 @@ function renderPools(data) {
   for (const p of data.pools) { held += p.status.held; waiting += p.status.waiting; }
   document.getElementById("summary").textContent =
     num(data.total) + (data.total === 1 ? " pool" : " pools") + " · " + num(held) + " held · " + num(waiting) + " waiting";
-  let note = "";
-  if (data.pools.length === 0) note = "No pools yet. Create one with: tollgate pool create NAME --concurrency N";
-  else if (data.more) note = "Showing the first " + num(data.pools.length) + " of " + num(data.total) + " pools.";
-  else if (filter && shown.length === 0) note = "No pool matches the filter.";
-  document.getElementById("pools-note").textContent = note;
+  const page = pages[pages.length - 1];
+  const note = document.getElementById("pools-note");
+  if (data.total === 0) note.textContent = "No pools yet. Create one with: tollgate pool create NAME --concurrency N";
+  else if (data.more || pages.length > 1) {
+    note.replaceChildren("Pools " + num(page.before + 1) + "–" + num(page.before + data.pools.length) + " of " + num(data.total) +
+      (filter ? " (the filter applies to this page). " : ". "),
+      pages.length > 1 ? pageButton("pools-prev", "Previous", false) : null, " ",
+      data.more ? pageButton("pools-next", "Next", true) : null);
+  } else if (filter && shown.length === 0) note.textContent = "No pool matches the filter.";
+  else note.textContent = "";
   const state = document.getElementById("state");
   state.textContent = data.serving ? "serving" : "shutting down";
   state.className = "badge " + (data.serving ? "serving" : "down");
@@ -318,7 +343,7 @@ async function refresh() {
   try {
     const pool = selectedPool();
     const path = "/api/pools/" + encodeURIComponent(pool);
-    const [pools, events, leases, waiters] = await Promise.all([getJSON("/api/pools"), getJSON("/api/events"),
+    const [pools, events, leases, waiters] = await Promise.all([getJSON("/api/pools?after=" + encodeURIComponent(pages[pages.length - 1].after)), getJSON("/api/events"),
       pool ? getJSON(path + "/leases").catch(() => null) : null,
       pool ? getJSON(path + "/waiters").catch(() => null) : null]);
     renderPools(pools);
