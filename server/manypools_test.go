@@ -6,6 +6,7 @@ import (
 	"net"
 	stdhttp "net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -25,9 +26,13 @@ import (
 	"github.com/tollgate/tollgate/server/store"
 )
 
-// manyPools is the number of pools of TestManyPoolsRestoreAndList and
-// BenchmarkManyPools.
-const manyPools = 100_000
+// manyPools is the number of pools of BenchmarkManyPools, and of
+// TestManyPoolsRestoreAndList with TOLLGATE_MANY_POOLS=1 (under -race it
+// takes about a minute, so go test ./... checks testedPools instead).
+const (
+	manyPools   = 100_000
+	testedPools = 10_000
+)
 
 func manyPoolName(i int) string { return fmt.Sprintf("pool-%06d", i) }
 
@@ -35,9 +40,12 @@ func manyPoolName(i int) string { return fmt.Sprintf("pool-%06d", i) }
 // through the store, in one transaction) restores at start-up without a
 // write; the engine lists them all a page at a time, in name order; the
 // API's pages (ListPools, GetStats) start and continue anywhere; and the
-// pools serve.
+// pools serve. Without TOLLGATE_MANY_POOLS=1 it checks 10,000 pools.
 func TestManyPoolsRestoreAndList(t *testing.T) {
-	const n = manyPools
+	n := testedPools
+	if os.Getenv("TOLLGATE_MANY_POOLS") != "" {
+		n = manyPools
+	}
 	name := manyPoolName
 	d := newDurableEnv(t)
 	st, err := store.Open(d.dir)
