@@ -43,7 +43,7 @@ func newCalls(t *testing.T) (*Calls, *fakeclock.Clock) {
 		Auth:    func() *auth.Authorizer { return a },
 		Quotas:  limits.New(lim),
 		Limits:  lim,
-		Metrics: metrics.New(nil, []string{"acquire"}),
+		Metrics: metrics.New(nil, []string{"acquire"}, -1),
 		IDs:     leaseid.New(nil),
 		Log:     slog.New(slog.DiscardHandler),
 	}).In(tm), clk

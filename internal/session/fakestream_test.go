@@ -99,7 +99,7 @@ func newStreamEnv(tb testing.TB, c limiter.Clock, pools ...limiter.PoolConfig) *
 		Auth:    func() *auth.Authorizer { return a },
 		Quotas:  limits.New(lim),
 		Limits:  lim,
-		Metrics: metrics.New(nil, KindNames[:]),
+		Metrics: metrics.New(nil, KindNames[:], -1),
 		IDs:     leaseid.New([]byte("0123456789abcdef0123456789abcdef")),
 		Log:     slog.New(slog.DiscardHandler),
 	}
