@@ -138,12 +138,18 @@ func (d *durable) write(cfg *PoolConfig, edit func(*SavedPool), what string) err
 // window after a restart is as long as the leases really are (15s by
 // default), not as long as they could be (5m by default).
 func (d *durable) reserve(lastToken uint64, h weightHeld, now, expiry time.Time, weight int64) error {
-	st := &d.state
-	if lastToken < st.TokenCeiling && !expiry.After(st.LeaseHorizon) && expiry.Sub(now) <= st.TTLBound && d.heldWithin(h, weight) {
+	if d.reserved(lastToken, h, now, expiry, weight) {
 		d.preReserve(lastToken, h, now, expiry, weight) // the next block, in the background
 		return nil
 	}
 	return d.writeReservation(lastToken, h, now, expiry, weight)
+}
+
+// reserved is reserve's fast path: the next token, expiry and weight more
+// held are within what is durably reserved.
+func (d *durable) reserved(lastToken uint64, h weightHeld, now, expiry time.Time, weight int64) bool {
+	st := &d.state
+	return lastToken < st.TokenCeiling && !expiry.After(st.LeaseHorizon) && expiry.Sub(now) <= st.TTLBound && d.heldWithin(h, weight)
 }
 
 // heldWithin reports whether weight more held beside h stays within the

@@ -39,6 +39,11 @@ const (
 	// (SESSION_OVERFLOW). Queuing an answer never blocks, so a request
 	// holds no goroutine once it is answered.
 	DefaultMaxUnread = 4096
+	// MaxWriting is the most acquires of one Session stream made apart
+	// from its reader at once, each waiting for the write of its pool's
+	// reservations (limiter.Engine.GrantWrites); past it, the reader
+	// makes the next one itself, and reads on once it is made.
+	MaxWriting = 64
 )
 
 // Serve serves one bidirectional Session stream (see session): requests
@@ -58,7 +63,9 @@ func (r *Streams) Serve(stream tollgatev1.LimiterService_SessionServer, clientUn
 // session is one Session stream. The handler goroutine is the only one that
 // calls stream.Send (writeLoop); a reader goroutine receives and dispatches
 // requests. An acquire or take decided at once is answered inline by the
-// reader; one that waits is a record (queueWait: in its pool's queue, or
+// reader, except an acquire whose grant must first write its pool's
+// reservations: that one is made apart (startWriting), at most MaxWriting
+// at once, so that the stream reads on meanwhile. One that waits is a record (queueWait: in its pool's queue, or
 // with the engine's timer for a take), answered by the callback that the
 // engine calls once it has unlocked the pool, traced or not: no request
 // holds a goroutine. A CancelRequest or the end of the stream
@@ -106,13 +113,15 @@ type session struct {
 	inflight     int                // waits that have not yet queued their answer
 	eof          bool               // the client half-closed
 	finishClosed bool
+	writing      int                           // acquires made apart (startWriting) in progress
 	answers      []*tollgatev1.SessionResponse // queued for the writer
 	events       []*tollgatev1.SessionResponse
 	helloID      string // clientID as hello set it, for other goroutines
 }
 
 // waiting is an acquire or a take of the session that waits
-// (sessionWait).
+// (sessionWait), or an acquire being made apart from the reader
+// (apartAcquire).
 type waiting interface {
 	// stop gives the request up.
 	stop()
@@ -419,12 +428,86 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 	if !s.mayStart(id) {
 		return
 	}
+	if s.calls.Engine().GrantWrites(ar.Pool, ar.Weight, ar.TTL) && s.startWriting(id, ar, r.GetTraceContext()) {
+		return
+	}
 	lease, wait, err := s.calls.StartAcquire(s.ctx, ar, r.GetTraceContext())
 	if wait.Waits() {
 		queueWait(s, id, ar.Pool, wait, (*session).answerAcquire)
 		return
 	}
 	s.answerAcquire(id, lease, err, ar.Pool)
+}
+
+// startWriting makes an acquire whose grant must first write its pool's
+// reservations apart from the reader (acquireApart), so that the stream
+// reads on while the write commits (shared with the other pools' writes).
+// It reports false, doing nothing, when MaxWriting acquires of the stream
+// are already being made so, or the session is closed.
+func (s *session) startWriting(id uint64, ar limiter.AcquireRequest, tc map[string]string) bool {
+	a := &apartAcquire{}
+	s.mu.Lock()
+	if s.closed || s.writing >= MaxWriting {
+		s.mu.Unlock()
+		return false
+	}
+	s.writing++
+	s.pending[id] = a
+	s.inflight++
+	s.mu.Unlock()
+	go s.acquireApart(id, ar, tc, a)
+	return true
+}
+
+// acquireApart makes the acquire startWriting recorded as a: answered at
+// once, or turned into a wait in its pool's queue (queueWait), which a
+// CancelRequest or the end of the session that came meanwhile gives up.
+func (s *session) acquireApart(id uint64, ar limiter.AcquireRequest, tc map[string]string, a *apartAcquire) {
+	lease, wait, err := s.calls.StartAcquire(s.ctx, ar, tc)
+	s.mu.Lock()
+	s.writing--
+	s.mu.Unlock()
+	if wait.Waits() {
+		queueWait(s, id, ar.Pool, wait, (*session).answerAcquire)
+		a.queued(wait.Cancel)
+	} else {
+		s.forget(id)
+		s.answerAcquire(id, lease, err, ar.Pool)
+	}
+	s.waitEnded()
+}
+
+// apartAcquire is an acquire being made apart from the reader
+// (acquireApart) until it is answered or waits. Giving it up meanwhile
+// (stop) is kept, and cancels the wait it turns into; one answered at once
+// stands, as a grant that raced with a CancelRequest does.
+type apartAcquire struct {
+	mu      sync.Mutex
+	stopped bool
+	cancel  func(cause error) // its wait's, once it waits
+}
+
+// stop gives the acquire up.
+func (a *apartAcquire) stop() {
+	a.mu.Lock()
+	a.stopped = true
+	cancel := a.cancel
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel(context.Canceled)
+	}
+}
+
+// queued records that the acquire waits, cancelled by cancel; it is given
+// up at once if stop came first.
+func (a *apartAcquire) queued(cancel func(cause error)) {
+	a.mu.Lock()
+	a.cancel = cancel
+	stopped := a.stopped
+	a.mu.Unlock()
+	if stopped {
+		cancel(context.Canceled)
+	}
 }
 
 // startTake validates a take and answers it on the reader when it needs
