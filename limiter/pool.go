@@ -53,7 +53,7 @@ type pool struct {
 	expiryAlarm alarm // the earliest expiry
 	rateAlarm   alarm // when the bucket holds the head of the queue's tokens
 
-	stats PoolStatus // counters only; the gauges are computed by statusLocked
+	stats poolCounters // the gauges are computed by statusLocked
 
 	dur durable  // durable reservations of tokens and expiries
 	rec recovery // recovery window after a restart
@@ -451,7 +451,7 @@ func (p *pool) stopTimersLocked() {
 
 // statusLocked returns the live status.
 func (p *pool) statusLocked(now time.Time) PoolStatus {
-	s := p.stats
+	s := p.stats.status()
 	s.Held = p.held
 	s.Leases = int64(len(p.leases))
 	s.Waiting = int64(p.queue.len())
