@@ -127,6 +127,9 @@ func (e *Engine) ResizeLease(r LeaseResize) (Lease, error) {
 	if r.Owner != nil {
 		l.owner = r.Owner
 	}
+	if p.csh == nil {
+		p.csh = &concShares{} // the pool's first
+	}
 	if r.Want > 0 {
 		p.csh.want(r.Token, r.Want)
 	}
@@ -150,6 +153,15 @@ func (p *pool) setWeightLocked(l *lease, w int64) {
 	p.marksLocked()
 }
 
+// count is the number of shares (none in a nil table: a pool that has
+// had no ResizeLease).
+func (c *concShares) count() int {
+	if c == nil {
+		return 0
+	}
+	return len(c.byToken)
+}
+
 // want makes the lease of token a share wanting want, or sets what its
 // share wants.
 func (c *concShares) want(token uint64, want int64) {
@@ -167,6 +179,9 @@ func (c *concShares) want(token uint64, want int64) {
 // leaseOut returns the snapshot of l, with Share set for a share.
 func (c *concShares) leaseOut(l *lease) Lease {
 	out := l.Lease
+	if c == nil {
+		return out
+	}
 	if cs := c.byToken[l.FencingToken]; cs != nil {
 		out.Share = &ConcShare{Want: cs.fair.want, Target: cs.fair.target, Version: cs.ver}
 	}
@@ -175,7 +190,7 @@ func (c *concShares) leaseOut(l *lease) Lease {
 
 // forget drops the share record of a lease that ended.
 func (c *concShares) forget(token uint64) {
-	if c.byToken != nil {
+	if c != nil {
 		delete(c.byToken, token)
 	}
 }
@@ -228,7 +243,7 @@ func (c *concShares) heard(token uint64, weight int64) bool {
 // waits, and reports the shares whose weight or target changed to their
 // holders. dispatchLocked calls it after serving the queue.
 func (p *pool) rebalanceConcSharesLocked(now time.Time) {
-	if len(p.csh.byToken) == 0 || p.cfg.ConcurrencyLimit == 0 {
+	if p.csh.count() == 0 || p.cfg.ConcurrencyLimit == 0 {
 		return
 	}
 	for _, tok := range p.csh.retarget(p.ad.limit, p.held, p.queue.weight, p.leases) {

@@ -50,7 +50,7 @@ func (e *Engine) Release(pool string, token uint64, opts ...ReleaseOption) (Leas
 		p.removeLeaseLocked(l)
 		p.dur.liveChanged() // not re-adopted after a restart
 		p.stats.Released++
-		if p.queue.len() > 0 || len(p.csh.byToken) > 0 {
+		if p.queue.len() > 0 || p.csh.count() > 0 {
 			p.dispatchLocked(e.clock.Now())
 		}
 		released = l.Lease

@@ -60,7 +60,7 @@ type pool struct {
 
 	ad  adaptive     // effective limits and adaptive control
 	shr shareTable   // rate shares
-	csh concShares   // concurrency shares: leases that resize
+	csh *concShares  // concurrency shares: leases that resize; nil until the first ResizeLease
 	out outbox       // events for the engine's callbacks, sent after unlocking
 	res *resourceSet // instances of an active or passive pool, nil in a free pool
 
