@@ -26,6 +26,22 @@ type adaptive struct {
 	limit int64
 	rate  float64
 
+	// restored is the effective concurrency limit recorded before a
+	// restart, applied when the recovery window ends.
+	restored int64
+
+	clock   Clock
+	fire    func() // the timer's callback
+	stopped bool   // for good: the timer is not armed again
+
+	// The rest is adaptive control's own state, nil while all of it is
+	// zero: the pool has no adaptive control, or nothing was recorded,
+	// changed or armed since it was turned on (control makes it).
+	*adaptiveControl
+}
+
+// adaptiveControl is the state of a pool's adaptive control.
+type adaptiveControl struct {
 	win        outcomeWindow
 	lastCut    time.Time // zero: never
 	lastChange time.Time // last cut or raise; zero: never
@@ -41,15 +57,8 @@ type adaptive struct {
 	reason      ThrottleReason
 	baseline    time.Duration // long-term mean latency; 0: unknown
 
-	clock   Clock
-	fire    func()    // the timer's callback
 	timer   Timer     // raises while lowered; nil until first needed
 	timerAt time.Time // zero when not armed
-	stopped bool      // for good: the timer is not armed again
-
-	// restored is the effective concurrency limit recorded before a
-	// restart, applied when the recovery window ends.
-	restored int64
 }
 
 // Latency baseline smoothing, per closed bucket: it follows a lower
@@ -79,7 +88,16 @@ func (a *adaptive) init(cfg PoolConfig, clock Clock, fire func()) {
 	a.clock, a.fire = clock, fire
 	a.cfg, a.conf, a.confRate = cfg.Adaptive, cfg.ConcurrencyLimit, cfg.Rate
 	a.limit, a.rate = cfg.ConcurrencyLimit, cfg.Rate
-	a.win.reset(cfg.Adaptive.Window / AdaptiveWindowBuckets)
+}
+
+// control is adaptive control's state, made (all zero, the window empty)
+// on first use.
+func (a *adaptive) control() *adaptiveControl {
+	if a.adaptiveControl == nil {
+		a.adaptiveControl = &adaptiveControl{}
+		a.win.reset(a.cfg.Window / AdaptiveWindowBuckets)
+	}
+	return a.adaptiveControl
 }
 
 // configure brings the effective limits in line with a new configuration
@@ -94,13 +112,13 @@ func (a *adaptive) configure(cfg PoolConfig) (rateChanged bool) {
 	oldC, oldLimit, oldRate := a.cfg, a.conf, a.confRate
 	c := cfg.Adaptive
 	a.cfg, a.conf, a.confRate = c, cfg.ConcurrencyLimit, cfg.Rate
-	if !c.Enabled || !oldC.Enabled || oldC != c {
-		if !c.Enabled || !oldC.Enabled {
-			a.reason = ThrottleNone
-			a.lastCut, a.lastChange, a.lastRaise, a.raisedLast = time.Time{}, time.Time{}, time.Time{}, false
-			a.ceiling, a.rateCeiling = 0, 0
-			a.baseline = 0
+	switch {
+	case !c.Enabled || !oldC.Enabled: // all of it starts over (ThrottleNone, never cut, ...)
+		if a.adaptiveControl != nil && a.timer != nil {
+			a.timer.Stop()
 		}
+		a.adaptiveControl = nil
+	case oldC != c && a.adaptiveControl != nil:
 		a.win.reset(c.Window / AdaptiveWindowBuckets)
 	}
 	limit, rate := a.conf, a.confRate
@@ -113,7 +131,7 @@ func (a *adaptive) configure(cfg PoolConfig) (rateChanged bool) {
 	a.limit = limit
 	rateChanged = rate != a.rate
 	a.rate = rate
-	if !a.lowered() {
+	if !a.lowered() && a.adaptiveControl != nil {
 		a.reason = ThrottleNone
 	}
 	return rateChanged
@@ -131,14 +149,19 @@ func (a *adaptive) record(b outcomeBucket, now time.Time) *adaptiveChange {
 	if !a.cfg.Enabled {
 		return nil
 	}
-	a.win.rotate(now, a.closeBucket)
-	a.win.record(b)
+	c := a.control()
+	c.win.rotate(now, a.closeBucket)
+	c.win.record(b)
 	return a.evaluate(now)
 }
 
 // fired notes that the timer went off (the pool calls it under its lock,
 // whether or not it then calls tick).
-func (a *adaptive) fired() { a.timerAt = time.Time{} }
+func (a *adaptive) fired() {
+	if a.adaptiveControl != nil {
+		a.timerAt = time.Time{}
+	}
+}
 
 // tick evaluates the window of a lowered pool when the timer goes off:
 // the change it made, if any.
@@ -146,7 +169,7 @@ func (a *adaptive) tick(now time.Time) *adaptiveChange {
 	if !a.cfg.Enabled {
 		return nil
 	}
-	a.win.rotate(now, a.closeBucket)
+	a.control().win.rotate(now, a.closeBucket)
 	return a.evaluate(now)
 }
 
@@ -336,12 +359,15 @@ func (a *adaptive) change(typ PoolEventType, v windowVerdict, limit int64, rate 
 // the timer otherwise, and once the part is stopped.
 func (a *adaptive) arm(now time.Time) {
 	if !a.cfg.Enabled || !a.lowered() || a.stopped {
-		if a.timer != nil && !a.timerAt.IsZero() {
-			a.timer.Stop()
+		if c := a.adaptiveControl; c != nil {
+			if c.timer != nil && !c.timerAt.IsZero() {
+				c.timer.Stop()
+			}
+			c.timerAt = time.Time{}
 		}
-		a.timerAt = time.Time{}
 		return
 	}
+	a.control()
 	at := a.lastChange.Add(a.raiseInterval())
 	if c := a.lastCut.Add(a.cfg.Cooldown); c.After(at) {
 		at = c // no raise within the cooldown of a cut either
@@ -381,6 +407,9 @@ func (a *adaptive) describe(held int64, _ time.Time) string {
 // stop stops the timer for good (pool deleted, engine closed).
 func (a *adaptive) stop() {
 	a.stopped = true
+	if a.adaptiveControl == nil {
+		return
+	}
 	if a.timer != nil {
 		a.timer.Stop()
 	}
@@ -394,12 +423,15 @@ func (a *adaptive) status(s *PoolStatus, now time.Time) {
 	if !a.cfg.Enabled {
 		return
 	}
-	s.ThrottleReason = a.reason
-	s.LastAdaptiveChange = a.lastChange
-	s.LatencyBaseline = a.baseline
-	w := a.win // a copy: reading the status does not move the window
-	w.rotate(now, func(outcomeBucket) {})
-	t := w.totals()
+	var t outcomeBucket // none in an empty window
+	if a.adaptiveControl != nil {
+		s.ThrottleReason = a.reason
+		s.LastAdaptiveChange = a.lastChange
+		s.LatencyBaseline = a.baseline
+		w := a.win // a copy: reading the status does not move the window
+		w.rotate(now, func(outcomeBucket) {})
+		t = w.totals()
+	}
 	s.WindowSamples, s.WindowErrorRatio, s.WindowLatency = t.total(), t.badRatio(), t.latMean()
 }
 

@@ -46,7 +46,7 @@ func (a *adaptive) restore(conc int64, rate float64, now time.Time) (rateChanged
 		rateChanged = true
 	}
 	if a.lowered() {
-		a.lastChange = now
+		a.control().lastChange = now
 	}
 	return rateChanged
 }
@@ -61,7 +61,7 @@ func (a *adaptive) applyRestored(now time.Time) bool {
 		return false // nothing recorded, or the pool changed since the restart
 	}
 	a.limit = r
-	a.lastChange = now
+	a.control().lastChange = now
 	return true
 }
 

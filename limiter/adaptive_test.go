@@ -445,8 +445,8 @@ func TestAdaptivePartConfigure(t *testing.T) {
 		t.Fatalf("update: limit %d rate %v", a.limit, a.rate)
 	}
 	cfg.Adaptive = AdaptiveConfig{}
-	if a.configure(cfg) || a.limit != 20 || a.rate != 50 || a.lowered() || a.reason != ThrottleNone {
-		t.Fatalf("off: limit %d rate %v reason %v", a.limit, a.rate, a.reason)
+	if a.configure(cfg) || a.limit != 20 || a.rate != 50 || a.lowered() || a.adaptiveControl != nil {
+		t.Fatalf("off: limit %d rate %v control %+v", a.limit, a.rate, a.adaptiveControl)
 	}
 	var s PoolStatus
 	a.status(&s, clk.Now())
