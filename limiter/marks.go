@@ -164,9 +164,8 @@ type markState struct {
 	// period can change anything until a grant, which starts the next.
 	lowIdle bool
 
-	reported   [markKinds]time.Time // when each kind was last reported
-	suppressed MarkEventCounts      // crossings not reported since then
-	total      MarkEventCounts      // crossings not reported, ever
+	reports *markReports    // nil until the first event is made
+	total   MarkEventCounts // crossings not reported, ever
 
 	// The pool's name and configured concurrency limit (configure), for
 	// the events.
@@ -177,6 +176,13 @@ type markState struct {
 	fire      func()        // ends a low-utilisation period (endPeriod)
 	listening bool          // someone hears the events: else none is made
 	interval  time.Duration // the engine's MarkEventInterval
+}
+
+// markReports are the times of the mark events made, by kind, and the
+// crossings not reported since then.
+type markReports struct {
+	reported   [markKinds]time.Time // zero: never
+	suppressed MarkEventCounts
 }
 
 // load is where a pool stands against its capacity, as the marks see it.
@@ -331,18 +337,21 @@ func (m *markState) event(t PoolEventType, mark, utilisation float64, ld load, o
 	if !m.listening {
 		return
 	}
-	now, k := m.clock.Now(), markKind(t)
-	if last := m.reported[k]; !last.IsZero() && now.Sub(last) < m.interval {
-		m.suppressed[k]++
+	if m.reports == nil {
+		m.reports = &markReports{}
+	}
+	r, now, k := m.reports, m.clock.Now(), markKind(t)
+	if last := r.reported[k]; !last.IsZero() && now.Sub(last) < m.interval {
+		r.suppressed[k]++
 		m.total[k]++
 		return
 	}
-	m.reported[k] = now
+	r.reported[k] = now
 	ev := PoolEvent{
 		Pool:                       m.pool,
 		Type:                       t,
 		Time:                       now,
-		Suppressed:                 m.suppressed[k],
+		Suppressed:                 r.suppressed[k],
 		ConcurrencyLimit:           ld.limit,
 		ConfiguredConcurrencyLimit: m.conf,
 		Held:                       ld.held,
@@ -356,7 +365,7 @@ func (m *markState) event(t PoolEventType, mark, utilisation float64, ld load, o
 	if t == PoolLowUtilisation {
 		ev.Period = m.LowUtilisationPeriod
 	}
-	m.suppressed[k] = 0
+	r.suppressed[k] = 0
 	ob.events = append(ob.events, ev)
 }
 
