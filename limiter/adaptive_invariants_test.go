@@ -69,11 +69,11 @@ func (p *pool) checkAdaptiveLocked(now time.Time) error {
 	}
 	// After a restart, the phantom rate is what
 	// shares from before it may still spend: it is granted to no one.
-	phantom := t.rec.phantom
+	phantom := t.rec.spending()
 	if capacity := max(0, toShareUnits(a.rate)-phantom); sum > capacity {
 		return fmt.Errorf("shares granted %v/s exceed the effective rate %v/s less the phantom %v/s", fromShareUnits(sum), a.rate, fromShareUnits(phantom))
 	}
-	if phantom > 0 && t.rec.until.IsZero() {
+	if t.rec != nil && t.rec.until.IsZero() {
 		return fmt.Errorf("phantom rate %v/s outside a share recovery window", fromShareUnits(phantom))
 	}
 	if p.bucket != nil {

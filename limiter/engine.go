@@ -208,7 +208,7 @@ func (e *Engine) RecordCleanStop() {
 				if !p.deleted {
 					// It holds something if a lease, a rate share or a
 					// recovery window for ones from before a restart is left.
-					holds := len(p.leases) > 0 || p.held > 0 || p.rec.active() || len(p.shr.byID) > 0 || !p.shr.rec.until.IsZero()
+					holds := len(p.leases) > 0 || p.held > 0 || p.rec.active() || len(p.shr.byID) > 0 || p.shr.rec != nil
 					p.dur.recordCleanStop(holds, p.rec.weightHeld(p.held))
 				}
 				p.mu.Unlock()

@@ -195,8 +195,8 @@ type shareTable struct {
 	timer   Timer
 	timerAt time.Time // zero when not armed
 
-	rec     shareRecovery // after a restart
-	recFire func()        // the recovery window's end
+	rec     *shareRecovery // after a restart; nil outside the window
+	recFire func()         // the recovery window's end
 }
 
 // init sets up the table of a new pool of cfg and effective rate rate;
@@ -234,7 +234,7 @@ func (t *shareTable) snapshot(s *share) Share {
 // rate. After a restart, the rate shares from before it may still be
 // spending (phantom) is not part of it.
 func (t *shareTable) capacity() int64 {
-	return max(0, toShareUnits(t.rate)-t.rec.phantom)
+	return max(0, toShareUnits(t.rate)-t.rec.spending())
 }
 
 // sharedRate is the rate granted as shares, in tokens per second.
@@ -244,8 +244,8 @@ func (t *shareTable) sharedRate() float64 { return fromShareUnits(t.granted) }
 // minus the rate granted as shares (and, after a restart, minus what
 // shares from before it may still be spending).
 func (t *shareTable) exactRate() float64 {
-	r := t.rate - t.sharedRate() - fromShareUnits(t.rec.phantom)
-	if t.granted+t.rec.phantom > 0 && r < 1.0/shareUnits {
+	r := t.rate - t.sharedRate() - fromShareUnits(t.rec.spending())
+	if t.granted+t.rec.spending() > 0 && r < 1.0/shareUnits {
 		return 0 // shares hold the whole rate; what is left is rounding
 	}
 	return max(0, r)

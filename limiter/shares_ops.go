@@ -295,7 +295,7 @@ func (t *shareTable) arm(at, now time.Time) {
 // stop stops the share expiry timer and the shares' recovery window's
 // for good (pool deleted, engine closed).
 func (t *shareTable) stop() {
-	if t.rec.timer != nil {
+	if t.rec != nil && t.rec.timer != nil {
 		t.rec.timer.Stop()
 	}
 	if t.timer != nil {

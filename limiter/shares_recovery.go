@@ -36,6 +36,15 @@ type shareRecovery struct {
 	taken   map[uint64]struct{} // ids re-adopted or released since the restart
 }
 
+// spending is the rate, in share units, that shares from before the
+// restart may still be spending: 0 outside the window (nil).
+func (r *shareRecovery) spending() int64 {
+	if r == nil {
+		return 0
+	}
+	return r.phantom
+}
+
 // restore starts the share recovery window of a pool restored at now
 // from st: it lasts until the earlier of the share horizon and now + the
 // share TTL bound. It reports whether it started one: the caller then
@@ -49,7 +58,7 @@ func (t *shareTable) restore(st DurableState, now time.Time) bool {
 	if t.confRate == 0 || !until.After(now) {
 		return false
 	}
-	t.rec = shareRecovery{phantom: toShareUnits(t.rate), until: until, taken: make(map[uint64]struct{})}
+	t.rec = &shareRecovery{phantom: toShareUnits(t.rate), until: until, taken: make(map[uint64]struct{})}
 	t.rec.timer = t.clock.AfterFunc(until.Sub(now), t.recFire)
 	return true
 }
@@ -58,10 +67,10 @@ func (t *shareTable) restore(st DurableState, now time.Time) bool {
 // was: the phantom rate goes to the shares below their fair parts, and
 // the caller adjusts the bucket.
 func (t *shareTable) recovered(ob *outbox) bool {
-	if t.rec.until.IsZero() {
+	if t.rec == nil {
 		return false
 	}
-	t.rec = shareRecovery{}
+	t.rec = nil
 	t.dirty = true
 	t.targets()
 	t.grow(ob)
@@ -71,7 +80,7 @@ func (t *shareTable) recovered(ob *outbox) bool {
 // recovering reports whether id may name a share from before the restart
 // that is neither re-adopted nor released since.
 func (t *shareTable) recovering(id uint64) bool {
-	if t.rec.until.IsZero() {
+	if t.rec == nil {
 		return false
 	}
 	_, taken := t.rec.taken[id]
