@@ -55,5 +55,5 @@ func (e *Engine) Bucket(pool string) (BucketState, error) {
 		return BucketState{}, errorf(apierr.ErrNoRateLimit, "pool %q has no rate limit, only a concurrency limit", pool)
 	}
 	now := e.clock.Now()
-	return BucketState{Rate: float64(p.bucket.Limit()), Burst: p.cfg.Burst, Tokens: p.bucket.TokensAt(now), At: now, Since: p.rateSince}, nil
+	return BucketState{Rate: float64(p.bucket.Limit()), Burst: p.cfg.Burst, Tokens: p.bucket.TokensAt(now), At: now, Since: time.Unix(0, p.rateSince)}, nil
 }

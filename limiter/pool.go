@@ -47,8 +47,8 @@ type pool struct {
 	queue waitQueue // the acquires that wait, and the takes waiting for tokens
 
 	bucket *rate.Limiter // nil when the pool has no rate
-	// rateSince is when the bucket's rate or burst last changed.
-	rateSince time.Time
+	// rateSince is when the bucket's rate or burst last changed (Unix ns).
+	rateSince int64
 
 	expiryAlarm alarm // the earliest expiry
 	rateAlarm   alarm // when the bucket holds the head of the queue's tokens
@@ -66,7 +66,7 @@ type pool struct {
 
 	mk    markState // event marks
 	waits waitHist  // wait times of recent grants, and rate tokens
-	born  time.Time // when this engine made the pool (createTime may be older, after a restart)
+	born  int64     // when this engine made the pool, Unix ns (createTime may be older, after a restart)
 
 	parts []part // the features above that take part in status and stop
 	gates []gate // those of parts that also decide grants, in order
@@ -106,7 +106,7 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		cfg:        cfg,
 		createTime: now,
 		updateTime: now,
-		born:       now,
+		born:       now.UnixNano(),
 		leases:     make(map[uint64]*lease),
 		lastToken:  tokenFloor,
 	}
@@ -118,7 +118,7 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		p.res = newResourceSet()
 		p.gates = append(p.gates, p.res)
 	}
-	p.parts = []part{&p.shr, &p.mk}
+	p.parts = append(make([]part, 0, 2+len(p.gates)), &p.shr, &p.mk)
 	for _, g := range p.gates {
 		p.parts = append(p.parts, g)
 	}
@@ -200,10 +200,10 @@ func (p *pool) applyRateLocked(now time.Time) {
 	case p.bucket == nil:
 		p.bucket = rate.NewLimiter(r, int(p.cfg.Burst))
 		p.bucket.SetLimitAt(now, r) // start the bucket's clock full at now
-		p.rateSince = now
+		p.rateSince = now.UnixNano()
 	default:
 		if p.bucket.Limit() != r || p.bucket.Burst() != int(p.cfg.Burst) {
-			p.rateSince = now
+			p.rateSince = now.UnixNano()
 		}
 		p.bucket.SetLimitAt(now, r)
 		p.bucket.SetBurstAt(now, int(p.cfg.Burst))

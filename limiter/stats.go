@@ -1,5 +1,7 @@
 package limiter
 
+import "time"
+
 // PoolStats is one pool's statistics, as Engine.PoolStats returns them.
 type PoolStats struct {
 	// Config with defaults filled in (marks stay 0 for their defaults).
@@ -60,7 +62,7 @@ func (p *pool) statsLocked() PoolStats {
 	now := p.e.clock.Now()
 	st := PoolStats{Config: p.cfg, Status: p.statusLocked(now), WaitTimes: p.waits.summary(now), Marks: p.mk.Marks}
 	if p.cfg.Rate > 0 {
-		st.RateUtilisation = p.waits.rateUtilisation(now, p.shr.exactRate(), p.born)
+		st.RateUtilisation = p.waits.rateUtilisation(now, p.shr.exactRate(), time.Unix(0, p.born))
 	}
 	st.Utilisation = st.Status.Utilisation
 	if p.cfg.ConcurrencyLimit == 0 && p.res == nil { // a resource pool's capacity is its instances

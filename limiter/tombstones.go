@@ -19,9 +19,13 @@ type tombstone struct {
 	msg    string // why, for EndRevoked
 }
 
-// tombstones is a ring of the most recent endings. Lookups scan it: they
-// happen only on error paths.
+// tombstones is a ring of the most recent endings, made at the first.
+// Lookups scan it: they happen only on error paths.
 type tombstones struct {
+	*tombstoneRing // nil: none yet
+}
+
+type tombstoneRing struct {
 	ring []tombstone
 	next int
 }
@@ -33,6 +37,9 @@ func (ts *tombstones) add(token uint64, reason EndReason, t time.Time) {
 
 // addMsg is add with the message of a revocation.
 func (ts *tombstones) addMsg(token uint64, reason EndReason, t time.Time, msg string) {
+	if ts.tombstoneRing == nil {
+		ts.tombstoneRing = &tombstoneRing{}
+	}
 	if len(ts.ring) < tombstoneCap {
 		ts.ring = append(ts.ring, tombstone{token, reason, t, msg})
 		return
@@ -43,6 +50,9 @@ func (ts *tombstones) addMsg(token uint64, reason EndReason, t time.Time, msg st
 
 // lookup returns the tombstone of token, if still remembered.
 func (ts *tombstones) lookup(token uint64) (tombstone, bool) {
+	if ts.tombstoneRing == nil {
+		return tombstone{}, false
+	}
 	for _, t := range ts.ring {
 		if t.token == token {
 			return t, true
