@@ -19,7 +19,7 @@ func TestAlarm(t *testing.T) {
 	armAlarm(&a, clk, now.Add(3*time.Second), now, ring, &a) // later: no change
 	armAlarm(&a, clk, now.Add(time.Second), now, ring, &a)   // earlier: moves it
 	clk.Advance(time.Second)
-	if fired != 1 || !a.at.IsZero() {
+	if fired != 1 || a.at != 0 {
 		t.Fatalf("after 1s: fired %d times, armed for %v", fired, a.at)
 	}
 	clk.Advance(5 * time.Second)
@@ -29,7 +29,7 @@ func TestAlarm(t *testing.T) {
 	armAlarm(&a, clk, clk.Now().Add(time.Second), clk.Now(), ring, &a)
 	a.stop()
 	clk.Advance(time.Minute)
-	if fired != 1 || !a.at.IsZero() {
+	if fired != 1 || a.at != 0 {
 		t.Fatalf("a stopped alarm fired: %d", fired)
 	}
 }

@@ -24,16 +24,25 @@ type durable struct {
 	lastTokenAt int64  // when a write last had to move TokenCeiling (Unix ns; 0: never)
 	flushing    bool   // a background write of the live set is running
 	// liveFlushed is when the last background write of the live set began.
-	liveFlushed time.Time
+	liveFlushed int64 // Unix ns
 	live        liveSet
 	// heldLowered is when a write lowering HeldBound was last decided,
 	// lowerArmed says a timer will try to lower it again (lowerHeldBound),
 	// and heldUnsure that a write of it failed: what is on disk may differ
 	// from state.HeldBound (heldWriteFailed).
-	heldLowered time.Time
+	heldLowered int64 // Unix ns
 	lowerArmed  bool
 	heldUnsure  bool
 	w           writer // every write of the pool goes through it
+}
+
+// unixNano is the time of ns Unix nanoseconds, and the zero time for 0
+// (never), as a part keeps an instant in 8 bytes rather than 24.
+func unixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // durEnv is what the durable parts of an engine's pools share of it.

@@ -199,7 +199,7 @@ func (d *durable) startWriteAhead(h weightHeld, now time.Time, lowTokens, lowHel
 		if next.HeldBound < st.HeldBound { // (after a failed write it may be higher)
 			d.state.HeldBound = next.HeldBound
 		}
-		d.heldLowered = now
+		d.heldLowered = now.UnixNano()
 	}
 	d.w.pending = &next
 	saved := d.saved(nil, next)
@@ -286,7 +286,7 @@ func (d *durable) lowerHeldBound(h weightHeld, now time.Time, weight int64) {
 	if !d.env.preReserve || d.env.persister == nil || d.env.closed.Load() || d.w.pending != nil || !d.heldHigh(h, weight) || d.host.gone() {
 		return
 	}
-	if wait := heldLowerPeriod - now.Sub(d.heldLowered); wait > 0 {
+	if wait := heldLowerPeriod - now.Sub(unixNano(d.heldLowered)); wait > 0 {
 		d.armLower(wait)
 		return
 	}

@@ -25,7 +25,7 @@ func (d *durable) liveChanged() {
 		return
 	}
 	d.flushing = true
-	d.env.clock.AfterFunc(max(0, endedFlushDelay-d.env.clock.Now().Sub(d.liveFlushed)), d.flushLive)
+	d.env.clock.AfterFunc(max(0, endedFlushDelay-d.env.clock.Now().Sub(unixNano(d.liveFlushed))), d.flushLive)
 }
 
 // flushLive writes the pool's live set until nothing is left unwritten.
@@ -47,7 +47,7 @@ func (d *durable) flushLive() {
 			d.host.unlock()
 			return
 		}
-		if wait := endedFlushDelay - d.env.clock.Now().Sub(d.liveFlushed); wrote && wait > 0 {
+		if wait := endedFlushDelay - d.env.clock.Now().Sub(unixNano(d.liveFlushed)); wrote && wait > 0 {
 			// Changes made during the write go in the next batch, one
 			// delay after it, not in a write right behind it (which, in a
 			// busy pool, would write back to back).
@@ -60,7 +60,7 @@ func (d *durable) flushLive() {
 			st = mergeReservations(st, *w.pending)
 		}
 		saved := d.saved(nil, st)
-		d.liveFlushed = d.env.clock.Now()
+		d.liveFlushed = d.env.clock.Now().UnixNano()
 		seen := w.writes.Load()
 		d.host.unlock()
 
