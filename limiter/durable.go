@@ -14,7 +14,6 @@ import (
 type durable struct {
 	env  *durEnv
 	host durHost
-	name string // the pool's, for messages
 	// limit is the concurrency limit a held-weight bound is kept against:
 	// the pool's, in a pool without instances; 0 when none is kept.
 	limit int64
@@ -22,7 +21,6 @@ type durable struct {
 	state       DurableState
 	tokenBlock  uint64 // tokens the next write reserves
 	lastTokenAt int64  // when a write last had to move TokenCeiling (Unix ns; 0: never)
-	flushing    bool   // a background write of the live set is running
 	// liveFlushed is when the last background write of the live set began.
 	liveFlushed int64 // Unix ns
 	live        liveSet
@@ -33,6 +31,7 @@ type durable struct {
 	heldLowered int64 // Unix ns
 	lowerArmed  bool
 	heldUnsure  bool
+	flushing    bool   // a background write of the live set is running
 	w           writer // every write of the pool goes through it
 }
 
@@ -68,6 +67,8 @@ type durHost interface {
 	record(cfg *PoolConfig) SavedPool
 	// heldNow is the weight the pool's leases may hold now.
 	heldNow() weightHeld
+	// poolName is the pool's name, for messages.
+	poolName() string
 	// gone reports that the pool was deleted.
 	gone() bool
 }
@@ -81,11 +82,11 @@ type weightHeld struct {
 	bounded bool
 }
 
-// init makes d the durable part of the pool named name, whose
+// init makes d the durable part of its host's pool, whose
 // reservations are those of st (with a Persister; unreachable ones
 // without).
-func (d *durable) init(env *durEnv, host durHost, name string, st DurableState) {
-	d.env, d.host, d.name = env, host, name
+func (d *durable) init(env *durEnv, host durHost, st DurableState) {
+	d.env, d.host = env, host
 	d.reset(st)
 }
 
@@ -94,10 +95,10 @@ func (d *durable) init(env *durEnv, host durHost, name string, st DurableState) 
 func (d *durable) reset(st DurableState) {
 	if d.env.persister == nil {
 		st = DurableState{TokenCeiling: noPersistCeiling, LeaseHorizon: noPersistHorizon, TTLBound: MaxLeaseTTLLimit, ShareHorizon: noPersistHorizon, ShareTTLBound: MaxLeaseTTLLimit, HeldBound: -1}
-		*d = durable{env: d.env, host: d.host, name: d.name, limit: d.limit, state: st}
+		*d = durable{env: d.env, host: d.host, limit: d.limit, state: st}
 		return
 	}
-	*d = durable{env: d.env, host: d.host, name: d.name, limit: d.limit, state: st, tokenBlock: minTokenBlock}
+	*d = durable{env: d.env, host: d.host, limit: d.limit, state: st, tokenBlock: minTokenBlock}
 }
 
 // configure keeps the held-weight bound against concurrency limit limit
@@ -224,7 +225,7 @@ func (d *durable) writeReservation(lastToken uint64, h weightHeld, now, expiry t
 	if horizon.After(st.LeaseHorizon) {
 		st.LeaseHorizon = horizon
 	}
-	if err := d.save(d.saved(nil, st), "reserve fencing tokens and lease expiries of pool "+quote(d.name)); err != nil {
+	if err := d.save(d.saved(nil, st), "reserve fencing tokens and lease expiries of pool "+quote(d.host.poolName())); err != nil {
 		return err
 	}
 	if tokens {
@@ -269,7 +270,7 @@ func (d *durable) recordCleanStop(holds bool, h weightHeld) {
 			if exact >= 0 {
 				st.HeldBound = exact
 			}
-			_ = d.save(d.saved(nil, st), "record the released leases and the held weight of pool "+quote(d.name))
+			_ = d.save(d.saved(nil, st), "record the released leases and the held weight of pool "+quote(d.host.poolName()))
 		}
 		return
 	}
@@ -283,7 +284,7 @@ func (d *durable) recordCleanStop(holds bool, h weightHeld) {
 		st.HeldBound = 0
 	}
 	d.live.clear() // the mark written is the last token
-	_ = d.save(d.saved(nil, st), "record the clean stop of pool "+quote(d.name))
+	_ = d.save(d.saved(nil, st), "record the clean stop of pool "+quote(d.host.poolName()))
 }
 
 // poolDurHost is a pool as its durable part sees it (durHost).
@@ -305,6 +306,7 @@ func (h *poolDurHost) record(cfg *PoolConfig) SavedPool {
 
 func (h *poolDurHost) heldNow() weightHeld { return h.rec.weightHeld(h.held) }
 func (h *poolDurHost) gone() bool          { return h.deleted }
+func (h *poolDurHost) poolName() string    { return h.name }
 
 // granted marks token live in the live set: a lease was granted.
 func (d *durable) granted(token uint64) {

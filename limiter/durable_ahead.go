@@ -147,10 +147,10 @@ func (d *durable) delete(tokenFloor uint64) error {
 		return nil
 	}
 	d.w.mu.Lock()
-	err := d.env.persister.DeletePool(d.name, tokenFloor)
+	err := d.env.persister.DeletePool(d.host.poolName(), tokenFloor)
 	d.w.writes.Add(1)
 	d.w.mu.Unlock()
-	return storageErr(err, "delete pool "+quote(d.name))
+	return storageErr(err, "delete pool "+quote(d.host.poolName()))
 }
 
 // preReserve starts writing the next reservation in the background if the

@@ -41,6 +41,7 @@ func (h *fakeDurHost) record(cfg *PoolConfig) SavedPool {
 }
 func (h *fakeDurHost) heldNow() weightHeld { return h.w }
 func (h *fakeDurHost) gone() bool          { return h.deleted }
+func (h *fakeDurHost) poolName() string    { return "p" }
 
 // newDurFixture returns a durable part for a pool with concurrency limit
 // limit, reservations st, writing to a memPersister (none when
@@ -53,7 +54,7 @@ func newDurFixture(t *testing.T, limit int64, st DurableState, preReserve, noPer
 	if noPersister {
 		env.persister = nil
 	}
-	f.d.init(env, f.host, "p", st)
+	f.d.init(env, f.host, st)
 	f.d.configure(limit)
 	t.Cleanup(func() { f.closed.Store(true); f.bg.Wait() })
 	return f

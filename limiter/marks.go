@@ -151,18 +151,19 @@ func (c PoolConfig) validateMarks() error {
 // by the pool's mutex.
 type markState struct {
 	Marks
-	overloaded bool  // PoolOverload fired and has not re-armed
-	nearFull   bool  // PoolNearFull fired and has not re-armed
-	low        bool  // PoolLowUtilisation fired and has not re-armed
-	queued     bool  // acquires waited since the pool was last idle
-	peakHeld   int64 // most weight held since the low-utilisation period began
-
+	peakHeld int64 // most weight held since the low-utilisation period began
 	lowTimer Timer // ends each low-utilisation period; nil when off
-	lowArmed bool  // lowTimer is running, or idle
+
+	overloaded bool // PoolOverload fired and has not re-armed
+	nearFull   bool // PoolNearFull fired and has not re-armed
+	low        bool // PoolLowUtilisation fired and has not re-armed
+	queued     bool // acquires waited since the pool was last idle
+	lowArmed   bool // lowTimer is running, or idle
 	// lowIdle: lowTimer is stopped because the pool was idle (nothing
 	// held) at the end of a period it was already reported low in: no
 	// period can change anything until a grant, which starts the next.
-	lowIdle bool
+	lowIdle   bool
+	listening bool // someone hears the events: else none is made
 
 	reports *markReports    // nil until the first event is made
 	total   MarkEventCounts // crossings not reported, ever
@@ -172,10 +173,9 @@ type markState struct {
 	pool string
 	conf int64
 
-	clock     Clock
-	fire      func()        // ends a low-utilisation period (endPeriod)
-	listening bool          // someone hears the events: else none is made
-	interval  time.Duration // the engine's MarkEventInterval
+	clock    Clock
+	fire     func()        // ends a low-utilisation period (endPeriod)
+	interval time.Duration // the engine's MarkEventInterval
 }
 
 // markReports are the times of the mark events made, by kind, and the

@@ -110,7 +110,7 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		leases:     make(map[uint64]*lease),
 		lastToken:  tokenFloor,
 	}
-	p.dur.init(&e.durEnv, (*poolDurHost)(p), cfg.Name, DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
+	p.dur.init(&e.durEnv, (*poolDurHost)(p), DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
 	// The gates in the order a grant is checked: the effective
 	// concurrency limit, the recovery window, a suspension, the instances.
 	p.gates = []gate{&p.ad, &p.rec, &p.susp}

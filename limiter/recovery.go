@@ -11,9 +11,6 @@ import (
 // means "not recovering". Only until, which the hot path reads, is kept in
 // every pool; the rest exists during a window only.
 type recovery struct {
-	// until is when the window ends: no lease granted before the restart
-	// can be live after it. Zero when the pool is not recovering.
-	until time.Time
 	// guards: the pool has held capacity that surviving holders may still
 	// occupy (a concurrency limit, or instances), so the window holds back
 	// new grants (configure).
@@ -21,8 +18,11 @@ type recovery struct {
 	*window // nil when the pool is not recovering
 }
 
-// window is the state of a recovery window beside its end.
+// window is the state of a recovery window.
 type window struct {
+	// until is when the window ends: no lease granted before the restart
+	// can be live after it.
+	until time.Time
 	// restart is when the pool was restored.
 	restart time.Time
 	// ceiling is the highest fencing token that may have been issued
@@ -57,7 +57,7 @@ func (r *recovery) weightHeld(held int64) weightHeld {
 }
 
 // active reports whether the pool is in its recovery window.
-func (r *recovery) active() bool { return !r.until.IsZero() }
+func (r *recovery) active() bool { return r.window != nil }
 
 // configure says whether the pool has held capacity to protect: a
 // concurrency limit, or instances.
@@ -75,13 +75,12 @@ func (r *recovery) blocks() bool { return r.active() && r.guards }
 // hold at most held (negative: unknown); with unbounded, that weight is
 // not bounded anyway (no concurrency limit, or instances).
 func (r *recovery) begin(now, until time.Time, ceiling uint64, held int64, unbounded bool) {
-	r.until = until
-	r.window = &window{restart: now, ceiling: ceiling, unknown: held, unbounded: unbounded || held < 0}
+	r.window = &window{until: until, restart: now, ceiling: ceiling, unknown: held, unbounded: unbounded || held < 0}
 }
 
 // end closes the window: every lease from before the restart that was
 // not re-adopted is over.
-func (r *recovery) end() { r.until, r.window = time.Time{}, nil }
+func (r *recovery) end() { r.window = nil }
 
 // readopted counts weight, re-adopted, as held: no longer unknown.
 func (r *recovery) readopted(weight int64) { r.unknown = max(0, r.unknown-weight) }
@@ -256,7 +255,11 @@ func (r *recovery) stop() {
 }
 
 // status fills in when the window ends.
-func (r *recovery) status(s *PoolStatus, _ time.Time) { s.RecoveringUntil = r.until }
+func (r *recovery) status(s *PoolStatus, _ time.Time) {
+	if r.window != nil {
+		s.RecoveringUntil = r.until
+	}
+}
 
 // Readopt describes a lease the holder believes it holds, as sent with a
 // renew, so that an engine restarted since the grant can take the lease
