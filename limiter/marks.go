@@ -152,7 +152,7 @@ func (c PoolConfig) validateMarks() error {
 type markState struct {
 	Marks
 	peakHeld int64 // most weight held since the low-utilisation period began
-	lowTimer Timer // ends each low-utilisation period; nil when off
+	lowTimer Timer // ends each low-utilisation period; nil when off, or idle (lowIdle)
 
 	overloaded bool // PoolOverload fired and has not re-armed
 	nearFull   bool // PoolNearFull fired and has not re-armed
@@ -245,6 +245,11 @@ func (m *markState) configure(cfg PoolConfig, held int64) {
 	}
 	m.peakHeld = held
 	m.lowArmed = true
+	m.startPeriod()
+}
+
+// startPeriod (re)starts the low-utilisation timer for a period.
+func (m *markState) startPeriod() {
 	if m.lowTimer == nil {
 		m.lowTimer = m.clock.AfterFunc(m.LowUtilisationPeriod, m.fire)
 	} else {
@@ -274,7 +279,7 @@ func (m *markState) check(ld load, ob *outbox) {
 	if m.lowIdle && ld.held > 0 { // the first grant after an idle period starts the next
 		m.lowIdle = false
 		m.peakHeld = ld.held
-		m.lowTimer.Reset(m.LowUtilisationPeriod)
+		m.startPeriod()
 	}
 	if m.Overload > 0 {
 		switch {
@@ -324,7 +329,11 @@ func (m *markState) endPeriod(ld load, blocked bool, ob *outbox) {
 	}
 	m.peakHeld = ld.held
 	if m.low && ld.held == 0 {
-		m.lowIdle = true // no timer ticks for an idle pool
+		m.lowIdle = true // no timer ticks for an idle pool, nor is kept
+		if m.lowTimer != nil {
+			m.lowTimer.Stop()
+		}
+		m.lowTimer = nil
 		return
 	}
 	m.lowTimer.Reset(m.LowUtilisationPeriod)
