@@ -31,8 +31,8 @@ type adaptive struct {
 	restored int64
 
 	clock   Clock
-	fire    func() // the timer's callback
-	stopped bool   // for good: the timer is not armed again
+	timers  timerHost // told when the timer goes off
+	stopped bool      // for good: the timer is not armed again
 
 	// The rest is adaptive control's own state, nil while all of it is
 	// zero: the pool has no adaptive control, or nothing was recorded,
@@ -82,10 +82,10 @@ type adaptiveChange struct {
 }
 
 // init sets the effective limits to the configured ones of cfg, the
-// pool's first configuration; fire is called when the timer that raises
+// pool's first configuration; timers is told when the timer that raises
 // lowered limits goes off (it should call fired, then tick).
-func (a *adaptive) init(cfg PoolConfig, clock Clock, fire func()) {
-	a.clock, a.fire = clock, fire
+func (a *adaptive) init(cfg PoolConfig, clock Clock, timers timerHost) {
+	a.clock, a.timers = clock, timers
 	a.cfg, a.conf, a.confRate = cfg.Adaptive, cfg.ConcurrencyLimit, cfg.Rate
 	a.limit, a.rate = cfg.ConcurrencyLimit, cfg.Rate
 }
@@ -380,7 +380,7 @@ func (a *adaptive) arm(now time.Time) {
 	}
 	a.timerAt = at
 	if a.timer == nil {
-		a.timer = a.clock.AfterFunc(at.Sub(now), a.fire)
+		a.timer = a.clock.AfterFunc(at.Sub(now), a.timers.adaptiveFired)
 	} else {
 		a.timer.Reset(at.Sub(now))
 	}

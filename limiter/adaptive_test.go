@@ -381,11 +381,11 @@ func TestAdaptiveProbesGentlyAtTheLearnedCapacity(t *testing.T) {
 // count of its timer's firings is in *fired.
 func newAdaptivePart(limit int64, rate float64) (*adaptive, *fakeclock.Clock, *int) {
 	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
-	fired := new(int)
+	timers := new(fakeTimers)
 	a := new(adaptive)
 	cfg := PoolConfig{Name: "p", ConcurrencyLimit: limit, Rate: rate, Adaptive: AdaptiveConfig{Enabled: true}.withDefaults(limit, rate)}
-	a.init(cfg, clk, func() { *fired++ })
-	return a, clk, fired
+	a.init(cfg, clk, timers)
+	return a, clk, &timers.adaptive
 }
 
 // TestAdaptivePartCutsRaisesAndArms drives the adaptive part alone: a

@@ -297,7 +297,7 @@ func (h *poolDurHost) record(cfg *PoolConfig) SavedPool {
 	if cfg == nil {
 		cfg = &h.cfg
 	}
-	sp := SavedPool{Config: *cfg, CreateTime: h.createTime, UpdateTime: h.updateTime, Suspended: h.susp.on, State: DurableState{LiveMark: h.lastToken}}
+	sp := SavedPool{Config: *cfg, CreateTime: h.createTime, UpdateTime: time.Unix(0, h.updateTime).UTC(), Suspended: h.susp.on, State: DurableState{LiveMark: h.lastToken}}
 	if cfg.ResourceKind == ResourceActive {
 		sp.Resources = h.res.recorded(nil, nil)
 	}

@@ -174,7 +174,7 @@ func (p *pool) timeOutWaiter(w *waiter) {
 // each gate says, the bucket's tokens, and the queue.
 func (p *pool) busyLocked(now time.Time) string {
 	var parts []string
-	for _, g := range p.gates {
+	for _, g := range p.gates[:p.ngates] {
 		if d := g.describe(p.held, now); d != "" {
 			parts = append(parts, d)
 		}

@@ -118,7 +118,7 @@ func (e *Engine) UpdatePool(name string, update func(*PoolConfig), opts ...CallO
 		return PoolInfo{}, err
 	}
 	p.cfg = cfg
-	p.updateTime = now
+	p.updateTime = now.UnixNano()
 	e.pools.changed()
 	p.configureLocked(now)           // effective limits, shares and marks follow
 	p.enforceLimitLocked(now, actor) // RevocationRevoke

@@ -155,3 +155,11 @@ func waitPoolLocked(t testing.TB, te *testEngine, pool, who string) {
 		return true
 	})
 }
+
+// fakeTimers is a timerHost that counts the timers that went off.
+type fakeTimers struct{ adaptive, shares, shareRecovery, marks int }
+
+func (f *fakeTimers) adaptiveFired()      { f.adaptive++ }
+func (f *fakeTimers) sharesFired()        { f.shares++ }
+func (f *fakeTimers) shareRecoveryFired() { f.shareRecovery++ }
+func (f *fakeTimers) marksFired()         { f.marks++ }

@@ -174,7 +174,7 @@ type markState struct {
 	conf int64
 
 	clock    Clock
-	fire     func()        // ends a low-utilisation period (endPeriod)
+	timers   timerHost     // told when a low-utilisation period ends (endPeriod)
 	interval time.Duration // the engine's MarkEventInterval
 }
 
@@ -213,11 +213,11 @@ func (l load) utilisation(held int64) float64 {
 	return 0
 }
 
-// init sets up the marks of a new pool: fire is called when a
+// init sets up the marks of a new pool: timers is told when a
 // low-utilisation period ends; events are made only when listening, at
 // most one of a kind per interval.
-func (m *markState) init(clock Clock, fire func(), listening bool, interval time.Duration) {
-	m.clock, m.fire, m.listening, m.interval = clock, fire, listening, interval
+func (m *markState) init(clock Clock, timers timerHost, listening bool, interval time.Duration) {
+	m.clock, m.timers, m.listening, m.interval = clock, timers, listening, interval
 }
 
 // configure takes the marks of cfg, and starts, restarts or stops the
@@ -251,7 +251,7 @@ func (m *markState) configure(cfg PoolConfig, held int64) {
 // startPeriod (re)starts the low-utilisation timer for a period.
 func (m *markState) startPeriod() {
 	if m.lowTimer == nil {
-		m.lowTimer = m.clock.AfterFunc(m.LowUtilisationPeriod, m.fire)
+		m.lowTimer = m.clock.AfterFunc(m.LowUtilisationPeriod, m.timers.marksFired)
 	} else {
 		m.lowTimer.Reset(m.LowUtilisationPeriod)
 	}

@@ -423,7 +423,7 @@ func TestIdlePoolsRunNoTimers(t *testing.T) {
 func newMarkPart(cfg PoolConfig) (*markState, *fakeclock.Clock) {
 	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 	m := new(markState)
-	m.init(clk, func() {}, true, time.Minute)
+	m.init(clk, new(fakeTimers), true, time.Minute)
 	m.configure(cfg.WithDefaults(), 0)
 	return m, clk
 }

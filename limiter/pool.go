@@ -33,8 +33,9 @@ type pool struct {
 	mu         poolMutex
 	cfg        PoolConfig
 	createTime time.Time
-	updateTime time.Time
+	updateTime int64 // Unix ns
 	deleted    bool
+	ngates     uint8      // gates in use
 	susp       suspension // an operator's suspension, and DrainPool's waiters
 
 	held      int64
@@ -68,9 +69,12 @@ type pool struct {
 	waits waitHist  // wait times of recent grants, and rate tokens
 	born  int64     // when this engine made the pool, Unix ns (createTime may be older, after a restart)
 
-	parts []part // the features above that take part in status and stop
-	gates []gate // those of parts that also decide grants, in order
+	gates [maxGates]gate // the parts that decide grants, in order (newPool); ngates of them
 }
+
+// maxGates is the number of gates a pool may have: its effective
+// concurrency limit, its recovery window, a suspension, its instances.
+const maxGates = 4
 
 // A part is one feature of a pool with state of its own (adaptive limits,
 // the recovery window, suspension, instances, rate shares, event marks).
@@ -105,7 +109,7 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 		name:       cfg.Name,
 		cfg:        cfg,
 		createTime: now,
-		updateTime: now,
+		updateTime: now.UnixNano(),
 		born:       now.UnixNano(),
 		leases:     make(map[uint64]*lease),
 		lastToken:  tokenFloor,
@@ -113,40 +117,21 @@ func newPool(e *Engine, cfg PoolConfig, now time.Time, tokenFloor uint64) *pool 
 	p.dur.init(&e.durEnv, (*poolDurHost)(p), DurableState{TokenCeiling: tokenFloor + minTokenBlock, TTLBound: cfg.MaxLeaseTTL, LiveMark: tokenFloor})
 	// The gates in the order a grant is checked: the effective
 	// concurrency limit, the recovery window, a suspension, the instances.
-	p.gates = []gate{&p.ad, &p.rec, &p.susp}
+	p.gates = [maxGates]gate{&p.ad, &p.rec, &p.susp}
+	p.ngates = 3
 	if cfg.ResourceKind != ResourceFree { // the kind never changes
 		p.res = newResourceSet()
-		p.gates = append(p.gates, p.res)
+		p.gates[p.ngates] = p.res
+		p.ngates++
 	}
-	p.parts = append(make([]part, 0, 2+len(p.gates)), &p.shr, &p.mk)
-	for _, g := range p.gates {
-		p.parts = append(p.parts, g)
-	}
-	// Effective limits = configured. The parts' timers: the raise of
+	// Effective limits = configured. The parts' timers (the raise of
 	// lowered limits, the expiry of rate shares and the end of their
-	// recovery window, the end of a low-utilisation period.
-	p.ad.init(cfg, e.clock, p.onTimer(p.ad.fired, func(now time.Time) {
-		p.adaptedLocked(p.ad.tick(now), now)
-	}))
-	p.shr.init(cfg, p.ad.rate, e.clock, p.onTimer(p.shr.fired, func(now time.Time) {
-		if p.shr.expire(now, &p.out) {
-			p.applyRateLocked(now)
-		}
-		if next, ok := p.shr.expiry.top(); ok {
-			p.shr.arm(next.expire, now)
-		}
-		if p.queue.len() > 0 {
-			p.dispatchLocked(now)
-		}
-	}), p.onTimer(nil, func(now time.Time) {
-		if p.shr.recovered(&p.out) { // the phantom rate goes to the shares and the bucket
-			p.applyRateLocked(now)
-			p.dispatchLocked(now)
-		}
-	}))
-	p.mk.init(e.clock, p.onTimer(nil, func(time.Time) {
-		p.mk.endPeriod(p.loadLocked(), p.susp.on || p.rec.blocks(), &p.out)
-	}), e.onPoolEvent != nil, e.markInterval)
+	// recovery window, the end of a low-utilisation period) call back
+	// through poolTimers.
+	timers := (*poolTimers)(p)
+	p.ad.init(cfg, e.clock, timers)
+	p.shr.init(cfg, p.ad.rate, e.clock, timers)
+	p.mk.init(e.clock, timers, e.onPoolEvent != nil, e.markInterval)
 	p.applyRateLocked(now)
 	p.configureLocked(now) // event marks, the recovery window, the held-weight bound
 	return p
@@ -172,22 +157,68 @@ func (p *pool) configureLocked(now time.Time) {
 	p.dur.configure(heldLimit)
 }
 
-// onTimer returns the callback of a part's timer: under the pool's lock,
-// fired (if not nil) notes that the timer went off; then, unless the pool
-// is deleted or the engine frozen, run does the part's work at the
-// engine's time. What it puts in the outbox is delivered after unlocking.
-func (p *pool) onTimer(fired func(), run func(now time.Time)) func() {
-	return func() {
-		p.mu.Lock()
-		defer p.unlock()
-		if fired != nil {
-			fired()
-		}
-		if p.deleted || !p.e.acting() {
-			return
-		}
-		run(p.e.clock.Now())
+// onTimer runs a part's timer callback: under the pool's lock, fired (if
+// not nil) notes that the timer went off; then, unless the pool is
+// deleted or the engine frozen, run does the part's work at the engine's
+// time. What it puts in the outbox is delivered after unlocking.
+func (p *pool) onTimer(fired func(), run func(now time.Time)) {
+	p.mu.Lock()
+	defer p.unlock()
+	if fired != nil {
+		fired()
 	}
+	if p.deleted || !p.e.acting() {
+		return
+	}
+	run(p.e.clock.Now())
+}
+
+// timerHost is told when a part's timer goes off. The pool implements it
+// (poolTimers), so that a part's timer reaches its pool without the part
+// holding it, and a pool makes no callback until a part arms a timer.
+type timerHost interface {
+	adaptiveFired()
+	sharesFired()
+	shareRecoveryFired()
+	marksFired()
+}
+
+// poolTimers is a pool seen as its parts' timerHost.
+type poolTimers pool
+
+func (t *poolTimers) adaptiveFired() {
+	p := (*pool)(t)
+	p.onTimer(p.ad.fired, func(now time.Time) { p.adaptedLocked(p.ad.tick(now), now) })
+}
+
+func (t *poolTimers) sharesFired() {
+	p := (*pool)(t)
+	p.onTimer(p.shr.fired, func(now time.Time) {
+		if p.shr.expire(now, &p.out) {
+			p.applyRateLocked(now)
+		}
+		if next, ok := p.shr.expiry.top(); ok {
+			p.shr.arm(next.expire, now)
+		}
+		if p.queue.len() > 0 {
+			p.dispatchLocked(now)
+		}
+	})
+}
+
+func (t *poolTimers) shareRecoveryFired() {
+	p := (*pool)(t)
+	p.onTimer(nil, func(now time.Time) {
+		if p.shr.recovered(&p.out) { // the phantom rate goes to the shares and the bucket
+			p.applyRateLocked(now)
+			p.dispatchLocked(now)
+		}
+	})
+}
+
+func (t *poolTimers) marksFired() {
+	p := (*pool)(t)
+	p.onTimer(nil, func(time.Time) { p.mk.endPeriod(p.loadLocked(), p.susp.on || p.rec.blocks(), &p.out) })
 }
 
 // applyRateLocked makes the bucket match the effective rate, less the rate
@@ -248,7 +279,7 @@ func (p *pool) reserveLocked(now, expiry time.Time, weight int64) error {
 // recovery window's gate holds back the rest).
 func (p *pool) admitLocked(weight int64, now time.Time) bool {
 	held := p.held + p.rec.unknownHeld()
-	for _, g := range p.gates {
+	for _, g := range p.gates[:p.ngates] {
 		if !g.admits(held, weight, now) {
 			return false
 		}
@@ -440,12 +471,14 @@ func (p *pool) onRateTimer() {
 	p.dispatchLocked(p.e.clock.Now())
 }
 
-// stopTimersLocked stops both timers for good (pool deleted, engine closed).
+// stopTimersLocked stops its timers and its parts' for good (pool deleted, engine closed).
 func (p *pool) stopTimersLocked() {
 	p.expiryAlarm.stop()
 	p.rateAlarm.stop()
-	for _, pt := range p.parts {
-		pt.stop()
+	p.shr.stop()
+	p.mk.stop()
+	for _, g := range p.gates[:p.ngates] {
+		g.stop()
 	}
 }
 
@@ -457,8 +490,10 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 	s.Waiting = int64(p.queue.len())
 	s.WaitingWeight = p.queue.weight
 	s.LastFencingToken = p.lastToken
-	for _, pt := range p.parts {
-		pt.status(&s, now)
+	p.shr.status(&s, now)
+	p.mk.status(&s, now)
+	for _, g := range p.gates[:p.ngates] {
+		g.status(&s, now)
 	}
 	s.Utilisation = p.loadLocked().utilisation(p.held)
 	if p.bucket != nil {
@@ -468,5 +503,5 @@ func (p *pool) statusLocked(now time.Time) PoolStatus {
 }
 
 func (p *pool) infoLocked(now time.Time) PoolInfo {
-	return PoolInfo{Config: p.cfg, CreateTime: p.createTime, UpdateTime: p.updateTime, Status: p.statusLocked(now)}
+	return PoolInfo{Config: p.cfg, CreateTime: p.createTime, UpdateTime: time.Unix(0, p.updateTime).UTC(), Status: p.statusLocked(now)}
 }

@@ -142,7 +142,7 @@ func (e *Engine) RestorePool(saved SavedPool) (PoolInfo, error) {
 		p.createTime = saved.CreateTime
 	}
 	if !saved.UpdateTime.IsZero() {
-		p.updateTime = saved.UpdateTime
+		p.updateTime = saved.UpdateTime.UnixNano()
 	}
 	st := saved.State
 	if st.TTLBound <= 0 && !st.LeaseHorizon.IsZero() {

@@ -191,19 +191,18 @@ type shareTable struct {
 	rate     float64
 
 	clock   Clock
-	fire    func() // the expiry timer's callback
+	timers  timerHost // told when the expiry timer or the recovery window ends
 	timer   Timer
-	timerAt time.Time // zero when not armed
+	timerAt int64 // Unix ns; 0 when not armed
 
-	rec     *shareRecovery // after a restart; nil outside the window
-	recFire func()         // the recovery window's end
+	rec *shareRecovery // after a restart; nil outside the window
 }
 
 // init sets up the table of a new pool of cfg and effective rate rate;
-// fire is called when the expiry timer goes off, recFire when the
-// recovery window ends.
-func (t *shareTable) init(cfg PoolConfig, rate float64, clock Clock, fire, recFire func()) {
-	t.clock, t.fire, t.recFire = clock, fire, recFire
+// timers is told when the expiry timer goes off, and when the recovery
+// window ends.
+func (t *shareTable) init(cfg PoolConfig, rate float64, clock Clock, timers timerHost) {
+	t.clock, t.timers = clock, timers
 	t.configure(cfg)
 	t.rate = rate
 }

@@ -277,16 +277,16 @@ func (t *shareTable) expire(now time.Time, ob *outbox) bool {
 
 // fired notes that the expiry timer went off (the pool calls it under its
 // lock).
-func (t *shareTable) fired() { t.timerAt = time.Time{} }
+func (t *shareTable) fired() { t.timerAt = 0 }
 
 // arm makes sure the expiry timer fires no later than at.
 func (t *shareTable) arm(at, now time.Time) {
-	if !t.timerAt.IsZero() && !at.Before(t.timerAt) {
+	if t.timerAt != 0 && at.UnixNano() >= t.timerAt {
 		return
 	}
-	t.timerAt = at
+	t.timerAt = at.UnixNano()
 	if t.timer == nil {
-		t.timer = t.clock.AfterFunc(at.Sub(now), t.fire)
+		t.timer = t.clock.AfterFunc(at.Sub(now), t.timers.sharesFired)
 	} else {
 		t.timer.Reset(at.Sub(now))
 	}
@@ -301,7 +301,7 @@ func (t *shareTable) stop() {
 	if t.timer != nil {
 		t.timer.Stop()
 	}
-	t.timerAt = time.Time{}
+	t.timerAt = 0
 }
 
 // status fills in the share holders and the rate they hold.

@@ -59,7 +59,7 @@ func (t *shareTable) restore(st DurableState, now time.Time) bool {
 		return false
 	}
 	t.rec = &shareRecovery{phantom: toShareUnits(t.rate), until: until, taken: make(map[uint64]struct{})}
-	t.rec.timer = t.clock.AfterFunc(until.Sub(now), t.recFire)
+	t.rec.timer = t.clock.AfterFunc(until.Sub(now), t.timers.shareRecoveryFired)
 	return true
 }
 

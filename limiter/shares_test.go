@@ -422,7 +422,7 @@ func TestShareErrors(t *testing.T) {
 func newSharePart() (*shareTable, *fakeclock.Clock) {
 	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
 	t := new(shareTable)
-	t.init(PoolConfig{Name: "p", Rate: 100, Burst: 10, SafeRate: 1}, 100, clk, func() {}, func() {})
+	t.init(PoolConfig{Name: "p", Rate: 100, Burst: 10, SafeRate: 1}, 100, clk, new(fakeTimers))
 	return t, clk
 }
 

@@ -33,7 +33,7 @@ func (e *Engine) SuspendPool(name string, revokeHeld bool, opts ...CallOption) (
 			p.unlock()
 			return PoolInfo{}, err
 		}
-		p.susp.on, p.updateTime = true, now
+		p.susp.on, p.updateTime = true, now.UnixNano()
 	}
 	var ended []LeaseEnded
 	if revokeHeld {
@@ -64,7 +64,7 @@ func (e *Engine) ResumePool(name string) (PoolInfo, error) {
 		if err := p.dur.write(nil, func(sp *SavedPool) { sp.Suspended, sp.UpdateTime = false, now }, "suspend or resume pool "+quote(p.name)); err != nil {
 			return PoolInfo{}, err
 		}
-		p.susp.on, p.updateTime = false, now
+		p.susp.on, p.updateTime = false, now.UnixNano()
 	}
 	p.dispatchLocked(now)
 	return p.infoLocked(now), nil
