@@ -183,8 +183,35 @@ type timerHost interface {
 	marksFired()
 }
 
-// poolTimers is a pool seen as its parts' timerHost.
+// poolTimers is a pool seen from its timers: its parts' (timerHost) and
+// its own (the expiry and rate alarms).
 type poolTimers pool
+
+// expiryFired ends the leases that are due, re-arms for the next one and
+// grants waiters the freed permits.
+func (t *poolTimers) expiryFired() {
+	p := (*pool)(t)
+	p.onTimer(p.expiryAlarm.rang, func(now time.Time) {
+		ended := p.expireDueLocked(now)
+		if next, ok := p.expiry.top(); ok {
+			armAlarm(&p.expiryAlarm, p.e.clock, next.ExpireTime, now, (*poolTimers).expiryFired, t)
+		}
+		if len(ended) > 0 {
+			p.dispatchLocked(now)
+		}
+		p.endedLocked(ended)
+	})
+}
+
+// rateFired grants the waiters the bucket now has the tokens for.
+func (t *poolTimers) rateFired() {
+	p := (*pool)(t)
+	p.onTimer(p.rateAlarm.rang, func(now time.Time) {
+		if p.bucket != nil {
+			p.dispatchLocked(now)
+		}
+	})
+}
 
 func (t *poolTimers) adaptiveFired() {
 	p := (*pool)(t)
@@ -331,7 +358,7 @@ func (p *pool) grantLocked(g *grantRequest, now time.Time, waited time.Duration)
 	p.held += g.weight
 	p.stats.Granted++
 	p.waits.record(now, waited)
-	armAlarm(&p.expiryAlarm, p.e.clock, l.ExpireTime, now, (*pool).onExpiryTimer, p)
+	armAlarm(&p.expiryAlarm, p.e.clock, l.ExpireTime, now, (*poolTimers).expiryFired, (*poolTimers)(p))
 	p.marksLocked()
 	return l.Lease, nil
 }
@@ -423,27 +450,6 @@ func (p *pool) expireDueLocked(now time.Time) []LeaseEnded {
 	}
 }
 
-// onExpiryTimer ends the leases that are due, re-arms for the next one and
-// grants waiters the freed permits.
-func (p *pool) onExpiryTimer() {
-	p.mu.Lock()
-	p.expiryAlarm.rang()
-	if p.deleted || !p.e.acting() {
-		p.unlock()
-		return
-	}
-	now := p.e.clock.Now()
-	ended := p.expireDueLocked(now)
-	if next, ok := p.expiry.top(); ok {
-		armAlarm(&p.expiryAlarm, p.e.clock, next.ExpireTime, now, (*pool).onExpiryTimer, p)
-	}
-	if len(ended) > 0 {
-		p.dispatchLocked(now)
-	}
-	p.endedLocked(ended)
-	p.unlock()
-}
-
 // armRateTimerLocked arms the rate timer for when the bucket will hold
 // weight tokens, unless it is armed for earlier already.
 func (p *pool) armRateTimerLocked(weight int64, now time.Time) {
@@ -458,17 +464,7 @@ func (p *pool) armRateTimerLocked(weight int64, now time.Time) {
 	if d <= 0 {
 		d = 1 // float rounding: the tokens are a hair short; look again just after
 	}
-	armAlarm(&p.rateAlarm, p.e.clock, now.Add(d), now, (*pool).onRateTimer, p)
-}
-
-func (p *pool) onRateTimer() {
-	p.mu.Lock()
-	defer p.unlock()
-	p.rateAlarm.rang()
-	if p.deleted || p.bucket == nil || !p.e.acting() {
-		return
-	}
-	p.dispatchLocked(p.e.clock.Now())
+	armAlarm(&p.rateAlarm, p.e.clock, now.Add(d), now, (*poolTimers).rateFired, (*poolTimers)(p))
 }
 
 // stopTimersLocked stops its timers and its parts' for good (pool deleted, engine closed).

@@ -378,7 +378,7 @@ func (p *pool) readoptLocked(token uint64, ttl time.Duration, ra *Readopt, owner
 	p.held += ra.Weight
 	p.stats.Readopted++
 	p.marksLocked()
-	armAlarm(&p.expiryAlarm, p.e.clock, l.ExpireTime, now, (*pool).onExpiryTimer, p)
+	armAlarm(&p.expiryAlarm, p.e.clock, l.ExpireTime, now, (*poolTimers).expiryFired, (*poolTimers)(p))
 	return l, nil
 }
 
