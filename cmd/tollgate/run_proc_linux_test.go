@@ -106,8 +106,10 @@ func TestRunLeaseLostEndsTheGroup(t *testing.T) {
 
 	out, stderr, done := startRun(t, ts.addr, "db", "--", "sh", "-c",
 		`(trap 'echo grandchild got TERM; exit 0' TERM; echo grandchild ready; while :; do sleep 0.05; done) &
-		trap 'echo got TERM; wait; exit 3' TERM; echo ready; wait`)
-	waitOutput(t, out, done, "ready\n")
+		trap 'echo got TERM; wait; exit 3' TERM; echo parent ready; wait`)
+	// Each waits for its own line: "ready" alone would match the
+	// grandchild's, printed before the parent has set its trap.
+	waitOutput(t, out, done, "parent ready\n")
 	waitOutput(t, out, done, "grandchild ready\n")
 	if err := ts.srv.Engine().RevokeLease("db", 1, "maintenance"); err != nil {
 		t.Fatal(err)
