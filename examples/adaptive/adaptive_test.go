@@ -66,8 +66,10 @@ func checkCounted(t *testing.T, res Result) {
 // Three client processes of 8 goroutines against a backend that refuses
 // what it cannot serve beyond 4 in flight, through a pool of 16 with
 // adaptive limits: the limit comes down to the capacity (five cuts, one
-// per 2s cooldown), and the error rate falls from over 50% before the
-// first cut to under the threshold. With every mark crossing recorded (no mark event interval),
+// per 2s cooldown), and the error rate falls from well over the threshold
+// before the first cut (up to 75% with 16 in flight over a capacity of 4;
+// fewer are in flight on a starved machine: 48% was seen at a load of 15)
+// to under it. With every mark crossing recorded (no mark event interval),
 // the limit held at 4 by 20 waiters records a few pool_near_full events at
 // most, not one per grant (issue 15: 5,185 in 50s).
 func TestAdaptiveLimitComesDown(t *testing.T) {
@@ -88,8 +90,8 @@ func TestAdaptiveLimitComesDown(t *testing.T) {
 	if !cutOK {
 		t.Errorf("no %s event: adaptive control never cut the limit", events.PoolThrottled)
 	}
-	if first, last := res.ErrorRate(0, cut), res.ErrorRate(11*s, 16*s); first < 0.5 || last > 0.1 {
-		t.Errorf("error rate %.1f%% before the first cut (at %v), %.1f%% in the last 5s; want over 50%% falling to at most 10%%", 100*first, cut, 100*last)
+	if first, last := res.ErrorRate(0, cut), res.ErrorRate(11*s, 16*s); first < 0.3 || last > 0.1 {
+		t.Errorf("error rate %.1f%% before the first cut (at %v), %.1f%% in the last 5s; want over 30%% (three times the threshold) falling to at most 10%%", 100*first, cut, 100*last)
 	}
 	nearFull := 0
 	for _, ev := range res.Log {
