@@ -238,6 +238,10 @@ func TestHTTPConnLimits(t *testing.T) {
 		if err := get(c); err != nil {
 			t.Fatalf("keep-alive connection %d: %v", i, err)
 		}
+		// The server marks a connection idle just after it has sent the
+		// answer the client read: wait for that, so that the newcomers
+		// find every connection before them idle.
+		testwait.For(t, "the connections to be idle", func() bool { return srv.httpConns.Idle() == srv.httpConns.Open() })
 		conns = append(conns, c)
 		if n := srv.httpConns.Open(); n > 3 {
 			t.Fatalf("%d connections open from one address; want at most 3", n)

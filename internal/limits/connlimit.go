@@ -309,6 +309,21 @@ func (l *ConnLimiter) Evicted() int64 {
 	return l.evicted
 }
 
+// Idle returns how many open connections have no call in progress.
+func (l *ConnLimiter) Idle() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, h := range l.hosts {
+		for _, c := range h.conns {
+			if c.calls.Load() == 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // Open returns how many connections are open.
 func (l *ConnLimiter) Open() int {
 	l.mu.Lock()
