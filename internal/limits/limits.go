@@ -188,6 +188,9 @@ func (l Limits) Validate() error {
 	if l.MaxHeaderListSize > 0 && l.MaxHeaderListSize < 4096 {
 		return fmt.Errorf("--max-header-size %d is below 4096 bytes; ordinary calls would not fit", l.MaxHeaderListSize)
 	}
+	if l.MetricsPools < -1 {
+		return fmt.Errorf("--metrics-pools %d: give a number of pools, or -1 for no bound", l.MetricsPools)
+	}
 	return nil
 }
 

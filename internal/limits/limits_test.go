@@ -25,3 +25,15 @@ func TestFitFiles(t *testing.T) {
 		t.Fatalf("no limits, 20,000 files: %d gRPC and %d HTTP connections; want both bounded with a reserve", got.MaxConns, got.MaxHTTPConns)
 	}
 }
+
+// A bound on /metrics below -1 (no bound) is refused, naming the flag.
+func TestValidateMetricsPools(t *testing.T) {
+	for _, n := range []int{-1, 0, 1, DefaultMetricsPools} {
+		if err := (Limits{MetricsPools: n}).Validate(); err != nil {
+			t.Errorf("--metrics-pools %d: %v", n, err)
+		}
+	}
+	if err := (Limits{MetricsPools: -5}).Validate(); err == nil || !strings.Contains(err.Error(), "--metrics-pools -5") {
+		t.Fatalf("--metrics-pools -5: %v; want it refused, naming the flag", err)
+	}
+}
