@@ -157,7 +157,7 @@ type terms struct {
 	idle   *limiter.Engine // closed and empty: served between terms
 }
 
-func (h *terms) StartTerm(st *etcdstore.Store, epoch int64, tenure func() bool) (*term.Term, error) {
+func (h *terms) StartTerm(_ int, st *etcdstore.Store, epoch int64, tenure func() bool) (*term.Term, error) {
 	t, err := term.New(epoch, tenure, func(acting func() bool) (*limiter.Engine, error) {
 		eng := h.s.newEngine(st, acting)
 		if err := h.s.restore(eng, st, h.seed, "etcd", h.prefix); err != nil {
@@ -175,7 +175,7 @@ func (h *terms) StartTerm(st *etcdstore.Store, epoch int64, tenure func() bool) 
 
 // EndTerm fails the ended term's waiting calls and closes its engine; the
 // server then serves no pools, not even the last term's.
-func (h *terms) EndTerm(t *term.Term, handOff bool) {
+func (h *terms) EndTerm(_ int, t *term.Term, handOff bool) {
 	eng := t.Engine()
 	eng.StopWaits()
 	eng.Close()

@@ -16,7 +16,7 @@ import (
 // notLeader is the answer of a server that does not lead: UNAVAILABLE
 // (NOT_LEADER) with the leader's address and epoch and when to retry.
 func (s *Server) notLeader() error {
-	return cluster.NotLeader(cluster.View(s.leadership.Cluster()))
+	return cluster.NotLeader(s.advertise, s.campaign.Owner(0))
 }
 
 // gated reports whether a method is answered by the leader only: every

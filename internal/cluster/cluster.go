@@ -52,7 +52,7 @@ type Config struct {
 // its StartTerm; LeadershipChanged also from the goroutine that sees a
 // leadership deadline pass.
 type Host interface {
-	// StartTerm builds the term of the leadership of epoch (term.New,
+	// StartTerm builds the term of the leadership of epoch of shard (term.New,
 	// with tenure, the leadership's liveness), its engine writing to st
 	// (the term's store, every write fenced on the leadership) and acting
 	// while the term does (the engine's Options.Live: false from the
@@ -60,12 +60,12 @@ type Host interface {
 	// the engine from st and serves the term. The Campaign begins and
 	// ends it. The term does not start when StartTerm fails; the Campaign
 	// retries.
-	StartTerm(st *etcdstore.Store, epoch int64, tenure func() bool) (*term.Term, error)
+	StartTerm(shard int, st *etcdstore.Store, epoch int64, tenure func() bool) (*term.Term, error)
 	// EndTerm stops serving t, which has ended: its engine's waiting
 	// calls fail and it closes, after its final write (the pools that
 	// hold nothing, which then need no recovery window) when handOff. No
 	// pools are served until the next StartTerm.
-	EndTerm(t *term.Term, handOff bool)
+	EndTerm(shard int, t *term.Term, handOff bool)
 	// LeadershipChanged is told that Leading may have changed; at the
 	// leadership deadline it is told by the deadline's timer, at once. It
 	// must not block.
@@ -167,6 +167,42 @@ func (c *Campaign) View() View {
 	return cv
 }
 
+// Owner is the leadership of one shard as this server last read it.
+type Owner struct {
+	// Shard is the shard's number, from 0.
+	Shard int
+	// Owner is the advertised address of the server that leads it; ""
+	// while none is known.
+	Owner string
+	// Epoch is the create revision of the owner's campaign key for the
+	// shard; 0 while none is known.
+	Epoch int64
+	// MovingTo is, during a planned move, the server the shard moves to.
+	MovingTo string
+}
+
+// Shards is the cluster's number of shards.
+func (c *Campaign) Shards() int { return 1 }
+
+// Map is the shard map as this server last read it, one Owner per shard
+// in shard order.
+func (c *Campaign) Map() []Owner {
+	v := c.View()
+	return []Owner{{Shard: 0, Owner: v.Leader, Epoch: v.Epoch}}
+}
+
+// Owner is the leadership of shard as this server last read it; an Owner
+// with no owner when shard is out of range.
+func (c *Campaign) Owner(shard int) Owner {
+	if m := c.Map(); shard >= 0 && shard < len(m) {
+		return m[shard]
+	}
+	return Owner{Shard: shard}
+}
+
+// Leads reports whether this server leads shard and serves its term now.
+func (c *Campaign) Leads(shard int) bool { return shard == 0 && c.Leading() }
+
 // Election is the campaign's election.
 func (c *Campaign) Election() *election.Election { return c.el }
 
@@ -262,7 +298,7 @@ func (c *Campaign) startTerm(ten *election.Tenure) error {
 			default:
 			}
 		}})
-	t, err := c.host.StartTerm(st, epoch, ten.Live)
+	t, err := c.host.StartTerm(0, st, epoch, ten.Live)
 	if err != nil {
 		return err
 	}
@@ -284,7 +320,7 @@ func (c *Campaign) endTerm(l *lead, handOff bool, why string) {
 	c.mu.Lock()
 	c.term = nil
 	c.mu.Unlock()
-	c.host.EndTerm(l.t, handOff)
+	c.host.EndTerm(0, l.t, handOff)
 	c.changes.Add(1)
 	c.host.LeadershipChanged()
 	c.host.RecordEvent(events.Event{Type: events.LeaderChanged,

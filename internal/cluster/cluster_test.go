@@ -35,7 +35,7 @@ type fakeHost struct {
 	term       *term.Term // the last term started
 }
 
-func (h *fakeHost) StartTerm(st *etcdstore.Store, epoch int64, tenure func() bool) (*term.Term, error) {
+func (h *fakeHost) StartTerm(_ int, st *etcdstore.Store, epoch int64, tenure func() bool) (*term.Term, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.starts++
@@ -55,7 +55,7 @@ func (h *fakeHost) StartTerm(st *etcdstore.Store, epoch int64, tenure func() boo
 	return t, nil
 }
 
-func (h *fakeHost) EndTerm(t *term.Term, handOff bool) {
+func (h *fakeHost) EndTerm(_ int, t *term.Term, handOff bool) {
 	t.Engine().Close()
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
 )
 
 // seqs numbers the terms of the process.
@@ -122,3 +123,23 @@ func (c *Current) For(ctx context.Context) *Term {
 	}
 	return c.Get()
 }
+
+// Table is the terms a server serves now, one Current per shard: a call
+// about a pool takes the term of the pool's shard (Of). A standalone
+// server, and a cluster of one shard, has one.
+type Table struct {
+	shards []Current
+}
+
+// NewTable returns a table of n shards (at least 1), each serving none
+// until Serve.
+func NewTable(n int) *Table { return &Table{shards: make([]Current, max(n, 1))} }
+
+// Len is the number of shards.
+func (tb *Table) Len() int { return len(tb.shards) }
+
+// Shard is shard i's Current.
+func (tb *Table) Shard(i int) *Current { return &tb.shards[i] }
+
+// Of is the Current of the shard of the pool named pool.
+func (tb *Table) Of(pool string) *Current { return &tb.shards[shard.Of(pool, len(tb.shards))] }

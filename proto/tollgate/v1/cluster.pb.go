@@ -28,7 +28,9 @@ type ClusterRole int32
 const (
 	// Not known.
 	ClusterRole_CLUSTER_ROLE_UNSPECIFIED ClusterRole = 0
-	// It grants: every limiter and admin call goes to it.
+	// It grants: with one shard, every limiter and admin call goes to it;
+	// with several, every server that leads a shard is a leader, of the
+	// pools of its shards.
 	ClusterRole_CLUSTER_ROLE_LEADER ClusterRole = 1
 	// It waits to take over, and answers limiter and admin calls with
 	// UNAVAILABLE (NOT_LEADER) naming the leader.
@@ -133,8 +135,16 @@ type GetClusterResponse struct {
 	// On the leader: how long its leadership lasts if it cannot renew it
 	// (the leadership deadline less now). Unset on followers.
 	LeadershipRemaining *durationpb.Duration `protobuf:"bytes,6,opt,name=leadership_remaining,json=leadershipRemaining,proto3" json:"leadership_remaining,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The number of shards the pools are spread over, fixed when the
+	// cluster was created; a pool's shard is
+	// FNV-1a-32(UTF-8 name) mod shard_count (see docs/ha.md). 1 for a
+	// standalone server and a cluster of one shard.
+	ShardCount int32 `protobuf:"varint,7,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
+	// The shard map as the answering server last read it from etcd: one
+	// entry per shard, in shard order. Empty for a standalone server.
+	Shards        []*ShardOwner `protobuf:"bytes,8,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetClusterResponse) Reset() {
@@ -209,20 +219,112 @@ func (x *GetClusterResponse) GetLeadershipRemaining() *durationpb.Duration {
 	return nil
 }
 
+func (x *GetClusterResponse) GetShardCount() int32 {
+	if x != nil {
+		return x.ShardCount
+	}
+	return 0
+}
+
+func (x *GetClusterResponse) GetShards() []*ShardOwner {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+// ShardOwner says which server leads one shard.
+type ShardOwner struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard's number, from 0.
+	Shard int32 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// The advertised address of the server that leads it; empty while none
+	// does (between the death of its owner and its successor's take-over).
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The epoch of the owner's leadership of the shard (the create revision
+	// of its campaign key): grows with every new leadership of the shard.
+	Epoch int64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// While the shard moves to another server in a planned move: the
+	// server it moves to. Empty otherwise.
+	MovingTo      string `protobuf:"bytes,4,opt,name=moving_to,json=movingTo,proto3" json:"moving_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardOwner) Reset() {
+	*x = ShardOwner{}
+	mi := &file_tollgate_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardOwner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardOwner) ProtoMessage() {}
+
+func (x *ShardOwner) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardOwner.ProtoReflect.Descriptor instead.
+func (*ShardOwner) Descriptor() ([]byte, []int) {
+	return file_tollgate_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ShardOwner) GetShard() int32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardOwner) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ShardOwner) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ShardOwner) GetMovingTo() string {
+	if x != nil {
+		return x.MovingTo
+	}
+	return ""
+}
+
 // ClusterMember is one server of the cluster.
 type ClusterMember struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Its advertised address (host:port), as clients reach it.
 	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
 	// Its role.
-	Role          ClusterRole `protobuf:"varint,2,opt,name=role,proto3,enum=tollgate.v1.ClusterRole" json:"role,omitempty"`
+	Role ClusterRole `protobuf:"varint,2,opt,name=role,proto3,enum=tollgate.v1.ClusterRole" json:"role,omitempty"`
+	// How many shards it leads.
+	ShardsLed     int32 `protobuf:"varint,3,opt,name=shards_led,json=shardsLed,proto3" json:"shards_led,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterMember) Reset() {
 	*x = ClusterMember{}
-	mi := &file_tollgate_v1_cluster_proto_msgTypes[2]
+	mi := &file_tollgate_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +336,7 @@ func (x *ClusterMember) String() string {
 func (*ClusterMember) ProtoMessage() {}
 
 func (x *ClusterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_v1_cluster_proto_msgTypes[2]
+	mi := &file_tollgate_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +349,7 @@ func (x *ClusterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
 func (*ClusterMember) Descriptor() ([]byte, []int) {
-	return file_tollgate_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_tollgate_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ClusterMember) GetAddress() string {
@@ -264,12 +366,19 @@ func (x *ClusterMember) GetRole() ClusterRole {
 	return ClusterRole_CLUSTER_ROLE_UNSPECIFIED
 }
 
+func (x *ClusterMember) GetShardsLed() int32 {
+	if x != nil {
+		return x.ShardsLed
+	}
+	return 0
+}
+
 var File_tollgate_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x19tollgate/v1/cluster.proto\x12\vtollgate.v1\x1a\x1egoogle/protobuf/duration.proto\"\x13\n" +
-	"\x11GetClusterRequest\"\xfa\x01\n" +
+	"\x11GetClusterRequest\"\xcc\x02\n" +
 	"\x12GetClusterResponse\x124\n" +
 	"\amembers\x18\x01 \x03(\v2\x1a.tollgate.v1.ClusterMemberR\amembers\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x14\n" +
@@ -278,10 +387,21 @@ const file_tollgate_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"standalone\x18\x05 \x01(\bR\n" +
 	"standalone\x12L\n" +
-	"\x14leadership_remaining\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x13leadershipRemaining\"W\n" +
+	"\x14leadership_remaining\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x13leadershipRemaining\x12\x1f\n" +
+	"\vshard_count\x18\a \x01(\x05R\n" +
+	"shardCount\x12/\n" +
+	"\x06shards\x18\b \x03(\v2\x17.tollgate.v1.ShardOwnerR\x06shards\"k\n" +
+	"\n" +
+	"ShardOwner\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\x05R\x05shard\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x1b\n" +
+	"\tmoving_to\x18\x04 \x01(\tR\bmovingTo\"v\n" +
 	"\rClusterMember\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12,\n" +
-	"\x04role\x18\x02 \x01(\x0e2\x18.tollgate.v1.ClusterRoleR\x04role*_\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x18.tollgate.v1.ClusterRoleR\x04role\x12\x1d\n" +
+	"\n" +
+	"shards_led\x18\x03 \x01(\x05R\tshardsLed*_\n" +
 	"\vClusterRole\x12\x1c\n" +
 	"\x18CLUSTER_ROLE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CLUSTER_ROLE_LEADER\x10\x01\x12\x19\n" +
@@ -300,23 +420,25 @@ func file_tollgate_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_tollgate_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tollgate_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_tollgate_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_tollgate_v1_cluster_proto_goTypes = []any{
 	(ClusterRole)(0),            // 0: tollgate.v1.ClusterRole
 	(*GetClusterRequest)(nil),   // 1: tollgate.v1.GetClusterRequest
 	(*GetClusterResponse)(nil),  // 2: tollgate.v1.GetClusterResponse
-	(*ClusterMember)(nil),       // 3: tollgate.v1.ClusterMember
-	(*durationpb.Duration)(nil), // 4: google.protobuf.Duration
+	(*ShardOwner)(nil),          // 3: tollgate.v1.ShardOwner
+	(*ClusterMember)(nil),       // 4: tollgate.v1.ClusterMember
+	(*durationpb.Duration)(nil), // 5: google.protobuf.Duration
 }
 var file_tollgate_v1_cluster_proto_depIdxs = []int32{
-	3, // 0: tollgate.v1.GetClusterResponse.members:type_name -> tollgate.v1.ClusterMember
-	4, // 1: tollgate.v1.GetClusterResponse.leadership_remaining:type_name -> google.protobuf.Duration
-	0, // 2: tollgate.v1.ClusterMember.role:type_name -> tollgate.v1.ClusterRole
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4, // 0: tollgate.v1.GetClusterResponse.members:type_name -> tollgate.v1.ClusterMember
+	5, // 1: tollgate.v1.GetClusterResponse.leadership_remaining:type_name -> google.protobuf.Duration
+	3, // 2: tollgate.v1.GetClusterResponse.shards:type_name -> tollgate.v1.ShardOwner
+	0, // 3: tollgate.v1.ClusterMember.role:type_name -> tollgate.v1.ClusterRole
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_cluster_proto_init() }
@@ -330,7 +452,7 @@ func file_tollgate_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_cluster_proto_rawDesc), len(file_tollgate_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

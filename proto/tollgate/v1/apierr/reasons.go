@@ -140,12 +140,13 @@ const (
 	// ReasonClientRateLimited (RESOURCE_EXHAUSTED): The client is over the
 	// server's per-client call rate.
 	ReasonClientRateLimited Reason = "CLIENT_RATE_LIMITED"
-	// ReasonNotLeader (UNAVAILABLE): This server is a follower of a cluster
-	// (serve --etcd) and does not grant, renew or change pools: the leader
-	// does. The status carries the leader's advertised address and epoch in
-	// ErrorInfo metadata ("leader", "epoch"; "leader" is empty while no leader
-	// is known) and a RetryInfo; call the leader, or call again after the
-	// delay.
+	// ReasonNotLeader (UNAVAILABLE): This server of a cluster (serve --etcd)
+	// does not lead the pool's shard (with one shard: it is a follower), so it
+	// does not grant, renew or change the pool: the shard's leader does. The
+	// status carries that leader's advertised address, its epoch and the shard
+	// in ErrorInfo metadata ("leader", "epoch", "shard"; "leader" is empty
+	// while no leader is known) and a RetryInfo; call the leader, or call again
+	// after the delay. Nothing was applied.
 	ReasonNotLeader Reason = "NOT_LEADER"
 	// ReasonOutcomeUnknown (UNAVAILABLE): A change was sent to the cluster's
 	// store but its answer was lost (the store did not answer in time, or the
