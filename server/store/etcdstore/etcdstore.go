@@ -126,9 +126,9 @@ func New(c *clientv3.Client, prefix string, opts Options) *Store {
 	return s
 }
 
-func (s *Store) poolKey(name string) string    { return s.prefix + "pools/" + name }
-func (s *Store) resKey(name string) string     { return s.prefix + "resources/" + name }
-func (s *Store) metaKey(name string) string    { return s.prefix + "meta/" + name }
+func (s *Store) poolKey(name string) string { return s.prefix + "pools/" + name }
+func (s *Store) resKey(name string) string  { return s.prefix + "resources/" + name }
+func (s *Store) metaKey(name string) string { return s.prefix + "meta/" + name }
 
 // shardMetaKey is the key of the shard's own meta record name.
 func (s *Store) shardMetaKey(name string) string {
@@ -139,7 +139,7 @@ func (s *Store) shardMetaKey(name string) string {
 }
 
 // mine reports whether the pool named name is in the Store's shard.
-func (s *Store) mine(name string) bool { return shard.Of(name, s.opts.Shards) == s.opts.Shard }
+func (s *Store) mine(name string) bool         { return shard.Of(name, s.opts.Shards) == s.opts.Shard }
 func (s *Store) livePrefix(name string) string { return s.prefix + "live/" + name + "@" }
 func (s *Store) liveKey(name string, index uint64) string {
 	return fmt.Sprintf("%s%016x", s.livePrefix(name), index)
