@@ -543,6 +543,25 @@ func (c *Campaign) Stop() {
 	})
 }
 
+// Close ends the campaign as a crash would: nothing is handed off and
+// the session is not resigned, so its keys stay in etcd until the session
+// expires and the other servers take its shards then. Its terms end
+// without a hand-off. For tests of a server's death; Stop is the way out
+// of a server that stops. Close and Stop are idempotent together: the
+// first called wins.
+func (c *Campaign) Close() {
+	c.stopped.Do(func() {
+		close(c.quit)
+		<-c.done
+		c.el.Close()
+		for i := range c.shards {
+			if l := c.current(i); l != nil {
+				c.endTerm(l, false, "closed")
+			}
+		}
+	})
+}
+
 // Collectors are the leadership's metrics.
 func (c *Campaign) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
