@@ -352,10 +352,14 @@ func (c *Campaign) run() {
 	for {
 		changed := c.el.Changed()
 		var retry <-chan time.Time
-		if failed := c.settle(); failed {
+		failed, acted := c.settle()
+		if failed {
 			retry = time.After(c.cfg.SessionTTL / 3)
 		}
 		c.host.LeadershipChanged()
+		if acted {
+			continue // look again: a term started may have to move already
+		}
 		if c.leaving.Load() && c.Led() == 0 && c.countTerms() == 0 {
 			c.closeDrained()
 		}
@@ -391,8 +395,9 @@ func (c *Campaign) closeDrained() {
 
 // settle ends the terms that must end, hands off the shards that move,
 // and starts a term for each shard led without one. It reports whether a
-// term could not start (it is retried).
-func (c *Campaign) settle() (failed bool) {
+// term could not start (it is retried), and whether it started or ended
+// any.
+func (c *Campaign) settle() (failed, acted bool) {
 	stepDown := false
 	for i := range c.shards {
 		ten := c.el.ShardTenure(i)
@@ -418,19 +423,22 @@ func (c *Campaign) settle() (failed bool) {
 					c.move(l, to)
 				}
 			}
+			acted = acted || c.current(i) == nil
 			continue // a new term, if any, at the next look
 		}
 		if ten != nil {
 			if err := c.startTerm(ten); err != nil {
 				c.log.Error("leading a shard, but cannot load its pools from etcd; retrying", "shard", i, "err", err)
 				failed = true
+			} else {
+				acted = true
 			}
 		}
 	}
 	if stepDown {
 		c.el.StepDown()
 	}
-	return failed
+	return failed, acted
 }
 
 // release deletes the key of l's ended term, so that the shard's next
@@ -453,6 +461,7 @@ func (c *Campaign) release(l *lead) {
 // write, and deletes its key, so that to's key comes first and to starts
 // its term at once.
 func (c *Campaign) move(l *lead, to string) {
+	c.log.Debug("moving a shard", "shard", l.shard, "to", to)
 	c.mu.Lock()
 	c.moving[l.shard] = to
 	c.mu.Unlock()
