@@ -111,21 +111,24 @@ func startShards(t *testing.T, n int, led ...int) *shardEnv {
 // start starts a term of shard i, as the campaign does.
 func (se *shardEnv) start(t *testing.T, i int) *term.Term {
 	t.Helper()
-	// The term's writes are fenced on a key of its own, as on the
-	// campaign key of a leadership.
-	key := fmt.Sprintf("%sfence/%d/%d", shardPrefix, i, time.Now().UnixNano())
-	put, err := se.etcd.Put(context.Background(), key, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := etcdstore.New(se.etcd, shardPrefix, etcdstore.Options{LeaderKey: key, LeaderRev: put.Header.Revision})
-	tm, err := se.h.StartTerm(i, st, int64(100+i), nil)
+	tm, err := se.h.StartTerm(i, se.store(t, i), int64(100+i), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tm.Begin()
 	se.terms[i] = tm
 	return tm
+}
+
+// store is a store of a term of shard i, its writes fenced on a key of
+// its own, as on the campaign key of a leadership.
+func (se *shardEnv) store(t *testing.T, i int) *etcdstore.Store {
+	key := fmt.Sprintf("%sfence/%d/%d", shardPrefix, i, time.Now().UnixNano())
+	put, err := se.etcd.Put(context.Background(), key, "")
+	if err != nil {
+		t.Error(err)
+	}
+	return etcdstore.New(se.etcd, shardPrefix, etcdstore.Options{LeaderKey: key, LeaderRev: put.Header.Revision})
 }
 
 // end ends shard i's term, as the campaign does.
@@ -397,5 +400,51 @@ func TestShardsSessionHostile(t *testing.T) {
 	}
 	if r := sc.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: pools[0], Weight: i64(1)})); r.GetAcquire().GetLease() == nil {
 		t.Fatalf("after the burst, an acquire in shard 0 was answered %v", r)
+	}
+}
+
+// The campaign may start and end the terms of different shards at once:
+// the host serves each shard's own, and the server leads exactly the
+// shards whose term runs.
+func TestShardsHostStartsAndEndsConcurrently(t *testing.T) {
+	se := startShards(t, 8)
+	pools := poolsOf(8)
+	var wg sync.WaitGroup
+	started := make([]*term.Term, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 3 {
+				tm, err := se.h.StartTerm(i, se.store(t, i), int64(100+i), nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				tm.Begin()
+				if k == 2 && i%2 == 0 {
+					started[i] = tm
+					return
+				}
+				tm.End()
+				se.h.EndTerm(i, tm, k%2 == 0)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range 8 {
+		got := se.srv.terms.Shard(i).Get()
+		if i%2 == 0 && (got != started[i] || !got.Leading()) || i%2 == 1 && got.Leading() {
+			t.Fatalf("shard %d serves %v (leading %v)", i, got, got.Leading())
+		}
+		if i%2 == 0 {
+			se.terms[i] = got
+		}
+		_, err := se.adm.GetPool(se.ctx(), &tollgatev1.GetPoolRequest{Name: pools[i]})
+		if i%2 == 0 {
+			wantStatus(t, err, codes.NotFound, apierr.ReasonPoolNotFound)
+		} else {
+			wantNotLeaderOf(t, err, i)
+		}
 	}
 }
