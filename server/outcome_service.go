@@ -14,7 +14,16 @@ import (
 
 // Report counts batches of outcomes.
 func (l *limiterService) Report(ctx context.Context, req *tollgatev1.ReportRequest) (*tollgatev1.ReportResponse, error) {
-	if err := l.srv.callsOf(ctx).Report(ctx, req, func(pool string) *term.Term { return l.srv.termIn(ctx, pool) }); err != nil {
+	byShard := make(map[int]*term.Term) // the terms the call took, once each
+	if err := l.srv.callsOf(ctx).Report(ctx, req, func(pool string) *term.Term {
+		i := l.srv.terms.ShardOf(pool)
+		t, ok := byShard[i]
+		if !ok {
+			t = l.srv.termIn(ctx, pool)
+			byShard[i] = t
+		}
+		return t
+	}); err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "Report", err, refuse.About{})
 	}
 	return &tollgatev1.ReportResponse{}, nil
