@@ -14,15 +14,17 @@ import (
 
 // Report counts batches of outcomes.
 func (l *limiterService) Report(ctx context.Context, req *tollgatev1.ReportRequest) (*tollgatev1.ReportResponse, error) {
-	byShard := make(map[int]*term.Term) // the terms the call took, once each
-	if err := l.srv.callsOf(ctx).Report(ctx, req, func(pool string) *term.Term {
-		i := l.srv.terms.ShardOf(pool)
-		t, ok := byShard[i]
-		if !ok {
-			t = l.srv.termIn(ctx, pool)
-			byShard[i] = t
+	byShard := make(map[int]*term.Term) // the terms the leader gate took
+	if ts, ok := ctx.Value(callTermsKey{}).(callTerms); ok {
+		for _, st := range ts {
+			byShard[st.shard] = st.t
 		}
-		return t
+	}
+	if err := l.srv.callsOf(ctx).Report(ctx, req, func(pool string) *term.Term {
+		if t, ok := byShard[l.srv.terms.ShardOf(pool)]; ok {
+			return t
+		}
+		return l.srv.termIn(ctx, pool) // a standalone server's
 	}); err != nil {
 		return nil, refuse.ToStatus(l.srv.log, "Report", err, refuse.About{})
 	}
