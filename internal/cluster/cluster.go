@@ -499,7 +499,7 @@ func (c *Campaign) startTerm(ten *election.Tenure) error {
 	t.Begin()
 	c.changes.Add(1)
 	c.host.RecordEvent(events.Event{Type: events.LeaderChanged,
-		Detail: fmt.Sprintf("%s leads shard %d, epoch %d", c.cfg.Advertise, ten.Shard, epoch)})
+		Detail: fmt.Sprintf("%s leads%s, epoch %d", c.cfg.Advertise, c.shardName(ten.Shard), epoch)})
 	return nil
 }
 
@@ -514,7 +514,16 @@ func (c *Campaign) endTerm(l *lead, handOff bool, why string) {
 	c.changes.Add(1)
 	c.host.LeadershipChanged()
 	c.host.RecordEvent(events.Event{Type: events.LeaderChanged,
-		Detail: fmt.Sprintf("%s stopped leading shard %d, epoch %d: %s", c.cfg.Advertise, l.shard, l.tenure.Epoch, why)})
+		Detail: fmt.Sprintf("%s stopped leading%s, epoch %d: %s", c.cfg.Advertise, c.shardName(l.shard), l.tenure.Epoch, why)})
+}
+
+// shardName names shard i in an event: " shard i", or nothing in a
+// cluster of one shard, whose events read as they did before shards.
+func (c *Campaign) shardName(i int) string {
+	if c.shards == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" shard %d", i)
 }
 
 // Stop ends the campaign: the server leaves the cluster (its membership
