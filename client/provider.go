@@ -273,7 +273,7 @@ func (p *Provider) serve(first chan<- error) (bool, error) {
 	if e, ok := FromError(err); ok {
 		err = e
 		if e.Is(apierr.ErrNotLeader) {
-			p.c.noteNotLeader(p.pool, e, ln)
+			_, _ = p.c.noteNotLeader(p.pool, e, ln)
 		}
 	}
 	if first != nil {

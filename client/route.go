@@ -99,12 +99,18 @@ func (c *Client) sharded() bool {
 	return r != nil && r.count > 1
 }
 
-// rerouteWait pauses before a request is sent again by its route: after
-// a NOT_LEADER whose hint moved the shard (moved), not at all the first
-// time, then by retryBackoff capped at the answer's retry delay; else
-// (no owner known, an owner that did not answer) by retryBackoff, at least
-// the answer's retry delay. It returns ctx's error or ErrClosed when one
-// ends first.
+// fastMoves is how many times a request follows at once a NOT_LEADER hint
+// that moved its shard; after that (servers that name each other in turn)
+// it backs off as when no owner is known.
+const fastMoves = 3
+
+// rerouteWait pauses before a request is sent again by its route (n is
+// the attempt, from 0): after a NOT_LEADER whose hint moved the shard
+// (moved), not at all the first time, then by retryBackoff capped at the
+// answer's retry delay, for the first fastMoves attempts; else (no owner
+// known, an owner that did not answer, hints that keep moving it) by
+// retryBackoff, at least the answer's retry delay. It returns ctx's error
+// or ErrClosed when one ends first.
 func (c *Client) rerouteWait(ctx context.Context, n int, e *Error, moved bool) error {
 	var hint time.Duration
 	if e != nil {
@@ -115,7 +121,7 @@ func (c *Client) rerouteWait(ctx context.Context, n int, e *Error, moved bool) e
 	switch {
 	case moved && n == 0:
 		return ctx.Err()
-	case moved:
+	case moved && n < fastMoves:
 		d = retryBackoff.delay(n-1, deadline)
 		if hint > 0 {
 			d = min(d, hint)
@@ -303,39 +309,41 @@ func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64) bool
 
 // noteNotLeader applies a NOT_LEADER answer about pool's shard from the
 // server of link from, and reports whether the request is to be sent
-// again by its route now (the cluster is sharded). A hint naming an owner
-// moves the shard there; one naming nobody, the answering server itself,
-// an older epoch or another shard makes the Client read the map again.
-func (c *Client) noteNotLeader(pool string, e *Error, from *link) bool {
+// again by its route (the cluster is sharded, or the server knows shards
+// and the map is being read), and whether the shard now routes where the
+// answer says (moved). A hint naming an owner moves the shard there; one
+// naming nobody, the answering server itself, an older epoch or another
+// shard makes the Client read the map again.
+func (c *Client) noteNotLeader(pool string, e *Error, from *link) (reroute, moved bool) {
 	r := c.routes.Load()
 	s, hasShard := e.Metadata["shard"]
 	switch {
 	case r == nil && hasShard:
 		c.learn() // a server that knows shards: route once the map is known
-		return true
+		return true, false
 	case r == nil:
 		c.learn()
-		return false
+		return false, false
 	case r.count <= 1:
 		if hasShard && s != "0" {
 			c.learn() // the map read said one shard; read it again
 		}
-		return false
+		return false, false
 	}
 	i := shard.Of(pool, r.count)
 	leader := e.Metadata["leader"]
 	epoch, err := strconv.ParseInt(e.Metadata["epoch"], 10, 64)
 	if leader == "" || err != nil || epoch < 0 || leader == from.addr || hasShard && s != strconv.Itoa(i) {
 		c.learn()
-		return true
+		return true, false
 	}
 	c.mu.Lock()
-	moved := !c.closed && c.routes.Load() == r && c.setRouteLocked(r, i, leader, epoch)
+	moved = !c.closed && c.routes.Load() == r && c.setRouteLocked(r, i, leader, epoch)
 	c.mu.Unlock()
 	if !moved {
 		c.learn()
 	}
-	return true
+	return true, moved
 }
 
 // linkLocked returns the link to the server at addr, making it if there
@@ -362,18 +370,30 @@ func (c *Client) linkLocked(addr string) *link {
 }
 
 // unrefLocked counts one shard fewer routed to ln, and retires it when
-// none is: its stream ends (requests waiting on it are sent again by their
-// route) and its connection closes.
+// none is (retireLocked).
 func (c *Client) unrefLocked(ln *link) {
 	ln.shards--
-	if ln.shards > 0 || ln.retired {
+	if ln.shards > 0 {
+		return
+	}
+	delete(c.links, ln.addr)
+	ln.retireLocked()
+}
+
+// retireLocked stops sending new requests on the link; its stream ends
+// once every request sent on it is answered (a grant in flight is not
+// lost), and then a server's link closes its connection.
+func (ln *link) retireLocked() {
+	if ln.retired {
 		return
 	}
 	ln.retired = true
-	delete(c.links, ln.addr)
-	ln.cancel()
-	if !ln.started {
+	ln.draining.Store(true)
+	if !ln.started && ln != ln.c.main {
 		_ = ln.conn.Close()
+	}
+	if ln.cur == nil || ln.cur.idle() {
+		ln.cancel()
 	}
 }
 
@@ -395,12 +415,10 @@ func (c *Client) dropRoutesLocked(r *routes) {
 // at their shards' owners at once. The connection stays (Conn,
 // GetCluster). It reports whether it did.
 func (c *Client) leaveMainLocked() bool {
-	m := c.main
-	if m.retired {
+	if c.main.retired {
 		return false
 	}
-	m.retired = true
-	m.cancel()
+	c.main.retireLocked()
 	return true
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -49,8 +50,11 @@ type link struct {
 	cur       *stream       // the live Session stream, or nil
 	ready     chan struct{} // closed when cur is set; replaced when it breaks
 	lastBreak error         // why the last Session stream broke or could not open
-	retired   bool          // no longer used: its loop ends, its connection closes
+	retired   bool          // no new requests: its loop ends once it is idle (retireLocked)
 	shards    int           // how many shards route to it (a server's link)
+	// draining is retired, read by the stream's reader: it ends the link
+	// once no request waits for an answer.
+	draining atomic.Bool
 }
 
 // newLink returns a link over conn; addr is "" for the dialed target.
@@ -187,13 +191,15 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 			return a, nil
 		}
 		e := fromSessionError(se)
-		if e.Is(apierr.ErrNotLeader) && c.noteNotLeader(o.pool, e, ln) {
-			// Sharded: nothing was applied; send it to the owner now known.
-			c.log.Debug("tollgate: request sent to the owner of its pool's shard", "pool", o.pool, "err", e)
-			if err := c.rerouteWait(ctx, n, e, true); err != nil {
-				return answer{}, err
+		if e.Is(apierr.ErrNotLeader) {
+			if reroute, moved := c.noteNotLeader(o.pool, e, ln); reroute {
+				// Sharded: nothing was applied; send it to the owner now known.
+				c.log.Debug("tollgate: sending a request again by its shard's route", "pool", o.pool, "err", e)
+				if err := c.rerouteWait(ctx, n, e, moved); err != nil {
+					return answer{}, err
+				}
+				continue
 			}
-			continue
 		}
 		if e.Code != codes.Unavailable || e.Is(apierr.ErrRecovering) || e.Is(apierr.ErrStorageFailed) || e.Is(apierr.ErrOutcomeUnknown) {
 			return a, e // an answer about the request, not about reaching the server; never sent again when it may have been applied
@@ -513,7 +519,11 @@ func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
 	cl := st.pending[id]
 	delete(st.pending, id)
 	abandoned := cl != nil && cl.abandoned
+	drained := len(st.pending) == 0 && st.ln.draining.Load()
 	st.mu.Unlock()
+	if drained {
+		defer st.ln.cancel() // after the last answer is handed over
+	}
 	if cl == nil {
 		st.c.log.Debug("tollgate: answer to an unknown request", "request_id", id)
 		return
@@ -533,6 +543,13 @@ func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
 	if !abandoned {
 		cl.ch <- a
 	}
+}
+
+// idle reports whether no request waits for an answer on the stream.
+func (st *stream) idle() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.pending) == 0
 }
 
 // fail marks the stream broken with err, answers every waiting call with
