@@ -52,7 +52,7 @@ var errLinkWait = &Error{Code: codes.Unavailable, Message: "the owner of the poo
 type routes struct {
 	count  int                     // the cluster's shard count; 1: not sharded
 	shards []atomic.Pointer[route] // count entries when count > 1; nil entry: no owner known
-	self   *link                   // the server that answered GetCluster: for shards of no known owner
+	self   atomic.Pointer[link]    // the server that answered GetCluster: for shards of no known owner
 }
 
 // route is where one shard's requests go.
@@ -90,7 +90,7 @@ func (c *Client) linkFor(pool string) *link {
 		return rt.ln
 	}
 	c.learn()
-	return r.self
+	return r.self.Load()
 }
 
 // sharded reports whether the Client routes by a map of several shards.
@@ -260,11 +260,10 @@ func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool)
 		}
 		c.setRouteLocked(r, i, addr, so.GetEpoch())
 	}
-	if self := resp.GetSelf(); self != "" && (r.self == nil || r.self.addr != self) {
+	if self, prev := resp.GetSelf(), r.self.Load(); self != "" && (prev == nil || prev.addr != self) {
 		if ln := c.linkLocked(self); ln != nil {
 			ln.shards++
-			prev := r.self
-			r.self = ln
+			r.self.Store(ln)
 			if prev != nil {
 				c.unrefLocked(prev)
 			}
@@ -404,8 +403,8 @@ func (c *Client) dropRoutesLocked(r *routes) {
 			c.unrefLocked(rt.ln)
 		}
 	}
-	if r.self != nil {
-		c.unrefLocked(r.self)
+	if self := r.self.Load(); self != nil {
+		c.unrefLocked(self)
 	}
 }
 

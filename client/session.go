@@ -164,7 +164,9 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 		st, err := ln.currentFor(ctx, o)
 		switch {
 		case err == errRetired, err == errLinkWait:
-			if err := c.rerouteWait(ctx, n, nil, false); err != nil {
+			// Retired: the route changed meanwhile (at once the first
+			// time). Link wait: its server does not answer (back off).
+			if err := c.rerouteWait(ctx, n, nil, err == errRetired); err != nil {
 				return answer{}, err
 			}
 			continue

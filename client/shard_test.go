@@ -200,14 +200,21 @@ func (s *shardStream) RecvMsg(m any) error {
 // refuse answers r NOT_LEADER if its pool is not its server's, and
 // reports whether it did; else it counts r as served.
 func (s *shardStream) refuse(r *tollgatev1.SessionRequest) bool {
-	kind, pool := requestPool(r)
-	if pool == "" {
-		return false
+	kind, pools := requestPools(r)
+	var mine bool
+	var leader string
+	var epoch int64
+	var sh int
+	for _, pool := range pools {
+		if mine, leader, epoch, sh = s.f.m.route(s.f.addr, pool); !mine {
+			break
+		}
 	}
-	mine, leader, epoch, sh := s.f.m.route(s.f.addr, pool)
-	if mine {
+	if mine || len(pools) == 0 {
 		s.f.mu.Lock()
-		s.f.served[kind+" "+pool]++
+		for _, pool := range pools {
+			s.f.served[kind+" "+pool]++
+		}
 		s.f.mu.Unlock()
 		return false
 	}
@@ -220,20 +227,26 @@ func (s *shardStream) refuse(r *tollgatev1.SessionRequest) bool {
 	return true
 }
 
-// requestPool returns the kind of a Session request ("acquire", "renew",
-// ...) and the pool it names, if any.
-func requestPool(r *tollgatev1.SessionRequest) (kind, pool string) {
+// requestPools returns the kind of a Session request ("acquire", "renew",
+// "report", ...) and the pools it names.
+func requestPools(r *tollgatev1.SessionRequest) (kind string, pools []string) {
+	if rep := r.GetReport(); rep != nil {
+		for _, pr := range rep.GetReports() {
+			pools = append(pools, pr.GetPool())
+		}
+		return "report", pools
+	}
 	m := r.ProtoReflect()
 	fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("kind"))
 	if fd == nil || fd.Message() == nil {
-		return "", ""
+		return "", nil
 	}
 	sub := m.Get(fd).Message()
 	pf := sub.Descriptor().Fields().ByName("pool")
 	if pf == nil {
-		return string(fd.Name()), ""
+		return string(fd.Name()), nil
 	}
-	return string(fd.Name()), sub.Get(pf).String()
+	return string(fd.Name()), []string{sub.Get(pf).String()}
 }
 
 // shardPools returns, for each front end, a pool name whose shard it owns
@@ -298,6 +311,22 @@ func TestShardedCallsGoToTheirShardsOwner(t *testing.T) {
 		if got := fronts[k].count("take", p); got < 1 {
 			t.Errorf("pool %s: its owner served no take", p)
 		}
+		lim, err := c.NewLimiter(p, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lim.Wait(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if got := fronts[k].count("acquire_share", p); got != 1 {
+			t.Errorf("pool %s: its owner served %d rate share acquires, want 1", p, got)
+		}
+		_ = lim.Close()
+		c.Report(p, client.OutcomeSuccess, time.Millisecond)
+	}
+	// Reports of pools of several shards are split by shard.
+	for k, p := range pools {
+		waitFor(t, "the report of "+p+" at its owner", func() bool { return fronts[k].count("report", p) > 0 })
 	}
 	var after int64
 	for _, f := range fronts {
