@@ -196,7 +196,7 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 		if e.Is(apierr.ErrNotLeader) {
 			if reroute, moved := c.noteNotLeader(o.pool, e, ln); reroute {
 				// Sharded: nothing was applied; send it to the owner now known.
-				c.log.Debug("tollgate: sending a request again by its shard's route", "pool", o.pool, "err", e)
+				c.log.Debug("tollgate: sending a request again by its shard's route", "err", e)
 				if err := c.rerouteWait(ctx, n, e, moved); err != nil {
 					return answer{}, err
 				}
