@@ -6,7 +6,11 @@
 // is multiplexed. When the stream breaks, the Client reconnects with
 // backoff (to the leader, when it was given the servers of a cluster),
 // more often as the nearest local deadline of its leases comes, and renews
-// its live leases on the new stream at once.
+// its live leases on the new stream at once. In a cluster of several
+// shards it learns the shard map (GetCluster) and keeps one connection and
+// stream per server it uses instead, sending each pool's calls to the
+// server that leads the pool's shard and following NOT_LEADER hints when
+// a shard moves; a held lease is renewed at its shard's new owner.
 //
 // A Lease is renewed in the background every TTL/3. Its holder must stop
 // relying on it when its Done channel is closed: the server said it expired
@@ -125,6 +129,11 @@ type leaseKey struct{ pool, id string }
 // leader) is sent again after the answer's retry delay, within the call's
 // context. When the leader changes, the Session stream moves to the new
 // leader, which re-adopts the client's leases as they are renewed.
+//
+// In a cluster of several shards (GetCluster's shard_count above 1) each
+// pool's calls go to the server that leads its shard, whichever addresses
+// were dialed (one is enough): the client reads the shard map from a
+// dialed server and dials the owners it names (at most 64 servers).
 //
 // Dial does not connect: the first call that needs the server does, and
 // waits for a connection as long as its context allows. The transport is
