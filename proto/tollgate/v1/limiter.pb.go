@@ -1709,11 +1709,12 @@ type SessionError struct {
 	// Machine-readable reason, as in the unary call's google.rpc.ErrorInfo.
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When set, how long until the request could succeed, as in the unary
-	// call's google.rpc.RetryInfo (RATE_LIMITED, RECOVERING).
+	// call's google.rpc.RetryInfo (RATE_LIMITED, RECOVERING, NOT_LEADER).
 	RetryAfter *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// The metadata of the unary call's google.rpc.ErrorInfo, when it has
-	// any: NOT_LEADER names the leader of the pool's shard ("leader", empty
-	// while none is known), its epoch ("epoch") and the shard ("shard").
+	// any: for NOT_LEADER, "leader", "epoch" and "shard" (the request's
+	// pool's shard and who leads it; the stream goes on, and a request for
+	// a pool of another shard may succeed on it).
 	Metadata      map[string]string `protobuf:"bytes,5,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
