@@ -240,14 +240,14 @@ func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool)
 		c.log.Warn("tollgate: the cluster's shard map is not valid; ignoring it", "shard_count", n)
 		return false
 	}
+	var old *routes
 	if r == nil || r.count != n {
-		old := r
+		old = r
 		r = &routes{count: n, shards: make([]atomic.Pointer[route], n)}
 		c.routes.Store(r)
 		if old == nil || old.count <= 1 {
 			left = c.leaveMainLocked()
-		} else {
-			c.dropRoutesLocked(old)
+			old = nil
 		}
 	}
 	for _, so := range resp.GetShards() {
@@ -269,6 +269,9 @@ func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool)
 				c.unrefLocked(prev)
 			}
 		}
+	}
+	if old != nil {
+		c.dropRoutesLocked(old) // after the new routes took the links they share
 	}
 	return left
 }
