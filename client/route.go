@@ -39,7 +39,7 @@ const (
 	// learnTimeout bounds one GetCluster.
 	learnTimeout = 5 * time.Second
 	// relearnEvery is the least time between two reads of the map.
-	relearnEvery = 250 * time.Millisecond
+	relearnEvery = 100 * time.Millisecond
 	// drainLimit bounds how long a retired link's stream stays open for
 	// the answers to requests sent on it before (retireLocked).
 	drainLimit = 10 * time.Second

@@ -325,6 +325,9 @@ func (ln *link) run() {
 				attempt = 0
 			}
 		}
+		if ln != c.main {
+			c.learn() // its server may have handed its shards off, or died
+		}
 		if pause(ln.ctx, ln.ctx, reconnectBackoff.hinted(attempt, c.nearestDeadline(), ln.noteBreak(err))) != nil {
 			return
 		}
@@ -397,7 +400,10 @@ func (ln *link) open() (*stream, error) {
 	c := ln.c
 	ctx, cancel := context.WithCancelCause(ln.ctx)
 	stopRedial := ln.redial()
-	ss, err := ln.stub.Session(ctx, grpc.WaitForReady(true))
+	// A server's link fails at once when its server cannot be reached (the
+	// loop then reads the map again: the shards may have moved); the
+	// dialed target's waits for a connection.
+	ss, err := ln.stub.Session(ctx, grpc.WaitForReady(ln == c.main))
 	stopRedial()
 	if err != nil {
 		cancel(err)
