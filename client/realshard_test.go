@@ -44,6 +44,7 @@ func TestRealShardedCluster(t *testing.T) {
 		seed = append(seed, limiter.PoolConfig{Name: "pool-" + strconv.Itoa(i), ConcurrencyLimit: 4})
 	}
 	var ms []*realMember
+	var etcds []*clientv3.Client
 	for range 3 {
 		c, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 2 * time.Second,
 			Logger: zap.NewNop(), DialOptions: election.DialOptions(2 * time.Second)})
@@ -51,6 +52,7 @@ func TestRealShardedCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
+		etcds = append(etcds, c)
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -159,5 +161,36 @@ func TestRealShardedCluster(t *testing.T) {
 		t.Errorf("tokens: held %d (was %d), new %d", l.FencingToken(), token, l2.FencingToken())
 	}
 	_ = l2.Release(ctx(t))
+	_ = l.Release(ctx(t))
+
+	// kill -9 of server 1, as etcd sees it: its etcd connection goes first
+	// (no hand-off, no resignation), then it stops serving.
+	o = owners()
+	pool = ""
+	for _, p := range seed {
+		if o[shard.Of(p.Name, shards)] == ms[1].addr {
+			pool = p.Name
+			break
+		}
+	}
+	l, err = c.Acquire(ctx(t), pool, client.WithTTL(8*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token = l.FencingToken()
+	start = time.Now()
+	etcds[1].Close()
+	ms[1].stop()
+	<-ms[1].done
+	ms[1].done <- nil
+	expiry = l.Expiry()
+	waitFor(t, "the held lease renewed at the dead server's successor", func() bool { return l.Expiry().After(expiry) || l.Err() != nil })
+	t.Logf("renewed %v after the kill", time.Since(start))
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost: %v", err)
+	}
+	if l.FencingToken() != token {
+		t.Errorf("token %d, was %d", l.FencingToken(), token)
+	}
 	_ = l.Release(ctx(t))
 }
