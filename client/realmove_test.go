@@ -1,9 +1,3 @@
-//go:build shardsreal
-
-// The build tag keeps this test out until the sharded server (branches
-// sh-server and sh-campaign) is on main; it passes against them. Remove the
-// tag when they are merged.
-
 package client_test
 
 import (

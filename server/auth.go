@@ -30,8 +30,9 @@ var (
 type poolNamer interface{ GetPool() string }
 
 // authUnary refuses unary calls the caller may not make: AdminService
-// calls without an admin identity, LimiterService calls on a pool the
-// policy does not allow.
+// calls (but GetCluster) without an admin identity, LimiterService calls
+// (and GetCluster) of a caller the policy allows no pool, or on a pool it
+// does not allow.
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if err := s.authorize(ctx, info.FullMethod, req); err != nil {
 		return nil, err
@@ -53,6 +54,14 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 func (s *Server) authorize(ctx context.Context, method string, req any) error {
 	var err error
 	switch {
+	case method == tollgatev1.AdminService_GetCluster_FullMethodName:
+		// Every client needs the shard map to reach a pool's leader: it
+		// is a limiter call, not an admin one (it tells nothing a
+		// NOT_LEADER answer does not).
+		if s.auth().HasPolicy() {
+			id := s.auth().Identify(ctx)
+			err = s.auth().CheckLimiter(id)
+		}
 	case strings.HasPrefix(method, adminServicePrefix):
 		id := s.auth().Identify(ctx)
 		if err = s.auth().CheckAdmin(id); err != nil {

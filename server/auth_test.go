@@ -66,6 +66,11 @@ func TestAuthAdminByToken(t *testing.T) {
 
 	admin.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
 	anon.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
+	// GetCluster is how every client finds its pools' leaders: not an
+	// admin call.
+	if _, err := anon.adm.GetCluster(anon.ctx(), &tollgatev1.GetClusterRequest{}); err != nil {
+		t.Fatalf("GetCluster without credentials: %v", err)
+	}
 	hc, err := healthpb.NewHealthClient(anon.conn).Check(anon.ctx(), &healthpb.HealthCheckRequest{})
 	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health without credentials = %v, %v", hc, err)
@@ -92,6 +97,9 @@ func TestAuthPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin.acquire(&tollgatev1.AcquireRequest{Pool: "billing-db"})
+	if _, err := worker.adm.GetCluster(worker.ctx(), &tollgatev1.GetClusterRequest{}); err != nil {
+		t.Fatalf("GetCluster of a client the policy allows pools: %v", err)
+	}
 
 	s := worker.session()
 	wantSessionError(t, s.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "billing-db"})), codes.PermissionDenied, "PERMISSION_DENIED")
@@ -110,6 +118,8 @@ func TestAuthPolicyNeedsCertificate(t *testing.T) {
 	_, err := anon.lim.Acquire(anon.ctx(), &tollgatev1.AcquireRequest{Pool: "db"})
 	wantRefusal(t, err, codes.Unauthenticated, "UNAUTHENTICATED", "client certificate")
 	err = anon.session().wantEnd()
+	wantRefusal(t, err, codes.Unauthenticated, "UNAUTHENTICATED", "client certificate")
+	_, err = anon.adm.GetCluster(anon.ctx(), &tollgatev1.GetClusterRequest{})
 	wantRefusal(t, err, codes.Unauthenticated, "UNAUTHENTICATED", "client certificate")
 	admin.acquire(&tollgatev1.AcquireRequest{Pool: "db"})
 }
