@@ -103,11 +103,14 @@ func LoadShardCount(ctx context.Context, c *clientv3.Client, prefix string, want
 	return n, nil
 }
 
-// Host serves a Campaign's terms. The Campaign calls StartTerm, EndTerm
-// and RecordEvent from one goroutine at a time, for every shard: the
-// terms of different shards are never started or ended concurrently, and
-// a shard's EndTerm comes after its StartTerm. LeadershipChanged is also
-// called from the goroutine that sees a leadership deadline pass.
+// Host serves a Campaign's terms. For one shard, the calls are
+// serialized: its EndTerm comes after its StartTerm returned, and its
+// next StartTerm after that EndTerm returned. Across shards, StartTerm of
+// different shards may run concurrently (the shards won together are
+// started side by side, up to 16 at once), while EndTerm is never called
+// concurrently with another EndTerm or with a StartTerm. RecordEvent may
+// be called concurrently from the StartTerms; LeadershipChanged also from
+// the goroutine that sees a leadership deadline pass.
 type Host interface {
 	// StartTerm builds the term of the leadership of epoch of shard (term.New,
 	// with tenure, the leadership's liveness), its engine writing to st
@@ -399,6 +402,7 @@ func (c *Campaign) closeDrained() {
 // any.
 func (c *Campaign) settle() (failed, acted bool) {
 	stepDown := false
+	var won []*election.Tenure
 	for i := range c.shards {
 		ten := c.el.ShardTenure(i)
 		if l := c.current(i); l != nil {
@@ -427,18 +431,46 @@ func (c *Campaign) settle() (failed, acted bool) {
 			continue // a new term, if any, at the next look
 		}
 		if ten != nil {
-			if err := c.startTerm(ten); err != nil {
-				c.log.Error("leading a shard, but cannot load its pools from etcd; retrying", "shard", i, "err", err)
-				failed = true
-			} else {
-				acted = true
-			}
+			won = append(won, ten)
 		}
 	}
 	if stepDown {
 		c.el.StepDown()
+		return false, true
 	}
-	return failed, acted
+	started, failed := c.startTerms(won)
+	return failed, acted || started
+}
+
+// maxStarting bounds the terms started at once.
+const maxStarting = 16
+
+// startTerms starts a term for each of the tenures won, up to
+// maxStarting at once: a server that takes many shards together (a
+// successor in a stop, a survivor after a death) restores them side by
+// side. It reports whether it started any, and whether any failed.
+func (c *Campaign) startTerms(won []*election.Tenure) (started, failed bool) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	sem := make(chan struct{}, maxStarting)
+	for _, ten := range won {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := c.startTerm(ten)
+			if err != nil {
+				c.log.Error("leading a shard, but cannot load its pools from etcd; retrying", "shard", ten.Shard, "err", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			started = started || err == nil
+			failed = failed || err != nil
+		}()
+	}
+	wg.Wait()
+	return started, failed
 }
 
 // release deletes the key of l's ended term, so that the shard's next
