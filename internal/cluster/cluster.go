@@ -531,7 +531,7 @@ func (c *Campaign) startTerm(ten *election.Tenure) error {
 	t.Begin()
 	c.changes.Add(1)
 	c.host.RecordEvent(events.Event{Type: events.LeaderChanged,
-		Detail: fmt.Sprintf("%s leads shard %d, epoch %d", c.cfg.Advertise, ten.Shard, epoch)})
+		Detail: fmt.Sprintf("%s leads%s, epoch %d", c.cfg.Advertise, c.shardName(ten.Shard), epoch)})
 	return nil
 }
 
@@ -546,7 +546,16 @@ func (c *Campaign) endTerm(l *lead, handOff bool, why string) {
 	c.changes.Add(1)
 	c.host.LeadershipChanged()
 	c.host.RecordEvent(events.Event{Type: events.LeaderChanged,
-		Detail: fmt.Sprintf("%s stopped leading shard %d, epoch %d: %s", c.cfg.Advertise, l.shard, l.tenure.Epoch, why)})
+		Detail: fmt.Sprintf("%s stopped leading%s epoch %d: %s", c.cfg.Advertise, c.shardName(l.shard), l.tenure.Epoch, why)})
+}
+
+// shardName names shard i in an event's detail: " shard i" in a cluster
+// of several shards; nothing with one, whose events read as before shards.
+func (c *Campaign) shardName(i int) string {
+	if c.shards == 1 {
+		return ""
+	}
+	return " shard " + strconv.Itoa(i)
 }
 
 // Stop ends the campaign: the server leaves the cluster (its membership
