@@ -1,17 +1,28 @@
 // Package cluster runs the leadership terms of a server of a cluster of
 // servers sharing etcd (serve --etcd): its campaign over internal/election;
-// a term for each leadership it wins, on a store whose writes are fenced
-// on that leadership; whether it leads now (Leading, View); the
+// a term for each leadership of a shard it wins, on a store whose writes
+// are fenced on that leadership; which shards it leads now (Leads, Map,
+// View); the planned moves that balance the shards over the servers; the
 // leadership's metrics and events; and the NOT_LEADER status with which a
-// server that does not lead answers.
+// server that does not lead a pool's shard answers.
+//
+// A shard's term ends with a hand-off when the shard moves (its final
+// fenced write, then its key deleted: the successor leads at once). A
+// term that ends otherwise is followed only under a new key: when the
+// session's deadline has passed, every shard's tenure has ended with it
+// and the server gives up the whole session (StepDown), as a server of
+// one shard always did; when one shard's term ends while the session
+// lives (a fenced write failed, a write got no answer, its key was read
+// gone), only that shard's key is deleted and campaigned for again, and
+// the server's other shards go on: one slow write does not cost every
+// shard a failover.
 //
 // The server serves the terms: it is the campaign's Host, told when a
 // term starts (to build the term, its engine restored from the term's
 // store, and serve it) and when it ends. The package may import
 // internal/election, internal/events, internal/refuse, internal/term, the
-// engine (limiter),
-// server/store/etcdstore, etcd's client and Prometheus; nothing of the
-// server.
+// engine (limiter), server/store/etcdstore, proto/tollgate/v1/shard,
+// etcd's client and Prometheus; nothing of the server.
 package cluster
 
 import (
