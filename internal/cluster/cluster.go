@@ -374,8 +374,8 @@ func (c *Campaign) run() {
 		if acted {
 			continue // look again: a term started may have to move already
 		}
-		if c.leaving.Load() && c.Led() == 0 && c.countTerms() == 0 {
-			c.closeDrained()
+		if c.leaving.Load() && (c.countTerms() == 0 || !c.othersKnown()) {
+			c.closeDrained() // nothing left to hand off, or no one to hand it to
 		}
 		select {
 		case <-changed:
@@ -385,6 +385,17 @@ func (c *Campaign) run() {
 			return
 		}
 	}
+}
+
+// othersKnown reports whether the last read showed a member other than
+// this server.
+func (c *Campaign) othersKnown() bool {
+	for _, m := range c.el.View().Members {
+		if m != c.cfg.Advertise {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Campaign) countTerms() int {
@@ -572,9 +583,10 @@ func (c *Campaign) shardName(i int) string {
 // Stop ends the campaign: the server leaves the cluster (its membership
 // key goes, and the other servers campaign for its shards), hands each
 // shard off in a planned move once its successor's key is queued (waiting
-// up to the session TTL for all of them), hands off those still led (their
-// final writes made) and resigns the session, so that other servers lead
-// at once. It is idempotent.
+// up to the session TTL for all of them, and not at all when it knows no
+// other member), hands off those still led (their final writes made) and
+// resigns the session, so that other servers lead at once. It is
+// idempotent.
 func (c *Campaign) Stop() {
 	c.stopped.Do(func() {
 		c.leaving.Store(true)
