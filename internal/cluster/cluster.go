@@ -439,10 +439,10 @@ func (c *Campaign) settle() (failed, acted bool) {
 				c.release(l)
 			case ten == nil || ten != l.tenure || !l.t.Acting():
 				c.endTerm(l, false, "leadership lost")
-				if c.el.SessionLive() {
+				if c.el.SessionLive() && time.Now().Before(l.tenure.Deadline()) {
 					c.release(l)
 				} else {
-					stepDown = true
+					stepDown = true // the deadline passed: every shard's tenure ended with it
 				}
 			default:
 				if to, ok := c.el.Successor(i); ok {
