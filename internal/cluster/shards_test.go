@@ -433,7 +433,7 @@ func TestPlannedMoveTimes(t *testing.T) {
 		t.Fatal("no planned move")
 	}
 	slices.Sort(moves)
-	t.Logf("64 shards, 3 → 4 servers: %v; %d planned moves in %v; each: median %v, 90th %v, max %v", sc.loads(), len(moves), took,
+	t.Logf("%d shards, 3 → 4 servers: %v; %d planned moves in %v; each: median %v, 90th %v, max %v", shards, sc.loads(), len(moves), took,
 		moves[len(moves)/2], moves[len(moves)*9/10], moves[len(moves)-1])
 	sc.l.check(t)
 }
