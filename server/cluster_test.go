@@ -119,7 +119,7 @@ func TestClusterFollowersAnswerNotLeader(t *testing.T) {
 				return err
 			}(),
 			func() error {
-				_, err := f.adm.ListPools(f.ctx(), &tollgatev1.ListPoolsRequest{})
+				_, err := f.adm.GetPool(f.ctx(), &tollgatev1.GetPoolRequest{Name: "db"})
 				return err
 			}(),
 			func() error {
