@@ -277,7 +277,10 @@ func (s *Server) fanListClients(ctx context.Context, req *tollgatev1.ListClients
 		}
 		lists = append(lists, p.Resp.GetClients())
 	}
-	id := func(c *tollgatev1.ClientSession) uint64 { n, _ := strconv.ParseUint(c.GetSessionId(), 10, 64); return n }
+	id := func(c *tollgatev1.ClientSession) uint64 {
+		n, _ := strconv.ParseUint(c.GetSessionId(), 10, 64)
+		return n
+	}
 	page, more := fanout.Merge(lists, func(a, b *tollgatev1.ClientSession) int {
 		return cmp.Or(cmp.Compare(a.GetServer(), b.GetServer()), cmp.Compare(id(a), id(b)))
 	}, func(c *tollgatev1.ClientSession) string { return c.GetServer() + "/" + c.GetSessionId() }, size, more)
@@ -456,8 +459,8 @@ type replayStream struct {
 	req   *tollgatev1.WatchEventsRequest
 	ctx   context.Context
 	ready chan struct{}
-	mu   sync.Mutex // serializes sends
-	read atomic.Bool
+	mu    sync.Mutex // serializes sends
+	read  atomic.Bool
 }
 
 func (r *replayStream) Context() context.Context {
