@@ -141,13 +141,11 @@ func (s *Server) fanListPools(ctx context.Context, req *tollgatev1.ListPoolsRequ
 	if ok {
 		parts = append(parts, fanout.Part[*tollgatev1.ListPoolsResponse]{Server: s.advertise, Resp: local.(*tollgatev1.ListPoolsResponse)})
 	}
-	var lists [][]poolItem
-	more := false
+	var lists []fanout.List[poolItem]
 	for _, p := range parts {
 		if p.Err != nil {
 			continue
 		}
-		more = more || p.Resp.GetNextPageToken() != ""
 		var l []poolItem
 		for i, pool := range p.Resp.GetPools() {
 			st := &tollgatev1.PoolStatus{}
@@ -157,10 +155,10 @@ func (s *Server) fanListPools(ctx context.Context, req *tollgatev1.ListPoolsRequ
 			st.Owner = cmp.Or(st.Owner, p.Server)
 			l = append(l, poolItem{pool, st})
 		}
-		lists = append(lists, l)
+		lists = append(lists, fanout.List[poolItem]{Items: l, More: p.Resp.GetNextPageToken() != ""})
 	}
 	page, more := fanout.Merge(lists, func(a, b poolItem) int { return cmp.Compare(a.pool.GetName(), b.pool.GetName()) },
-		func(it poolItem) string { return it.pool.GetName() }, size, more)
+		func(it poolItem) string { return it.pool.GetName() }, size)
 	resp := &tollgatev1.ListPoolsResponse{Unreachable: fanout.Missing(parts)}
 	for _, it := range page {
 		resp.Pools = append(resp.Pools, it.pool)
@@ -193,23 +191,21 @@ func (s *Server) fanGetStats(ctx context.Context, req *tollgatev1.GetStatsReques
 	if ok {
 		parts = append(parts, fanout.Part[*tollgatev1.GetStatsResponse]{Server: s.advertise, Resp: local.(*tollgatev1.GetStatsResponse)})
 	}
-	var lists [][]*tollgatev1.PoolStats
-	more := false
+	var lists []fanout.List[*tollgatev1.PoolStats]
 	for _, p := range parts {
 		if p.Err != nil {
 			continue
 		}
-		more = more || p.Resp.GetNextPageToken() != ""
 		for _, st := range p.Resp.GetStats() {
 			if st.Status == nil {
 				st.Status = &tollgatev1.PoolStatus{}
 			}
 			st.Status.Owner = cmp.Or(st.Status.Owner, p.Server)
 		}
-		lists = append(lists, p.Resp.GetStats())
+		lists = append(lists, fanout.List[*tollgatev1.PoolStats]{Items: p.Resp.GetStats(), More: p.Resp.GetNextPageToken() != ""})
 	}
 	page, more := fanout.Merge(lists, func(a, b *tollgatev1.PoolStats) int { return cmp.Compare(a.GetPool(), b.GetPool()) },
-		(*tollgatev1.PoolStats).GetPool, size, more)
+		(*tollgatev1.PoolStats).GetPool, size)
 	resp := &tollgatev1.GetStatsResponse{Stats: page, Unreachable: fanout.Missing(parts)}
 	if more && len(page) > 0 {
 		resp.NextPageToken = pagetoken.Encode(page[len(page)-1].GetPool())
@@ -260,8 +256,7 @@ func (s *Server) fanListClients(ctx context.Context, req *tollgatev1.ListClients
 		parts = append(parts, fanout.Part[*tollgatev1.ListClientsResponse]{Server: s.advertise, Resp: local.(*tollgatev1.ListClientsResponse)})
 	}
 	resp := &tollgatev1.ListClientsResponse{Unreachable: fanout.Missing(parts)}
-	var lists [][]*tollgatev1.ClientSession
-	more := false
+	var lists []fanout.List[*tollgatev1.ClientSession]
 	for _, p := range parts {
 		if p.Err != nil {
 			continue
@@ -271,11 +266,10 @@ func (s *Server) fanListClients(ctx context.Context, req *tollgatev1.ListClients
 		if p.Server < tokServer {
 			continue
 		}
-		more = more || p.Resp.GetNextPageToken() != ""
 		for _, c := range p.Resp.GetClients() {
 			c.Server = cmp.Or(c.Server, p.Server)
 		}
-		lists = append(lists, p.Resp.GetClients())
+		lists = append(lists, fanout.List[*tollgatev1.ClientSession]{Items: p.Resp.GetClients(), More: p.Resp.GetNextPageToken() != ""})
 	}
 	id := func(c *tollgatev1.ClientSession) uint64 {
 		n, _ := strconv.ParseUint(c.GetSessionId(), 10, 64)
@@ -283,7 +277,7 @@ func (s *Server) fanListClients(ctx context.Context, req *tollgatev1.ListClients
 	}
 	page, more := fanout.Merge(lists, func(a, b *tollgatev1.ClientSession) int {
 		return cmp.Or(cmp.Compare(a.GetServer(), b.GetServer()), cmp.Compare(id(a), id(b)))
-	}, func(c *tollgatev1.ClientSession) string { return c.GetServer() + "/" + c.GetSessionId() }, size, more)
+	}, func(c *tollgatev1.ClientSession) string { return c.GetServer() + "/" + c.GetSessionId() }, size)
 	resp.Clients = page
 	if more && len(page) > 0 {
 		last := page[len(page)-1]

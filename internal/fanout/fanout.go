@@ -284,17 +284,31 @@ func Missing[T any](parts []Part[T]) []string {
 	return out
 }
 
-// Merge returns the first size items of the sorted lists, in order by
-// cmp, an item whose key an earlier one has is left out (the first list
-// that has it wins), and whether more follow: more items than size, or
-// one of the lists was itself a page with more after it (hasMore). Each
-// list holds its server's first items after the same page token, so the
-// items up to the last one returned are all there.
-func Merge[T any](lists [][]T, cmp func(a, b T) int, key func(T) string, size int, hasMore bool) (page []T, more bool) {
+// List is one server's page of a listing: its first items after the page
+// token, sorted, and whether more follow them.
+type List[T any] struct {
+	Items []T
+	More  bool
+}
+
+// Merge returns the first size items of the lists, in order by cmp, and
+// whether more follow. An item whose key an earlier one has is left out
+// (the first list that has it wins: a pool listed by two servers during a
+// move). A list with more after it holds its server's items up to its
+// last only: the page ends there at the latest, so that the next page,
+// asked after the page's last item, misses none of them.
+func Merge[T any](lists []List[T], cmp func(a, b T) int, key func(T) string, size int) (page []T, more bool) {
 	var all []T
+	var cutoff *T
 	seen := map[string]bool{}
 	for _, l := range lists {
-		for _, it := range l {
+		if l.More && len(l.Items) > 0 {
+			if last := l.Items[len(l.Items)-1]; cutoff == nil || cmp(last, *cutoff) < 0 {
+				cutoff = &last
+			}
+			more = true
+		}
+		for _, it := range l.Items {
 			if k := key(it); !seen[k] {
 				seen[k] = true
 				all = append(all, it)
@@ -302,8 +316,17 @@ func Merge[T any](lists [][]T, cmp func(a, b T) int, key func(T) string, size in
 		}
 	}
 	slices.SortStableFunc(all, cmp)
+	if cutoff != nil {
+		n, _ := slices.BinarySearchFunc(all, *cutoff, func(a, b T) int {
+			if cmp(a, b) <= 0 {
+				return -1
+			}
+			return 1
+		})
+		all = all[:n]
+	}
 	if len(all) > size {
 		return all[:size], true
 	}
-	return all, hasMore
+	return all, more
 }

@@ -161,22 +161,23 @@ func TestBeginBoundsPerCallerAndServer(t *testing.T) {
 func TestMerge(t *testing.T) {
 	byName := func(a, b string) int { return cmp.Compare(a, b) }
 	id := func(s string) string { return s }
+	l := func(more bool, items ...string) List[string] { return List[string]{Items: items, More: more} }
 	for _, c := range []struct {
-		lists    [][]string
+		lists    []List[string]
 		size     int
-		hasMore  bool
 		want     []string
 		wantMore bool
 	}{
-		{[][]string{{"a", "c"}, {"b", "d"}}, 3, false, []string{"a", "b", "c"}, true},
-		{[][]string{{"a", "c"}, {"b", "d"}}, 4, false, []string{"a", "b", "c", "d"}, false},
-		{[][]string{{"a", "c"}, {"b"}}, 3, true, []string{"a", "b", "c"}, true},
-		{[][]string{{"a", "b"}, {"b"}}, 5, false, []string{"a", "b"}, false}, // a pool listed twice during a move
-		{nil, 3, false, nil, false},
+		{[]List[string]{l(false, "a", "c"), l(false, "b", "d")}, 3, []string{"a", "b", "c"}, true},
+		{[]List[string]{l(false, "a", "c"), l(false, "b", "d")}, 4, []string{"a", "b", "c", "d"}, false},
+		{[]List[string]{l(false, "a", "c"), l(true, "b")}, 3, []string{"a", "b"}, true}, // c may follow b's server's b
+		{[]List[string]{l(true, "a", "c"), l(true, "b", "d")}, 9, []string{"a", "b", "c"}, true},
+		{[]List[string]{l(false, "a", "b"), l(false, "b")}, 5, []string{"a", "b"}, false}, // a pool listed twice during a move
+		{nil, 3, nil, false},
 	} {
-		got, more := Merge(c.lists, byName, id, c.size, c.hasMore)
+		got, more := Merge(c.lists, byName, id, c.size)
 		if !slices.Equal(got, c.want) || more != c.wantMore {
-			t.Errorf("Merge(%v, %d, %v) = %v, %v; want %v, %v", c.lists, c.size, c.hasMore, got, more, c.want, c.wantMore)
+			t.Errorf("Merge(%v, %d) = %v, %v; want %v, %v", c.lists, c.size, got, more, c.want, c.wantMore)
 		}
 	}
 }
