@@ -42,6 +42,7 @@ func (s *Server) fanoutUnary(ctx context.Context, req any, info *grpc.UnaryServe
 		resp, err := handler(ctx, req)
 		if err == nil {
 			s.stamp(resp)
+			s.count(ctx, resp)
 		}
 		return resp, err
 	}
@@ -100,6 +101,14 @@ func (s *Server) stamp(resp any) {
 	}
 }
 
+// count sets the total of a ListPools answer of this server's: the pools
+// it serves.
+func (s *Server) count(ctx context.Context, resp any) {
+	if r, ok := resp.(*tollgatev1.ListPoolsResponse); ok {
+		r.TotalSize = int32(s.termOf(ctx).Engine().NumPools())
+	}
+}
+
 // localPart runs the handler for this server's part: a NOT_LEADER answer
 // (it leads none of the shards) is an empty part.
 func (s *Server) localPart(ctx context.Context, req any, handler grpc.UnaryHandler) (any, bool, error) {
@@ -111,6 +120,7 @@ func (s *Server) localPart(ctx context.Context, req any, handler grpc.UnaryHandl
 		return nil, false, err
 	}
 	s.stamp(resp)
+	s.count(ctx, resp)
 	return resp, true, nil
 }
 
@@ -160,6 +170,9 @@ func (s *Server) fanListPools(ctx context.Context, req *tollgatev1.ListPoolsRequ
 	page, more := fanout.Merge(lists, func(a, b poolItem) int { return cmp.Compare(a.pool.GetName(), b.pool.GetName()) },
 		func(it poolItem) string { return it.pool.GetName() }, size)
 	resp := &tollgatev1.ListPoolsResponse{Unreachable: fanout.Missing(parts)}
+	for _, p := range parts {
+		resp.TotalSize += p.Resp.GetTotalSize()
+	}
 	for _, it := range page {
 		resp.Pools = append(resp.Pools, it.pool)
 		resp.Statuses = append(resp.Statuses, it.status)

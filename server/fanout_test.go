@@ -89,7 +89,7 @@ func poolsOf(e *env, prefix string, n int) (names []string) {
 
 // listAll follows ListPools' pages of size through e and returns each
 // pool's owner, in the order listed.
-func listAll(t *testing.T, e *env, size int32) (names []string, owners map[string]string) {
+func listAll(t *testing.T, e *env, size int32, wantTotal int) (names []string, owners map[string]string) {
 	t.Helper()
 	owners = map[string]string{}
 	tok := ""
@@ -100,6 +100,9 @@ func listAll(t *testing.T, e *env, size int32) (names []string, owners map[strin
 		}
 		if len(resp.GetUnreachable()) > 0 {
 			t.Fatalf("unreachable %v", resp.GetUnreachable())
+		}
+		if resp.GetTotalSize() != int32(wantTotal) {
+			t.Fatalf("total_size %d, want %d", resp.GetTotalSize(), wantTotal)
 		}
 		if len(resp.GetPools()) > int(size) {
 			t.Fatalf("a page of %d pools, asked for %d", len(resp.GetPools()), size)
@@ -127,7 +130,7 @@ func TestFanoutListsEveryServersPools(t *testing.T) {
 	slices.Sort(all)
 	for _, e := range envs {
 		for _, size := range []int32{2, 4, 100} {
-			names, owners := listAll(t, e, size)
+			names, owners := listAll(t, e, size, 9)
 			if !slices.Equal(names, all) {
 				t.Fatalf("through %s, pages of %d: %v, want %v", e.addr, size, names, all)
 			}
@@ -385,7 +388,7 @@ func TestClusterListingsThroughAnyServer(t *testing.T) {
 	c := lead.session()
 	c.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)}))
 	for _, m := range ms {
-		names, owners := listAll(t, m.env, 1)
+		names, owners := listAll(t, m.env, 1, 2+slices.Index(ms, m))
 		if !slices.Equal(names[:2], []string{"api", "db"}) || owners["api"] != lead.addr || owners["db"] != lead.addr {
 			t.Fatalf("ListPools through %s: %v %v, want api and db owned by %s", m.addr, names, owners, lead.addr)
 		}

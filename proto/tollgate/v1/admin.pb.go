@@ -397,7 +397,9 @@ type ListPoolsResponse struct {
 	// The servers of the cluster whose pools are missing from this page:
 	// they did not answer within the fan-out timeout, or refused. Empty
 	// when every server answered.
-	Unreachable   []string `protobuf:"bytes,4,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	Unreachable []string `protobuf:"bytes,4,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	// How many pools there are in all (on every server that answered).
+	TotalSize     int32 `protobuf:"varint,5,opt,name=total_size,json=totalSize,proto3" json:"total_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -458,6 +460,13 @@ func (x *ListPoolsResponse) GetUnreachable() []string {
 		return x.Unreachable
 	}
 	return nil
+}
+
+func (x *ListPoolsResponse) GetTotalSize() int32 {
+	if x != nil {
+		return x.TotalSize
+	}
+	return 0
 }
 
 // UpdatePoolRequest changes a pool.
@@ -1298,12 +1307,14 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\x10ListPoolsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\xbb\x01\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xda\x01\n" +
 	"\x11ListPoolsResponse\x12'\n" +
 	"\x05pools\x18\x01 \x03(\v2\x11.tollgate.v1.PoolR\x05pools\x123\n" +
 	"\bstatuses\x18\x02 \x03(\v2\x17.tollgate.v1.PoolStatusR\bstatuses\x12&\n" +
 	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\x12 \n" +
-	"\vunreachable\x18\x04 \x03(\tR\vunreachable\"w\n" +
+	"\vunreachable\x18\x04 \x03(\tR\vunreachable\x12\x1d\n" +
+	"\n" +
+	"total_size\x18\x05 \x01(\x05R\ttotalSize\"w\n" +
 	"\x11UpdatePoolRequest\x12%\n" +
 	"\x04pool\x18\x01 \x01(\v2\x11.tollgate.v1.PoolR\x04pool\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
