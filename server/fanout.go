@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/internal/fanout"
+	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/internal/refuse"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -35,6 +36,9 @@ import (
 // server. It runs after authentication: the caller's rights were checked
 // here first, and each server checks them again.
 func (s *Server) fanoutUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if r, ok := req.(*rlsv3.RateLimitRequest); ok && s.fan != nil && !fanout.Local(ctx) {
+		return s.fanEnvoy(ctx, r, handler)
+	}
 	if !fansOut(req) {
 		return handler(ctx, req)
 	}

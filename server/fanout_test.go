@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
+	commonv3 "github.com/tollgate/tollgate/proto/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
@@ -417,5 +420,71 @@ func TestClusterListingsThroughAnyServer(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// envoyPool is a pool that limits the Envoy descriptor key=value to
+// burst hits.
+func envoyPool(name, key, value string, burst int64) *tollgatev1.Pool {
+	return &tollgatev1.Pool{Name: name, Rate: 0.001, Burst: burst,
+		Envoy: &tollgatev1.EnvoyRule{Domain: "edge", Descriptors: []*tollgatev1.EnvoyDescriptorKey{{Key: key, Value: value}}}}
+}
+
+func envoyReq(kv ...string) *rlsv3.RateLimitRequest {
+	req := &rlsv3.RateLimitRequest{Domain: "edge"}
+	for i := 0; i < len(kv); i += 2 {
+		req.Descriptors = append(req.Descriptors, &commonv3.RateLimitDescriptor{
+			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: kv[i], Value: kv[i+1]}}})
+	}
+	return req
+}
+
+// Envoy's API through any server: each descriptor is answered by the
+// server whose pool it matches (one hop), and the overall code is
+// OVER_LIMIT if any says so, the others' tokens taken.
+func TestFanoutEnvoyThroughAnyServer(t *testing.T) {
+	envs := fanCluster(t, 3, 10*time.Second, nil, func(int) Config { return Config{EnvoyRLS: true} })
+	envs[0].createPool(envoyPool("edge-a", "route", "a", 100))
+	envs[1].createPool(envoyPool("edge-b", "route", "b", 2))
+	for _, e := range envs {
+		rls := rlsv3.NewRateLimitServiceClient(e.conn)
+		resp, err := rls.ShouldRateLimit(e.ctx(), envoyReq("route", "a", "route", "b", "route", "none"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := resp.GetStatuses()
+		if len(st) != 3 || st[0].GetCurrentLimit().GetName() != "edge-a" || st[1].GetCurrentLimit().GetName() != "edge-b" ||
+			st[2].GetCurrentLimit() != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("through %s: %v", e.addr, resp)
+		}
+		if e == envs[1] { // edge-b's burst of 2 is spent now
+			break
+		}
+	}
+	resp, err := rlsv3.NewRateLimitServiceClient(envs[2].conn).ShouldRateLimit(envs[2].ctx(), envoyReq("route", "a", "route", "b"))
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT ||
+		resp.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[1].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("over edge-b's limit, through a third server: %v, %v", resp, err)
+	}
+	if got := envs[0].status("edge-a").GetTokensAvailable(); got != 97 {
+		t.Fatalf("edge-a holds %v tokens, want 97: each of its three OK descriptors took one, also beside an OVER_LIMIT", got)
+	}
+}
+
+// A forwarded Envoy call is never forwarded again, and a server that
+// does not answer makes the call fail (Envoy's failure mode applies)
+// within the timeout.
+func TestFanoutEnvoyOneHopAndMissingMember(t *testing.T) {
+	frozen := frozenMember(t)
+	envs := fanCluster(t, 2, 300*time.Millisecond, []string{frozen}, func(int) Config { return Config{EnvoyRLS: true} })
+	envs[1].createPool(envoyPool("edge-b", "route", "b", 100))
+	local := metadata.AppendToOutgoingContext(envs[0].ctx(), fanout.ScopeHeader, fanout.ScopeLocal)
+	resp, err := rlsv3.NewRateLimitServiceClient(envs[0].conn).ShouldRateLimit(local, envoyReq("route", "b"))
+	if err != nil || resp.GetStatuses()[0].GetCurrentLimit() != nil {
+		t.Fatalf("a call marked local is answered from the server's own pools only: %v, %v", resp, err)
+	}
+	_, err = rlsv3.NewRateLimitServiceClient(envs[0].conn).ShouldRateLimit(envs[0].ctx(), envoyReq("route", "b"))
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), frozen) {
+		t.Fatalf("with a frozen member: %v, want UNAVAILABLE naming %s", err, frozen)
 	}
 }
