@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/internal/fanout"
-	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/internal/refuse"
+	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
