@@ -106,10 +106,14 @@ func (s *Server) stamp(resp any) {
 }
 
 // count sets the total of a ListPools answer of this server's: the pools
-// it serves.
+// of the shards it leads.
 func (s *Server) count(ctx context.Context, resp any) {
 	if r, ok := resp.(*tollgatev1.ListPoolsResponse); ok {
-		r.TotalSize = int32(s.termOf(ctx).Engine().NumPools())
+		n := 0
+		for _, t := range s.localTerms(ctx) {
+			n += t.Engine().NumPools()
+		}
+		r.TotalSize = int32(n)
 	}
 }
 

@@ -80,8 +80,8 @@ func frozenMember(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// poolsOf creates pools p0..p(n-1) with prefix on e.
-func poolsOf(e *env, prefix string, n int) (names []string) {
+// createPools creates pools p0..p(n-1) with prefix on e.
+func createPools(e *env, prefix string, n int) (names []string) {
 	for i := range n {
 		name := fmt.Sprintf("%s%d", prefix, i)
 		e.createPool(&tollgatev1.Pool{Name: name, ConcurrencyLimit: 1})
@@ -125,7 +125,7 @@ func TestFanoutListsEveryServersPools(t *testing.T) {
 	want := map[string]string{}
 	var all []string
 	for i, e := range envs {
-		for _, n := range poolsOf(e, fmt.Sprintf("%c", 'a'+i), 3) {
+		for _, n := range createPools(e, fmt.Sprintf("%c", 'a'+i), 3) {
 			want[n] = e.addr
 			all = append(all, n)
 		}
@@ -234,8 +234,8 @@ func TestFanoutMissingMemberNamedWithinTimeout(t *testing.T) {
 	goneAddr := gone.Addr().String()
 	gone.Close()
 	envs := fanCluster(t, 2, 300*time.Millisecond, []string{frozen, goneAddr}, nil)
-	poolsOf(envs[0], "a", 2)
-	poolsOf(envs[1], "b", 2)
+	createPools(envs[0], "a", 2)
+	createPools(envs[1], "b", 2)
 	want := []string{frozen, goneAddr}
 	slices.Sort(want)
 	resp, err := envs[0].adm.ListPools(envs[0].ctx(), &tollgatev1.ListPoolsRequest{})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/fanout"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -115,30 +116,38 @@ type EventsResponse struct {
 	Events []events.Event `json:"events"`
 }
 
-func (h *handler) pools(w http.ResponseWriter, r *http.Request, eng *limiter.Engine) {
+// pools lists the pools of the terms ts (those of the shards the server
+// leads), merged in name order.
+func (h *handler) pools(w http.ResponseWriter, r *http.Request, ts []*term.Term) {
 	q := r.URL.Query()
 	limit, ok := queryLimit(w, q, poolsDefaultLimit, poolsMaxLimit)
 	if !ok {
 		return
 	}
-	writeJSON(w, h.localPools(eng, q.Get("after"), limit))
+	writeJSON(w, h.localPools(ts, q.Get("after"), limit))
 }
 
-// clusterPools answers GET /api/pools on a server of a cluster: its own
-// pools, if it leads, and the other servers' (Options.Peers), merged in
-// name order, each with its owner.
+// clusterPools answers GET /api/pools on a server of a cluster: the pools
+// of the shards it leads, and the other servers' (Options.Peers), merged
+// in name order, each with its owner.
 func (h *handler) clusterPools(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, ok := queryLimit(w, q, poolsDefaultLimit, poolsMaxLimit)
 	if !ok {
 		return
 	}
-	t := h.o.Terms.Get()
+	var led []*term.Term
+	served := h.o.Terms.Served()
+	for _, t := range served {
+		if t.Leading() {
+			led = append(led, t)
+		}
+	}
 	var local PoolsResponse
-	if t.Leading() {
-		local = h.localPools(t.Engine(), q.Get("after"), limit)
+	if len(led) > 0 {
+		local = h.localPools(led, q.Get("after"), limit)
 	} else {
-		local = PoolsResponse{Time: t.Engine().Clock().Now(), Serving: h.o.Serving()}
+		local = PoolsResponse{Time: served[0].Engine().Clock().Now(), Serving: h.o.Serving()}
 	}
 	for i := range local.Pools {
 		local.Pools[i].Owner = h.o.Self
@@ -156,22 +165,40 @@ func (h *handler) clusterPools(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, resp)
 }
 
-// localPools lists the pools of eng after after, at most limit.
-func (h *handler) localPools(eng *limiter.Engine, after string, limit int) PoolsResponse {
-	infos, more := eng.ListPools(after, limit)
+// localPools lists the pools of the terms ts after after, at most limit,
+// merged in name order.
+func (h *handler) localPools(ts []*term.Term, after string, limit int) PoolsResponse {
+	// Each pool with the engine that serves it.
+	type served struct {
+		info limiter.PoolInfo
+		eng  *limiter.Engine
+	}
+	infos, more := term.Page(ts, limit, func(p served) string { return p.info.Config.Name },
+		func(eng *limiter.Engine) ([]served, bool) {
+			infos, more := eng.ListPools(after, limit)
+			out := make([]served, len(infos))
+			for i, info := range infos {
+				out[i] = served{info, eng}
+			}
+			return out, more
+		})
+	total := 0
+	for _, t := range ts {
+		total += t.Engine().NumPools()
+	}
 	resp := PoolsResponse{
-		Time:    eng.Clock().Now(),
+		Time:    ts[0].Engine().Clock().Now(),
 		Serving: h.o.Serving(),
-		Total:   eng.NumPools(),
+		Total:   total,
 		More:    more,
 		Pools:   make([]Pool, 0, len(infos)),
 	}
 	for i := range infos {
 		var wt limiter.WaitTimes
-		if st, err := eng.PoolStats(infos[i].Config.Name); err == nil { // deleted meanwhile: no waits
+		if st, err := infos[i].eng.PoolStats(infos[i].info.Config.Name); err == nil { // deleted meanwhile: no waits
 			wt = st.WaitTimes
 		}
-		resp.Pools = append(resp.Pools, PoolOf(&infos[i], wt.Count, wt.P50, wt.P99))
+		resp.Pools = append(resp.Pools, PoolOf(&infos[i].info, wt.Count, wt.P50, wt.P99))
 	}
 	return resp
 }
