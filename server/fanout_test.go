@@ -26,6 +26,7 @@ import (
 	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
 )
 
 // fanCluster starts n standalone servers that take each other (and the
@@ -486,5 +487,82 @@ func TestFanoutEnvoyOneHopAndMissingMember(t *testing.T) {
 	_, err = rlsv3.NewRateLimitServiceClient(envs[0].conn).ShouldRateLimit(envs[0].ctx(), envoyReq("route", "b"))
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), frozen) {
 		t.Fatalf("with a frozen member: %v, want UNAVAILABLE naming %s", err, frozen)
+	}
+}
+
+// A cluster of three servers leading six shards: through any server, the
+// listings show every pool with the owner of its shard, every server's
+// sessions, and every server's events.
+func TestShardedClusterListingsThroughAnyServer(t *testing.T) {
+	const shards = 6
+	var seed []limiter.PoolConfig
+	for i := range 12 {
+		seed = append(seed, limiter.PoolConfig{Name: fmt.Sprintf("p%02d", i), ConcurrencyLimit: 4})
+	}
+	fc := fakeclock.New(testStart)
+	ms := startShardCluster(t, etcdtest.Start(t), fc, 3, shards, seed)
+	own := owners(t, ms, shards, 2)
+	ownerOf := func(pool string) *member { return own[shard.Of(pool, shards)] }
+	for _, m := range ms {
+		testwait.For(t, "every member sees every member", func() bool { return len(m.srv.leadership.Cluster().Members) == len(ms) })
+	}
+	for _, m := range ms {
+		c := m.session()
+		p := ownerOf("p00")
+		if p == m {
+			c.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "p00", Weight: i64(1)}))
+		} else {
+			c.call(&tollgatev1.SessionRequest{RequestId: 1, Kind: &tollgatev1.SessionRequest_Hello{Hello: &tollgatev1.Hello{ClientId: "c-" + m.addr}}})
+		}
+	}
+	for _, m := range ms {
+		names, owners := listAll(t, m.env, 5, len(seed))
+		if len(names) != len(seed) {
+			t.Fatalf("through %s: %v", m.addr, names)
+		}
+		for _, n := range names {
+			if owners[n] != ownerOf(n).addr {
+				t.Fatalf("through %s: pool %s owned by %s, want %s (shard %d)", m.addr, n, owners[n], ownerOf(n).addr, shard.Of(n, shards))
+			}
+		}
+		stats, err := m.adm.GetStats(m.ctx(), &tollgatev1.GetStatsRequest{PageSize: 100})
+		if err != nil || len(stats.GetStats()) != len(seed) || len(stats.GetUnreachable()) != 0 {
+			t.Fatalf("GetStats through %s: %v, %v", m.addr, stats, err)
+		}
+		for _, st := range stats.GetStats() {
+			if st.GetStatus().GetOwner() != ownerOf(st.GetPool()).addr {
+				t.Fatalf("GetStats through %s: %s owned by %s", m.addr, st.GetPool(), st.GetStatus().GetOwner())
+			}
+		}
+		cl, err := m.adm.ListClients(m.ctx(), &tollgatev1.ListClientsRequest{})
+		if err != nil || len(cl.GetClients()) != len(ms) {
+			t.Fatalf("ListClients through %s: %v, %v", m.addr, cl, err)
+		}
+		for _, c := range cl.GetClients() {
+			if (c.GetServer() == ownerOf("p00").addr) != (c.GetLeases() == 1) {
+				t.Fatalf("ListClients through %s: %v", m.addr, c)
+			}
+		}
+	}
+	for i, m := range ms {
+		name := fmt.Sprintf("late%d", i)
+		owner := ownerOf(name)
+		owner.createPool(&tollgatev1.Pool{Name: name, ConcurrencyLimit: 1})
+		w, err := m.adm.WatchEvents(m.ctx(), &tollgatev1.WatchEventsRequest{IncludeRecent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			r, err := w.Recv()
+			if err != nil {
+				t.Fatalf("WatchEvents through %s: %v", m.addr, err)
+			}
+			if ev := r.GetEvent(); ev.GetType() == events.PoolCreated && ev.GetPool() == name {
+				if ev.GetServer() != owner.addr {
+					t.Fatalf("the event of %s's pool says it is %s's", owner.addr, ev.GetServer())
+				}
+				break
+			}
+		}
 	}
 }
