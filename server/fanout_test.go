@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -357,24 +356,35 @@ func (e *env) createPoolCtx(ctx context.Context, name string) {
 
 func TestFanoutBoundsCallersInFlight(t *testing.T) {
 	envs := fanCluster(t, 2, 10*time.Second, nil, nil)
-	// Watches hold their slot while open; the caller's ninth is refused.
-	var watches []grpc.ServerStreamingClient[tollgatev1.WatchEventsResponse]
+	// Watches hold their slot while open: the caller's ninth cluster-wide
+	// call is refused, and admitted again once one watch has ended.
+	var cancels []context.CancelFunc
 	for range fanout.DefaultMaxPerCaller {
-		w, err := envs[0].adm.WatchEvents(envs[0].ctx(), &tollgatev1.WatchEventsRequest{})
+		ctx, cancel := context.WithCancel(envs[0].ctx())
+		cancels = append(cancels, cancel)
+		w, err := envs[0].adm.WatchEvents(ctx, &tollgatev1.WatchEventsRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.Header(); err != nil {
 			t.Fatal(err)
 		}
-		watches = append(watches, w)
 	}
 	w, err := envs[0].adm.WatchEvents(envs[0].ctx(), &tollgatev1.WatchEventsRequest{})
 	if err == nil {
 		_, err = w.Recv()
 	}
 	wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonTooManyRequests)
-	watches[0].CloseSend()
+	_, err = envs[0].adm.ListPools(envs[0].ctx(), &tollgatev1.ListPoolsRequest{})
+	wantStatus(t, err, codes.ResourceExhausted, apierr.ReasonTooManyRequests)
+	cancels[0]()
+	testwait.For(t, "a cluster-wide call admitted once a watch has ended", func() bool {
+		_, err := envs[0].adm.ListPools(envs[0].ctx(), &tollgatev1.ListPoolsRequest{})
+		return err == nil
+	})
+	for _, c := range cancels {
+		c()
+	}
 }
 
 // Through any server of a cluster, the listings show every pool with its
