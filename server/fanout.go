@@ -342,12 +342,16 @@ func (s *Server) fanoutStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	}
 	defer release()
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// No part sends once the watch has returned: each ends with ctx (a
+	// send blocked on a caller that does not read ends when the stream
+	// does, as a single server's watch would).
+	var parts sync.WaitGroup
+	defer func() { cancel(); parts.Wait() }()
 	replay.ctx, replay.ready = ctx, make(chan struct{})
 	peers := s.fan.Peers()
 	ended := make(chan error, len(peers)+1) // one per part: nil, or the watch's end
 	opened := make(chan struct{}, len(peers))
-	go func() {
+	parts.Go(func() {
 		err := handler(srv, replay)
 		if fanout.NotLeader(err) {
 			err = nil
@@ -355,9 +359,9 @@ func (s *Server) fanoutStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 			err = status.Error(codes.Unavailable, "this server's event watch ended; watch again")
 		}
 		ended <- err
-	}()
+	})
 	for _, addr := range peers {
-		go func() { ended <- s.watchPeer(ctx, addr, req, replay, opened) }()
+		parts.Go(func() { ended <- s.watchPeer(ctx, addr, req, replay, opened) })
 	}
 	// The caller's header says that every other server's watch is open
 	// (or timed out); nothing is sent before it.
@@ -504,6 +508,9 @@ func (r *replayStream) SendMsg(m any) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.Context().Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
 	return r.ServerStream.SendMsg(m)
 }
 
