@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -573,6 +575,58 @@ func TestShardedClusterListingsThroughAnyServer(t *testing.T) {
 				}
 				break
 			}
+		}
+	}
+}
+
+// Over mutual TLS the servers dial each other with their own certificate
+// (auth.TLS.Peer): the receiver sees the forwarding server's name. With
+// it among the admin names, a certificate admin's listing gathers every
+// part; without, the other part is refused and named, and nothing more
+// is shown.
+func TestFanoutOverMutualTLS(t *testing.T) {
+	for _, serverIsAdmin := range []bool{true, false} {
+		pki := newPKI(t, true)
+		names := []string{"ops-admin"}
+		if serverIsAdmin {
+			names = append(names, "server")
+		}
+		var addrs []string
+		var lis []net.Listener
+		for range 2 {
+			l := listen(t)
+			lis = append(lis, l)
+			addrs = append(addrs, l.Addr().String())
+		}
+		var admins []tollgatev1.AdminServiceClient
+		for i, l := range lis {
+			srv := New(Config{Clock: fakeclock.New(testStart), ShutdownTimeout: 2 * time.Second, Advertise: addrs[i],
+				Auth: &auth.Config{AdminNames: names, ClientCerts: true}})
+			srv.fan = fanout.New(fanout.Config{Self: addrs[i], Members: func() []string { return addrs },
+				DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(pki.server.Peer))}})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			gs := srv.GRPCServer(grpc.Creds(credentials.NewTLS(pki.server.GRPC)))
+			go func() { done <- srv.ServeGRPC(ctx, gs, l) }()
+			t.Cleanup(func() { cancel(); <-done })
+			conn := dial(t, addrs[i], pki.creds(t, "ops-admin"))
+			t.Cleanup(func() { conn.Close() })
+			adm := tollgatev1.NewAdminServiceClient(conn)
+			ctxT, cancelT := context.WithTimeout(context.Background(), waitLimit)
+			if _, err := adm.CreatePool(ctxT, &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: fmt.Sprintf("p%d", i), ConcurrencyLimit: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			cancelT()
+			admins = append(admins, adm)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		resp, err := admins[0].ListPools(ctx, &tollgatev1.ListPoolsRequest{})
+		cancel()
+		if serverIsAdmin && (err != nil || len(resp.GetPools()) != 2 || len(resp.GetUnreachable()) != 0 || resp.GetStatuses()[1].GetOwner() != addrs[1]) {
+			t.Fatalf("with the servers' name an admin: %v, %v", resp, err)
+		}
+		if !serverIsAdmin && (err != nil || len(resp.GetPools()) != 1 || !slices.Equal(resp.GetUnreachable(), []string{addrs[1]})) {
+			t.Fatalf("without: %v, %v", resp, err)
 		}
 	}
 }
