@@ -30,3 +30,17 @@ func TestStatsOwnerColumnAndMissing(t *testing.T) {
 		t.Fatalf("event line %q", line)
 	}
 }
+
+// Sessions on several servers get a SERVER column.
+func TestClientListServerColumn(t *testing.T) {
+	var out strings.Builder
+	p := &printer{w: &out}
+	err := p.clients(&tollgatev1.ListClientsResponse{Clients: []*tollgatev1.ClientSession{
+		{SessionId: "1", Server: "10.0.0.1:7070"}, {SessionId: "1", Server: "10.0.0.2:7070"},
+	}, Unreachable: []string{"10.0.0.3:7070"}}, "")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err != nil || len(lines) != 4 || !strings.HasPrefix(lines[0], "SESSION  SERVER ") || !strings.HasPrefix(lines[2], "1        10.0.0.2:7070 ") ||
+		lines[3] != "missing: the sessions of 10.0.0.3:7070 (no answer within the timeout)" {
+		t.Fatalf("clients: %v\n%s", err, out.String())
+	}
+}
