@@ -608,7 +608,12 @@ func TestFanoutOverMutualTLS(t *testing.T) {
 			done := make(chan error, 1)
 			gs := srv.GRPCServer(grpc.Creds(credentials.NewTLS(pki.server.GRPC)))
 			go func() { done <- srv.ServeGRPC(ctx, gs, l) }()
-			t.Cleanup(func() { cancel(); <-done })
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("ServeGRPC: %v", err)
+				}
+			})
 			conn := dial(t, addrs[i], pki.creds(t, "ops-admin"))
 			t.Cleanup(func() { conn.Close() })
 			adm := tollgatev1.NewAdminServiceClient(conn)
