@@ -6,10 +6,13 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -17,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/internal/auth"
+	"github.com/tollgate/tollgate/internal/election"
 	"github.com/tollgate/tollgate/internal/etcdtest"
 	"github.com/tollgate/tollgate/internal/events"
 	"github.com/tollgate/tollgate/internal/fanout"
@@ -632,6 +636,58 @@ func TestFanoutOverMutualTLS(t *testing.T) {
 		}
 		if !serverIsAdmin && (err != nil || len(resp.GetPools()) != 1 || !slices.Equal(resp.GetUnreachable(), []string{addrs[1]})) {
 			t.Fatalf("without: %v, %v", resp, err)
+		}
+	}
+}
+
+// Envoy through any server of a cluster of three servers leading six
+// shards: each descriptor is taken from its pool, on its shard's owner,
+// whichever server is asked.
+func TestShardedClusterEnvoyThroughAnyServer(t *testing.T) {
+	const shards = 6
+	fc := fakeclock.New(testStart)
+	etcd := etcdtest.Start(t)
+	var ms []*member
+	for range 3 {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 2 * time.Second,
+			Logger: zap.NewNop(), DialOptions: election.DialOptions(clusterTTL)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		lis := listen(t)
+		srv, err := OpenCluster(Config{Clock: fc, ShutdownTimeout: 2 * time.Second, Advertise: lis.Addr().String(), EnvoyRLS: true},
+			ClusterConfig{Client: c, SessionTTL: clusterTTL, Shards: shards}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, &member{env: serveEnv(t, srv, fc, lis), etcd: c})
+	}
+	own := owners(t, ms, shards, 2)
+	for _, m := range ms {
+		testwait.For(t, "every member sees every member", func() bool { return len(m.srv.leadership.Cluster().Members) == len(ms) })
+	}
+	var kv []string
+	for i := range 6 {
+		name := fmt.Sprintf("edge%d", i)
+		own[shard.Of(name, shards)].createPool(envoyPool(name, "route", strconv.Itoa(i), 100))
+		kv = append(kv, "route", strconv.Itoa(i))
+	}
+	for _, m := range ms {
+		resp, err := rlsv3.NewRateLimitServiceClient(m.conn).ShouldRateLimit(m.ctx(), envoyReq(kv...))
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(resp.GetStatuses()) != 6 {
+			t.Fatalf("through %s: %v, %v", m.addr, resp, err)
+		}
+		for i, st := range resp.GetStatuses() {
+			if st.GetCurrentLimit().GetName() != fmt.Sprintf("edge%d", i) {
+				t.Fatalf("through %s: descriptor %d answered by %v", m.addr, i, st)
+			}
+		}
+	}
+	for i := range 6 {
+		name := fmt.Sprintf("edge%d", i)
+		if got := own[shard.Of(name, shards)].status(name).GetTokensAvailable(); got != 97 {
+			t.Fatalf("%s on its owner holds %v tokens, want 97: one taken per call, through each of the three servers", name, got)
 		}
 	}
 }
