@@ -39,10 +39,7 @@ func (s *Server) fanoutUnary(ctx context.Context, req any, info *grpc.UnaryServe
 	if r, ok := req.(*rlsv3.RateLimitRequest); ok && s.fan != nil && !fanout.Local(ctx) {
 		return s.fanEnvoy(ctx, r, handler)
 	}
-	if !fansOut(req) {
-		return handler(ctx, req)
-	}
-	if s.fan == nil || fanout.Local(ctx) {
+	if !fansOut(req) || s.fan == nil || fanout.Local(ctx) {
 		resp, err := handler(ctx, req)
 		if err == nil {
 			s.stamp(resp)
@@ -84,6 +81,10 @@ func fansOut(req any) bool {
 func (s *Server) stamp(resp any) {
 	self := s.advertise
 	switch r := resp.(type) {
+	case *tollgatev1.GetPoolResponse:
+		if r.Status != nil {
+			r.Status.Owner = cmp.Or(r.Status.Owner, self)
+		}
 	case *tollgatev1.ListPoolsResponse:
 		for _, st := range r.GetStatuses() {
 			st.Owner = cmp.Or(st.Owner, self)

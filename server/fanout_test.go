@@ -170,6 +170,14 @@ func TestFanoutListsEveryServersPools(t *testing.T) {
 			t.Fatalf("GetStats through %s: %v, want %v", e.addr, stats, all)
 		}
 	}
+	// A pool's own calls are its owner's, and say so.
+	if got := envs[1].status("b0").GetOwner(); got != envs[1].addr {
+		t.Fatalf("GetPool's owner %q, want %q", got, envs[1].addr)
+	}
+	st, err := envs[1].adm.GetStats(envs[1].ctx(), &tollgatev1.GetStatsRequest{Pool: "b0"})
+	if err != nil || st.GetStats()[0].GetStatus().GetOwner() != envs[1].addr {
+		t.Fatalf("GetStats of b0: %v, %v", st, err)
+	}
 	// A caller may narrow a listing to the server it asks (the header the
 	// servers forward with); it only narrows.
 	local := metadata.AppendToOutgoingContext(envs[1].ctx(), fanout.ScopeHeader, fanout.ScopeLocal)
