@@ -699,3 +699,26 @@ func TestShardedClusterEnvoyThroughAnyServer(t *testing.T) {
 		}
 	}
 }
+
+// A server whose watch ends mid-watch (it shut down) is named once, and
+// the others' events go on.
+func TestFanoutWatchNamesAServerThatLeaves(t *testing.T) {
+	envs := fanCluster(t, 3, 10*time.Second, nil, nil)
+	w, err := envs[0].adm.WatchEvents(envs[0].ctx(), &tollgatev1.WatchEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Header(); err != nil {
+		t.Fatal(err)
+	}
+	envs[2].stop()
+	r, err := w.Recv()
+	if err != nil || !slices.Equal(r.GetUnreachable(), []string{envs[2].addr}) || r.GetEvent() != nil {
+		t.Fatalf("after %s stopped: %v, %v", envs[2].addr, r, err)
+	}
+	envs[1].createPool(&tollgatev1.Pool{Name: "after", ConcurrencyLimit: 1})
+	r, err = w.Recv()
+	if err != nil || r.GetEvent().GetPool() != "after" || r.GetEvent().GetServer() != envs[1].addr {
+		t.Fatalf("the watch goes on: %v, %v", r, err)
+	}
+}
