@@ -141,6 +141,9 @@ type poolItem struct {
 
 func (s *Server) fanListPools(ctx context.Context, req *tollgatev1.ListPoolsRequest, handler grpc.UnaryHandler) (any, error) {
 	size, err := pageSize(req.GetPageSize())
+	if err == nil {
+		_, err = pagetoken.Pool(req.GetPageToken()) // refused here, not by every server
+	}
 	if err != nil {
 		return nil, refuse.ToStatus(s.log, "ListPools", err, refuse.About{})
 	}
@@ -194,6 +197,9 @@ func (s *Server) fanListPools(ctx context.Context, req *tollgatev1.ListPoolsRequ
 
 func (s *Server) fanGetStats(ctx context.Context, req *tollgatev1.GetStatsRequest, handler grpc.UnaryHandler) (any, error) {
 	size, err := pageSize(req.GetPageSize())
+	if err == nil {
+		_, err = pagetoken.Pool(req.GetPageToken()) // refused here, not by every server
+	}
 	if err != nil {
 		return nil, refuse.ToStatus(s.log, "GetStats", err, refuse.About{})
 	}

@@ -170,6 +170,22 @@ func TestFanoutListsEveryServersPools(t *testing.T) {
 			t.Fatalf("GetStats through %s: %v, want %v", e.addr, stats, all)
 		}
 	}
+	for _, call := range []func() error{
+		func() error {
+			_, err := envs[0].adm.ListPools(envs[0].ctx(), &tollgatev1.ListPoolsRequest{PageToken: "!!"})
+			return err
+		},
+		func() error {
+			_, err := envs[0].adm.GetStats(envs[0].ctx(), &tollgatev1.GetStatsRequest{PageToken: "!!"})
+			return err
+		},
+		func() error {
+			_, err := envs[0].adm.ListClients(envs[0].ctx(), &tollgatev1.ListClientsRequest{PageToken: "!!"})
+			return err
+		},
+	} {
+		wantStatus(t, call(), codes.InvalidArgument, apierr.ReasonInvalidArgument)
+	}
 	// A pool's own calls are its owner's, and say so.
 	if got := envs[1].status("b0").GetOwner(); got != envs[1].addr {
 		t.Fatalf("GetPool's owner %q, want %q", got, envs[1].addr)
