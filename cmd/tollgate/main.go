@@ -72,7 +72,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			break
 		}
 		// Nothing was applied: run the command again on the leader.
-		fmt.Fprintf(stderr, "tollgate: %s is not the leader; following its answer to the leader, %s\n", fl.server, fl.leader)
+		if fl.shard != "" {
+			fmt.Fprintf(stderr, "tollgate: %s does not lead shard %s; following its answer to its leader, %s\n", fl.server, fl.shard, fl.leader)
+		} else {
+			fmt.Fprintf(stderr, "tollgate: %s is not the leader; following its answer to the leader, %s\n", fl.server, fl.leader)
+		}
 		args = withServer(args, fl.leader)
 		root, started = newRootCmd(stdout, stderr, getenv)
 		root.SetArgs(args)
@@ -191,15 +195,21 @@ func (g *globals) dial() (*client.Client, error) {
 }
 
 // maxLeaderHops is how many NOT_LEADER answers naming the leader a
-// command given one server follows.
-const maxLeaderHops = 2
+// command given one server follows: the server asked first may name a
+// server that has just handed the pool's shard on (a planned move), which
+// names the next.
+const maxLeaderHops = 3
 
 // followLeader is the error of a call that one server (the command's only
-// --server) answered NOT_LEADER naming the leader: run runs the command
-// again with --server set to the leader. It does not unwrap, so that the
-// client does not send the call again to the same follower.
+// --server) answered NOT_LEADER naming the leader (of the cluster, or of
+// the shard of the pool the call is about): run runs the command again
+// with --server set to the leader. Every command is about one pool at
+// most, so the leader of its first call's pool leads every call it makes.
+// It does not unwrap, so that the client does not send the call again to
+// the same server.
 type followLeader struct {
 	server, leader string
+	shard          string // the answer's "shard"; empty from a server that predates shards
 	err            error
 }
 
@@ -214,7 +224,7 @@ func (g *globals) stopAtLeaderHint(ctx context.Context, method string, req, repl
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if e, ok := client.FromError(err); ok && e.Is(apierr.ErrNotLeader) {
 		if leader := e.Metadata["leader"]; leader != "" && leader != g.server {
-			return &followLeader{server: g.server, leader: leader, err: err}
+			return &followLeader{server: g.server, leader: leader, shard: e.Metadata["shard"], err: err}
 		}
 	}
 	return err
