@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/citest"
 	"github.com/tollgate/tollgate/internal/etcdtest"
 	"github.com/tollgate/tollgate/internal/hatest"
+	"github.com/tollgate/tollgate/internal/shardfake"
 )
 
 func TestMain(m *testing.M) {
@@ -70,12 +71,16 @@ func TestNodeClientPackage(t *testing.T) {
 	cluster := hatest.StartCluster(t, bin, etcdtest.Start(t), 2)
 	cluster.WaitLeader(30 * time.Second)
 
+	sharded, nomap := shardfake.Start(t, 3, 12, false), shardfake.Start(t, 3, 12, true)
+
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", filepath.Join(here, "test"))
 	cmd.Dir = app
 	cmd.Env = append(os.Environ(),
 		"TOLLGATE_BIN="+bin,
 		"TOLLGATE_SERVER="+single.Addr,
 		"TOLLGATE_CLUSTER="+strings.Join(cluster.Addrs(), ","),
+		"TOLLGATE_SHARDED="+strings.Join(sharded.Addrs, ","),
+		"TOLLGATE_SHARDED_NOMAP="+strings.Join(nomap.Addrs, ","),
 		"TOLLGATE_CLIENT="+installed)
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
@@ -85,4 +90,5 @@ func TestNodeClientPackage(t *testing.T) {
 	if !strings.Contains(string(out), "skipped 0") {
 		t.Fatalf("some of the Node.js client's tests were skipped")
 	}
+	shardfake.CheckRouting(t, sharded, nomap)
 }

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tollgate/v1/cluster.proto\x12\x0btollgate.v1\x1a\x1egoogle/protobuf/duration.proto\"\x13\n\x11GetClusterRequest\"\xbb\x01\n\x12GetClusterResponse\x12+\n\x07members\x18\x01 \x03(\x0b\x32\x1a.tollgate.v1.ClusterMember\x12\x0e\n\x06leader\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0c\n\x04self\x18\x04 \x01(\t\x12\x12\n\nstandalone\x18\x05 \x01(\x08\x12\x37\n\x14leadership_remaining\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\"H\n\rClusterMember\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12&\n\x04role\x18\x02 \x01(\x0e\x32\x18.tollgate.v1.ClusterRole*_\n\x0b\x43lusterRole\x12\x1c\n\x18\x43LUSTER_ROLE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43LUSTER_ROLE_LEADER\x10\x01\x12\x19\n\x15\x43LUSTER_ROLE_FOLLOWER\x10\x02\x42;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tollgate/v1/cluster.proto\x12\x0btollgate.v1\x1a\x1egoogle/protobuf/duration.proto\"\x13\n\x11GetClusterRequest\"\xf9\x01\n\x12GetClusterResponse\x12+\n\x07members\x18\x01 \x03(\x0b\x32\x1a.tollgate.v1.ClusterMember\x12\x0e\n\x06leader\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0c\n\x04self\x18\x04 \x01(\t\x12\x12\n\nstandalone\x18\x05 \x01(\x08\x12\x37\n\x14leadership_remaining\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0bshard_count\x18\x07 \x01(\x05\x12\'\n\x06shards\x18\x08 \x03(\x0b\x32\x17.tollgate.v1.ShardOwner\"L\n\nShardOwner\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\r\n\x05owner\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x11\n\tmoving_to\x18\x04 \x01(\t\"\\\n\rClusterMember\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12&\n\x04role\x18\x02 \x01(\x0e\x32\x18.tollgate.v1.ClusterRole\x12\x12\n\nshards_led\x18\x03 \x01(\x05*_\n\x0b\x43lusterRole\x12\x1c\n\x18\x43LUSTER_ROLE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43LUSTER_ROLE_LEADER\x10\x01\x12\x19\n\x15\x43LUSTER_ROLE_FOLLOWER\x10\x02\x42;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tollgate.v1.cluster_pb2', globals())
@@ -22,12 +22,14 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1'
-  _CLUSTERROLE._serialized_start=359
-  _CLUSTERROLE._serialized_end=454
+  _CLUSTERROLE._serialized_start=519
+  _CLUSTERROLE._serialized_end=614
   _GETCLUSTERREQUEST._serialized_start=74
   _GETCLUSTERREQUEST._serialized_end=93
   _GETCLUSTERRESPONSE._serialized_start=96
-  _GETCLUSTERRESPONSE._serialized_end=283
-  _CLUSTERMEMBER._serialized_start=285
-  _CLUSTERMEMBER._serialized_end=357
+  _GETCLUSTERRESPONSE._serialized_end=345
+  _SHARDOWNER._serialized_start=347
+  _SHARDOWNER._serialized_end=423
+  _CLUSTERMEMBER._serialized_start=425
+  _CLUSTERMEMBER._serialized_end=517
 # @@protoc_insertion_point(module_scope)
