@@ -3,7 +3,6 @@ package election
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"reflect"
 	"sync"
 	"testing"
@@ -302,9 +301,10 @@ func TestConfigErrors(t *testing.T) {
 // not revive the old one.
 func TestTenureEndsAtTheDeadline(t *testing.T) {
 	ended := make(chan *Tenure, 2)
-	e := &Election{cfg: Config{TTL: time.Second, Ended: func(t *Tenure) { ended <- t }}, margin: 250 * time.Millisecond,
-		log: slog.New(slog.DiscardHandler), changed: make(chan struct{})}
-	e.first, e.key, e.view.Epoch = true, "k", 7
+	e := newElection(Config{TTL: time.Second, Ended: func(t *Tenure) { ended <- t }}, 250*time.Millisecond, 1)
+	e.lease = 1
+	k := e.shardKey(0, 1)
+	e.shard[0].queue = []key{{name: k, addr: "a", lease: 1, rev: 7}}
 	renew := func(sent time.Time) {
 		e.mu.Lock()
 		gone := e.renewedLocked(sent, time.Second)
@@ -313,7 +313,7 @@ func TestTenureEndsAtTheDeadline(t *testing.T) {
 	}
 	renew(time.Now()) // the deadline is 750ms ahead
 	first := e.Tenure()
-	if first == nil || !first.Live() || first.Key != "k" || first.Epoch != 7 {
+	if first == nil || !first.Live() || first.Key != k || first.Epoch != 7 {
 		t.Fatalf("tenure %+v after a renewal; want a live one of k, epoch 7", first)
 	}
 	select {

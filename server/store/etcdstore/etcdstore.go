@@ -23,6 +23,12 @@
 //	meta/initialized     RFC 3339 time the pools file was seeded
 //	meta/token_floor     decimal: the highest fencing token of any deleted pool
 //	meta/lease_id_key    the key lease ids are signed with, shared by every server
+//
+// In a cluster of several shards, a term's Store reads and writes the
+// pools of its shard only (shard.Of(name, Shards) == Shard), and the
+// seeding mark and the token floor are its shard's:
+// meta/initialized@SHARD and meta/token_floor@SHARD (SHARD in decimal).
+// With one shard they are the keys above, as before shards existed.
 package etcdstore
 
 import (
@@ -40,6 +46,7 @@ import (
 
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
 	"github.com/tollgate/tollgate/server/store"
 	"github.com/tollgate/tollgate/server/store/internal/groupcommit"
 )
@@ -75,6 +82,11 @@ type Options struct {
 	Unsure func()
 	// Timeout bounds each etcd call; 0 means DefaultTimeout.
 	Timeout time.Duration
+	// Shard and Shards are the term's shard and the cluster's number of
+	// shards (0 means 1): the Store loads and seeds the pools of Shard
+	// only.
+	Shard  int
+	Shards int
 }
 
 // Store is one term's view of the cluster's durable state. It is safe for
@@ -114,9 +126,20 @@ func New(c *clientv3.Client, prefix string, opts Options) *Store {
 	return s
 }
 
-func (s *Store) poolKey(name string) string    { return s.prefix + "pools/" + name }
-func (s *Store) resKey(name string) string     { return s.prefix + "resources/" + name }
-func (s *Store) metaKey(name string) string    { return s.prefix + "meta/" + name }
+func (s *Store) poolKey(name string) string { return s.prefix + "pools/" + name }
+func (s *Store) resKey(name string) string  { return s.prefix + "resources/" + name }
+func (s *Store) metaKey(name string) string { return s.prefix + "meta/" + name }
+
+// shardMetaKey is the key of the shard's own meta record name.
+func (s *Store) shardMetaKey(name string) string {
+	if s.opts.Shards <= 1 {
+		return s.metaKey(name)
+	}
+	return s.metaKey(name + "@" + strconv.Itoa(s.opts.Shard))
+}
+
+// mine reports whether the pool named name is in the Store's shard.
+func (s *Store) mine(name string) bool         { return shard.Of(name, s.opts.Shards) == s.opts.Shard }
 func (s *Store) livePrefix(name string) string { return s.prefix + "live/" + name + "@" }
 func (s *Store) liveKey(name string, index uint64) string {
 	return fmt.Sprintf("%s%016x", s.livePrefix(name), index)
@@ -175,36 +198,45 @@ func (s *Store) deposedNow() {
 	}
 }
 
-// LoadOrSeed returns every pool. While the cluster was never seeded, it
-// first writes each pool of seed that is not there yet, then the mark that
-// it is seeded, and returns seed with seeded true.
+// LoadOrSeed returns every pool of the Store's shard. While the shard was
+// never seeded, it first writes each pool of seed in the shard that is
+// not there yet, then the mark that it is seeded, and returns those pools
+// of seed with seeded true.
 func (s *Store) LoadOrSeed(seed []limiter.SavedPool) (pools []limiter.SavedPool, seeded bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
-	init, err := s.c.Get(ctx, s.metaKey("initialized"))
+	initKey := s.shardMetaKey("initialized")
+	init, err := s.c.Get(ctx, initKey)
 	if err != nil {
 		return nil, false, fmt.Errorf("loading pools from %s: %w", s.Path(), err)
 	}
 	if len(init.Kvs) == 0 {
+		var own []limiter.SavedPool
 		for _, sp := range seed {
+			if s.mine(sp.Config.Name) {
+				own = append(own, sp)
+			}
+		}
+		for _, sp := range own {
 			if err := s.save(sp); err != nil {
 				return nil, false, err
 			}
 		}
-		initialized := clientv3.Compare(clientv3.CreateRevision(s.metaKey("initialized")), "=", 0)
+		initialized := clientv3.Compare(clientv3.CreateRevision(initKey), "=", 0)
 		ok, err := s.fencedTxn("marking the pools file seeded", []clientv3.Cmp{initialized},
-			clientv3.OpPut(s.metaKey("initialized"), time.Now().UTC().Format(time.RFC3339Nano)))
+			clientv3.OpPut(initKey, time.Now().UTC().Format(time.RFC3339Nano)))
 		if err != nil {
 			return nil, false, err
 		}
 		if ok {
-			return append([]limiter.SavedPool(nil), seed...), true, nil
+			return own, true, nil
 		}
 	}
 	return s.load(ctx)
 }
 
-// load reads every pool and its instances at one revision.
+// load reads every pool of the shard, its instances and its live set, at
+// one revision.
 func (s *Store) load(ctx context.Context) ([]limiter.SavedPool, bool, error) {
 	recs, err := s.c.Get(ctx, s.prefix+"pools/", clientv3.WithPrefix())
 	if err != nil {
@@ -226,6 +258,9 @@ func (s *Store) load(ctx context.Context) ([]limiter.SavedPool, bool, error) {
 		if at < 0 || perr != nil {
 			return nil, false, fmt.Errorf("%s: damaged live chunk key %q", s.Path(), kv.Key)
 		}
+		if !s.mine(k[:at]) {
+			continue
+		}
 		c, err := store.DecodeLiveChunk(k[:at], idx, kv.Value)
 		if err != nil {
 			return nil, false, fmt.Errorf("%s: %w", s.Path(), err)
@@ -234,11 +269,16 @@ func (s *Store) load(ctx context.Context) ([]limiter.SavedPool, bool, error) {
 	}
 	instances := make(map[string][]byte, len(res.Kvs))
 	for _, kv := range res.Kvs {
-		instances[strings.TrimPrefix(string(kv.Key), s.prefix+"resources/")] = kv.Value
+		if name := strings.TrimPrefix(string(kv.Key), s.prefix+"resources/"); s.mine(name) {
+			instances[name] = kv.Value
+		}
 	}
 	pools := make([]limiter.SavedPool, 0, len(recs.Kvs))
 	for _, kv := range recs.Kvs {
 		name := strings.TrimPrefix(string(kv.Key), s.prefix+"pools/")
+		if !s.mine(name) {
+			continue
+		}
 		sp, err := store.DecodeRecord([]byte(name), kv.Value)
 		if err != nil {
 			return nil, false, fmt.Errorf("%s: %w", s.Path(), err)
@@ -463,7 +503,7 @@ func (s *Store) save(sp limiter.SavedPool) error {
 // DeletePool removes the named pool and raises the stored token floor to
 // tokenFloor, in one fenced transaction. It implements limiter.Persister.
 func (s *Store) DeletePool(name string, tokenFloor uint64) error {
-	floorKey := s.metaKey("token_floor")
+	floorKey := s.shardMetaKey("token_floor")
 	for {
 		cur, rev, err := s.tokenFloor()
 		if err != nil {
@@ -487,8 +527,8 @@ func (s *Store) DeletePool(name string, tokenFloor uint64) error {
 	}
 }
 
-// TokenFloor returns the highest fencing token any deleted pool may have
-// issued (0 if none was ever deleted).
+// TokenFloor returns the highest fencing token any deleted pool of the
+// shard may have issued (0 if none was ever deleted).
 func (s *Store) TokenFloor() (uint64, error) {
 	n, _, err := s.tokenFloor()
 	return n, err
@@ -497,7 +537,7 @@ func (s *Store) TokenFloor() (uint64, error) {
 func (s *Store) tokenFloor() (floor uint64, modRev int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
-	resp, err := s.c.Get(ctx, s.metaKey("token_floor"))
+	resp, err := s.c.Get(ctx, s.shardMetaKey("token_floor"))
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading the token floor from %s: %w", s.Path(), err)
 	}

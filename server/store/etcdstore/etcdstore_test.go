@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/etcdtest"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
 )
 
 const prefix = "/t/"
@@ -297,5 +298,85 @@ func TestWriteWithoutAnswerIsOutcomeUnknown(t *testing.T) {
 	var le *apierr.Error
 	if !errors.As(err, &le) || le.Reason != apierr.ReasonOutcomeUnknown || le.Code != apierr.CodeUnavailable {
 		t.Fatalf("a write etcd did not answer: %v; want UNAVAILABLE (OUTCOME_UNKNOWN)", err)
+	}
+}
+
+// In a cluster of several shards, a term's store seeds and loads the
+// pools of its shard only (their instances and live sets too), and keeps
+// its own seeding mark and token floor.
+func TestShardsSeedAndLoadTheirOwnPools(t *testing.T) {
+	c := client(t)
+	const shards = 4
+	var seed []limiter.SavedPool
+	for i := range 20 {
+		seed = append(seed, pool(t, fmt.Sprintf("p%d", i), int64(i+1)))
+	}
+	stores := make([]*Store, shards)
+	all := map[string]int64{}
+	for i := range shards {
+		opts := campaign(t, c, fmt.Sprintf("%sshards/%d/a", prefix, i))
+		opts.Shard, opts.Shards = i, shards
+		stores[i] = New(c, prefix, opts)
+		got, seeded, err := stores[i].LoadOrSeed(seed)
+		if err != nil || !seeded {
+			t.Fatalf("shard %d: seeded %v, %v", i, seeded, err)
+		}
+		for _, sp := range got {
+			if s := shard.Of(sp.Config.Name, shards); s != i {
+				t.Fatalf("shard %d seeded pool %q of shard %d", i, sp.Config.Name, s)
+			}
+			all[sp.Config.Name] = sp.Config.ConcurrencyLimit
+		}
+		if resp, err := c.Get(context.Background(), fmt.Sprintf("%smeta/initialized@%d", prefix, i)); err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("shard %d's seeding mark: %v, %v", i, resp, err)
+		}
+	}
+	if len(all) != len(seed) {
+		t.Fatalf("the shards seeded %d pools of %d", len(all), len(seed))
+	}
+	if resp, err := c.Get(context.Background(), prefix+"meta/initialized"); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the one-shard seeding mark was written: %v, %v", resp, err)
+	}
+
+	// A live set and instances of a pool of shard k are loaded by k only.
+	sp := seed[0]
+	k := shard.Of(sp.Config.Name, shards)
+	sp.LiveChunks = []limiter.LiveChunk{{Index: 0, Bits: limiter.LiveBits{1}}}
+	if err := stores[k].SavePool(sp); err != nil {
+		t.Fatal(err)
+	}
+	gone := ""
+	for _, p := range seed[1:] {
+		if shard.Of(p.Config.Name, shards) == k {
+			gone = p.Config.Name
+			break
+		}
+	}
+	if err := stores[k].DeletePool(gone, 99); err != nil {
+		t.Fatal(err)
+	}
+	for i := range shards {
+		got, seeded, err := stores[i].LoadOrSeed(seed)
+		if err != nil || seeded {
+			t.Fatalf("shard %d loaded again: seeded %v, %v", i, seeded, err)
+		}
+		for _, p := range got {
+			if shard.Of(p.Config.Name, shards) != i {
+				t.Fatalf("shard %d loaded pool %q of another shard", i, p.Config.Name)
+			}
+			if p.Config.Name == gone {
+				t.Fatalf("shard %d loaded the deleted pool %q", i, gone)
+			}
+			if p.Config.Name == sp.Config.Name && len(p.LiveChunks) != 1 {
+				t.Fatalf("shard %d loaded %q without its live set", i, p.Config.Name)
+			}
+		}
+		floor, err := stores[i].TokenFloor()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]uint64{true: 99, false: 0}[i == k]; floor != want {
+			t.Fatalf("shard %d's token floor is %d; want %d (the delete was in shard %d)", i, floor, want, k)
+		}
 	}
 }
