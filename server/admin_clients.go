@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sort"
 	"strconv"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -49,7 +50,7 @@ func (a *adminService) listClients(ctx context.Context, req *tollgatev1.ListClie
 	if err != nil {
 		return nil, err
 	}
-	holdings, err := a.srv.termOf(ctx).Engine().Holdings(pool)
+	holdings, err := a.srv.holdings(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -116,4 +117,26 @@ func fillSession(cs *tollgatev1.ClientSession, c session.Client) {
 	cs.Identity = c.Identity
 	cs.ConnectTime = timestamppb.New(c.ConnectTime)
 	cs.LastActivityTime = timestamppb.New(c.LastActive)
+}
+
+// holdings are the holdings of pool (its term's), or, for "", of every
+// pool of the shards this server leads (their terms'), in pool order.
+func (s *Server) holdings(ctx context.Context, pool string) ([]limiter.Holding, error) {
+	if pool != "" {
+		return s.termOf(ctx).Engine().Holdings(pool)
+	}
+	ts := s.localTerms(ctx)
+	if len(ts) == 1 {
+		return ts[0].Engine().Holdings("")
+	}
+	var all []limiter.Holding
+	for _, t := range ts {
+		h, err := t.Engine().Holdings("")
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, h...)
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Pool < all[j].Pool })
+	return all, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/internal/poolconv"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -76,7 +77,8 @@ func pageSize(n int32) (int, error) {
 }
 
 // ListPools returns a page of pools in name order. The page token is the
-// base64url encoding of the last name of the previous page.
+// base64url encoding of the last name of the previous page. A server of a
+// cluster lists the pools of the shards it leads.
 func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsRequest) (*tollgatev1.ListPoolsResponse, error) {
 	size, err := pageSize(req.GetPageSize())
 	if err != nil {
@@ -86,7 +88,8 @@ func (a *adminService) ListPools(ctx context.Context, req *tollgatev1.ListPoolsR
 	if err != nil {
 		return nil, refuse.ToStatus(a.srv.log, "ListPools", err, refuse.About{})
 	}
-	infos, more := a.srv.termOf(ctx).Engine().ListPools(after, size)
+	infos, more := term.Page(a.srv.localTerms(ctx), size, func(p limiter.PoolInfo) string { return p.Config.Name },
+		func(eng *limiter.Engine) ([]limiter.PoolInfo, bool) { return eng.ListPools(after, size) })
 	resp := &tollgatev1.ListPoolsResponse{
 		Pools:    make([]*tollgatev1.Pool, 0, len(infos)),
 		Statuses: make([]*tollgatev1.PoolStatus, 0, len(infos)),

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
 	"github.com/tollgate/tollgate/server/store/etcdstore"
 )
 
@@ -45,18 +46,22 @@ type ClusterView struct {
 	Remaining time.Duration
 }
 
-// GetCluster answers for followers too: it is how a client finds the
-// leader. A server whose view names itself leader while it does not lead
-// (Leading is false: its deadline passed) reports no leader.
+// GetCluster answers on every server: it is how a client finds the
+// leader of each shard (the shard map, from etcd as this server last read
+// it). A server whose view names itself leader while it does not lead
+// (its deadline passed) reports no leader, and names itself the owner of
+// no shard it does not lead now.
 func (a *adminService) GetCluster(ctx context.Context, _ *tollgatev1.GetClusterRequest) (*tollgatev1.GetClusterResponse, error) {
-	l := a.srv.leadership
+	s := a.srv
+	l := s.leadership
 	if l == nil {
-		self := a.srv.advertise
+		self := s.advertise
 		return &tollgatev1.GetClusterResponse{
-			Members:    []*tollgatev1.ClusterMember{{Address: self, Role: tollgatev1.ClusterRole_CLUSTER_ROLE_LEADER}},
+			Members:    []*tollgatev1.ClusterMember{{Address: self, Role: tollgatev1.ClusterRole_CLUSTER_ROLE_LEADER, ShardsLed: 1}},
 			Leader:     self,
 			Self:       self,
 			Standalone: true,
+			ShardCount: 1,
 		}, nil
 	}
 	v := l.Cluster()
@@ -66,18 +71,40 @@ func (a *adminService) GetCluster(ctx context.Context, _ *tollgatev1.GetClusterR
 		// no leader known, and so does this account.
 		v.Leader, v.Remaining = "", 0
 	}
-	resp := &tollgatev1.GetClusterResponse{Leader: v.Leader, Epoch: v.Epoch, Self: v.Self}
+	resp := &tollgatev1.GetClusterResponse{Leader: v.Leader, Epoch: v.Epoch, Self: v.Self, ShardCount: int32(s.terms.Len())}
+	led := make(map[string]int32)
+	for _, o := range s.shardMap() {
+		if o.Owner == v.Self && !s.terms.Shard(o.Shard).Get().Leading() {
+			o.Owner, o.Epoch = "", 0 // as NOT_LEADER says: no leader known
+		}
+		if o.Owner != "" {
+			led[o.Owner]++
+		}
+		resp.Shards = append(resp.Shards, &tollgatev1.ShardOwner{Shard: int32(o.Shard), Owner: o.Owner, Epoch: o.Epoch, MovingTo: o.MovingTo})
+	}
 	for _, m := range v.Members {
 		role := tollgatev1.ClusterRole_CLUSTER_ROLE_FOLLOWER
-		if m == v.Leader {
+		if m == v.Leader || led[m] > 0 {
 			role = tollgatev1.ClusterRole_CLUSTER_ROLE_LEADER
 		}
-		resp.Members = append(resp.Members, &tollgatev1.ClusterMember{Address: m, Role: role})
+		resp.Members = append(resp.Members, &tollgatev1.ClusterMember{Address: m, Role: role, ShardsLed: led[m]})
 	}
 	if v.Remaining > 0 {
 		resp.LeadershipRemaining = durationpb.New(v.Remaining)
 	}
 	return resp, nil
+}
+
+// shardMap is the shard map as this server last read it.
+func (s *Server) shardMap() []cluster.Owner {
+	if so, ok := s.leadership.(ShardOwners); ok {
+		return so.Map()
+	}
+	out := make([]cluster.Owner, s.terms.Len())
+	for i := range out {
+		out[i] = s.owner(i)
+	}
+	return out
 }
 
 // Defaults of ClusterConfig.
@@ -99,6 +126,11 @@ type ClusterConfig struct {
 	SessionTTL time.Duration
 	// Margin is taken off the leadership deadline; 0 means SessionTTL/4.
 	Margin time.Duration
+	// Shards is the number of shards of a cluster created by this server
+	// (1 to shard.MaxCount; 0 means 1). A cluster keeps the count it was
+	// created with: a server that joins one uses its stored count, and
+	// says so in a warning when this one differs.
+	Shards int
 }
 
 // OpenCluster returns a Server of a cluster of servers sharing etcd. It
@@ -123,19 +155,26 @@ func OpenCluster(cfg Config, cc ClusterConfig, seed []limiter.PoolConfig) (*Serv
 			return nil, fmt.Errorf("pools file: pool %q: %w", c.Name, err)
 		}
 	}
+	if cc.Shards < 0 || cc.Shards > shard.MaxCount {
+		return nil, fmt.Errorf("a cluster has 1 to %d shards, not %d", shard.MaxCount, cc.Shards)
+	}
 	key, err := etcdstore.New(cc.Client, cc.Prefix, etcdstore.Options{}).LeaseIDKey()
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), cc.SessionTTL)
+	n, err := cluster.LoadShardCount(ctx, cc.Client, cc.Prefix, max(cc.Shards, 1), cfg.Logger)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster's shard count from etcd: %w", err)
+	}
 	c := cluster.New(cluster.Config{Client: cc.Client, Prefix: cc.Prefix, SessionTTL: cc.SessionTTL, Margin: cc.Margin,
-		Advertise: cfg.Advertise, Logger: cfg.Logger})
+		Advertise: cfg.Advertise, Logger: cfg.Logger, Shards: n})
 	cfg.Leadership = campaignLeadership{c}
 	cfg.leaseIDKey = key // shared by every server: ids stay valid across leaders
 	s := New(cfg)
 	s.campaign = c
-	h := &terms{s: s, seed: seed, prefix: cc.Prefix, idle: s.Engine()}
-	h.idle.Close() // served, without pools, while no term runs
-	s.terms.Serve(term.Ended(h.idle))
+	h := s.hostShards(n, seed, cc.Prefix)
 	if err := c.Start(h); err != nil {
 		return nil, err
 	}
@@ -143,13 +182,17 @@ func OpenCluster(cfg Config, cc ClusterConfig, seed []limiter.PoolConfig) (*Serv
 	return s, nil
 }
 
-// campaignLeadership is a cluster.Campaign as a Leadership.
+// campaignLeadership is a cluster.Campaign as a Leadership (and its
+// ShardOwners).
 type campaignLeadership struct{ *cluster.Campaign }
 
 func (l campaignLeadership) Cluster() ClusterView { return ClusterView(l.View()) }
 
-// terms serves a server's leadership terms (cluster.Host): each with a
-// new engine restored from etcd, as a restart would.
+// terms serves a server's leadership terms of each shard (cluster.Host):
+// each with a new engine restored from the shard's store, as a restart
+// of the shard's pools would. The Campaign may start and end the terms of
+// different shards concurrently; those of one shard it starts and ends in
+// turn.
 type terms struct {
 	s      *Server
 	seed   []limiter.PoolConfig
@@ -157,10 +200,13 @@ type terms struct {
 	idle   *limiter.Engine // closed and empty: served between terms
 }
 
-func (h *terms) StartTerm(_ int, st *etcdstore.Store, epoch int64, tenure func() bool) (*term.Term, error) {
+func (h *terms) StartTerm(i int, st *etcdstore.Store, epoch int64, tenure func() bool) (*term.Term, error) {
+	if i < 0 || i >= h.s.terms.Len() {
+		return nil, fmt.Errorf("shard %d: the cluster has %d shards", i, h.s.terms.Len())
+	}
 	t, err := term.New(epoch, tenure, func(acting func() bool) (*limiter.Engine, error) {
 		eng := h.s.newEngine(st, acting)
-		if err := h.s.restore(eng, st, h.seed, "etcd", h.prefix); err != nil {
+		if err := h.s.restore(eng, shardStore{st, h.s.terms, i}, h.seedOf(i), "etcd", h.prefix); err != nil {
 			eng.Close()
 			return nil, err
 		}
@@ -169,21 +215,80 @@ func (h *terms) StartTerm(_ int, st *etcdstore.Store, epoch int64, tenure func()
 	if err != nil {
 		return nil, err
 	}
-	h.s.terms.Serve(t)
+	h.s.terms.Serve(i, t)
 	return t, nil
 }
 
+// hostShards makes s serve n shards, none until its host (returned)
+// starts their terms: a closed engine without pools is served meanwhile.
+func (s *Server) hostShards(n int, seed []limiter.PoolConfig, prefix string) *terms {
+	h := &terms{s: s, seed: seed, prefix: prefix, idle: s.Engine()}
+	h.idle.Close()
+	s.terms = term.NewTable(n)
+	for i := range n {
+		s.terms.Serve(i, term.Ended(h.idle))
+	}
+	return h
+}
+
+// shardStore is the store of shard i's term: its term restores only the
+// pools of shard i.
+type shardStore struct {
+	*etcdstore.Store
+	terms *term.Table
+	i     int
+}
+
+func (s shardStore) LoadOrSeed(seed []limiter.SavedPool) ([]limiter.SavedPool, bool, error) {
+	pools, seeded, err := s.Store.LoadOrSeed(seed)
+	if s.terms.Len() == 1 || err != nil {
+		return pools, seeded, err
+	}
+	kept := pools[:0]
+	for _, p := range pools {
+		if s.terms.ShardOf(p.Config.Name) == s.i {
+			kept = append(kept, p)
+		}
+	}
+	return kept, seeded, nil
+}
+
+// seedOf is the pools of the pools file that belong to shard i.
+func (h *terms) seedOf(i int) []limiter.PoolConfig {
+	if h.s.terms.Len() == 1 {
+		return h.seed
+	}
+	var out []limiter.PoolConfig
+	for _, c := range h.seed {
+		if h.s.terms.ShardOf(c.Name) == i {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // EndTerm fails the ended term's waiting calls and closes its engine; the
-// server then serves no pools, not even the last term's.
-func (h *terms) EndTerm(_ int, t *term.Term, handOff bool) {
+// server then serves none of the shard's pools, not even the last
+// term's. The other shards' terms go on.
+func (h *terms) EndTerm(i int, t *term.Term, handOff bool) {
 	eng := t.Engine()
 	eng.StopWaits()
 	eng.Close()
 	if handOff {
 		eng.RecordCleanStop()
 	}
-	h.s.terms.Serve(term.Ended(h.idle))
-	h.s.quotas.ForgetLeases() // its leases are gone with its engine
+	if i < 0 || i >= h.s.terms.Len() {
+		return
+	}
+	if h.s.terms.Shard(i).Get() == t {
+		h.s.terms.Serve(i, term.Ended(h.idle))
+	}
+	// Its leases are gone with its engine.
+	if h.s.terms.Len() == 1 {
+		h.s.quotas.ForgetLeases()
+	} else {
+		h.s.quotas.ForgetLeasesIn(func(pool string) bool { return h.s.terms.ShardOf(pool) == i })
+	}
 }
 
 func (h *terms) LeadershipChanged()          { h.s.setHealth() }

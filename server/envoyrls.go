@@ -2,12 +2,16 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
+	"hash/fnv"
+	"time"
 
 	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/internal/envoyrls"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -35,13 +39,22 @@ func (s *Server) registerEnvoyRLS(r grpc.ServiceRegistrar) {
 	}))
 }
 
-// termEngines gives each call the engine of its term: a server of a
-// cluster has a new one for each term it leads.
+// termEngines gives each call the engines of its terms: a server of a
+// cluster has a new one for each term of each shard it leads. An Envoy
+// call takes the term of every shard (the leader gate answers NOT_LEADER
+// unless this server leads them all): the pools its descriptors match may
+// be of any shard.
 type termEngines struct{ s *Server }
 
 func (e termEngines) Engine(ctx context.Context) envoyrls.Engine {
-	t := e.s.termOf(ctx)
-	return termEngine{Engine: t.Engine(), seq: t.Seq()}
+	ts, ok := ctx.Value(callTermsKey{}).(callTerms)
+	if !ok { // a standalone server: its one shard
+		ts = callTerms{{0, e.s.terms.Shard(0).Get()}}
+	}
+	if len(ts) == 1 {
+		return termEngine{Engine: ts[0].t.Engine(), seq: ts[0].t.Seq()}
+	}
+	return shardEngines{terms: e.s.terms, ts: ts}
 }
 
 // termEngine is the engine of the term seq.
@@ -52,3 +65,45 @@ type termEngine struct {
 
 // PoolsGeneration tells the rules of one term's engine from another's.
 func (e termEngine) PoolsGeneration() uint64 { return e.seq<<40 + e.Engine.PoolsGeneration() }
+
+// shardEngines are the engines of the terms of every shard, as one: a
+// pool's calls go to its shard's.
+type shardEngines struct {
+	terms *term.Table
+	ts    callTerms // one per shard, in shard order
+}
+
+// PoolsGeneration changes whenever any shard's term or pools do.
+func (e shardEngines) PoolsGeneration() uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	for _, st := range e.ts {
+		binary.LittleEndian.PutUint64(b[:], st.t.Seq())
+		_, _ = h.Write(b[:])
+		binary.LittleEndian.PutUint64(b[:], st.t.Engine().PoolsGeneration())
+		_, _ = h.Write(b[:])
+	}
+	return h.Sum64()
+}
+
+func (e shardEngines) EnvoyRules() map[string]limiter.EnvoyRule {
+	out := make(map[string]limiter.EnvoyRule)
+	for _, st := range e.ts {
+		for name, r := range st.t.Engine().EnvoyRules() {
+			out[name] = r
+		}
+	}
+	return out
+}
+
+func (e shardEngines) engineOf(pool string) *limiter.Engine {
+	return e.ts[e.terms.ShardOf(pool)].t.Engine()
+}
+
+func (e shardEngines) Bucket(pool string) (limiter.BucketState, error) {
+	return e.engineOf(pool).Bucket(pool)
+}
+
+func (e shardEngines) Take(ctx context.Context, pool string, tokens int64, maxWait time.Duration) (limiter.TakeResult, error) {
+	return e.engineOf(pool).Take(ctx, pool, tokens, maxWait)
+}

@@ -21,12 +21,12 @@ import (
 func (s *Server) RecentEvents() []events.Event { return s.events.NewestFirst() }
 
 // recordEvent keeps ev and logs it at info level with its fields. A
-// server of a cluster that does not lead publishes nothing about pools:
-// from its leadership deadline on, an event of its term (a change whose
-// answer came back late, say) is dropped; the leader's pools are the
-// successor's to report.
+// server of a cluster publishes nothing about the pools of a shard it does
+// not lead: from its leadership deadline on, an event of its term of the
+// shard (a change whose answer came back late, say) is dropped; the
+// shard's pools are the successor's to report.
 func (s *Server) recordEvent(ev events.Event) {
-	if ev.Pool != "" && s.leadership != nil && !s.leadership.Leading() {
+	if ev.Pool != "" && s.leadership != nil && !s.terms.Of(ev.Pool).Get().Leading() {
 		return
 	}
 	if ev.Time.IsZero() {
@@ -75,7 +75,7 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 		}
 	}
 	ctx := stream.Context()
-	termDone := a.srv.termOf(ctx).Done()
+	idle := a.srv.terms.Idle() // it leads no shard any more
 	for {
 		select {
 		case ev := <-w.C():
@@ -88,8 +88,8 @@ func (a *adminService) WatchEvents(req *tollgatev1.WatchEventsRequest, stream gr
 				Message: fmt.Sprintf("the event stream was ended because its client fell %d events behind; read faster, then reconnect (with include_recent to catch up on the recent events the server keeps)", cap(w.C()))}, refuse.About{}).Err()
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
-		case <-termDone:
-			return a.srv.notLeader()
+		case <-idle:
+			return a.srv.notLeader(0)
 		case <-a.srv.draining:
 			return refuse.StatusOf(&apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonShuttingDown,
 				Message: "the server is shutting down; reconnect (to another server if there is one) to keep watching"}, refuse.About{}).Err()

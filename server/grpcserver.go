@@ -118,13 +118,14 @@ func (s *Server) ServeGRPC(ctx context.Context, gs *grpc.Server, lis net.Listene
 }
 
 // setHealth reports both Tollgate services SERVING while the server leads
-// (always, standalone) and NOT_SERVING while it follows; "" stays SERVING
-// while the process runs.
+// at least one shard (always, standalone; with one shard: while it leads)
+// and NOT_SERVING while it leads none; "" stays SERVING while the process
+// runs.
 func (s *Server) setHealth() {
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
 	st := healthpb.HealthCheckResponse_SERVING
-	if s.leadership != nil && !s.leadership.Leading() {
+	if !s.leadsAny() {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	for _, name := range []string{tollgatev1.LimiterService_ServiceDesc.ServiceName, tollgatev1.AdminService_ServiceDesc.ServiceName} {
@@ -132,8 +133,12 @@ func (s *Server) setHealth() {
 	}
 }
 
+// leadsAny reports whether the server leads at least one shard; a
+// standalone server always does.
+func (s *Server) leadsAny() bool { return s.leadership == nil || len(s.ledTerms()) > 0 }
+
 // leaderHealth is the health service of a Server: a Check of a Tollgate
-// service on a server of a cluster that does not lead answers
+// service on a server of a cluster that leads no shard answers
 // NOT_SERVING, read at the moment of the Check (health.Server's status is
 // set when leadership changes, a moment later). Watch streams what is set.
 type leaderHealth struct {
@@ -143,7 +148,7 @@ type leaderHealth struct {
 
 func (h leaderHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	resp, err := h.Server.Check(ctx, req)
-	if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING && req.GetService() != "" && h.s.leadership != nil && !h.s.leadership.Leading() {
+	if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING && req.GetService() != "" && !h.s.leadsAny() {
 		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
 	}
 	return resp, err

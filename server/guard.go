@@ -50,7 +50,11 @@ func (s *Server) poolsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		// the limit together; they are rare.
 		s.createPoolMu.Lock()
 		defer s.createPoolMu.Unlock()
-		if err := s.quotas.AdmitPool(s.termOf(ctx).Engine().NumPools()); err != nil {
+		n := 0 // the pools of the shards this server leads: the bound is per server
+		for _, st := range s.ledTerms() {
+			n += st.t.Engine().NumPools()
+		}
+		if err := s.quotas.AdmitPool(n); err != nil {
 			return nil, refuse.StatusOf(err, refuse.About{}).Err()
 		}
 	}

@@ -37,7 +37,7 @@ func (s *Server) HTTPHandler() http.Handler {
 // httpOptions are what the HTTP handler reads of the server.
 func (s *Server) httpOptions() httpapi.Options {
 	return httpapi.Options{
-		Terms:        &s.terms,
+		Terms:        s.terms,
 		Metrics:      s.metrics.Registry(),
 		Auth:         func() httpapi.Authorizer { return s.auth() },
 		Serving:      s.Serving,
@@ -64,12 +64,16 @@ func (s *Server) Serving() bool {
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 }
 
-// leader is who leads the cluster, as this server sees it (for a
-// standalone server, no one: it always leads).
-func (s *Server) leader() (string, int64) {
+// leader is who leads shard, as this server sees it (for a standalone
+// server, no one: it always leads); during a planned move, the server the
+// shard moves to.
+func (s *Server) leader(shard int) (string, int64) {
 	if s.leadership == nil {
 		return "", 0
 	}
-	v := s.leadership.Cluster()
-	return v.Leader, v.Epoch
+	o := s.owner(shard)
+	if o.MovingTo != "" {
+		return o.MovingTo, 0
+	}
+	return o.Owner, o.Epoch
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -123,6 +124,27 @@ func (s *Server) callsOf(ctx context.Context) *holder.Calls { return s.calls.In(
 // streams.
 type streamHost struct{ s *Server }
 
-func (h streamHost) Term(ctx context.Context) *term.Term { return h.s.termOf(ctx) }
-func (h streamHost) Draining() <-chan struct{}           { return h.s.draining }
-func (h streamHost) NotLeader() error                    { return h.s.notLeader() }
+// Term is the term of pool's shard served now: a standalone server's
+// one, or, on a server of a cluster, the shard's term while it leads, and
+// NOT_LEADER naming the shard's leader otherwise.
+func (h streamHost) Term(pool string) (*term.Term, error) {
+	i := h.s.terms.ShardOf(pool)
+	t := h.s.terms.Shard(i).Get()
+	if h.s.leadership != nil && !t.Leading() {
+		return nil, h.s.notLeader(i)
+	}
+	return t, nil
+}
+
+// NotLeader is NOT_LEADER naming the leader of pool's shard; of shard 0
+// for "" (a stream that ends because the server leads no shard).
+func (h streamHost) NotLeader(pool string) error {
+	if pool == "" {
+		return h.s.notLeader(0)
+	}
+	return h.s.notLeaderOf(pool)
+}
+
+func (h streamHost) Idle() <-chan struct{}     { return h.s.terms.Idle() }
+func (h streamHost) Draining() <-chan struct{} { return h.s.draining }
+func (h streamHost) Now() time.Time            { return h.s.Engine().Clock().Now() }

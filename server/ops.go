@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/internal/limits"
 	"github.com/tollgate/tollgate/internal/metrics"
 	"github.com/tollgate/tollgate/internal/session"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/internal/wirecodec"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -43,15 +44,37 @@ func (s *Server) initOps(cfg Config) {
 }
 
 // metricsSource is what the metrics collector reads of the server: the
-// engine's pools and the server's counters.
+// pools of the shards it leads (all of a standalone server's) and the
+// server's counters.
 type metricsSource struct{ s *Server }
 
-func (m metricsSource) ListPools(after string, limit int) ([]limiter.PoolInfo, bool) {
-	return m.s.Engine().ListPools(after, limit)
+func (m metricsSource) terms() []*term.Term {
+	var ts []*term.Term
+	for _, st := range m.s.ledTerms() {
+		ts = append(ts, st.t)
+	}
+	return ts
 }
-func (m metricsSource) NumPools() int { return m.s.Engine().NumPools() }
+
+func (m metricsSource) ListPools(after string, limit int) ([]limiter.PoolInfo, bool) {
+	ts := m.terms()
+	if len(ts) == 0 {
+		return nil, false
+	}
+	return term.Page(ts, limit, func(p limiter.PoolInfo) string { return p.Config.Name },
+		func(eng *limiter.Engine) ([]limiter.PoolInfo, bool) { return eng.ListPools(after, limit) })
+}
+
+func (m metricsSource) NumPools() int {
+	n := 0
+	for _, t := range m.terms() {
+		n += t.Engine().NumPools()
+	}
+	return n
+}
+
 func (m metricsSource) GetPool(name string) (limiter.PoolInfo, error) {
-	return m.s.Engine().GetPool(name)
+	return m.s.terms.Of(name).Get().Engine().GetPool(name)
 }
 
 func (m metricsSource) MarkKinds() map[limiter.PoolEventType]string { return audit.MarkKinds }

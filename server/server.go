@@ -10,7 +10,6 @@
 package server
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -87,10 +86,11 @@ type Config struct {
 // register it on a grpc.Server with Register (or build one with
 // GRPCServer), and run it with Serve. It is safe for concurrent use.
 type Server struct {
-	// terms is the term served now: one for the Server's life when
-	// standalone, a new one for each leadership term in a cluster. Every
-	// call and stream takes it once (termOf) and uses its engine.
-	terms           term.Current
+	// terms are the terms served now, one per shard: one shard with one
+	// term for the Server's life when standalone; in a cluster, a new
+	// term for each leadership of each shard. Every call takes its pool's
+	// shard's term once (termOf) and uses its engine.
+	terms           *term.Table
 	clock           limiter.Clock // Config.Clock
 	markInterval    time.Duration // Config.MarkEventInterval
 	log             *slog.Logger
@@ -147,6 +147,7 @@ func New(cfg Config) *Server {
 		advertise:       cfg.Advertise,
 		clock:           cfg.Clock,
 		markInterval:    cfg.MarkEventInterval,
+		terms:           term.NewTable(1),
 	}
 	if s.shutdownTimeout <= 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
@@ -157,7 +158,7 @@ func New(cfg Config) *Server {
 	}
 	t, _ := term.New(0, tenure, func(func() bool) (*limiter.Engine, error) { return s.newEngine(cfg.persister, nil), nil })
 	t.Begin()
-	s.terms.Serve(t)
+	s.terms.Serve(0, t)
 	s.initOps(cfg)
 	s.calls = &holder.Calls{Auth: s.auth, Quotas: s.quotas, Limits: s.limits, Metrics: s.metrics,
 		IDs: s.ids, Tracing: s.tracing, Log: s.log}
@@ -187,16 +188,12 @@ func (s *Server) newEngine(p limiter.Persister, live func() bool) *limiter.Engin
 		OnPoolEvent: s.onPoolEvent, OnShareUpdate: s.onShareUpdate, OnLeaseResized: session.LeaseResized, MarkEventInterval: s.markInterval})
 }
 
-// Engine returns the engine the server serves now. Callers may use it
-// directly (for example to declare pools at start-up); it is closed by
-// Serve's shutdown or by Close. A server of a cluster serves a new engine
-// for each term it leads (see OpenCluster).
-func (s *Server) Engine() *limiter.Engine { return s.terms.Get().Engine() }
-
-// termOf is the term of the call or stream of ctx: the one the leader
-// gate took when it started (for a server of a cluster), else the one
-// served now. A call uses its term's engine and leadership throughout.
-func (s *Server) termOf(ctx context.Context) *term.Term { return s.terms.For(ctx) }
+// Engine returns the engine the server serves now (of shard 0: a
+// standalone server has one shard). Callers may use it directly (for
+// example to declare pools at start-up); it is closed by Serve's shutdown
+// or by Close. A server of a cluster serves a new engine for each term of
+// each shard it leads (see OpenCluster).
+func (s *Server) Engine() *limiter.Engine { return s.terms.Shard(0).Get().Engine() }
 
 // Register registers LimiterService and AdminService on r. It does not
 // register health or reflection; GRPCServer does.
@@ -222,7 +219,9 @@ func (s *Server) drain() {
 		if s.campaign != nil {
 			s.campaign.Stop() // hands off: another server leads at once
 		}
-		s.Engine().StopWaits() // waiting acquires and takes answer SHUTTING_DOWN at once
+		for _, t := range s.terms.Served() {
+			t.Engine().StopWaits() // waiting acquires and takes answer SHUTTING_DOWN at once
+		}
 	})
 }
 

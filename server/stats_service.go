@@ -8,13 +8,15 @@ import (
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/pagetoken"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
 // GetStats returns one pool's statistics (pool set), or a page of every
 // pool's in name order, paged like ListPools (the same page_size rules and
-// page tokens).
+// page tokens; a server of a cluster lists the pools of the shards it
+// leads).
 func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsRequest) (*tollgatev1.GetStatsResponse, error) {
 	if name := req.GetPool(); name != "" {
 		if err := limiter.ValidatePoolName(name); err != nil {
@@ -34,7 +36,8 @@ func (a *adminService) GetStats(ctx context.Context, req *tollgatev1.GetStatsReq
 	if err != nil {
 		return nil, refuse.ToStatus(a.srv.log, "GetStats", err, refuse.About{})
 	}
-	stats, more := a.srv.termOf(ctx).Engine().ListPoolStats(after, size)
+	stats, more := term.Page(a.srv.localTerms(ctx), size, func(st limiter.PoolStats) string { return st.Config.Name },
+		func(eng *limiter.Engine) ([]limiter.PoolStats, bool) { return eng.ListPoolStats(after, size) })
 	resp := &tollgatev1.GetStatsResponse{Stats: make([]*tollgatev1.PoolStats, 0, len(stats))}
 	for _, st := range stats {
 		resp.Stats = append(resp.Stats, poolStatsToProto(st))

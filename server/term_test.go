@@ -41,7 +41,7 @@ func TestClusterCallKeepsItsTerm(t *testing.T) {
 	lead := leader(t, startCluster(t, etcdtest.Start(t), fc, 1, []limiter.PoolConfig{{Name: "db", ConcurrencyLimit: 16}}))
 	info := &grpc.UnaryServerInfo{FullMethod: tollgatev1.LimiterService_Acquire_FullMethodName}
 	req := &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1), NoWait: true}
-	first := lead.srv.terms.Get()
+	first := lead.srv.terms.Shard(0).Get()
 	var next *term.Term
 	_, err := lead.srv.leaderUnary(lead.ctx(), req, info, func(ctx context.Context, req any) (any, error) {
 		key, _, ok := lead.srv.campaign.Election().Term()
@@ -53,7 +53,7 @@ func TestClusterCallKeepsItsTerm(t *testing.T) {
 			t.Fatal(err)
 		}
 		testwait.For(t, "the server leads again, in a new term", func() bool {
-			next = lead.srv.terms.Get()
+			next = lead.srv.terms.Shard(0).Get()
 			return next != first && next.Leading()
 		})
 		return lead.srv.limiterSvc.Acquire(ctx, req.(*tollgatev1.AcquireRequest))
@@ -80,11 +80,12 @@ func (l *leadingView) Cluster() ClusterView {
 	return ClusterView{Self: l.self, Members: []string{l.self}, Leader: l.self, Epoch: 1}
 }
 
-// A Session stream uses the term it started in: once that term stops
-// leading, a request still read on it is answered from that term's
-// engine or not at all (the stream ends NOT_LEADER, and the grant it could
-// not deliver is released), never from the engine of the term the server
-// serves next; a new stream gets the new term.
+// Each request of a Session stream uses the term its pool's shard served
+// when it came: a request that took a term that then stopped leading is
+// answered from that term's engine or NOT_LEADER (here: an acquire that
+// waited in it, whose wait the end of its term fails), never from the
+// engine of the term the server serves next; the stream goes on, and its
+// next request takes the new term.
 func TestSessionKeepsItsTerm(t *testing.T) {
 	fc := fakeclock.New(testStart)
 	lis := listen(t)
@@ -92,16 +93,18 @@ func TestSessionKeepsItsTerm(t *testing.T) {
 	l.leading.Store(true)
 	srv := New(Config{Clock: fc, ShutdownTimeout: 2 * time.Second, Leadership: l, Advertise: l.self})
 	e := serveEnv(t, srv, fc, lis)
-	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 4})
-	first := srv.terms.Get()
+	e.createPool(&tollgatev1.Pool{Name: "db", ConcurrencyLimit: 1})
+	first := srv.terms.Shard(0).Get()
 	t.Cleanup(first.Engine().Close) // the server closes the engine it serves last
 	sc := e.session()
 	if r := sc.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})); r.GetAcquire().GetLease() == nil {
 		t.Fatalf("the first acquire was answered %v", r)
 	}
+	sc.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})) // waits in the first term
+	testwait.For(t, "the second acquire waits", func() bool { return heldIn(t, first.Engine(), "db") == 1 && e.status("db").GetWaiting() == 1 })
 
-	// The next term is served while the stream's term has stopped
-	// leading but has not ended: the stream's next request comes then.
+	// The next term is served once the first has stopped leading; the
+	// first then ends, which fails its waits (as EndTerm does).
 	next, err := term.New(2, nil, func(func() bool) (*limiter.Engine, error) { return srv.newEngine(nil, nil), nil })
 	if err != nil {
 		t.Fatal(err)
@@ -111,19 +114,22 @@ func TestSessionKeepsItsTerm(t *testing.T) {
 	}
 	next.Begin()
 	first.Lapse()
-	srv.terms.Serve(next)
-	sc.send(acquireReq(2, &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)}))
-	wantStatus(t, sc.wantEnd(), codes.Unavailable, apierr.ReasonNotLeader)
+	srv.terms.Serve(0, next)
+	first.Engine().StopWaits()
+	first.Engine().Close()
+	r := sc.next()
+	wantSessionError(t, r, codes.Unavailable, apierr.ReasonNotLeader)
+	if r.GetRequestId() != 2 || r.GetError().GetMetadata()["shard"] != "0" || r.GetError().GetRetryAfter() == nil {
+		t.Fatalf("the waiting acquire was answered %v; want NOT_LEADER of shard 0, with a retry delay", r)
+	}
 	if held := heldIn(t, next.Engine(), "db"); held != 0 {
-		t.Fatalf("the stream of the first term holds %d in the next term's engine", held)
+		t.Fatalf("a request of the first term holds %d in the next term's engine", held)
 	}
-	if held := heldIn(t, first.Engine(), "db"); held != 1 {
-		t.Fatalf("the first term's engine holds %d; want the first grant only (the undelivered one released)", held)
-	}
-	if r := e.session().call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})); r.GetAcquire().GetLease() == nil {
-		t.Fatalf("an acquire on a new stream was answered %v", r)
+	// The stream goes on: its next request takes the next term.
+	if r := sc.call(acquireReq(3, &tollgatev1.AcquireRequest{Pool: "db", Weight: i64(1)})); r.GetAcquire().GetLease() == nil {
+		t.Fatalf("an acquire after the change of term was answered %v", r)
 	}
 	if held := heldIn(t, next.Engine(), "db"); held != 1 {
-		t.Fatalf("a stream of the new term: %d held in its engine, want 1", held)
+		t.Fatalf("a request of the new term: %d held in its engine, want 1", held)
 	}
 }

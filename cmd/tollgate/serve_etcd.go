@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/election"
 	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -32,6 +33,7 @@ type etcdOptions struct {
 	user       string
 	password   string
 	sessionTTL time.Duration
+	shards     int
 }
 
 const etcdHelp = `
@@ -41,8 +43,10 @@ serves; the others answer every call with UNAVAILABLE (NOT_LEADER) naming
 the leader's --advertise address, and report tollgate.v1.LimiterService
 NOT_SERVING to health checks. Pools and their write-ahead reservations live
 in etcd instead of --data-dir; --config seeds them once for the cluster. A
-new leader starts as a restarted server does (recovery window). See
-docs/ha.md.
+new leader starts as a restarted server does (recovery window). With
+--shards N (fixed when the cluster is created) the pools are spread over N
+shards, each led by one server: a call for a pool goes to its shard's
+leader, and the others answer NOT_LEADER naming it. See docs/ha.md.
 `
 
 func (o *etcdOptions) register(f *pflag.FlagSet) {
@@ -55,6 +59,7 @@ func (o *etcdOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&o.user, "etcd-user", "", "with --etcd: etcd user name")
 	f.StringVar(&o.password, "etcd-password", "", "with --etcd: etcd password (default: $"+etcdPasswordEnv+")")
 	f.DurationVar(&o.sessionTTL, "etcd-session-ttl", server.DefaultSessionTTL, "with --etcd: TTL of this server's etcd session, in whole seconds: a leader that dies is replaced about this long after")
+	f.IntVar(&o.shards, "shards", 1, fmt.Sprintf("with --etcd: the number of shards the pools are spread over, 1 to %d, each led by one server (a pool's shard is FNV-1a-32 of its name mod the count); read by the server that creates the cluster: the others use the count stored in etcd, and warn when theirs differs", shard.MaxCount))
 }
 
 // enabled reports whether --etcd was given.
@@ -68,7 +73,13 @@ func (o *etcdOptions) check() error {
 				return fmt.Errorf("%s needs --etcd", name)
 			}
 		}
+		if o.shards != 1 {
+			return errors.New("--shards needs --etcd: a server alone has one shard")
+		}
 		return nil
+	}
+	if o.shards < 1 || o.shards > shard.MaxCount {
+		return fmt.Errorf("--shards must be 1 to %d, not %d", shard.MaxCount, o.shards)
 	}
 	if o.advertise == "" {
 		return errors.New("--etcd needs --advertise HOST:PORT: the address clients reach this server at")
@@ -121,7 +132,7 @@ func (o *etcdOptions) open(cfg server.Config, pools []limiter.PoolConfig) (*serv
 		return nil, nil, err
 	}
 	cfg.Advertise = o.advertise
-	srv, err := server.OpenCluster(cfg, server.ClusterConfig{Client: c, Prefix: o.prefix, SessionTTL: o.sessionTTL}, pools)
+	srv, err := server.OpenCluster(cfg, server.ClusterConfig{Client: c, Prefix: o.prefix, SessionTTL: o.sessionTTL, Shards: o.shards}, pools)
 	if err != nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("--etcd %s: %w (is etcd running there, and do --etcd-cacert/--etcd-cert/--etcd-user match it?)", o.endpoints, err)

@@ -26,6 +26,9 @@ func TestServeEtcdFlags(t *testing.T) {
 		{[]string{"--advertise", "a:1"}, []string{"--advertise needs --etcd"}},
 		{[]string{"--etcd", "http://127.0.0.1:1", "--advertise", "a:1", "--etcd-session-ttl", "1500ms"}, []string{"--etcd-session-ttl", "whole number of seconds"}},
 		{[]string{"--etcd", "http://127.0.0.1:1", "--advertise", "a:1", "--etcd-cert", "c.pem"}, []string{"--etcd-cert and --etcd-key go together"}},
+		{[]string{"--shards", "4"}, []string{"--shards needs --etcd"}},
+		{[]string{"--etcd", "http://127.0.0.1:1", "--advertise", "a:1", "--shards", "0"}, []string{"--shards must be 1 to 4096, not 0"}},
+		{[]string{"--etcd", "http://127.0.0.1:1", "--advertise", "a:1", "--shards", "4097"}, []string{"--shards must be 1 to 4096, not 4097"}},
 	} {
 		runCLI(t, "", append(base, c.args...)...).mustFail(t, 1, c.want...)
 	}

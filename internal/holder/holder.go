@@ -391,8 +391,10 @@ func (c *Calls) ReleaseLease(pool string, token uint64, out *limiter.ReleaseOutc
 
 // Report validates req, checks that the caller may use every pool it
 // names (a report can lower a pool's limits, so it needs the same right as
-// an acquire), and counts it.
-func (c *Calls) Report(ctx context.Context, req *tollgatev1.ReportRequest) error {
+// an acquire), and counts it: each pool's report in the engine of the
+// term in gives it (the term of its shard the call took), those of one
+// term together; in nil means c's term for every pool.
+func (c *Calls) Report(ctx context.Context, req *tollgatev1.ReportRequest, in func(pool string) *term.Term) error {
 	rs, err := apiconv.ReportsFromProto(req)
 	if err != nil {
 		return err
@@ -405,7 +407,24 @@ func (c *Calls) Report(ctx context.Context, req *tollgatev1.ReportRequest) error
 			}
 		}
 	}
-	return c.Engine().Report(rs)
+	if in == nil {
+		return c.Engine().Report(rs)
+	}
+	var terms []*term.Term // in the order their pools first come
+	byTerm := make(map[*term.Term][]limiter.OutcomeReport)
+	for _, r := range rs {
+		t := in(r.Pool)
+		if _, ok := byTerm[t]; !ok {
+			terms = append(terms, t)
+		}
+		byTerm[t] = append(byTerm[t], r)
+	}
+	for _, t := range terms {
+		if err := t.Engine().Report(byTerm[t]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // AcquireShare validates req and grants the share, owned by owner (nil

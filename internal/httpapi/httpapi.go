@@ -3,6 +3,7 @@ package httpapi
 import (
 	"embed"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,20 +24,22 @@ var webFiles embed.FS
 
 // Options are what the handler reads of the server.
 type Options struct {
-	// Terms is the term the server serves now (a server of a cluster
-	// serves a new one for each term it leads): a request for the pools
-	// takes it once and reads that term's engine only.
-	Terms   *term.Current
+	// Terms are the terms the server serves now, one per shard (a server
+	// of a cluster serves a new one for each term of each shard it
+	// leads): a request about a pool takes its shard's term once and reads
+	// that term's engine only; the list of pools reads those of the
+	// shards it leads.
+	Terms   *term.Table
 	Metrics prometheus.Gatherer
 	// Auth returns the authorizer in force; the handler asks it once,
 	// when it is built.
 	Auth         func() Authorizer
 	Serving      func() bool // false once shutdown has started
 	RecentEvents func() []events.Event
-	// Leader is the leader's advertised address ("" while none is known)
-	// and epoch, told to a request for the pools on a server of a cluster
-	// whose term does not lead.
-	Leader func() (leader string, epoch int64)
+	// Leader is the advertised address ("" while none is known) and
+	// epoch of the leader of a shard, told to a request for its pools on a
+	// server of a cluster that does not lead it.
+	Leader func(shard int) (leader string, epoch int64)
 }
 
 // NotLeaderResponse is the JSON of a 503 from the pools' endpoints on a
@@ -104,7 +107,7 @@ func newMux(o Options) *routeMux {
 		Timeout:             30 * time.Second,
 	})
 	mux.Handle("GET /metrics", h.auth(prom))
-	mux.Handle("GET /api/pools", h.auth(h.leaderOnly(h.pools)))
+	mux.Handle("GET /api/pools", h.auth(h.ledOnly(h.pools)))
 	mux.Handle("GET /api/pools/{name}/leases", h.auth(h.leaderOnly(h.poolLeases)))
 	mux.Handle("GET /api/pools/{name}/waiters", h.auth(h.leaderOnly(h.poolWaiters)))
 	mux.Handle("GET /api/events", h.auth(http.HandlerFunc(h.events)))
@@ -142,27 +145,56 @@ func (h *handler) auth(next http.Handler) http.Handler {
 	})
 }
 
-// leaderOnly serves a request for the pools from the engine of the term
-// served when it comes, and answers 503, with the leader's address, when
-// that term does not lead (a server of a cluster that does not lead it):
-// such a server holds no pools, and an empty list would read as "there
-// are none".
+// leaderOnly serves a request about the pool {name} from the engine of
+// the term its shard serves when it comes, and answers 503, with the
+// shard's leader's address, when that term does not lead (a server of a
+// cluster that does not lead it): such a server holds none of the shard's
+// pools, and "not found" would read as "there is none".
 func (h *handler) leaderOnly(next func(http.ResponseWriter, *http.Request, *limiter.Engine)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t := h.o.Terms.Get()
-		if t.Leading() {
+		i := h.o.Terms.ShardOf(r.PathValue("name"))
+		if t := h.o.Terms.Shard(i).Get(); t.Leading() {
 			next(w, r, t.Engine())
 			return
 		}
-		leader, epoch := h.o.Leader()
-		resp := NotLeaderResponse{Reason: string(apierr.ReasonNotLeader), Leader: leader, Epoch: epoch,
-			Error: "this server does not lead the cluster: read the pools on the leader, " + leader + " (its gRPC address; its HTTP listener is where it was started with --http)"}
-		if leader == "" {
-			resp.Error = "this server does not lead the cluster and no leader is known yet; retry in a moment"
-		}
-		w.Header().Set("Retry-After", "1")
-		writeJSONStatus(w, http.StatusServiceUnavailable, resp)
+		h.notLeader(w, i)
 	})
+}
+
+// ledOnly serves a request for the list of pools from the terms of the
+// shards the server leads when it comes, and answers 503, naming shard 0's
+// leader, when it leads none (a server of a cluster that leads no shard):
+// an empty list would read as "there are none".
+func (h *handler) ledOnly(next func(http.ResponseWriter, *http.Request, []*term.Term)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var led []*term.Term
+		for _, t := range h.o.Terms.Served() {
+			if t.Leading() {
+				led = append(led, t)
+			}
+		}
+		if len(led) == 0 {
+			h.notLeader(w, 0)
+			return
+		}
+		next(w, r, led)
+	})
+}
+
+// notLeader answers 503 naming the leader of shard i.
+func (h *handler) notLeader(w http.ResponseWriter, i int) {
+	leader, epoch := h.o.Leader(i)
+	what := "the cluster"
+	if h.o.Terms.Len() > 1 {
+		what = "shard " + strconv.Itoa(i) + " (of the pool's name, see docs/ha.md)"
+	}
+	resp := NotLeaderResponse{Reason: string(apierr.ReasonNotLeader), Leader: leader, Epoch: epoch,
+		Error: "this server does not lead " + what + ": read the pools on the leader, " + leader + " (its gRPC address; its HTTP listener is where it was started with --http)"}
+	if leader == "" {
+		resp.Error = "this server does not lead " + what + " and no leader is known yet; retry in a moment"
+	}
+	w.Header().Set("Retry-After", "1")
+	writeJSONStatus(w, http.StatusServiceUnavailable, resp)
 }
 
 // securityHeaders sets headers that keep the status page to itself: no

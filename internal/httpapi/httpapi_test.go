@@ -65,15 +65,15 @@ func (f *fixture) handler() http.Handler {
 		panic(err)
 	}
 	tm.Begin()
-	var terms term.Current
-	terms.Serve(tm)
+	terms := term.NewTable(1)
+	terms.Serve(0, tm)
 	o := Options{
-		Terms:        &terms,
+		Terms:        terms,
 		Metrics:      prometheus.NewRegistry(),
 		Auth:         func() Authorizer { return f.auth },
 		Serving:      func() bool { return f.serving },
 		RecentEvents: func() []events.Event { return []events.Event{{Seq: 1, Type: events.PoolCreated, Pool: "db"}} },
-		Leader: func() (string, int64) {
+		Leader: func(int) (string, int64) {
 			_, leader, epoch := f.leading()
 			return leader, epoch
 		},
@@ -287,7 +287,7 @@ func TestEvents(t *testing.T) {
 
 func TestRoutesAreTheHandlersRoutes(t *testing.T) {
 	f := newFixture(t)
-	o := Options{Terms: new(term.Current), Metrics: prometheus.NewRegistry(), Auth: func() Authorizer { return f.auth },
+	o := Options{Terms: term.NewTable(1), Metrics: prometheus.NewRegistry(), Auth: func() Authorizer { return f.auth },
 		Serving: func() bool { return true }}
 	routes := Routes(o)
 	for _, want := range []string{"GET /healthz", "GET /metrics", "GET /api/pools/{name}/leases"} {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -107,23 +108,43 @@ type EventsResponse struct {
 	Events []events.Event `json:"events"`
 }
 
-func (h *handler) pools(w http.ResponseWriter, r *http.Request, eng *limiter.Engine) {
+// pools lists the pools of the terms ts (those of the shards the server
+// leads), merged in name order.
+func (h *handler) pools(w http.ResponseWriter, r *http.Request, ts []*term.Term) {
 	q := r.URL.Query()
 	limit, ok := queryLimit(w, q, poolsDefaultLimit, poolsMaxLimit)
 	if !ok {
 		return
 	}
-	infos, more := eng.ListPools(q.Get("after"), limit)
+	after := q.Get("after")
+	// Each pool with the engine that serves it.
+	type served struct {
+		info limiter.PoolInfo
+		eng  *limiter.Engine
+	}
+	infos, more := term.Page(ts, limit, func(p served) string { return p.info.Config.Name },
+		func(eng *limiter.Engine) ([]served, bool) {
+			infos, more := eng.ListPools(after, limit)
+			out := make([]served, len(infos))
+			for i, info := range infos {
+				out[i] = served{info, eng}
+			}
+			return out, more
+		})
+	total := 0
+	for _, t := range ts {
+		total += t.Engine().NumPools()
+	}
 	resp := PoolsResponse{
-		Time:    eng.Clock().Now(),
+		Time:    ts[0].Engine().Clock().Now(),
 		Serving: h.o.Serving(),
-		Total:   eng.NumPools(),
+		Total:   total,
 		More:    more,
 		Pools:   make([]Pool, 0, len(infos)),
 	}
 	for i := range infos {
-		ap := poolOf(&infos[i])
-		if st, err := eng.PoolStats(infos[i].Config.Name); err == nil { // deleted meanwhile: no waits
+		ap := poolOf(&infos[i].info)
+		if st, err := infos[i].eng.PoolStats(infos[i].info.Config.Name); err == nil { // deleted meanwhile: no waits
 			wt := st.WaitTimes
 			ap.Status.WaitGrants = wt.Count
 			ap.Status.WaitP50Ms, ap.Status.WaitP99Ms = millis(wt.P50), millis(wt.P99)

@@ -227,14 +227,25 @@ func (q *Quotas) LeaseEnded(pool string, token uint64) {
 // progress: for a server of a cluster whose leadership term ended, with
 // the engine that held them. Leases re-adopted in a later term are
 // counted again (Track).
-func (q *Quotas) ForgetLeases() {
+func (q *Quotas) ForgetLeases() { q.ForgetLeasesIn(nil) }
+
+// ForgetLeasesIn is ForgetLeases for the leases of the pools in says
+// (nil: every pool), as when the engine of some pools is gone (a server
+// of a cluster ends its term of their shard).
+func (q *Quotas) ForgetLeasesIn(in func(pool string) bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for ref, key := range q.leases {
-		delete(q.leases, ref)
-		q.decLocked(q.clients, key)
+		if in == nil || in(ref.pool) {
+			delete(q.leases, ref)
+			q.decLocked(q.clients, key)
+		}
 	}
-	clear(q.early)
+	for ref := range q.early {
+		if in == nil || in(ref.pool) {
+			delete(q.early, ref)
+		}
+	}
 }
 
 // OpenStream counts a stream (Session, health Watch, WatchEvents,

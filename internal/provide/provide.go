@@ -31,18 +31,20 @@ import (
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
-// Host is what a Provide stream needs of the server: its term, when to
-// end (the server drains, or the stream's term ends) and the status to
-// end with when its term does not lead.
+// Host is what a Provide stream needs of the server: the term of its
+// pool's shard, when to end (the server drains, or that term ends) and
+// the status to end with when it does not lead.
 type Host interface {
-	// Term is the term of the stream of ctx, taken when it started: the
-	// provider registers with its engine, and the stream ends when it
-	// ends.
-	Term(ctx context.Context) *term.Term
+	// Term is the term that serves the shard of pool now, which the
+	// stream takes when its provider registers: the provider registers
+	// with its engine, and the stream ends when it ends. When this server
+	// does not lead the shard, it returns nil and the status to end the
+	// stream with (NOT_LEADER naming the shard's leader).
+	Term(pool string) (*term.Term, error)
 	// Draining is closed when the server starts shutting down.
 	Draining() <-chan struct{}
-	// NotLeader is the status of a server that does not lead.
-	NotLeader() error
+	// NotLeader is NOT_LEADER naming the leader of pool's shard.
+	NotLeader(pool string) error
 }
 
 // Streams serves a server's Provide streams. Set its fields before the
@@ -71,10 +73,9 @@ func (s *Streams) Serve(stream tollgatev1.LimiterService_ProvideServer) error {
 		}
 		return err
 	}
-	t := s.Host.Term(stream.Context())
 	ctx, end := context.WithCancelCause(stream.Context())
 	defer end(nil)
-	h, err := s.registerProvider(ctx, t.Engine(), first, &providerStream{end: end})
+	h, t, err := s.registerProvider(ctx, first, &providerStream{end: end})
 	if err != nil {
 		return refuse.ToStatus(s.Log, "Provide", err, refuse.About{Pool: first.GetRegister().GetPool()})
 	}
@@ -124,7 +125,7 @@ func (s *Streams) Serve(stream tollgatev1.LimiterService_ProvideServer) error {
 			return stream.Context().Err()
 		case <-t.Done():
 			left = ""
-			return s.Host.NotLeader()
+			return s.Host.NotLeader(pool)
 		case <-s.Host.Draining():
 			// The server is shutting down, not the provider: its instances
 			// are not taken away (that would revoke their holders' leases,
@@ -153,24 +154,29 @@ func (s *Streams) Serve(stream tollgatev1.LimiterService_ProvideServer) error {
 }
 
 // registerProvider checks the first message of a Provide stream and
-// registers its provider.
-func (s *Streams) registerProvider(ctx context.Context, eng *limiter.Engine, first *tollgatev1.ProvideRequest, owner *providerStream) (*limiter.Provider, error) {
+// registers its provider with the engine of the term of its pool's shard,
+// which it returns.
+func (s *Streams) registerProvider(ctx context.Context, first *tollgatev1.ProvideRequest, owner *providerStream) (*limiter.Provider, *term.Term, error) {
 	reg := first.GetRegister()
 	if reg == nil {
-		return nil, refuse.InvalidArg("the first message of a Provide stream must be register (pool, provider_id, ttl)")
+		return nil, nil, refuse.InvalidArg("the first message of a Provide stream must be register (pool, provider_id, ttl)")
 	}
 	if err := apiconv.CheckPoolName("register.pool", reg.GetPool()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ttl, err := poolconv.Duration("register.ttl", reg.GetTtl())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	id := s.Auth().Identify(ctx)
 	if s.Auth().HasPolicy() {
 		if err := s.Auth().CheckPool(id, reg.GetPool()); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+	}
+	t, err := s.Host.Term(reg.GetPool())
+	if err != nil {
+		return nil, nil, err
 	}
 	spec := limiter.ProviderSpec{ID: reg.GetProviderId(), Identity: id.Principal(), Address: id.Addr, TTL: ttl, Owner: owner}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
@@ -179,7 +185,8 @@ func (s *Streams) registerProvider(ctx context.Context, eng *limiter.Engine, fir
 	if spec.Identity == "" {
 		spec.Identity = spec.Address
 	}
-	return eng.RegisterProvider(reg.GetPool(), spec, apiconv.ResourcesFromProto(reg.GetResources()))
+	p, err := t.Engine().RegisterProvider(reg.GetPool(), spec, apiconv.ResourcesFromProto(reg.GetResources()))
+	return p, t, err
 }
 
 // provideMessage handles one message after the registration. A failed

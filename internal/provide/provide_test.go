@@ -31,8 +31,8 @@ type fakeHost struct {
 }
 
 func (h *fakeHost) Draining() <-chan struct{}       { return h.draining }
-func (h *fakeHost) Term(context.Context) *term.Term { return h.term }
-func (h *fakeHost) NotLeader() error                { return status.Error(codes.Unavailable, "not the leader") }
+func (h *fakeHost) Term(string) (*term.Term, error) { return h.term, nil }
+func (h *fakeHost) NotLeader(string) error          { return status.Error(codes.Unavailable, "not the leader") }
 
 // fakeStream is a Provide stream: the test sends the provider's messages
 // on in (closing it is the provider's CloseSend), reads the answers from

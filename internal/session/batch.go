@@ -34,10 +34,15 @@ func checkBatch(b *tollgatev1.SessionRequestBatch) *apierr.Error {
 // maxAnswerBatch allows; it is sendQueued for a client that said
 // Hello with batch_answers. An answer carrying a lease that cannot be
 // delivered has its lease released.
-func (s *session) sendBatched(answers []*tollgatev1.SessionResponse) error {
+func (s *session) sendBatched(answers []answer) error {
 	n := len(answers)
-	out := append(answers, s.takeEvents()...)
-	err := s.notLeading() // past the deadline no answer goes out: its lease is released
+	evs := s.takeEvents()
+	out := make([]*tollgatev1.SessionResponse, 0, n+len(evs))
+	for _, a := range answers {
+		out = append(out, a.r)
+	}
+	out = append(out, evs...)
+	var err error
 	sent := 0
 	for sent < len(out) && err == nil {
 		end := min(sent+maxAnswerBatch, len(out))
@@ -51,8 +56,8 @@ func (s *session) sendBatched(answers []*tollgatev1.SessionResponse) error {
 	}
 	s.unread.Add(-int64(n))
 	s.clientUnread.Add(-int64(n))
-	for _, r := range out[min(sent, n):n] {
-		s.releaseUndelivered(r)
+	for _, a := range answers[min(sent, n):n] {
+		s.releaseUndelivered(a)
 	}
 	return err
 }

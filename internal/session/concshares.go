@@ -14,17 +14,17 @@ import (
 // it (LeaseResized).
 
 // resizeLease resizes a lease held through this session.
-func (s *session) resizeLease(id uint64, r *tollgatev1.ResizeLeaseRequest) {
+func (s *session) resizeLease(q call, r *tollgatev1.ResizeLeaseRequest) {
 	if err := s.checkPoolAccess(r.GetPool()); err != nil {
-		s.answerRefusal(id, err)
+		s.answerRefusal(q.id, err)
 		return
 	}
-	lease, err := s.calls.ResizeLease(r, s)
+	lease, err := q.calls.ResizeLease(r, s)
 	if err != nil {
-		s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
+		s.answerErrIn(q, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 		return
 	}
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_ResizeLease{ResizeLease: &tollgatev1.ResizeLeaseResponse{Lease: apiconv.LeaseToProto(s.calls.IDs, lease)}}})
+	s.sendIn(q, &tollgatev1.SessionResponse{RequestId: q.id, Kind: &tollgatev1.SessionResponse_ResizeLease{ResizeLease: &tollgatev1.ResizeLeaseResponse{Lease: apiconv.LeaseToProto(s.calls.IDs, lease)}}})
 }
 
 // LeaseResized is the engine's OnLeaseResized callback: it pushes the

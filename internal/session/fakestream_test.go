@@ -59,11 +59,14 @@ func (f *fakeStream) Send(r *tollgatev1.SessionResponse) error {
 type fakeHost struct {
 	draining chan struct{}
 	term     *term.Term
+	clock    limiter.Clock
 }
 
 func (h fakeHost) Draining() <-chan struct{}       { return h.draining }
-func (h fakeHost) Term(context.Context) *term.Term { return h.term }
-func (fakeHost) NotLeader() error                  { return errors.New("not the leader") }
+func (h fakeHost) Term(string) (*term.Term, error) { return h.term, nil }
+func (fakeHost) Idle() <-chan struct{}             { return nil }
+func (fakeHost) NotLeader(string) error            { return errors.New("not the leader") }
+func (h fakeHost) Now() time.Time                  { return h.clock.Now() }
 
 // streamEnv is one Session stream served by Streams.Serve over a
 // fakeStream, on an engine of its own.
@@ -103,7 +106,7 @@ func newStreamEnv(tb testing.TB, c limiter.Clock, pools ...limiter.PoolConfig) *
 		IDs:     leaseid.New([]byte("0123456789abcdef0123456789abcdef")),
 		Log:     slog.New(slog.DiscardHandler),
 	}
-	streams.Host, streams.Calls, streams.MaxUnread = fakeHost{draining: make(chan struct{}), term: tm}, calls, DefaultMaxUnread
+	streams.Host, streams.Calls, streams.MaxUnread = fakeHost{draining: make(chan struct{}), term: tm, clock: e.Clock()}, calls, DefaultMaxUnread
 	streams.MaxEvents.Store(DefaultMaxEvents)
 	ctx, cancel := context.WithCancel(context.Background())
 	env := &streamEnv{

@@ -79,3 +79,28 @@ func kindOf(req *tollgatev1.SessionRequest) (kindID, string) {
 	}
 	return skOther, ""
 }
+
+// poolOf returns the pool a request about one pool names (acquire,
+// release, renew, take, rate and concurrency shares), and false for a
+// request of another kind.
+func poolOf(req *tollgatev1.SessionRequest) (string, bool) {
+	switch k := req.GetKind().(type) {
+	case *tollgatev1.SessionRequest_Acquire:
+		return k.Acquire.GetPool(), true
+	case *tollgatev1.SessionRequest_Release:
+		return k.Release.GetPool(), true
+	case *tollgatev1.SessionRequest_Renew:
+		return k.Renew.GetPool(), true
+	case *tollgatev1.SessionRequest_Take:
+		return k.Take.GetPool(), true
+	case *tollgatev1.SessionRequest_AcquireShare:
+		return k.AcquireShare.GetPool(), true
+	case *tollgatev1.SessionRequest_RefreshShare:
+		return k.RefreshShare.GetPool(), true
+	case *tollgatev1.SessionRequest_ReleaseShare:
+		return k.ReleaseShare.GetPool(), true
+	case *tollgatev1.SessionRequest_ResizeLease:
+		return k.ResizeLease.GetPool(), true
+	}
+	return "", false
+}

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"context"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -13,16 +12,25 @@ import (
 )
 
 // Host is what a Session stream needs of the server beyond a holder's
-// calls: its term, when to end (the server drains, or the stream's term
-// ends) and the status to end with when its term does not lead.
+// calls: the term of each request's pool's shard, and when to end (the
+// server drains, or it leads no shard any more).
 type Host interface {
-	// Term is the term of the stream of ctx, taken when it started: the
-	// stream uses its engine and ends when it ends.
-	Term(ctx context.Context) *term.Term
+	// Term is the term that serves the shard of pool now, which a request
+	// about pool takes when it comes and uses throughout; or, when this
+	// server does not lead that shard, nil and the status to answer the
+	// request with (NOT_LEADER naming the shard's leader).
+	Term(pool string) (*term.Term, error)
+	// Idle is closed once the server leads no shard (it stays open on a
+	// standalone server): the streams open then end, with NotLeader("").
+	Idle() <-chan struct{}
+	// NotLeader is NOT_LEADER naming the leader of pool's shard: the
+	// answer to a request about pool whose term stopped leading; for "",
+	// the status of a stream that ends because the server leads no shard.
+	NotLeader(pool string) error
 	// Draining is closed when the server starts shutting down.
 	Draining() <-chan struct{}
-	// NotLeader is the status of a server that does not lead.
-	NotLeader() error
+	// Now is the time by the server's clock.
+	Now() time.Time
 }
 
 // Streams serves a server's Session streams and keeps the open ones, for
@@ -116,7 +124,7 @@ type sessionInfo struct {
 }
 
 // touch records that a request arrived now.
-func (s *session) touch() { s.lastActive.Store(s.calls.Engine().Clock().Now().UnixNano()) }
+func (s *session) touch() { s.lastActive.Store(s.host.Now().UnixNano()) }
 
 // declaredClientID is the client id of the stream's hello ("" if none);
 // safe to call from any goroutine.

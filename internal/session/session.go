@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -55,7 +56,7 @@ const (
 func (r *Streams) Serve(stream tollgatev1.LimiterService_SessionServer, clientUnread *atomic.Int64) error {
 	s := newSession(r, stream)
 	s.clientUnread = clientUnread
-	r.add(s, s.calls.Engine().Clock().Now()) // for ListClients
+	r.add(s, r.Host.Now()) // for ListClients
 	defer r.remove(s)
 	return s.run()
 }
@@ -73,18 +74,26 @@ func (r *Streams) Serve(stream tollgatev1.LimiterService_SessionServer, clientUn
 // bounded by Streams.MaxUnread. Release, renew and hello are answered
 // inline by the reader. The session is the Owner of the leases acquired or
 // renewed on it, so the engine's OnLeaseEnded reaches pushEvent.
+//
+// Each request about a pool takes the term of the pool's shard when it
+// comes (a call), and uses that term's engine throughout: its answer,
+// when it grants, goes out only while that term leads (else the request
+// is answered NOT_LEADER and what it was granted is released). A request
+// for a shard this server does not lead is answered NOT_LEADER naming the
+// shard's leader; the stream goes on. It ends when the server drains or
+// leads no shard any more.
 type session struct {
 	streams *Streams
 	host    Host
-	calls   *holder.Calls
+	calls   *holder.Calls // bound to no term: for what is not a term's
 	stream  tollgatev1.LimiterService_SessionServer
 	// ctx ends when the stream ends, the session fails, or the server
 	// drains; its cause is the status the handler returns.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	// term is the term the stream began in: its calls use its engine,
-	// and the stream ends when it ends.
-	term *term.Term
+	// idle is the host's Idle when the stream began: the stream ends when
+	// it is closed.
+	idle <-chan struct{}
 
 	// ready is signalled (non-blocking, capacity 1) after answers or
 	// events grow.
@@ -101,6 +110,7 @@ type session struct {
 	// Owned by the reader goroutine.
 	clientID   string
 	seenAnyReq bool
+	bound      map[*term.Term]*holder.Calls // the calls of each term used lately (callsIn)
 
 	sessionInfo // id, peer, identity, times, for ListClients
 
@@ -113,8 +123,8 @@ type session struct {
 	inflight     int                // waits that have not yet queued their answer
 	eof          bool               // the client half-closed
 	finishClosed bool
-	writing      int                           // acquires made apart (startWriting) in progress
-	answers      []*tollgatev1.SessionResponse // queued for the writer
+	writing      int      // acquires made apart (startWriting) in progress
+	answers      []answer // queued for the writer
 	events       []*tollgatev1.SessionResponse
 	helloID      string // clientID as hello set it, for other goroutines
 }
@@ -130,19 +140,60 @@ type waiting interface {
 func newSession(r *Streams, stream tollgatev1.LimiterService_SessionServer) *session {
 	// The stream's requests all come from one caller: identify it once.
 	ctx, cancel := context.WithCancelCause(r.Calls.Auth().WithIdentity(stream.Context()))
-	t := r.Host.Term(stream.Context())
 	return &session{
 		streams:  r,
 		host:     r.Host,
-		calls:    r.Calls.In(t),
+		calls:    r.Calls,
 		stream:   stream,
 		ctx:      ctx,
 		cancel:   cancel,
 		ready:    make(chan struct{}, 1),
 		finished: make(chan struct{}),
 		pending:  make(map[uint64]waiting),
-		term:     t,
+		idle:     r.Host.Idle(),
 	}
+}
+
+// call is one request of the stream about a pool: its id, its pool, and
+// the term of the pool's shard it took when it came, with the holder's
+// calls on that term's engine.
+type call struct {
+	id    uint64
+	pool  string
+	t     *term.Term
+	calls *holder.Calls
+}
+
+// maxBound bounds the calls a session keeps bound to terms (callsIn).
+const maxBound = 64
+
+// callsIn is the holder's calls bound to t. Only the reader calls it.
+func (s *session) callsIn(t *term.Term) *holder.Calls {
+	if c, ok := s.bound[t]; ok {
+		return c
+	}
+	if s.bound == nil || len(s.bound) >= maxBound {
+		s.bound = make(map[*term.Term]*holder.Calls)
+	}
+	c := s.calls.In(t)
+	s.bound[t] = c
+	return c
+}
+
+// take takes the term of pool's shard for request id: it reports false,
+// having answered the request, when pool is not a valid name or this
+// server does not lead its shard (NOT_LEADER naming its leader).
+func (s *session) take(id uint64, pool string) (call, bool) {
+	if err := apiconv.CheckPoolName("pool", pool); err != nil {
+		s.answerErr(id, err, refuse.About{Pool: pool})
+		return call{}, false
+	}
+	t, err := s.host.Term(pool)
+	if err != nil {
+		s.answerStatus(id, err)
+		return call{}, false
+	}
+	return call{id: id, pool: pool, t: t, calls: s.callsIn(t)}, true
 }
 
 // run serves the stream until it ends and returns the stream's status.
@@ -169,19 +220,31 @@ func (s *session) writeLoop() error {
 		case <-s.host.Draining():
 			return refuse.StatusOf(&apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonShuttingDown,
 				Message: "the server is shutting down; reconnect (to another server if there is one) and renew your leases on the new stream: they were not released"}, refuse.About{}).Err()
-		case <-s.term.Done():
-			return s.host.NotLeader()
+		case <-s.idle:
+			return s.host.NotLeader("")
 		}
 	}
 }
 
-// notLeading is the host's NotLeader once the stream's term does not
-// lead, and nil while it does.
-func (s *session) notLeading() error {
-	if s.term.Leading() {
-		return nil
+// answer is an answer queued for the writer: when it grants (a lease, a
+// share or tokens), with the term that granted it and its pool.
+type answer struct {
+	r    *tollgatev1.SessionResponse
+	t    *term.Term // nil: it goes out whatever the terms
+	pool string
+}
+
+// vet replaces each answer whose term stopped leading with NOT_LEADER
+// (naming the leader of its pool's shard), releasing the lease it
+// carries: past its term's leadership deadline no grant goes out.
+func (s *session) vet(answers []answer) {
+	for i, a := range answers {
+		if a.t == nil || a.t.Leading() {
+			continue
+		}
+		s.releaseUndelivered(a)
+		answers[i] = answer{r: s.statusAnswer(a.r.GetRequestId(), s.host.NotLeader(a.pool))}
 	}
-	return s.host.NotLeader()
 }
 
 // sendQueued sends the queued answers, then the queued events. An answer
@@ -191,14 +254,12 @@ func (s *session) sendQueued() error {
 	answers := s.answers
 	s.answers = nil
 	s.mu.Unlock()
+	s.vet(answers)
 	if s.batchAnswers.Load() {
 		return s.sendBatched(answers)
 	}
-	for i, r := range answers {
-		err := s.notLeading() // past the deadline no answer goes out: its lease is released
-		if err == nil {
-			err = s.stream.Send(r)
-		}
+	for i, a := range answers {
+		err := s.stream.Send(a.r)
 		s.unread.Add(-1)
 		s.clientUnread.Add(-1)
 		if err != nil {
@@ -207,7 +268,7 @@ func (s *session) sendQueued() error {
 				s.clientUnread.Add(-1)
 				s.releaseUndelivered(r)
 			}
-			s.releaseUndelivered(r)
+			s.releaseUndelivered(a)
 			return err
 		}
 	}
@@ -257,25 +318,25 @@ func (s *session) close(err error) {
 	s.mu.Unlock()
 	s.unread.Add(-int64(len(answers)))
 	s.clientUnread.Add(-int64(len(answers)))
-	for _, r := range answers {
-		s.releaseUndelivered(r)
+	for _, a := range answers {
+		s.releaseUndelivered(a)
 	}
 }
 
 var errSessionEnded = errors.New("session ended")
 
-// releaseUndelivered releases the lease of an acquire answer that could not
-// be sent.
-func (s *session) releaseUndelivered(r *tollgatev1.SessionResponse) {
-	a, ok := r.GetKind().(*tollgatev1.SessionResponse_Acquire)
-	if !ok {
+// releaseUndelivered releases, in the engine of the term that granted it,
+// the lease of an acquire answer that could not be sent.
+func (s *session) releaseUndelivered(a answer) {
+	k, ok := a.r.GetKind().(*tollgatev1.SessionResponse_Acquire)
+	if !ok || a.t == nil {
 		return
 	}
-	l := a.Acquire.GetLease()
+	l := k.Acquire.GetLease()
 	if l == nil {
 		return
 	}
-	err := s.calls.ReleaseLease(l.GetPool(), l.GetFencingToken(), nil)
+	err := s.calls.In(a.t).ReleaseLease(l.GetPool(), l.GetFencingToken(), nil)
 	s.calls.Log.Debug("released a lease whose grant could not be sent on its session", "pool", l.GetPool(), "lease_id", l.GetId(), "err", err)
 }
 
@@ -360,35 +421,48 @@ func (s *session) handle(req *tollgatev1.SessionRequest) {
 	switch k := req.GetKind().(type) {
 	case *tollgatev1.SessionRequest_Hello:
 		s.hello(id, k.Hello, first)
+		return
+	case *tollgatev1.SessionRequest_Report: // outcomes, answered inline; its pools may be of several shards
+		s.report(id, k.Report)
+		return
+	}
+	pool, ok := poolOf(req)
+	if !ok {
+		s.answerErr(id, refuse.InvalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id, req.GetKind()), refuse.About{})
+		return
+	}
+	q, ok := s.take(id, pool)
+	if !ok {
+		return
+	}
+	switch k := req.GetKind().(type) {
 	case *tollgatev1.SessionRequest_Acquire:
-		s.startAcquire(id, k.Acquire)
+		s.startAcquire(q, k.Acquire)
 	case *tollgatev1.SessionRequest_Take:
-		s.startTake(id, k.Take)
+		s.startTake(q, k.Take)
 	case *tollgatev1.SessionRequest_Release:
 		r := k.Release
-		if err := s.calls.Release(r); err != nil {
-			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
+		if err := q.calls.Release(r); err != nil {
+			s.answerErrIn(q, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
 		}
 		s.send(released(id))
 	case *tollgatev1.SessionRequest_Renew:
 		r := k.Renew
-		lease, err := s.calls.Renew(s.ctx, r, s, s.clientID)
+		lease, err := q.calls.Renew(s.ctx, r, s, s.clientID)
 		if err != nil {
-			s.answerErr(id, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
+			s.answerErrIn(q, err, refuse.About{Pool: r.GetPool(), LeaseID: r.GetLeaseId()})
 			return
 		}
-		s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: apiconv.LeaseToProto(s.calls.IDs, lease)}}})
-	case *tollgatev1.SessionRequest_Report: // outcomes and rate shares, answered inline
-		s.report(id, k.Report)
-	case *tollgatev1.SessionRequest_AcquireShare:
-		s.acquireShare(id, k.AcquireShare)
+		s.sendIn(q, &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Renew{Renew: &tollgatev1.RenewResponse{Lease: apiconv.LeaseToProto(s.calls.IDs, lease)}}})
+	case *tollgatev1.SessionRequest_AcquireShare: // rate shares
+		s.acquireShare(q, k.AcquireShare)
 	case *tollgatev1.SessionRequest_RefreshShare:
-		s.refreshShare(id, k.RefreshShare)
+		s.refreshShare(q, k.RefreshShare)
 	case *tollgatev1.SessionRequest_ReleaseShare:
-		s.releaseShare(id, k.ReleaseShare)
+		s.releaseShare(q, k.ReleaseShare)
 	case *tollgatev1.SessionRequest_ResizeLease: // concurrency shares
-		s.resizeLease(id, k.ResizeLease)
+		s.resizeLease(q, k.ResizeLease)
 	default:
 		s.answerErr(id, refuse.InvalidArg("request %d is of a kind this server does not know (%T); upgrade the server or send hello, acquire, release, renew, take, cancel, report, acquire_share, refresh_share, release_share or resize_lease", id, k), refuse.About{})
 	}
@@ -415,28 +489,28 @@ func (s *session) hello(id uint64, h *tollgatev1.Hello, first bool) {
 // startAcquire validates an acquire and answers it on the reader when it
 // needs no wait; one that waits is a record in its pool's queue
 // (queueWait).
-func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
+func (s *session) startAcquire(q call, r *tollgatev1.AcquireRequest) {
 	ar, err := apiconv.AcquireFromProto(r)
 	if err != nil {
-		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
+		s.answerErr(q.id, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
 	if ar.ClientID == "" {
 		ar.ClientID = s.clientID
 	}
 	ar.Owner = s
-	if !s.mayStart(id) {
+	if !s.mayStart(q.id) {
 		return
 	}
-	if s.calls.Engine().GrantWrites(ar.Pool, ar.Weight, ar.TTL) && s.startWriting(id, ar, r.GetTraceContext()) {
+	if q.calls.Engine().GrantWrites(ar.Pool, ar.Weight, ar.TTL) && s.startWriting(q, ar, r.GetTraceContext()) {
 		return
 	}
-	lease, wait, err := s.calls.StartAcquire(s.ctx, ar, r.GetTraceContext())
+	lease, wait, err := q.calls.StartAcquire(s.ctx, ar, r.GetTraceContext())
 	if wait.Waits() {
-		queueWait(s, id, ar.Pool, wait, (*session).answerAcquire)
+		queueWait(s, q, wait, (*session).answerAcquire)
 		return
 	}
-	s.answerAcquire(id, lease, err, ar.Pool)
+	s.answerAcquire(q, lease, err)
 }
 
 // startWriting makes an acquire whose grant must first write its pool's
@@ -444,7 +518,7 @@ func (s *session) startAcquire(id uint64, r *tollgatev1.AcquireRequest) {
 // reads on while the write commits (shared with the other pools' writes).
 // It reports false, doing nothing, when MaxWriting acquires of the stream
 // are already being made so, or the session is closed.
-func (s *session) startWriting(id uint64, ar limiter.AcquireRequest, tc map[string]string) bool {
+func (s *session) startWriting(q call, ar limiter.AcquireRequest, tc map[string]string) bool {
 	a := &apartAcquire{}
 	s.mu.Lock()
 	if s.closed || s.writing >= MaxWriting {
@@ -452,27 +526,27 @@ func (s *session) startWriting(id uint64, ar limiter.AcquireRequest, tc map[stri
 		return false
 	}
 	s.writing++
-	s.pending[id] = a
+	s.pending[q.id] = a
 	s.inflight++
 	s.mu.Unlock()
-	go s.acquireApart(id, ar, tc, a)
+	go s.acquireApart(q, ar, tc, a)
 	return true
 }
 
 // acquireApart makes the acquire startWriting recorded as a: answered at
 // once, or turned into a wait in its pool's queue (queueWait), which a
 // CancelRequest or the end of the session that came meanwhile gives up.
-func (s *session) acquireApart(id uint64, ar limiter.AcquireRequest, tc map[string]string, a *apartAcquire) {
-	lease, wait, err := s.calls.StartAcquire(s.ctx, ar, tc)
+func (s *session) acquireApart(q call, ar limiter.AcquireRequest, tc map[string]string, a *apartAcquire) {
+	lease, wait, err := q.calls.StartAcquire(s.ctx, ar, tc)
 	s.mu.Lock()
 	s.writing--
 	s.mu.Unlock()
 	if wait.Waits() {
-		queueWait(s, id, ar.Pool, wait, (*session).answerAcquire)
+		queueWait(s, q, wait, (*session).answerAcquire)
 		a.queued(wait.Cancel)
 	} else {
-		s.forget(id)
-		s.answerAcquire(id, lease, err, ar.Pool)
+		s.forget(q.id)
+		s.answerAcquire(q, lease, err)
 	}
 	s.waitEnded()
 }
@@ -512,20 +586,16 @@ func (a *apartAcquire) queued(cancel func(cause error)) {
 
 // startTake validates a take and answers it on the reader when it needs
 // no wait; one that waits is a record with the engine's timer (queueWait).
-func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
-	if err := apiconv.CheckPoolName("pool", r.GetPool()); err != nil {
-		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
+func (s *session) startTake(q call, r *tollgatev1.TakeRequest) {
+	if !s.mayStart(q.id) {
 		return
 	}
-	if !s.mayStart(id) {
-		return
-	}
-	res, wait, err := s.calls.StartTake(s.ctx, r)
+	res, wait, err := q.calls.StartTake(s.ctx, r)
 	if wait.Waits() {
-		queueWait(s, id, r.GetPool(), wait, (*session).answerTake)
+		queueWait(s, q, wait, (*session).answerTake)
 		return
 	}
-	s.answerTake(id, res, err, r.GetPool())
+	s.answerTake(q, res, err)
 }
 
 // sessionWait is an acquire or a take of a session that waits: one record,
@@ -533,10 +603,9 @@ func (s *session) startTake(id uint64, r *tollgatev1.TakeRequest) {
 // outcome.
 type sessionWait[T limiter.Lease | limiter.TakeResult] struct {
 	s      *session
-	id     uint64
-	pool   string
+	q      call
 	w      holder.Wait[T]
-	answer func(s *session, id uint64, v T, err error, pool string)
+	answer func(s *session, q call, v T, err error)
 }
 
 // queueWait keeps a request that waits as a record: the engine delivers
@@ -544,9 +613,9 @@ type sessionWait[T limiter.Lease | limiter.TakeResult] struct {
 // session gives it up; a request that comes as the session closes is
 // given up at once, and a grant that raced with that is released
 // (answerAcquire).
-func queueWait[T limiter.Lease | limiter.TakeResult](s *session, id uint64, pool string, w holder.Wait[T], answer func(*session, uint64, T, error, string)) {
-	sw := &sessionWait[T]{s: s, id: id, pool: pool, w: w, answer: answer}
-	if !s.hold(id, sw) {
+func queueWait[T limiter.Lease | limiter.TakeResult](s *session, q call, w holder.Wait[T], answer func(*session, call, T, error)) {
+	sw := &sessionWait[T]{s: s, q: q, w: w, answer: answer}
+	if !s.hold(q.id, sw) {
 		sw.w.Notify(sw.answered)
 		sw.w.Cancel(context.Canceled)
 		return
@@ -557,13 +626,13 @@ func queueWait[T limiter.Lease | limiter.TakeResult](s *session, id uint64, pool
 // done answers the wait's outcome and frees its id.
 func (sw *sessionWait[T]) done(v T, err error) {
 	s := sw.s
-	s.forget(sw.id)
+	s.forget(sw.q.id)
 	sw.answered(v, err)
 	s.waitEnded()
 }
 
 // answered answers the wait's outcome.
-func (sw *sessionWait[T]) answered(v T, err error) { sw.answer(sw.s, sw.id, v, err, sw.pool) }
+func (sw *sessionWait[T]) answered(v T, err error) { sw.answer(sw.s, sw.q, v, err) }
 
 // stop gives the wait up.
 func (sw *sessionWait[T]) stop() { sw.w.Cancel(context.Canceled) }
@@ -571,13 +640,13 @@ func (sw *sessionWait[T]) stop() { sw.w.Cancel(context.Canceled) }
 // answerAcquire queues the answer to an acquire. A grant that raced with a
 // CancelRequest stands; one whose stream is gone is released here or by
 // close.
-func (s *session) answerAcquire(id uint64, lease limiter.Lease, err error, pool string) {
+func (s *session) answerAcquire(q call, lease limiter.Lease, err error) {
 	if err != nil {
-		s.answerErr(id, err, refuse.About{Pool: pool})
+		s.answerErrIn(q, err, refuse.About{Pool: q.pool})
 		return
 	}
-	if !s.send(acquired(id, s.calls.IDs, lease)) {
-		s.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
+	if !s.sendIn(q, acquired(q.id, s.calls.IDs, lease)) {
+		q.calls.ReleaseQuietly(lease, "session ended before the grant was sent")
 	}
 }
 
@@ -624,12 +693,12 @@ func (s *session) waitEnded() {
 }
 
 // answerTake queues the answer to a take.
-func (s *session) answerTake(id uint64, res limiter.TakeResult, err error, pool string) {
+func (s *session) answerTake(q call, res limiter.TakeResult, err error) {
 	if err != nil {
-		s.answerErr(id, err, refuse.About{Pool: pool})
+		s.answerErrIn(q, err, refuse.About{Pool: q.pool})
 		return
 	}
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Take{Take: &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}}})
+	s.sendIn(q, &tollgatev1.SessionResponse{RequestId: q.id, Kind: &tollgatev1.SessionResponse_Take{Take: &tollgatev1.TakeResponse{Tokens: res.Tokens, Waited: durationpb.New(res.Waited)}}})
 }
 
 // refuseTooMany answers request id that it is one past MaxPending.
@@ -649,10 +718,20 @@ func (s *session) cancelRequest(id uint64) {
 	}
 }
 
-// send queues an answer for the writer without blocking; it reports false
-// if the session ended first, or ends it (SESSION_OVERFLOW) because its
-// client leaves too many answers unread.
-func (s *session) send(r *tollgatev1.SessionResponse) bool {
+// send queues an answer that grants nothing (or an error) for the writer;
+// see queue.
+func (s *session) send(r *tollgatev1.SessionResponse) bool { return s.queue(answer{r: r}) }
+
+// sendIn queues r, the answer to q that grants, for the writer: it goes
+// out only while q's term leads.
+func (s *session) sendIn(q call, r *tollgatev1.SessionResponse) bool {
+	return s.queue(answer{r: r, t: q.t, pool: q.pool})
+}
+
+// queue queues an answer for the writer without blocking; it reports
+// false if the session ended first, or ends it (SESSION_OVERFLOW) because
+// its client leaves too many answers unread.
+func (s *session) queue(a answer) bool {
 	s.mu.Lock()
 	if s.closed || s.ctx.Err() != nil {
 		s.mu.Unlock()
@@ -672,7 +751,7 @@ func (s *session) send(r *tollgatev1.SessionResponse) bool {
 			Message: "the stream was ended because " + what + "; read the stream as fast as you send, then reconnect and renew your leases (they were not released)"}, refuse.About{}).Err())
 		return false
 	}
-	s.answers = append(s.answers, r)
+	s.answers = append(s.answers, a)
 	s.unread.Add(1)
 	s.clientUnread.Add(1)
 	s.mu.Unlock()
@@ -686,6 +765,42 @@ func (s *session) signal() {
 	case s.ready <- struct{}{}:
 	default:
 	}
+}
+
+// answerErrIn queues a SessionError answer for q: NOT_LEADER when its term
+// stopped leading meanwhile and err does not say that the outcome is
+// unknown (the error is then its frozen or closing engine's, and nothing
+// was applied), as the unary calls' leader gate answers.
+func (s *session) answerErrIn(q call, err error, ec refuse.About) {
+	var le *apierr.Error
+	if !q.t.Leading() && !(errors.As(err, &le) && le.Reason == apierr.ReasonOutcomeUnknown) {
+		s.answerStatus(q.id, s.host.NotLeader(q.pool))
+		return
+	}
+	s.answerErr(q.id, err, ec)
+}
+
+// answerStatus queues the answer to request id that failed with err, a
+// gRPC status (as NOT_LEADER is), its ErrorInfo's reason and metadata and
+// its RetryInfo's delay carried over.
+func (s *session) answerStatus(id uint64, err error) {
+	s.send(s.statusAnswer(id, err))
+}
+
+// statusAnswer is the answer to request id that failed with the gRPC
+// status err.
+func (s *session) statusAnswer(id uint64, err error) *tollgatev1.SessionResponse {
+	st := status.Convert(err)
+	se := &tollgatev1.SessionError{Code: int32(st.Code()), Message: st.Message()}
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			se.Reason, se.Metadata = d.GetReason(), d.GetMetadata()
+		case *errdetails.RetryInfo:
+			se.RetryAfter = d.GetRetryDelay()
+		}
+	}
+	return &tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_Error{Error: se}}
 }
 
 // answerErr queues a SessionError answer for request id.

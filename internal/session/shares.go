@@ -3,6 +3,7 @@ package session
 import (
 	"github.com/tollgate/tollgate/internal/apiconv"
 	"github.com/tollgate/tollgate/internal/refuse"
+	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
@@ -22,9 +23,24 @@ func (s *session) checkPoolAccess(pool string) error {
 	return s.calls.Auth().CheckPool(s.calls.Auth().Identify(s.ctx), pool)
 }
 
-// report counts a batch of outcomes.
+// report counts a batch of outcomes, each in the term of its pool's
+// shard; it is answered NOT_LEADER, before any is counted, when this
+// server does not lead one of those shards.
 func (s *session) report(id uint64, r *tollgatev1.ReportRequest) {
-	if err := s.calls.Report(s.ctx, r); err != nil {
+	if _, err := apiconv.ReportsFromProto(r); err != nil {
+		s.answerErr(id, err, refuse.About{})
+		return
+	}
+	terms := make(map[string]*term.Term, len(r.GetReports()))
+	for _, rep := range r.GetReports() {
+		t, err := s.host.Term(rep.GetPool())
+		if err != nil {
+			s.answerStatus(id, err)
+			return
+		}
+		terms[rep.GetPool()] = t
+	}
+	if err := s.calls.Report(s.ctx, r, func(pool string) *term.Term { return terms[pool] }); err != nil {
 		s.answerRefusal(id, err) // a policy refusal, or any other error
 		return
 	}
@@ -32,44 +48,44 @@ func (s *session) report(id uint64, r *tollgatev1.ReportRequest) {
 }
 
 // acquireShare grants a share owned by this session.
-func (s *session) acquireShare(id uint64, r *tollgatev1.AcquireShareRequest) {
+func (s *session) acquireShare(q call, r *tollgatev1.AcquireShareRequest) {
 	if err := s.checkPoolAccess(r.GetPool()); err != nil {
-		s.answerRefusal(id, err)
+		s.answerRefusal(q.id, err)
 		return
 	}
-	sh, err := s.calls.AcquireShare(r, s, s.clientID) // the reader owns clientID
+	sh, err := q.calls.AcquireShare(r, s, s.clientID) // the reader owns clientID
 	if err != nil {
-		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
+		s.answerErrIn(q, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_AcquireShare{AcquireShare: &tollgatev1.AcquireShareResponse{Share: apiconv.ShareToProto(s.calls.IDs, sh)}}})
+	s.sendIn(q, &tollgatev1.SessionResponse{RequestId: q.id, Kind: &tollgatev1.SessionResponse_AcquireShare{AcquireShare: &tollgatev1.AcquireShareResponse{Share: apiconv.ShareToProto(s.calls.IDs, sh)}}})
 }
 
 // refreshShare refreshes a share and makes this session its owner.
-func (s *session) refreshShare(id uint64, r *tollgatev1.RefreshShareRequest) {
+func (s *session) refreshShare(q call, r *tollgatev1.RefreshShareRequest) {
 	if err := s.checkPoolAccess(r.GetPool()); err != nil {
-		s.answerRefusal(id, err)
+		s.answerRefusal(q.id, err)
 		return
 	}
-	sh, err := s.calls.RefreshShare(r, s)
+	sh, err := q.calls.RefreshShare(r, s)
 	if err != nil {
-		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
+		s.answerErrIn(q, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_RefreshShare{RefreshShare: &tollgatev1.RefreshShareResponse{Share: apiconv.ShareToProto(s.calls.IDs, sh)}}})
+	s.sendIn(q, &tollgatev1.SessionResponse{RequestId: q.id, Kind: &tollgatev1.SessionResponse_RefreshShare{RefreshShare: &tollgatev1.RefreshShareResponse{Share: apiconv.ShareToProto(s.calls.IDs, sh)}}})
 }
 
 // releaseShare gives a share back.
-func (s *session) releaseShare(id uint64, r *tollgatev1.ReleaseShareRequest) {
+func (s *session) releaseShare(q call, r *tollgatev1.ReleaseShareRequest) {
 	if err := s.checkPoolAccess(r.GetPool()); err != nil {
-		s.answerRefusal(id, err)
+		s.answerRefusal(q.id, err)
 		return
 	}
-	if err := s.calls.ReleaseShare(r); err != nil {
-		s.answerErr(id, err, refuse.About{Pool: r.GetPool()})
+	if err := q.calls.ReleaseShare(r); err != nil {
+		s.answerErrIn(q, err, refuse.About{Pool: r.GetPool()})
 		return
 	}
-	s.send(&tollgatev1.SessionResponse{RequestId: id, Kind: &tollgatev1.SessionResponse_ReleaseShare{ReleaseShare: &tollgatev1.ReleaseShareResponse{}}})
+	s.send(&tollgatev1.SessionResponse{RequestId: q.id, Kind: &tollgatev1.SessionResponse_ReleaseShare{ReleaseShare: &tollgatev1.ReleaseShareResponse{}}})
 }
 
 // ShareUpdated pushes the engine's change to a rate share (its

@@ -11,6 +11,7 @@ package term
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -126,14 +127,23 @@ func (c *Current) For(ctx context.Context) *Term {
 
 // Table is the terms a server serves now, one Current per shard: a call
 // about a pool takes the term of the pool's shard (Of). A standalone
-// server, and a cluster of one shard, has one.
+// server, and a cluster of one shard, has one. Serve a shard's terms
+// through the table (Serve), so that it knows whether it serves any
+// (Idle).
 type Table struct {
 	shards []Current
+
+	mu   sync.Mutex
+	idle chan struct{} // closed while every shard's term has ended
 }
 
 // NewTable returns a table of n shards (at least 1), each serving none
 // until Serve.
-func NewTable(n int) *Table { return &Table{shards: make([]Current, max(n, 1))} }
+func NewTable(n int) *Table {
+	idle := make(chan struct{})
+	close(idle)
+	return &Table{shards: make([]Current, max(n, 1)), idle: idle}
+}
 
 // Len is the number of shards.
 func (tb *Table) Len() int { return len(tb.shards) }
@@ -143,3 +153,79 @@ func (tb *Table) Shard(i int) *Current { return &tb.shards[i] }
 
 // Of is the Current of the shard of the pool named pool.
 func (tb *Table) Of(pool string) *Current { return &tb.shards[shard.Of(pool, len(tb.shards))] }
+
+// ShardOf is the shard of the pool named pool.
+func (tb *Table) ShardOf(pool string) int { return shard.Of(pool, len(tb.shards)) }
+
+// Serve makes t the term of shard i served to the calls that start from
+// now on.
+func (tb *Table) Serve(i int, t *Term) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.shards[i].Serve(t)
+	serving := false
+	for j := range tb.shards {
+		if c := tb.shards[j].Get(); c != nil && !ended(c) {
+			serving = true
+			break
+		}
+	}
+	switch {
+	case serving && isClosed(tb.idle):
+		tb.idle = make(chan struct{})
+	case !serving && !isClosed(tb.idle):
+		close(tb.idle)
+	}
+}
+
+// Idle is closed once no shard serves a term that has not ended (a
+// server of a cluster that leads no shard), until one does again: a
+// stream that serves many shards ends on it.
+func (tb *Table) Idle() <-chan struct{} {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return tb.idle
+}
+
+// Served is the terms the shards serve now, in shard order.
+func (tb *Table) Served() []*Term {
+	out := make([]*Term, len(tb.shards))
+	for i := range tb.shards {
+		out[i] = tb.shards[i].Get()
+	}
+	return out
+}
+
+func ended(t *Term) bool { return isClosed(t.done) }
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// Page is one page of what several terms list in name order: each term's
+// engine lists (list: up to limit after after, and whether it has more)
+// and the pages merge into the first limit by name (name), with more set
+// when any term had more or some were cut. It is how a server lists the
+// pools of the shards it serves.
+func Page[T any](ts []*Term, limit int, name func(T) string, list func(eng *limiter.Engine) ([]T, bool)) ([]T, bool) {
+	if len(ts) == 1 {
+		return list(ts[0].Engine())
+	}
+	var all []T
+	more := false
+	for _, t := range ts {
+		items, m := list(t.Engine())
+		all = append(all, items...)
+		more = more || m
+	}
+	sort.SliceStable(all, func(i, j int) bool { return name(all[i]) < name(all[j]) })
+	if len(all) > limit {
+		all, more = all[:limit], true
+	}
+	return all, more
+}

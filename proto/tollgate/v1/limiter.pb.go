@@ -1709,8 +1709,13 @@ type SessionError struct {
 	// Machine-readable reason, as in the unary call's google.rpc.ErrorInfo.
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When set, how long until the request could succeed, as in the unary
-	// call's google.rpc.RetryInfo (RATE_LIMITED, RECOVERING).
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// call's google.rpc.RetryInfo (RATE_LIMITED, RECOVERING, NOT_LEADER).
+	RetryAfter *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// The metadata of the unary call's google.rpc.ErrorInfo, when it has
+	// any: for NOT_LEADER, "leader", "epoch" and "shard" (the request's
+	// pool's shard and who leads it; the stream goes on, and a request for
+	// a pool of another shard may succeed on it).
+	Metadata      map[string]string `protobuf:"bytes,5,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1769,6 +1774,13 @@ func (x *SessionError) GetReason() string {
 func (x *SessionError) GetRetryAfter() *durationpb.Duration {
 	if x != nil {
 		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *SessionError) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
 	}
 	return nil
 }
@@ -1948,13 +1960,17 @@ const file_tollgate_v1_limiter_proto_rawDesc = "" +
 	"\tresponses\x18\x01 \x03(\v2\x1c.tollgate.v1.SessionResponseR\tresponses\"M\n" +
 	"\aWelcome\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12%\n" +
-	"\x0ebatch_requests\x18\x02 \x01(\bR\rbatchRequests\"\x90\x01\n" +
+	"\x0ebatch_requests\x18\x02 \x01(\bR\rbatchRequests\"\x92\x02\n" +
 	"\fSessionError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12:\n" +
 	"\vretry_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"\x7f\n" +
+	"retryAfter\x12C\n" +
+	"\bmetadata\x18\x05 \x03(\v2'.tollgate.v1.SessionError.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x7f\n" +
 	"\n" +
 	"LeaseEvent\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.tollgate.v1.LeaseEventTypeR\x04type\x12(\n" +
@@ -1991,7 +2007,7 @@ func file_tollgate_v1_limiter_proto_rawDescGZIP() []byte {
 }
 
 var file_tollgate_v1_limiter_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tollgate_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_tollgate_v1_limiter_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_tollgate_v1_limiter_proto_goTypes = []any{
 	(LeaseEventType)(0),              // 0: tollgate.v1.LeaseEventType
 	(*GetQueuePositionRequest)(nil),  // 1: tollgate.v1.GetQueuePositionRequest
@@ -2016,47 +2032,48 @@ var file_tollgate_v1_limiter_proto_goTypes = []any{
 	(*LeaseEvent)(nil),               // 20: tollgate.v1.LeaseEvent
 	nil,                              // 21: tollgate.v1.AcquireRequest.TraceContextEntry
 	nil,                              // 22: tollgate.v1.TakeRequest.TraceContextEntry
-	(*durationpb.Duration)(nil),      // 23: google.protobuf.Duration
-	(*Lease)(nil),                    // 24: tollgate.v1.Lease
-	(*Outcome)(nil),                  // 25: tollgate.v1.Outcome
-	(*ReportRequest)(nil),            // 26: tollgate.v1.ReportRequest
-	(*AcquireShareRequest)(nil),      // 27: tollgate.v1.AcquireShareRequest
-	(*RefreshShareRequest)(nil),      // 28: tollgate.v1.RefreshShareRequest
-	(*ReleaseShareRequest)(nil),      // 29: tollgate.v1.ReleaseShareRequest
-	(*ResizeLeaseRequest)(nil),       // 30: tollgate.v1.ResizeLeaseRequest
-	(*ReportResponse)(nil),           // 31: tollgate.v1.ReportResponse
-	(*AcquireShareResponse)(nil),     // 32: tollgate.v1.AcquireShareResponse
-	(*RefreshShareResponse)(nil),     // 33: tollgate.v1.RefreshShareResponse
-	(*ReleaseShareResponse)(nil),     // 34: tollgate.v1.ReleaseShareResponse
-	(*ShareEvent)(nil),               // 35: tollgate.v1.ShareEvent
-	(*ResizeLeaseResponse)(nil),      // 36: tollgate.v1.ResizeLeaseResponse
-	(*ProvideRequest)(nil),           // 37: tollgate.v1.ProvideRequest
-	(*ProvideResponse)(nil),          // 38: tollgate.v1.ProvideResponse
+	nil,                              // 23: tollgate.v1.SessionError.MetadataEntry
+	(*durationpb.Duration)(nil),      // 24: google.protobuf.Duration
+	(*Lease)(nil),                    // 25: tollgate.v1.Lease
+	(*Outcome)(nil),                  // 26: tollgate.v1.Outcome
+	(*ReportRequest)(nil),            // 27: tollgate.v1.ReportRequest
+	(*AcquireShareRequest)(nil),      // 28: tollgate.v1.AcquireShareRequest
+	(*RefreshShareRequest)(nil),      // 29: tollgate.v1.RefreshShareRequest
+	(*ReleaseShareRequest)(nil),      // 30: tollgate.v1.ReleaseShareRequest
+	(*ResizeLeaseRequest)(nil),       // 31: tollgate.v1.ResizeLeaseRequest
+	(*ReportResponse)(nil),           // 32: tollgate.v1.ReportResponse
+	(*AcquireShareResponse)(nil),     // 33: tollgate.v1.AcquireShareResponse
+	(*RefreshShareResponse)(nil),     // 34: tollgate.v1.RefreshShareResponse
+	(*ReleaseShareResponse)(nil),     // 35: tollgate.v1.ReleaseShareResponse
+	(*ShareEvent)(nil),               // 36: tollgate.v1.ShareEvent
+	(*ResizeLeaseResponse)(nil),      // 37: tollgate.v1.ResizeLeaseResponse
+	(*ProvideRequest)(nil),           // 38: tollgate.v1.ProvideRequest
+	(*ProvideResponse)(nil),          // 39: tollgate.v1.ProvideResponse
 }
 var file_tollgate_v1_limiter_proto_depIdxs = []int32{
 	3,  // 0: tollgate.v1.GetQueuePositionResponse.acquires:type_name -> tollgate.v1.QueuedAcquire
-	23, // 1: tollgate.v1.QueuedAcquire.waited:type_name -> google.protobuf.Duration
-	23, // 2: tollgate.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	23, // 3: tollgate.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	24, // 1: tollgate.v1.QueuedAcquire.waited:type_name -> google.protobuf.Duration
+	24, // 2: tollgate.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	24, // 3: tollgate.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
 	21, // 4: tollgate.v1.AcquireRequest.trace_context:type_name -> tollgate.v1.AcquireRequest.TraceContextEntry
-	24, // 5: tollgate.v1.AcquireResponse.lease:type_name -> tollgate.v1.Lease
-	25, // 6: tollgate.v1.ReleaseRequest.outcome:type_name -> tollgate.v1.Outcome
-	23, // 7: tollgate.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	24, // 8: tollgate.v1.RenewResponse.lease:type_name -> tollgate.v1.Lease
-	23, // 9: tollgate.v1.TakeRequest.max_wait:type_name -> google.protobuf.Duration
+	25, // 5: tollgate.v1.AcquireResponse.lease:type_name -> tollgate.v1.Lease
+	26, // 6: tollgate.v1.ReleaseRequest.outcome:type_name -> tollgate.v1.Outcome
+	24, // 7: tollgate.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	25, // 8: tollgate.v1.RenewResponse.lease:type_name -> tollgate.v1.Lease
+	24, // 9: tollgate.v1.TakeRequest.max_wait:type_name -> google.protobuf.Duration
 	22, // 10: tollgate.v1.TakeRequest.trace_context:type_name -> tollgate.v1.TakeRequest.TraceContextEntry
-	23, // 11: tollgate.v1.TakeResponse.waited:type_name -> google.protobuf.Duration
+	24, // 11: tollgate.v1.TakeResponse.waited:type_name -> google.protobuf.Duration
 	14, // 12: tollgate.v1.SessionRequest.hello:type_name -> tollgate.v1.Hello
 	4,  // 13: tollgate.v1.SessionRequest.acquire:type_name -> tollgate.v1.AcquireRequest
 	6,  // 14: tollgate.v1.SessionRequest.release:type_name -> tollgate.v1.ReleaseRequest
 	8,  // 15: tollgate.v1.SessionRequest.renew:type_name -> tollgate.v1.RenewRequest
 	10, // 16: tollgate.v1.SessionRequest.take:type_name -> tollgate.v1.TakeRequest
 	15, // 17: tollgate.v1.SessionRequest.cancel:type_name -> tollgate.v1.CancelRequest
-	26, // 18: tollgate.v1.SessionRequest.report:type_name -> tollgate.v1.ReportRequest
-	27, // 19: tollgate.v1.SessionRequest.acquire_share:type_name -> tollgate.v1.AcquireShareRequest
-	28, // 20: tollgate.v1.SessionRequest.refresh_share:type_name -> tollgate.v1.RefreshShareRequest
-	29, // 21: tollgate.v1.SessionRequest.release_share:type_name -> tollgate.v1.ReleaseShareRequest
-	30, // 22: tollgate.v1.SessionRequest.resize_lease:type_name -> tollgate.v1.ResizeLeaseRequest
+	27, // 18: tollgate.v1.SessionRequest.report:type_name -> tollgate.v1.ReportRequest
+	28, // 19: tollgate.v1.SessionRequest.acquire_share:type_name -> tollgate.v1.AcquireShareRequest
+	29, // 20: tollgate.v1.SessionRequest.refresh_share:type_name -> tollgate.v1.RefreshShareRequest
+	30, // 21: tollgate.v1.SessionRequest.release_share:type_name -> tollgate.v1.ReleaseShareRequest
+	31, // 22: tollgate.v1.SessionRequest.resize_lease:type_name -> tollgate.v1.ResizeLeaseRequest
 	13, // 23: tollgate.v1.SessionRequest.batch:type_name -> tollgate.v1.SessionRequestBatch
 	12, // 24: tollgate.v1.SessionRequestBatch.requests:type_name -> tollgate.v1.SessionRequest
 	18, // 25: tollgate.v1.SessionResponse.welcome:type_name -> tollgate.v1.Welcome
@@ -2066,44 +2083,45 @@ var file_tollgate_v1_limiter_proto_depIdxs = []int32{
 	11, // 29: tollgate.v1.SessionResponse.take:type_name -> tollgate.v1.TakeResponse
 	19, // 30: tollgate.v1.SessionResponse.error:type_name -> tollgate.v1.SessionError
 	20, // 31: tollgate.v1.SessionResponse.event:type_name -> tollgate.v1.LeaseEvent
-	31, // 32: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
-	32, // 33: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
-	33, // 34: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
-	34, // 35: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
-	35, // 36: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
-	36, // 37: tollgate.v1.SessionResponse.resize_lease:type_name -> tollgate.v1.ResizeLeaseResponse
+	32, // 32: tollgate.v1.SessionResponse.report:type_name -> tollgate.v1.ReportResponse
+	33, // 33: tollgate.v1.SessionResponse.acquire_share:type_name -> tollgate.v1.AcquireShareResponse
+	34, // 34: tollgate.v1.SessionResponse.refresh_share:type_name -> tollgate.v1.RefreshShareResponse
+	35, // 35: tollgate.v1.SessionResponse.release_share:type_name -> tollgate.v1.ReleaseShareResponse
+	36, // 36: tollgate.v1.SessionResponse.share_event:type_name -> tollgate.v1.ShareEvent
+	37, // 37: tollgate.v1.SessionResponse.resize_lease:type_name -> tollgate.v1.ResizeLeaseResponse
 	17, // 38: tollgate.v1.SessionResponse.batch:type_name -> tollgate.v1.SessionResponseBatch
 	16, // 39: tollgate.v1.SessionResponseBatch.responses:type_name -> tollgate.v1.SessionResponse
-	23, // 40: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
-	0,  // 41: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
-	24, // 42: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
-	4,  // 43: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
-	6,  // 44: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
-	8,  // 45: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
-	10, // 46: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
-	26, // 47: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
-	27, // 48: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
-	28, // 49: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
-	29, // 50: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
-	12, // 51: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
-	37, // 52: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
-	1,  // 53: tollgate.v1.LimiterService.GetQueuePosition:input_type -> tollgate.v1.GetQueuePositionRequest
-	5,  // 54: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
-	7,  // 55: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
-	9,  // 56: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
-	11, // 57: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
-	31, // 58: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
-	32, // 59: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
-	33, // 60: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
-	34, // 61: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
-	16, // 62: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
-	38, // 63: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
-	2,  // 64: tollgate.v1.LimiterService.GetQueuePosition:output_type -> tollgate.v1.GetQueuePositionResponse
-	54, // [54:65] is the sub-list for method output_type
-	43, // [43:54] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	24, // 40: tollgate.v1.SessionError.retry_after:type_name -> google.protobuf.Duration
+	23, // 41: tollgate.v1.SessionError.metadata:type_name -> tollgate.v1.SessionError.MetadataEntry
+	0,  // 42: tollgate.v1.LeaseEvent.type:type_name -> tollgate.v1.LeaseEventType
+	25, // 43: tollgate.v1.LeaseEvent.lease:type_name -> tollgate.v1.Lease
+	4,  // 44: tollgate.v1.LimiterService.Acquire:input_type -> tollgate.v1.AcquireRequest
+	6,  // 45: tollgate.v1.LimiterService.Release:input_type -> tollgate.v1.ReleaseRequest
+	8,  // 46: tollgate.v1.LimiterService.Renew:input_type -> tollgate.v1.RenewRequest
+	10, // 47: tollgate.v1.LimiterService.Take:input_type -> tollgate.v1.TakeRequest
+	27, // 48: tollgate.v1.LimiterService.Report:input_type -> tollgate.v1.ReportRequest
+	28, // 49: tollgate.v1.LimiterService.AcquireShare:input_type -> tollgate.v1.AcquireShareRequest
+	29, // 50: tollgate.v1.LimiterService.RefreshShare:input_type -> tollgate.v1.RefreshShareRequest
+	30, // 51: tollgate.v1.LimiterService.ReleaseShare:input_type -> tollgate.v1.ReleaseShareRequest
+	12, // 52: tollgate.v1.LimiterService.Session:input_type -> tollgate.v1.SessionRequest
+	38, // 53: tollgate.v1.LimiterService.Provide:input_type -> tollgate.v1.ProvideRequest
+	1,  // 54: tollgate.v1.LimiterService.GetQueuePosition:input_type -> tollgate.v1.GetQueuePositionRequest
+	5,  // 55: tollgate.v1.LimiterService.Acquire:output_type -> tollgate.v1.AcquireResponse
+	7,  // 56: tollgate.v1.LimiterService.Release:output_type -> tollgate.v1.ReleaseResponse
+	9,  // 57: tollgate.v1.LimiterService.Renew:output_type -> tollgate.v1.RenewResponse
+	11, // 58: tollgate.v1.LimiterService.Take:output_type -> tollgate.v1.TakeResponse
+	32, // 59: tollgate.v1.LimiterService.Report:output_type -> tollgate.v1.ReportResponse
+	33, // 60: tollgate.v1.LimiterService.AcquireShare:output_type -> tollgate.v1.AcquireShareResponse
+	34, // 61: tollgate.v1.LimiterService.RefreshShare:output_type -> tollgate.v1.RefreshShareResponse
+	35, // 62: tollgate.v1.LimiterService.ReleaseShare:output_type -> tollgate.v1.ReleaseShareResponse
+	16, // 63: tollgate.v1.LimiterService.Session:output_type -> tollgate.v1.SessionResponse
+	39, // 64: tollgate.v1.LimiterService.Provide:output_type -> tollgate.v1.ProvideResponse
+	2,  // 65: tollgate.v1.LimiterService.GetQueuePosition:output_type -> tollgate.v1.GetQueuePositionResponse
+	55, // [55:66] is the sub-list for method output_type
+	44, // [44:55] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_v1_limiter_proto_init() }
@@ -2155,7 +2173,7 @@ func file_tollgate_v1_limiter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_v1_limiter_proto_rawDesc), len(file_tollgate_v1_limiter_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
