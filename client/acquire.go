@@ -50,6 +50,7 @@ func (c *Client) acquire(ctx context.Context, pool string, try bool, opts []Acqu
 	start := time.Now()
 	tc := traceContext(ctx)
 	a, err := c.roundTrip(ctx, op{
+		pool:              pool,
 		cancellable:       !try,
 		acquire:           true,
 		failIfUnreachable: c.settings.unavailable.failsWhenUnreachable(),

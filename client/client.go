@@ -6,7 +6,11 @@
 // is multiplexed. When the stream breaks, the Client reconnects with
 // backoff (to the leader, when it was given the servers of a cluster),
 // more often as the nearest local deadline of its leases comes, and renews
-// its live leases on the new stream at once.
+// its live leases on the new stream at once. In a cluster of several
+// shards it learns the shard map (GetCluster) and keeps one connection and
+// stream per server it uses instead, sending each pool's calls to the
+// server that leads the pool's shard and following NOT_LEADER hints when
+// a shard moves; a held lease is renewed at its shard's new owner.
 //
 // A Lease is renewed in the background every TTL/3. Its holder must stop
 // relying on it when its Done channel is closed: the server said it expired
@@ -60,8 +64,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
-
-	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 )
 
 // maxClientIDLen is the longest client id the server accepts.
@@ -76,7 +78,6 @@ const flowWindow = 1 << 20
 // call Close when done.
 type Client struct {
 	conn     *grpc.ClientConn
-	stub     tollgatev1.LimiterServiceClient
 	clientID string
 	log      *slog.Logger
 	margin   time.Duration // Dialer.SafetyMargin; 0: the default per lease
@@ -94,17 +95,22 @@ type Client struct {
 	// answered (Lease.ReleaseAsync); Close waits for them.
 	releases sync.WaitGroup
 
-	mu      sync.Mutex
-	closed  bool
-	started bool          // the session loop is running
-	cur     *stream       // the live Session stream, or nil
-	ready   chan struct{} // closed when cur is set; replaced when it breaks
-	leases  map[leaseKey]*Lease
+	mu     sync.Mutex
+	closed bool
+	leases map[leaseKey]*Lease
 
-	target    string   // the gRPC target dialed
-	cluster   []string // the addresses of a cluster given to Dial; nil for one target
-	servers   *servers // the resolver of a cluster's addresses; nil for one target
-	lastBreak error    // why the last Session stream broke or could not open
+	target  string   // the gRPC target dialed
+	cluster []string // the addresses of a cluster given to Dial; nil for one target
+	servers *servers // the resolver of a cluster's addresses; nil for one target
+
+	// main is the link of the dialed target: every request goes there
+	// unless the cluster has several shards (routes).
+	main *link
+	// routes is the shard map the Client routes by; nil until learned.
+	routes atomic.Pointer[routes]
+	// shardState is the sharded cluster's links and the learning of its
+	// map; guarded by mu.
+	shardState
 }
 
 type leaseKey struct{ pool, id string }
@@ -123,6 +129,11 @@ type leaseKey struct{ pool, id string }
 // leader) is sent again after the answer's retry delay, within the call's
 // context. When the leader changes, the Session stream moves to the new
 // leader, which re-adopts the client's leases as they are renewed.
+//
+// In a cluster of several shards (GetCluster's shard_count above 1) each
+// pool's calls go to the server that leads its shard, whichever addresses
+// were dialed (one is enough): the client reads the shard map from a
+// dialed server and dials the owners it names (at most 64 servers).
 //
 // Dial does not connect: the first call that needs the server does, and
 // waits for a connection as long as its context allows. The transport is
@@ -155,43 +166,45 @@ func (d Dialer) Dial(addrs ...string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	dialOpts = append(dialOpts,
+	common := []grpc.DialOption{
 		grpc.WithKeepaliveParams(keepaliveParams),
 		grpc.WithTransportCredentials(transportCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           reconnectBackoff.grpcConfig(),
 			MinConnectTimeout: 5 * time.Second,
 		}),
-		grpc.WithChainUnaryInterceptor(unaryInterceptor(addrs)),
 		// Fixed flow-control windows turn grpc-go's bandwidth-delay
 		// estimate off, whose PING frames would go out with every burst of
 		// answers and come back; a Client's messages are small.
 		grpc.WithInitialWindowSize(flowWindow), grpc.WithInitialConnWindowSize(flowWindow),
-	)
-	if d.TLS != nil {
-		dialOpts = append(dialOpts, grpc.WithTransportCredentials(credentials.NewTLS(d.TLS)))
 	}
-	dialOpts = append(dialOpts, d.GRPCOptions...)
-	conn, err := grpc.NewClient(grpcTarget, dialOpts...)
+	if d.TLS != nil {
+		common = append(common, grpc.WithTransportCredentials(credentials.NewTLS(d.TLS)))
+	}
+	common = append(common, d.GRPCOptions...)
+	dialOpts = append(dialOpts, grpc.WithChainUnaryInterceptor(unaryInterceptor(addrs)))
+	conn, err := grpc.NewClient(grpcTarget, append(dialOpts, common...)...)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: dial %q: %w", target, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Client{
+	c := &Client{
 		conn:     conn,
-		stub:     tollgatev1.NewLimiterServiceClient(conn),
 		clientID: clientID,
 		log:      logger,
 		margin:   d.SafetyMargin,
 		settings: set,
 		ctx:      ctx,
 		cancel:   cancel,
-		ready:    make(chan struct{}),
 		leases:   make(map[leaseKey]*Lease),
 		target:   grpcTarget,
 		cluster:  addrs,
 		servers:  srvs,
-	}, nil
+	}
+	c.main = c.newLink("", conn)
+	c.linkOpts = append([]grpc.DialOption{grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`)}, common...)
+	c.links = make(map[string]*link)
+	return c, nil
 }
 
 // transportCredentials is the seam for TLS: today every connection is
@@ -295,6 +308,15 @@ func (c *Client) Close() error {
 		l.end(lostError(l, ErrClosed))
 	}
 	c.wg.Wait()
+	c.mu.Lock()
+	links := make([]*link, 0, len(c.links))
+	for _, ln := range c.links {
+		links = append(links, ln)
+	}
+	c.mu.Unlock()
+	for _, ln := range links {
+		_ = ln.conn.Close()
+	}
 	return c.conn.Close()
 }
 

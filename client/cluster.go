@@ -92,9 +92,10 @@ func retryNotLeader(ctx context.Context, method string, req, reply any, cc *grpc
 // noteBreak records why the Session stream broke or could not open, and
 // returns how long the server asked to wait before the next try: a
 // NOT_LEADER answer's retry delay, or 0.
-func (c *Client) noteBreak(err error) time.Duration {
+func (ln *link) noteBreak(err error) time.Duration {
+	c := ln.c
 	c.mu.Lock()
-	c.lastBreak = err
+	ln.lastBreak = err
 	c.mu.Unlock()
 	if e, ok := FromError(err); ok && e.Is(apierr.ErrNotLeader) {
 		return e.RetryAfter
@@ -151,19 +152,20 @@ func (e *noServerError) Unwrap() error { return e.ctxErr }
 // waited for a Session stream: ctx.Err(), wrapped in an error that names
 // the server(s) and why the last stream could not open (*noServerError,
 // or for a client of several servers *noLeaderError).
-func (c *Client) waitEnded(ctx context.Context) error {
+func (ln *link) waitEnded(ctx context.Context) error {
+	c := ln.c
 	c.mu.Lock()
-	last := c.lastBreak
+	last := ln.lastBreak
 	c.mu.Unlock()
 	var be *brokenError
 	if errors.As(last, &be) {
 		last = be.cause
 	}
-	if c.cluster == nil {
+	if c.cluster == nil || ln != c.main {
 		if last == nil {
-			last = c.connectionError(ctx)
+			last = ln.connectionError(ctx)
 		}
-		return &noServerError{ctxErr: ctx.Err(), target: c.target, last: last}
+		return &noServerError{ctxErr: ctx.Err(), target: ln.name(), last: last}
 	}
 	return &noLeaderError{ctxErr: ctx.Err(), addrs: c.cluster, last: last}
 }
@@ -173,13 +175,13 @@ func (c *Client) waitEnded(ctx context.Context) error {
 // its own): the UNAVAILABLE answer of a call that does not wait for a
 // connection, which carries gRPC's last connection error. It returns nil
 // in any other state.
-func (c *Client) connectionError(ctx context.Context) error {
-	if c.conn.GetState() != connectivity.TransientFailure {
+func (ln *link) connectionError(ctx context.Context) error {
+	if ln.conn.GetState() != connectivity.TransientFailure {
 		return nil
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 100*time.Millisecond)
 	defer cancel()
-	_, err := healthpb.NewHealthClient(c.conn).Check(qctx, &healthpb.HealthCheckRequest{})
+	_, err := healthpb.NewHealthClient(ln.conn).Check(qctx, &healthpb.HealthCheckRequest{})
 	if status.Code(err) != codes.Unavailable {
 		return nil
 	}

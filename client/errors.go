@@ -39,8 +39,9 @@ type Error struct {
 	// RECOVERING and NOT_LEADER answers carry one).
 	RetryAfter time.Duration
 	// Metadata is the ErrorInfo's metadata, when the status carried any:
-	// NOT_LEADER names the leader's address ("leader", empty while none
-	// is known) and its epoch ("epoch").
+	// NOT_LEADER names the address of the leader of the pool's shard
+	// ("leader", empty while none is known), its epoch ("epoch") and the
+	// shard ("shard").
 	Metadata map[string]string
 }
 
@@ -141,7 +142,7 @@ func FromError(err error) (*Error, bool) {
 
 // fromSessionError converts a Session stream error answer.
 func fromSessionError(se *tollgatev1.SessionError) *Error {
-	return &Error{Code: codes.Code(se.GetCode()), Reason: apierr.Reason(se.GetReason()), Message: se.GetMessage(), RetryAfter: se.GetRetryAfter().AsDuration()}
+	return &Error{Code: codes.Code(se.GetCode()), Reason: apierr.Reason(se.GetReason()), Message: se.GetMessage(), RetryAfter: se.GetRetryAfter().AsDuration(), Metadata: se.GetMetadata()}
 }
 
 // lostError returns the error of a lease that ended without its holder's

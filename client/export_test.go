@@ -20,3 +20,11 @@ func ReleaseRunning(l *Lease) (running, waited bool) {
 // ClusterAddrs returns the addresses of the cluster c was dialed with (nil
 // for one address).
 func ClusterAddrs(c *Client) []string { return c.cluster }
+
+// Links returns how many server links (a connection and at most one
+// Session stream each) a Client of a sharded cluster keeps.
+func Links(c *Client) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.links)
+}

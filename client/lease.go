@@ -502,7 +502,7 @@ func (l *Lease) keepAlive(ctx context.Context, next time.Time) {
 // deadline), updates its expiry from the send time of the renew that
 // succeeded, and returns that time.
 func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error) {
-	if l.c.servers != nil { // another server can take over from one that does not answer
+	if l.c.servers != nil || l.c.sharded() { // another server can take over from one that does not answer
 		l.mu.Lock()
 		ttl, margin := l.ttl, l.margin
 		l.mu.Unlock()
@@ -513,6 +513,7 @@ func (l *Lease) renew(ctx context.Context, deadline time.Time) (time.Time, error
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	a, err := l.c.roundTrip(ctx, op{
+		pool:            l.pool,
 		resetOnDeadline: true,
 		build: func(int) (*tollgatev1.SessionRequest, error) {
 			l.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
 )
 
 // Outcome reports: work done under rate tokens (Take) or a share
@@ -135,6 +136,32 @@ func (c *Client) flushReports(ctx context.Context) {
 	}
 	clear(r.counts)
 	r.mu.Unlock()
+	for _, b := range c.byShard(batch) {
+		c.flushBatch(ctx, b)
+	}
+}
+
+// byShard splits a batch of reports by the shard of their pools when the
+// cluster has several (each goes to its shard's owner); else it is one.
+func (c *Client) byShard(batch []*tollgatev1.PoolReport) [][]*tollgatev1.PoolReport {
+	r := c.routes.Load()
+	if len(batch) == 0 || r == nil || r.count <= 1 {
+		return [][]*tollgatev1.PoolReport{batch}
+	}
+	groups := make(map[int][]*tollgatev1.PoolReport)
+	for _, pr := range batch {
+		i := shard.Of(pr.GetPool(), r.count)
+		groups[i] = append(groups[i], pr)
+	}
+	out := make([][]*tollgatev1.PoolReport, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, g)
+	}
+	return out
+}
+
+// flushBatch sends one batch of reports of pools of one shard.
+func (c *Client) flushBatch(ctx context.Context, batch []*tollgatev1.PoolReport) {
 	if len(batch) == 0 {
 		return
 	}
@@ -157,7 +184,7 @@ func (c *Client) flushReports(ctx context.Context) {
 func (c *Client) sendReports(ctx context.Context, batch []*tollgatev1.PoolReport) error {
 	ctx, cancel := context.WithTimeout(ctx, reportInterval)
 	defer cancel()
-	_, err := c.roundTrip(ctx, op{build: func(int) (*tollgatev1.SessionRequest, error) {
+	_, err := c.roundTrip(ctx, op{pool: batch[0].GetPool(), build: func(int) (*tollgatev1.SessionRequest, error) {
 		return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_Report{Report: &tollgatev1.ReportRequest{Reports: batch}}}, nil
 	}})
 	return err

@@ -255,7 +255,11 @@ func permanentProvideError(err error) bool {
 func (p *Provider) serve(first chan<- error) (bool, error) {
 	ctx, cancel := context.WithCancel(p.ctx)
 	defer cancel()
-	stream, err := p.c.stub.Provide(ctx)
+	ln := p.c.linkFor(p.pool)
+	if ln == nil {
+		ln = p.c.main // no owner known: a server names it
+	}
+	stream, err := ln.stub.Provide(ctx)
 	if err == nil {
 		reg := &tollgatev1.ProvideRegister{Pool: p.pool, ProviderId: p.opts.id, Resources: resourcesToProto(p.Resources())}
 		if p.opts.ttl > 0 {
@@ -268,6 +272,9 @@ func (p *Provider) serve(first chan<- error) (bool, error) {
 	}
 	if e, ok := FromError(err); ok {
 		err = e
+		if e.Is(apierr.ErrNotLeader) {
+			_, _ = p.c.noteNotLeader(p.pool, e, ln)
+		}
 	}
 	if first != nil {
 		first <- err

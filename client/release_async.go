@@ -44,12 +44,17 @@ func (l *Lease) ReleaseAsync() error {
 	return nil
 }
 
-// postRelease sends a release of lease k on the live stream without
-// waiting for its answer, or from the background while there is no live
-// stream; Close waits for it (up to releaseTimeout).
+// postRelease sends a release of lease k on the live stream of its pool's
+// link without waiting for its answer, or from the background while there
+// is none; Close waits for it (up to releaseTimeout).
 func (c *Client) postRelease(k leaseKey) {
+	ln := c.linkFor(k.pool)
 	c.mu.Lock()
-	st, closed := c.cur, c.closed
+	var st *stream
+	if ln != nil {
+		st = ln.cur
+	}
+	closed := c.closed
 	if !closed {
 		c.releases.Add(1)
 	}

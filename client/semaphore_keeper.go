@@ -224,7 +224,7 @@ func (s *Semaphore) planLocked(report bool) (weight, want int64, send bool) {
 func (s *Semaphore) resize(ctx context.Context, l *Lease, weight, want int64) error {
 	ctx, cancel := context.WithDeadline(ctx, l.deadline())
 	defer cancel()
-	a, err := s.c.roundTrip(ctx, op{build: func(int) (*tollgatev1.SessionRequest, error) {
+	a, err := s.c.roundTrip(ctx, op{pool: l.pool, build: func(int) (*tollgatev1.SessionRequest, error) {
 		r := &tollgatev1.ResizeLeaseRequest{Pool: l.pool, LeaseId: l.id, Want: &want}
 		if weight > 0 {
 			r.Weight = &weight

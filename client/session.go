@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -14,11 +15,14 @@ import (
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 )
 
-// This file keeps the Client's one Session stream: a loop (run) opens it,
-// says Hello, reads answers and events until it breaks, fails the requests
-// still waiting on it, and reconnects with backoff. Callers send requests
-// with roundTrip, which waits for a live stream, matches the answer by
-// request_id and retries on the next stream when one breaks.
+// This file keeps the Session stream of each link (the dialed target, or
+// one server of a sharded cluster): a loop (run) opens it, says Hello,
+// reads answers and events until it breaks, fails the requests still
+// waiting on it, and reconnects with backoff. Callers send requests with
+// roundTrip, which picks the link of the request's pool (linkFor), waits
+// for its live stream, matches the answer by request_id and retries on the
+// next stream when one breaks, or at the pool's shard's owner when the
+// server answers NOT_LEADER.
 
 const (
 	// handshakeTimeout bounds the wait for Welcome on a new stream.
@@ -28,9 +32,45 @@ const (
 	stableStream = 5 * time.Second
 )
 
+// link is one connection over which the Client sends Session requests,
+// and its one Session stream: the dialed target (Client.main), or in a
+// cluster of several shards one server that leads some (Client.links).
+type link struct {
+	c    *Client
+	addr string // the server's address; "" for the dialed target
+	conn *grpc.ClientConn
+	stub tollgatev1.LimiterServiceClient
+	// ctx ends the link's session loop: the Client's Close cancels it, and
+	// so does the link's retirement.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Guarded by c.mu:
+	started   bool          // the session loop is running
+	cur       *stream       // the live Session stream, or nil
+	ready     chan struct{} // closed when cur is set; replaced when it breaks
+	lastBreak error         // why the last Session stream broke or could not open
+	retired   bool          // no new requests: its loop ends once it is idle (retireLocked)
+	shards    int           // how many shards route to it (a server's link)
+	// draining is retired, read by the stream's reader: it ends the link
+	// once no request waits for an answer.
+	draining atomic.Bool
+}
+
+// newLink returns a link over conn; addr is "" for the dialed target.
+func (c *Client) newLink(addr string, conn *grpc.ClientConn) *link {
+	ctx, cancel := context.WithCancel(c.ctx)
+	return &link{c: c, addr: addr, conn: conn, stub: tollgatev1.NewLimiterServiceClient(conn), ctx: ctx, cancel: cancel, ready: make(chan struct{})}
+}
+
+// errRetired is what a request waiting for the stream of a link that was
+// retired meanwhile gets: roundTrip sends it by the new route.
+var errRetired = errors.New("tollgate: the server's connection was retired")
+
 // stream is one Session stream and the requests waiting for its answers.
 type stream struct {
 	c      *Client
+	ln     *link
 	ss     tollgatev1.LimiterService_SessionClient
 	cancel context.CancelCauseFunc
 	server string    // the address of the list it is connected to; "" if not known
@@ -99,17 +139,38 @@ type op struct {
 	// failIfUnreachable: give up with ErrUnavailable when the server
 	// cannot be reached, instead of waiting (FailWhenUnavailable).
 	failIfUnreachable bool
+	// pool is the pool the request is about: it goes to the server that
+	// leads the pool's shard.
+	pool string
 }
 
-// roundTrip sends the request that o builds on the Client's stream and
-// returns its answer. A SessionError answer is returned as an *Error. When
-// the stream breaks first, or the server answers UNAVAILABLE, it retries on
-// the next stream for as long as ctx allows. It returns ctx.Err() when ctx
-// ends first and ErrClosed when the Client is closed.
+// roundTrip sends the request that o builds on the stream of the link of
+// o.pool and returns its answer. A SessionError answer is returned as an
+// *Error. When the stream breaks first, or the server answers UNAVAILABLE,
+// it retries on the next stream for as long as ctx allows; a NOT_LEADER
+// answer in a sharded cluster moves it to the owner the answer names
+// (reroute). It returns ctx.Err() when ctx ends first and ErrClosed when
+// the Client is closed.
 func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 	for n := 0; ; n++ {
-		st, err := c.currentFor(ctx, o)
-		if err != nil {
+		ln := c.linkFor(o.pool)
+		if ln == nil {
+			// A sharded cluster whose map names no server for the shard.
+			if err := c.rerouteWait(ctx, n, nil, false); err != nil {
+				return answer{}, err
+			}
+			continue
+		}
+		st, err := ln.currentFor(ctx, o)
+		switch {
+		case err == errRetired, err == errLinkWait:
+			// Retired: the route changed meanwhile (at once the first
+			// time). Link wait: its server does not answer (back off).
+			if err := c.rerouteWait(ctx, n, nil, err == errRetired); err != nil {
+				return answer{}, err
+			}
+			continue
+		case err != nil:
 			return answer{}, err
 		}
 		req, err := o.build(n)
@@ -132,6 +193,16 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 			return a, nil
 		}
 		e := fromSessionError(se)
+		if e.Is(apierr.ErrNotLeader) {
+			if reroute, moved := c.noteNotLeader(o.pool, e, ln); reroute {
+				// Sharded: nothing was applied; send it to the owner now known.
+				c.log.Debug("tollgate: sending a request again by its shard's route", "err", e)
+				if err := c.rerouteWait(ctx, n, e, moved); err != nil {
+					return answer{}, err
+				}
+				continue
+			}
+		}
 		if e.Code != codes.Unavailable || e.Is(apierr.ErrRecovering) || e.Is(apierr.ErrStorageFailed) || e.Is(apierr.ErrOutcomeUnknown) {
 			return a, e // an answer about the request, not about reaching the server; never sent again when it may have been applied
 		}
@@ -161,64 +232,112 @@ func pause(ctx, closed context.Context, d time.Duration) error {
 	}
 }
 
-// current returns the live stream, starting the session loop on first use
-// and waiting for a stream while ctx allows.
-func (c *Client) current(ctx context.Context) (*stream, error) {
+// current returns the link's live stream, starting its session loop on
+// first use and waiting for a stream while ctx allows, and at most bound
+// when not nil (then errLinkWait). It returns errRetired when the link is
+// retired first.
+func (ln *link) current(ctx context.Context, bound *time.Duration) (*stream, error) {
+	c := ln.c
+	var timeout *time.Timer
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if !c.started {
-			c.started = true
-			c.wg.Add(1)
-			go c.run()
+		if ln.retired {
+			c.mu.Unlock()
+			return nil, errRetired
 		}
-		st, ready := c.cur, c.ready
+		if !ln.started {
+			ln.started = true
+			c.wg.Add(1)
+			go ln.run()
+		}
+		st, ready := ln.cur, ln.ready
 		c.mu.Unlock()
 		if st != nil {
 			return st, nil
 		}
+		if bound != nil && timeout == nil {
+			timeout = time.NewTimer(*bound)
+			defer timeout.Stop()
+		}
+		var expired <-chan time.Time
+		if timeout != nil {
+			expired = timeout.C
+		}
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return nil, c.waitEnded(ctx)
+			return nil, ln.waitEnded(ctx)
 		case <-c.ctx.Done():
 			return nil, ErrClosed
+		case <-ln.ctx.Done(): // retired: the loop above says so
+		case <-expired:
+			c.learn() // the owner named does not answer: read the map again
+			return nil, errLinkWait
 		}
 	}
 }
 
-// run keeps a Session stream open until the Client is closed.
-func (c *Client) run() {
+// currentBounded is current, waiting at most linkWait on a server's link
+// (errLinkWait).
+func (ln *link) currentBounded(ctx context.Context) (*stream, error) {
+	if ln == ln.c.main {
+		return ln.current(ctx, nil)
+	}
+	d := linkWait
+	return ln.current(ctx, &d)
+}
+
+// run keeps the link's Session stream open until the Client is closed or
+// the link retired; a retired server's link then closes its connection.
+func (ln *link) run() {
+	c := ln.c
 	defer c.wg.Done()
+	defer func() {
+		c.mu.Lock()
+		retired := ln.retired
+		c.mu.Unlock()
+		if retired && ln != c.main {
+			_ = ln.conn.Close() // Close closes the others
+		}
+	}()
 	var attempt int
-	for c.ctx.Err() == nil {
-		st, err := c.open()
+	for ln.ctx.Err() == nil {
+		st, err := ln.open()
 		if err != nil {
-			if c.ctx.Err() != nil {
+			if ln.ctx.Err() != nil {
 				return
 			}
-			c.log.Warn("tollgate: cannot open session stream", "err", err)
+			c.log.Warn("tollgate: cannot open session stream", "server", ln.name(), "err", err)
 		} else {
 			started := time.Now()
-			c.publish(st)
+			ln.publish(st)
 			err = st.readLoop()
-			c.unpublish(st, err)
-			if c.ctx.Err() != nil {
+			ln.unpublish(st, err)
+			if ln.ctx.Err() != nil {
 				return
 			}
-			c.log.Warn("tollgate: session stream broke; reconnecting", "err", err)
+			c.log.Warn("tollgate: session stream broke; reconnecting", "server", ln.name(), "err", err)
 			if time.Since(started) >= stableStream {
 				attempt = 0
 			}
 		}
-		if pause(c.ctx, c.ctx, reconnectBackoff.hinted(attempt, c.nearestDeadline(), c.noteBreak(err))) != nil {
+		if pause(ln.ctx, ln.ctx, reconnectBackoff.hinted(attempt, c.nearestDeadline(), ln.noteBreak(err))) != nil {
 			return
 		}
 		attempt++
 	}
+}
+
+// name is the link's server for logs: its address, or the dialed target.
+func (ln *link) name() string {
+	if ln.addr != "" {
+		return ln.addr
+	}
+	return ln.c.target
 }
 
 // nearestDeadline returns the earliest local deadline of the Client's
@@ -246,7 +365,8 @@ func (c *Client) nearestDeadline() time.Time {
 // tries more often as the nearest lease deadline comes closer (at least
 // every minRetry·1.2 in the end). Without leases it leaves gRPC's backoff
 // alone.
-func (c *Client) redial() (stop func()) {
+func (ln *link) redial() (stop func()) {
+	c := ln.c
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -262,7 +382,7 @@ func (c *Client) redial() (stop func()) {
 				return
 			case <-t.C:
 			}
-			c.conn.ResetConnectBackoff()
+			ln.conn.ResetConnectBackoff()
 		}
 	}()
 	return func() {
@@ -271,19 +391,20 @@ func (c *Client) redial() (stop func()) {
 	}
 }
 
-// open opens a Session stream (waiting for a connection as long as the
-// Client lives, see redial) and exchanges Hello and Welcome.
-func (c *Client) open() (*stream, error) {
-	ctx, cancel := context.WithCancelCause(c.ctx)
-	stopRedial := c.redial()
-	ss, err := c.stub.Session(ctx, grpc.WaitForReady(true))
+// open opens a Session stream on the link (waiting for a connection as
+// long as the link lives, see redial) and exchanges Hello and Welcome.
+func (ln *link) open() (*stream, error) {
+	c := ln.c
+	ctx, cancel := context.WithCancelCause(ln.ctx)
+	stopRedial := ln.redial()
+	ss, err := ln.stub.Session(ctx, grpc.WaitForReady(true))
 	stopRedial()
 	if err != nil {
 		cancel(err)
 		return nil, err
 	}
-	server := ""
-	if c.servers != nil {
+	server := ln.addr
+	if ln == c.main && c.servers != nil {
 		server = c.servers.addressOf(ss)
 	}
 	id := c.nextID.Add(1)
@@ -303,8 +424,8 @@ func (c *Client) open() (*stream, error) {
 			err = cause
 		}
 		cancel(err)
-		if stuck && c.servers != nil && server != "" {
-			c.servers.reconnect(server) // the next stream goes elsewhere
+		if stuck {
+			ln.stuck(server) // the next stream goes elsewhere
 		}
 		return nil, err
 	}
@@ -320,6 +441,7 @@ func (c *Client) open() (*stream, error) {
 	}
 	return &stream{
 		c:       c,
+		ln:      ln,
 		ss:      ss,
 		cancel:  cancel,
 		server:  server,
@@ -328,29 +450,34 @@ func (c *Client) open() (*stream, error) {
 	}, nil
 }
 
-// publish makes st the live stream and asks every lease to renew on it at
-// once, so the server reports their events here.
-func (c *Client) publish(st *stream) {
+// publish makes st the link's live stream and asks every lease whose pool
+// it serves to renew on it at once, so the server reports their events
+// here.
+func (ln *link) publish(st *stream) {
+	c := ln.c
 	c.mu.Lock()
-	c.cur = st
-	close(c.ready)
+	ln.cur = st
+	close(ln.ready)
 	leases := make([]*Lease, 0, len(c.leases))
 	for _, l := range c.leases {
 		leases = append(leases, l)
 	}
 	c.mu.Unlock()
 	for _, l := range leases {
-		l.kickRenew()
+		if c.linkFor(l.pool) == ln {
+			l.kickRenew()
+		}
 	}
 	c.kickShares()
 }
 
 // unpublish retires a broken stream and fails the requests waiting on it.
-func (c *Client) unpublish(st *stream, cause error) {
+func (ln *link) unpublish(st *stream, cause error) {
+	c := ln.c
 	c.mu.Lock()
-	if c.cur == st {
-		c.cur = nil
-		c.ready = make(chan struct{})
+	if ln.cur == st {
+		ln.cur = nil
+		ln.ready = make(chan struct{})
 	}
 	c.mu.Unlock()
 	var err error = &brokenError{cause: cause}
@@ -394,7 +521,11 @@ func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
 	cl := st.pending[id]
 	delete(st.pending, id)
 	abandoned := cl != nil && cl.abandoned
+	drained := len(st.pending) == 0 && st.ln.draining.Load()
 	st.mu.Unlock()
+	if drained {
+		defer st.ln.cancel() // after the last answer is handed over
+	}
 	if cl == nil {
 		st.c.log.Debug("tollgate: answer to an unknown request", "request_id", id)
 		return
@@ -414,6 +545,13 @@ func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
 	if !abandoned {
 		cl.ch <- a
 	}
+}
+
+// idle reports whether no request waits for an answer on the stream.
+func (st *stream) idle() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.pending) == 0
 }
 
 // fail marks the stream broken with err, answers every waiting call with
@@ -447,9 +585,7 @@ func (st *stream) abandon(cause error) {
 		}
 		st.c.log.Warn("tollgate: server does not answer; moving to another", "err", cause)
 		st.reset(cause)
-		if st.c.servers != nil && st.server != "" {
-			st.c.servers.reconnect(st.server)
-		}
+		st.ln.stuck(st.server)
 	})
 }
 
@@ -612,7 +748,7 @@ func (c *Client) releaseOrphan(pool, id string) {
 
 // releaseOp is a release of lease id of pool.
 func releaseOp(pool, id string) op {
-	return op{build: func(int) (*tollgatev1.SessionRequest, error) {
+	return op{pool: pool, build: func(int) (*tollgatev1.SessionRequest, error) {
 		return new(releaseMsg).build(pool, id), nil
 	}}
 }

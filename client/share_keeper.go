@@ -126,7 +126,7 @@ func (l *Limiter) acquire(ctx context.Context) (time.Time, error) {
 	l.mu.Lock()
 	want := l.want
 	l.mu.Unlock()
-	a, err := l.c.roundTrip(ctx, op{build: func(int) (*tollgatev1.SessionRequest, error) {
+	a, err := l.c.roundTrip(ctx, op{pool: l.pool, build: func(int) (*tollgatev1.SessionRequest, error) {
 		req := &tollgatev1.AcquireShareRequest{Pool: l.pool, Want: want}
 		if l.weight != 1 {
 			w := l.weight
@@ -161,7 +161,7 @@ func (l *Limiter) refresh(ctx context.Context, g shareGrant) (time.Time, error) 
 	l.mu.Lock()
 	want := l.want
 	l.mu.Unlock()
-	a, err := l.c.roundTrip(ctx, op{resetOnDeadline: true, build: func(int) (*tollgatev1.SessionRequest, error) {
+	a, err := l.c.roundTrip(ctx, op{pool: l.pool, resetOnDeadline: true, build: func(int) (*tollgatev1.SessionRequest, error) {
 		w := want
 		req := &tollgatev1.RefreshShareRequest{Pool: l.pool, ShareId: g.id, Want: &w}
 		if g.rate > 0 { // so that a restarted server re-adopts the share (docs/recovery.md)
@@ -253,7 +253,7 @@ func (l *Limiter) refused(err error) {
 
 // releaseShare gives a share back.
 func (c *Client) releaseShare(ctx context.Context, pool, id string) error {
-	_, err := c.roundTrip(ctx, op{build: func(int) (*tollgatev1.SessionRequest, error) {
+	_, err := c.roundTrip(ctx, op{pool: pool, build: func(int) (*tollgatev1.SessionRequest, error) {
 		return &tollgatev1.SessionRequest{Kind: &tollgatev1.SessionRequest_ReleaseShare{ReleaseShare: &tollgatev1.ReleaseShareRequest{Pool: pool, ShareId: id}}}, nil
 	}})
 	return err

@@ -36,6 +36,7 @@ func (c *Client) Take(ctx context.Context, pool string, n int64) error {
 	deadline, hasDeadline := ctx.Deadline()
 	tc := traceContext(ctx)
 	_, err := c.roundTrip(ctx, op{
+		pool:              pool,
 		cancellable:       true,
 		failIfUnreachable: c.settings.unavailable.failsWhenUnreachable(),
 		build: func(int) (*tollgatev1.SessionRequest, error) {

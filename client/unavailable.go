@@ -110,16 +110,17 @@ func (e *unavailableError) GRPCStatus() *status.Status {
 	return status.New(codes.Unavailable, e.Error())
 }
 
-// currentFor returns the live stream for a request: for a request that
-// starts work under a policy that does not wait, it gives up with an error
-// matching ErrUnavailable once the server cannot be reached; otherwise it
-// is current.
-func (c *Client) currentFor(ctx context.Context, o op) (*stream, error) {
+// currentFor returns the link's live stream for a request: for a request
+// that starts work under a policy that does not wait, it gives up with an
+// error matching ErrUnavailable once the server cannot be reached;
+// otherwise it is current, bounded by linkWait on a server's link.
+func (ln *link) currentFor(ctx context.Context, o op) (*stream, error) {
 	if !o.failIfUnreachable {
-		return c.current(ctx)
+		return ln.currentBounded(ctx)
 	}
+	c := ln.c
 	c.mu.Lock()
-	st := c.cur
+	st := ln.cur
 	c.mu.Unlock()
 	if st != nil {
 		return st, nil
@@ -129,9 +130,9 @@ func (c *Client) currentFor(ctx context.Context, o op) (*stream, error) {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		c.cancelWhenUnreachable(wctx, cancel)
+		ln.cancelWhenUnreachable(wctx, cancel)
 	}()
-	st, err := c.current(wctx)
+	st, err := ln.currentBounded(wctx)
 	cancel(nil)
 	<-watched
 	if err != nil && ctx.Err() == nil {
@@ -142,27 +143,29 @@ func (c *Client) currentFor(ctx context.Context, o op) (*stream, error) {
 	return st, err
 }
 
-// cancelWhenUnreachable watches the connection's state until ctx ends, and
-// cancels ctx with an error matching ErrUnavailable when the connection
-// reports TRANSIENT_FAILURE. It asks an idle connection to connect, so that
-// the answer does not wait for the session loop's next attempt.
-func (c *Client) cancelWhenUnreachable(ctx context.Context, cancel context.CancelCauseFunc) {
+// cancelWhenUnreachable watches the link's connection state until ctx
+// ends, and cancels ctx with an error matching ErrUnavailable when the
+// connection reports TRANSIENT_FAILURE. It asks an idle connection to
+// connect, so that the answer does not wait for the session loop's next
+// attempt.
+func (ln *link) cancelWhenUnreachable(ctx context.Context, cancel context.CancelCauseFunc) {
+	c := ln.c
 	for {
-		s := c.conn.GetState()
+		s := ln.conn.GetState()
 		switch s {
 		case connectivity.TransientFailure:
-			cause := fmt.Errorf("cannot connect to %s (connection state %s)", c.conn.CanonicalTarget(), s)
-			if c.cluster != nil {
+			cause := fmt.Errorf("cannot connect to %s (connection state %s)", ln.conn.CanonicalTarget(), s)
+			if ln == c.main && c.cluster != nil {
 				cause = fmt.Errorf("no leader among %s could be reached: none answers, or none reports tollgate.v1.LimiterService SERVING", strings.Join(c.cluster, ", "))
 			}
 			cancel(&unavailableError{cause: cause})
 			return
 		case connectivity.Idle:
-			c.conn.Connect()
+			ln.conn.Connect()
 		case connectivity.Shutdown:
-			return // the Client is closed; current says so
+			return // the Client is closed (current says so) or the link retired
 		}
-		if !c.conn.WaitForStateChange(ctx, s) {
+		if !ln.conn.WaitForStateChange(ctx, s) {
 			return
 		}
 	}

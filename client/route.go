@@ -1,0 +1,438 @@
+package client
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
+)
+
+// A cluster of several shards (GetCluster's shard_count above 1) has each
+// pool's calls served by the server that leads the pool's shard; another
+// server answers them NOT_LEADER, naming the owner it knows. The Client
+// learns the shard map with GetCluster (in the background, at its first
+// request and again when an answer contradicts the map or names nobody),
+// keeps a link (a connection and one Session stream) per server it sends
+// to, and sends each request on the link of its pool's shard's owner: a
+// map lookup per request. A NOT_LEADER answer that names an owner moves
+// the shard there (a higher epoch wins; epoch 0 is a planned move's
+// target) and the request is sent again there. With one shard, or until
+// the map is known, every request goes to the dialed target, as without
+// shards.
+
+const (
+	// maxLinks bounds the servers a Client keeps a link to. A shard whose
+	// owner would need one more keeps its route; its requests are answered
+	// NOT_LEADER and retried until their context ends.
+	maxLinks = 64
+	// linkWait bounds the wait for the Session stream of a server's link
+	// before the request is routed again and the map read again: a server
+	// named owner may not answer (it died; a hint was wrong).
+	linkWait = 2 * time.Second
+	// learnTimeout bounds one GetCluster.
+	learnTimeout = 5 * time.Second
+	// relearnEvery is the least time between two reads of the map.
+	relearnEvery = 250 * time.Millisecond
+)
+
+// errLinkWait is what a request gets when a server's link had no stream
+// within linkWait: roundTrip routes it again.
+var errLinkWait = &Error{Code: codes.Unavailable, Message: "the owner of the pool's shard could not be reached within " + linkWait.String()}
+
+// routes is the shard map the Client routes by. count and the length of
+// shards never change; a new count (never seen in practice: it is fixed
+// when a cluster is created) is a new routes.
+type routes struct {
+	count  int                     // the cluster's shard count; 1: not sharded
+	shards []atomic.Pointer[route] // count entries when count > 1; nil entry: no owner known
+	self   atomic.Pointer[link]    // the server that answered GetCluster: for shards of no known owner
+}
+
+// route is where one shard's requests go.
+type route struct {
+	addr  string
+	epoch int64 // the owner's epoch; unchanged by a planned move's hint
+	ln    *link
+}
+
+// shardState is the Client's part for sharded clusters; guarded by
+// Client.mu.
+type shardState struct {
+	links      map[string]*link // a link per server address in use
+	linkOpts   []grpc.DialOption
+	learning   bool      // a GetCluster runs
+	learnAt    time.Time // no GetCluster before then
+	learnFails int
+	warnedMax  bool // maxLinks was reached (logged once)
+}
+
+// linkFor returns the link of pool's requests: the dialed target's unless
+// the cluster has several shards, then the link of the owner of the pool's
+// shard. It is nil when no server is known for the shard. It starts
+// learning the map when it is not known.
+func (c *Client) linkFor(pool string) *link {
+	r := c.routes.Load()
+	switch {
+	case r == nil:
+		c.learn()
+		return c.main
+	case r.count <= 1:
+		return c.main
+	}
+	if rt := r.shards[shard.Of(pool, r.count)].Load(); rt != nil {
+		return rt.ln
+	}
+	c.learn()
+	return r.self.Load()
+}
+
+// sharded reports whether the Client routes by a map of several shards.
+func (c *Client) sharded() bool {
+	r := c.routes.Load()
+	return r != nil && r.count > 1
+}
+
+// fastMoves is how many times a request follows at once a NOT_LEADER hint
+// that moved its shard; after that (servers that name each other in turn)
+// it backs off as when no owner is known.
+const fastMoves = 3
+
+// rerouteWait pauses before a request is sent again by its route (n is
+// the attempt, from 0): after a NOT_LEADER whose hint moved the shard
+// (moved), not at all the first time, then by retryBackoff capped at the
+// answer's retry delay, for the first fastMoves attempts; else (no owner
+// known, an owner that did not answer, hints that keep moving it) by
+// retryBackoff, at least the answer's retry delay. It returns ctx's error
+// or ErrClosed when one ends first.
+func (c *Client) rerouteWait(ctx context.Context, n int, e *Error, moved bool) error {
+	var hint time.Duration
+	if e != nil {
+		hint = e.RetryAfter
+	}
+	deadline, _ := ctx.Deadline()
+	var d time.Duration
+	switch {
+	case moved && n == 0:
+		return ctx.Err()
+	case moved && n < fastMoves:
+		d = retryBackoff.delay(n-1, deadline)
+		if hint > 0 {
+			d = min(d, hint)
+		}
+	default:
+		d = retryBackoff.hinted(n, deadline, hint)
+	}
+	return pause(ctx, c.ctx, d)
+}
+
+// learn reads the shard map in the background, unless a read runs or
+// the last one was too recent.
+func (c *Client) learn() {
+	c.mu.Lock()
+	if c.closed || c.learning || time.Now().Before(c.learnAt) {
+		c.mu.Unlock()
+		return
+	}
+	c.learning = true
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		c.readMap()
+	}()
+}
+
+// readMap asks a server for the shard map (GetCluster) and applies it.
+func (c *Client) readMap() {
+	resp, err := c.getCluster()
+	c.mu.Lock()
+	c.learning = false
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	if err == nil {
+		c.learnFails = 0
+		c.learnAt = time.Now().Add(relearnEvery)
+		left := c.applyMapLocked(resp)
+		var leases []*Lease
+		if left {
+			for _, l := range c.leases {
+				leases = append(leases, l)
+			}
+		}
+		c.mu.Unlock()
+		for _, l := range leases {
+			l.kickRenew() // at its shard's owner now
+		}
+		if left {
+			c.kickShares()
+		}
+		return
+	}
+	defer c.mu.Unlock()
+	{
+		c.learnAt = time.Now().Add(shareBackoff.delay(c.learnFails, time.Time{}))
+		c.learnFails++
+		switch status.Code(err) {
+		case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
+			// Not a server that can tell (or not to this client): route
+			// as without shards, following NOT_LEADER as before.
+			if c.routes.Load() == nil {
+				c.log.Warn("tollgate: cannot read the cluster's shard map; sending every call to the dialed servers", "err", err)
+				c.routes.Store(&routes{count: 1})
+			}
+		default:
+			c.log.Debug("tollgate: cannot read the cluster's shard map; trying again later", "err", err)
+		}
+	}
+}
+
+// getCluster asks the dialed target for the cluster, then, if it cannot
+// answer, the servers the Client has a live stream to.
+func (c *Client) getCluster() (*tollgatev1.GetClusterResponse, error) {
+	conns := []*grpc.ClientConn{c.conn}
+	c.mu.Lock()
+	for _, ln := range c.links {
+		if ln.cur != nil && len(conns) < 4 {
+			conns = append(conns, ln.conn)
+		}
+	}
+	c.mu.Unlock()
+	var err error
+	for _, conn := range conns {
+		ctx, cancel := context.WithTimeout(c.ctx, learnTimeout)
+		var resp *tollgatev1.GetClusterResponse
+		resp, err = tollgatev1.NewAdminServiceClient(conn).GetCluster(ctx, &tollgatev1.GetClusterRequest{})
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		if c.ctx.Err() != nil {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// applyMapLocked makes resp's shard map the routes: an entry replaces the
+// known one unless its epoch is older; an entry of no owner keeps it. It
+// reports whether the Client left the dialed target's stream for the
+// servers' own (leaveMainLocked): its leases are to renew at once.
+func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool) {
+	n := int(resp.GetShardCount())
+	r := c.routes.Load()
+	if n <= 1 {
+		if r == nil {
+			c.routes.Store(&routes{count: 1})
+		}
+		return false
+	}
+	if n > shard.MaxCount {
+		c.log.Warn("tollgate: the cluster's shard map is not valid; ignoring it", "shard_count", n)
+		return false
+	}
+	if r == nil || r.count != n {
+		old := r
+		r = &routes{count: n, shards: make([]atomic.Pointer[route], n)}
+		c.routes.Store(r)
+		if old == nil || old.count <= 1 {
+			left = c.leaveMainLocked()
+		} else {
+			c.dropRoutesLocked(old)
+		}
+	}
+	for _, so := range resp.GetShards() {
+		i := int(so.GetShard())
+		if i < 0 || i >= n {
+			continue
+		}
+		addr := so.GetMovingTo()
+		if addr == "" {
+			addr = so.GetOwner()
+		}
+		c.setRouteLocked(r, i, addr, so.GetEpoch())
+	}
+	if self, prev := resp.GetSelf(), r.self.Load(); self != "" && (prev == nil || prev.addr != self) {
+		if ln := c.linkLocked(self); ln != nil {
+			ln.shards++
+			r.self.Store(ln)
+			if prev != nil {
+				c.unrefLocked(prev)
+			}
+		}
+	}
+	return left
+}
+
+// setRouteLocked routes shard i of r to addr with epoch (0: a planned
+// move's target, keeping the known epoch) unless the known route is newer;
+// it reports whether the shard now routes to addr.
+func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64) bool {
+	if addr == "" {
+		return false
+	}
+	cur := r.shards[i].Load()
+	if cur != nil {
+		if epoch != 0 && epoch < cur.epoch {
+			return false // older than what is known
+		}
+		if epoch == 0 {
+			epoch = cur.epoch
+		}
+		if cur.addr == addr {
+			if epoch > cur.epoch {
+				r.shards[i].Store(&route{addr: addr, epoch: epoch, ln: cur.ln})
+			}
+			return true
+		}
+	}
+	ln := c.linkLocked(addr)
+	if ln == nil {
+		return false
+	}
+	ln.shards++
+	r.shards[i].Store(&route{addr: addr, epoch: epoch, ln: ln})
+	if cur != nil {
+		c.unrefLocked(cur.ln)
+	}
+	return true
+}
+
+// noteNotLeader applies a NOT_LEADER answer about pool's shard from the
+// server of link from, and reports whether the request is to be sent
+// again by its route (the cluster is sharded, or the server knows shards
+// and the map is being read), and whether the shard now routes where the
+// answer says (moved). A hint naming an owner moves the shard there; one
+// naming nobody, the answering server itself, an older epoch or another
+// shard makes the Client read the map again.
+func (c *Client) noteNotLeader(pool string, e *Error, from *link) (reroute, moved bool) {
+	r := c.routes.Load()
+	s, hasShard := e.Metadata["shard"]
+	switch {
+	case r == nil && hasShard:
+		c.learn() // a server that knows shards: route once the map is known
+		return true, false
+	case r == nil:
+		c.learn()
+		return false, false
+	case r.count <= 1:
+		if hasShard && s != "0" {
+			c.learn() // the map read said one shard; read it again
+		}
+		return false, false
+	}
+	i := shard.Of(pool, r.count)
+	leader := e.Metadata["leader"]
+	epoch, err := strconv.ParseInt(e.Metadata["epoch"], 10, 64)
+	if leader == "" || err != nil || epoch < 0 || leader == from.addr || hasShard && s != strconv.Itoa(i) {
+		c.learn()
+		return true, false
+	}
+	c.mu.Lock()
+	moved = !c.closed && c.routes.Load() == r && c.setRouteLocked(r, i, leader, epoch)
+	c.mu.Unlock()
+	if !moved {
+		c.learn()
+	}
+	return true, moved
+}
+
+// linkLocked returns the link to the server at addr, making it if there
+// is none; nil when maxLinks links are in use or addr cannot be dialed.
+func (c *Client) linkLocked(addr string) *link {
+	if ln := c.links[addr]; ln != nil {
+		return ln
+	}
+	if len(c.links) >= maxLinks {
+		if !c.warnedMax {
+			c.warnedMax = true
+			c.log.Warn("tollgate: the cluster names more servers than a client keeps connections to; calls for the shards of the others are sent where their map last pointed", "max", maxLinks, "server", addr)
+		}
+		return nil
+	}
+	conn, err := grpc.NewClient(addr, c.linkOpts...)
+	if err != nil {
+		c.log.Warn("tollgate: cannot dial the owner of a shard", "server", addr, "err", err)
+		return nil
+	}
+	ln := c.newLink(addr, conn)
+	c.links[addr] = ln
+	return ln
+}
+
+// unrefLocked counts one shard fewer routed to ln, and retires it when
+// none is (retireLocked).
+func (c *Client) unrefLocked(ln *link) {
+	ln.shards--
+	if ln.shards > 0 {
+		return
+	}
+	delete(c.links, ln.addr)
+	ln.retireLocked()
+}
+
+// retireLocked stops sending new requests on the link; its stream ends
+// once every request sent on it is answered (a grant in flight is not
+// lost), and then a server's link closes its connection.
+func (ln *link) retireLocked() {
+	if ln.retired {
+		return
+	}
+	ln.retired = true
+	ln.draining.Store(true)
+	if !ln.started && ln != ln.c.main {
+		_ = ln.conn.Close()
+	}
+	if ln.cur == nil || ln.cur.idle() {
+		ln.cancel()
+	}
+}
+
+// dropRoutesLocked retires the links of a map being replaced.
+func (c *Client) dropRoutesLocked(r *routes) {
+	for i := range r.shards {
+		if rt := r.shards[i].Load(); rt != nil {
+			c.unrefLocked(rt.ln)
+		}
+	}
+	if self := r.self.Load(); self != nil {
+		c.unrefLocked(self)
+	}
+}
+
+// leaveMainLocked ends the dialed target's Session stream once the
+// Client routes by shards (the servers' own links carry every request),
+// so that it keeps one stream per server; the caller has its leases renew
+// at their shards' owners at once. The connection stays (Conn,
+// GetCluster). It reports whether it did.
+func (c *Client) leaveMainLocked() bool {
+	if c.main.retired {
+		return false
+	}
+	c.main.retireLocked()
+	return true
+}
+
+// stuck handles a stream of ln found stuck on server (its renew was not
+// answered in time, or no Welcome came): the dialed target's connection to
+// that server starts over (servers.reconnect); a shard owner's makes the
+// Client read the map again, which names a new owner once the stuck one's
+// etcd session expires.
+func (ln *link) stuck(server string) {
+	c := ln.c
+	if ln != c.main {
+		c.learn()
+		return
+	}
+	if c.servers != nil && server != "" {
+		c.servers.reconnect(server)
+	}
+}
