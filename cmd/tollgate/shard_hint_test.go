@@ -116,15 +116,16 @@ func serveShardMap(t *testing.T, lis net.Listener, resp *tollgatev1.GetClusterRe
 	t.Cleanup(srv.Stop)
 }
 
-// status prints each server's line as for one shard, then the shard map:
+// status prints each server's role and shards, then the shard map:
 // once when the servers agree, once per different map while a shard moves.
 func TestStatusShowsTheShardMap(t *testing.T) {
 	la, lb := listen(t), listen(t)
 	a, b := la.Addr().String(), lb.Addr().String()
 	const c = "10.0.0.3:7070" // a member that leads nothing
 	owners := []string{a, a, b, a, b, b}
+	const leads = tollgatev1.ClusterRole_CLUSTER_ROLE_LEADER
 	resp := &tollgatev1.GetClusterResponse{ShardCount: 6, Leader: a, Epoch: 5,
-		Members: []*tollgatev1.ClusterMember{{Address: a, ShardsLed: 3}, {Address: b, ShardsLed: 3}, {Address: c}}}
+		Members: []*tollgatev1.ClusterMember{{Address: a, ShardsLed: 3, Role: leads}, {Address: b, ShardsLed: 3, Role: leads}, {Address: c, Role: tollgatev1.ClusterRole_CLUSTER_ROLE_FOLLOWER}}}
 	for i, o := range owners {
 		resp.Shards = append(resp.Shards, &tollgatev1.ShardOwner{Shard: int32(i), Owner: o, Epoch: int64(10 + i)})
 	}
@@ -135,8 +136,8 @@ func TestStatusShowsTheShardMap(t *testing.T) {
 	serveShardMap(t, lb, resp)
 	r := runCLI(t, a+","+b, "status").mustSucceed(t)
 	q := regexp.QuoteMeta
-	want := `(?s)\ASERVER +ROLE +LEADER +EPOCH +LEADERSHIP_LEFT\n` +
-		q(a) + ` +leader +` + q(a) + ` +5 +-\n` + q(b) + ` +follower +` + q(a) + ` +5 +-\n` +
+	want := `(?s)\ASERVER +ROLE +SHARDS_LED +LEADERSHIP_LEFT\n` +
+		q(a) + ` +leader +3 +-\n` + q(b) + ` +leader +3 +-\n` +
 		`\nshard map of ` + q(a+", "+b) + `: 6 shards\nOWNER +SHARDS_LED +SHARDS\n` +
 		q(a) + ` +3 +0-1,3\n` + q(b) + ` +3 +2,4-5\n` + q(c) + ` +0 +-\n\z`
 	if !regexp.MustCompile(want).MatchString(r.stdout) {

@@ -32,10 +32,12 @@ with every new leadership; 0 for a standalone server) and, on the leader, the
 time left on its leadership deadline. A server that does not answer within
 --timeout is shown as unreachable, and why is printed below the table.
 
-For a cluster of several shards, the shard map follows, once for each
-different map the servers gave (they differ only while shards move): each
-server with how many shards it leads and which, and each shard that moves
-(MOVING_TO) or has no leader yet.
+For a cluster of several shards, each server's line says instead whether
+it leads any shard, how many it leads and the time left on its session's
+deadline; the shard map follows, once for each different map the servers
+gave (they differ only while shards move): each server with how many
+shards it leads and which, and each shard that moves (MOVING_TO) or has no
+leader yet.
 
 It fails (exit status 1) only when no server answers. With -o json it prints
 {"servers": [{"server": ADDRESS, "cluster": GetClusterResponse} or
@@ -110,10 +112,24 @@ func (a clusterAnswer) role() string {
 		return "unreachable"
 	case a.resp.GetStandalone():
 		return "standalone"
+	case a.resp.GetShardCount() > 1:
+		if m := a.self(); m != nil && m.GetRole() == tollgatev1.ClusterRole_CLUSTER_ROLE_LEADER {
+			return "leader" // of one shard or more
+		}
 	case a.resp.GetLeader() != "" && a.resp.GetLeader() == a.resp.GetSelf():
 		return "leader"
 	}
 	return "follower"
+}
+
+// self returns the answering server's own entry among the members, or nil.
+func (a clusterAnswer) self() *tollgatev1.ClusterMember {
+	for _, m := range a.resp.GetMembers() {
+		if m.GetAddress() == a.resp.GetSelf() {
+			return m
+		}
+	}
+	return nil
 }
 
 // cluster prints one row per server and, below, why the unreachable ones
@@ -149,8 +165,29 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVER\tROLE\tLEADER\tEPOCH\tLEADERSHIP_LEFT")
+	sharded := false
 	for _, a := range answers {
+		sharded = sharded || a.err == nil && a.resp.GetShardCount() > 1
+	}
+	if sharded { // each server's shards; the map below says who leads which
+		fmt.Fprintln(tw, "SERVER\tROLE\tSHARDS_LED\tLEADERSHIP_LEFT")
+		for _, a := range answers {
+			led, left := "-", "-"
+			if a.err == nil {
+				led = strconv.Itoa(int(a.self().GetShardsLed()))
+				if d := a.resp.GetLeadershipRemaining(); d != nil {
+					left = d.AsDuration().Round(time.Millisecond).String()
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.server, a.role(), led, left)
+		}
+	} else {
+		fmt.Fprintln(tw, "SERVER\tROLE\tLEADER\tEPOCH\tLEADERSHIP_LEFT")
+	}
+	for _, a := range answers {
+		if sharded {
+			break
+		}
 		if a.err != nil {
 			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\n", a.server, a.role())
 			continue
