@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/internal/cluster"
@@ -26,6 +28,10 @@ func notOwner(t *testing.T, owner string) string {
 	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
 		return cluster.NotLeader(self, cluster.Owner{Shard: 3, Owner: owner, Epoch: 9})
 	}))
+	hs := health.NewServer() // a server of a sharded cluster serves (the shards it leads)
+	hs.SetServingStatus(tollgatev1.LimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(tollgatev1.AdminService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return self
@@ -156,5 +162,31 @@ func TestStatusShowsTheShardMap(t *testing.T) {
 		if !regexp.MustCompile(w).MatchString(r.stdout) && !strings.Contains(r.stdout, w) {
 			t.Fatalf("status lacks %q:\n%s", w, r.stdout)
 		}
+	}
+}
+
+// Given several servers, none of which leads the pool's shard, a pool
+// command's calls are sent to the server their NOT_LEADER answers name
+// (the client does not route the admin calls by pool itself), and every
+// command succeeds there.
+func TestPoolCommandsOfAListFollowTheShardHint(t *testing.T) {
+	ts := newCLIServer(t)
+	list := notOwner(t, ts.addr) + "," + notOwner(t, ts.addr)
+	for _, args := range [][]string{
+		{"pool", "create", "db", "--concurrency", "3"},
+		{"pool", "get", "db"},
+		{"pool", "update", "db", "--concurrency", "4"},
+		{"pool", "suspend", "db"},
+		{"pool", "resume", "db"},
+		{"lease", "list", "db"},
+		{"pool", "delete", "db"},
+	} {
+		r := runCLI(t, list, append([]string{"--timeout", "20s"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit status %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if _, err := ts.srv.Engine().GetPool("db"); err == nil {
+		t.Fatal("pool db is still there after pool delete")
 	}
 }
