@@ -61,23 +61,44 @@ type Cluster struct {
 	Etcd    Etcd
 	Servers []*Server
 	conns   map[string]*grpc.ClientConn
+	bin     string   // the program of the servers StartCluster started
+	extra   []string // and their extra flags
 }
 
-// StartCluster starts n servers on etcd, with SessionTTL.
-func StartCluster(t testing.TB, bin string, etcd Etcd, n int) *Cluster {
+// StartCluster starts n servers on etcd, with SessionTTL and the extra
+// serve flags (such as --shards 16).
+func StartCluster(t testing.TB, bin string, etcd Etcd, n int, extra ...string) *Cluster {
 	t.Helper()
-	target := strings.TrimPrefix(etcd.Endpoint(), "http://")
 	var servers []*Server
 	for range n {
-		addr, px := FreeAddr(t), StartProxy(t, target)
-		s := newServer(t, bin, addr, "--etcd", px.URL(), "--advertise", addr, "--etcd-session-ttl", SessionTTL.String())
-		s.Proxy = px
-		servers = append(servers, s)
+		servers = append(servers, clusterServer(t, bin, etcd, extra))
 	}
 	for _, s := range servers {
 		s.Start()
 	}
-	return NewCluster(t, etcd, servers...)
+	c := NewCluster(t, etcd, servers...)
+	c.bin, c.extra = bin, extra
+	return c
+}
+
+// clusterServer returns a server of a cluster on etcd, through a Proxy of
+// its own, not started yet.
+func clusterServer(t testing.TB, bin string, etcd Etcd, extra []string) *Server {
+	addr, px := FreeAddr(t), StartProxy(t, strings.TrimPrefix(etcd.Endpoint(), "http://"))
+	args := append([]string{"--etcd", px.URL(), "--advertise", addr, "--etcd-session-ttl", SessionTTL.String()}, extra...)
+	s := newServer(t, bin, addr, args...)
+	s.Proxy = px
+	return s
+}
+
+// AddServer starts one more server of a cluster StartCluster started, with
+// the same flags, and returns it.
+func (c *Cluster) AddServer() *Server {
+	c.t.Helper()
+	s := clusterServer(c.t, c.bin, c.Etcd, c.extra)
+	s.Start()
+	c.Servers = append(c.Servers, s)
+	return s
 }
 
 // NewCluster returns a Cluster of servers already made (etcd may be nil:

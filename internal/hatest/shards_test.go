@@ -1,0 +1,393 @@
+package hatest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate/internal/etcdtest"
+	"github.com/tollgate/tollgate/internal/hatest"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
+)
+
+// The sharded cluster under faults: servers on a real etcd process with
+// --shards, 64 pools of every kind the workers use (concurrency pools
+// with headroom and saturated, active pools of instances, rate pools, and
+// pools whose config one worker changes), worker processes holding leases
+// on every pool through the Go client, and membership changes one after
+// the other: a server joins, one is stopped with SIGTERM, one is killed
+// with SIGKILL (and, in the long run, one is frozen past the session TTL
+// and one's etcd link is cut). After each change the test waits for the
+// shards to be balanced over the live servers, and measures how each
+// moved pool's grants passed from the old owner to the new one. The
+// checker (hatest.Check) then reads every hold, take and config change.
+// Timing is logged, not asserted.
+
+// shardLoad is the pools of a sharded run, and their limits.
+type shardLoad struct {
+	shards int
+	holds  []hatest.HoldSpec // one goroutine per pool, per worker
+	takes  []hatest.TakeSpec
+	config []string
+	limits hatest.Limits
+	create []*tollgatev1.Pool
+	active []string
+}
+
+// poolsOf returns the names of the pools of shard i under load.
+func (l *shardLoad) poolsOf(i int) []string {
+	var out []string
+	for _, p := range l.create {
+		if shard.Of(p.GetName(), l.shards) == i {
+			out = append(out, p.GetName())
+		}
+	}
+	return out
+}
+
+const (
+	shardLeaseTTL = 4 * time.Second
+	shardMaxTTL   = 5 * time.Second
+	shardMargin   = 300 * time.Millisecond
+	activeSize    = 3 // instances per active pool
+)
+
+// newShardLoad returns 64 pools: 20 with headroom (limit 20), 16
+// saturated (limit 2), 8 active of 3 instances, 12 rate pools (20/s,
+// burst 5) and 8 config pools.
+func newShardLoad(shards int) *shardLoad {
+	l := &shardLoad{shards: shards, limits: hatest.Limits{Concurrency: map[string]int64{}, Rate: map[string]hatest.Bucket{}}}
+	ttl := func(p *tollgatev1.Pool) *tollgatev1.Pool {
+		p.DefaultLeaseTtl, p.MaxLeaseTtl = durationpb.New(shardLeaseTTL), durationpb.New(shardMaxTTL)
+		return p
+	}
+	hold := func(pool string, maxWeight int64, minHold, maxHold time.Duration) hatest.HoldSpec {
+		return hatest.HoldSpec{Pool: pool, Goroutines: 1, TTL: shardLeaseTTL, MaxWeight: maxWeight, MinHold: minHold, MaxHold: maxHold,
+			LongEvery: 5, LongMin: time.Second, LongMax: 3 * time.Second}
+	}
+	for i := range 20 {
+		name := fmt.Sprintf("h-%02d", i)
+		l.limits.Concurrency[name] = 20
+		l.create = append(l.create, ttl(&tollgatev1.Pool{Name: name, ConcurrencyLimit: 20}))
+		l.holds = append(l.holds, hold(name, 2, 5*time.Millisecond, 40*time.Millisecond))
+	}
+	for i := range 16 {
+		name := fmt.Sprintf("s-%02d", i)
+		l.limits.Concurrency[name] = 2
+		l.create = append(l.create, ttl(&tollgatev1.Pool{Name: name, ConcurrencyLimit: 2}))
+		l.holds = append(l.holds, hold(name, 1, 20*time.Millisecond, 200*time.Millisecond))
+	}
+	for i := range 8 {
+		name := fmt.Sprintf("a-%02d", i)
+		l.limits.Concurrency[name] = activeSize
+		l.active = append(l.active, name)
+		l.create = append(l.create, ttl(&tollgatev1.Pool{Name: name, ResourceKind: tollgatev1.ResourceKind_RESOURCE_KIND_ACTIVE}))
+		l.holds = append(l.holds, hold(name, 1, 10*time.Millisecond, 100*time.Millisecond))
+	}
+	for i := range 12 {
+		name := fmt.Sprintf("r-%02d", i)
+		l.limits.Rate[name] = hatest.Bucket{Rate: 20, Burst: 5}
+		l.create = append(l.create, &tollgatev1.Pool{Name: name, Rate: 20, Burst: 5})
+		l.takes = append(l.takes, hatest.TakeSpec{Pool: name, Goroutines: 1})
+	}
+	for i := range 8 {
+		name := fmt.Sprintf("cfg-%d", i)
+		l.config = append(l.config, name)
+		l.create = append(l.create, &tollgatev1.Pool{Name: name, ConcurrencyLimit: 1})
+	}
+	return l
+}
+
+// shardRun is a sharded cluster under load.
+type shardRun struct {
+	t       *testing.T
+	c       *hatest.Cluster
+	load    *shardLoad
+	adm     *load
+	workers []*hatest.Worker
+	changes []change
+}
+
+// change is one membership change and the shard maps around it.
+type change struct {
+	name          string
+	at, balanced  time.Time
+	before, after hatest.ShardMap
+	gone          string // the server that left or died ("" for a join)
+}
+
+func startShardRun(t *testing.T, etcd hatest.Etcd, servers, shards, nworkers int) *shardRun {
+	t.Helper()
+	bin, wbin := binaries(t)
+	c := hatest.StartCluster(t, bin, etcd, servers, "--shards", fmt.Sprint(shards))
+	m, _ := c.WaitBalanced(60*time.Second, c.Servers...)
+	t.Logf("%d servers, %d shards: %s", servers, shards, m)
+	r := &shardRun{t: t, c: c, load: newShardLoad(shards)}
+	r.adm = &load{t: t} // for its admin: calls again while UNAVAILABLE
+	r.createPools()
+	for i := range nworkers {
+		wl := hatest.Workload{Worker: fmt.Sprintf("worker-%d", i), Servers: c.Addrs(), Seed: uint64(i + 1), Margin: shardMargin,
+			Holds: r.load.holds, Takes: r.load.takes}
+		if i == 0 {
+			wl.Config, wl.ConfigEvery = r.load.config, 50*time.Millisecond
+		}
+		r.workers = append(r.workers, hatest.StartWorker(t, wbin, wl))
+	}
+	return r
+}
+
+// admin runs an admin call about pool on the server that leads its
+// shard, again while the answer is UNAVAILABLE, for up to 20s.
+func (r *shardRun) admin(what, pool string, call func(ctx context.Context, adm tollgatev1.AdminServiceClient) error) {
+	r.t.Helper()
+	r.adm.admin(what, func(ctx context.Context) error {
+		adm, err := r.c.AdminOf(pool)
+		if err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+		return call(ctx, adm)
+	})
+}
+
+func (r *shardRun) createPools() {
+	for _, p := range r.load.create {
+		r.admin("creating pool "+p.GetName(), p.GetName(), func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
+			_, err := adm.CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: p}, grpc.WaitForReady(true))
+			if status.Code(err) == codes.AlreadyExists { // sent again after OUTCOME_UNKNOWN
+				got, gerr := adm.GetPool(ctx, &tollgatev1.GetPoolRequest{Name: p.GetName()}, grpc.WaitForReady(true))
+				if gerr != nil {
+					return gerr
+				}
+				if !asAsked(got.GetPool(), p) {
+					return fmt.Errorf("%w; it is %v, not %v", err, got.GetPool(), p)
+				}
+				return nil
+			}
+			return err
+		})
+	}
+	for _, name := range r.load.active {
+		var rs []*tollgatev1.Resource
+		for i := range activeSize {
+			rs = append(rs, &tollgatev1.Resource{Id: fmt.Sprintf("%s-inst-%d", name, i+1)})
+		}
+		r.admin("adding the instances of "+name, name, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
+			_, err := adm.AddResources(ctx, &tollgatev1.AddResourcesRequest{Pool: name, Resources: rs}, grpc.WaitForReady(true))
+			if status.Code(err) == codes.AlreadyExists {
+				return nil // added all or none, and sent again after OUTCOME_UNKNOWN
+			}
+			return err
+		})
+	}
+}
+
+// live returns the servers that run and are not in not.
+func (r *shardRun) live(not ...*hatest.Server) []*hatest.Server {
+	var out []*hatest.Server
+	for _, s := range r.c.Servers {
+		if s.Running() && !slices.Contains(not, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// change makes a membership change: do makes it and returns the server
+// that left or died (nil for a join) and the servers to wait on (nil: all
+// that run); then it waits for the shards to be balanced over them.
+func (r *shardRun) change(name string, do func() (gone *hatest.Server, not []*hatest.Server)) {
+	r.t.Helper()
+	var before hatest.ShardMap
+	for _, s := range r.live() {
+		if m, err := r.c.ShardMapOf(s); err == nil {
+			before = m
+			break
+		}
+	}
+	at := time.Now()
+	gone, not := do()
+	after, seen := r.c.WaitBalanced(30*time.Second, r.live(not...)...)
+	ch := change{name: name, at: at, balanced: seen, before: before, after: after}
+	if gone != nil {
+		ch.gone = gone.Addr
+	}
+	r.changes = append(r.changes, ch)
+	r.t.Logf("%s: balanced %v after it: %s (%d shards moved)", name, seen.Sub(at).Round(time.Millisecond), after, len(before.Moved(after)))
+}
+
+// finish stops the workers, reads the config pools, checks the history,
+// and logs the measures of each change.
+func (r *shardRun) finish() []hatest.Record {
+	t := r.t
+	t.Helper()
+	var recs []hatest.Record
+	for _, w := range r.workers {
+		recs = append(recs, w.Stop()...)
+	}
+	final := map[string]int64{}
+	for _, name := range r.load.config {
+		r.admin("reading pool "+name+" at the end", name, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
+			resp, err := adm.GetPool(ctx, &tollgatev1.GetPoolRequest{Name: name}, grpc.WaitForReady(true))
+			if err == nil {
+				final[name] = resp.GetPool().GetConcurrencyLimit()
+			}
+			return err
+		})
+	}
+	res := hatest.Check(recs, r.load.limits, final)
+	t.Logf("checked %d holds, %d takes, %d acknowledged config changes (%d pools compared at the end)", res.Holds, res.Takes, res.ConfigAcked, res.ConfigChecked)
+	for _, v := range res.Violations {
+		t.Errorf("checker: %s", v)
+	}
+	if res.Holds < 200 || res.Takes < 50 || res.ConfigAcked < 10 || res.ConfigChecked != len(r.load.config) {
+		t.Errorf("too little load to check: %d holds, %d takes, %d acknowledged config changes, %d config pools compared", res.Holds, res.Takes, res.ConfigAcked, res.ConfigChecked)
+	}
+	t.Logf("waits from each change until the shards were balanced, and 0.5 s more:\n%s", r.moveTable(recs))
+	return recs
+}
+
+// moveTable measures, for every change, how long the calls made from the
+// change until the shards were balanced (and half a second more) waited:
+// acquires in the pools with headroom and renews in every pool, of the
+// shards that moved (planned moves, and the shards of a server that died,
+// apart) and, to compare, of the shards that did not; and from the change
+// to the first grant and the first renew answered in those pools.
+func (r *shardRun) moveTable(recs []hatest.Record) string {
+	var b strings.Builder
+	b.WriteString("| change | shards per server after | moved | shards | acquires (refused) | acquire wait, ms | renews | renew wait, ms | first grant, ms | first renew, ms |\n|---|---|---:|---|---|---|---:|---|---:|---:|\n")
+	for _, ch := range r.changes {
+		moved := ch.before.Moved(ch.after)
+		groups := map[string][2]map[string]bool{}
+		for s, owner := range ch.before.Owners {
+			kind := "not moved"
+			if slices.Contains(moved, s) {
+				kind = "planned move"
+				if owner == ch.gone && !strings.Contains(ch.name, "SIGTERM") {
+					kind = "of the dead server"
+				}
+			}
+			g, ok := groups[kind]
+			if !ok {
+				g = [2]map[string]bool{{}, {}}
+				groups[kind] = g
+			}
+			for _, p := range r.load.poolsOf(s) {
+				if strings.HasPrefix(p, "h-") {
+					g[0][p] = true
+				}
+				g[1][p] = true
+			}
+		}
+		for _, kind := range []string{"planned move", "of the dead server", "not moved"} {
+			g, ok := groups[kind]
+			if !ok {
+				continue
+			}
+			w := hatest.WaitsIn(recs, g[0], g[1], ch.at, ch.balanced.Add(500*time.Millisecond))
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %d (%d) | %s | %d | %s | %s | %s |\n", ch.name, ch.after, len(moved), kind, w.Acquires, w.Refused, hatest.MedMax(w.Acquire), w.Renews, hatest.MedMax(w.Renew), hatest.Ms(w.FirstGrant), hatest.Ms(w.FirstRenew))
+		}
+	}
+	return b.String()
+}
+
+// TestShardsUnderMembershipChanges is the short run: three servers and 16
+// shards, then a fourth joins, one is stopped with SIGTERM, and one is
+// killed with SIGKILL.
+func TestShardsUnderMembershipChanges(t *testing.T) {
+	r := startShardRun(t, etcdtest.StartProcess(t), 3, 16, 2)
+	const settle = 3 * time.Second
+	time.Sleep(settle)
+	r.change("a fourth server joins", func() (*hatest.Server, []*hatest.Server) {
+		r.c.AddServer()
+		return nil, nil
+	})
+	time.Sleep(settle)
+	term := r.c.Servers[0]
+	r.change("SIGTERM of a server", func() (*hatest.Server, []*hatest.Server) {
+		if !term.Terminate(15 * time.Second) {
+			t.Errorf("%s did not exit within 15s of its SIGTERM", term.Addr)
+		}
+		return term, nil
+	})
+	time.Sleep(settle)
+	dead := r.c.Servers[1]
+	r.change("kill -9 of a server", func() (*hatest.Server, []*hatest.Server) {
+		dead.Kill()
+		return dead, nil
+	})
+	time.Sleep(settle)
+	r.finish()
+	r.c.CheckLogs()
+}
+
+// TestShardsTable is the long run behind TOLLGATE_SHARDS_TABLE: three
+// servers and 32 shards; a fourth and a fifth join; one is stopped with
+// SIGTERM, one killed with SIGKILL, one frozen (SIGSTOP) past the session
+// TTL and thawed, one's etcd link cut and healed; each change then
+// TOLLGATE_SHARDS_SETTLE (default 5s) of load.
+//
+//	TOLLGATE_SHARDS_TABLE=1 go test ./internal/hatest -run TestShardsTable -v -timeout 20m
+func TestShardsTable(t *testing.T) {
+	if os.Getenv("TOLLGATE_SHARDS_TABLE") == "" {
+		t.Skip("set TOLLGATE_SHARDS_TABLE=1 to measure the moves of shards (minutes)")
+	}
+	settle := 5 * time.Second
+	if s := os.Getenv("TOLLGATE_SHARDS_SETTLE"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		settle = d
+	}
+	r := startShardRun(t, etcdtest.StartProcess(t), 3, 32, 3)
+	time.Sleep(settle)
+	for _, name := range []string{"a fourth server joins", "a fifth server joins"} {
+		r.change(name, func() (*hatest.Server, []*hatest.Server) {
+			r.c.AddServer()
+			return nil, nil
+		})
+		time.Sleep(settle)
+	}
+	term := r.c.Servers[0]
+	r.change("SIGTERM of a server", func() (*hatest.Server, []*hatest.Server) {
+		if !term.Terminate(15 * time.Second) {
+			t.Errorf("%s did not exit within 15s of its SIGTERM", term.Addr)
+		}
+		return term, nil
+	})
+	time.Sleep(settle)
+	dead := r.c.Servers[1]
+	r.change("kill -9 of a server", func() (*hatest.Server, []*hatest.Server) {
+		dead.Kill()
+		return dead, nil
+	})
+	time.Sleep(settle)
+	frozen := r.c.Servers[2]
+	r.change("SIGSTOP of a server past the session TTL", func() (*hatest.Server, []*hatest.Server) {
+		frozen.Freeze()
+		return frozen, []*hatest.Server{frozen}
+	})
+	frozen.Thaw() // it finds its session gone, and joins again
+	time.Sleep(settle)
+	r.change("the frozen server, thawed, joins again", func() (*hatest.Server, []*hatest.Server) { return nil, nil })
+	time.Sleep(settle)
+	cut := r.c.Servers[3]
+	r.change("a server's etcd link cut", func() (*hatest.Server, []*hatest.Server) {
+		cut.Proxy.Cut()
+		return cut, []*hatest.Server{cut}
+	})
+	cut.Proxy.Heal()
+	time.Sleep(settle)
+	r.finish()
+	r.c.CheckLogs()
+}
