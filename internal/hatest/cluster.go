@@ -69,9 +69,22 @@ type Cluster struct {
 // serve flags (such as --shards 16).
 func StartCluster(t testing.TB, bin string, etcd Etcd, n int, extra ...string) *Cluster {
 	t.Helper()
-	var servers []*Server
+	// Every proxy listens before any server's address is picked: a proxy
+	// listening on :0 could otherwise be given a port FreeAddr had just
+	// picked for a server (and forward that server's clients to etcd).
+	var proxies []*Proxy
 	for range n {
-		servers = append(servers, clusterServer(t, bin, etcd, extra))
+		proxies = append(proxies, StartProxy(t, strings.TrimPrefix(etcd.Endpoint(), "http://")))
+	}
+	var servers []*Server
+	taken := map[string]bool{}
+	for _, px := range proxies {
+		addr := FreeAddr(t)
+		for taken[addr] { // a port just freed may be picked again
+			addr = FreeAddr(t)
+		}
+		taken[addr] = true
+		servers = append(servers, clusterServer(t, bin, addr, px, extra))
 	}
 	for _, s := range servers {
 		s.Start()
@@ -81,10 +94,9 @@ func StartCluster(t testing.TB, bin string, etcd Etcd, n int, extra ...string) *
 	return c
 }
 
-// clusterServer returns a server of a cluster on etcd, through a Proxy of
-// its own, not started yet.
-func clusterServer(t testing.TB, bin string, etcd Etcd, extra []string) *Server {
-	addr, px := FreeAddr(t), StartProxy(t, strings.TrimPrefix(etcd.Endpoint(), "http://"))
+// clusterServer returns a server of a cluster on addr, reaching etcd
+// through px, not started yet.
+func clusterServer(t testing.TB, bin, addr string, px *Proxy, extra []string) *Server {
 	args := append([]string{"--etcd", px.URL(), "--advertise", addr, "--etcd-session-ttl", SessionTTL.String()}, extra...)
 	s := newServer(t, bin, addr, args...)
 	s.Proxy = px
@@ -95,7 +107,8 @@ func clusterServer(t testing.TB, bin string, etcd Etcd, extra []string) *Server 
 // the same flags, and returns it.
 func (c *Cluster) AddServer() *Server {
 	c.t.Helper()
-	s := clusterServer(c.t, c.bin, c.Etcd, c.extra)
+	px := StartProxy(c.t, strings.TrimPrefix(c.Etcd.Endpoint(), "http://"))
+	s := clusterServer(c.t, c.bin, FreeAddr(c.t), px, c.extra)
 	s.Start()
 	c.Servers = append(c.Servers, s)
 	return s

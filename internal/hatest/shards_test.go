@@ -1,10 +1,13 @@
 package hatest_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -390,4 +393,69 @@ func TestShardsTable(t *testing.T) {
 	time.Sleep(settle)
 	r.finish()
 	r.c.CheckLogs()
+}
+
+// TestShardsEtcdLoad counts the requests etcd serves at steady state for
+// three servers leading 256 shards, with no load: it reads etcd's
+// grpc_server_msg_received_total (every unary request and every message
+// on a stream: a keep-alive is one) twice, 10 s apart. Behind
+// TOLLGATE_SHARDS_TABLE.
+func TestShardsEtcdLoad(t *testing.T) {
+	if os.Getenv("TOLLGATE_SHARDS_TABLE") == "" {
+		t.Skip("set TOLLGATE_SHARDS_TABLE=1 to count etcd's requests with 256 shards")
+	}
+	bin, _ := binaries(t)
+	etcd := etcdtest.StartProcess(t)
+	c := hatest.StartCluster(t, bin, etcd, 3, "--shards", "256")
+	m, _ := c.WaitBalanced(60*time.Second, c.Servers...)
+	t.Logf("3 servers, 256 shards: %s", m)
+	time.Sleep(2 * hatest.SessionTTL) // settled
+	const window = 10 * time.Second
+	before := etcdRequests(t, etcd.Endpoint())
+	time.Sleep(window)
+	after := etcdRequests(t, etcd.Endpoint())
+	var total float64
+	var lines []string
+	for method, n := range after {
+		if d := n - before[method]; d > 0 {
+			total += d
+			lines = append(lines, fmt.Sprintf("%s %.1f/s", method, d/window.Seconds()))
+		}
+	}
+	slices.Sort(lines)
+	t.Logf("etcd requests at steady state, 3 servers, 256 shards, session TTL %v: %.1f/s (%s)", hatest.SessionTTL, total/window.Seconds(), strings.Join(lines, ", "))
+	if m2, _ := c.WaitBalanced(time.Second, c.Servers...); !slices.Equal(m.Owners, m2.Owners) {
+		t.Errorf("shards moved at steady state: %s, then %s", m, m2)
+	}
+	c.CheckLogs()
+}
+
+// etcdRequests reads etcd's grpc_server_msg_received_total per method.
+func etcdRequests(t *testing.T, endpoint string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(endpoint + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "grpc_server_msg_received_total{") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `grpc_method="`)
+		method, _, _ := strings.Cut(rest, `"`)
+		fields := strings.Fields(line)
+		n, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			t.Fatalf("etcd metrics: %q: %v", line, err)
+		}
+		out[method] += n
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
