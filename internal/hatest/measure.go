@@ -134,14 +134,15 @@ type Waits struct {
 	Renews int
 	Renew  []time.Duration
 	// From from to the first grant and to the first renew answered in the
-	// pools, whenever they were called; -1 when none came before to.
+	// pools by a server other than the excluded one, whenever they were
+	// called; -1 when none came before to.
 	FirstGrant, FirstRenew time.Duration
 }
 
 // WaitsIn returns the waits of the acquires in acquirePools and the renews
 // in renewPools made from from to before to, and the first grant and renew
-// answered in that time.
-func WaitsIn(recs []Record, acquirePools, renewPools map[string]bool, from, to time.Time) Waits {
+// answered in that time by a server other than exclude ("" for none).
+func WaitsIn(recs []Record, acquirePools, renewPools map[string]bool, exclude string, from, to time.Time) Waits {
 	f, e := Nanos(from), Nanos(to)
 	w := Waits{FirstGrant: -1, FirstRenew: -1}
 	first := func(d *time.Duration, at int64) {
@@ -151,9 +152,10 @@ func WaitsIn(recs []Record, acquirePools, renewPools map[string]bool, from, to t
 	}
 	for _, r := range recs {
 		switch {
-		case r.Kind == KindHold && acquirePools[r.Pool]:
+		case r.Kind != KindAnswer || r.Server == exclude:
+		case r.Op == "acquire" && acquirePools[r.Pool]:
 			first(&w.FirstGrant, r.Start)
-		case r.Kind == KindAnswer && r.Op == "renew" && renewPools[r.Pool]:
+		case r.Op == "renew" && renewPools[r.Pool]:
 			first(&w.FirstRenew, r.Start)
 		}
 		if r.Called < f || r.Called >= e {

@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/internal/etcdtest"
 	"github.com/tollgate/tollgate/internal/hatest"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -296,7 +300,7 @@ func (r *shardRun) moveTable(recs []hatest.Record) string {
 			if !ok {
 				continue
 			}
-			w := hatest.WaitsIn(recs, g[0], g[1], ch.at, ch.balanced.Add(500*time.Millisecond))
+			w := hatest.WaitsIn(recs, g[0], g[1], ch.gone, ch.at, ch.balanced.Add(500*time.Millisecond))
 			fmt.Fprintf(&b, "| %s | %s | %d | %s | %d (%d) | %s | %d | %s | %s | %s |\n", ch.name, ch.after, len(moved), kind, w.Acquires, w.Refused, hatest.MedMax(w.Acquire), w.Renews, hatest.MedMax(w.Renew), hatest.Ms(w.FirstGrant), hatest.Ms(w.FirstRenew))
 		}
 	}
@@ -380,16 +384,22 @@ func TestShardsTable(t *testing.T) {
 		frozen.Freeze()
 		return frozen, []*hatest.Server{frozen}
 	})
-	frozen.Thaw() // it finds its session gone, and joins again
 	time.Sleep(settle)
-	r.change("the frozen server, thawed, joins again", func() (*hatest.Server, []*hatest.Server) { return nil, nil })
+	r.change("the frozen server thawed (it joins again)", func() (*hatest.Server, []*hatest.Server) {
+		frozen.Thaw()
+		return nil, nil
+	})
 	time.Sleep(settle)
 	cut := r.c.Servers[3]
 	r.change("a server's etcd link cut", func() (*hatest.Server, []*hatest.Server) {
 		cut.Proxy.Cut()
 		return cut, []*hatest.Server{cut}
 	})
-	cut.Proxy.Heal()
+	time.Sleep(settle)
+	r.change("the cut link healed (it joins again)", func() (*hatest.Server, []*hatest.Server) {
+		cut.Proxy.Heal()
+		return nil, nil
+	})
 	time.Sleep(settle)
 	r.finish()
 	r.c.CheckLogs()
@@ -458,4 +468,109 @@ func etcdRequests(t *testing.T, endpoint string) map[string]float64 {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestShardsPairs measures Acquire + Release pairs through the Go client
+// against three servers of 12 shards, the pairs spread over 24 pools, and
+// against one server of one shard on the same load: pairs a second, the
+// servers' CPU per pair (summed), the client's, and how the pairs split
+// over the servers. Every process shares this machine's cores. Behind
+// TOLLGATE_SHARDS_TABLE.
+func TestShardsPairs(t *testing.T) {
+	if os.Getenv("TOLLGATE_SHARDS_TABLE") == "" {
+		t.Skip("set TOLLGATE_SHARDS_TABLE=1 to measure pairs over shards")
+	}
+	bin, _ := binaries(t)
+	for _, shape := range []struct{ servers, shards int }{{3, 12}, {1, 1}} {
+		c := hatest.StartCluster(t, bin, etcdtest.StartProcess(t), shape.servers, "--shards", fmt.Sprint(shape.shards),
+			"--client-rate", "-1", "--max-client-leases", "-1", "--log-level", "warn")
+		m, _ := c.WaitBalanced(60*time.Second, c.Servers...)
+		r := &shardRun{t: t, c: c, adm: &load{t: t}}
+		var pools []string
+		for i := range 24 {
+			name := fmt.Sprintf("pairs-%02d", i)
+			pools = append(pools, name)
+			r.admin("creating pool "+name, name, func(ctx context.Context, adm tollgatev1.AdminServiceClient) error {
+				_, err := adm.CreatePool(ctx, &tollgatev1.CreatePoolRequest{Pool: &tollgatev1.Pool{Name: name, ConcurrencyLimit: 10000}}, grpc.WaitForReady(true))
+				return err
+			})
+		}
+		cl, err := client.Dialer{ClientID: "hatest-pairs"}.Dial(c.Addrs()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pairs := make([]int64, len(pools))
+		run := func(d time.Duration) {
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			var wg sync.WaitGroup
+			for g := range 32 {
+				wg.Go(func() {
+					for i := g; ctx.Err() == nil; i++ {
+						p := i % len(pools)
+						l, err := cl.Acquire(ctx, pools[p])
+						if err != nil {
+							continue
+						}
+						if l.Release(context.Background()) == nil {
+							atomic.AddInt64(&pairs[p], 1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+		}
+		run(2 * time.Second) // warm up: every link open
+		clear(pairs)
+		cpu0 := serversCPU(t, c)
+		self0 := selfCPU(t)
+		const window = 10 * time.Second
+		run(window)
+		cpu1 := serversCPU(t, c)
+		self1 := selfCPU(t)
+		cl.Close()
+		var total int64
+		perServer := map[string]int64{}
+		for i, n := range pairs {
+			total += n
+			perServer[m.Owners[shard.Of(pools[i], len(m.Owners))]] += n
+		}
+		var split []string
+		var serverCPU time.Duration
+		for _, s := range c.Servers {
+			d := cpu1[s.Addr] - cpu0[s.Addr]
+			serverCPU += d
+			split = append(split, fmt.Sprintf("%s: %d pairs (%.0f%%), CPU %v", s.Addr, perServer[s.Addr], 100*float64(perServer[s.Addr])/float64(max(total, 1)), d.Round(time.Millisecond)))
+		}
+		t.Logf("%d servers, %d shards, 24 pools, 32 goroutines: %.0f pairs/s; servers' CPU %.1f µs/pair, client's %.1f µs/pair; %s",
+			shape.servers, shape.shards, float64(total)/window.Seconds(),
+			float64(serverCPU.Microseconds())/float64(max(total, 1)), float64((self1-self0).Microseconds())/float64(max(total, 1)), strings.Join(split, "; "))
+		for _, s := range c.Servers {
+			s.Kill()
+		}
+	}
+}
+
+// serversCPU returns each running server's CPU time so far.
+func serversCPU(t *testing.T, c *hatest.Cluster) map[string]time.Duration {
+	t.Helper()
+	out := map[string]time.Duration{}
+	for _, s := range c.Servers {
+		d, err := s.CPU()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[s.Addr] = d
+	}
+	return out
+}
+
+// selfCPU returns this process's CPU time so far.
+func selfCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
