@@ -50,7 +50,7 @@ type ClusterView struct {
 // leader of each shard (the shard map, from etcd as this server last read
 // it). A server whose view names itself leader while it does not lead
 // (its deadline passed) reports no leader, and names itself the owner of
-// no shard it does not lead now.
+// no shard it does not lead now but one it moves to another server.
 func (a *adminService) GetCluster(ctx context.Context, _ *tollgatev1.GetClusterRequest) (*tollgatev1.GetClusterResponse, error) {
 	s := a.srv
 	l := s.leadership
@@ -74,8 +74,8 @@ func (a *adminService) GetCluster(ctx context.Context, _ *tollgatev1.GetClusterR
 	resp := &tollgatev1.GetClusterResponse{Leader: v.Leader, Epoch: v.Epoch, Self: v.Self, ShardCount: int32(s.terms.Len())}
 	led := make(map[string]int32)
 	for _, o := range s.shardMap() {
-		if o.Owner == v.Self && !s.terms.Shard(o.Shard).Get().Leading() {
-			o.Owner, o.Epoch = "", 0 // as NOT_LEADER says: no leader known
+		if o.Owner == v.Self && o.MovingTo == "" && !s.terms.Shard(o.Shard).Get().Leading() {
+			o.Owner, o.Epoch = "", 0 // past its deadline: as NOT_LEADER says, no leader known
 		}
 		if o.Owner != "" {
 			led[o.Owner]++

@@ -97,8 +97,12 @@ func (s *Server) capture(ctx context.Context, method string, req any) (context.C
 	var ts callTerms
 	switch r := req.(type) {
 	case *tollgatev1.ReportRequest:
+		seen := make(map[int]bool)
 		for _, rep := range r.GetReports() {
-			ts = s.addShard(ts, s.terms.ShardOf(rep.GetPool()))
+			if i := s.terms.ShardOf(rep.GetPool()); !seen[i] {
+				seen[i] = true
+				ts = append(ts, shardTerm{i, s.terms.Shard(i).Get()})
+			}
 		}
 	default:
 		switch pool := poolOf(req); {
@@ -122,16 +126,6 @@ func (s *Server) capture(ctx context.Context, method string, req any) (context.C
 		}
 	}
 	return context.WithValue(ctx, callTermsKey{}, ts), ts, nil
-}
-
-// addShard adds shard i's term to ts unless it has it.
-func (s *Server) addShard(ts callTerms, i int) callTerms {
-	for _, st := range ts {
-		if st.shard == i {
-			return ts
-		}
-	}
-	return append(ts, shardTerm{i, s.terms.Shard(i).Get()})
 }
 
 // ledTerms are the terms of the shards this server leads now, in shard

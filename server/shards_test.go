@@ -23,6 +23,8 @@ import (
 	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/internal/testwait"
 	"github.com/tollgate/tollgate/limiter/fakeclock"
+	commonv3 "github.com/tollgate/tollgate/proto/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/tollgate/tollgate/proto/envoy/service/ratelimit/v3"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
@@ -71,6 +73,13 @@ const shardPrefix = "/shards-test/"
 // (epoch 100+i) and "other:1" the others (epoch 200+i).
 func startShards(t *testing.T, n int, led ...int) *shardEnv {
 	t.Helper()
+	return startShardsWith(t, Config{}, n, led...)
+}
+
+// startShardsWith is startShards for a server of cfg (its clock,
+// leadership and address set here).
+func startShardsWith(t *testing.T, cfg Config, n int, led ...int) *shardEnv {
+	t.Helper()
 	etcd := etcdtest.Start(t)
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -92,7 +101,8 @@ func startShards(t *testing.T, n int, led ...int) *shardEnv {
 		l.owners = append(l.owners, o)
 	}
 	fc := fakeclock.New(testStart)
-	srv := New(Config{Clock: fc, ShutdownTimeout: 2 * time.Second, Leadership: l, Advertise: self})
+	cfg.Clock, cfg.ShutdownTimeout, cfg.Leadership, cfg.Advertise = fc, 2*time.Second, l, self
+	srv := New(cfg)
 	se := &shardEnv{h: srv.hostShards(n, nil, shardPrefix), etcd: c, terms: make([]*term.Term, n)}
 	for _, i := range led {
 		se.start(t, i)
@@ -111,21 +121,24 @@ func startShards(t *testing.T, n int, led ...int) *shardEnv {
 // start starts a term of shard i, as the campaign does.
 func (se *shardEnv) start(t *testing.T, i int) *term.Term {
 	t.Helper()
-	// The term's writes are fenced on a key of its own, as on the
-	// campaign key of a leadership.
-	key := fmt.Sprintf("%sfence/%d/%d", shardPrefix, i, time.Now().UnixNano())
-	put, err := se.etcd.Put(context.Background(), key, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := etcdstore.New(se.etcd, shardPrefix, etcdstore.Options{LeaderKey: key, LeaderRev: put.Header.Revision})
-	tm, err := se.h.StartTerm(i, st, int64(100+i), nil)
+	tm, err := se.h.StartTerm(i, se.store(t, i), int64(100+i), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tm.Begin()
 	se.terms[i] = tm
 	return tm
+}
+
+// store is a store of a term of shard i, its writes fenced on a key of
+// its own, as on the campaign key of a leadership.
+func (se *shardEnv) store(t *testing.T, i int) *etcdstore.Store {
+	key := fmt.Sprintf("%sfence/%d/%d", shardPrefix, i, time.Now().UnixNano())
+	put, err := se.etcd.Put(context.Background(), key, "")
+	if err != nil {
+		t.Error(err)
+	}
+	return etcdstore.New(se.etcd, shardPrefix, etcdstore.Options{LeaderKey: key, LeaderRev: put.Header.Revision})
 }
 
 // end ends shard i's term, as the campaign does.
@@ -398,4 +411,81 @@ func TestShardsSessionHostile(t *testing.T) {
 	if r := sc.call(acquireReq(1, &tollgatev1.AcquireRequest{Pool: pools[0], Weight: i64(1)})); r.GetAcquire().GetLease() == nil {
 		t.Fatalf("after the burst, an acquire in shard 0 was answered %v", r)
 	}
+}
+
+// The campaign may start and end the terms of different shards at once:
+// the host serves each shard's own, and the server leads exactly the
+// shards whose term runs.
+func TestShardsHostStartsAndEndsConcurrently(t *testing.T) {
+	se := startShards(t, 8)
+	pools := poolsOf(8)
+	var wg sync.WaitGroup
+	started := make([]*term.Term, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 3 {
+				tm, err := se.h.StartTerm(i, se.store(t, i), int64(100+i), nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				tm.Begin()
+				if k == 2 && i%2 == 0 {
+					started[i] = tm
+					return
+				}
+				tm.End()
+				se.h.EndTerm(i, tm, k%2 == 0)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range 8 {
+		got := se.srv.terms.Shard(i).Get()
+		if i%2 == 0 && (got != started[i] || !got.Leading()) || i%2 == 1 && got.Leading() {
+			t.Fatalf("shard %d serves %v (leading %v)", i, got, got.Leading())
+		}
+		if i%2 == 0 {
+			se.terms[i] = got
+		}
+		_, err := se.adm.GetPool(se.ctx(), &tollgatev1.GetPoolRequest{Name: pools[i]})
+		if i%2 == 0 {
+			wantStatus(t, err, codes.NotFound, apierr.ReasonPoolNotFound)
+		} else {
+			wantNotLeaderOf(t, err, i)
+		}
+	}
+}
+
+// Envoy's rate-limit calls are answered by a server that leads every
+// shard, each descriptor from its pool's shard's engine; a server that
+// does not lead every shard answers NOT_LEADER (the pools its
+// descriptors match may be of a shard it does not lead).
+func TestShardsEnvoy(t *testing.T) {
+	pools := poolsOf(4)
+	envoyPool := func(name, key string) *tollgatev1.Pool {
+		return &tollgatev1.Pool{Name: name, Rate: 0.01, Burst: 1,
+			Envoy: &tollgatev1.EnvoyRule{Domain: "edge", Descriptors: []*tollgatev1.EnvoyDescriptorKey{{Key: key}}}}
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k0", Value: "v"}}},
+		{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k2", Value: "v"}}}}}
+
+	all := startShardsWith(t, Config{EnvoyRLS: true}, 4, 0, 1, 2, 3)
+	all.createPool(envoyPool(pools[0], "k0"))
+	all.createPool(envoyPool(pools[2], "k2"))
+	rls := rlsv3.NewRateLimitServiceClient(all.conn)
+	for k, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := rls.ShouldRateLimit(all.ctx(), req)
+		if err != nil || resp.GetOverallCode() != want || len(resp.GetStatuses()) != 2 ||
+			resp.GetStatuses()[0].GetCode() != want || resp.GetStatuses()[1].GetCode() != want {
+			t.Fatalf("call %d: %v, %v; want both descriptors %v", k, resp, err, want)
+		}
+	}
+
+	some := startShardsWith(t, Config{EnvoyRLS: true}, 4, 0, 2)
+	_, err := rlsv3.NewRateLimitServiceClient(some.conn).ShouldRateLimit(some.ctx(), req)
+	wantNotLeaderOf(t, err, 1)
 }

@@ -772,12 +772,18 @@ func (s *session) signal() {
 // unknown (the error is then its frozen or closing engine's, and nothing
 // was applied), as the unary calls' leader gate answers.
 func (s *session) answerErrIn(q call, err error, ec refuse.About) {
-	var le *apierr.Error
-	if !q.t.Leading() && !(errors.As(err, &le) && le.Reason == apierr.ReasonOutcomeUnknown) {
+	if !q.t.Leading() && !outcomeUnknown(err) {
 		s.answerStatus(q.id, s.host.NotLeader(q.pool))
 		return
 	}
 	s.answerErr(q.id, err, ec)
+}
+
+// outcomeUnknown reports whether err says a change may or may not have
+// been applied (OUTCOME_UNKNOWN).
+func outcomeUnknown(err error) bool {
+	var le *apierr.Error
+	return errors.As(err, &le) && le.Reason == apierr.ReasonOutcomeUnknown
 }
 
 // answerStatus queues the answer to request id that failed with err, a

@@ -3,6 +3,7 @@ package term_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -109,5 +110,74 @@ func TestCaptureKeepsTheTerm(t *testing.T) {
 	idle := term.Ended(first.Engine())
 	if !closed(idle.Done()) || idle.Leading() || idle.Engine() != first.Engine() || idle.Seq() <= next.Seq() {
 		t.Fatal("Ended is not an ended term of its engine with a new seq")
+	}
+}
+
+// A table is idle while no shard serves a term that has not ended, and
+// not idle from the first Serve of one until every shard's has ended.
+func TestTableIdle(t *testing.T) {
+	tb := term.NewTable(3)
+	if tb.Len() != 3 || !closed(tb.Idle()) {
+		t.Fatalf("a new table of %d shards: idle %v; want 3 shards, idle", tb.Len(), closed(tb.Idle()))
+	}
+	a, b := newTerm(t, nil), newTerm(t, nil)
+	tb.Serve(0, a)
+	tb.Serve(2, b)
+	idle := tb.Idle()
+	if closed(idle) {
+		t.Fatal("a table serving two terms is idle")
+	}
+	a.End()
+	tb.Serve(0, term.Ended(a.Engine()))
+	if closed(idle) || closed(tb.Idle()) {
+		t.Fatal("a table still serving one term is idle")
+	}
+	b.End()
+	tb.Serve(2, term.Ended(b.Engine()))
+	if !closed(idle) {
+		t.Fatal("a table serving no term that has not ended is not idle")
+	}
+	c := newTerm(t, nil)
+	tb.Serve(1, c)
+	if closed(tb.Idle()) || tb.Shard(1).Get() != c || tb.Served()[1] != c {
+		t.Fatal("a table serving a new term is still idle, or does not serve it")
+	}
+}
+
+// Page merges the pages of several terms' engines in name order, and
+// says there is more when one had more or some were cut.
+func TestPage(t *testing.T) {
+	var ts []*term.Term
+	for _, names := range [][]string{{"a", "d", "e"}, {"b", "c"}, nil} {
+		tm := newTerm(t, nil)
+		for _, n := range names {
+			if _, err := tm.Engine().CreatePool(limiter.PoolConfig{Name: n, ConcurrencyLimit: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ts = append(ts, tm)
+	}
+	list := func(after string, limit int) ([]string, bool) {
+		return term.Page(ts, limit, func(s string) string { return s }, func(eng *limiter.Engine) ([]string, bool) {
+			infos, more := eng.ListPools(after, limit)
+			var out []string
+			for _, i := range infos {
+				out = append(out, i.Config.Name)
+			}
+			return out, more
+		})
+	}
+	var got []string
+	after := ""
+	for range 10 {
+		page, more := list(after, 2)
+		got = append(got, page...)
+		if !more {
+			break
+		}
+		after = page[len(page)-1]
+	}
+	if strings.Join(got, ",") != "a,b,c,d,e" {
+		t.Fatalf("pages of 2 listed %v; want a to e once each, in order", got)
 	}
 }
