@@ -277,7 +277,9 @@ func (c *Client) ClientID() string { return c.clientID }
 
 // Conn returns the client's gRPC connection, for use with the generated
 // stubs (for example tollgatev1.NewAdminServiceClient). It is closed by
-// Close.
+// Close. It reaches the dialed servers: in a cluster of several shards,
+// calls made on it are not routed to a pool's shard's owner (one answered
+// NOT_LEADER names it in Error.Metadata).
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
 // Close waits (up to 5 s) for the answers to the releases ReleaseAsync

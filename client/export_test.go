@@ -28,3 +28,12 @@ func Links(c *Client) int {
 	defer c.mu.Unlock()
 	return len(c.links)
 }
+
+// ShardCount returns the shard count c routes by: 0 while it has not
+// read the cluster's map.
+func ShardCount(c *Client) int {
+	if r := c.routes.Load(); r != nil {
+		return r.count
+	}
+	return 0
+}

@@ -39,7 +39,10 @@ const (
 	// learnTimeout bounds one GetCluster.
 	learnTimeout = 5 * time.Second
 	// relearnEvery is the least time between two reads of the map.
-	relearnEvery = 250 * time.Millisecond
+	relearnEvery = 100 * time.Millisecond
+	// drainLimit bounds how long a retired link's stream stays open for
+	// the answers to requests sent on it before (retireLocked).
+	drainLimit = 10 * time.Second
 )
 
 // errLinkWait is what a request gets when a server's link had no stream
@@ -178,20 +181,18 @@ func (c *Client) readMap() {
 		return
 	}
 	defer c.mu.Unlock()
-	{
-		c.learnAt = time.Now().Add(shareBackoff.delay(c.learnFails, time.Time{}))
-		c.learnFails++
-		switch status.Code(err) {
-		case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
-			// Not a server that can tell (or not to this client): route
-			// as without shards, following NOT_LEADER as before.
-			if c.routes.Load() == nil {
-				c.log.Warn("tollgate: cannot read the cluster's shard map; sending every call to the dialed servers", "err", err)
-				c.routes.Store(&routes{count: 1})
-			}
-		default:
-			c.log.Debug("tollgate: cannot read the cluster's shard map; trying again later", "err", err)
+	c.learnAt = time.Now().Add(shareBackoff.delay(c.learnFails, time.Time{}))
+	c.learnFails++
+	switch status.Code(err) {
+	case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
+		// Not a server that can tell (or not to this client): route as
+		// without shards, following NOT_LEADER as before.
+		if c.routes.Load() == nil {
+			c.log.Warn("tollgate: cannot read the cluster's shard map; sending every call to the dialed servers", "err", err)
+			c.routes.Store(&routes{count: 1})
 		}
+	default:
+		c.log.Debug("tollgate: cannot read the cluster's shard map; trying again later", "err", err)
 	}
 }
 
@@ -239,14 +240,14 @@ func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool)
 		c.log.Warn("tollgate: the cluster's shard map is not valid; ignoring it", "shard_count", n)
 		return false
 	}
+	var old *routes
 	if r == nil || r.count != n {
-		old := r
+		old = r
 		r = &routes{count: n, shards: make([]atomic.Pointer[route], n)}
 		c.routes.Store(r)
 		if old == nil || old.count <= 1 {
 			left = c.leaveMainLocked()
-		} else {
-			c.dropRoutesLocked(old)
+			old = nil
 		}
 	}
 	for _, so := range resp.GetShards() {
@@ -268,6 +269,9 @@ func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool)
 				c.unrefLocked(prev)
 			}
 		}
+	}
+	if old != nil {
+		c.dropRoutesLocked(old) // after the new routes took the links they share
 	}
 	return left
 }
@@ -381,7 +385,8 @@ func (c *Client) unrefLocked(ln *link) {
 
 // retireLocked stops sending new requests on the link; its stream ends
 // once every request sent on it is answered (a grant in flight is not
-// lost), and then a server's link closes its connection.
+// lost), or after drainLimit, and then a server's link closes its
+// connection.
 func (ln *link) retireLocked() {
 	if ln.retired {
 		return
@@ -393,7 +398,12 @@ func (ln *link) retireLocked() {
 	}
 	if ln.cur == nil || ln.cur.idle() {
 		ln.cancel()
+		return
 	}
+	// A server that no longer leads answers what it holds at once; one
+	// that does not answer, or calls abandoned on it, must not keep the
+	// stream forever.
+	time.AfterFunc(drainLimit, ln.cancel)
 }
 
 // dropRoutesLocked retires the links of a map being replaced.

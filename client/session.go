@@ -239,6 +239,7 @@ func pause(ctx, closed context.Context, d time.Duration) error {
 func (ln *link) current(ctx context.Context, bound *time.Duration) (*stream, error) {
 	c := ln.c
 	var timeout *time.Timer
+	var reread *time.Ticker
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -262,10 +263,13 @@ func (ln *link) current(ctx context.Context, bound *time.Duration) (*stream, err
 		if bound != nil && timeout == nil {
 			timeout = time.NewTimer(*bound)
 			defer timeout.Stop()
+			reread = time.NewTicker(relearnEvery)
+			defer reread.Stop()
 		}
 		var expired <-chan time.Time
+		var tick <-chan time.Time
 		if timeout != nil {
-			expired = timeout.C
+			expired, tick = timeout.C, reread.C
 		}
 		select {
 		case <-ready:
@@ -274,6 +278,11 @@ func (ln *link) current(ctx context.Context, bound *time.Duration) (*stream, err
 		case <-c.ctx.Done():
 			return nil, ErrClosed
 		case <-ln.ctx.Done(): // retired: the loop above says so
+		case <-tick:
+			// While a server's link has no stream, its shards may be
+			// moving: read the map again (as often as learn allows), so
+			// that a new owner is found while this request waits.
+			c.learn()
 		case <-expired:
 			c.learn() // the owner named does not answer: read the map again
 			return nil, errLinkWait
@@ -324,6 +333,9 @@ func (ln *link) run() {
 			if time.Since(started) >= stableStream {
 				attempt = 0
 			}
+		}
+		if ln != c.main {
+			c.learn() // its server may have handed its shards off, or died
 		}
 		if pause(ln.ctx, ln.ctx, reconnectBackoff.hinted(attempt, c.nearestDeadline(), ln.noteBreak(err))) != nil {
 			return
@@ -397,7 +409,10 @@ func (ln *link) open() (*stream, error) {
 	c := ln.c
 	ctx, cancel := context.WithCancelCause(ln.ctx)
 	stopRedial := ln.redial()
-	ss, err := ln.stub.Session(ctx, grpc.WaitForReady(true))
+	// A server's link fails at once when its server cannot be reached (the
+	// loop then reads the map again: the shards may have moved); the
+	// dialed target's waits for a connection.
+	ss, err := ln.stub.Session(ctx, grpc.WaitForReady(ln == c.main))
 	stopRedial()
 	if err != nil {
 		cancel(err)

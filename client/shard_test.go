@@ -513,3 +513,23 @@ func TestShardHostileHintsDoNotSpin(t *testing.T) {
 		})
 	}
 }
+
+func TestOneShardKeepsTheDialedPath(t *testing.T) {
+	ts := newTestServer(t)
+	ts.pool(limiter.PoolConfig{Name: "db", ConcurrencyLimit: 2})
+	c := ts.dial()
+	l, err := c.Acquire(ctx(t), "db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the map read", func() bool { return client.ShardCount(c) == 1 })
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := ts.sessions.Load(); n != 1 {
+		t.Errorf("%d Session streams opened, want 1", n)
+	}
+	if n := client.Links(c); n != 0 {
+		t.Errorf("%d server links, want 0", n)
+	}
+}
