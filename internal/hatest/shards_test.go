@@ -237,6 +237,7 @@ func (r *shardRun) change(name string, do func() (gone *hatest.Server, not []*ha
 func (r *shardRun) finish() []hatest.Record {
 	t := r.t
 	t.Helper()
+	end := time.Now()
 	var recs []hatest.Record
 	for _, w := range r.workers {
 		recs = append(recs, w.Stop()...)
@@ -259,7 +260,7 @@ func (r *shardRun) finish() []hatest.Record {
 	if res.Holds < 200 || res.Takes < 50 || res.ConfigAcked < 10 || res.ConfigChecked != len(r.load.config) {
 		t.Errorf("too little load to check: %d holds, %d takes, %d acknowledged config changes, %d config pools compared", res.Holds, res.Takes, res.ConfigAcked, res.ConfigChecked)
 	}
-	t.Logf("waits from each change until the shards were balanced, and 0.5 s more:\n%s", r.moveTable(recs))
+	t.Logf("waits from each change until the shards were balanced, and 0.5 s more:\n%s", r.moveTable(recs, end))
 	return recs
 }
 
@@ -268,11 +269,16 @@ func (r *shardRun) finish() []hatest.Record {
 // acquires in the pools with headroom and renews in every pool, of the
 // shards that moved (planned moves, and the shards of a server that died,
 // apart) and, to compare, of the shards that did not; and from the change
-// to the first grant and the first renew answered in those pools.
-func (r *shardRun) moveTable(recs []hatest.Record) string {
+// to the first grant and the first renew answered in those pools (before
+// the next change) by a server other than the one that left or died.
+func (r *shardRun) moveTable(recs []hatest.Record, end time.Time) string {
 	var b strings.Builder
 	b.WriteString("| change | shards per server after | moved | shards | acquires (refused) | acquire wait, ms | renews | renew wait, ms | first grant, ms | first renew, ms |\n|---|---|---:|---|---|---|---:|---|---:|---:|\n")
-	for _, ch := range r.changes {
+	for i, ch := range r.changes {
+		next := end
+		if i+1 < len(r.changes) {
+			next = r.changes[i+1].at
+		}
 		moved := ch.before.Moved(ch.after)
 		groups := map[string][2]map[string]bool{}
 		for s, owner := range ch.before.Owners {
@@ -301,7 +307,8 @@ func (r *shardRun) moveTable(recs []hatest.Record) string {
 				continue
 			}
 			w := hatest.WaitsIn(recs, g[0], g[1], ch.gone, ch.at, ch.balanced.Add(500*time.Millisecond))
-			fmt.Fprintf(&b, "| %s | %s | %d | %s | %d (%d) | %s | %d | %s | %s | %s |\n", ch.name, ch.after, len(moved), kind, w.Acquires, w.Refused, hatest.MedMax(w.Acquire), w.Renews, hatest.MedMax(w.Renew), hatest.Ms(w.FirstGrant), hatest.Ms(w.FirstRenew))
+			firsts := hatest.WaitsIn(recs, g[0], g[1], ch.gone, ch.at, next)
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %d (%d) | %s | %d | %s | %s | %s |\n", ch.name, ch.after, len(moved), kind, w.Acquires, w.Refused, hatest.MedMax(w.Acquire), w.Renews, hatest.MedMax(w.Renew), hatest.Ms(firsts.FirstGrant), hatest.Ms(firsts.FirstRenew))
 		}
 	}
 	return b.String()
@@ -472,7 +479,8 @@ func etcdRequests(t *testing.T, endpoint string) map[string]float64 {
 
 // TestShardsPairs measures Acquire + Release pairs through the Go client
 // against three servers of 12 shards, the pairs spread over 24 pools, and
-// against one server of one shard on the same load: pairs a second, the
+// on the same load against three servers of one shard (one leads, two
+// wait) and one server of one shard: pairs a second, the
 // servers' CPU per pair (summed), the client's, and how the pairs split
 // over the servers. Every process shares this machine's cores. Behind
 // TOLLGATE_SHARDS_TABLE.
@@ -481,7 +489,7 @@ func TestShardsPairs(t *testing.T) {
 		t.Skip("set TOLLGATE_SHARDS_TABLE=1 to measure pairs over shards")
 	}
 	bin, _ := binaries(t)
-	for _, shape := range []struct{ servers, shards int }{{3, 12}, {1, 1}} {
+	for _, shape := range []struct{ servers, shards int }{{3, 12}, {3, 1}, {1, 1}} {
 		c := hatest.StartCluster(t, bin, etcdtest.StartProcess(t), shape.servers, "--shards", fmt.Sprint(shape.shards),
 			"--client-rate", "-1", "--max-client-leases", "-1", "--log-level", "warn")
 		m, _ := c.WaitBalanced(60*time.Second, c.Servers...)
