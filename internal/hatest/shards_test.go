@@ -270,10 +270,12 @@ func (r *shardRun) finish() []hatest.Record {
 // shards that moved (planned moves, and the shards of a server that died,
 // apart) and, to compare, of the shards that did not; and from the change
 // to the first grant and the first renew answered in those pools (before
-// the next change) by a server other than the one that left or died.
+// the next change) by a server other than the one that left or died; and
+// the holds the client ended as lost from the change to the next (every
+// holder is alive and renewing).
 func (r *shardRun) moveTable(recs []hatest.Record, end time.Time) string {
 	var b strings.Builder
-	b.WriteString("| change | shards per server after | moved | shards | acquires (refused) | acquire wait, ms | renews | renew wait, ms | first grant, ms | first renew, ms |\n|---|---|---:|---|---|---|---:|---|---:|---:|\n")
+	b.WriteString("| change | shards per server after | moved | leases lost | shards | acquires (refused) | acquire wait, ms | renews | renew wait, ms | first grant, ms | first renew, ms |\n|---|---|---:|---:|---|---|---|---:|---|---:|---:|\n")
 	for i, ch := range r.changes {
 		next := end
 		if i+1 < len(r.changes) {
@@ -308,7 +310,7 @@ func (r *shardRun) moveTable(recs []hatest.Record, end time.Time) string {
 			}
 			w := hatest.WaitsIn(recs, g[0], g[1], ch.gone, ch.at, ch.balanced.Add(500*time.Millisecond))
 			firsts := hatest.WaitsIn(recs, g[0], g[1], ch.gone, ch.at, next)
-			fmt.Fprintf(&b, "| %s | %s | %d | %s | %d (%d) | %s | %d | %s | %s | %s |\n", ch.name, ch.after, len(moved), kind, w.Acquires, w.Refused, hatest.MedMax(w.Acquire), w.Renews, hatest.MedMax(w.Renew), hatest.Ms(firsts.FirstGrant), hatest.Ms(firsts.FirstRenew))
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d (%d) | %s | %d | %s | %s | %s |\n", ch.name, ch.after, len(moved), hatest.LostBetween(recs, ch.at, next), kind, w.Acquires, w.Refused, hatest.MedMax(w.Acquire), w.Renews, hatest.MedMax(w.Renew), hatest.Ms(firsts.FirstGrant), hatest.Ms(firsts.FirstRenew))
 		}
 	}
 	return b.String()
