@@ -61,7 +61,8 @@ func TestPythonClient(t *testing.T) {
 	bin := hatest.Build(t, "github.com/tollgate/tollgate/cmd/tollgate")
 	single := hatest.Standalone(t, bin)
 	single.Start()
-	cluster := hatest.StartCluster(t, bin, etcdtest.Start(t), 2)
+	cluster := hatest.StartCluster(t, bin, etcdtest.Start(t), 2, "--shards", "4") // each leads 2: the hint is followed per pool
+	cluster.WaitBalanced(30*time.Second, cluster.Servers...)
 	cluster.WaitLeader(30 * time.Second)
 
 	sharded, nomap := shardfake.Start(t, 3, 12, false), shardfake.Start(t, 3, 12, true)
