@@ -1,17 +1,28 @@
 // Package cluster runs the leadership terms of a server of a cluster of
 // servers sharing etcd (serve --etcd): its campaign over internal/election;
-// a term for each leadership it wins, on a store whose writes are fenced
-// on that leadership; whether it leads now (Leading, View); the
+// a term for each leadership of a shard it wins, on a store whose writes
+// are fenced on that leadership; which shards it leads now (Leads, Map,
+// View); the planned moves that balance the shards over the servers; the
 // leadership's metrics and events; and the NOT_LEADER status with which a
-// server that does not lead answers.
+// server that does not lead a pool's shard answers.
+//
+// A shard's term ends with a hand-off when the shard moves (its final
+// fenced write, then its key deleted: the successor leads at once). A
+// term that ends otherwise is followed only under a new key: when the
+// session's deadline has passed, every shard's tenure has ended with it
+// and the server gives up the whole session (StepDown), as a server of
+// one shard always did; when one shard's term ends while the session
+// lives (a fenced write failed, a write got no answer, its key was read
+// gone), only that shard's key is deleted and campaigned for again, and
+// the server's other shards go on: one slow write does not cost every
+// shard a failover.
 //
 // The server serves the terms: it is the campaign's Host, told when a
 // term starts (to build the term, its engine restored from the term's
 // store, and serve it) and when it ends. The package may import
 // internal/election, internal/events, internal/refuse, internal/term, the
-// engine (limiter),
-// server/store/etcdstore, etcd's client and Prometheus; nothing of the
-// server.
+// engine (limiter), server/store/etcdstore, proto/tollgate/v1/shard,
+// etcd's client and Prometheus; nothing of the server.
 package cluster
 
 import (
@@ -103,11 +114,14 @@ func LoadShardCount(ctx context.Context, c *clientv3.Client, prefix string, want
 	return n, nil
 }
 
-// Host serves a Campaign's terms. The Campaign calls StartTerm, EndTerm
-// and RecordEvent from one goroutine at a time, for every shard: the
-// terms of different shards are never started or ended concurrently, and
-// a shard's EndTerm comes after its StartTerm. LeadershipChanged is also
-// called from the goroutine that sees a leadership deadline pass.
+// Host serves a Campaign's terms. For one shard, the calls are
+// serialized: its EndTerm comes after its StartTerm returned, and its
+// next StartTerm after that EndTerm returned. Across shards, StartTerm of
+// different shards may run concurrently (the shards won together are
+// started side by side, up to 16 at once), while EndTerm is never called
+// concurrently with another EndTerm or with a StartTerm. RecordEvent may
+// be called concurrently from the StartTerms; LeadershipChanged also from
+// the goroutine that sees a leadership deadline pass.
 type Host interface {
 	// StartTerm builds the term of the leadership of epoch of shard (term.New,
 	// with tenure, the leadership's liveness), its engine writing to st
@@ -352,12 +366,16 @@ func (c *Campaign) run() {
 	for {
 		changed := c.el.Changed()
 		var retry <-chan time.Time
-		if failed := c.settle(); failed {
+		failed, acted := c.settle()
+		if failed {
 			retry = time.After(c.cfg.SessionTTL / 3)
 		}
 		c.host.LeadershipChanged()
-		if c.leaving.Load() && c.Led() == 0 && c.countTerms() == 0 {
-			c.closeDrained()
+		if acted {
+			continue // look again: a term started may have to move already
+		}
+		if c.leaving.Load() && (c.countTerms() == 0 || !c.othersKnown()) {
+			c.closeDrained() // nothing left to hand off, or no one to hand it to
 		}
 		select {
 		case <-changed:
@@ -367,6 +385,17 @@ func (c *Campaign) run() {
 			return
 		}
 	}
+}
+
+// othersKnown reports whether the last read showed a member other than
+// this server.
+func (c *Campaign) othersKnown() bool {
+	for _, m := range c.el.View().Members {
+		if m != c.cfg.Advertise {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Campaign) countTerms() int {
@@ -391,9 +420,11 @@ func (c *Campaign) closeDrained() {
 
 // settle ends the terms that must end, hands off the shards that move,
 // and starts a term for each shard led without one. It reports whether a
-// term could not start (it is retried).
-func (c *Campaign) settle() (failed bool) {
+// term could not start (it is retried), and whether it started or ended
+// any.
+func (c *Campaign) settle() (failed, acted bool) {
 	stepDown := false
+	var won []*election.Tenure
 	for i := range c.shards {
 		ten := c.el.ShardTenure(i)
 		if l := c.current(i); l != nil {
@@ -408,29 +439,60 @@ func (c *Campaign) settle() (failed bool) {
 				c.release(l)
 			case ten == nil || ten != l.tenure || !l.t.Acting():
 				c.endTerm(l, false, "leadership lost")
-				if c.el.SessionLive() {
+				if c.el.SessionLive() && time.Now().Before(l.tenure.Deadline()) {
 					c.release(l)
 				} else {
-					stepDown = true
+					stepDown = true // the deadline passed: every shard's tenure ended with it
 				}
 			default:
 				if to, ok := c.el.Successor(i); ok {
 					c.move(l, to)
 				}
 			}
+			acted = acted || c.current(i) == nil
 			continue // a new term, if any, at the next look
 		}
 		if ten != nil {
-			if err := c.startTerm(ten); err != nil {
-				c.log.Error("leading a shard, but cannot load its pools from etcd; retrying", "shard", i, "err", err)
-				failed = true
-			}
+			won = append(won, ten)
 		}
 	}
 	if stepDown {
 		c.el.StepDown()
+		return false, true
 	}
-	return failed
+	started, failed := c.startTerms(won)
+	return failed, acted || started
+}
+
+// maxStarting bounds the terms started at once.
+const maxStarting = 16
+
+// startTerms starts a term for each of the tenures won, up to
+// maxStarting at once: a server that takes many shards together (a
+// successor in a stop, a survivor after a death) restores them side by
+// side. It reports whether it started any, and whether any failed.
+func (c *Campaign) startTerms(won []*election.Tenure) (started, failed bool) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	sem := make(chan struct{}, maxStarting)
+	for _, ten := range won {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := c.startTerm(ten)
+			if err != nil {
+				c.log.Error("leading a shard, but cannot load its pools from etcd; retrying", "shard", ten.Shard, "err", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			started = started || err == nil
+			failed = failed || err != nil
+		}()
+	}
+	wg.Wait()
+	return started, failed
 }
 
 // release deletes the key of l's ended term, so that the shard's next
@@ -453,6 +515,7 @@ func (c *Campaign) release(l *lead) {
 // write, and deletes its key, so that to's key comes first and to starts
 // its term at once.
 func (c *Campaign) move(l *lead, to string) {
+	c.log.Debug("moving a shard", "shard", l.shard, "to", to)
 	c.mu.Lock()
 	c.moving[l.shard] = to
 	c.mu.Unlock()
@@ -490,7 +553,7 @@ func (c *Campaign) startTerm(ten *election.Tenure) error {
 	t.Begin()
 	c.changes.Add(1)
 	c.host.RecordEvent(events.Event{Type: events.LeaderChanged,
-		Detail: fmt.Sprintf("%s leads shard %d, epoch %d", c.cfg.Advertise, ten.Shard, epoch)})
+		Detail: fmt.Sprintf("%s leads%s, epoch %d", c.cfg.Advertise, c.shardName(ten.Shard), epoch)})
 	return nil
 }
 
@@ -505,15 +568,25 @@ func (c *Campaign) endTerm(l *lead, handOff bool, why string) {
 	c.changes.Add(1)
 	c.host.LeadershipChanged()
 	c.host.RecordEvent(events.Event{Type: events.LeaderChanged,
-		Detail: fmt.Sprintf("%s stopped leading shard %d, epoch %d: %s", c.cfg.Advertise, l.shard, l.tenure.Epoch, why)})
+		Detail: fmt.Sprintf("%s stopped leading%s epoch %d: %s", c.cfg.Advertise, c.shardName(l.shard), l.tenure.Epoch, why)})
+}
+
+// shardName names shard i in an event's detail: " shard i" in a cluster
+// of several shards; nothing with one, whose events read as before shards.
+func (c *Campaign) shardName(i int) string {
+	if c.shards == 1 {
+		return ""
+	}
+	return " shard " + strconv.Itoa(i)
 }
 
 // Stop ends the campaign: the server leaves the cluster (its membership
 // key goes, and the other servers campaign for its shards), hands each
 // shard off in a planned move once its successor's key is queued (waiting
-// up to the session TTL for all of them), hands off those still led (their
-// final writes made) and resigns the session, so that other servers lead
-// at once. It is idempotent.
+// up to the session TTL for all of them, and not at all when it knows no
+// other member), hands off those still led (their final writes made) and
+// resigns the session, so that other servers lead at once. It is
+// idempotent.
 func (c *Campaign) Stop() {
 	c.stopped.Do(func() {
 		c.leaving.Store(true)

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -178,7 +180,11 @@ func (sc *shardCluster) client() *clientv3.Client {
 func (sc *shardCluster) start(addr string) *Campaign {
 	sc.t.Helper()
 	h := &shardHost{addr: addr, l: sc.l, terms: map[int]*term.Term{}}
-	c := New(Config{Client: sc.client(), Prefix: "/test/shards/", SessionTTL: testTTL, Advertise: addr, Shards: sc.shards})
+	var lg *slog.Logger
+	if os.Getenv("SHARDLOG") != "" {
+		lg = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("self", addr)
+	}
+	c := New(Config{Client: sc.client(), Prefix: "/test/shards/", SessionTTL: testTTL, Advertise: addr, Shards: sc.shards, Logger: lg})
 	if err := c.Start(h); err != nil {
 		sc.t.Fatal(err)
 	}
@@ -217,6 +223,35 @@ func (sc *shardCluster) balanced() bool {
 	return true
 }
 
+// waitBalanced waits until sc is balanced; it fails t with each shard's
+// state when it is not within testwait.Limit.
+func (sc *shardCluster) waitBalanced(what string) {
+	sc.t.Helper()
+	limit := time.Now().Add(testwait.Limit)
+	for !sc.balanced() {
+		if time.Now().After(limit) {
+			for i := range sc.shards {
+				var leads, seen []string
+				for a, c := range sc.cs {
+					if c.Leads(i) {
+						leads = append(leads, a)
+					}
+					v := c.Election().View().Shards[i]
+					seen = append(seen, fmt.Sprintf("%s sees %s (epoch %d) desired %s, tenure %v", a, v.Leader, v.Epoch, v.Desired, c.Election().ShardTenure(i) != nil))
+				}
+				resp, _ := sc.client().Get(context.Background(), fmt.Sprintf("/test/shards/shards/%d/", i), clientv3.WithPrefix())
+				var keys []string
+				for _, kv := range resp.Kvs {
+					keys = append(keys, fmt.Sprintf("%s=%s@%d", kv.Key, kv.Value, kv.CreateRevision))
+				}
+				sc.t.Logf("shard %d: led by %v; %v; keys %v", i, leads, seen, keys)
+			}
+			sc.t.Fatalf("%s: not within %v (loads %v)", what, testwait.Limit, sc.loads())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (sc *shardCluster) loads() map[string]int {
 	m := map[string]int{}
 	for a, c := range sc.cs {
@@ -235,13 +270,13 @@ func TestShardsBalanceAndMove(t *testing.T) {
 	sc := newShardCluster(t, shards)
 	sc.start("10.0.0.1:7070")
 	sc.start("10.0.0.2:7070")
-	testwait.For(t, "two campaigns to share the shards", sc.balanced)
+	sc.waitBalanced("two campaigns to share the shards")
 	t.Logf("two servers: %v", sc.loads())
 	sc.l.check(t)
 
 	joined := time.Now()
 	third := sc.start("10.0.0.3:7070")
-	testwait.For(t, "three campaigns to share the shards", sc.balanced)
+	sc.waitBalanced("three campaigns to share the shards")
 	t.Logf("three servers: %v (after %v)", sc.loads(), time.Since(joined))
 	if third.Led() == 0 {
 		t.Fatal("the third server took no shard")
@@ -266,7 +301,7 @@ func TestShardsBalanceAndMove(t *testing.T) {
 	stopAt := time.Now()
 	stopped.Stop()
 	delete(sc.cs, "10.0.0.1:7070")
-	testwait.For(t, "two campaigns to share the shards after a stop", sc.balanced)
+	sc.waitBalanced("two campaigns to share the shards after a stop")
 	t.Logf("after a stop (%d shards handed off): %v, in %v", led, sc.loads(), time.Since(stopAt))
 	if _, ends, hand := sc.hosts["10.0.0.1:7070"].counts(); ends-endsBefore != led || hand-handBefore != led {
 		t.Fatalf("Stop ended %d terms, %d with a hand-off; it led %d", ends-endsBefore, hand-handBefore, led)
@@ -278,7 +313,7 @@ func TestShardsBalanceAndMove(t *testing.T) {
 	died := time.Now()
 	dead.Close()
 	delete(sc.cs, "10.0.0.2:7070")
-	testwait.For(t, "the survivor to lead every shard", sc.balanced)
+	sc.waitBalanced("the survivor to lead every shard")
 	took := time.Since(died)
 	t.Logf("after a death: %v, in %v", sc.loads(), took)
 	if took < testTTL*3/4 {
@@ -342,4 +377,63 @@ func TestLoadShardCount(t *testing.T) {
 	if _, err := LoadShardCount(ctx, cli, "/d/", 0, nil); err == nil {
 		t.Error("0 shards asked for: no error")
 	}
+}
+
+// A term that ends without a hand-off while the session lives (here its
+// key was deleted behind its back) is followed by one under a new key, in
+// that shard only: the other shards' terms go on.
+func TestATermLostEndsItsShardOnly(t *testing.T) {
+	sc := newShardCluster(t, 4)
+	c := sc.start("10.0.0.1:7070")
+	sc.waitBalanced("the campaign to lead every shard")
+	h := sc.hosts["10.0.0.1:7070"]
+	h.mu.Lock()
+	others := map[int]*term.Term{0: h.terms[0], 2: h.terms[2], 3: h.terms[3]}
+	h.mu.Unlock()
+	lost := c.Election().ShardTenure(1)
+	if _, err := sc.client().Delete(context.Background(), lost.Key); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "shard 1 led again under a new key", func() bool {
+		ten := c.Election().ShardTenure(1)
+		return c.Leads(1) && ten != nil && ten.Epoch > lost.Epoch
+	})
+	starts, ends, handOff := h.counts()
+	if starts != 5 || ends != 1 || handOff != 0 {
+		t.Fatalf("%d starts, %d ends (%d hand-offs); want shard 1's term ended and started again, alone", starts, ends, handOff)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, tm := range others {
+		if h.terms[i] != tm || !tm.Leading() {
+			t.Errorf("shard %d's term was replaced or stopped leading", i)
+		}
+	}
+	sc.l.check(t)
+}
+
+// How long planned moves take when a fourth server joins three on 64
+// shards: from the predecessor's EndTerm with a hand-off (its decision)
+// to the successor's StartTerm returning. Logged, not asserted: the
+// target (200 ms) is measured in docs/ha.md, not in a unit test.
+func TestPlannedMoveTimes(t *testing.T) {
+	const shards = 64
+	sc := newShardCluster(t, shards)
+	for i := 1; i <= 3; i++ {
+		sc.start(fmt.Sprintf("10.0.0.%d:7070", i))
+	}
+	sc.waitBalanced("three campaigns to share the shards")
+	before := len(sc.l.moveTimes())
+	joined := time.Now()
+	sc.start("10.0.0.4:7070")
+	sc.waitBalanced("four campaigns to share the shards")
+	took := time.Since(joined)
+	moves := sc.l.moveTimes()[before:]
+	if len(moves) == 0 {
+		t.Fatal("no planned move")
+	}
+	slices.Sort(moves)
+	t.Logf("%d shards, 3 → 4 servers: %v; %d planned moves in %v; each: median %v, 90th %v, max %v", shards, sc.loads(), len(moves), took,
+		moves[len(moves)/2], moves[len(moves)*9/10], moves[len(moves)-1])
+	sc.l.check(t)
 }

@@ -75,12 +75,12 @@ func TestAssignBalances(t *testing.T) {
 	}
 }
 
-// When a member joins or leaves, the shards that move are few: the
-// newcomer's share (or the leaver's), and about as many again between the
-// other members, whose bound ceil(N/M) changes, with four or more shards
-// a member. (Leaving is joining backwards: the same shards move.) With
-// fewer shards a member most shards may move: almost every shard goes to
-// a member with room rather than to its first choice.
+// When a member joins or leaves, the shards that move are few: with four
+// or more shards a member, the newcomer's share (or the leaver's) and at
+// most half as many again between the other members, whose bound
+// ceil(N/M) changes. Leaving is joining backwards: the same shards move.
+// With fewer shards a member more may move: many shards go to a member
+// with room rather than to their first choice.
 func TestAssignMovesFew(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, n := range []int{16, 64, 256, 1024} {
@@ -109,8 +109,8 @@ func TestAssignMovesFew(t *testing.T) {
 		}
 		t.Logf("%4d shards over 2-9 members, one joins: %.1f shards move on average, %.1f of them to it; at worst %.0f%% of the shards move",
 			n, float64(moves)/runs, float64(share)/runs, worst*100)
-		if fewMoves > 5*fewShare/2 {
-			t.Errorf("%d shards: %d moved in joins with four or more shards a member, over 2.5 times the %d the newcomers took", n, fewMoves, fewShare)
+		if fewMoves > 3*fewShare/2 {
+			t.Errorf("%d shards: %d moved in joins with four or more shards a member, over 1.5 times the %d the newcomers took", n, fewMoves, fewShare)
 		}
 	}
 	ms := []string{"10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070"}

@@ -856,6 +856,9 @@ func (e *Election) campaign(timeout time.Duration) {
 		}
 	}
 	e.mu.Unlock()
+	if len(ops) > 0 {
+		e.log.Debug("putting and withdrawing campaign keys", "changes", len(ops))
+	}
 	for len(ops) > 0 {
 		// Each change is made only if its key is as read (absent, or the
 		// queued key read): one that changed meanwhile is looked at again at

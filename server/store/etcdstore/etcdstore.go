@@ -156,7 +156,7 @@ func (s *Store) Close() error { return nil }
 // errNotLeader is the answer to a write of a deposed leader.
 func errNotLeader() error {
 	return &apierr.Error{Code: apierr.CodeUnavailable, Reason: apierr.ReasonNotLeader,
-		Message: "this server no longer leads the cluster; nothing was changed; retry on the leader"}
+		Message: "this server no longer leads the pool's shard; nothing was changed; retry on its leader"}
 }
 
 // outcomeUnknown is the answer to a write that was sent but not answered:
