@@ -39,6 +39,22 @@ func TestForgetLeases(t *testing.T) {
 	}
 }
 
+// ForgetLeasesIn stops counting the leases of the pools it is given only
+// (the pools of a shard whose term ended).
+func TestForgetLeasesIn(t *testing.T) {
+	q := New(Limits{MaxClientLeases: 3})
+	q.Track("p", 1, func() string { return "c" })
+	q.Track("q", 2, func() string { return "c" })
+	q.ForgetLeasesIn(func(pool string) bool { return pool == "q" })
+	if n := q.ClientLeases("c"); n != 1 {
+		t.Fatalf("client counts %d after forgetting pool q's lease; want pool p's, 1", n)
+	}
+	q.LeaseEnded("p", 1)
+	if n := q.ClientLeases("c"); n != 0 {
+		t.Fatalf("client counts %d after pool p's lease ended", n)
+	}
+}
+
 // Past its burst a client is refused with its rate, the flag that raises
 // it and a retry after one request's share of a second; the refusal is
 // counted. Without a rate nothing is refused.
