@@ -30,12 +30,53 @@ import (
 // realMember is one server of a real sharded cluster on etcd.
 type realMember struct {
 	addr     string
+	etcd     *clientv3.Client
 	srv      *server.Server
 	stop     context.CancelFunc
 	done     chan error
 	sessions atomic.Int64 // Session streams open
 }
 
+// startReal starts a server of a cluster of shards shards on etcd, with
+// seed as its pools file, and counts its open Session streams.
+func startReal(t *testing.T, etcd *etcdtest.Etcd, shards int, seed []limiter.PoolConfig) *realMember {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 2 * time.Second,
+		Logger: zap.NewNop(), DialOptions: election.DialOptions(2 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &realMember{addr: lis.Addr().String(), etcd: c, done: make(chan error, 1)}
+	m.srv, err = server.OpenCluster(server.Config{ShutdownTimeout: 2 * time.Second, Advertise: m.addr},
+		server.ClusterConfig{Client: c, SessionTTL: 2 * time.Second, Shards: shards}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if info.FullMethod == tollgatev1.LimiterService_Session_FullMethodName {
+			m.sessions.Add(1)
+			defer m.sessions.Add(-1)
+		}
+		return h(srv, ss)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stop = cancel
+	gs := m.srv.GRPCServer(grpc.ChainStreamInterceptor(count))
+	go func() { m.done <- m.srv.ServeGRPC(ctx, gs, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		<-m.done
+	})
+	return m
+}
+
+// TestRealShardedCluster routes by a real cluster's map, keeps one
+// stream per server, and keeps a held lease across a SIGTERM'd owner's
+// hand-off and a killed owner's expiry.
 func TestRealShardedCluster(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	const shards = 8
@@ -44,41 +85,8 @@ func TestRealShardedCluster(t *testing.T) {
 		seed = append(seed, limiter.PoolConfig{Name: "pool-" + strconv.Itoa(i), ConcurrencyLimit: 4})
 	}
 	var ms []*realMember
-	var etcds []*clientv3.Client
 	for range 3 {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 2 * time.Second,
-			Logger: zap.NewNop(), DialOptions: election.DialOptions(2 * time.Second)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		etcds = append(etcds, c)
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := &realMember{addr: lis.Addr().String(), done: make(chan error, 1)}
-		m.srv, err = server.OpenCluster(server.Config{ShutdownTimeout: 2 * time.Second, Advertise: m.addr},
-			server.ClusterConfig{Client: c, SessionTTL: 2 * time.Second, Shards: shards}, seed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		count := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if info.FullMethod == tollgatev1.LimiterService_Session_FullMethodName {
-				m.sessions.Add(1)
-				defer m.sessions.Add(-1)
-			}
-			return h(srv, ss)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		m.stop = cancel
-		gs := m.srv.GRPCServer(grpc.ChainStreamInterceptor(count))
-		go func() { m.done <- m.srv.ServeGRPC(ctx, gs, lis) }()
-		t.Cleanup(func() {
-			cancel()
-			<-m.done
-		})
-		ms = append(ms, m)
+		ms = append(ms, startReal(t, etcd, shards, seed))
 	}
 	c := dialTarget(t, ms[0].addr)
 	adm := tollgatev1.NewAdminServiceClient(c.Conn())
@@ -131,7 +139,7 @@ func TestRealShardedCluster(t *testing.T) {
 			break
 		}
 	}
-	l, err := c.Acquire(ctx(t), pool, client.WithTTL(3*time.Second))
+	l, err := c.Acquire(ctx(t), pool, client.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +155,7 @@ func TestRealShardedCluster(t *testing.T) {
 	})
 	t.Logf("map moved %v after the stop", time.Since(start))
 	astart := time.Now()
-	l2, err := c.Acquire(ctx(t), pool, client.WithTTL(3*time.Second))
+	l2, err := c.Acquire(ctx(t), pool, client.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,13 +181,13 @@ func TestRealShardedCluster(t *testing.T) {
 			break
 		}
 	}
-	l, err = c.Acquire(ctx(t), pool, client.WithTTL(8*time.Second))
+	l, err = c.Acquire(ctx(t), pool, client.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	token = l.FencingToken()
 	start = time.Now()
-	etcds[1].Close()
+	ms[1].etcd.Close()
 	ms[1].stop()
 	<-ms[1].done
 	ms[1].done <- nil

@@ -259,7 +259,11 @@ func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool)
 		if addr == "" {
 			addr = so.GetOwner()
 		}
-		c.setRouteLocked(r, i, addr, so.GetEpoch())
+		// A route whose server cannot be reached yields to the map
+		// whatever the epoch it came with (a hint may have named a server
+		// that never answers, with any epoch).
+		cur := r.shards[i].Load()
+		c.setRouteLocked(r, i, addr, so.GetEpoch(), cur != nil && !cur.ln.live())
 	}
 	if self, prev := resp.GetSelf(), r.self.Load(); self != "" && (prev == nil || prev.addr != self) {
 		if ln := c.linkLocked(self); ln != nil {
@@ -277,15 +281,16 @@ func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool)
 }
 
 // setRouteLocked routes shard i of r to addr with epoch (0: a planned
-// move's target, keeping the known epoch) unless the known route is newer;
-// it reports whether the shard now routes to addr.
-func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64) bool {
+// move's target, keeping the known epoch) unless the known route is newer
+// and not overridden (override); it reports whether the shard now routes
+// to addr.
+func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64, override bool) bool {
 	if addr == "" {
 		return false
 	}
 	cur := r.shards[i].Load()
 	if cur != nil {
-		if epoch != 0 && epoch < cur.epoch {
+		if epoch != 0 && epoch < cur.epoch && !override {
 			return false // older than what is known
 		}
 		if epoch == 0 {
@@ -341,7 +346,11 @@ func (c *Client) noteNotLeader(pool string, e *Error, from *link) (reroute, move
 		return true, false
 	}
 	c.mu.Lock()
-	moved = !c.closed && c.routes.Load() == r && c.setRouteLocked(r, i, leader, epoch)
+	// The server the shard routes to disowns it: its word wins over the
+	// epoch the route came with.
+	cur := r.shards[i].Load()
+	disowned := cur != nil && cur.ln == from
+	moved = !c.closed && c.routes.Load() == r && c.setRouteLocked(r, i, leader, epoch, disowned)
 	c.mu.Unlock()
 	if !moved {
 		c.learn()

@@ -23,21 +23,21 @@ func TestLinksAreBounded(t *testing.T) {
 	c.mu.Lock()
 	routed := 0
 	for i := range n {
-		if c.setRouteLocked(r, i, "127.0.0.1:"+strconv.Itoa(10000+i), 1) {
+		if c.setRouteLocked(r, i, "127.0.0.1:"+strconv.Itoa(10000+i), 1, false) {
 			routed++
 		}
 	}
 	links := len(c.links)
 	first := r.shards[0].Load().ln
 	// Shard 0 moves to the server of shard 1 (a higher epoch).
-	moved := c.setRouteLocked(r, 0, "127.0.0.1:10001", 2)
+	moved := c.setRouteLocked(r, 0, "127.0.0.1:10001", 2, false)
 	after := len(c.links)
 	// A planned move's target (epoch 0) is taken, keeping the epoch; an
 	// older epoch is not.
-	target := c.setRouteLocked(r, 1, "127.0.0.1:10002", 0)
+	target := c.setRouteLocked(r, 1, "127.0.0.1:10002", 0, false)
 	targetEpoch := r.shards[1].Load().epoch
-	c.setRouteLocked(r, 2, "127.0.0.1:10002", 5)
-	older := c.setRouteLocked(r, 2, "127.0.0.1:10003", 3)
+	c.setRouteLocked(r, 2, "127.0.0.1:10002", 5, false)
+	older := c.setRouteLocked(r, 2, "127.0.0.1:10003", 3, false)
 	olderAddr := r.shards[2].Load().addr
 	c.mu.Unlock()
 	if routed != maxLinks || links != maxLinks {

@@ -562,6 +562,9 @@ func (st *stream) dispatch(resp *tollgatev1.SessionResponse) {
 	}
 }
 
+// live reports whether the link has a Session stream; c.mu is held.
+func (ln *link) live() bool { return ln.cur != nil }
+
 // idle reports whether no request waits for an answer on the stream.
 func (st *stream) idle() bool {
 	st.mu.Lock()
