@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/cluster"
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/fanout"
 	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
@@ -174,6 +175,8 @@ func OpenCluster(cfg Config, cc ClusterConfig, seed []limiter.PoolConfig) (*Serv
 	cfg.leaseIDKey = key // shared by every server: ids stay valid across leaders
 	s := New(cfg)
 	s.campaign = c
+	s.fan = fanout.New(fanout.Config{Self: cfg.Advertise, Members: func() []string { return c.View().Members },
+		DialOptions: peerDialOptions(cfg.PeerDialOptions), Log: s.log})
 	h := s.hostShards(n, seed, cc.Prefix)
 	if err := c.Start(h); err != nil {
 		return nil, err

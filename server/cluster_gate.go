@@ -106,6 +106,13 @@ func (s *Server) capture(ctx context.Context, method string, req any) (context.C
 		}
 	default:
 		switch pool := poolOf(req); {
+		case strings.HasPrefix(method, "/envoy.service.ratelimit.") && s.fan != nil:
+			// A server of a cluster answers from the shards it leads; the
+			// descriptors none of their pools match are asked of the
+			// others (fanEnvoy).
+			if ts = s.ledTerms(); len(ts) == 0 {
+				return ctx, nil, s.notLeader(0)
+			}
 		case strings.HasPrefix(method, "/envoy.service.ratelimit."):
 			for i := range s.terms.Len() {
 				ts = append(ts, shardTerm{i, s.terms.Shard(i).Get()})

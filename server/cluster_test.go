@@ -119,7 +119,7 @@ func TestClusterFollowersAnswerNotLeader(t *testing.T) {
 				return err
 			}(),
 			func() error {
-				_, err := f.adm.ListPools(f.ctx(), &tollgatev1.ListPoolsRequest{})
+				_, err := f.adm.GetPool(f.ctx(), &tollgatev1.GetPoolRequest{Name: "db"})
 				return err
 			}(),
 			func() error {
@@ -146,9 +146,18 @@ func TestClusterFollowersAnswerNotLeader(t *testing.T) {
 		}
 		wantHealth(t, f, tollgatev1.LimiterService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 		wantHealth(t, f, "", healthpb.HealthCheckResponse_SERVING)
+		// A follower's status page lists the leader's pools, with their
+		// owner.
+		rec := httptest.NewRecorder()
+		f.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/api/pools", nil))
+		var pools httpapi.PoolsResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &pools); err != nil || rec.Code != http.StatusOK || pools.Total != 1 ||
+			len(pools.Pools) != 1 || pools.Pools[0].Name != "db" || pools.Pools[0].Owner != lead.addr || pools.Pools[0].Status.Held != 1 {
+			t.Fatalf("follower's /api/pools: %d %q (%v)", rec.Code, rec.Body.String(), err)
+		}
 		// The HTTP API does not answer a follower's empty engine as
-		// "no pools": it names the leader.
-		for _, path := range []string{"/api/pools", "/api/pools/db/leases"} {
+		// "no leases": it names the leader.
+		for _, path := range []string{"/api/pools/db/leases"} {
 			rec := httptest.NewRecorder()
 			f.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
 			var body httpapi.NotLeaderResponse

@@ -43,7 +43,8 @@ func (s *Server) registerEnvoyRLS(r grpc.ServiceRegistrar) {
 // cluster has a new one for each term of each shard it leads. An Envoy
 // call takes the term of every shard (the leader gate answers NOT_LEADER
 // unless this server leads them all): the pools its descriptors match may
-// be of any shard.
+// be of any shard; on a server of a cluster, the terms of the shards it
+// leads (fanEnvoy asks the others for the rest).
 type termEngines struct{ s *Server }
 
 func (e termEngines) Engine(ctx context.Context) envoyrls.Engine {
@@ -66,11 +67,12 @@ type termEngine struct {
 // PoolsGeneration tells the rules of one term's engine from another's.
 func (e termEngine) PoolsGeneration() uint64 { return e.seq<<40 + e.Engine.PoolsGeneration() }
 
-// shardEngines are the engines of the terms of every shard, as one: a
-// pool's calls go to its shard's.
+// shardEngines are the engines of the terms of several shards (every
+// shard, or those a server of a cluster leads), as one: a pool's calls go
+// to its shard's.
 type shardEngines struct {
 	terms *term.Table
-	ts    callTerms // one per shard, in shard order
+	ts    callTerms // in shard order
 }
 
 // PoolsGeneration changes whenever any shard's term or pools do.
@@ -96,8 +98,17 @@ func (e shardEngines) EnvoyRules() map[string]limiter.EnvoyRule {
 	return out
 }
 
+// engineOf is the engine of pool's shard's term: one of ts, whose rules
+// are the only ones matched (of a server of a cluster, the shards it
+// leads).
 func (e shardEngines) engineOf(pool string) *limiter.Engine {
-	return e.ts[e.terms.ShardOf(pool)].t.Engine()
+	i := e.terms.ShardOf(pool)
+	for _, st := range e.ts {
+		if st.shard == i {
+			return st.t.Engine()
+		}
+	}
+	return e.ts[0].t.Engine() // unreachable: a matched pool is of one of ts
 }
 
 func (e shardEngines) Bucket(pool string) (limiter.BucketState, error) {

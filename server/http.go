@@ -43,6 +43,8 @@ func (s *Server) httpOptions() httpapi.Options {
 		Serving:      s.Serving,
 		RecentEvents: s.RecentEvents,
 		Leader:       s.leader,
+		Self:         s.advertise,
+		Peers:        s.httpPeers(),
 	}
 }
 

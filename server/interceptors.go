@@ -27,13 +27,14 @@ const (
 // too), panic recovery, for unary calls the per-client rate (before
 // authentication, so that it slows down callers with bad credentials too),
 // authentication and authorization (authUnary, asking internal/auth), the
-// leader gate of a server of a cluster (leaderUnary), the other limits (poolsUnary, limitStream), and the audit of pool changes
+// cluster-wide listings (fanoutUnary: asking every server of a cluster),
+// the leader gate of a server of a cluster (leaderUnary), the other limits (poolsUnary, limitStream), and the audit of pool changes
 // (auditUnary).
 func (s *Server) serverOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(s.codec),
-		grpc.ChainUnaryInterceptor(s.metrics.Unary, s.connUnary, s.codec.Unary, s.recoverUnary, s.rateUnary, s.authUnary, s.leaderUnary, s.poolsUnary, s.auditUnary),
-		grpc.ChainStreamInterceptor(s.metrics.Stream, s.connStream, s.codec.Stream, s.recoverStream, s.authStream, s.leaderStream, s.limitStream),
+		grpc.ChainUnaryInterceptor(s.metrics.Unary, s.connUnary, s.codec.Unary, s.recoverUnary, s.rateUnary, s.authUnary, s.fanoutUnary, s.leaderUnary, s.poolsUnary, s.auditUnary),
+		grpc.ChainStreamInterceptor(s.metrics.Stream, s.connStream, s.codec.Stream, s.recoverStream, s.authStream, s.fanoutStream, s.leaderStream, s.limitStream),
 		// Clients may ping to find dead connections (grpc-go's default
 		// policy sends GOAWAY to any client pinging more often than every
 		// 5 minutes, far longer than a lease TTL): the Go client pings

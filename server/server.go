@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/cluster"
+	"github.com/tollgate/tollgate/internal/fanout"
 	"github.com/tollgate/tollgate/internal/holder"
 	"github.com/tollgate/tollgate/internal/leaseid"
 	"github.com/tollgate/tollgate/internal/limits"
@@ -74,6 +75,11 @@ type Config struct {
 	// Advertise is the address clients reach this server at, reported by
 	// GetCluster.
 	Advertise string
+	// PeerDialOptions dial the other servers of a cluster, for the
+	// listings asked of this server that gather every server's part and
+	// the Envoy calls it forwards: their transport credentials first. Nil
+	// means plaintext; a server that serves TLS must give its peer TLS.
+	PeerDialOptions []grpc.DialOption
 
 	// persister is set by Open: the engine's Persister.
 	persister limiter.Persister
@@ -121,6 +127,7 @@ type Server struct {
 
 	leadership Leadership        // Config.Leadership; nil when standalone
 	campaign   *cluster.Campaign // set by OpenCluster
+	fan        *fanout.Fanout    // asks the other servers; set by OpenCluster
 	advertise  string            // Config.Advertise
 
 	ops         // auth, limits, metrics, events
@@ -218,6 +225,9 @@ func (s *Server) drain() {
 		close(s.draining)
 		if s.campaign != nil {
 			s.campaign.Stop() // hands off: another server leads at once
+		}
+		if s.fan != nil {
+			s.fan.Close()
 		}
 		for _, t := range s.terms.Served() {
 			t.Engine().StopWaits() // waiting acquires and takes answer SHUTTING_DOWN at once

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -61,6 +62,11 @@ one ListClientsResponse.`,
 					}
 					all.Clients = append(all.Clients, resp.GetClients()...)
 					all.UnattachedLeases, all.UnattachedWeight = resp.GetUnattachedLeases(), resp.GetUnattachedWeight()
+					for _, u := range resp.GetUnreachable() {
+						if !slices.Contains(all.Unreachable, u) {
+							all.Unreachable = append(all.Unreachable, u)
+						}
+					}
 					if resp.GetNextPageToken() == "" {
 						break
 					}
@@ -86,15 +92,34 @@ func (p *printer) clients(resp *tollgatev1.ListClientsResponse, pool string) err
 		fmt.Fprintln(p.w, "no client sessions")
 	} else {
 		tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "SESSION\tCLIENT\tPEER\tIDENTITY\tLEASES\tWEIGHT\tSHARES\tCONNECTED\tLAST_ACTIVE\tPOOLS")
+		// On a cluster whose sessions are on several servers: which one
+		// each is on (session ids are each server's own).
+		servers := map[string]bool{}
 		for _, c := range resp.GetClients() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", c.GetSessionId(), orDash(c.GetClientId()), c.GetPeerAddress(), orDash(c.GetIdentity()),
+			servers[c.GetServer()] = true
+		}
+		serverCol := len(servers) > 1
+		if serverCol {
+			fmt.Fprint(tw, "SESSION\tSERVER\t")
+		} else {
+			fmt.Fprint(tw, "SESSION\t")
+		}
+		fmt.Fprintln(tw, "CLIENT\tPEER\tIDENTITY\tLEASES\tWEIGHT\tSHARES\tCONNECTED\tLAST_ACTIVE\tPOOLS")
+		for _, c := range resp.GetClients() {
+			fmt.Fprint(tw, c.GetSessionId()+"\t")
+			if serverCol {
+				fmt.Fprint(tw, orDash(c.GetServer())+"\t")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", orDash(c.GetClientId()), c.GetPeerAddress(), orDash(c.GetIdentity()),
 				c.GetLeases(), c.GetWeight(), shareText(c.GetShares(), c.GetShareRate()),
 				timestamp(c.GetConnectTime()), timestamp(c.GetLastActivityTime()), poolHoldingsText(c.GetPools()))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	if len(resp.GetUnreachable()) > 0 {
+		fmt.Fprintf(p.w, "missing: the sessions of %s (no answer within the timeout)\n", strings.Join(resp.GetUnreachable(), ", "))
 	}
 	if n := resp.GetUnattachedLeases(); n > 0 {
 		where := "POOL"

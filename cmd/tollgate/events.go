@@ -98,6 +98,10 @@ those the new leader kept (its leader_changed among them).`,
 					continue
 				}
 				following = false
+				if lost := resp.GetUnreachable(); len(lost) > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "tollgate: the events of %s no longer reach this watch (it left, died or did not answer); run again to include it\n", strings.Join(lost, ", "))
+					continue
+				}
 				ev := resp.GetEvent()
 				var line string
 				if format.json {
@@ -123,7 +127,8 @@ those the new leader kept (its leader_changed among them).`,
 }
 
 // eventLine renders an event for people: time, type, pool, then what
-// there is of lease, client, actor and detail.
+// there is of lease, client, actor and detail, and the server that
+// recorded it.
 func eventLine(ev *tollgatev1.PoolEvent) string {
 	parts := []string{timestamp(ev.GetTime()), ev.GetType(), ev.GetPool()}
 	if ev.GetLeaseId() != "" {
@@ -137,6 +142,9 @@ func eventLine(ev *tollgatev1.PoolEvent) string {
 	}
 	if ev.GetDetail() != "" {
 		parts = append(parts, ev.GetDetail())
+	}
+	if ev.GetServer() != "" {
+		parts = append(parts, "on="+ev.GetServer())
 	}
 	return strings.Join(parts, "  ")
 }

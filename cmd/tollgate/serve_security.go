@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/tollgate/tollgate/internal/auth"
 	"github.com/tollgate/tollgate/internal/limits"
@@ -181,6 +183,9 @@ func isLoopback(addr net.Addr) bool {
 // limit is logged).
 func (s *serveSecurity) config(cfg server.Config) server.Config {
 	cfg.Auth = s.auth
+	if s.tls != nil {
+		cfg.PeerDialOptions = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(s.tls.Peer))}
+	}
 	l, note := s.opts.limits.WithDefaults().FitFiles(openFilesLimit())
 	if note != "" && cfg.Logger != nil {
 		cfg.Logger.Warn(note)

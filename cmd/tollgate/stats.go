@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -134,6 +136,11 @@ func fetchStats(ctx context.Context, adm tollgatev1.AdminServiceClient, names []
 			return nil, err
 		}
 		all.Stats = append(all.Stats, resp.GetStats()...)
+		for _, u := range resp.GetUnreachable() {
+			if !slices.Contains(all.Unreachable, u) {
+				all.Unreachable = append(all.Unreachable, u)
+			}
+		}
 		if resp.GetNextPageToken() == "" {
 			return all, nil
 		}
@@ -147,11 +154,25 @@ func (p *printer) stats(resp *tollgatev1.GetStatsResponse) error {
 		return p.message(resp)
 	}
 	if len(resp.GetStats()) == 0 {
-		_, err := fmt.Fprintln(p.w, "no pools")
-		return err
+		if _, err := fmt.Fprintln(p.w, "no pools"); err != nil {
+			return err
+		}
+		return p.unreachable(resp.GetUnreachable())
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POOL\tHELD\tWAITING\tGRANTED\tRELEASED\tEXPIRED\tREVOKED\tREJECTED\tWAIT_TIMEOUTS\tWAIT_P50\tWAIT_P90\tWAIT_P99\tWAIT_MAX\tUTIL")
+	// On a cluster whose pools are on several servers: which one leads
+	// each pool.
+	owners := map[string]bool{}
+	for _, ps := range resp.GetStats() {
+		owners[ps.GetStatus().GetOwner()] = true
+	}
+	ownerCol := len(owners) > 1
+	if ownerCol {
+		fmt.Fprint(tw, "POOL\tOWNER\t")
+	} else {
+		fmt.Fprint(tw, "POOL\t")
+	}
+	fmt.Fprintln(tw, "HELD\tWAITING\tGRANTED\tRELEASED\tEXPIRED\tREVOKED\tREJECTED\tWAIT_TIMEOUTS\tWAIT_P50\tWAIT_P90\tWAIT_P99\tWAIT_MAX\tUTIL")
 	for _, ps := range resp.GetStats() {
 		st := ps.GetStatus()
 		held := strconv.FormatInt(st.GetHeld(), 10)
@@ -177,11 +198,18 @@ func (p *printer) stats(resp *tollgatev1.GetStatsResponse) error {
 		if wt.GetCount() > 0 {
 			p50, p90, p99, maxWait = waitText(wt.GetP50()), waitText(wt.GetP90()), waitText(wt.GetP99()), waitText(wt.GetMax())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", ps.GetPool(), held, st.GetWaiting(),
+		fmt.Fprint(tw, ps.GetPool()+"\t")
+		if ownerCol {
+			fmt.Fprint(tw, orDash(st.GetOwner())+"\t")
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", held, st.GetWaiting(),
 			st.GetGranted(), st.GetReleased(), st.GetExpired(), st.GetRevoked(), st.GetRejected(), st.GetWaitTimeouts(),
 			p50, p90, p99, maxWait, util)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return p.unreachable(resp.GetUnreachable())
 }
 
 // waitText formats a wait time with about three significant digits: "0",
@@ -199,4 +227,14 @@ func waitText(d *durationpb.Duration) string {
 		return v.Round(10 * time.Millisecond).String()
 	}
 	return v.Round(time.Second).String()
+}
+
+// unreachable says which servers of the cluster did not answer, so that
+// their pools are missing from what was printed.
+func (p *printer) unreachable(servers []string) error {
+	if len(servers) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(p.w, "missing: the pools of %s (no answer within the timeout)\n", strings.Join(servers, ", "))
+	return err
 }

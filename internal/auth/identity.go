@@ -75,6 +75,9 @@ func (id Identity) Principal() string {
 	return ""
 }
 
+// AdminToken reports whether the caller presented the admin token.
+func (id Identity) AdminToken() bool { return id.tokenOK }
+
 // ClientKey is the key of the caller for per-client limits: its principal,
 // else declaredID (a client_id it chose), else its connection. Keying
 // unnamed callers by connection rather than by IP address lets many

@@ -21,6 +21,11 @@ type TLS struct {
 	HTTP *tls.Config
 	// ClientCerts reports that a client CA was given.
 	ClientCerts bool
+	// Peer is for this server's calls to the other servers of its cluster
+	// (the cluster-wide listings, Envoy calls for pools led elsewhere): it
+	// presents the server's own certificate as a client certificate, and
+	// verifies theirs against the system's roots and the client CAs.
+	Peer *tls.Config
 
 	certFile, keyFile string
 	cert              atomic.Pointer[tls.Certificate] // served to new connections; Reload replaces it
@@ -42,11 +47,23 @@ func LoadTLS(certFile, keyFile, clientCAFile string) (*TLS, error) {
 	getCert := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return out.cert.Load(), nil }
 	base := &tls.Config{GetCertificate: getCert, MinVersion: tls.VersionTLS12}
 	out.GRPC, out.HTTP = base.Clone(), base.Clone()
+	out.Peer = &tls.Config{MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return out.cert.Load(), nil }}
 	if clientCAFile != "" {
 		pool, err := LoadCertPool(clientCAFile)
 		if err != nil {
 			return nil, err
 		}
+		roots, err := x509.SystemCertPool()
+		if err != nil {
+			roots = x509.NewCertPool()
+		}
+		pem, err := os.ReadFile(clientCAFile)
+		if err != nil {
+			return nil, err
+		}
+		roots.AppendCertsFromPEM(pem)
+		out.Peer.RootCAs = roots
 		out.GRPC.ClientCAs, out.GRPC.ClientAuth = pool, tls.RequireAndVerifyClientCert
 		out.HTTP.ClientCAs, out.HTTP.ClientAuth = pool, tls.VerifyClientCertIfGiven
 		out.ClientCerts = true

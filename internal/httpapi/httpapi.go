@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/fanout"
 	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/apierr"
@@ -40,6 +41,24 @@ type Options struct {
 	// epoch of the leader of a shard, told to a request for its pools on a
 	// server of a cluster that does not lead it.
 	Leader func(shard int) (leader string, epoch int64)
+	// Self is this server's advertised address: the owner of the pools
+	// it serves.
+	Self string
+	// Peers, on a server of a cluster, gives the other servers' part of
+	// GET /api/pools: their pools after after, at most limit of each, in
+	// name order, asked with r's credentials. Nil for a standalone server.
+	Peers func(r *http.Request, after string, limit int) PeerPools
+}
+
+// PeerPools is the other servers' part of GET /api/pools (Options.Peers).
+type PeerPools struct {
+	// Lists are each server's pools, in name order, Owner set, and
+	// whether it has more after them.
+	Lists []fanout.List[Pool]
+	// Total is the number of pools on the servers that answered.
+	Total int
+	// Unreachable are the servers that did not answer.
+	Unreachable []string
 }
 
 // NotLeaderResponse is the JSON of a 503 from the pools' endpoints on a
@@ -107,7 +126,11 @@ func newMux(o Options) *routeMux {
 		Timeout:             30 * time.Second,
 	})
 	mux.Handle("GET /metrics", h.auth(prom))
-	mux.Handle("GET /api/pools", h.auth(h.ledOnly(h.pools)))
+	if o.Peers != nil {
+		mux.Handle("GET /api/pools", h.auth(http.HandlerFunc(h.clusterPools)))
+	} else {
+		mux.Handle("GET /api/pools", h.auth(h.ledOnly(h.pools)))
+	}
 	mux.Handle("GET /api/pools/{name}/leases", h.auth(h.leaderOnly(h.poolLeases)))
 	mux.Handle("GET /api/pools/{name}/waiters", h.auth(h.leaderOnly(h.poolWaiters)))
 	mux.Handle("GET /api/events", h.auth(http.HandlerFunc(h.events)))

@@ -217,13 +217,13 @@ func TestPoolsPages(t *testing.T) {
 func TestPoolShowsEffectiveLimitsOnlyWhenLowered(t *testing.T) {
 	info := limiter.PoolInfo{Config: limiter.PoolConfig{Name: "db", ConcurrencyLimit: 10, Rate: 5, DefaultLeaseTTL: time.Minute}}
 	info.Status.EffectiveConcurrencyLimit, info.Status.EffectiveRate = 10, 5
-	if p := poolOf(&info); p.Effective != nil || p.ResourceKind != "" || p.Status.RecoveringUntil != nil || p.Configured.DefaultLeaseTTL != "1m0s" {
+	if p := PoolOf(&info, 0, 0, 0); p.Effective != nil || p.ResourceKind != "" || p.Status.RecoveringUntil != nil || p.Configured.DefaultLeaseTTL != "1m0s" {
 		t.Fatalf("pool at its configured limits: %+v", p)
 	}
 	info.Status.EffectiveConcurrencyLimit = 7
 	info.Status.RecoveringUntil = epoch
 	info.Config.ResourceKind = limiter.ResourcePassive
-	p := poolOf(&info)
+	p := PoolOf(&info, 0, 0, 0)
 	if p.Effective == nil || p.Effective.ConcurrencyLimit != 7 || p.Effective.Rate != 5 || p.Configured.ConcurrencyLimit != 10 ||
 		p.ResourceKind != "passive" || p.Status.RecoveringUntil == nil || !p.Status.RecoveringUntil.Equal(epoch) {
 		t.Fatalf("throttled passive pool in recovery: %+v", p)

@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/internal/events"
+	"github.com/tollgate/tollgate/internal/fanout"
 	"github.com/tollgate/tollgate/internal/term"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -30,13 +32,19 @@ type PoolsResponse struct {
 	Total int    `json:"total"`
 	More  bool   `json:"more"`
 	Pools []Pool `json:"pools"`
+	// Unreachable names the servers of the cluster whose pools are
+	// missing: they did not answer within the fan-out timeout.
+	Unreachable []string `json:"unreachable,omitempty"`
 }
 
 // Pool is one pool. Effective carries the limits in force when adaptive
 // control has lowered them below Configured (it is absent otherwise);
 // clients should display effective when present and configured otherwise.
 type Pool struct {
-	Name        string `json:"name"`
+	Name string `json:"name"`
+	// Owner is the advertised address of the server that leads the pool's
+	// shard (on a server of a cluster; absent on a standalone server).
+	Owner       string `json:"owner,omitempty"`
 	Description string `json:"description,omitempty"`
 	// ResourceKind is "active" or "passive" for a pool of instances;
 	// absent for a free pool.
@@ -116,7 +124,50 @@ func (h *handler) pools(w http.ResponseWriter, r *http.Request, ts []*term.Term)
 	if !ok {
 		return
 	}
-	after := q.Get("after")
+	writeJSON(w, h.localPools(ts, q.Get("after"), limit))
+}
+
+// clusterPools answers GET /api/pools on a server of a cluster: the pools
+// of the shards it leads, and the other servers' (Options.Peers), merged
+// in name order, each with its owner.
+func (h *handler) clusterPools(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, ok := queryLimit(w, q, poolsDefaultLimit, poolsMaxLimit)
+	if !ok {
+		return
+	}
+	var led []*term.Term
+	served := h.o.Terms.Served()
+	for _, t := range served {
+		if t.Leading() {
+			led = append(led, t)
+		}
+	}
+	var local PoolsResponse
+	if len(led) > 0 {
+		local = h.localPools(led, q.Get("after"), limit)
+	} else {
+		local = PoolsResponse{Time: served[0].Engine().Clock().Now(), Serving: h.o.Serving()}
+	}
+	for i := range local.Pools {
+		local.Pools[i].Owner = h.o.Self
+	}
+	peers := h.o.Peers(r, q.Get("after"), limit)
+	lists := append([]fanout.List[Pool]{{Items: local.Pools, More: local.More}}, peers.Lists...)
+	resp := local
+	resp.Pools, resp.More = fanout.Merge(lists, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) },
+		func(p Pool) string { return p.Name }, limit)
+	resp.Total += peers.Total
+	resp.Unreachable = peers.Unreachable
+	if resp.Pools == nil {
+		resp.Pools = []Pool{}
+	}
+	writeJSON(w, resp)
+}
+
+// localPools lists the pools of the terms ts after after, at most limit,
+// merged in name order.
+func (h *handler) localPools(ts []*term.Term, after string, limit int) PoolsResponse {
 	// Each pool with the engine that serves it.
 	type served struct {
 		info limiter.PoolInfo
@@ -143,15 +194,13 @@ func (h *handler) pools(w http.ResponseWriter, r *http.Request, ts []*term.Term)
 		Pools:   make([]Pool, 0, len(infos)),
 	}
 	for i := range infos {
-		ap := poolOf(&infos[i].info)
+		var wt limiter.WaitTimes
 		if st, err := infos[i].eng.PoolStats(infos[i].info.Config.Name); err == nil { // deleted meanwhile: no waits
-			wt := st.WaitTimes
-			ap.Status.WaitGrants = wt.Count
-			ap.Status.WaitP50Ms, ap.Status.WaitP99Ms = millis(wt.P50), millis(wt.P99)
+			wt = st.WaitTimes
 		}
-		resp.Pools = append(resp.Pools, ap)
+		resp.Pools = append(resp.Pools, PoolOf(&infos[i].info, wt.Count, wt.P50, wt.P99))
 	}
-	writeJSON(w, resp)
+	return resp
 }
 
 // queryLimit reads the limit query parameter of a paged endpoint: def when
@@ -170,7 +219,9 @@ func queryLimit(w http.ResponseWriter, q url.Values, def, most int) (int, bool) 
 	return min(n, most), true
 }
 
-func poolOf(info *limiter.PoolInfo) Pool {
+// PoolOf is a pool as the status page shows it: info, and the count, the
+// median and the 99th percentile of its recent waits (GetStats).
+func PoolOf(info *limiter.PoolInfo, waitGrants int64, p50, p99 time.Duration) Pool {
 	c, st := info.Config, info.Status
 	var recovering *time.Time
 	if !st.RecoveringUntil.IsZero() {
@@ -213,6 +264,7 @@ func poolOf(info *limiter.PoolInfo) Pool {
 			Revoked:         st.Revoked, Suspended: st.Suspended, ThrottleReason: st.ThrottleReason.String(),
 			ShareHolders: st.ShareHolders, SharesGranted: st.SharesGranted,
 			Resources: st.Resources, ResourcesFree: st.ResourcesFree, Providers: st.Providers,
+			WaitGrants: waitGrants, WaitP50Ms: millis(p50), WaitP99Ms: millis(p99),
 		},
 		CreateTime: info.CreateTime,
 		UpdateTime: info.UpdateTime,

@@ -10,6 +10,7 @@ package pagetoken
 import (
 	"encoding/base64"
 	"strconv"
+	"strings"
 
 	"github.com/tollgate/tollgate/internal/refuse"
 	"github.com/tollgate/tollgate/limiter"
@@ -69,4 +70,32 @@ func Resource(tok string) (after string, first bool, err error) {
 
 func refused(tok, call string) error {
 	return refuse.InvalidArg("page_token %q is not one this server issued; pass next_page_token from the previous %s response unchanged, or leave it empty for the first page", refuse.Truncate(tok, 64), call)
+}
+
+// EncodeSession makes the token of a ListClients page asked of a cluster,
+// whose sessions are in (server, session id) order: the page after the
+// session id of server.
+func EncodeSession(server string, id uint64) string {
+	return Encode(strconv.FormatUint(id, 10) + "@" + server)
+}
+
+// Session reads a ListClients token of a cluster: the server and session
+// id after which the page starts. A token of one server's (a decimal id
+// alone) is after that id of self. "" is the first page: server "".
+func Session(tok, self string) (server string, after uint64, err error) {
+	if tok == "" {
+		return "", 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return "", 0, refused(tok, "ListClients")
+	}
+	num, server, found := strings.Cut(string(b), "@")
+	if !found {
+		server = self
+	}
+	if after, err = strconv.ParseUint(num, 10, 64); err != nil || (found && server == "") {
+		return "", 0, refused(tok, "ListClients")
+	}
+	return server, after, nil
 }

@@ -173,6 +173,7 @@ function poolRow(p) {
     name.append(" ", el("span", { class: "badge throttled", title: "adaptive control lowered the effective limits because of reported " + st.throttle_reason }, "throttled: " + st.throttle_reason));
   }
   if (p.description) name.append(el("span", { class: "desc", title: p.description }, p.description));
+  if (p.owner) name.append(el("span", { class: "desc owner", title: "the server that leads this pool's shard" }, "on " + p.owner));
   if (p.resource_kind) {
     const prov = p.resource_kind === "passive" ? ", " + num(st.providers || 0) + (st.providers === 1 ? " provider" : " providers") : "";
     name.append(el("span", { class: "desc resources", title: p.resource_kind + " pool: its permits are instances (tollgate resource list " + p.name + ")" },
@@ -316,6 +317,10 @@ function renderPools(data) {
       data.more ? pageButton("pools-next", "Next", true) : null);
   } else if (filter && shown.length === 0) note.textContent = "No pool matches the filter.";
   else note.textContent = "";
+  if (data.unreachable && data.unreachable.length) {
+    note.append(" The pools of " + data.unreachable.join(", ") + " are missing: " +
+      (data.unreachable.length === 1 ? "it" : "they") + " did not answer in time.");
+  }
   const state = document.getElementById("state");
   state.textContent = data.serving ? "serving" : "shutting down";
   state.className = "badge " + (data.serving ? "serving" : "down");

@@ -81,8 +81,13 @@ func (x *WatchEventsRequest) GetIncludeRecent() bool {
 // WatchEventsResponse carries one event.
 type WatchEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The event.
-	Event         *PoolEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// The event; unset on a response that carries unreachable.
+	Event *PoolEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// Set, on a response without an event, when the events of these servers
+	// of the cluster stop reaching this watch: the server did not open its
+	// watch within the fan-out timeout, or its watch ended (it left, died or
+	// was cut off). The others' events go on; watch again to include it.
+	Unreachable   []string `protobuf:"bytes,2,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -120,6 +125,13 @@ func (*WatchEventsResponse) Descriptor() ([]byte, []int) {
 func (x *WatchEventsResponse) GetEvent() *PoolEvent {
 	if x != nil {
 		return x.Event
+	}
+	return nil
+}
+
+func (x *WatchEventsResponse) GetUnreachable() []string {
+	if x != nil {
+		return x.Unreachable
 	}
 	return nil
 }
@@ -382,6 +394,12 @@ type ListPoolsResponse struct {
 	Statuses []*PoolStatus `protobuf:"bytes,2,rep,name=statuses,proto3" json:"statuses,omitempty"`
 	// Token for the next page; empty when this is the last page.
 	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The servers of the cluster whose pools are missing from this page:
+	// they did not answer within the fan-out timeout, or refused. Empty
+	// when every server answered.
+	Unreachable []string `protobuf:"bytes,4,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	// How many pools there are in all (on every server that answered).
+	TotalSize     int32 `protobuf:"varint,5,opt,name=total_size,json=totalSize,proto3" json:"total_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -435,6 +453,20 @@ func (x *ListPoolsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListPoolsResponse) GetUnreachable() []string {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
+}
+
+func (x *ListPoolsResponse) GetTotalSize() int32 {
+	if x != nil {
+		return x.TotalSize
+	}
+	return 0
 }
 
 // UpdatePoolRequest changes a pool.
@@ -1259,9 +1291,10 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\x17tollgate/v1/admin.proto\x12\vtollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x19tollgate/v1/clients.proto\x1a\x19tollgate/v1/cluster.proto\x1a\x1btollgate/v1/resources.proto\x1a\x17tollgate/v1/stats.proto\x1a\x17tollgate/v1/types.proto\"O\n" +
 	"\x12WatchEventsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12%\n" +
-	"\x0einclude_recent\x18\x02 \x01(\bR\rincludeRecent\"C\n" +
+	"\x0einclude_recent\x18\x02 \x01(\bR\rincludeRecent\"e\n" +
 	"\x13WatchEventsResponse\x12,\n" +
-	"\x05event\x18\x01 \x01(\v2\x16.tollgate.v1.PoolEventR\x05event\":\n" +
+	"\x05event\x18\x01 \x01(\v2\x16.tollgate.v1.PoolEventR\x05event\x12 \n" +
+	"\vunreachable\x18\x02 \x03(\tR\vunreachable\":\n" +
 	"\x11CreatePoolRequest\x12%\n" +
 	"\x04pool\x18\x01 \x01(\v2\x11.tollgate.v1.PoolR\x04pool\";\n" +
 	"\x12CreatePoolResponse\x12%\n" +
@@ -1274,11 +1307,14 @@ const file_tollgate_v1_admin_proto_rawDesc = "" +
 	"\x10ListPoolsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\x99\x01\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xda\x01\n" +
 	"\x11ListPoolsResponse\x12'\n" +
 	"\x05pools\x18\x01 \x03(\v2\x11.tollgate.v1.PoolR\x05pools\x123\n" +
 	"\bstatuses\x18\x02 \x03(\v2\x17.tollgate.v1.PoolStatusR\bstatuses\x12&\n" +
-	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"w\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\x12 \n" +
+	"\vunreachable\x18\x04 \x03(\tR\vunreachable\x12\x1d\n" +
+	"\n" +
+	"total_size\x18\x05 \x01(\x05R\ttotalSize\"w\n" +
 	"\x11UpdatePoolRequest\x12%\n" +
 	"\x04pool\x18\x01 \x01(\v2\x11.tollgate.v1.PoolR\x04pool\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +

@@ -103,7 +103,8 @@ func (x *ListClientsRequest) GetPageToken() string {
 // ListClientsResponse is a page of client sessions.
 type ListClientsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Sessions in the order they connected (session_id order).
+	// Sessions in the order they connected (session_id order); asked of a
+	// server of a cluster, every server's, in (server, session_id) order.
 	Clients []*ClientSession `protobuf:"bytes,1,rep,name=clients,proto3" json:"clients,omitempty"`
 	// Token for the next page; empty when this is the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -115,8 +116,12 @@ type ListClientsResponse struct {
 	UnattachedLeases int64 `protobuf:"varint,3,opt,name=unattached_leases,json=unattachedLeases,proto3" json:"unattached_leases,omitempty"`
 	// Permit weight those leases hold.
 	UnattachedWeight int64 `protobuf:"varint,4,opt,name=unattached_weight,json=unattachedWeight,proto3" json:"unattached_weight,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The servers of the cluster whose sessions are missing from this page
+	// (and from the unattached counts): they did not answer within the
+	// fan-out timeout, or refused. Empty when every server answered.
+	Unreachable   []string `protobuf:"bytes,5,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListClientsResponse) Reset() {
@@ -177,6 +182,13 @@ func (x *ListClientsResponse) GetUnattachedWeight() int64 {
 	return 0
 }
 
+func (x *ListClientsResponse) GetUnreachable() []string {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
+}
+
 // ClientSession is one connected Session stream (LimiterService.Session)
 // and what it holds: the leases and rate shares acquired, renewed or
 // refreshed on it most recently.
@@ -211,7 +223,11 @@ type ClientSession struct {
 	ShareRate float64 `protobuf:"fixed64,10,opt,name=share_rate,json=shareRate,proto3" json:"share_rate,omitempty"`
 	// The same, per pool, in pool name order; pools where the session holds
 	// nothing are left out.
-	Pools         []*ClientPoolHoldings `protobuf:"bytes,11,rep,name=pools,proto3" json:"pools,omitempty"`
+	Pools []*ClientPoolHoldings `protobuf:"bytes,11,rep,name=pools,proto3" json:"pools,omitempty"`
+	// The advertised address of the server the stream is open on. Session
+	// ids are that server's own: a cluster's sessions are listed in
+	// (server, session_id) order.
+	Server        string `protobuf:"bytes,12,opt,name=server,proto3" json:"server,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -323,6 +339,13 @@ func (x *ClientSession) GetPools() []*ClientPoolHoldings {
 	return nil
 }
 
+func (x *ClientSession) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
 // ClientPoolHoldings is what one client session holds in one pool.
 type ClientPoolHoldings struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -415,12 +438,13 @@ const file_tollgate_v1_clients_proto_rawDesc = "" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\xcd\x01\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xef\x01\n" +
 	"\x13ListClientsResponse\x124\n" +
 	"\aclients\x18\x01 \x03(\v2\x1a.tollgate.v1.ClientSessionR\aclients\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12+\n" +
 	"\x11unattached_leases\x18\x03 \x01(\x03R\x10unattachedLeases\x12+\n" +
-	"\x11unattached_weight\x18\x04 \x01(\x03R\x10unattachedWeight\"\xb1\x03\n" +
+	"\x11unattached_weight\x18\x04 \x01(\x03R\x10unattachedWeight\x12 \n" +
+	"\vunreachable\x18\x05 \x03(\tR\vunreachable\"\xc9\x03\n" +
 	"\rClientSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -435,7 +459,8 @@ const file_tollgate_v1_clients_proto_rawDesc = "" +
 	"\n" +
 	"share_rate\x18\n" +
 	" \x01(\x01R\tshareRate\x125\n" +
-	"\x05pools\x18\v \x03(\v2\x1f.tollgate.v1.ClientPoolHoldingsR\x05pools\"\x8f\x01\n" +
+	"\x05pools\x18\v \x03(\v2\x1f.tollgate.v1.ClientPoolHoldingsR\x05pools\x12\x16\n" +
+	"\x06server\x18\f \x01(\tR\x06server\"\x8f\x01\n" +
 	"\x12ClientPoolHoldings\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
 	"\x06leases\x18\x02 \x01(\x03R\x06leases\x12\x16\n" +

@@ -96,6 +96,10 @@ type GetStatsResponse struct {
 	Stats []*PoolStats `protobuf:"bytes,1,rep,name=stats,proto3" json:"stats,omitempty"`
 	// Token for the next page; empty when this is the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The servers of the cluster whose pools are missing from this page:
+	// they did not answer within the fan-out timeout, or refused. Empty
+	// when every server answered.
+	Unreachable   []string `protobuf:"bytes,3,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -142,6 +146,13 @@ func (x *GetStatsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *GetStatsResponse) GetUnreachable() []string {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
 }
 
 // PoolStats is one pool's statistics.
@@ -358,10 +369,11 @@ const file_tollgate_v1_stats_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"h\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x8a\x01\n" +
 	"\x10GetStatsResponse\x12,\n" +
 	"\x05stats\x18\x01 \x03(\v2\x16.tollgate.v1.PoolStatsR\x05stats\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x95\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12 \n" +
+	"\vunreachable\x18\x03 \x03(\tR\vunreachable\"\x95\x02\n" +
 	"\tPoolStats\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12/\n" +
 	"\x06status\x18\x02 \x01(\v2\x17.tollgate.v1.PoolStatusR\x06status\x12+\n" +

@@ -974,6 +974,10 @@ type PoolStatus struct {
 	ResourcesFree int64 `protobuf:"varint,36,opt,name=resources_free,json=resourcesFree,proto3" json:"resources_free,omitempty"`
 	// Live providers of a passive pool.
 	Providers int64 `protobuf:"varint,37,opt,name=providers,proto3" json:"providers,omitempty"`
+	// The advertised address of the server that leads the pool's shard and
+	// answered this status (GetCluster's self of that server). A listing
+	// asked of any server of a cluster gathers every pool from its owner.
+	Owner string `protobuf:"bytes,38,opt,name=owner,proto3" json:"owner,omitempty"`
 	// Held / effective concurrency limit now, 0 to 1 (above 1 while a
 	// lowered limit is still over-held); 0 without a concurrency limit.
 	Utilisation   float64 `protobuf:"fixed64,40,opt,name=utilisation,proto3" json:"utilisation,omitempty"`
@@ -1240,6 +1244,13 @@ func (x *PoolStatus) GetProviders() int64 {
 		return x.Providers
 	}
 	return 0
+}
+
+func (x *PoolStatus) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
 }
 
 func (x *PoolStatus) GetUtilisation() float64 {
@@ -1602,7 +1613,10 @@ type PoolEvent struct {
 	// The provider, for provider_joined and provider_left events.
 	ProviderId string `protobuf:"bytes,20,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	// The instances concerned, for resource events.
-	ResourceIds   []string `protobuf:"bytes,21,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
+	ResourceIds []string `protobuf:"bytes,21,rep,name=resource_ids,json=resourceIds,proto3" json:"resource_ids,omitempty"`
+	// The advertised address of the server that recorded the event. seq
+	// is that server's own.
+	Server        string `protobuf:"bytes,22,opt,name=server,proto3" json:"server,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1714,6 +1728,13 @@ func (x *PoolEvent) GetResourceIds() []string {
 	return nil
 }
 
+func (x *PoolEvent) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
 var File_tollgate_v1_types_proto protoreflect.FileDescriptor
 
 const file_tollgate_v1_types_proto_rawDesc = "" +
@@ -1767,8 +1788,7 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	" \x01(\x03R\x0eminConcurrency\x12\x19\n" +
 	"\bmin_rate\x18\v \x01(\x01R\aminRate\x12+\n" +
 	"\x11latency_tolerance\x18\f \x01(\x01R\x10latencyTolerance\x12@\n" +
-	"\x0eprobe_interval\x18\r \x01(\v2\x19.google.protobuf.DurationR\rprobeInterval\"\xf1\n" +
-	"\n" +
+	"\x0eprobe_interval\x18\r \x01(\v2\x19.google.protobuf.DurationR\rprobeInterval\"\x87\v\n" +
 	"\n" +
 	"PoolStatus\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\x03R\x04held\x12\x16\n" +
@@ -1804,7 +1824,8 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\tsuspended\x18\" \x01(\bR\tsuspended\x12\x1c\n" +
 	"\tresources\x18# \x01(\x03R\tresources\x12%\n" +
 	"\x0eresources_free\x18$ \x01(\x03R\rresourcesFree\x12\x1c\n" +
-	"\tproviders\x18% \x01(\x03R\tproviders\x12 \n" +
+	"\tproviders\x18% \x01(\x03R\tproviders\x12\x14\n" +
+	"\x05owner\x18& \x01(\tR\x05owner\x12 \n" +
 	"\vutilisation\x18( \x01(\x01R\vutilisation\"\xfd\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -1835,7 +1856,7 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"providerId\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd9\x02\n" +
 	"\tPoolEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
@@ -1848,7 +1869,8 @@ const file_tollgate_v1_types_proto_rawDesc = "" +
 	"\x05actor\x18\t \x01(\tR\x05actor\x12\x1f\n" +
 	"\vprovider_id\x18\x14 \x01(\tR\n" +
 	"providerId\x12!\n" +
-	"\fresource_ids\x18\x15 \x03(\tR\vresourceIds*z\n" +
+	"\fresource_ids\x18\x15 \x03(\tR\vresourceIds\x12\x16\n" +
+	"\x06server\x18\x16 \x01(\tR\x06server*z\n" +
 	"\fResourceKind\x12\x1d\n" +
 	"\x19RESOURCE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RESOURCE_KIND_FREE\x10\x01\x12\x18\n" +

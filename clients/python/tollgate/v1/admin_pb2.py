@@ -19,7 +19,7 @@ from tollgate.v1 import stats_pb2 as tollgate_dot_v1_dot_stats__pb2
 from tollgate.v1 import types_pb2 as tollgate_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tollgate/v1/admin.proto\x12\x0btollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x19tollgate/v1/clients.proto\x1a\x19tollgate/v1/cluster.proto\x1a\x1btollgate/v1/resources.proto\x1a\x17tollgate/v1/stats.proto\x1a\x17tollgate/v1/types.proto\":\n\x12WatchEventsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x16\n\x0einclude_recent\x18\x02 \x01(\x08\"<\n\x13WatchEventsResponse\x12%\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x16.tollgate.v1.PoolEvent\"4\n\x11\x43reatePoolRequest\x12\x1f\n\x04pool\x18\x01 \x01(\x0b\x32\x11.tollgate.v1.Pool\"5\n\x12\x43reatePoolResponse\x12\x1f\n\x04pool\x18\x01 \x01(\x0b\x32\x11.tollgate.v1.Pool\"\x1e\n\x0eGetPoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"[\n\x0fGetPoolResponse\x12\x1f\n\x04pool\x18\x01 \x01(\x0b\x32\x11.tollgate.v1.Pool\x12\'\n\x06status\x18\x02 \x01(\x0b\x32\x17.tollgate.v1.PoolStatus\"9\n\x10ListPoolsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"y\n\x11ListPoolsResponse\x12 \n\x05pools\x18\x01 \x03(\x0b\x32\x11.tollgate.v1.Pool\x12)\n\x08statuses\x18\x02 \x03(\x0b\x32\x17.tollgate.v1.PoolStatus\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"e\n\x11UpdatePoolRequest\x12\x1f\n\x04pool\x18\x01 \x01(\x0b\x32\x11.tollgate.v1.Pool\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"5\n\x12UpdatePoolResponse\x12\x1f\n\x04pool\x18\x01 \x01(\x0b\x32\x11.tollgate.v1.Pool\"0\n\x11\x44\x65letePoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"\x14\n\x12\x44\x65letePoolResponse\"D\n\x12RevokeLeaseRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x15\n\x13RevokeLeaseResponse\"1\n\x0fGetLeaseRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\"5\n\x10GetLeaseResponse\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.tollgate.v1.Lease\"[\n\x11ListLeasesRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"Q\n\x12ListLeasesResponse\x12\"\n\x06leases\x18\x01 \x03(\x0b\x32\x12.tollgate.v1.Lease\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"7\n\x12SuspendPoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0brevoke_held\x18\x02 \x01(\x08\">\n\x13SuspendPoolResponse\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.tollgate.v1.PoolStatus\"!\n\x11ResumePoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"=\n\x12ResumePoolResponse\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.tollgate.v1.PoolStatus\" \n\x10\x44rainPoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"<\n\x11\x44rainPoolResponse\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.tollgate.v1.PoolStatus2\xad\x0b\n\x0c\x41\x64minService\x12M\n\nCreatePool\x12\x1e.tollgate.v1.CreatePoolRequest\x1a\x1f.tollgate.v1.CreatePoolResponse\x12\x44\n\x07GetPool\x12\x1b.tollgate.v1.GetPoolRequest\x1a\x1c.tollgate.v1.GetPoolResponse\x12J\n\tListPools\x12\x1d.tollgate.v1.ListPoolsRequest\x1a\x1e.tollgate.v1.ListPoolsResponse\x12M\n\nUpdatePool\x12\x1e.tollgate.v1.UpdatePoolRequest\x1a\x1f.tollgate.v1.UpdatePoolResponse\x12M\n\nDeletePool\x12\x1e.tollgate.v1.DeletePoolRequest\x1a\x1f.tollgate.v1.DeletePoolResponse\x12P\n\x0bRevokeLease\x12\x1f.tollgate.v1.RevokeLeaseRequest\x1a .tollgate.v1.RevokeLeaseResponse\x12G\n\x08GetLease\x12\x1c.tollgate.v1.GetLeaseRequest\x1a\x1d.tollgate.v1.GetLeaseResponse\x12M\n\nListLeases\x12\x1e.tollgate.v1.ListLeasesRequest\x1a\x1f.tollgate.v1.ListLeasesResponse\x12P\n\x0bSuspendPool\x12\x1f.tollgate.v1.SuspendPoolRequest\x1a .tollgate.v1.SuspendPoolResponse\x12M\n\nResumePool\x12\x1e.tollgate.v1.ResumePoolRequest\x1a\x1f.tollgate.v1.ResumePoolResponse\x12J\n\tDrainPool\x12\x1d.tollgate.v1.DrainPoolRequest\x1a\x1e.tollgate.v1.DrainPoolResponse\x12R\n\x0bWatchEvents\x12\x1f.tollgate.v1.WatchEventsRequest\x1a .tollgate.v1.WatchEventsResponse0\x01\x12S\n\x0c\x41\x64\x64Resources\x12 .tollgate.v1.AddResourcesRequest\x1a!.tollgate.v1.AddResourcesResponse\x12\\\n\x0fRemoveResources\x12#.tollgate.v1.RemoveResourcesRequest\x1a$.tollgate.v1.RemoveResourcesResponse\x12V\n\rListResources\x12!.tollgate.v1.ListResourcesRequest\x1a\".tollgate.v1.ListResourcesResponse\x12P\n\x0bListClients\x12\x1f.tollgate.v1.ListClientsRequest\x1a .tollgate.v1.ListClientsResponse\x12G\n\x08GetStats\x12\x1c.tollgate.v1.GetStatsRequest\x1a\x1d.tollgate.v1.GetStatsResponse\x12M\n\nGetCluster\x12\x1e.tollgate.v1.GetClusterRequest\x1a\x1f.tollgate.v1.GetClusterResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tollgate/v1/admin.proto\x12\x0btollgate.v1\x1a google/protobuf/field_mask.proto\x1a\x19tollgate/v1/clients.proto\x1a\x19tollgate/v1/cluster.proto\x1a\x1btollgate/v1/resources.proto\x1a\x17tollgate/v1/stats.proto\x1a\x17tollgate/v1/types.proto\":\n\x12WatchEventsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x16\n\x0einclude_recent\x18\x02 \x01(\x08\"Q\n\x13WatchEventsResponse\x12%\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x16.tollgate.v1.PoolEvent\x12\x13\n\x0bunreachable\x18\x02 \x03(\t\"4\n\x11\x43reatePoolRequest\x12\x1f\n\x04pool\x18\x01 \x01(\x0b\x32\x11.tollgate.v1.Pool\"5\n\x12\x43reatePoolResponse\x12\x1f\n\x04pool\x18\x01 \x01(\x0b\x32\x11.tollgate.v1.Pool\"\x1e\n\x0eGetPoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"[\n\x0fGetPoolResponse\x12\x1f\n\x04pool\x18\x01 \x01(\x0b\x32\x11.tollgate.v1.Pool\x12\'\n\x06status\x18\x02 \x01(\x0b\x32\x17.tollgate.v1.PoolStatus\"9\n\x10ListPoolsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\xa2\x01\n\x11ListPoolsResponse\x12 \n\x05pools\x18\x01 \x03(\x0b\x32\x11.tollgate.v1.Pool\x12)\n\x08statuses\x18\x02 \x03(\x0b\x32\x17.tollgate.v1.PoolStatus\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\x12\x13\n\x0bunreachable\x18\x04 \x03(\t\x12\x12\n\ntotal_size\x18\x05 \x01(\x05\"e\n\x11UpdatePoolRequest\x12\x1f\n\x04pool\x18\x01 \x01(\x0b\x32\x11.tollgate.v1.Pool\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"5\n\x12UpdatePoolResponse\x12\x1f\n\x04pool\x18\x01 \x01(\x0b\x32\x11.tollgate.v1.Pool\"0\n\x11\x44\x65letePoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"\x14\n\x12\x44\x65letePoolResponse\"D\n\x12RevokeLeaseRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x15\n\x13RevokeLeaseResponse\"1\n\x0fGetLeaseRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\"5\n\x10GetLeaseResponse\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.tollgate.v1.Lease\"[\n\x11ListLeasesRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"Q\n\x12ListLeasesResponse\x12\"\n\x06leases\x18\x01 \x03(\x0b\x32\x12.tollgate.v1.Lease\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"7\n\x12SuspendPoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0brevoke_held\x18\x02 \x01(\x08\">\n\x13SuspendPoolResponse\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.tollgate.v1.PoolStatus\"!\n\x11ResumePoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"=\n\x12ResumePoolResponse\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.tollgate.v1.PoolStatus\" \n\x10\x44rainPoolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"<\n\x11\x44rainPoolResponse\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.tollgate.v1.PoolStatus2\xad\x0b\n\x0c\x41\x64minService\x12M\n\nCreatePool\x12\x1e.tollgate.v1.CreatePoolRequest\x1a\x1f.tollgate.v1.CreatePoolResponse\x12\x44\n\x07GetPool\x12\x1b.tollgate.v1.GetPoolRequest\x1a\x1c.tollgate.v1.GetPoolResponse\x12J\n\tListPools\x12\x1d.tollgate.v1.ListPoolsRequest\x1a\x1e.tollgate.v1.ListPoolsResponse\x12M\n\nUpdatePool\x12\x1e.tollgate.v1.UpdatePoolRequest\x1a\x1f.tollgate.v1.UpdatePoolResponse\x12M\n\nDeletePool\x12\x1e.tollgate.v1.DeletePoolRequest\x1a\x1f.tollgate.v1.DeletePoolResponse\x12P\n\x0bRevokeLease\x12\x1f.tollgate.v1.RevokeLeaseRequest\x1a .tollgate.v1.RevokeLeaseResponse\x12G\n\x08GetLease\x12\x1c.tollgate.v1.GetLeaseRequest\x1a\x1d.tollgate.v1.GetLeaseResponse\x12M\n\nListLeases\x12\x1e.tollgate.v1.ListLeasesRequest\x1a\x1f.tollgate.v1.ListLeasesResponse\x12P\n\x0bSuspendPool\x12\x1f.tollgate.v1.SuspendPoolRequest\x1a .tollgate.v1.SuspendPoolResponse\x12M\n\nResumePool\x12\x1e.tollgate.v1.ResumePoolRequest\x1a\x1f.tollgate.v1.ResumePoolResponse\x12J\n\tDrainPool\x12\x1d.tollgate.v1.DrainPoolRequest\x1a\x1e.tollgate.v1.DrainPoolResponse\x12R\n\x0bWatchEvents\x12\x1f.tollgate.v1.WatchEventsRequest\x1a .tollgate.v1.WatchEventsResponse0\x01\x12S\n\x0c\x41\x64\x64Resources\x12 .tollgate.v1.AddResourcesRequest\x1a!.tollgate.v1.AddResourcesResponse\x12\\\n\x0fRemoveResources\x12#.tollgate.v1.RemoveResourcesRequest\x1a$.tollgate.v1.RemoveResourcesResponse\x12V\n\rListResources\x12!.tollgate.v1.ListResourcesRequest\x1a\".tollgate.v1.ListResourcesResponse\x12P\n\x0bListClients\x12\x1f.tollgate.v1.ListClientsRequest\x1a .tollgate.v1.ListClientsResponse\x12G\n\x08GetStats\x12\x1c.tollgate.v1.GetStatsRequest\x1a\x1d.tollgate.v1.GetStatsResponse\x12M\n\nGetCluster\x12\x1e.tollgate.v1.GetClusterRequest\x1a\x1f.tollgate.v1.GetClusterResponseB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tollgate.v1.admin_pb2', globals())
@@ -30,51 +30,51 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _WATCHEVENTSREQUEST._serialized_start=207
   _WATCHEVENTSREQUEST._serialized_end=265
   _WATCHEVENTSRESPONSE._serialized_start=267
-  _WATCHEVENTSRESPONSE._serialized_end=327
-  _CREATEPOOLREQUEST._serialized_start=329
-  _CREATEPOOLREQUEST._serialized_end=381
-  _CREATEPOOLRESPONSE._serialized_start=383
-  _CREATEPOOLRESPONSE._serialized_end=436
-  _GETPOOLREQUEST._serialized_start=438
-  _GETPOOLREQUEST._serialized_end=468
-  _GETPOOLRESPONSE._serialized_start=470
-  _GETPOOLRESPONSE._serialized_end=561
-  _LISTPOOLSREQUEST._serialized_start=563
-  _LISTPOOLSREQUEST._serialized_end=620
-  _LISTPOOLSRESPONSE._serialized_start=622
-  _LISTPOOLSRESPONSE._serialized_end=743
-  _UPDATEPOOLREQUEST._serialized_start=745
-  _UPDATEPOOLREQUEST._serialized_end=846
-  _UPDATEPOOLRESPONSE._serialized_start=848
-  _UPDATEPOOLRESPONSE._serialized_end=901
-  _DELETEPOOLREQUEST._serialized_start=903
-  _DELETEPOOLREQUEST._serialized_end=951
-  _DELETEPOOLRESPONSE._serialized_start=953
-  _DELETEPOOLRESPONSE._serialized_end=973
-  _REVOKELEASEREQUEST._serialized_start=975
-  _REVOKELEASEREQUEST._serialized_end=1043
-  _REVOKELEASERESPONSE._serialized_start=1045
-  _REVOKELEASERESPONSE._serialized_end=1066
-  _GETLEASEREQUEST._serialized_start=1068
-  _GETLEASEREQUEST._serialized_end=1117
-  _GETLEASERESPONSE._serialized_start=1119
-  _GETLEASERESPONSE._serialized_end=1172
-  _LISTLEASESREQUEST._serialized_start=1174
-  _LISTLEASESREQUEST._serialized_end=1265
-  _LISTLEASESRESPONSE._serialized_start=1267
-  _LISTLEASESRESPONSE._serialized_end=1348
-  _SUSPENDPOOLREQUEST._serialized_start=1350
-  _SUSPENDPOOLREQUEST._serialized_end=1405
-  _SUSPENDPOOLRESPONSE._serialized_start=1407
-  _SUSPENDPOOLRESPONSE._serialized_end=1469
-  _RESUMEPOOLREQUEST._serialized_start=1471
-  _RESUMEPOOLREQUEST._serialized_end=1504
-  _RESUMEPOOLRESPONSE._serialized_start=1506
-  _RESUMEPOOLRESPONSE._serialized_end=1567
-  _DRAINPOOLREQUEST._serialized_start=1569
-  _DRAINPOOLREQUEST._serialized_end=1601
-  _DRAINPOOLRESPONSE._serialized_start=1603
-  _DRAINPOOLRESPONSE._serialized_end=1663
-  _ADMINSERVICE._serialized_start=1666
-  _ADMINSERVICE._serialized_end=3119
+  _WATCHEVENTSRESPONSE._serialized_end=348
+  _CREATEPOOLREQUEST._serialized_start=350
+  _CREATEPOOLREQUEST._serialized_end=402
+  _CREATEPOOLRESPONSE._serialized_start=404
+  _CREATEPOOLRESPONSE._serialized_end=457
+  _GETPOOLREQUEST._serialized_start=459
+  _GETPOOLREQUEST._serialized_end=489
+  _GETPOOLRESPONSE._serialized_start=491
+  _GETPOOLRESPONSE._serialized_end=582
+  _LISTPOOLSREQUEST._serialized_start=584
+  _LISTPOOLSREQUEST._serialized_end=641
+  _LISTPOOLSRESPONSE._serialized_start=644
+  _LISTPOOLSRESPONSE._serialized_end=806
+  _UPDATEPOOLREQUEST._serialized_start=808
+  _UPDATEPOOLREQUEST._serialized_end=909
+  _UPDATEPOOLRESPONSE._serialized_start=911
+  _UPDATEPOOLRESPONSE._serialized_end=964
+  _DELETEPOOLREQUEST._serialized_start=966
+  _DELETEPOOLREQUEST._serialized_end=1014
+  _DELETEPOOLRESPONSE._serialized_start=1016
+  _DELETEPOOLRESPONSE._serialized_end=1036
+  _REVOKELEASEREQUEST._serialized_start=1038
+  _REVOKELEASEREQUEST._serialized_end=1106
+  _REVOKELEASERESPONSE._serialized_start=1108
+  _REVOKELEASERESPONSE._serialized_end=1129
+  _GETLEASEREQUEST._serialized_start=1131
+  _GETLEASEREQUEST._serialized_end=1180
+  _GETLEASERESPONSE._serialized_start=1182
+  _GETLEASERESPONSE._serialized_end=1235
+  _LISTLEASESREQUEST._serialized_start=1237
+  _LISTLEASESREQUEST._serialized_end=1328
+  _LISTLEASESRESPONSE._serialized_start=1330
+  _LISTLEASESRESPONSE._serialized_end=1411
+  _SUSPENDPOOLREQUEST._serialized_start=1413
+  _SUSPENDPOOLREQUEST._serialized_end=1468
+  _SUSPENDPOOLRESPONSE._serialized_start=1470
+  _SUSPENDPOOLRESPONSE._serialized_end=1532
+  _RESUMEPOOLREQUEST._serialized_start=1534
+  _RESUMEPOOLREQUEST._serialized_end=1567
+  _RESUMEPOOLRESPONSE._serialized_start=1569
+  _RESUMEPOOLRESPONSE._serialized_end=1630
+  _DRAINPOOLREQUEST._serialized_start=1632
+  _DRAINPOOLREQUEST._serialized_end=1664
+  _DRAINPOOLRESPONSE._serialized_start=1666
+  _DRAINPOOLRESPONSE._serialized_end=1726
+  _ADMINSERVICE._serialized_start=1729
+  _ADMINSERVICE._serialized_end=3182
 # @@protoc_insertion_point(module_scope)

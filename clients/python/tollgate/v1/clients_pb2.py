@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tollgate/v1/clients.proto\x12\x0btollgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\\\n\x12ListClientsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\x91\x01\n\x13ListClientsResponse\x12+\n\x07\x63lients\x18\x01 \x03(\x0b\x32\x1a.tollgate.v1.ClientSession\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x19\n\x11unattached_leases\x18\x03 \x01(\x03\x12\x19\n\x11unattached_weight\x18\x04 \x01(\x03\"\xbc\x02\n\rClientSession\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x14\n\x0cpeer_address\x18\x03 \x01(\t\x12\x10\n\x08identity\x18\x04 \x01(\t\x12\x30\n\x0c\x63onnect_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x12last_activity_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06leases\x18\x07 \x01(\x03\x12\x0e\n\x06weight\x18\x08 \x01(\x03\x12\x0e\n\x06shares\x18\t \x01(\x03\x12\x12\n\nshare_rate\x18\n \x01(\x01\x12.\n\x05pools\x18\x0b \x03(\x0b\x32\x1f.tollgate.v1.ClientPoolHoldings\"f\n\x12\x43lientPoolHoldings\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x0e\n\x06leases\x18\x02 \x01(\x03\x12\x0e\n\x06weight\x18\x03 \x01(\x03\x12\x0e\n\x06shares\x18\x04 \x01(\x03\x12\x12\n\nshare_rate\x18\x05 \x01(\x01\x42;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19tollgate/v1/clients.proto\x12\x0btollgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\\\n\x12ListClientsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\xa6\x01\n\x13ListClientsResponse\x12+\n\x07\x63lients\x18\x01 \x03(\x0b\x32\x1a.tollgate.v1.ClientSession\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x19\n\x11unattached_leases\x18\x03 \x01(\x03\x12\x19\n\x11unattached_weight\x18\x04 \x01(\x03\x12\x13\n\x0bunreachable\x18\x05 \x03(\t\"\xcc\x02\n\rClientSession\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x14\n\x0cpeer_address\x18\x03 \x01(\t\x12\x10\n\x08identity\x18\x04 \x01(\t\x12\x30\n\x0c\x63onnect_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x12last_activity_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06leases\x18\x07 \x01(\x03\x12\x0e\n\x06weight\x18\x08 \x01(\x03\x12\x0e\n\x06shares\x18\t \x01(\x03\x12\x12\n\nshare_rate\x18\n \x01(\x01\x12.\n\x05pools\x18\x0b \x03(\x0b\x32\x1f.tollgate.v1.ClientPoolHoldings\x12\x0e\n\x06server\x18\x0c \x01(\t\"f\n\x12\x43lientPoolHoldings\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x0e\n\x06leases\x18\x02 \x01(\x03\x12\x0e\n\x06weight\x18\x03 \x01(\x03\x12\x0e\n\x06shares\x18\x04 \x01(\x03\x12\x12\n\nshare_rate\x18\x05 \x01(\x01\x42;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tollgate.v1.clients_pb2', globals())
@@ -25,9 +25,9 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _LISTCLIENTSREQUEST._serialized_start=75
   _LISTCLIENTSREQUEST._serialized_end=167
   _LISTCLIENTSRESPONSE._serialized_start=170
-  _LISTCLIENTSRESPONSE._serialized_end=315
-  _CLIENTSESSION._serialized_start=318
-  _CLIENTSESSION._serialized_end=634
-  _CLIENTPOOLHOLDINGS._serialized_start=636
-  _CLIENTPOOLHOLDINGS._serialized_end=738
+  _LISTCLIENTSRESPONSE._serialized_end=336
+  _CLIENTSESSION._serialized_start=339
+  _CLIENTSESSION._serialized_end=671
+  _CLIENTPOOLHOLDINGS._serialized_start=673
+  _CLIENTPOOLHOLDINGS._serialized_end=775
 # @@protoc_insertion_point(module_scope)

@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from tollgate.v1 import types_pb2 as tollgate_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tollgate/v1/stats.proto\x12\x0btollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17tollgate/v1/types.proto\"F\n\x0fGetStatsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"R\n\x10GetStatsResponse\x12%\n\x05stats\x18\x01 \x03(\x0b\x32\x16.tollgate.v1.PoolStats\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xc6\x01\n\tPoolStats\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0b\x32\x17.tollgate.v1.PoolStatus\x12\x19\n\x11\x63oncurrency_limit\x18\x03 \x01(\x03\x12\x0c\n\x04rate\x18\x04 \x01(\x01\x12*\n\nwait_times\x18\x05 \x01(\x0b\x32\x16.tollgate.v1.WaitTimes\x12\x13\n\x0butilisation\x18\x06 \x01(\x01\x12\x18\n\x10rate_utilisation\x18\x07 \x01(\x01\"\xe5\x01\n\tWaitTimes\x12)\n\x06window\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\x12&\n\x03p50\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03p90\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03p99\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03max\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tollgate/v1/stats.proto\x12\x0btollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17tollgate/v1/types.proto\"F\n\x0fGetStatsRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"g\n\x10GetStatsResponse\x12%\n\x05stats\x18\x01 \x03(\x0b\x32\x16.tollgate.v1.PoolStats\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x13\n\x0bunreachable\x18\x03 \x03(\t\"\xc6\x01\n\tPoolStats\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0b\x32\x17.tollgate.v1.PoolStatus\x12\x19\n\x11\x63oncurrency_limit\x18\x03 \x01(\x03\x12\x0c\n\x04rate\x18\x04 \x01(\x01\x12*\n\nwait_times\x18\x05 \x01(\x0b\x32\x16.tollgate.v1.WaitTimes\x12\x13\n\x0butilisation\x18\x06 \x01(\x01\x12\x18\n\x10rate_utilisation\x18\x07 \x01(\x01\"\xe5\x01\n\tWaitTimes\x12)\n\x06window\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\x12&\n\x03p50\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03p90\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03p99\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03max\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationB;Z9github.com/tollgate/tollgate/proto/tollgate/v1;tollgatev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tollgate.v1.stats_pb2', globals())
@@ -26,9 +26,9 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _GETSTATSREQUEST._serialized_start=97
   _GETSTATSREQUEST._serialized_end=167
   _GETSTATSRESPONSE._serialized_start=169
-  _GETSTATSRESPONSE._serialized_end=251
-  _POOLSTATS._serialized_start=254
-  _POOLSTATS._serialized_end=452
-  _WAITTIMES._serialized_start=455
-  _WAITTIMES._serialized_end=684
+  _GETSTATSRESPONSE._serialized_end=272
+  _POOLSTATS._serialized_start=275
+  _POOLSTATS._serialized_end=473
+  _WAITTIMES._serialized_start=476
+  _WAITTIMES._serialized_end=705
 # @@protoc_insertion_point(module_scope)
