@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/internal/citest"
 	"github.com/tollgate/tollgate/internal/etcdtest"
 	"github.com/tollgate/tollgate/internal/hatest"
+	"github.com/tollgate/tollgate/internal/shardfake"
 )
 
 func TestMain(m *testing.M) {
@@ -67,8 +68,11 @@ func TestNodeClientPackage(t *testing.T) {
 	bin := hatest.Build(t, "github.com/tollgate/tollgate/cmd/tollgate")
 	single := hatest.Standalone(t, bin)
 	single.Start()
-	cluster := hatest.StartCluster(t, bin, etcdtest.Start(t), 2)
+	cluster := hatest.StartCluster(t, bin, etcdtest.Start(t), 2, "--shards", "4") // each leads 2: the hint is followed per pool
+	cluster.WaitBalanced(30*time.Second, cluster.Servers...)
 	cluster.WaitLeader(30 * time.Second)
+
+	sharded, nomap := shardfake.Start(t, 3, 12, false), shardfake.Start(t, 3, 12, true)
 
 	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", filepath.Join(here, "test"))
 	cmd.Dir = app
@@ -76,6 +80,8 @@ func TestNodeClientPackage(t *testing.T) {
 		"TOLLGATE_BIN="+bin,
 		"TOLLGATE_SERVER="+single.Addr,
 		"TOLLGATE_CLUSTER="+strings.Join(cluster.Addrs(), ","),
+		"TOLLGATE_SHARDED="+strings.Join(sharded.Addrs, ","),
+		"TOLLGATE_SHARDED_NOMAP="+strings.Join(nomap.Addrs, ","),
 		"TOLLGATE_CLIENT="+installed)
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
@@ -85,4 +91,5 @@ func TestNodeClientPackage(t *testing.T) {
 	if !strings.Contains(string(out), "skipped 0") {
 		t.Fatalf("some of the Node.js client's tests were skipped")
 	}
+	shardfake.CheckRouting(t, sharded, nomap)
 }

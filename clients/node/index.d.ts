@@ -60,3 +60,5 @@ export class TollgateError extends Error {
 export class LeaseLost extends TollgateError {}
 
 export function parseAddresses(addresses: string | string[]): string[];
+/** The shard of a pool in a cluster of count shards (GetCluster's shard_count): FNV-1a-32 of the name's UTF-8 bytes mod count. */
+export function shardOf(pool: string, count: number): number;

@@ -25,7 +25,7 @@ const DEFAULT_TTL_MS = 15000;
 const fs = require('fs');
 const PROTO_DIR = fs.existsSync(path.join(__dirname, 'proto')) ? path.join(__dirname, 'proto') : path.join(__dirname, '..', '..', 'proto');
 
-const api = grpc.loadPackageDefinition(protoLoader.loadSync('tollgate/v1/limiter.proto', {
+const api = grpc.loadPackageDefinition(protoLoader.loadSync(['tollgate/v1/limiter.proto', 'tollgate/v1/admin.proto'], {
   includeDirs: [PROTO_DIR],
   keepCase: true,
   longs: String, // int64 and uint64 as decimal strings: fencing tokens can exceed 2^53
@@ -51,6 +51,22 @@ function parseAddresses(addresses) {
   });
 }
 
+// shardOf returns the shard of the pool named pool in a cluster of count
+// shards (GetCluster's shard_count): FNV-1a-32 of the name's UTF-8 bytes,
+// mod count. A count below 2 means one shard, 0.
+function shardOf(pool, count) {
+  if (!(count > 1)) return 0;
+  let h = 0x811c9dc5;
+  for (const b of Buffer.from(pool, 'utf8')) h = Math.imul(h ^ b, 0x01000193) >>> 0;
+  return h % count;
+}
+
+// MAX_ROUTES bounds the pools whose server a client remembers from
+// NOT_LEADER answers; past it, it forgets them all and learns again.
+const MAX_ROUTES = 4096;
+// MAP_REFRESH_MS is the least time between two reads of the shard map.
+const MAP_REFRESH_MS = 1000;
+
 const duration = (ms) => ({seconds: String(Math.floor(ms / 1000)), nanos: Math.round((ms % 1000) * 1e6)});
 const toMs = (d) => (d ? Number(d.seconds || 0) * 1000 + (d.nanos || 0) / 1e6 : 0);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -59,9 +75,15 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const safetyMarginMs = (ttlMs) => Math.max(ttlMs / 10, 100);
 
 // Client is a connection to a Tollgate server, or to the servers of a
-// cluster. Calls go to the server that answered last; a follower's
-// NOT_LEADER answer (nothing applied) moves them to the leader it names,
-// and an address where no server listens to the next one. Options:
+// cluster. A call about a pool goes to the server that leads the pool's
+// shard: the one a NOT_LEADER answer named last for that pool, else the
+// owner of its shard in the cluster's shard map (GetCluster, read when the
+// client starts and again, at most once a second, after a NOT_LEADER),
+// else the server that answered last. A NOT_LEADER answer (nothing
+// applied) sends the call again to the server it names; an address where
+// no server listens, to the next one. Without an admin token on a server
+// that checks them, the map cannot be read, and the answers alone route
+// the calls. Options:
 // credentials (grpc.credentials.createSsl(...) for TLS), token (the admin
 // token, sent as a bearer token), clientId (default node@HOST-PID),
 // timeoutMs (every call but an acquire's wait in the queue; default 10 s).
@@ -74,6 +96,11 @@ class Client {
     this.clientId = clientId || `node@${os.hostname()}-${process.pid}`;
     this.timeoutMs = timeoutMs;
     this.stubs = new Map();
+    this.admins = new Map();
+    this.routes = new Map(); // pool → the server a NOT_LEADER answer named
+    this.shardMap = null; // {count, owners}: GetCluster's shard map
+    this.mapReadAt = -Infinity;
+    this.mapReading = null;
   }
 
   stub(address) {
@@ -85,42 +112,101 @@ class Client {
     return s;
   }
 
+  metadata() {
+    const md = new grpc.Metadata();
+    if (this.token) md.set('authorization', `Bearer ${this.token}`);
+    return md;
+  }
+
+  // readShardMap reads GetCluster's shard map from the server that
+  // answered last (or that a NOT_LEADER answer named), at most once every MAP_REFRESH_MS; a server that
+  // refuses it (no admin token, a server before shards) leaves the
+  // routing to NOT_LEADER answers.
+  readShardMap() {
+    if (this.mapReading || Date.now() - this.mapReadAt < MAP_REFRESH_MS) return this.mapReading;
+    this.mapReadAt = Date.now();
+    const address = this.current;
+    let admin = this.admins.get(address);
+    if (!admin) {
+      admin = new api.AdminService(address, this.credentials);
+      this.admins.set(address, admin);
+    }
+    this.mapReading = new Promise((resolve) => {
+      admin.GetCluster({}, this.metadata(), {deadline: Date.now() + Math.min(this.timeoutMs, 2000)}, (err, resp) => {
+        this.mapReading = null;
+        if (!err && resp.shard_count > 1) {
+          const owners = new Array(resp.shard_count).fill('');
+          for (const o of resp.shards || []) {
+            if (o.shard >= 0 && o.shard < owners.length) owners[o.shard] = o.moving_to || o.owner || '';
+          }
+          this.shardMap = {count: resp.shard_count, owners};
+        }
+        resolve();
+      });
+    });
+    return this.mapReading;
+  }
+
+  // addressOf returns the server a call about pool goes to.
+  addressOf(pool) {
+    if (pool === undefined) return this.current;
+    const routed = this.routes.get(pool);
+    if (routed) return routed;
+    if (this.shardMap) {
+      const owner = this.shardMap.owners[shardOf(pool, this.shardMap.count)];
+      if (owner) return owner;
+    }
+    return this.current;
+  }
+
   // call sends a unary call, following NOT_LEADER hints and moving past
   // addresses where no server listens, within timeoutMs (null: none).
   async call(method, request, timeoutMs) {
     const deadline = timeoutMs == null ? Infinity : Date.now() + timeoutMs;
     const tried = new Map();
+    const pool = request.pool;
+    if (this.shardMap === null && pool !== undefined) await this.readShardMap();
     for (let attempt = 1; ; attempt++) {
-      const md = new grpc.Metadata();
-      if (this.token) md.set('authorization', `Bearer ${this.token}`);
+      const address = this.addressOf(pool);
       try {
         return await new Promise((resolve, reject) => {
-          this.stub(this.current)[method](request, md, {deadline}, (err, resp) => (err ? reject(err) : resolve(resp)));
+          this.stub(address)[method](request, this.metadata(), {deadline}, (err, resp) => (err ? reject(err) : resolve(resp)));
         });
       } catch (e) {
         const err = fromGrpcError(e);
-        const delay = this.nextStep(err, attempt, tried);
+        const delay = this.nextStep(err, attempt, tried, address, pool);
         if (Date.now() >= deadline) throw err;
         await sleep(delay);
       }
     }
   }
 
-  // nextStep returns the delay before the next attempt after err, or
-  // throws the error to give the caller.
-  nextStep(err, attempt, tried) {
+  // nextStep returns the delay before the next attempt after err from
+  // address about pool (undefined: a call about no pool), or throws the
+  // error to give the caller.
+  nextStep(err, attempt, tried, address = this.current, pool = undefined) {
     if (err.reason === 'NOT_LEADER') {
       const leader = err.metadata.leader || '';
       if (leader !== '') {
         if (!this.addresses.includes(leader)) this.addresses.push(leader);
-        this.current = leader;
-        return attempt < 2 * this.addresses.length ? 0 : 100;
+        this.current = leader; // a server of the cluster that answers
+        if (pool !== undefined) {
+          if (this.routes.size >= MAX_ROUTES) this.routes.clear();
+          this.routes.set(pool, leader);
+        }
       }
+      if (pool !== undefined) this.readShardMap();
+      if (leader !== '') return attempt < 2 * this.addresses.length ? 0 : 100;
+      if (pool !== undefined) this.routes.delete(pool);
       return err.retryAfterMs || 100;
     }
     if (err.code === grpc.status.UNAVAILABLE && err.reason === '') {
-      tried.set(this.current, err.details);
-      const i = this.addresses.indexOf(this.current);
+      tried.set(address, err.details);
+      if (pool !== undefined) {
+        this.routes.delete(pool);
+        if (this.shardMap) this.shardMap.owners[shardOf(pool, this.shardMap.count)] = '';
+      }
+      const i = this.addresses.indexOf(address);
       this.current = this.addresses[(i + 1) % this.addresses.length];
       if (tried.size >= this.addresses.length && attempt >= 2 * this.addresses.length) {
         const last = [...tried].map(([a, m]) => `${a}: ${m}`).join('; ');
@@ -180,8 +266,9 @@ class Client {
   }
 
   close() {
-    for (const s of this.stubs.values()) s.close();
+    for (const s of [...this.stubs.values(), ...this.admins.values()]) s.close();
     this.stubs.clear();
+    this.admins.clear();
   }
 }
 
@@ -282,4 +369,4 @@ class Lease extends EventEmitter {
   }
 }
 
-module.exports = {Client, Lease, TollgateError, LeaseLost, parseAddresses, status: grpc.status};
+module.exports = {Client, Lease, TollgateError, LeaseLost, parseAddresses, shardOf, status: grpc.status};

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/internal/citest"
 	"github.com/tollgate/tollgate/internal/etcdtest"
 	"github.com/tollgate/tollgate/internal/hatest"
+	"github.com/tollgate/tollgate/internal/shardfake"
 )
 
 // debianPython is the interpreter python3-grpcio and python3-protobuf
@@ -60,18 +61,31 @@ func TestPythonClient(t *testing.T) {
 	bin := hatest.Build(t, "github.com/tollgate/tollgate/cmd/tollgate")
 	single := hatest.Standalone(t, bin)
 	single.Start()
-	cluster := hatest.StartCluster(t, bin, etcdtest.Start(t), 2)
+	cluster := hatest.StartCluster(t, bin, etcdtest.Start(t), 2, "--shards", "4") // each leads 2: the hint is followed per pool
+	cluster.WaitBalanced(30*time.Second, cluster.Servers...)
 	cluster.WaitLeader(30 * time.Second)
+
+	sharded, nomap := shardfake.Start(t, 3, 12, false), shardfake.Start(t, 3, 12, true)
+	shardedAio, nomapAio := shardfake.Start(t, 3, 12, false), shardfake.Start(t, 3, 12, true)
 
 	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-v", "-s", filepath.Join(here, "tests"))
 	cmd.Dir = t.TempDir() // not the source tree: the installed package is what is tested
 	cmd.Env = append(os.Environ(),
 		"TOLLGATE_BIN="+bin,
 		"TOLLGATE_SERVER="+single.Addr,
-		"TOLLGATE_CLUSTER="+strings.Join(cluster.Addrs(), ","))
+		"TOLLGATE_CLUSTER="+strings.Join(cluster.Addrs(), ","),
+		"TOLLGATE_SHARDED="+strings.Join(sharded.Addrs, ","),
+		"TOLLGATE_SHARDED_NOMAP="+strings.Join(nomap.Addrs, ","),
+		"TOLLGATE_SHARDED_AIO="+strings.Join(shardedAio.Addrs, ","),
+		"TOLLGATE_SHARDED_NOMAP_AIO="+strings.Join(nomapAio.Addrs, ","))
 	out, err := cmd.CombinedOutput()
 	t.Logf("python -m unittest:\n%s", out)
 	if err != nil {
 		t.Fatalf("the Python client's tests failed: %v", err)
 	}
+	if strings.Contains(string(out), "skipped") {
+		t.Fatalf("some of the Python client's tests were skipped")
+	}
+	shardfake.CheckRouting(t, sharded, nomap)
+	shardfake.CheckRouting(t, shardedAio, nomapAio)
 }

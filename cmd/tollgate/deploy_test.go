@@ -78,7 +78,7 @@ func TestDeployFilesMatchTheBinary(t *testing.T) {
 // flags) parse.
 func checkFlags(t *testing.T, where string, args []string) {
 	t.Helper()
-	root, _ := newRootCmd(io.Discard, io.Discard, func(string) string { return "" })
+	root, _, _ := newRootCmd(io.Discard, io.Discard, func(string) string { return "" })
 	cmd, rest, err := root.Find(args)
 	if err != nil || cmd == root {
 		t.Fatalf("%s: %v names no command (%v)", where, args, err)

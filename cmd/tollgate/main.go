@@ -30,6 +30,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -63,20 +64,26 @@ func main() {
 // ctx (cancelled by Ctrl-C), writing to stdout and stderr and reading the
 // environment through getenv, and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	root, started := newRootCmd(stdout, stderr, getenv)
+	root, started, finish := newRootCmd(stdout, stderr, getenv)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
+	finish()
 	for hops := 0; hops < maxLeaderHops; hops++ {
 		var fl *followLeader
 		if !errors.As(err, &fl) {
 			break
 		}
 		// Nothing was applied: run the command again on the leader.
-		fmt.Fprintf(stderr, "tollgate: %s is not the leader; following its answer to the leader, %s\n", fl.server, fl.leader)
+		if fl.shard != "" {
+			fmt.Fprintf(stderr, "tollgate: %s does not lead shard %s; following its answer to its leader, %s\n", fl.server, fl.shard, fl.leader)
+		} else {
+			fmt.Fprintf(stderr, "tollgate: %s is not the leader; following its answer to the leader, %s\n", fl.server, fl.leader)
+		}
 		args = withServer(args, fl.leader)
-		root, started = newRootCmd(stdout, stderr, getenv)
+		root, started, finish = newRootCmd(stdout, stderr, getenv)
 		root.SetArgs(args)
 		cmd, err = root.ExecuteContextC(ctx)
+		finish()
 	}
 	if err == nil {
 		return exitOK
@@ -110,12 +117,14 @@ type globals struct {
 	server  string
 	timeout time.Duration
 	sec     clientSecurity // --tls-*, --token-file
+	hops    *hops          // for several servers: the servers answers named
 }
 
 // newRootCmd returns the tollgate command with all its subcommands. The
 // returned flag is set once a command's own code starts running, so errors
-// before that (flags, arguments, unknown commands) are usage errors.
-func newRootCmd(stdout, stderr io.Writer, getenv func(string) string) (*cobra.Command, *bool) {
+// before that (flags, arguments, unknown commands) are usage errors; the
+// returned func closes what the command left open once it has run.
+func newRootCmd(stdout, stderr io.Writer, getenv func(string) string) (*cobra.Command, *bool, func()) {
 	g := &globals{}
 	started := new(bool)
 	root := &cobra.Command{
@@ -161,7 +170,7 @@ commands talk to --server, which defaults to $TOLLGATE_SERVER or
 		g.register(c.PersistentFlags(), server)
 		root.AddCommand(c)
 	}
-	return root, started
+	return root, started, func() { g.hops.close() }
 }
 
 // register adds the client flags to a client command (and its
@@ -183,23 +192,116 @@ func (g *globals) dial() (*client.Client, error) {
 	if err := probeCluster(g.server, min(g.timeout, probeTimeout)); err != nil {
 		return nil, err
 	}
-	if !strings.Contains(g.server, ",") {
-		d.GRPCOptions = append(d.GRPCOptions, grpc.WithChainUnaryInterceptor(g.stopAtLeaderHint))
-	}
 	d.ClientID = cliClientID()
-	return d.Dial(g.server)
+	if !strings.Contains(g.server, ",") {
+		d.GRPCOptions = append(d.GRPCOptions, grpc.WithChainUnaryInterceptor(stopAtLeaderHint(g.server)))
+	} else {
+		g.hops = &hops{d: d}
+		d.GRPCOptions = append(slices.Clip(d.GRPCOptions), grpc.WithChainUnaryInterceptor(g.hops.follow))
+	}
+	c, err := d.Dial(g.server)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// hops are the connections a command given several servers opened to
+// servers that NOT_LEADER answers named: the client routes its lease and
+// rate calls by pool itself, but not the calls on its Conn() (the admin
+// calls), which go to any server of the list.
+type hops struct {
+	d     client.Dialer
+	mu    sync.Mutex
+	conns map[string]*client.Client
+}
+
+// maxHopConns bounds the servers a command opens a connection to by
+// following answers.
+const maxHopConns = 16
+
+// follow is the unary interceptor of a command given several servers: a
+// call answered NOT_LEADER naming another server (the leader of the
+// pool's shard) is sent again to that server, at most maxLeaderHops
+// times; nothing was applied where it was refused.
+func (h *hops) follow(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	for range maxLeaderHops {
+		leader := ""
+		var fl *followLeader
+		if errors.As(err, &fl) {
+			leader, err = fl.leader, fl.err
+		} else if e, ok := client.FromError(err); ok && e.Is(apierr.ErrNotLeader) {
+			leader = e.Metadata["leader"]
+		}
+		if leader == "" {
+			return err
+		}
+		c, derr := h.conn(leader)
+		if derr != nil {
+			return err
+		}
+		err = c.Conn().Invoke(ctx, method, req, reply, opts...)
+	}
+	var fl *followLeader
+	if errors.As(err, &fl) {
+		return fl.err
+	}
+	return err
+}
+
+// conn returns the connection to addr, dialing it the first time.
+func (h *hops) conn(addr string) (*client.Client, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.conns[addr]; ok {
+		return c, nil
+	}
+	if len(h.conns) >= maxHopConns {
+		return nil, fmt.Errorf("more than %d servers named", maxHopConns)
+	}
+	d := h.d
+	d.GRPCOptions = append(slices.Clip(d.GRPCOptions), grpc.WithChainUnaryInterceptor(stopAtLeaderHint(addr)))
+	c, err := d.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	if h.conns == nil {
+		h.conns = map[string]*client.Client{}
+	}
+	h.conns[addr] = c
+	return c, nil
+}
+
+// close closes the connections (nil: none were opened).
+func (h *hops) close() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		c.Close()
+	}
+	h.conns = nil
 }
 
 // maxLeaderHops is how many NOT_LEADER answers naming the leader a
-// command given one server follows.
-const maxLeaderHops = 2
+// command given one server follows: the server asked first may name a
+// server that has just handed the pool's shard on (a planned move), which
+// names the next.
+const maxLeaderHops = 3
 
 // followLeader is the error of a call that one server (the command's only
-// --server) answered NOT_LEADER naming the leader: run runs the command
-// again with --server set to the leader. It does not unwrap, so that the
-// client does not send the call again to the same follower.
+// --server) answered NOT_LEADER naming the leader (of the cluster, or of
+// the shard of the pool the call is about): run runs the command again
+// with --server set to the leader. Every command is about one pool at
+// most, so the leader of its first call's pool leads every call it makes.
+// It does not unwrap, so that the client does not send the call again to
+// the same server.
 type followLeader struct {
 	server, leader string
+	shard          string // the answer's "shard"; empty from a server that predates shards
 	err            error
 }
 
@@ -207,17 +309,20 @@ func (e *followLeader) Error() string {
 	return fmt.Sprintf("%s is not the leader (the leader is %s): %v", e.server, e.leader, e.err)
 }
 
-// stopAtLeaderHint is the unary interceptor of a command given one server:
-// a NOT_LEADER answer that names another server as the leader ends the
-// call with a *followLeader.
-func (g *globals) stopAtLeaderHint(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	err := invoker(ctx, method, req, reply, cc, opts...)
-	if e, ok := client.FromError(err); ok && e.Is(apierr.ErrNotLeader) {
-		if leader := e.Metadata["leader"]; leader != "" && leader != g.server {
-			return &followLeader{server: g.server, leader: leader, err: err}
+// stopAtLeaderHint returns the unary interceptor of a connection to one
+// server, self: a NOT_LEADER answer that names another server as the
+// leader ends the call with a *followLeader (the client would send it to
+// self again).
+func stopAtLeaderHint(self string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if e, ok := client.FromError(err); ok && e.Is(apierr.ErrNotLeader) {
+			if leader := e.Metadata["leader"]; leader != "" && leader != self {
+				return &followLeader{server: self, leader: leader, shard: e.Metadata["shard"], err: err}
+			}
 		}
+		return err
 	}
-	return err
 }
 
 // withServer returns args with --server set to server: any --server

@@ -197,7 +197,7 @@ func TestCLIUsageErrors(t *testing.T) {
 }
 
 func TestEveryCommandHasHelp(t *testing.T) {
-	root, _ := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{}, func(string) string { return "" })
+	root, _, _ := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{}, func(string) string { return "" })
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Name() == "help" || c.Name() == "completion" || strings.HasPrefix(c.CommandPath(), "tollgate completion") {

@@ -271,6 +271,12 @@ registers again by itself.`,
 			defer c.Close()
 			ctx := cmd.Context()
 			rctx, cancel := context.WithTimeout(ctx, g.timeout)
+			// The pool check finds the server that leads the pool's
+			// shard (a NOT_LEADER answer is followed) before the stream.
+			if _, err := tollgatev1.NewAdminServiceClient(c.Conn()).GetPool(rctx, &tollgatev1.GetPoolRequest{Name: args[0]}); err != nil && !adminRefused(err) {
+				cancel()
+				return err
+			}
 			p, err := c.NewProvider(rctx, args[0], id, client.WithProviderTTL(ttl), client.WithResources(clientResources(rs)...))
 			cancel()
 			if err != nil {

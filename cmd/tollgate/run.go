@@ -222,6 +222,10 @@ func runWithLease(cmd *cobra.Command, g *globals, pool string, argv []string, tr
 // that tells its kind (see newRunCmd); ctx is the wait's, cancelled by a
 // signal.
 func runFailure(ctx context.Context, err error, conflict int) error {
+	var fl *followLeader
+	if errors.As(err, &fl) { // nothing ran: run goes again on the leader
+		return fl
+	}
 	code := exitRunFailed
 	e, ok := client.FromError(err)
 	switch {

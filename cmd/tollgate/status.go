@@ -32,6 +32,13 @@ with every new leadership; 0 for a standalone server) and, on the leader, the
 time left on its leadership deadline. A server that does not answer within
 --timeout is shown as unreachable, and why is printed below the table.
 
+For a cluster of several shards, each server's line says instead whether
+it leads any shard, how many it leads and the time left on its session's
+deadline; the shard map follows, once for each different map the servers
+gave (they differ only while shards move): each server with how many
+shards it leads and which, and each shard that moves (MOVING_TO) or has no
+leader yet.
+
 It fails (exit status 1) only when no server answers. With -o json it prints
 {"servers": [{"server": ADDRESS, "cluster": GetClusterResponse} or
 {"server": ADDRESS, "error": TEXT}, ...]}.`,
@@ -105,10 +112,24 @@ func (a clusterAnswer) role() string {
 		return "unreachable"
 	case a.resp.GetStandalone():
 		return "standalone"
+	case a.resp.GetShardCount() > 1:
+		if m := a.self(); m != nil && m.GetRole() == tollgatev1.ClusterRole_CLUSTER_ROLE_LEADER {
+			return "leader" // of one shard or more
+		}
 	case a.resp.GetLeader() != "" && a.resp.GetLeader() == a.resp.GetSelf():
 		return "leader"
 	}
 	return "follower"
+}
+
+// self returns the answering server's own entry among the members, or nil.
+func (a clusterAnswer) self() *tollgatev1.ClusterMember {
+	for _, m := range a.resp.GetMembers() {
+		if m.GetAddress() == a.resp.GetSelf() {
+			return m
+		}
+	}
+	return nil
 }
 
 // cluster prints one row per server and, below, why the unreachable ones
@@ -144,8 +165,29 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVER\tROLE\tLEADER\tEPOCH\tLEADERSHIP_LEFT")
+	sharded := false
 	for _, a := range answers {
+		sharded = sharded || a.err == nil && a.resp.GetShardCount() > 1
+	}
+	if sharded { // each server's shards; the map below says who leads which
+		fmt.Fprintln(tw, "SERVER\tROLE\tSHARDS_LED\tLEADERSHIP_LEFT")
+		for _, a := range answers {
+			led, left := "-", "-"
+			if a.err == nil {
+				led = strconv.Itoa(int(a.self().GetShardsLed()))
+				if d := a.resp.GetLeadershipRemaining(); d != nil {
+					left = d.AsDuration().Round(time.Millisecond).String()
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.server, a.role(), led, left)
+		}
+	} else {
+		fmt.Fprintln(tw, "SERVER\tROLE\tLEADER\tEPOCH\tLEADERSHIP_LEFT")
+	}
+	for _, a := range answers {
+		if sharded {
+			break
+		}
 		if a.err != nil {
 			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\n", a.server, a.role())
 			continue
@@ -163,6 +205,9 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := p.shardMaps(answers); err != nil {
+		return err
+	}
 	for _, a := range answers {
 		if a.err != nil {
 			if _, err := fmt.Fprintf(p.w, "%s: %s\n", a.server, strings.TrimPrefix(formatErrorAt(a.err, a.server), "tollgate: ")); err != nil {
@@ -171,4 +216,108 @@ func (p *printer) cluster(answers []clusterAnswer) error {
 		}
 	}
 	return nil
+}
+
+// shardMaps prints, below the servers, the shard map of a cluster of more
+// than one shard: for each distinct map the servers answered (they agree
+// but while shards move), which servers it names, then one row per owner
+// (every member, those that lead nothing too) with how many shards it
+// leads and which, and one row per shard that moves or has no owner.
+// A cluster of one shard prints nothing more.
+func (p *printer) shardMaps(answers []clusterAnswer) error {
+	type group struct {
+		servers []string
+		resp    *tollgatev1.GetClusterResponse
+	}
+	var groups []*group
+	for _, a := range answers {
+		if a.err != nil || a.resp.GetShardCount() <= 1 {
+			continue
+		}
+		var g *group
+		for _, x := range groups {
+			if sameShardMap(x.resp, a.resp) {
+				g = x
+			}
+		}
+		if g == nil {
+			g = &group{resp: a.resp}
+			groups = append(groups, g)
+		}
+		g.servers = append(g.servers, a.server)
+	}
+	for _, g := range groups {
+		fmt.Fprintf(p.w, "\nshard map of %s: %d shards\n", strings.Join(g.servers, ", "), g.resp.GetShardCount())
+		var owners []string
+		led := map[string][]int32{}
+		for _, m := range g.resp.GetMembers() {
+			if _, ok := led[m.GetAddress()]; !ok {
+				owners = append(owners, m.GetAddress())
+				led[m.GetAddress()] = nil
+			}
+		}
+		tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+		var odd []*tollgatev1.ShardOwner
+		for _, o := range g.resp.GetShards() {
+			if o.GetOwner() == "" || o.GetMovingTo() != "" {
+				odd = append(odd, o)
+			}
+			if o.GetOwner() == "" {
+				continue
+			}
+			if _, ok := led[o.GetOwner()]; !ok {
+				owners = append(owners, o.GetOwner())
+			}
+			led[o.GetOwner()] = append(led[o.GetOwner()], o.GetShard())
+		}
+		fmt.Fprintln(tw, "OWNER\tSHARDS_LED\tSHARDS")
+		for _, o := range owners {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", o, len(led[o]), orDash(shardRanges(led[o])))
+		}
+		if len(odd) > 0 {
+			fmt.Fprintln(tw, "\nSHARD\tOWNER\tEPOCH\tMOVING_TO")
+			for _, o := range odd {
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", o.GetShard(), orDash(o.GetOwner()), o.GetEpoch(), orDash(o.GetMovingTo()))
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sameShardMap reports whether a and b give the same owner, epoch and move
+// of every shard.
+func sameShardMap(a, b *tollgatev1.GetClusterResponse) bool {
+	if a.GetShardCount() != b.GetShardCount() || len(a.GetShards()) != len(b.GetShards()) {
+		return false
+	}
+	for i, x := range a.GetShards() {
+		y := b.GetShards()[i]
+		if x.GetShard() != y.GetShard() || x.GetOwner() != y.GetOwner() || x.GetEpoch() != y.GetEpoch() || x.GetMovingTo() != y.GetMovingTo() {
+			return false
+		}
+	}
+	return true
+}
+
+// shardRanges writes ascending shard numbers as "0-3,7,9-10".
+func shardRanges(shards []int32) string {
+	var b strings.Builder
+	for i := 0; i < len(shards); {
+		j := i
+		for j+1 < len(shards) && shards[j+1] == shards[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(int(shards[i])))
+		if j > i {
+			b.WriteString("-" + strconv.Itoa(int(shards[j])))
+		}
+		i = j + 1
+	}
+	return b.String()
 }

@@ -193,7 +193,7 @@ func TestCommandFollowsTheLeaderHint(t *testing.T) {
 	clusterServer(t, ll, server.ClusterView{Members: members, Leader: leader, Epoch: 3, Remaining: time.Minute})
 	clusterServer(t, fl, server.ClusterView{Members: members, Leader: leader, Epoch: 3})
 	r := runCLI(t, follower, "--timeout", "1m", "pool", "create", "db", "--concurrency", "1").mustSucceed(t)
-	if !strings.Contains(r.stderr, follower+" is not the leader; following its answer to the leader, "+leader) {
+	if !strings.Contains(r.stderr, follower+" does not lead shard 0; following its answer to its leader, "+leader) {
 		t.Fatalf("stderr: %q", r.stderr)
 	}
 	r = runCLI(t, leader, "pool", "get", "db").mustSucceed(t)

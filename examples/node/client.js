@@ -6,10 +6,11 @@
 //   npm ci
 //   node client.js 127.0.0.1:7070 orders-db
 //
-// Give any server of a cluster, or several ('a:7070,b:7070'): a follower's
-// NOT_LEADER answer (it applied nothing) moves the calls to the leader it
-// names; the package does that, and retries an address where no server
-// listens on the next one.
+// Give any server of a cluster, or several ('a:7070,b:7070'): the package
+// sends the calls about a pool to the server that leads the pool's shard
+// (from the cluster's shard map, or a NOT_LEADER answer, which applied
+// nothing, naming it), and retries an address where no server listens on
+// the next one.
 'use strict';
 
 const {Client, TollgateError} = require('@tollgate/client');

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/citest"
 	"github.com/tollgate/tollgate/limiter"
+	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/server"
 )
 
@@ -156,8 +157,22 @@ func TestNodeClientFollowsTheLeaderHint(t *testing.T) {
 	}
 }
 
-// notLeaderServer answers every call as a follower of a cluster does:
-// UNAVAILABLE, reason NOT_LEADER, naming the leader, with a RetryInfo.
+// followerCluster answers GetCluster as a follower of a cluster of one
+// shard does (the client reads it before its first call about a pool).
+type followerCluster struct {
+	tollgatev1.UnimplementedAdminServiceServer
+	leader, self string
+}
+
+func (f followerCluster) GetCluster(context.Context, *tollgatev1.GetClusterRequest) (*tollgatev1.GetClusterResponse, error) {
+	return &tollgatev1.GetClusterResponse{Leader: f.leader, Self: f.self, Epoch: 7, ShardCount: 1,
+		Members: []*tollgatev1.ClusterMember{{Address: f.leader, Role: tollgatev1.ClusterRole_CLUSTER_ROLE_LEADER}, {Address: f.self, Role: tollgatev1.ClusterRole_CLUSTER_ROLE_FOLLOWER}},
+		Shards:  []*tollgatev1.ShardOwner{{Owner: f.leader, Epoch: 7}}}, nil
+}
+
+// notLeaderServer answers every limiter call as a follower of a cluster
+// does: UNAVAILABLE, reason NOT_LEADER, naming the leader, with a
+// RetryInfo; and GetCluster as it does.
 type notLeaderServer struct {
 	addr     string
 	answered atomic.Int64
@@ -180,6 +195,7 @@ func startNotLeader(t *testing.T, leader string) *notLeaderServer {
 		f.answered.Add(1)
 		return st.Err()
 	}))
+	tollgatev1.RegisterAdminServiceServer(gs, followerCluster{leader: leader, self: f.addr})
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	return f

@@ -61,23 +61,57 @@ type Cluster struct {
 	Etcd    Etcd
 	Servers []*Server
 	conns   map[string]*grpc.ClientConn
+	bin     string   // the program of the servers StartCluster started
+	extra   []string // and their extra flags
 }
 
-// StartCluster starts n servers on etcd, with SessionTTL.
-func StartCluster(t testing.TB, bin string, etcd Etcd, n int) *Cluster {
+// StartCluster starts n servers on etcd, with SessionTTL and the extra
+// serve flags (such as --shards 16).
+func StartCluster(t testing.TB, bin string, etcd Etcd, n int, extra ...string) *Cluster {
 	t.Helper()
-	target := strings.TrimPrefix(etcd.Endpoint(), "http://")
-	var servers []*Server
+	// Every proxy listens before any server's address is picked: a proxy
+	// listening on :0 could otherwise be given a port FreeAddr had just
+	// picked for a server (and forward that server's clients to etcd).
+	var proxies []*Proxy
 	for range n {
-		addr, px := FreeAddr(t), StartProxy(t, target)
-		s := newServer(t, bin, addr, "--etcd", px.URL(), "--advertise", addr, "--etcd-session-ttl", SessionTTL.String())
-		s.Proxy = px
-		servers = append(servers, s)
+		proxies = append(proxies, StartProxy(t, strings.TrimPrefix(etcd.Endpoint(), "http://")))
+	}
+	var servers []*Server
+	taken := map[string]bool{}
+	for _, px := range proxies {
+		addr := FreeAddr(t)
+		for taken[addr] { // a port just freed may be picked again
+			addr = FreeAddr(t)
+		}
+		taken[addr] = true
+		servers = append(servers, clusterServer(t, bin, addr, px, extra))
 	}
 	for _, s := range servers {
 		s.Start()
 	}
-	return NewCluster(t, etcd, servers...)
+	c := NewCluster(t, etcd, servers...)
+	c.bin, c.extra = bin, extra
+	return c
+}
+
+// clusterServer returns a server of a cluster on addr, reaching etcd
+// through px, not started yet.
+func clusterServer(t testing.TB, bin, addr string, px *Proxy, extra []string) *Server {
+	args := append([]string{"--etcd", px.URL(), "--advertise", addr, "--etcd-session-ttl", SessionTTL.String()}, extra...)
+	s := newServer(t, bin, addr, args...)
+	s.Proxy = px
+	return s
+}
+
+// AddServer starts one more server of a cluster StartCluster started, with
+// the same flags, and returns it.
+func (c *Cluster) AddServer() *Server {
+	c.t.Helper()
+	px := StartProxy(c.t, strings.TrimPrefix(c.Etcd.Endpoint(), "http://"))
+	s := clusterServer(c.t, c.bin, FreeAddr(c.t), px, c.extra)
+	s.Start()
+	c.Servers = append(c.Servers, s)
+	return s
 }
 
 // NewCluster returns a Cluster of servers already made (etcd may be nil:

@@ -123,3 +123,73 @@ func LostBetween(recs []Record, from, to time.Time) int {
 	}
 	return n
 }
+
+// Waits is how long the calls made in a window waited for their answers.
+type Waits struct {
+	// Acquires made (granted or not), and those not granted (refused, or
+	// given up after the worker's 2 s); the waits count both.
+	Acquires, Refused int
+	Acquire           []time.Duration
+	// Renews sent (first sent, however often sent again) and answered.
+	Renews int
+	Renew  []time.Duration
+	// From from to the first grant and to the first renew answered in the
+	// pools by a server other than the excluded one, whenever they were
+	// called; -1 when none came before to.
+	FirstGrant, FirstRenew time.Duration
+}
+
+// WaitsIn returns the waits of the acquires in acquirePools and the renews
+// in renewPools made from from to before to, and the first grant and renew
+// answered in that time by a server other than exclude ("" for none).
+func WaitsIn(recs []Record, acquirePools, renewPools map[string]bool, exclude string, from, to time.Time) Waits {
+	f, e := Nanos(from), Nanos(to)
+	w := Waits{FirstGrant: -1, FirstRenew: -1}
+	first := func(d *time.Duration, at int64) {
+		if at > f && at < e && (*d < 0 || time.Duration(at-f) < *d) {
+			*d = time.Duration(at - f)
+		}
+	}
+	for _, r := range recs {
+		switch {
+		case r.Kind != KindAnswer || r.Server == exclude:
+		case r.Op == "acquire" && acquirePools[r.Pool]:
+			first(&w.FirstGrant, r.Start)
+		case r.Op == "renew" && renewPools[r.Pool]:
+			first(&w.FirstRenew, r.Start)
+		}
+		if r.Called < f || r.Called >= e {
+			continue
+		}
+		switch {
+		case (r.Kind == KindHold || r.Kind == KindRefused) && acquirePools[r.Pool]:
+			w.Acquires++
+			if r.Kind == KindRefused {
+				w.Refused++
+			}
+			w.Acquire = append(w.Acquire, time.Duration(r.Start-r.Called))
+		case r.Kind == KindAnswer && r.Op == "renew" && renewPools[r.Pool]:
+			w.Renews++
+			w.Renew = append(w.Renew, time.Duration(r.Start-r.Called))
+		}
+	}
+	return w
+}
+
+// MedMax is "median / max" of ds in ms, or "-" for none.
+func MedMax(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return fmt.Sprintf("%d / %d", s[len(s)/2].Milliseconds(), s[len(s)-1].Milliseconds())
+}
+
+// Ms is d in ms, or "none" when negative.
+func Ms(d time.Duration) string {
+	if d < 0 {
+		return "none"
+	}
+	return fmt.Sprint(d.Milliseconds())
+}

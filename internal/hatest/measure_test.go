@@ -54,3 +54,49 @@ func TestMeasure(t *testing.T) {
 		t.Errorf("DecidedAfter(a, 950ms) = %+v; want a's grant decided at 990ms", late)
 	}
 }
+
+// TestWaitsIn: a change at 1s; calls made from 1s to 3s count, the first
+// grant and renew by a server other than the one that left (a) count
+// until the end.
+func TestWaitsIn(t *testing.T) {
+	ms := func(n int64) int64 { return n * 1e6 }
+	renew := answer("renew", "p", "b", 1500, 1500)
+	renew.Called = ms(1200)
+	recs := []Record{
+		{Kind: KindHold, Pool: "p", Called: ms(900), Start: ms(1300)},     // made before: not counted
+		{Kind: KindHold, Pool: "p", Called: ms(1000), Start: ms(1010)},    // 10 ms
+		{Kind: KindRefused, Pool: "p", Called: ms(1100), Start: ms(3100)}, // 2 s, refused
+		{Kind: KindHold, Pool: "p", Called: ms(2000), Start: ms(2030)},    // 30 ms
+		{Kind: KindHold, Pool: "q", Called: ms(2000), Start: ms(2900)},    // another pool
+		{Kind: KindHold, Pool: "p", Called: ms(3000), Start: ms(3001)},    // made after
+		answer("acquire", "p", "a", 1010, 1010),                           // the old owner's
+		answer("acquire", "p", "b", 2030, 2030),
+		renew,
+	}
+	w := WaitsIn(recs, map[string]bool{"p": true}, map[string]bool{"p": true}, "a", Time(ms(1000)), Time(ms(3000)))
+	if w.Acquires != 3 || w.Refused != 1 || MedMax(w.Acquire) != "30 / 2000" {
+		t.Errorf("acquires %d (refused %d): %s; want 3 (1): 30 / 2000", w.Acquires, w.Refused, MedMax(w.Acquire))
+	}
+	if w.Renews != 1 || MedMax(w.Renew) != "300 / 300" {
+		t.Errorf("renews %d: %s; want 1: 300 / 300", w.Renews, MedMax(w.Renew))
+	}
+	if w.FirstGrant != 1030*time.Millisecond || w.FirstRenew != 500*time.Millisecond {
+		t.Errorf("first grant %v, first renew %v; want 1.03s, 500ms", w.FirstGrant, w.FirstRenew)
+	}
+	if none := WaitsIn(nil, nil, nil, "", Time(0), Time(1)); Ms(none.FirstGrant) != "none" || MedMax(none.Acquire) != "-" {
+		t.Errorf("no records: %+v", none)
+	}
+}
+
+// TestShardMap: the shards that moved, and the shards per server as the
+// logs print them.
+func TestShardMap(t *testing.T) {
+	a := ShardMap{Owners: []string{"x", "y", "x", ""}}
+	b := ShardMap{Owners: []string{"x", "z", "y", "y"}}
+	if got := a.Moved(b); len(got) != 3 || got[0] != 1 || got[2] != 3 {
+		t.Errorf("Moved: %v; want [1 2 3]", got)
+	}
+	if got := a.String(); got != "x=2, y=1, none=1" {
+		t.Errorf("String: %q", got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -246,3 +247,35 @@ func raceEnabled() bool {
 	}
 	return false
 }
+
+// CPU returns the CPU time (user and system) the current run has used so
+// far, read from /proc (Linux).
+func (p *Proc) CPU() (time.Duration, error) {
+	if p.cmd == nil {
+		return 0, fmt.Errorf("hatest: %s is not running", p.name)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name (in parentheses, which may hold
+	// spaces): utime and stime are the 12th and 13th.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("hatest: /proc/%d/stat: %q", p.cmd.Process.Pid, s)
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times: 100
+// on every Linux Go supports.
+const clockTicks = 100

@@ -34,6 +34,10 @@ const (
 	// events), Decided its time by the server's clock (for lease_expired,
 	// the lease's expiry), Start when it was received.
 	KindEvent = "event"
+	// KindRefused is one acquire that was not granted (its error, or its
+	// 2 s timeout): Called when it was made, Start when it gave up, Op the
+	// error's reason or code.
+	KindRefused = "refused"
 	// KindHealth is one health check of a server by an Observer: Op is
 	// the status ("SERVING", "NOT_SERVING", or "error"), Called when it
 	// was asked, Start when it was answered.
@@ -69,7 +73,8 @@ type Record struct {
 
 	// Answers: the operation, the server's address, and (for acquire and
 	// renew) when the server decided, by its clock: the lease's expiry
-	// less its TTL.
+	// less its TTL. A renew's Called is when the client first sent it (a
+	// renew answered NOT_LEADER is sent again to the server named).
 	Op      string `json:"op,omitempty"`
 	Server  string `json:"server,omitempty"`
 	Decided int64  `json:"decided,omitempty"`

@@ -148,13 +148,15 @@ class ClientTest(unittest.TestCase):
 @unittest.skipUnless(BIN and CLUSTER, "run by the Go test TestPythonClient, which starts the servers")
 class ClusterTest(unittest.TestCase):
     def test_follows_the_leader_hint(self):
-        """Given any one server of the cluster, calls reach the leader."""
+        """Given any one server of the cluster (4 shards over 2 servers),
+        calls about pools of several shards reach each pool's owner."""
         addrs = CLUSTER.split(",")
-        pool = new_pool("--concurrency", "1", server=CLUSTER)
+        pools = [new_pool("--concurrency", "1", server=CLUSTER) for _ in range(4)]
         for addr in addrs:
             with tollgate.Client(addr) as c:
-                with c.lease(pool) as lease:
-                    self.assertGreater(lease.fencing_token, 0)
+                for pool in pools:
+                    with c.lease(pool) as lease:
+                        self.assertGreater(lease.fencing_token, 0)
 
 
 @unittest.skipUnless(BIN and SERVER, "run by the Go test TestPythonClient, which starts the servers")

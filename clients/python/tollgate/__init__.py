@@ -14,7 +14,8 @@ and its metadata; a lease that is lost raises LeaseLost.
 """
 
 from tollgate._client import Client, Lease, Taken
+from tollgate._common import shard_of
 from tollgate._errors import LeaseLost, TollgateError
 
-__all__ = ["Client", "Lease", "LeaseLost", "Taken", "TollgateError"]
+__all__ = ["Client", "Lease", "LeaseLost", "Taken", "TollgateError", "shard_of"]
 __version__ = "0.1.0"

@@ -8,7 +8,7 @@ import grpc
 
 from tollgate import _common
 from tollgate._errors import LeaseLost, TollgateError, from_rpc_error
-from tollgate.v1 import limiter_pb2, limiter_pb2_grpc
+from tollgate.v1 import admin_pb2_grpc, cluster_pb2, limiter_pb2, limiter_pb2_grpc
 
 Taken = namedtuple("Taken", ["tokens", "waited"])
 Taken.__doc__ = "Tokens granted by Client.take, and how long the call waited for them (seconds)."
@@ -22,9 +22,10 @@ class Client:
             write(fencing_token=lease.fencing_token)
 
     addresses is "host:port", "a:7070,b:7070" or a list (a missing port is
-    7070): calls go to the server that answered last; a follower's
-    NOT_LEADER answer moves them to the leader it names, and an address
-    where no server listens to the next one. credentials are
+    7070): a call about a pool goes to the server that leads the pool's
+    shard, found in the cluster's shard map or from a NOT_LEADER answer
+    naming it (see _common.Router); an address where no server listens
+    sends the call to the next one. credentials are
     grpc.ChannelCredentials (grpc.ssl_channel_credentials(...)) for TLS;
     token is the admin token, sent as a bearer token. client_id names this
     process to operators (default python@HOST-PID). timeout bounds every
@@ -41,7 +42,7 @@ class Client:
         self._channels = {}
         self._mu = threading.Lock()
 
-    def _stub(self, address):
+    def _channel(self, address):
         with self._mu:
             ch = self._channels.get(address)
             if ch is None:
@@ -50,20 +51,37 @@ class Client:
                 else:
                     ch = grpc.insecure_channel(address)
                 self._channels[address] = ch
-            return limiter_pb2_grpc.LimiterServiceStub(ch)
+            return ch
+
+    def _stub(self, address):
+        return limiter_pb2_grpc.LimiterServiceStub(self._channel(address))
+
+    def _read_map(self, pool):
+        """Reads the shard map when the router wants it before a call about pool."""
+        if not self._router.map_wanted(pool):
+            return
+        try:
+            resp = admin_pb2_grpc.AdminServiceStub(self._channel(self._router.current)).GetCluster(
+                cluster_pb2.GetClusterRequest(), timeout=min(self.timeout, 2.0), metadata=self._metadata)
+        except grpc.RpcError:
+            resp = None
+        self._router.set_map(resp)
 
     def _call(self, method, request, timeout):
         deadline = None if timeout is None else time.monotonic() + timeout
         tried, attempt = {}, 0
+        pool = getattr(request, "pool", None)
         while True:
+            self._read_map(pool)
+            address = self._router.address_for(pool)
             remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                return getattr(self._stub(self._router.current), method)(
+                return getattr(self._stub(address), method)(
                     request, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as e:
                 err = from_rpc_error(e)
                 attempt += 1
-                delay = self._router.next_step(err, attempt, tried)
+                delay = self._router.next_step(err, attempt, tried, address, pool)
                 if _common.out_of_time(deadline):
                     raise err from None
                 time.sleep(delay)

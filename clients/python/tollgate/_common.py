@@ -89,31 +89,115 @@ def take_request(pool, tokens, max_wait):
     return req
 
 
+def shard_of(pool, count):
+    """The shard of the pool named pool in a cluster of count shards
+    (GetCluster's shard_count): FNV-1a-32 of the name's UTF-8 bytes, mod
+    count. A count below 2 means one shard, 0."""
+    if count <= 1:
+        return 0
+    h = 0x811C9DC5
+    for b in pool.encode("utf-8"):
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h % count
+
+
+# MAX_ROUTES bounds the pools whose server a client remembers from
+# NOT_LEADER answers; past it, it forgets them all and learns again.
+MAX_ROUTES = 4096
+# MAP_REFRESH is the least time between two reads of the shard map (s).
+MAP_REFRESH = 1.0
+
+
 class Router:
-    """Which server a call goes to: the one that answered last, moved by a
-    NOT_LEADER refusal to the leader it names, and by a connection that
-    fails to the next address. A refusal with NOT_LEADER means the server
-    applied nothing, so the call is sent again; so is one that found no
-    server listening."""
+    """Which server a call goes to. A call about a pool goes to the server
+    that leads the pool's shard: the one a NOT_LEADER answer named last for
+    that pool, else the owner of its shard in the cluster's shard map
+    (GetCluster, which the client reads before its first call about a pool
+    and again, at most once a second, after a NOT_LEADER), else the server
+    that answered last. A NOT_LEADER refusal means the server applied
+    nothing, so the call is sent again, to the server it names; so is one
+    that found no server listening, to the next address. Without an admin
+    token on a server that checks them, the map cannot be read, and the
+    answers alone route the calls."""
 
     def __init__(self, addresses):
         self.addresses = parse_addresses(addresses)
         self.current = self.addresses[0]
+        self._routes = {}  # pool -> the server a NOT_LEADER answer named
+        self._map = None  # (shard_count, [owner of each shard])
+        self._stale = True
+        self._map_read_at = None
 
-    def next_step(self, err, attempt, tried):
-        """After err (a TollgateError) on attempt number attempt: the delay
-        before the next attempt, or raise the error to give to the caller."""
+    def map_wanted(self, pool):
+        """Whether the client should read the shard map (from
+        self.current, which a NOT_LEADER answer moves to the server it
+        names) before a call about pool: never for a call about no
+        pool, and at most once every MAP_REFRESH."""
+        if pool is None or not self._stale:
+            return False
+        now = time.monotonic()
+        if self._map_read_at is not None and now - self._map_read_at < MAP_REFRESH:
+            return False
+        self._map_read_at = now
+        return True
+
+    def set_map(self, resp):
+        """Takes the shard map of a GetClusterResponse (None: it was
+        refused, and the answers route the calls until the next read)."""
+        self._stale = False
+        if resp is None or resp.shard_count <= 1:
+            return
+        owners = [""] * resp.shard_count
+        for o in resp.shards:
+            if 0 <= o.shard < len(owners):
+                owners[o.shard] = o.moving_to or o.owner
+        self._map = (resp.shard_count, owners)
+
+    def address_for(self, pool):
+        """The server a call about pool (None: about no pool) goes to."""
+        if pool is None:
+            return self.current
+        routed = self._routes.get(pool)
+        if routed:
+            return routed
+        if self._map is not None:
+            count, owners = self._map
+            owner = owners[shard_of(pool, count)]
+            if owner:
+                return owner
+        return self.current
+
+    def next_step(self, err, attempt, tried, address=None, pool=None):
+        """After err (a TollgateError) from address (None: self.current) on
+        attempt number attempt of a call about pool (None: about no pool):
+        the delay before the next attempt, or raise the error to give to
+        the caller."""
+        if address is None:
+            address = self.current
         if err.reason == "NOT_LEADER":
             leader = err.metadata.get("leader", "")
+            if pool is not None:
+                self._stale = True
             if leader:
                 if leader not in self.addresses:
                     self.addresses.append(leader)
-                self.current = leader
+                self.current = leader  # a server of the cluster that answers
+                if pool is not None:
+                    if len(self._routes) >= MAX_ROUTES:
+                        self._routes.clear()
+                    self._routes[pool] = leader
                 return 0 if attempt < 2 * len(self.addresses) else 0.1
+            if pool is not None:
+                self._routes.pop(pool, None)
             return err.retry_after or 0.1
         if err.code == grpc.StatusCode.UNAVAILABLE and not err.reason:
-            tried[self.current] = err.message
-            i = self.addresses.index(self.current) if self.current in self.addresses else -1
+            tried[address] = err.message
+            if pool is not None:
+                self._routes.pop(pool, None)
+                if self._map is not None:
+                    count, owners = self._map
+                    owners[shard_of(pool, count)] = ""
+            i = self.addresses.index(address) if address in self.addresses else -1
             self.current = self.addresses[(i + 1) % len(self.addresses)]
             if len(tried) >= len(self.addresses) and attempt >= 2 * len(self.addresses):
                 raise unreachable(self.addresses, tried)

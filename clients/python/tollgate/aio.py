@@ -13,7 +13,7 @@ import grpc
 from tollgate import _common
 from tollgate._client import Taken
 from tollgate._errors import LeaseLost, TollgateError, from_rpc_error
-from tollgate.v1 import limiter_pb2, limiter_pb2_grpc
+from tollgate.v1 import admin_pb2_grpc, cluster_pb2, limiter_pb2, limiter_pb2_grpc
 
 
 class Client:
@@ -28,7 +28,7 @@ class Client:
         self.timeout = timeout
         self._channels = {}
 
-    def _stub(self, address):
+    def _channel(self, address):
         ch = self._channels.get(address)
         if ch is None:
             if self._credentials is not None:
@@ -36,20 +36,37 @@ class Client:
             else:
                 ch = grpc.aio.insecure_channel(address)
             self._channels[address] = ch
-        return limiter_pb2_grpc.LimiterServiceStub(ch)
+        return ch
+
+    def _stub(self, address):
+        return limiter_pb2_grpc.LimiterServiceStub(self._channel(address))
+
+    async def _read_map(self, pool):
+        """Reads the shard map when the router wants it before a call about pool."""
+        if not self._router.map_wanted(pool):
+            return
+        try:
+            resp = await admin_pb2_grpc.AdminServiceStub(self._channel(self._router.current)).GetCluster(
+                cluster_pb2.GetClusterRequest(), timeout=min(self.timeout, 2.0), metadata=self._metadata)
+        except grpc.aio.AioRpcError:
+            resp = None
+        self._router.set_map(resp)
 
     async def _call(self, method, request, timeout):
         deadline = None if timeout is None else time.monotonic() + timeout
         tried, attempt = {}, 0
+        pool = getattr(request, "pool", None)
         while True:
+            await self._read_map(pool)
+            address = self._router.address_for(pool)
             remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                return await getattr(self._stub(self._router.current), method)(
+                return await getattr(self._stub(address), method)(
                     request, timeout=remaining, metadata=self._metadata)
             except grpc.aio.AioRpcError as e:
                 err = from_rpc_error(e)
                 attempt += 1
-                delay = self._router.next_step(err, attempt, tried)
+                delay = self._router.next_step(err, attempt, tried, address, pool)
                 if _common.out_of_time(deadline):
                     raise err from None
                 await asyncio.sleep(delay)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -106,6 +107,9 @@ func (h *holder) once(ctx context.Context) {
 	l, err := h.c.Acquire(actx, h.spec.Pool, client.WithTTL(h.spec.TTL), client.WithWeight(1+h.rng.Int64N(h.spec.MaxWeight)))
 	cancel()
 	if err != nil {
+		if ctx.Err() == nil {
+			h.out.emit(hatest.Record{Kind: hatest.KindRefused, Pool: h.spec.Pool, Called: hatest.Nanos(called), Start: hatest.Nanos(time.Now()), Op: reasonOf(err)})
+		}
 		pause(ctx) // nothing held; do not spin while no server answers
 		return
 	}
@@ -159,9 +163,44 @@ func take(ctx context.Context, c *client.Client, out *output, pool string) {
 }
 
 // configure sets a new concurrency limit on one of pools every period,
-// in turn, and reports each attempt and whether it was acknowledged.
+// in turn, and reports each attempt and whether it was acknowledged. In a
+// cluster of shards, an attempt answered NOT_LEADER (nothing applied) is
+// sent to the server the answer names, the owner of the pool's shard (the
+// client routes its own calls, not those on its Conn()).
 func configure(ctx context.Context, c *client.Client, out *output, pools []string, every time.Duration, rng *rand.Rand) {
 	adm := tollgatev1.NewAdminServiceClient(c.Conn())
+	owners := map[string]tollgatev1.AdminServiceClient{} // a pool's last named owner
+	conns := map[string]*grpc.ClientConn{}
+	defer func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+	}()
+	update := func(ctx context.Context, req *tollgatev1.UpdatePoolRequest) error {
+		to := adm
+		if o, ok := owners[req.GetPool().GetName()]; ok {
+			to = o
+		}
+		for range 3 {
+			_, err := to.UpdatePool(ctx, req)
+			e, ok := client.FromError(err)
+			if !ok || e.Reason != "NOT_LEADER" || e.Metadata["leader"] == "" {
+				return err
+			}
+			leader := e.Metadata["leader"]
+			cc, ok := conns[leader]
+			if !ok {
+				if cc, err = grpc.NewClient(leader, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+					return err
+				}
+				conns[leader] = cc
+			}
+			to = tollgatev1.NewAdminServiceClient(cc)
+			owners[req.GetPool().GetName()] = to
+		}
+		_, err := to.UpdatePool(ctx, req)
+		return err
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for seq := 1; ; seq++ {
@@ -173,7 +212,7 @@ func configure(ctx context.Context, c *client.Client, out *output, pools []strin
 		pool, limit := pools[seq%len(pools)], 1+rng.Int64N(100)
 		called := time.Now()
 		uctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := adm.UpdatePool(uctx, &tollgatev1.UpdatePoolRequest{
+		err := update(uctx, &tollgatev1.UpdatePoolRequest{
 			Pool:       &tollgatev1.Pool{Name: pool, ConcurrencyLimit: limit},
 			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"concurrency_limit"}},
 		})
@@ -181,6 +220,17 @@ func configure(ctx context.Context, c *client.Client, out *output, pools []strin
 		out.emit(hatest.Record{Kind: hatest.KindConfig, Pool: pool, Seq: seq, Limit: limit, Acked: err == nil,
 			Called: hatest.Nanos(called), Start: hatest.Nanos(time.Now())})
 	}
+}
+
+// reasonOf is an acquire's error in a word: its reason, else its code.
+func reasonOf(err error) string {
+	if e, ok := client.FromError(err); ok {
+		if e.Reason != "" {
+			return string(e.Reason)
+		}
+		return e.Code.String()
+	}
+	return "error"
 }
 
 func pause(ctx context.Context) {
@@ -214,11 +264,39 @@ type watched struct {
 	takes map[uint64]string // request id → pool, for takes in flight
 }
 
+// renewing is when each lease's renew in flight was first sent, on any
+// stream: a renew answered NOT_LEADER is sent again to the new owner, and
+// its answer's Called is the first send.
+var renewing struct {
+	sync.Mutex
+	sent map[string]int64 // pool + "/" + lease id → first send
+}
+
 func (w *watched) SendMsg(m any) error {
-	if req, ok := m.(*tollgatev1.SessionRequest); ok && req.GetTake() != nil {
-		w.mu.Lock()
-		w.takes[req.GetRequestId()] = req.GetTake().GetPool()
-		w.mu.Unlock()
+	if req, ok := m.(*tollgatev1.SessionRequest); ok {
+		reqs := []*tollgatev1.SessionRequest{req}
+		if b := req.GetBatch(); b != nil {
+			reqs = b.GetRequests()
+		}
+		now := hatest.Nanos(time.Now())
+		for _, r := range reqs {
+			switch {
+			case r.GetTake() != nil:
+				w.mu.Lock()
+				w.takes[r.GetRequestId()] = r.GetTake().GetPool()
+				w.mu.Unlock()
+			case r.GetRenew() != nil:
+				key := r.GetRenew().GetPool() + "/" + r.GetRenew().GetLeaseId()
+				renewing.Lock()
+				if renewing.sent == nil {
+					renewing.sent = map[string]int64{}
+				}
+				if _, ok := renewing.sent[key]; !ok {
+					renewing.sent[key] = now
+				}
+				renewing.Unlock()
+			}
+		}
 	}
 	return w.ClientStream.SendMsg(m)
 }
@@ -254,6 +332,13 @@ func (w *watched) RecvMsg(m any) error {
 	if lease != nil {
 		rec.Pool = lease.GetPool()
 		rec.Decided = hatest.Nanos(lease.GetExpireTime().AsTime().Add(-lease.GetTtl().AsDuration()))
+	}
+	if op == "renew" {
+		key := lease.GetPool() + "/" + lease.GetId()
+		renewing.Lock()
+		rec.Called = renewing.sent[key]
+		delete(renewing.sent, key)
+		renewing.Unlock()
 	}
 	if p, ok := peer.FromContext(w.Context()); ok && p.Addr != nil {
 		rec.Server = p.Addr.String()
