@@ -100,8 +100,14 @@ func (o *Observer) watchEvents(ctx context.Context, addr string, cc *grpc.Client
 	}
 }
 
-// event records ev from server.
-func (o *Observer) event(server string, ev *tollgatev1.PoolEvent) {
+// event records ev, received from the server at addr: the server that
+// recorded it, which in a cluster may be another (a watch of one server
+// carries every server's events, each naming its own).
+func (o *Observer) event(addr string, ev *tollgatev1.PoolEvent) {
+	server := ev.GetServer()
+	if server == "" {
+		server = addr
+	}
 	o.record(server, ev.GetSeq(), ev.GetType(), ev.GetPool(), ev.GetLeaseId(), ev.GetTime().AsTime())
 }
 
