@@ -63,7 +63,35 @@ type route struct {
 	addr  string
 	epoch int64 // the owner's epoch; unchanged by a planned move's hint
 	ln    *link
+	// target: a planned move's hint set the route (epoch 0), at; its
+	// server leads the shard once the old owner's hand-off is through.
+	target bool
+	at     time.Time
 }
+
+// moveGrace is how long a route a planned move's hint set stands against
+// its own server's NOT_LEADER naming the old owner: the server the shard
+// moves to leads it once the hand-off is through (tens of ms), and until
+// then knows only the old owner, which would send the request back.
+const moveGrace = time.Second
+
+// moveRetry paces the requests waiting at the server a shard moves to,
+// for their first maxAwaits tries (about 0.5 s: a hand-off under load);
+// past that they back off as when no owner is known (two servers that
+// name each other in turn).
+const (
+	moveRetry = 20 * time.Millisecond
+	maxAwaits = 25
+)
+
+// hop says how a request answered NOT_LEADER goes on.
+type hop int
+
+const (
+	hopAgain hop = iota // by its route, backing off (no owner known, one that did not answer)
+	hopMoved            // to the owner the answer named: at once the first time
+	hopAwait            // to the same server, which the shard is moving to: every moveRetry
+)
 
 // shardState is the Client's part for sharded clusters; guarded by
 // Client.mu.
@@ -109,12 +137,14 @@ const fastMoves = 3
 
 // rerouteWait pauses before a request is sent again by its route (n is
 // the attempt, from 0): after a NOT_LEADER whose hint moved the shard
-// (moved), not at all the first time, then by retryBackoff capped at the
-// answer's retry delay, for the first fastMoves attempts; else (no owner
+// (hopMoved), not at all the first time, then by retryBackoff capped at
+// the answer's retry delay, for the first fastMoves attempts; at the
+// server a shard is moving to (hopAwait), moveRetry; else (no owner
 // known, an owner that did not answer, hints that keep moving it) by
 // retryBackoff, at least the answer's retry delay. It returns ctx's error
 // or ErrClosed when one ends first.
-func (c *Client) rerouteWait(ctx context.Context, n int, e *Error, moved bool) error {
+func (c *Client) rerouteWait(ctx context.Context, n int, e *Error, h hop) error {
+	moved := h == hopMoved
 	var hint time.Duration
 	if e != nil {
 		hint = e.RetryAfter
@@ -122,6 +152,8 @@ func (c *Client) rerouteWait(ctx context.Context, n int, e *Error, moved bool) e
 	deadline, _ := ctx.Deadline()
 	var d time.Duration
 	switch {
+	case h == hopAwait && n < maxAwaits:
+		d = moveRetry
 	case moved && n == 0:
 		return ctx.Err()
 	case moved && n < fastMoves:
@@ -255,15 +287,15 @@ func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool)
 		if i < 0 || i >= n {
 			continue
 		}
-		addr := so.GetMovingTo()
+		addr, epoch := so.GetMovingTo(), int64(0) // a planned move's target, as its hint
 		if addr == "" {
-			addr = so.GetOwner()
+			addr, epoch = so.GetOwner(), so.GetEpoch()
 		}
 		// A route whose server cannot be reached yields to the map
 		// whatever the epoch it came with (a hint may have named a server
 		// that never answers, with any epoch).
 		cur := r.shards[i].Load()
-		c.setRouteLocked(r, i, addr, so.GetEpoch(), cur != nil && !cur.ln.live())
+		c.setRouteLocked(r, i, addr, epoch, cur != nil && !cur.ln.live())
 	}
 	if self, prev := resp.GetSelf(), r.self.Load(); self != "" && (prev == nil || prev.addr != self) {
 		if ln := c.linkLocked(self); ln != nil {
@@ -289,6 +321,7 @@ func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64, over
 		return false
 	}
 	cur := r.shards[i].Load()
+	target := epoch == 0
 	if cur != nil {
 		if epoch != 0 && epoch < cur.epoch && !override {
 			return false // older than what is known
@@ -297,8 +330,8 @@ func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64, over
 			epoch = cur.epoch
 		}
 		if cur.addr == addr {
-			if epoch > cur.epoch {
-				r.shards[i].Store(&route{addr: addr, epoch: epoch, ln: cur.ln})
+			if epoch > cur.epoch || target != cur.target {
+				r.shards[i].Store(&route{addr: addr, epoch: epoch, ln: cur.ln, target: target, at: time.Now()})
 			}
 			return true
 		}
@@ -308,7 +341,7 @@ func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64, over
 		return false
 	}
 	ln.shards++
-	r.shards[i].Store(&route{addr: addr, epoch: epoch, ln: ln})
+	r.shards[i].Store(&route{addr: addr, epoch: epoch, ln: ln, target: target, at: time.Now()})
 	if cur != nil {
 		c.unrefLocked(cur.ln)
 	}
@@ -319,43 +352,50 @@ func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64, over
 // server of link from, and reports whether the request is to be sent
 // again by its route (the cluster is sharded, or the server knows shards
 // and the map is being read), and whether the shard now routes where the
-// answer says (moved). A hint naming an owner moves the shard there; one
-// naming nobody, the answering server itself, an older epoch or another
-// shard makes the Client read the map again.
-func (c *Client) noteNotLeader(pool string, e *Error, from *link) (reroute, moved bool) {
+// answer says (hopMoved). A hint naming an owner moves the shard there;
+// one naming nobody, the answering server itself, an older epoch or
+// another shard makes the Client read the map again. The server a
+// planned move's hint named, answering within moveGrace that it does not
+// lead yet, keeps the route (hopAwait).
+func (c *Client) noteNotLeader(pool string, e *Error, from *link) (reroute bool, h hop) {
 	r := c.routes.Load()
 	s, hasShard := e.Metadata["shard"]
 	switch {
 	case r == nil && hasShard:
 		c.learn() // a server that knows shards: route once the map is known
-		return true, false
+		return true, hopAgain
 	case r == nil:
 		c.learn()
-		return false, false
+		return false, hopAgain
 	case r.count <= 1:
 		if hasShard && s != "0" {
 			c.learn() // the map read said one shard; read it again
 		}
-		return false, false
+		return false, hopAgain
 	}
 	i := shard.Of(pool, r.count)
 	leader := e.Metadata["leader"]
 	epoch, err := strconv.ParseInt(e.Metadata["epoch"], 10, 64)
+	if cur := r.shards[i].Load(); cur != nil && cur.target && cur.ln == from && time.Since(cur.at) < moveGrace &&
+		err == nil && (leader == "" || leader == from.addr || epoch != 0 && epoch <= cur.epoch) && (!hasShard || s == strconv.Itoa(i)) {
+		return true, hopAwait // it names the owner it replaces, or nobody yet
+	}
 	if leader == "" || err != nil || epoch < 0 || leader == from.addr || hasShard && s != strconv.Itoa(i) {
 		c.learn()
-		return true, false
+		return true, hopAgain
 	}
 	c.mu.Lock()
 	// The server the shard routes to disowns it: its word wins over the
 	// epoch the route came with.
 	cur := r.shards[i].Load()
 	disowned := cur != nil && cur.ln == from
-	moved = !c.closed && c.routes.Load() == r && c.setRouteLocked(r, i, leader, epoch, disowned)
+	moved := !c.closed && c.routes.Load() == r && c.setRouteLocked(r, i, leader, epoch, disowned)
 	c.mu.Unlock()
 	if !moved {
 		c.learn()
+		return true, hopAgain
 	}
-	return true, moved
+	return true, hopMoved
 }
 
 // linkLocked returns the link to the server at addr, making it if there

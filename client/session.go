@@ -156,7 +156,7 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 		ln := c.linkFor(o.pool)
 		if ln == nil {
 			// A sharded cluster whose map names no server for the shard.
-			if err := c.rerouteWait(ctx, n, nil, false); err != nil {
+			if err := c.rerouteWait(ctx, n, nil, hopAgain); err != nil {
 				return answer{}, err
 			}
 			continue
@@ -166,7 +166,11 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 		case err == errRetired, err == errLinkWait:
 			// Retired: the route changed meanwhile (at once the first
 			// time). Link wait: its server does not answer (back off).
-			if err := c.rerouteWait(ctx, n, nil, err == errRetired); err != nil {
+			h := hopAgain
+			if err == errRetired {
+				h = hopMoved
+			}
+			if err := c.rerouteWait(ctx, n, nil, h); err != nil {
 				return answer{}, err
 			}
 			continue
@@ -194,10 +198,10 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 		}
 		e := fromSessionError(se)
 		if e.Is(apierr.ErrNotLeader) {
-			if reroute, moved := c.noteNotLeader(o.pool, e, ln); reroute {
+			if reroute, h := c.noteNotLeader(o.pool, e, ln); reroute {
 				// Sharded: nothing was applied; send it to the owner now known.
 				c.log.Debug("tollgate: sending a request again by its shard's route", "err", e)
-				if err := c.rerouteWait(ctx, n, e, moved); err != nil {
+				if err := c.rerouteWait(ctx, n, e, h); err != nil {
 					return answer{}, err
 				}
 				continue

@@ -100,6 +100,7 @@ type shardFront struct {
 	opened    atomic.Int64 // Session streams opened
 	mu        sync.Mutex
 	served    map[string]int // "acquire p", "renew p", ...: requests passed to the engine
+	refused   map[string]int // the same, answered NOT_LEADER
 }
 
 func (f *shardFront) count(kind, pool string) int {
@@ -125,7 +126,7 @@ func newShardCluster(t *testing.T, ts *testServer, n, count int) (*shardMap, []*
 	m := newShardMap(count, addrs...)
 	var fronts []*shardFront
 	for i, l := range lis {
-		f := &shardFront{addr: addrs[i], m: m, served: make(map[string]int)}
+		f := &shardFront{addr: addrs[i], m: m, served: make(map[string]int), refused: make(map[string]int)}
 		gs := ts.srv.GRPCServer(grpc.ChainUnaryInterceptor(f.unary), grpc.ChainStreamInterceptor(f.stream))
 		served := make(chan struct{})
 		go func() {
@@ -219,6 +220,11 @@ func (s *shardStream) refuse(r *tollgatev1.SessionRequest) bool {
 		return false
 	}
 	s.f.notLeader.Add(1)
+	s.f.mu.Lock()
+	for _, pool := range pools {
+		s.f.refused[kind+" "+pool]++
+	}
+	s.f.mu.Unlock()
 	_ = s.SendMsg(&tollgatev1.SessionResponse{RequestId: r.GetRequestId(), Kind: &tollgatev1.SessionResponse_Error{Error: &tollgatev1.SessionError{
 		Code: int32(codes.Unavailable), Reason: "NOT_LEADER", Message: fmt.Sprintf("%s does not lead shard %d", s.f.addr, sh),
 		RetryAfter: durationpb.New(20 * time.Millisecond),
@@ -539,5 +545,67 @@ func TestOneShardKeepsTheDialedPath(t *testing.T) {
 	}
 	if n := client.Links(c); n != 0 {
 		t.Errorf("%d server links, want 0", n)
+	}
+}
+
+// During a planned move the server the shard moves to does not lead it
+// until the old owner's hand-off is through, and until then names the old
+// owner, as a real server does (its map still shows it). The client waits
+// at the target instead of going back to the old owner, which would only
+// name the target again: the old owner answers one NOT_LEADER, however
+// long the hand-off takes, and the acquire lands at the target.
+func TestShardMoveWaitsAtItsTarget(t *testing.T) {
+	ts := newTestServer(t)
+	m, fronts := newShardCluster(t, ts, 2, 4)
+	pools := shardPools(t, m, fronts)
+	p, from, to := pools[0], fronts[0], fronts[1]
+	sh := shard.Of(p, m.count)
+	ts.pool(limiter.PoolConfig{Name: p, ConcurrencyLimit: 2})
+	c := dialTarget(t, from.addr, to.addr)
+	l, err := c.Acquire(ctx(t), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	m.mu.Lock()
+	m.hint = func(self, pool string) (string, int64, bool) {
+		if self == to.addr && shard.Of(pool, m.count) == sh && m.moving[sh] != "" {
+			return from.addr, m.epoch[sh], true // the target knows only the old owner yet
+		}
+		return "", 0, false
+	}
+	m.mu.Unlock()
+	m.move(sh, to.addr, false)
+	acquired := make(chan error, 1)
+	go func() {
+		l2, err := c.Acquire(ctx(t), p)
+		if err == nil {
+			err = l2.Release(ctx(t))
+		}
+		acquired <- err
+	}()
+	waitFor(t, "the target's answers to the acquire during the hand-off", func() bool {
+		to.mu.Lock()
+		defer to.mu.Unlock()
+		return to.refused["acquire "+p] >= 4
+	})
+	m.move(sh, to.addr, true)
+	if err := <-acquired; err != nil {
+		t.Fatalf("acquire across the move: %v", err)
+	}
+	from.mu.Lock()
+	n := from.refused["acquire "+p]
+	from.mu.Unlock()
+	if n != 1 {
+		t.Errorf("the old owner answered the acquire NOT_LEADER %d times during the move; want 1 (it went back there)", n)
+	}
+	if testing.Verbose() {
+		t.Logf("NOT_LEADER: old owner %v, target %v", from.refused, to.refused)
+	}
+	if to.count("acquire", p) != 1 {
+		t.Errorf("the new owner served %d acquires, want 1", to.count("acquire", p))
 	}
 }
