@@ -596,12 +596,34 @@ func (e *Election) run() {
 			if !ok {
 				members = nil // watched again at the next tick
 			}
+			members, shards = drain(members, shards)
 			e.observe(interval) // a key came or went: read again at once
 		case _, ok := <-shards:
 			if !ok {
 				shards = nil
 			}
+			members, shards = drain(members, shards)
 			e.observe(interval)
+		}
+	}
+}
+
+// drain takes the watch responses already there, so that a burst of
+// changes (a server's keys deleted one by one as it hands its shards off)
+// costs one read, not one a change. A channel that closed comes back nil.
+func drain(members, shards clientv3.WatchChan) (clientv3.WatchChan, clientv3.WatchChan) {
+	for {
+		select {
+		case _, ok := <-members:
+			if !ok {
+				members = nil
+			}
+		case _, ok := <-shards:
+			if !ok {
+				shards = nil
+			}
+		default:
+			return members, shards
 		}
 	}
 }
