@@ -158,6 +158,8 @@ type Election struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	opMu   sync.Mutex // serializes the key writes of the run loop, Release and Leave
+	// watched is the latest revision of the watch responses taken.
+	watched atomic.Int64
 
 	mu       sync.Mutex
 	lease    clientv3.LeaseID // 0 while none is held
@@ -592,16 +594,46 @@ func (e *Election) run() {
 				members, shards = e.watch()
 			}
 			e.step(interval)
-		case _, ok := <-members:
+		case r, ok := <-members:
 			if !ok {
 				members = nil // watched again at the next tick
 			}
+			members, shards = e.drain(r.Header.Revision, members, shards)
 			e.observe(interval) // a key came or went: read again at once
-		case _, ok := <-shards:
+		case r, ok := <-shards:
 			if !ok {
 				shards = nil
 			}
+			members, shards = e.drain(r.Header.Revision, members, shards)
 			e.observe(interval)
+		}
+	}
+}
+
+// drain takes the watch responses already there, so that a burst of
+// changes (a server's keys deleted one by one as it hands its shards off)
+// costs one read, not one a change. A channel that closed comes back nil.
+// It notes the latest revision the responses taken were at.
+func (e *Election) drain(rev int64, members, shards clientv3.WatchChan) (clientv3.WatchChan, clientv3.WatchChan) {
+	defer func() {
+		if rev > e.watched.Load() {
+			e.watched.Store(rev)
+		}
+	}()
+	for {
+		select {
+		case r, ok := <-members:
+			if !ok {
+				members = nil
+			}
+			rev = max(rev, r.Header.Revision)
+		case r, ok := <-shards:
+			if !ok {
+				shards = nil
+			}
+			rev = max(rev, r.Header.Revision)
+		default:
+			return members, shards
 		}
 	}
 }
