@@ -63,7 +63,9 @@ func startReal(t *testing.T, etcd *etcdtest.Etcd, shards int, seed []limiter.Poo
 	go func() { m.done <- m.srv.ServeGRPC(ctx, gs, lis) }()
 	t.Cleanup(func() {
 		cancel()
-		<-m.done
+		if err := <-m.done; err != nil {
+			t.Logf("server %s: %v", m.addr, err)
+		}
 	})
 	return m
 }
@@ -140,7 +142,9 @@ func TestRealShardedCluster(t *testing.T) {
 	token := l.FencingToken()
 	start := time.Now()
 	ms[2].stop()
-	<-ms[2].done
+	if err := <-ms[2].done; err != nil {
+		t.Logf("server stopped: %v", err)
+	}
 	ms[2].done <- nil
 	t.Logf("stopped in %v", time.Since(start))
 	waitFor(t, "shard moved", func() bool {
@@ -183,7 +187,9 @@ func TestRealShardedCluster(t *testing.T) {
 	start = time.Now()
 	ms[1].etcd.Close()
 	ms[1].stop()
-	<-ms[1].done
+	if err := <-ms[1].done; err != nil {
+		t.Logf("server stopped: %v", err)
+	}
 	ms[1].done <- nil
 	expiry = l.Expiry()
 	waitFor(t, "the held lease renewed at the dead server's successor", func() bool { return l.Expiry().After(expiry) || l.Err() != nil })
