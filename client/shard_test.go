@@ -98,7 +98,10 @@ type shardFront struct {
 	notLeader atomic.Int64 // NOT_LEADER answers given
 	live      atomic.Int64 // Session streams open
 	opened    atomic.Int64 // Session streams opened
-	mu        sync.Mutex
+	// frozen makes the server take requests and answer none (SIGSTOP).
+	frozen atomic.Bool
+	stop   func() // stops the server (kill -9)
+	mu     sync.Mutex
 	served    map[string]int // "acquire p", "renew p", ...: requests passed to the engine
 }
 
@@ -136,12 +139,17 @@ func newShardCluster(t *testing.T, ts *testServer, n, count int) (*shardMap, []*
 			gs.Stop()
 			<-served
 		})
+		f.stop = gs.Stop
 		fronts = append(fronts, f)
 	}
 	return m, fronts
 }
 
 func (f *shardFront) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if f.frozen.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if info.FullMethod == tollgatev1.AdminService_GetCluster_FullMethodName {
 		return f.m.cluster(f.addr), nil
 	}
@@ -176,6 +184,10 @@ func (s *shardStream) RecvMsg(m any) error {
 	for {
 		if err := s.ServerStream.RecvMsg(m); err != nil {
 			return err
+		}
+		if s.f.frozen.Load() {
+			<-s.Context().Done()
+			return s.Context().Err()
 		}
 		req := m.(*tollgatev1.SessionRequest)
 		if b := req.GetBatch(); b != nil {

@@ -1,0 +1,76 @@
+package client_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
+)
+
+// renewedAt waits until front f has served a renew of l's pool or l has
+// ended, and fails the test if l ended.
+func renewedAt(t *testing.T, f *shardFront, l *client.Lease) {
+	t.Helper()
+	waitFor(t, "a renew at the shard's new owner", func() bool { return f.count("renew", l.Pool()) > 0 || l.Err() != nil })
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost while its shard moved away from a server that does not answer: %v", err)
+	}
+}
+
+// A frozen server (SIGSTOP) that is the dialed target and the owner of a
+// lease's shard: the map read after its renew goes unanswered asks the
+// other servers too, and the lease is renewed at the shard's new owner
+// before its local deadline.
+func TestShardOwnerFrozenLeaseRenewsAtTheNewOwner(t *testing.T) {
+	ts := newTestServer(t)
+	m, fronts := newShardCluster(t, ts, 3, 8)
+	pools := shardPools(t, m, fronts)
+	for _, p := range pools[:2] {
+		ts.pool(limiter.PoolConfig{Name: p, ConcurrencyLimit: 4})
+	}
+	c := dialTarget(t, fronts[0].addr)
+	warm, err := c.Acquire(ctx(t), pools[1]) // a live stream to the future owner
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.ReleaseAsync()
+	l, err := c.Acquire(ctx(t), pools[0], client.WithTTL(6*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fronts[0].frozen.Store(true)
+	m.move(shard.Of(pools[0], m.count), fronts[1].addr, true)
+	renewedAt(t, fronts[1], l)
+}
+
+// A dead server (kill -9) keeps other shards in the map; the lease of a
+// shard that moved to another server is renewed there at once, not at
+// its next renew period.
+func TestShardMovedFromDeadOwnerRenewsAtOnce(t *testing.T) {
+	ts := newTestServer(t)
+	m, fronts := newShardCluster(t, ts, 3, 8)
+	pools := shardPools(t, m, fronts)
+	for _, p := range pools[:2] {
+		ts.pool(limiter.PoolConfig{Name: p, ConcurrencyLimit: 4})
+	}
+	c := dialTarget(t, fronts[0].addr, fronts[1].addr, fronts[2].addr)
+	warm, err := c.Acquire(ctx(t), pools[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.ReleaseAsync()
+	const ttl = time.Minute // the next renew is 20s away
+	l, err := c.Acquire(ctx(t), pools[0], client.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.move(shard.Of(pools[0], m.count), fronts[1].addr, true)
+	start := time.Now()
+	fronts[0].stop()
+	renewedAt(t, fronts[1], l)
+	if d := time.Since(start); d >= ttl/3 {
+		t.Errorf("renewed at the new owner after %v: at the next period, not when the move was learned", d)
+	}
+}
