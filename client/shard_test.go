@@ -102,7 +102,7 @@ type shardFront struct {
 	frozen atomic.Bool
 	stop   func() // stops the server (kill -9)
 	mu     sync.Mutex
-	served    map[string]int // "acquire p", "renew p", ...: requests passed to the engine
+	served map[string]int // "acquire p", "renew p", ...: requests passed to the engine
 }
 
 func (f *shardFront) count(kind, pool string) int {
