@@ -74,3 +74,29 @@ func TestShardMovedFromDeadOwnerRenewsAtOnce(t *testing.T) {
 		t.Errorf("renewed at the new owner after %v: at the next period, not when the move was learned", d)
 	}
 }
+
+// A provider registers at the owner of its pool's shard: a server that
+// ends the Provide stream at once with NOT_LEADER (its Send then fails
+// with io.EOF) is followed to the owner it names.
+func TestShardProviderFollowsNotLeader(t *testing.T) {
+	ts := newTestServer(t)
+	m, fronts := newShardCluster(t, ts, 2, 4)
+	pools := shardPools(t, m, fronts)
+	p := pools[1]
+	ts.pool(limiter.PoolConfig{Name: p, ResourceKind: limiter.ResourcePassive})
+	m.mu.Lock()
+	m.providePool = p
+	m.mu.Unlock()
+	c := dialTarget(t, fronts[0].addr)
+	prov, err := c.NewProvider(ctx(t), p, "worker-1", client.WithResources(client.Resource{ID: "slot-1"}))
+	if err != nil {
+		t.Fatalf("NewProvider through a server that does not lead the pool's shard: %v", err)
+	}
+	defer func() { _ = prov.Close() }()
+	if n := fronts[1].count("provide", p); n != 1 {
+		t.Errorf("the owner served %d registrations, want 1", n)
+	}
+	if err := prov.Offer(ctx(t), client.Resource{ID: "slot-2"}); err != nil {
+		t.Fatal(err)
+	}
+}

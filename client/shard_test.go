@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/cluster"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
@@ -32,6 +33,10 @@ type shardMap struct {
 	owner  []string
 	epoch  []int64
 	moving []string
+	// providePool, when set, is the pool of every Provide stream: a
+	// server that does not serve it ends the stream at once, NOT_LEADER,
+	// without reading the registration.
+	providePool string
 	// hint, when set, answers instead of the map for the pools it knows
 	// (ok): a hostile or buggy server.
 	hint func(self, pool string) (leader string, epoch int64, ok bool)
@@ -157,6 +162,21 @@ func (f *shardFront) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 func (f *shardFront) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if info.FullMethod == tollgatev1.LimiterService_Provide_FullMethodName {
+		f.m.mu.Lock()
+		pool := f.m.providePool
+		f.m.mu.Unlock()
+		if pool != "" {
+			mine, leader, epoch, sh := f.m.route(f.addr, pool)
+			if !mine {
+				f.notLeader.Add(1)
+				return cluster.NotLeader(f.addr, cluster.Owner{Shard: sh, Owner: leader, Epoch: epoch})
+			}
+			f.mu.Lock()
+			f.served["provide "+pool]++
+			f.mu.Unlock()
+		}
+	}
 	if info.FullMethod != tollgatev1.LimiterService_Session_FullMethodName {
 		return h(srv, ss)
 	}
