@@ -98,22 +98,23 @@ func (c *Client) movedSignal() <-chan struct{} {
 	}
 }
 
-// noteMovedLocked records that shard i now routes to another server and
-// wakes the requests waiting for the old one (movedSignal).
-func (c *Client) noteMovedLocked(i int) {
-	c.moved = append(c.moved, i)
-	ch := make(chan struct{})
-	if old := c.routeMoved.Swap(&ch); old != nil {
-		close(*old)
-	}
-}
+// noteMovedLocked records that shard i now routes to another server
+// (kickMoved).
+func (c *Client) noteMovedLocked(i int) { c.moved = append(c.moved, i) }
 
-// kickMoved renews at once, at their new owners, the leases of the shards
-// of r routed elsewhere since the last call.
+// kickMoved wakes the requests waiting for the old owners of the shards
+// of r routed elsewhere since the last call (movedSignal), and renews
+// their leases at once at the new owners.
 func (c *Client) kickMoved(r *routes) {
 	c.mu.Lock()
 	moved := c.moved
 	c.moved = nil
+	if len(moved) > 0 {
+		ch := make(chan struct{})
+		if old := c.routeMoved.Swap(&ch); old != nil {
+			close(*old)
+		}
+	}
 	var leases []*Lease
 	if len(moved) > 0 && r != nil && r.count > 1 {
 		set := make(map[int]bool, len(moved))
