@@ -98,8 +98,8 @@ func (c *Client) movedSignal() <-chan struct{} {
 	}
 }
 
-// noteMovedLocked records that shard i now routes to another server
-// (kickMoved).
+// noteMovedLocked records that shard i now routes to another server,
+// in a new term (kickMoved).
 func (c *Client) noteMovedLocked(i int) { c.moved = append(c.moved, i) }
 
 // kickMoved wakes the requests waiting for the old owners of the shards
@@ -405,7 +405,11 @@ func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64, over
 	r.shards[i].Store(&route{addr: addr, epoch: epoch, ln: ln})
 	if cur != nil {
 		c.unrefLocked(cur.ln)
-		c.noteMovedLocked(i)
+		if epoch > cur.epoch {
+			// A new term (not a planned move's target, which the old owner
+			// still answers for until it hands off).
+			c.noteMovedLocked(i)
+		}
 	}
 	return true
 }
