@@ -153,6 +153,19 @@ func (c *Client) linkFor(pool string) *link {
 	return r.self.Load()
 }
 
+// routeOf returns the link of the owner of pool's shard and its epoch
+// in a sharded cluster (nil, 0 when none is known or not sharded).
+func (c *Client) routeOf(pool string) (*link, int64) {
+	r := c.routes.Load()
+	if r == nil || r.count <= 1 {
+		return nil, 0
+	}
+	if rt := r.shards[shard.Of(pool, r.count)].Load(); rt != nil {
+		return rt.ln, rt.epoch
+	}
+	return nil, 0
+}
+
 // sharded reports whether the Client routes by a map of several shards.
 func (c *Client) sharded() bool {
 	r := c.routes.Load()

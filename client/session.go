@@ -734,16 +734,18 @@ func (st *stream) do(ctx context.Context, req *tollgatev1.SessionRequest, o op) 
 var errRerouted = errors.New("tollgate: the pool's shard was routed to another server")
 
 // wait waits for cl's answer (err nil) until ctx ends (its error) or, on
-// a server's link, until pool's shard is routed to another server
-// (errRerouted): the server the request was sent to lost the shard, and
-// may never answer (it died or is frozen).
+// a server's link, until pool's shard is routed to another server in a
+// newer term (errRerouted): the server the request was sent to lost the
+// shard, and may never answer (it died or is frozen). A planned move's
+// target does not count: the owner answers until it hands off.
 func (st *stream) wait(ctx context.Context, cl *call, pool string) (answer, error) {
 	c := st.c
+	_, sentEpoch := c.routeOf(pool)
 	for {
 		var moved <-chan struct{}
 		if st.ln != c.main {
 			moved = c.movedSignal()
-			if c.linkFor(pool) != st.ln {
+			if ln, epoch := c.routeOf(pool); ln != nil && ln != st.ln && epoch > sentEpoch {
 				return answer{}, errRerouted
 			}
 		}
