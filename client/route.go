@@ -77,9 +77,12 @@ type shardState struct {
 	learnAt    time.Time // no GetCluster before then
 	learnFails int
 	warnedMax  bool // maxLinks was reached (logged once)
-	// moved lists the shards routed to another server since the last
-	// kickMoved: their leases renew there at once.
-	moved []int
+	// moved lists the shards routed to another server, in a new term,
+	// from one that could not be reached, since the last kickMoved: their
+	// leases renew there at once. wakeMoved: some shard was routed to
+	// another server in a new term.
+	moved     []int
+	wakeMoved bool
 	// routeMoved is closed, and replaced, whenever a shard is routed to
 	// another server: requests waiting on the old one's link go to the new
 	// one at once (movedSignal).
@@ -99,17 +102,25 @@ func (c *Client) movedSignal() <-chan struct{} {
 }
 
 // noteMovedLocked records that shard i now routes to another server,
-// in a new term (kickMoved).
-func (c *Client) noteMovedLocked(i int) { c.moved = append(c.moved, i) }
+// in a new term, and whether its old owner could not be reached (lost:
+// it died, or was taken for stuck) (kickMoved).
+func (c *Client) noteMovedLocked(i int, lost bool) {
+	c.wakeMoved = true
+	if lost {
+		c.moved = append(c.moved, i)
+	}
+}
 
 // kickMoved wakes the requests waiting for the old owners of the shards
-// of r routed elsewhere since the last call (movedSignal), and renews
-// their leases at once at the new owners.
+// of r routed elsewhere in a new term since the last call (movedSignal),
+// and renews at once, at the new owners, the leases of those whose old
+// owner could not be reached (a lease held at a live owner, moved by a
+// hand-off, is renewed at its period).
 func (c *Client) kickMoved(r *routes) {
 	c.mu.Lock()
-	moved := c.moved
-	c.moved = nil
-	if len(moved) > 0 {
+	moved, wake := c.moved, c.wakeMoved
+	c.moved, c.wakeMoved = nil, false
+	if wake {
 		ch := make(chan struct{})
 		if old := c.routeMoved.Swap(&ch); old != nil {
 			close(*old)
@@ -417,12 +428,12 @@ func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64, over
 	ln.shards++
 	r.shards[i].Store(&route{addr: addr, epoch: epoch, ln: ln})
 	if cur != nil {
-		c.unrefLocked(cur.ln)
 		if epoch > cur.epoch {
 			// A new term (not a planned move's target, which the old owner
 			// still answers for until it hands off).
-			c.noteMovedLocked(i)
+			c.noteMovedLocked(i, !cur.ln.live())
 		}
+		c.unrefLocked(cur.ln)
 	}
 	return true
 }
