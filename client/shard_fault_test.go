@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -98,5 +99,43 @@ func TestShardProviderFollowsNotLeader(t *testing.T) {
 	}
 	if err := prov.Offer(ctx(t), client.Resource{ID: "slot-2"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The dialed server, cut off from etcd, still answers the map it knew
+// (naming itself) and no longer leads; another server knows the shard's
+// new owner, with a higher epoch: the map read asks both, and that
+// owner wins.
+func TestShardMapReadTakesTheHighestEpoch(t *testing.T) {
+	ts := newTestServer(t)
+	m, fronts := newShardCluster(t, ts, 2, 4)
+	pools := shardPools(t, m, fronts)
+	for _, p := range pools {
+		ts.pool(limiter.PoolConfig{Name: p, ConcurrencyLimit: 4})
+	}
+	c := dialTarget(t, fronts[0].addr)
+	warm, err := c.Acquire(ctx(t), pools[1]) // a live stream to the other server
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.ReleaseAsync()
+	cut := fronts[0]
+	cut.stale.Store(m.cluster(cut.addr))
+	m.mu.Lock()
+	m.hint = func(self, pool string) (string, int64, bool) {
+		return "", 0, self == cut.addr // it knows no leader any more
+	}
+	m.mu.Unlock()
+	m.move(shard.Of(pools[0], m.count), fronts[1].addr, true)
+
+	actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := c.Acquire(actx, pools[0])
+	if err != nil {
+		t.Fatalf("acquire while the dialed server answers a stale map: %v", err)
+	}
+	_ = l.ReleaseAsync()
+	if n := fronts[1].count("acquire", pools[0]); n != 1 {
+		t.Errorf("the new owner served %d acquires, want 1", n)
 	}
 }

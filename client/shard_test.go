@@ -106,6 +106,9 @@ type shardFront struct {
 	// frozen makes the server take requests and answer none (SIGSTOP).
 	frozen atomic.Bool
 	stop   func() // stops the server (kill -9)
+	// stale, when set, is the map it answers GetCluster with (a server
+	// cut off from etcd).
+	stale atomic.Pointer[tollgatev1.GetClusterResponse]
 	mu     sync.Mutex
 	served map[string]int // "acquire p", "renew p", ...: requests passed to the engine
 }
@@ -156,6 +159,9 @@ func (f *shardFront) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 		return nil, ctx.Err()
 	}
 	if info.FullMethod == tollgatev1.AdminService_GetCluster_FullMethodName {
+		if stale := f.stale.Load(); stale != nil {
+			return stale, nil
+		}
 		return f.m.cluster(f.addr), nil
 	}
 	return h(ctx, req)
