@@ -108,7 +108,7 @@ type shardFront struct {
 	stop   func() // stops the server (kill -9)
 	// stale, when set, is the map it answers GetCluster with (a server
 	// cut off from etcd).
-	stale atomic.Pointer[tollgatev1.GetClusterResponse]
+	stale  atomic.Pointer[tollgatev1.GetClusterResponse]
 	mu     sync.Mutex
 	served map[string]int // "acquire p", "renew p", ...: requests passed to the engine
 }
