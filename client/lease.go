@@ -47,6 +47,12 @@ func (st leaseState) ended() bool { return st >= leaseUnconfirmed }
 // context is already done).
 const releaseTimeout = 5 * time.Second
 
+// renewRetryMax bounds the pause between a failed renew and the next: a
+// lease whose server cannot be reached is tried again at least this
+// often until its local deadline, so that it is renewed soon after its
+// shard's new owner is known.
+const renewRetryMax = 250 * time.Millisecond
+
 // defaultTTL is assumed for a lease whose grant does not say its TTL.
 const defaultTTL = 15 * time.Second
 
@@ -492,7 +498,7 @@ func (l *Lease) keepAlive(ctx context.Context, next time.Time) {
 				l.c.log.Warn("tollgate: renew failed; retrying", "pool", l.pool, "lease_id", l.id, "err", err)
 				lastErr = err
 			}
-			next = time.Now().Add(min(retryBackoff.delay(failures, deadline), l.TTL()/10))
+			next = time.Now().Add(min(retryBackoff.delay(failures, deadline), l.TTL()/10, renewRetryMax))
 			failures++
 		}
 	}

@@ -255,27 +255,7 @@ func permanentProvideError(err error) bool {
 func (p *Provider) serve(first chan<- error) (bool, error) {
 	ctx, cancel := context.WithCancel(p.ctx)
 	defer cancel()
-	ln := p.c.linkFor(p.pool)
-	if ln == nil {
-		ln = p.c.main // no owner known: a server names it
-	}
-	stream, err := ln.stub.Provide(ctx)
-	if err == nil {
-		reg := &tollgatev1.ProvideRegister{Pool: p.pool, ProviderId: p.opts.id, Resources: resourcesToProto(p.Resources())}
-		if p.opts.ttl > 0 {
-			reg.Ttl = durationpb.New(p.opts.ttl)
-		}
-		err = stream.Send(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Register{Register: reg}})
-	}
-	if err == nil {
-		_, err = stream.Recv()
-	}
-	if e, ok := FromError(err); ok {
-		err = e
-		if e.Is(apierr.ErrNotLeader) {
-			_, _ = p.c.noteNotLeader(p.pool, e, ln)
-		}
-	}
+	stream, ln, err := p.register(ctx)
 	if first != nil {
 		first <- err
 	}
@@ -299,6 +279,17 @@ func (p *Provider) serve(first chan<- error) (bool, error) {
 			}
 		}
 	}()
+	// brokeErr is why the stream broke, after a Send failed (the answers
+	// that come meanwhile are dropped: the provider registers again).
+	brokeErr := func() error {
+		for {
+			select {
+			case err := <-broke:
+				return err
+			case <-resps:
+			}
+		}
+	}
 	ttl := p.opts.ttl
 	if ttl <= 0 {
 		ttl = 10 * time.Second
@@ -318,18 +309,16 @@ func (p *Provider) serve(first chan<- error) (bool, error) {
 			_ = stream.CloseSend()
 			return true, nil
 		case err := <-broke:
-			if e, ok := FromError(err); ok {
-				return true, e
-			}
-			return true, err
+			return true, p.streamError(err, ln)
 		case <-tick.C:
 			if err := stream.Send(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_KeepAlive{KeepAlive: &tollgatev1.ProvideKeepAlive{}}}); err != nil {
-				return true, err
+				return true, p.streamError(brokeErr(), ln)
 			}
 		case op := <-p.ops:
 			nextID++
 			op.req.RequestId = nextID
 			if err := stream.Send(op.req); err != nil {
+				err = p.streamError(brokeErr(), ln)
 				op.reply <- provideReply{err: err}
 				return true, err
 			}
@@ -347,4 +336,72 @@ func (p *Provider) serve(first chan<- error) (bool, error) {
 			reply <- provideReply{resp: r}
 		}
 	}
+}
+
+// register opens a Provide stream to the owner of the pool's shard and
+// registers on it, following NOT_LEADER answers to the owner they name
+// (as roundTrip does) while ctx allows. It returns the stream and its
+// link once the server accepted the registration.
+func (p *Provider) register(ctx context.Context) (tollgatev1.LimiterService_ProvideClient, *link, error) {
+	for n := 0; ; n++ {
+		ln := p.c.linkFor(p.pool)
+		if ln == nil {
+			ln = p.c.main // no owner known: a server names it
+		}
+		stream, err := p.registerOn(ctx, ln)
+		if err == nil {
+			return stream, ln, nil
+		}
+		e, ok := FromError(err)
+		if !ok || !e.Is(apierr.ErrNotLeader) {
+			return nil, nil, err
+		}
+		reroute, moved := p.c.noteNotLeader(p.pool, e, ln)
+		if !reroute {
+			return nil, nil, e
+		}
+		if err := p.c.rerouteWait(ctx, n, e, moved); err != nil {
+			return nil, nil, e // the last answer says more than the provider's end
+		}
+	}
+}
+
+// registerOn opens a Provide stream on ln and registers on it; the
+// error is the server's status when it ended the stream.
+func (p *Provider) registerOn(ctx context.Context, ln *link) (tollgatev1.LimiterService_ProvideClient, error) {
+	stream, err := ln.stub.Provide(ctx)
+	if err != nil {
+		return nil, statusError(err)
+	}
+	reg := &tollgatev1.ProvideRegister{Pool: p.pool, ProviderId: p.opts.id, Resources: resourcesToProto(p.Resources())}
+	if p.opts.ttl > 0 {
+		reg.Ttl = durationpb.New(p.opts.ttl)
+	}
+	// A server that ended the stream at once (NOT_LEADER) makes Send fail
+	// with io.EOF; Recv then returns its status.
+	_ = stream.Send(&tollgatev1.ProvideRequest{Kind: &tollgatev1.ProvideRequest_Register{Register: reg}})
+	if _, err := stream.Recv(); err != nil {
+		return nil, statusError(err)
+	}
+	return stream, nil
+}
+
+// streamError is why a registered provider's stream broke (its Recv's
+// error): the server's status as an *Error when it sent one, after
+// noting a NOT_LEADER's hint, so that the next registration goes to the
+// shard's owner.
+func (p *Provider) streamError(err error, ln *link) error {
+	err = statusError(err)
+	if e, ok := err.(*Error); ok && e.Is(apierr.ErrNotLeader) {
+		_, _ = p.c.noteNotLeader(p.pool, e, ln)
+	}
+	return err
+}
+
+// statusError returns err as an *Error when it carries a gRPC status.
+func statusError(err error) error {
+	if e, ok := FromError(err); ok {
+		return e
+	}
+	return err
 }

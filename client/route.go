@@ -36,8 +36,11 @@ const (
 	// before the request is routed again and the map read again: a server
 	// named owner may not answer (it died; a hint was wrong).
 	linkWait = 2 * time.Second
-	// learnTimeout bounds one GetCluster.
-	learnTimeout = 5 * time.Second
+	// askTimeout bounds one server's answer to GetCluster: a server that
+	// does not answer by then (frozen) is not waited for.
+	askTimeout = time.Second
+	// maxAsked bounds the servers one read of the map asks at once.
+	maxAsked = 4
 	// relearnEvery is the least time between two reads of the map.
 	relearnEvery = 100 * time.Millisecond
 	// drainLimit bounds how long a retired link's stream stays open for
@@ -102,6 +105,71 @@ type shardState struct {
 	learnAt    time.Time // no GetCluster before then
 	learnFails int
 	warnedMax  bool // maxLinks was reached (logged once)
+	// moved lists the shards routed to another server, in a new term,
+	// from one that could not be reached, since the last kickMoved: their
+	// leases renew there at once. wakeMoved: some shard was routed to
+	// another server in a new term.
+	moved     []int
+	wakeMoved bool
+	// routeMoved is closed, and replaced, whenever a shard is routed to
+	// another server: requests waiting on the old one's link go to the new
+	// one at once (movedSignal).
+	routeMoved atomic.Pointer[chan struct{}]
+}
+
+// movedSignal returns a channel closed when a shard is next routed to
+// another server.
+func (c *Client) movedSignal() <-chan struct{} {
+	for {
+		if ch := c.routeMoved.Load(); ch != nil {
+			return *ch
+		}
+		ch := make(chan struct{})
+		c.routeMoved.CompareAndSwap(nil, &ch)
+	}
+}
+
+// noteMovedLocked records that shard i now routes to another server,
+// in a new term, and whether its old owner could not be reached (lost:
+// it died, or was taken for stuck) (kickMoved).
+func (c *Client) noteMovedLocked(i int, lost bool) {
+	c.wakeMoved = true
+	if lost {
+		c.moved = append(c.moved, i)
+	}
+}
+
+// kickMoved wakes the requests waiting for the old owners of the shards
+// of r routed elsewhere in a new term since the last call (movedSignal),
+// and renews at once, at the new owners, the leases of those whose old
+// owner could not be reached (a lease held at a live owner, moved by a
+// hand-off, is renewed at its period).
+func (c *Client) kickMoved(r *routes) {
+	c.mu.Lock()
+	moved, wake := c.moved, c.wakeMoved
+	c.moved, c.wakeMoved = nil, false
+	if wake {
+		ch := make(chan struct{})
+		if old := c.routeMoved.Swap(&ch); old != nil {
+			close(*old)
+		}
+	}
+	var leases []*Lease
+	if len(moved) > 0 && r != nil && r.count > 1 {
+		set := make(map[int]bool, len(moved))
+		for _, i := range moved {
+			set[i] = true
+		}
+		for _, l := range c.leases {
+			if set[shard.Of(l.pool, r.count)] {
+				leases = append(leases, l)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, l := range leases {
+		l.kickRenew()
+	}
 }
 
 // linkFor returns the link of pool's requests: the dialed target's unless
@@ -122,6 +190,19 @@ func (c *Client) linkFor(pool string) *link {
 	}
 	c.learn()
 	return r.self.Load()
+}
+
+// routeOf returns the link of the owner of pool's shard and its epoch
+// in a sharded cluster (nil, 0 when none is known or not sharded).
+func (c *Client) routeOf(pool string) (*link, int64) {
+	r := c.routes.Load()
+	if r == nil || r.count <= 1 {
+		return nil, 0
+	}
+	if rt := r.shards[shard.Of(pool, r.count)].Load(); rt != nil {
+		return rt.ln, rt.epoch
+	}
+	return nil, 0
 }
 
 // sharded reports whether the Client routes by a map of several shards.
@@ -184,19 +265,35 @@ func (c *Client) learn() {
 	}()
 }
 
-// readMap asks a server for the shard map (GetCluster) and applies it.
+// readMap asks the servers for the shard map (GetCluster, askCluster)
+// and applies the first answer at once, then the later ones, each shard
+// taking the highest epoch any server names: a frozen server does not
+// delay the read, and a server cut off from etcd, which still names
+// itself, does not win over one that knows the newer owner.
 func (c *Client) readMap() {
-	resp, err := c.getCluster()
-	c.mu.Lock()
-	c.learning = false
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	if err == nil {
-		c.learnFails = 0
-		c.learnAt = time.Now().Add(relearnEvery)
-		left := c.applyMapLocked(resp)
+	answers, n := c.askCluster()
+	var firstErr error
+	applied := false
+	for range n {
+		a := <-answers
+		if a.err != nil {
+			if firstErr == nil || a.dialed {
+				firstErr = a.err
+			}
+			continue
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		left := c.applyMapLocked(a.resp, !applied)
+		if !applied {
+			applied = true
+			c.learning = false
+			c.learnFails = 0
+			c.learnAt = time.Now().Add(relearnEvery)
+		}
 		var leases []*Lease
 		if left {
 			for _, l := range c.leases {
@@ -210,9 +307,18 @@ func (c *Client) readMap() {
 		if left {
 			c.kickShares()
 		}
+		c.kickMoved(c.routes.Load())
+	}
+	if applied {
 		return
 	}
+	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.learning = false
+	if c.closed {
+		return
+	}
+	err := firstErr
 	c.learnAt = time.Now().Add(shareBackoff.delay(c.learnFails, time.Time{}))
 	c.learnFails++
 	switch status.Code(err) {
@@ -228,38 +334,44 @@ func (c *Client) readMap() {
 	}
 }
 
-// getCluster asks the dialed target for the cluster, then, if it cannot
-// answer, the servers the Client has a live stream to.
-func (c *Client) getCluster() (*tollgatev1.GetClusterResponse, error) {
+// clusterAnswer is one server's answer to GetCluster.
+type clusterAnswer struct {
+	resp   *tollgatev1.GetClusterResponse
+	err    error
+	dialed bool // from the dialed target
+}
+
+// askCluster asks the dialed target and up to maxAsked-1 servers the
+// Client has a live stream to, all at once, for the cluster, each within
+// askTimeout; the n answers come on the channel as they arrive.
+func (c *Client) askCluster() (<-chan clusterAnswer, int) {
 	conns := []*grpc.ClientConn{c.conn}
 	c.mu.Lock()
 	for _, ln := range c.links {
-		if ln.cur != nil && len(conns) < 4 {
+		if ln.cur != nil && len(conns) < maxAsked {
 			conns = append(conns, ln.conn)
 		}
 	}
 	c.mu.Unlock()
-	var err error
-	for _, conn := range conns {
-		ctx, cancel := context.WithTimeout(c.ctx, learnTimeout)
-		var resp *tollgatev1.GetClusterResponse
-		resp, err = tollgatev1.NewAdminServiceClient(conn).GetCluster(ctx, &tollgatev1.GetClusterRequest{})
-		cancel()
-		if err == nil {
-			return resp, nil
-		}
-		if c.ctx.Err() != nil {
-			return nil, err
-		}
+	answers := make(chan clusterAnswer, len(conns))
+	for k, conn := range conns {
+		go func() {
+			ctx, cancel := context.WithTimeout(c.ctx, askTimeout)
+			defer cancel()
+			resp, err := tollgatev1.NewAdminServiceClient(conn).GetCluster(ctx, &tollgatev1.GetClusterRequest{})
+			answers <- clusterAnswer{resp: resp, err: err, dialed: k == 0}
+		}()
 	}
-	return nil, err
+	return answers, len(conns)
 }
 
 // applyMapLocked makes resp's shard map the routes: an entry replaces the
-// known one unless its epoch is older; an entry of no owner keeps it. It
+// known one unless its epoch is older; an entry of no owner keeps it. An
+// answer that is not the first of its read (fresh false) only moves a
+// shard to a higher epoch, and keeps the shard count and self. It
 // reports whether the Client left the dialed target's stream for the
 // servers' own (leaveMainLocked): its leases are to renew at once.
-func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool) {
+func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse, fresh bool) (left bool) {
 	n := int(resp.GetShardCount())
 	r := c.routes.Load()
 	if n <= 1 {
@@ -270,6 +382,9 @@ func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool)
 	}
 	if n > shard.MaxCount {
 		c.log.Warn("tollgate: the cluster's shard map is not valid; ignoring it", "shard_count", n)
+		return false
+	}
+	if !fresh && (r == nil || r.count != n) {
 		return false
 	}
 	var old *routes
@@ -295,9 +410,12 @@ func (c *Client) applyMapLocked(resp *tollgatev1.GetClusterResponse) (left bool)
 		// whatever the epoch it came with (a hint may have named a server
 		// that never answers, with any epoch).
 		cur := r.shards[i].Load()
-		c.setRouteLocked(r, i, addr, epoch, cur != nil && !cur.ln.live())
+		if !fresh && cur != nil && so.GetEpoch() <= cur.epoch {
+			continue
+		}
+		c.setRouteLocked(r, i, addr, epoch, fresh && cur != nil && !cur.ln.live())
 	}
-	if self, prev := resp.GetSelf(), r.self.Load(); self != "" && (prev == nil || prev.addr != self) {
+	if self, prev := resp.GetSelf(), r.self.Load(); fresh && self != "" && (prev == nil || prev.addr != self) {
 		if ln := c.linkLocked(self); ln != nil {
 			ln.shards++
 			r.self.Store(ln)
@@ -343,6 +461,11 @@ func (c *Client) setRouteLocked(r *routes, i int, addr string, epoch int64, over
 	ln.shards++
 	r.shards[i].Store(&route{addr: addr, epoch: epoch, ln: ln, target: target, at: time.Now()})
 	if cur != nil {
+		if epoch > cur.epoch {
+			// A new term (not a planned move's target, which the old owner
+			// still answers for until it hands off).
+			c.noteMovedLocked(i, !cur.ln.live())
+		}
 		c.unrefLocked(cur.ln)
 	}
 	return true
@@ -395,6 +518,7 @@ func (c *Client) noteNotLeader(pool string, e *Error, from *link) (reroute bool,
 		c.learn()
 		return true, hopAgain
 	}
+	c.kickMoved(r)
 	return true, hopMoved
 }
 

@@ -183,6 +183,11 @@ func (c *Client) roundTrip(ctx context.Context, o op) (answer, error) {
 		}
 		a, err := st.do(ctx, req, o)
 		switch {
+		case err == errRerouted:
+			if err := c.rerouteWait(ctx, n, nil, hopMoved); err != nil {
+				return answer{}, err
+			}
+			continue
 		case isBroken(err):
 			if ctx.Err() != nil {
 				return answer{}, ctx.Err()
@@ -239,12 +244,20 @@ func pause(ctx, closed context.Context, d time.Duration) error {
 // current returns the link's live stream, starting its session loop on
 // first use and waiting for a stream while ctx allows, and at most bound
 // when not nil (then errLinkWait). It returns errRetired when the link is
-// retired first.
-func (ln *link) current(ctx context.Context, bound *time.Duration) (*stream, error) {
+// retired first, or, on a server's link (bound not nil), when pool's shard
+// is routed to another server.
+func (ln *link) current(ctx context.Context, pool string, bound *time.Duration) (*stream, error) {
 	c := ln.c
 	var timeout *time.Timer
 	var reread *time.Ticker
 	for {
+		var moved <-chan struct{}
+		if bound != nil {
+			moved = c.movedSignal()
+			if c.linkFor(pool) != ln {
+				return nil, errRetired // its shard was routed elsewhere meanwhile
+			}
+		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
@@ -282,6 +295,7 @@ func (ln *link) current(ctx context.Context, bound *time.Duration) (*stream, err
 		case <-c.ctx.Done():
 			return nil, ErrClosed
 		case <-ln.ctx.Done(): // retired: the loop above says so
+		case <-moved: // the loop above checks the pool's route
 		case <-tick:
 			// While a server's link has no stream, its shards may be
 			// moving: read the map again (as often as learn allows), so
@@ -295,13 +309,14 @@ func (ln *link) current(ctx context.Context, bound *time.Duration) (*stream, err
 }
 
 // currentBounded is current, waiting at most linkWait on a server's link
-// (errLinkWait).
-func (ln *link) currentBounded(ctx context.Context) (*stream, error) {
+// (errLinkWait), or until pool's shard is routed to another server
+// (errRetired).
+func (ln *link) currentBounded(ctx context.Context, pool string) (*stream, error) {
 	if ln == ln.c.main {
-		return ln.current(ctx, nil)
+		return ln.current(ctx, pool, nil)
 	}
 	d := linkWait
-	return ln.current(ctx, &d)
+	return ln.current(ctx, pool, &d)
 }
 
 // run keeps the link's Session stream open until the Client is closed or
@@ -686,11 +701,9 @@ func (st *stream) do(ctx context.Context, req *tollgatev1.SessionRequest, o op) 
 		// The stream is broken; the reader notices and answers cl.
 		st.reset(err)
 	}
-	select {
-	case a := <-cl.ch:
-		putCall(cl)
-		return a, a.err
-	case <-ctx.Done():
+	rerouted, err := st.wait(ctx, cl, o.pool)
+	if err == nil {
+		return rerouted, rerouted.err
 	}
 	st.mu.Lock()
 	_, waiting := st.pending[id]
@@ -710,10 +723,45 @@ func (st *stream) do(ctx context.Context, req *tollgatev1.SessionRequest, o op) 
 			st.reset(err)
 		}
 	}
+	if err == errRerouted {
+		return answer{}, err
+	}
 	if o.resetOnDeadline && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		st.abandon(errors.New("a renew was not answered in time"))
 	}
 	return answer{}, ctx.Err()
+}
+
+// errRerouted is what a request sent on a server's link gets when its
+// pool's shard was routed to another server before the answer came: it
+// is abandoned there, and roundTrip sends it to the new owner.
+var errRerouted = errors.New("tollgate: the pool's shard was routed to another server")
+
+// wait waits for cl's answer (err nil) until ctx ends (its error) or, on
+// a server's link, until pool's shard is routed to another server in a
+// newer term (errRerouted): the server the request was sent to lost the
+// shard, and may never answer (it died or is frozen). A planned move's
+// target does not count: the owner answers until it hands off.
+func (st *stream) wait(ctx context.Context, cl *call, pool string) (answer, error) {
+	c := st.c
+	_, sentEpoch := c.routeOf(pool)
+	for {
+		var moved <-chan struct{}
+		if st.ln != c.main {
+			moved = c.movedSignal()
+			if ln, epoch := c.routeOf(pool); ln != nil && ln != st.ln && epoch > sentEpoch {
+				return answer{}, errRerouted
+			}
+		}
+		select {
+		case a := <-cl.ch:
+			putCall(cl)
+			return a, nil
+		case <-ctx.Done():
+			return answer{}, ctx.Err()
+		case <-moved:
+		}
+	}
 }
 
 // calls keeps the calls of do, each with its channel, for reuse: a call

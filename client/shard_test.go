@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/client"
+	"github.com/tollgate/tollgate/internal/cluster"
 	"github.com/tollgate/tollgate/limiter"
 	tollgatev1 "github.com/tollgate/tollgate/proto/tollgate/v1"
 	"github.com/tollgate/tollgate/proto/tollgate/v1/shard"
@@ -32,6 +33,10 @@ type shardMap struct {
 	owner  []string
 	epoch  []int64
 	moving []string
+	// providePool, when set, is the pool of every Provide stream: a
+	// server that does not serve it ends the stream at once, NOT_LEADER,
+	// without reading the registration.
+	providePool string
 	// hint, when set, answers instead of the map for the pools it knows
 	// (ok): a hostile or buggy server.
 	hint func(self, pool string) (leader string, epoch int64, ok bool)
@@ -98,9 +103,15 @@ type shardFront struct {
 	notLeader atomic.Int64 // NOT_LEADER answers given
 	live      atomic.Int64 // Session streams open
 	opened    atomic.Int64 // Session streams opened
-	mu        sync.Mutex
-	served    map[string]int // "acquire p", "renew p", ...: requests passed to the engine
-	refused   map[string]int // the same, answered NOT_LEADER
+	// frozen makes the server take requests and answer none (SIGSTOP).
+	frozen atomic.Bool
+	stop   func() // stops the server (kill -9)
+	// stale, when set, is the map it answers GetCluster with (a server
+	// cut off from etcd).
+	stale   atomic.Pointer[tollgatev1.GetClusterResponse]
+	mu      sync.Mutex
+	served  map[string]int // "acquire p", "renew p", ...: requests passed to the engine
+	refused map[string]int // the same, answered NOT_LEADER
 }
 
 func (f *shardFront) count(kind, pool string) int {
@@ -137,19 +148,42 @@ func newShardCluster(t *testing.T, ts *testServer, n, count int) (*shardMap, []*
 			gs.Stop()
 			<-served
 		})
+		f.stop = gs.Stop
 		fronts = append(fronts, f)
 	}
 	return m, fronts
 }
 
 func (f *shardFront) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if f.frozen.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if info.FullMethod == tollgatev1.AdminService_GetCluster_FullMethodName {
+		if stale := f.stale.Load(); stale != nil {
+			return stale, nil
+		}
 		return f.m.cluster(f.addr), nil
 	}
 	return h(ctx, req)
 }
 
 func (f *shardFront) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if info.FullMethod == tollgatev1.LimiterService_Provide_FullMethodName {
+		f.m.mu.Lock()
+		pool := f.m.providePool
+		f.m.mu.Unlock()
+		if pool != "" {
+			mine, leader, epoch, sh := f.m.route(f.addr, pool)
+			if !mine {
+				f.notLeader.Add(1)
+				return cluster.NotLeader(f.addr, cluster.Owner{Shard: sh, Owner: leader, Epoch: epoch})
+			}
+			f.mu.Lock()
+			f.served["provide "+pool]++
+			f.mu.Unlock()
+		}
+	}
 	if info.FullMethod != tollgatev1.LimiterService_Session_FullMethodName {
 		return h(srv, ss)
 	}
@@ -177,6 +211,10 @@ func (s *shardStream) RecvMsg(m any) error {
 	for {
 		if err := s.ServerStream.RecvMsg(m); err != nil {
 			return err
+		}
+		if s.f.frozen.Load() {
+			<-s.Context().Done()
+			return s.Context().Err()
 		}
 		req := m.(*tollgatev1.SessionRequest)
 		if b := req.GetBatch(); b != nil {

@@ -116,7 +116,7 @@ func (e *unavailableError) GRPCStatus() *status.Status {
 // otherwise it is current, bounded by linkWait on a server's link.
 func (ln *link) currentFor(ctx context.Context, o op) (*stream, error) {
 	if !o.failIfUnreachable {
-		return ln.currentBounded(ctx)
+		return ln.currentBounded(ctx, o.pool)
 	}
 	c := ln.c
 	c.mu.Lock()
@@ -132,7 +132,7 @@ func (ln *link) currentFor(ctx context.Context, o op) (*stream, error) {
 		defer close(watched)
 		ln.cancelWhenUnreachable(wctx, cancel)
 	}()
-	st, err := ln.currentBounded(wctx)
+	st, err := ln.currentBounded(wctx, o.pool)
 	cancel(nil)
 	<-watched
 	if err != nil && ctx.Err() == nil {
