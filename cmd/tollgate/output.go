@@ -134,15 +134,32 @@ func (p *printer) pools(resp *tollgatev1.ListPoolsResponse) error {
 		return p.message(resp)
 	}
 	if len(resp.GetPools()) == 0 {
-		_, err := fmt.Fprintln(p.w, "no pools")
-		return err
+		if _, err := fmt.Fprintln(p.w, "no pools"); err != nil {
+			return err
+		}
+		return p.unreachable(resp.GetUnreachable())
 	}
+	owners := map[string]bool{} // a cluster whose pools are on several servers: which leads each
+	for _, st := range resp.GetStatuses() {
+		owners[st.GetOwner()] = true
+	}
+	ownerCol := len(owners) > 1
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCONCURRENCY\tHELD\tLEASES\tWAITING\tRATE\tBURST\tTOKENS\tDESCRIPTION")
+	if ownerCol {
+		fmt.Fprint(tw, "NAME\tOWNER\t")
+	} else {
+		fmt.Fprint(tw, "NAME\t")
+	}
+	fmt.Fprintln(tw, "CONCURRENCY\tHELD\tLEASES\tWAITING\tRATE\tBURST\tTOKENS\tDESCRIPTION")
 	for i, pool := range resp.GetPools() {
 		var st *tollgatev1.PoolStatus
 		if i < len(resp.GetStatuses()) {
 			st = resp.GetStatuses()[i]
+		}
+		if ownerCol {
+			fmt.Fprintf(tw, "%s\t%s\t", pool.GetName(), st.GetOwner())
+		} else {
+			fmt.Fprintf(tw, "%s\t", pool.GetName())
 		}
 		rate, burst, tokens := "-", "-", "-"
 		if pool.GetRate() != 0 {
@@ -154,9 +171,12 @@ func (p *printer) pools(resp *tollgatev1.ListPoolsResponse) error {
 		if pool.GetConcurrencyLimit() != 0 {
 			conc = strconv.FormatInt(pool.GetConcurrencyLimit(), 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", pool.GetName(), conc, st.GetHeld(), st.GetLeases(), st.GetWaiting(), rate, burst, tokens, pool.GetDescription())
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", conc, st.GetHeld(), st.GetLeases(), st.GetWaiting(), rate, burst, tokens, pool.GetDescription())
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return p.unreachable(resp.GetUnreachable())
 }
 
 func orNone(set bool, v string) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -138,7 +139,11 @@ func newPoolListCmd(g *globals, out func(*cobra.Command) *printer) *cobra.Comman
 		Use:   "list",
 		Short: "List pools with their limits and use",
 		Long: `List every pool in name order, with its limits and what is held and waiting
-now. With -o json, all pages are printed as one ListPoolsResponse.`,
+now. With -o json, all pages are printed as one ListPoolsResponse.
+
+On a cluster whose pools are led by several servers (shards), any server lists
+every pool, with an OWNER column naming the server that leads it, and a last
+line naming the servers whose pools are missing (no answer in time).`,
 		Example: `  tollgate pool list
   tollgate pool list -o json`,
 		Args: exactArgs(),
@@ -151,8 +156,14 @@ now. With -o json, all pages are printed as one ListPoolsResponse.`,
 					if err != nil {
 						return err
 					}
+					all.TotalSize = resp.GetTotalSize()
 					all.Pools = append(all.Pools, resp.GetPools()...)
 					all.Statuses = append(all.Statuses, resp.GetStatuses()...)
+					for _, u := range resp.GetUnreachable() {
+						if !slices.Contains(all.Unreachable, u) {
+							all.Unreachable = append(all.Unreachable, u)
+						}
+					}
 					if resp.GetNextPageToken() == "" {
 						break
 					}

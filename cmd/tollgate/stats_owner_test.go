@@ -44,3 +44,26 @@ func TestClientListServerColumn(t *testing.T) {
 		t.Fatalf("clients: %v\n%s", err, out.String())
 	}
 }
+
+// pool list, too: an OWNER column when the pools are on several servers,
+// and the servers whose pools are missing.
+func TestPoolListOwnerColumnAndMissing(t *testing.T) {
+	var out strings.Builder
+	p := &printer{w: &out}
+	err := p.pools(&tollgatev1.ListPoolsResponse{
+		Pools:       []*tollgatev1.Pool{{Name: "a", ConcurrencyLimit: 2}, {Name: "b", ConcurrencyLimit: 3}},
+		Statuses:    []*tollgatev1.PoolStatus{{Owner: "10.0.0.1:7070"}, {Owner: "10.0.0.2:7070", Held: 1}},
+		Unreachable: []string{"10.0.0.3:7070"},
+	})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err != nil || len(lines) != 4 || !strings.HasPrefix(lines[0], "NAME  OWNER          CONCURRENCY ") ||
+		!strings.HasPrefix(lines[2], "b     10.0.0.2:7070  3            1 ") ||
+		lines[3] != "missing: the pools of 10.0.0.3:7070 (no answer within the timeout)" {
+		t.Fatalf("pool list: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	err = p.pools(&tollgatev1.ListPoolsResponse{Pools: []*tollgatev1.Pool{{Name: "a"}}, Statuses: []*tollgatev1.PoolStatus{{Owner: "s:1"}}})
+	if err != nil || strings.Contains(out.String(), "OWNER") || !strings.HasPrefix(out.String(), "NAME  CONCURRENCY") {
+		t.Fatalf("one server's pools: %v\n%s", err, out.String())
+	}
+}
