@@ -310,6 +310,18 @@ func (w *watched) RecvMsg(m any) error {
 	if !ok {
 		return nil
 	}
+	if b := resp.GetBatch(); b != nil { // each answer of a batch as if it came alone
+		for _, r := range b.GetResponses() {
+			w.answer(r, at)
+		}
+		return nil
+	}
+	w.answer(resp, at)
+	return nil
+}
+
+// answer records one answer received at at.
+func (w *watched) answer(resp *tollgatev1.SessionResponse, at time.Time) {
 	w.mu.Lock()
 	takePool, isTake := w.takes[resp.GetRequestId()]
 	if isTake {
@@ -326,7 +338,7 @@ func (w *watched) RecvMsg(m any) error {
 	case resp.GetTake() != nil && isTake:
 		op = "take"
 	default:
-		return nil
+		return
 	}
 	rec := hatest.Record{Kind: hatest.KindAnswer, Op: op, Pool: takePool, Start: hatest.Nanos(at)}
 	if lease != nil {
@@ -344,5 +356,4 @@ func (w *watched) RecvMsg(m any) error {
 		rec.Server = p.Addr.String()
 	}
 	w.out.emit(rec)
-	return nil
 }
