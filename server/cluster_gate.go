@@ -127,10 +127,8 @@ func (s *Server) capture(ctx context.Context, method string, req any) (context.C
 			}
 		}
 	}
-	for _, st := range ts {
-		if !st.t.Leading() {
-			return ctx, nil, s.notLeader(st.shard)
-		}
+	if err := s.stoppedLeading(ts); err != nil {
+		return ctx, nil, err
 	}
 	return context.WithValue(ctx, callTermsKey{}, ts), ts, nil
 }

@@ -118,19 +118,28 @@ func (s *Server) count(ctx context.Context, resp any) {
 	}
 }
 
-// localPart runs the handler for this server's part: a NOT_LEADER answer
-// (it leads none of the shards) is an empty part.
-func (s *Server) localPart(ctx context.Context, req any, handler grpc.UnaryHandler) (any, bool, error) {
-	resp, err := handler(ctx, req)
-	if err != nil {
-		if fanout.NotLeader(err) {
-			return nil, false, nil
-		}
-		return nil, false, err
+// gather asks every other server for its part (ask, given the server's
+// address) while this server answers its own with handler and local, its
+// request: every part, this server's last. A NOT_LEADER answer of this
+// server's (it leads none of the shards) is no part; another error of its
+// own is the call's.
+func gather[R any](s *Server, ctx context.Context, local any, handler grpc.UnaryHandler,
+	ask func(ctx context.Context, addr string, cc *grpc.ClientConn) (R, error)) ([]fanout.Part[R], error) {
+	peers := s.fan.Peers()
+	var parts []fanout.Part[R]
+	var wg sync.WaitGroup
+	wg.Go(func() { parts = fanout.Ask(ctx, s.fan, peers, ask) })
+	resp, err := handler(ctx, local)
+	wg.Wait()
+	switch {
+	case err != nil && fanout.NotLeader(err):
+		return parts, nil
+	case err != nil:
+		return nil, err
 	}
 	s.stamp(resp)
 	s.count(ctx, resp)
-	return resp, true, nil
+	return append(parts, fanout.Part[R]{Server: s.advertise, Resp: resp.(R)}), nil
 }
 
 // poolItem is one pool of a ListPools page.
@@ -147,21 +156,11 @@ func (s *Server) fanListPools(ctx context.Context, req *tollgatev1.ListPoolsRequ
 	if err != nil {
 		return nil, refuse.ToStatus(s.log, "ListPools", err, refuse.About{})
 	}
-	peers := s.fan.Peers()
-	var parts []fanout.Part[*tollgatev1.ListPoolsResponse]
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		parts = fanout.Ask(ctx, s.fan, peers, func(ctx context.Context, _ string, cc *grpc.ClientConn) (*tollgatev1.ListPoolsResponse, error) {
-			return tollgatev1.NewAdminServiceClient(cc).ListPools(ctx, req)
-		})
+	parts, err := gather(s, ctx, req, handler, func(ctx context.Context, _ string, cc *grpc.ClientConn) (*tollgatev1.ListPoolsResponse, error) {
+		return tollgatev1.NewAdminServiceClient(cc).ListPools(ctx, req)
 	})
-	local, ok, err := s.localPart(ctx, req, handler)
-	wg.Wait()
 	if err != nil {
 		return nil, err
-	}
-	if ok {
-		parts = append(parts, fanout.Part[*tollgatev1.ListPoolsResponse]{Server: s.advertise, Resp: local.(*tollgatev1.ListPoolsResponse)})
 	}
 	var lists []fanout.List[poolItem]
 	for _, p := range parts {
@@ -203,21 +202,11 @@ func (s *Server) fanGetStats(ctx context.Context, req *tollgatev1.GetStatsReques
 	if err != nil {
 		return nil, refuse.ToStatus(s.log, "GetStats", err, refuse.About{})
 	}
-	peers := s.fan.Peers()
-	var parts []fanout.Part[*tollgatev1.GetStatsResponse]
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		parts = fanout.Ask(ctx, s.fan, peers, func(ctx context.Context, _ string, cc *grpc.ClientConn) (*tollgatev1.GetStatsResponse, error) {
-			return tollgatev1.NewAdminServiceClient(cc).GetStats(ctx, req)
-		})
+	parts, err := gather(s, ctx, req, handler, func(ctx context.Context, _ string, cc *grpc.ClientConn) (*tollgatev1.GetStatsResponse, error) {
+		return tollgatev1.NewAdminServiceClient(cc).GetStats(ctx, req)
 	})
-	local, ok, err := s.localPart(ctx, req, handler)
-	wg.Wait()
 	if err != nil {
 		return nil, err
-	}
-	if ok {
-		parts = append(parts, fanout.Part[*tollgatev1.GetStatsResponse]{Server: s.advertise, Resp: local.(*tollgatev1.GetStatsResponse)})
 	}
 	var lists []fanout.List[*tollgatev1.PoolStats]
 	for _, p := range parts {
@@ -267,21 +256,11 @@ func (s *Server) fanListClients(ctx context.Context, req *tollgatev1.ListClients
 		}
 		return r
 	}
-	peers := s.fan.Peers()
-	var parts []fanout.Part[*tollgatev1.ListClientsResponse]
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		parts = fanout.Ask(ctx, s.fan, peers, func(ctx context.Context, addr string, cc *grpc.ClientConn) (*tollgatev1.ListClientsResponse, error) {
-			return tollgatev1.NewAdminServiceClient(cc).ListClients(ctx, reqFor(addr))
-		})
+	parts, err := gather(s, ctx, reqFor(s.advertise), handler, func(ctx context.Context, addr string, cc *grpc.ClientConn) (*tollgatev1.ListClientsResponse, error) {
+		return tollgatev1.NewAdminServiceClient(cc).ListClients(ctx, reqFor(addr))
 	})
-	local, ok, err := s.localPart(ctx, reqFor(s.advertise), handler)
-	wg.Wait()
 	if err != nil {
 		return nil, err
-	}
-	if ok {
-		parts = append(parts, fanout.Part[*tollgatev1.ListClientsResponse]{Server: s.advertise, Resp: local.(*tollgatev1.ListClientsResponse)})
 	}
 	resp := &tollgatev1.ListClientsResponse{Unreachable: fanout.Missing(parts)}
 	var lists []fanout.List[*tollgatev1.ClientSession]

@@ -10,7 +10,6 @@
 package term
 
 import (
-	"context"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -106,24 +105,6 @@ func (c *Current) Get() *Term { return c.p.Load() }
 
 // Serve makes t the term served to the calls that start from now on.
 func (c *Current) Serve(t *Term) { c.p.Store(t) }
-
-type ctxKey struct{}
-
-// Capture takes the term served now for the call or stream of ctx: it
-// returns that term and ctx carrying it, for For.
-func (c *Current) Capture(ctx context.Context) (context.Context, *Term) {
-	t := c.Get()
-	return context.WithValue(ctx, ctxKey{}, t), t
-}
-
-// For returns the term of the call or stream of ctx: the one Capture took
-// when it started, or, for one that took none, the term served now.
-func (c *Current) For(ctx context.Context) *Term {
-	if t, ok := ctx.Value(ctxKey{}).(*Term); ok {
-		return t
-	}
-	return c.Get()
-}
 
 // Table is the terms a server serves now, one Current per shard: a call
 // about a pool takes the term of the pool's shard (Of). A standalone

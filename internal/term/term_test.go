@@ -1,7 +1,6 @@
 package term_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -87,22 +86,18 @@ func TestNewFails(t *testing.T) {
 	}
 }
 
-// A call keeps the term it captured, whatever the server serves next;
-// one that captured none gets the term served now.
-func TestCaptureKeepsTheTerm(t *testing.T) {
+// Current serves the term it was last given; terms are numbered in
+// order.
+func TestCurrentServesTheLastTerm(t *testing.T) {
 	var cur term.Current
 	first, next := newTerm(t, nil), newTerm(t, nil)
 	cur.Serve(first)
-	ctx, got := cur.Capture(context.Background())
-	if got != first {
-		t.Fatal("Capture did not take the term served")
+	if cur.Get() != first {
+		t.Fatal("Current does not serve the term it was given")
 	}
 	cur.Serve(next)
-	if cur.For(ctx) != first {
-		t.Fatal("a call that captured the first term sees another")
-	}
-	if cur.For(context.Background()) != next {
-		t.Fatal("a call that captured none does not see the term served now")
+	if cur.Get() != next {
+		t.Fatal("Current does not serve the next term")
 	}
 	if first.Seq() >= next.Seq() {
 		t.Fatalf("seq %d then %d; want increasing", first.Seq(), next.Seq())
