@@ -149,7 +149,6 @@ func TestShardsCostAKeepAliveAndAReadPerServer(t *testing.T) {
 		methods[i] = c.byMethod()
 	}
 	began := time.Now()
-	println("DBGT WINDOW", began.Format("05.000"))
 	time.Sleep(2 * testTTL) // a window to count in: no assertion depends on its length
 	window := time.Since(began)
 	total := int64(0)
