@@ -122,10 +122,11 @@ type GetClusterResponse struct {
 	// Every server campaigning for leadership, the leader first; the
 	// answering server alone when it is standalone.
 	Members []*ClusterMember `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
-	// The leader's advertised address; empty while none is known.
+	// The leader's advertised address (with several shards, shard 0's
+	// leader: see shards for the others); empty while none is known.
 	Leader string `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
-	// The leader's epoch: grows with every new leadership; 0 for a
-	// standalone server.
+	// The leader's epoch (with several shards, shard 0's): grows with every
+	// new leadership; 0 for a standalone server.
 	Epoch int64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// The answering server's advertised address (--advertise; for a
 	// standalone server, its listen address).
