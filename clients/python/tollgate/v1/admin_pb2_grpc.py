@@ -340,12 +340,16 @@ class AdminServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def GetCluster(self, request, context):
-        """GetCluster says which servers there are and which one leads. Every
+        """GetCluster says which servers there are and which leads what. Every
         server answers it, followers too: a standalone server (no --etcd)
-        reports itself alone as leader with epoch 0; a server of a cluster
-        reports the servers campaigning for leadership in etcd, the leader
-        among them and its epoch (the leader key's etcd revision, which grows
-        with every new leadership).
+        reports itself alone as leader with epoch 0 and shard_count 1; a
+        server of a cluster reports the servers campaigning in etcd, the
+        leader of shard 0 and its epoch (the leader key's etcd revision,
+        which grows with every new leadership), the shard count and the shard
+        map (each shard's leader and epoch), from which a client routes each
+        pool's calls to its shard's leader. Unlike the other calls of this
+        service it needs no admin identity: any caller the limiter takes may
+        make it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
